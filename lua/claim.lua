@@ -1,0 +1,87 @@
+-- claim: move up to `count` eligible jobs from pending to running, highest
+-- priority first; within a level, earliest eligibility first, ties in id
+-- (ULID, so creation) order.
+--
+-- KEYS[1..4] pending zsets, CRITICAL, HIGH, NORMAL, LOW
+-- KEYS[5]    running zset (scored by lease expiry)
+-- KEYS[6]    dedup index hash
+-- KEYS[7]    queue meta hash (field `paused`)
+-- ARGV[1]    key prefix of the queue ("venturi:{q}:"); job keys derive from it
+-- ARGV[2]    now in ms, or ''
+-- ARGV[3]    count
+-- ARGV[4]    worker id (stored as lease_owner, journaled)
+-- ARGV[5]    lease token base; job k of this batch gets token base .. '.' .. k
+-- ARGV[6]    default lease in ms (a job's own lease_ms wins)
+--
+-- Returns {now, next, job...}: `next` is the earliest eligible_at still
+-- pending when fewer than `count` jobs were claimed (0 = none; -1 = the queue
+-- is paused). Each job is 12 values: id, kind, payload, carry, run_count,
+-- failures, token, lease_ms, priority, max_failures, resume_input, history
+-- (the journal before this claim, as XRANGE returns it).
+
+-- @include common.lua
+
+local prefix = ARGV[1]
+local now = now_ms(ARGV[2])
+local want = tonumber(ARGV[3])
+local worker = ARGV[4]
+local default_lease = tonumber(ARGV[6])
+
+if redis.call('HGET', KEYS[7], 'paused') == '1' then
+  return {now, -1}
+end
+
+local out = {now, 0}
+local n = 0
+for level = 1, 4 do
+  if n >= want then break end
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[level], '-inf', now, 'LIMIT', 0, want - n)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', KEYS[level], id)
+    local job_key = prefix .. 'job:' .. id
+    local f = redis.call('HMGET', job_key, 'kind', 'payload', 'carry', 'run_count',
+      'failures', 'lease_ms', 'priority', 'max_failures', 'resume_input', 'dedup', 'state')
+    -- A pending id whose hash is gone or not pending (removed by hand) is dropped.
+    if f[1] and f[11] == 'pending' then
+      n = n + 1
+      local run = (tonumber(f[4]) or 0) + 1
+      local lease = tonumber(f[6]) or default_lease
+      local token = ARGV[5] .. '.' .. n
+      local expires = now + lease
+      local journal_key = prefix .. 'journal:' .. id
+      local history = redis.call('XRANGE', journal_key, '-', '+')
+      redis.call('HSET', job_key, 'state', 'running', 'run_count', run,
+        'lease_owner', worker, 'lease_token', token, 'lease_expires', expires,
+        'updated_at', now)
+      redis.call('ZADD', KEYS[5], expires, id)
+      unindex(KEYS[6], f[10], id)
+      journal(journal_key, now, 'claimed', run, nil, nil, {'worker', worker})
+      local k = #out
+      out[k + 1] = id
+      out[k + 2] = f[1]
+      out[k + 3] = f[2] or ''
+      out[k + 4] = f[3] or ''
+      out[k + 5] = run
+      out[k + 6] = tonumber(f[5]) or 0
+      out[k + 7] = token
+      out[k + 8] = lease
+      out[k + 9] = f[7] or ''
+      out[k + 10] = f[8] or ''
+      out[k + 11] = f[9] or ''
+      out[k + 12] = history
+    end
+  end
+end
+
+if n < want then
+  local nxt = 0
+  for level = 1, 4 do
+    local z = redis.call('ZRANGE', KEYS[level], 0, 0, 'WITHSCORES')
+    if z[2] then
+      local s = tonumber(z[2])
+      if nxt == 0 or s < nxt then nxt = s end
+    end
+  end
+  out[2] = nxt
+end
+return out

@@ -1,0 +1,62 @@
+-- enqueue: create one or more jobs, pending, in one atomic step.
+--
+-- KEYS[1]      dedup index hash
+-- KEYS[2+3i..] for job i (0-based): job hash, journal stream, pending zset of its priority
+-- ARGV[1]      now in ms, or '' for Redis TIME
+-- ARGV[2]      wake channel (published once when any job was created)
+-- ARGV[3]      number of jobs n
+-- ARGV[4]      dedup mode: 'nx' = take a dedup field only if free (a holder
+--              is reported back, nothing written for that job); 'force' = point
+--              the field at the new job (Merge.independent: newest pending wins)
+-- ARGV[5..]    9 fields per job: id, kind, priority, delay_ms, payload, carry,
+--              lease_ms ('' = worker default), max_failures ('' = worker
+--              default, 'none' = no backstop), dedup field ('' = no dedup)
+--
+-- Returns {now, r1, ..., rn}: ri is '' when job i was created, or the id of
+-- the pending job already holding its dedup field (nothing written for i).
+-- Errors: none; every precondition is the dedup check, made before any write
+-- for that job.
+
+-- @include common.lua
+
+local now = now_ms(ARGV[1])
+local n = tonumber(ARGV[3])
+local force = ARGV[4] == 'force'
+local out = {now}
+local created = 0
+for i = 0, n - 1 do
+  local a = 5 + i * 9
+  local id, kind, priority = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local delay = tonumber(ARGV[a + 3])
+  local payload, carry, lease, maxf, field =
+    ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
+  local job_key, journal_key, pending_key = KEYS[2 + i * 3], KEYS[3 + i * 3], KEYS[4 + i * 3]
+  local holder = ''
+  if field ~= '' then
+    if force then
+      redis.call('HSET', KEYS[1], field, id)
+    elseif redis.call('HSETNX', KEYS[1], field, id) == 0 then
+      holder = redis.call('HGET', KEYS[1], field)
+    end
+  end
+  if holder == '' then
+    local eligible = now + delay
+    redis.call('HSET', job_key,
+      'id', id, 'kind', kind, 'state', 'pending', 'priority', priority,
+      'run_count', 0, 'failures', 0, 'eligible_at', eligible,
+      'created_at', now, 'updated_at', now, 'payload', payload)
+    if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
+    if lease ~= '' then redis.call('HSET', job_key, 'lease_ms', lease) end
+    if maxf ~= '' then redis.call('HSET', job_key, 'max_failures', maxf) end
+    if field ~= '' then redis.call('HSET', job_key, 'dedup', field) end
+    redis.call('ZADD', pending_key, eligible, id)
+    journal(journal_key, now, 'enqueued', 0, nil, nil,
+      {'priority', priority, 'eligible_at', eligible})
+    created = created + 1
+  end
+  out[#out + 1] = holder
+end
+if created > 0 then
+  redis.call('PUBLISH', ARGV[2], '1')
+end
+return out

@@ -1,0 +1,102 @@
+-- Helpers shared by every transition script. Expanded once, ahead of the script
+-- body, by venturi_redis/_scripts.py.
+
+-- The one clock: the caller's milliseconds when given (tests, or a deployment
+-- that wants its own clock), otherwise Redis TIME read once at the top.
+local function now_ms(arg)
+  if arg ~= nil and arg ~= '' then
+    return tonumber(arg)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Journals are capped so a job that pauses forever cannot grow without bound.
+local JOURNAL_MAXLEN = 1000
+
+-- Append one journal entry. `extra` is a flat list of field, value pairs.
+local function journal(key, at, event, run, note, attachment, extra)
+  local args = {'XADD', key, 'MAXLEN', '~', JOURNAL_MAXLEN, '*',
+                'event', event, 'at', at, 'run', run or 0}
+  if note ~= nil and note ~= false and note ~= '' then
+    args[#args + 1] = 'note'
+    args[#args + 1] = note
+  end
+  if attachment ~= nil and attachment ~= false and attachment ~= '' then
+    args[#args + 1] = 'attachment'
+    args[#args + 1] = attachment
+  end
+  if extra then
+    for i = 1, #extra do
+      args[#args + 1] = extra[i]
+    end
+  end
+  return redis.call(unpack(args))
+end
+
+-- Set a msgpack blob field, or drop it when the caller sent nothing.
+local function set_blob(job_key, field, value)
+  if value == nil or value == '' then
+    redis.call('HDEL', job_key, field)
+  else
+    redis.call('HSET', job_key, field, value)
+  end
+end
+
+-- Fencing: a transition out of RUNNING is allowed only for the holder of the
+-- current lease token. Returns (nil, run_count) when allowed, or a reason.
+-- A refusal is journaled so `venturi job show` explains why a late outcome
+-- left no trace. This is the only write before the precondition fails.
+local function check_owner(job_key, journal_key, token, attempted, now)
+  local f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count')
+  if not f[1] then
+    return 'job does not exist', 0
+  end
+  local reason = nil
+  if f[1] ~= 'running' then
+    reason = 'job is ' .. f[1]
+  elseif f[2] ~= token then
+    reason = 'lease token does not match (the lease expired and was reclaimed)'
+  end
+  if reason then
+    journal(journal_key, now, 'refused', f[3], reason, nil, {'attempted', attempted})
+  end
+  return reason, f[3]
+end
+
+-- Dedup policy when a job comes back to pending (pause, retry, release,
+-- reclaim, resume): it takes its key back if no other pending job holds it;
+-- otherwise the index keeps pointing at the holder and this job runs as its
+-- own row, no longer a merge candidate.
+local function reindex(dedup_key, job_key, id)
+  local field = redis.call('HGET', job_key, 'dedup')
+  if field and field ~= '' then
+    redis.call('HSETNX', dedup_key, field, id)
+  end
+end
+
+-- Drop the index entry of a job leaving pending, if the entry is its own.
+local function unindex(dedup_key, field, id)
+  if field and field ~= '' and redis.call('HGET', dedup_key, field) == id then
+    redis.call('HDEL', dedup_key, field)
+  end
+end
+
+-- Clear the lease fields when a job leaves RUNNING; the owner stays for
+-- forensics ("who ran it last").
+local function clear_lease(job_key)
+  redis.call('HSET', job_key, 'lease_token', '', 'lease_expires', '')
+end
+
+-- max_failures of a job: its own override, else the worker's default;
+-- 'none' (either side) disables the backstop. Returns nil when disabled.
+local function backstop(job_value, default_value)
+  local v = job_value
+  if v == nil or v == false or v == '' then
+    v = default_value
+  end
+  if v == nil or v == '' or v == 'none' then
+    return nil
+  end
+  return tonumber(v)
+end

@@ -1,0 +1,61 @@
+"""The Lua loader: includes once, in order; cycles rejected; NOSCRIPT recovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import venturi_redis as vr
+from venturi_redis._scripts import ScriptSet, expand
+
+pytestmark = pytest.mark.anyio
+
+
+def test_include_expands_once_in_order() -> None:
+    files = {"a.lua": "-- @include b.lua\nA", "b.lua": "B", "c.lua": "C"}
+    out = expand("-- @include a.lua\n-- @include c.lua\n-- @include b.lua\nMAIN", files.__getitem__)
+    body = [line for line in out.splitlines() if not line.startswith("--")]
+    assert body == ["B", "A", "C", "MAIN"]
+
+
+def test_include_cycle_is_rejected() -> None:
+    files = {"a.lua": "-- @include b.lua", "b.lua": "-- @include a.lua"}
+    with pytest.raises(ValueError, match="cycle"):
+        expand("-- @include a.lua", files.__getitem__)
+
+
+def test_missing_include_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "include").mkdir()
+    (tmp_path / "x.lua").write_text("-- @include nope.lua\nreturn 1")
+    with pytest.raises(FileNotFoundError, match=r"nope\.lua"):
+        ScriptSet(tmp_path)
+
+
+def test_every_script_has_a_header_naming_keys_and_returns() -> None:
+    s = ScriptSet()
+    assert {"enqueue", "claim", "complete", "pause", "retry", "dead", "extend", "reclaim", "release"} <= set(
+        s.names()
+    )
+    for name in s.names():
+        src = s[name].source
+        assert "Returns" in src, name
+        assert "KEYS[" in src, name
+        assert "ARGV[" in src, name
+
+
+async def test_noscript_is_recovered(client: vr.Client, queue: vr.Queue) -> None:
+    await client.redis.script_flush()
+    job_id = await queue.enqueue_many([])  # nothing to do, nothing sent
+    assert job_id == []
+    # enqueue after a flush: EVALSHA fails with NOSCRIPT, is loaded and retried.
+    from tests.tasks import Echo
+
+    jid = await queue.enqueue(Echo(text="hi"))
+    assert (await queue.get(jid)) is not None
+    await client.redis.script_flush()
+    res = await client.scripts.run_pipeline(
+        client.redis,
+        [("extend", [queue.keys.running], [queue.keys.prefix, ""])] * 3,
+    )
+    assert res == [[], [], []]

@@ -1,0 +1,393 @@
+"""The producer side: ``Client`` (a connection) and ``Queue`` (one named queue).
+
+Nothing here imports the worker: a web process that only enqueues stays light.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from ._backoff import to_ms
+from ._codec import pack, pack_model
+from ._enums import PRIORITIES_HIGH_FIRST, JobState, Priority
+from ._errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
+from ._ids import new_job_id
+from ._keys import QueueKeys, dedup_field
+from ._outcome import UNSET
+from ._records import JobInfo, JournalEntry
+from ._scripts import ScriptArg, ScriptSet, scripts
+from ._task import Task
+
+DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of encoded payload (or carry) per job
+_DEDUP_KEY_MAX = 1024
+# Jobs per enqueue script call; batches of chunks go out in one pipeline.
+_ENQUEUE_CHUNK = 500
+
+
+def _default_url() -> str:
+    return os.environ.get("REDIS_URL") or "memory://"
+
+
+class Client:
+    """A connection to one Redis (or the embedded ``memory://`` server).
+
+    Args:
+        redis: A ``redis.asyncio.Redis`` (or fakeredis) client with
+            ``decode_responses=False``.
+        namespace: The first part of every key (``venturi`` by default).
+        max_payload_bytes: Largest encoded payload or carry accepted, checked
+            before anything is sent to Redis.
+        clock: Milliseconds-since-epoch source passed to every script. ``None``
+            (the default) lets each script read Redis ``TIME``, so every pod
+            shares the server's clock and skew between pods cannot matter.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        *,
+        namespace: str = "venturi",
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
+        clock: Callable[[], int] | None = None,
+        url: str = "",
+    ) -> None:
+        if max_payload_bytes < 1:
+            raise ConfigurationError(f"max_payload_bytes must be >= 1, got {max_payload_bytes}")
+        self.redis = redis
+        self.namespace = namespace
+        self.max_payload_bytes = max_payload_bytes
+        self.clock = clock
+        self.url = url
+        self.scripts: ScriptSet = scripts()
+        self._queues: dict[str, Queue] = {}
+        QueueKeys.for_queue("probe", namespace)  # validates the namespace now
+
+    @classmethod
+    def from_url(cls, url: str | None = None, **options: Any) -> Client:
+        """Connect to ``redis://``, ``rediss://``, ``unix://`` or ``memory://[name]``.
+
+        ``url=None`` reads ``REDIS_URL`` and falls back to ``memory://``, the
+        embedded in-process server (nothing survives the process).
+        """
+        url = url or _default_url()
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        if scheme == "memory":
+            from ._memory import memory_redis
+
+            return cls(memory_redis(url), url=url, **options)
+        if scheme in ("redis", "rediss", "unix"):
+            import redis.asyncio as aioredis
+
+            return cls(aioredis.Redis.from_url(url, decode_responses=False), url=url, **options)
+        raise ConfigurationError(
+            f"unsupported URL {url!r}: use redis://host:port/db, rediss://, unix:// or memory://"
+        )
+
+    def queue(self, name: str = "default") -> Queue:
+        """The queue called ``name`` (one object per name per client)."""
+        q = self._queues.get(name)
+        if q is None:
+            q = self._queues[name] = Queue(self, name)
+        return q
+
+    def now_arg(self) -> str:
+        """The ``now`` argument of every script: '' means Redis TIME."""
+        return "" if self.clock is None else str(int(self.clock()))
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self.redis.aclose()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    id: str
+    kind: str
+    priority: Priority
+    delay_ms: int
+    payload: bytes
+    carry: bytes
+    lease_ms: str
+    max_failures: str
+    dedup: str
+    explicit_priority: bool
+
+    def args(self) -> list[ScriptArg]:
+        return [
+            self.id,
+            self.kind,
+            self.priority.label,
+            self.delay_ms,
+            self.payload,
+            self.carry,
+            self.lease_ms,
+            self.max_failures,
+            self.dedup,
+        ]
+
+
+class Queue:
+    """One named queue: enqueue tasks, read jobs and their journals.
+
+    Get one from ``client.queue(name)`` or ``Queue.from_url(url, name=...)``.
+    """
+
+    def __init__(self, client: Client, name: str = "default") -> None:
+        self.client = client
+        self.keys = QueueKeys.for_queue(name, client.namespace)
+        self.name = name
+
+    @classmethod
+    def from_url(cls, url: str | None = None, *, name: str = "default", **options: Any) -> Queue:
+        """Shorthand for ``Client.from_url(url, **options).queue(name)``."""
+        return Client.from_url(url, **options).queue(name)
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r} at {self.client.url or 'redis'}>"
+
+    # -- enqueue ---------------------------------------------------------------
+
+    def _prepare(
+        self,
+        task: Task[Any],
+        *,
+        delay: float | timedelta,
+        priority: Priority | int | str | None,
+        lease: float | timedelta | None,
+        max_failures: int | None,
+        carry: BaseModel | None,
+    ) -> _Prepared:
+        if not isinstance(task, Task):
+            raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
+        kind = type(task).kind()
+        payload = pack_model(task)
+        cap = self.client.max_payload_bytes
+        if len(payload) > cap:
+            raise PayloadTooLarge(
+                f"{kind} payload is {len(payload)} bytes encoded, over the cap of {cap} "
+                "(Client(max_payload_bytes=...)); store large data elsewhere and enqueue a reference"
+            )
+        carry_bytes = b""
+        if carry is not None:
+            carry_cls = type(task).carry_type()
+            if not isinstance(carry, carry_cls):
+                raise TaskDefinitionError(
+                    f"carry for {kind} must be a {carry_cls.__name__}, got {type(carry).__name__}"
+                )
+            carry_bytes = pack_model(carry)
+            if len(carry_bytes) > cap:
+                raise PayloadTooLarge(f"{kind} carry is {len(carry_bytes)} bytes, over the cap of {cap}")
+        prio = Priority.parse(priority) if priority is not None else Priority.parse(task.priority())
+        lease_ms = ""
+        if lease is not None:
+            ms = to_ms(lease, "lease")
+            if ms < 1:
+                raise ConfigurationError(f"lease must be positive, got {lease!r}")
+            lease_ms = str(ms)
+        if max_failures is UNSET:
+            maxf = ""
+        elif max_failures is None:
+            maxf = "none"
+        elif isinstance(max_failures, int) and max_failures >= 1:
+            maxf = str(max_failures)
+        else:
+            raise ConfigurationError(f"max_failures must be an int >= 1 or None, got {max_failures!r}")
+        key = task.dedup_key()
+        field = ""
+        if key is not None:
+            field = self._dedup_field(kind, key)
+        return _Prepared(
+            id=new_job_id(),
+            kind=kind,
+            priority=prio,
+            delay_ms=to_ms(delay, "delay"),
+            payload=payload,
+            carry=carry_bytes,
+            lease_ms=lease_ms,
+            max_failures=maxf,
+            dedup=field,
+            explicit_priority=priority is not None,
+        )
+
+    @staticmethod
+    def _dedup_field(kind: str, key: object) -> str:
+        if not isinstance(key, str):
+            raise TaskDefinitionError(f"{kind}.dedup_key() must return str or None, got {type(key).__name__}")
+        if not key or len(key.encode()) > _DEDUP_KEY_MAX:
+            raise ConfigurationError(
+                f"{kind} dedup key must be 1 to {_DEDUP_KEY_MAX} bytes of UTF-8, "
+                f"got {len(key.encode())} bytes; hash a longer key yourself"
+            )
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(f"{kind} dedup key is not valid UTF-8: {exc}") from None
+        return dedup_field(kind, key)
+
+    def _enqueue_call(
+        self, jobs: Sequence[_Prepared], dedup_mode: str = "nx"
+    ) -> tuple[str, list[str], list[ScriptArg]]:
+        keys: list[str] = [self.keys.dedup]
+        args: list[ScriptArg] = [self.client.now_arg(), self.keys.wake, len(jobs), dedup_mode]
+        for job in jobs:
+            keys += [self.keys.job(job.id), self.keys.journal(job.id), self.keys.pending(job.priority)]
+            args += job.args()
+        return ("enqueue", keys, args)
+
+    async def enqueue(
+        self,
+        task: Task[Any],
+        *,
+        delay: float | timedelta = 0.0,
+        priority: Priority | int | str | None = None,
+        lease: float | timedelta | None = None,
+        max_failures: int | None = UNSET,
+        carry: BaseModel | None = None,
+    ) -> str:
+        """Enqueue one task and return its job id (a ULID).
+
+        Args:
+            task: The task (its KIND, payload, priority and dedup key).
+            delay: Seconds (or a timedelta) before the job becomes eligible.
+            priority: Overrides ``task.priority()``.
+            lease: Lease for this job's runs, for work known to run long.
+            max_failures: Overrides the worker's retry backstop; ``None`` disables it.
+            carry: Initial carry (an instance of the task's carry model).
+
+        When the task has a dedup key and a pending job holds it, the task's
+        ``merge`` decides, and the id returned is the job that holds the work.
+        """
+        job = self._prepare(
+            task, delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=carry
+        )
+        name, keys, args = self._enqueue_call([job])
+        res = await self.client.scripts.call(self.client.redis, name, keys, args)
+        holder = _text(res[1])
+        if not holder:
+            return job.id
+        from ._dedup import merge_into
+
+        return await merge_into(self, task, job, holder)
+
+    async def enqueue_many(
+        self,
+        tasks: Sequence[Task[Any]],
+        *,
+        delay: float | timedelta = 0.0,
+        priority: Priority | int | str | None = None,
+        lease: float | timedelta | None = None,
+        max_failures: int | None = UNSET,
+    ) -> list[str]:
+        """Enqueue many tasks in one round trip (chunks of 500 jobs per script call).
+
+        Every task is validated and encoded before anything is sent, so a bad
+        task raises with nothing written. Returns the job ids in order. Tasks
+        whose dedup key collides (with a pending job, or with an earlier task of
+        the same batch) are merged afterwards, in order, as if enqueued one by one.
+        """
+        jobs = [
+            self._prepare(
+                t, delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=None
+            )
+            for t in tasks
+        ]
+        if not jobs:
+            return []
+        calls = [
+            self._enqueue_call(jobs[i : i + _ENQUEUE_CHUNK]) for i in range(0, len(jobs), _ENQUEUE_CHUNK)
+        ]
+        if len(calls) == 1:
+            replies = [await self.client.scripts.call(self.client.redis, *calls[0])]
+        else:
+            replies = await self.client.scripts.run_pipeline(self.client.redis, calls)
+        holders: list[str] = []
+        for reply in replies:
+            holders += [_text(h) for h in reply[1:]]
+        ids = [job.id for job in jobs]
+        collided = [i for i, h in enumerate(holders) if h]
+        if collided:
+            from ._dedup import merge_into
+
+            for i in collided:
+                ids[i] = await merge_into(self, tasks[i], jobs[i], holders[i])
+        return ids
+
+    # -- reading ---------------------------------------------------------------
+
+    async def get(self, job_id: str) -> JobInfo | None:
+        """A snapshot of the job, or ``None`` if no such job exists (or was purged)."""
+        raw = await self.client.redis.hgetall(self.keys.job(job_id))
+        if not raw:
+            return None
+        return JobInfo.from_hash(self.name, raw)
+
+    async def journal(self, job_id: str) -> list[JournalEntry]:
+        """The job's journal, oldest first (empty if the job is unknown)."""
+        raw = await self.client.redis.xrange(self.keys.journal(job_id))
+        return [JournalEntry.from_stream(entry_id, fields) for entry_id, fields in raw]
+
+    async def counts(self) -> dict[str, int]:
+        """Jobs per state: ``pending:<level>`` for each priority, then the other sets."""
+        pipe = self.client.redis.pipeline(transaction=False)
+        for p in PRIORITIES_HIGH_FIRST:
+            pipe.zcard(self.keys.pending(p))
+        for key in (self.keys.running, self.keys.suspended, self.keys.completed, self.keys.dead):
+            pipe.zcard(key)
+        res = await pipe.execute()
+        out = {f"pending:{p.label}": int(n) for p, n in zip(PRIORITIES_HIGH_FIRST, res[:4], strict=True)}
+        out["pending"] = sum(res[:4])
+        for state, n in zip(
+            (JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETED, JobState.DEAD), res[4:], strict=True
+        ):
+            out[state.value] = int(n)
+        return out
+
+    async def is_drained(self) -> bool:
+        """Nothing pending (delayed and retry-waiting included) and nothing running."""
+        pipe = self.client.redis.pipeline(transaction=False)
+        for p in PRIORITIES_HIGH_FIRST:
+            pipe.zcard(self.keys.pending(p))
+        pipe.zcard(self.keys.running)
+        counts: list[int] = await pipe.execute()
+        return sum(counts) == 0
+
+    # -- continuations -----------------------------------------------------------
+
+    async def resume(self, job_id: str, value: Any = None) -> int:
+        """Resume a suspended job with ``value`` (any pydantic-serializable value).
+
+        The value is stored, the job moves to pending and a worker is woken.
+        Returns 1, or 0 when ``job_id`` is not a suspended job of this queue
+        (unknown, pending, running or finished).
+        """
+        raw = pack(value)
+        if len(raw) > self.client.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"resume value for job {job_id} is {len(raw)} bytes, over the cap of "
+                f"{self.client.max_payload_bytes}"
+            )
+        res = await self.client.scripts.call(
+            self.client.redis,
+            "resume",
+            [self.keys.job(job_id), self.keys.journal(job_id), self.keys.suspended, self.keys.dedup],
+            [job_id, self.client.now_arg(), raw, self.keys.prefix, self.keys.wake],
+        )
+        return int(res)
+
+
+def _text(value: Any) -> str:
+    if value is None or value is False:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,63 @@
+"""msgpack <-> pydantic: how payloads, carries, attachments and results are stored.
+
+Values go through pydantic's JSON mode before msgpack, so anything pydantic can
+serialize (datetimes, UUIDs, enums, nested models) is storable, and decoding
+is always pydantic validation into the declared type. Nothing is ever
+unpickled, and no name read from Redis is ever imported or called.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgpack
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from ._errors import PayloadError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def pack(value: Any) -> bytes:
+    """Encode any pydantic-serializable value (attachments, results)."""
+    try:
+        packed: bytes = msgpack.packb(to_jsonable_python(value), use_bin_type=True)
+        return packed
+    except (PydanticSerializationError, TypeError, ValueError, OverflowError) as exc:
+        raise PayloadError(f"cannot encode {type(value).__name__} value: {exc}") from exc
+
+
+def unpack(raw: bytes) -> Any:
+    """Decode msgpack bytes; garbage (or pickle bytes written by hand) is a PayloadError."""
+    try:
+        return msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated exception types
+        raise PayloadError(f"stored value is not valid msgpack ({len(raw)} bytes): {exc}") from exc
+
+
+def pack_model(model: BaseModel) -> bytes:
+    """Encode a pydantic model (a task payload or a carry)."""
+    try:
+        packed: bytes = msgpack.packb(model.model_dump(mode="json"), use_bin_type=True)
+        return packed
+    except (PydanticSerializationError, TypeError, ValueError, OverflowError) as exc:
+        raise PayloadError(f"cannot encode {type(model).__name__}: {exc}") from exc
+
+
+def unpack_model(cls: type[M], raw: bytes) -> M:
+    """Decode and validate bytes into ``cls``; any failure is a PayloadError."""
+    data = unpack(raw)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise PayloadError(f"stored value does not validate as {cls.__name__}: {exc}") from exc
+
+
+def unpack_as(adapter: TypeAdapter[Any], raw: bytes) -> Any:
+    """Decode and validate bytes with a TypeAdapter (typed results, resume input)."""
+    data = unpack(raw)
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as exc:
+        raise PayloadError(f"stored value does not validate: {exc}") from exc

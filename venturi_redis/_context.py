@@ -1,0 +1,105 @@
+"""The execution context a handler receives with each run."""
+
+from __future__ import annotations
+
+from typing import Any, Generic
+
+import anyio
+from pydantic import BaseModel
+from typing_extensions import TypeVar
+
+from ._codec import pack
+from ._outcome import UNSET
+from ._records import JournalEntry
+from ._task import NoCarry
+
+CarryT = TypeVar("CarryT", bound=BaseModel, default=NoCarry)
+
+
+class Context(Generic[CarryT]):
+    """What a run knows about its job, and where it records evidence.
+
+    Attributes:
+        job_id: The job's ULID.
+        queue: The name of the queue the job came from.
+        kind: The task's KIND.
+        run_count: How many times the job has run, this run included.
+        failures: Failed runs so far (not counting this one).
+        history: The job's journal before this run, oldest first; a task reads
+            its past failures here to decide its own fate.
+        carry: The typed carry; mutate it freely, it is saved on pause, retry,
+            suspend, release and completion.
+        resume_input: The value given to ``queue.resume`` if this run follows a
+            suspension, else ``None``.
+    """
+
+    __slots__ = (
+        "_attachment",
+        "_cancel_reason",
+        "_cancelled",
+        "carry",
+        "failures",
+        "history",
+        "job_id",
+        "kind",
+        "queue",
+        "resume_input",
+        "run_count",
+    )
+
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        queue: str,
+        kind: str,
+        run_count: int,
+        failures: int,
+        history: list[JournalEntry],
+        carry: CarryT,
+        resume_input: Any = None,
+    ) -> None:
+        self.job_id = job_id
+        self.queue = queue
+        self.kind = kind
+        self.run_count = run_count
+        self.failures = failures
+        self.history = history
+        self.carry: CarryT = carry
+        self.resume_input = resume_input
+        self._attachment: Any = UNSET
+        self._cancelled = anyio.Event()
+        self._cancel_reason: str | None = None
+
+    def set_attachment(self, value: Any) -> None:
+        """Record structured evidence for this run's journal entry; last write wins.
+
+        Any pydantic-serializable value (dicts, lists, models, datetimes…). It is
+        kept for every outcome, a raised error included. Raises PayloadError at
+        once if the value cannot be encoded, so the mistake shows where it is made.
+        """
+        pack(value)
+        self._attachment = value
+
+    @property
+    def attachment(self) -> Any:
+        """The attachment set so far (``None`` if none)."""
+        return None if self._attachment is UNSET else self._attachment
+
+    def is_cancelled(self) -> bool:
+        """Whether the run has been asked to stop (graceful shutdown or a lost lease)."""
+        return self._cancelled.is_set()
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why the run was asked to stop, once it has been."""
+        return self._cancel_reason
+
+    async def cancelled(self) -> None:
+        """Wait until the run is asked to stop; for use beside a long await."""
+        await self._cancelled.wait()
+
+    def _cancel(self, reason: str) -> None:
+        if not self._cancelled.is_set():
+            self._cancel_reason = reason
+            self._cancelled.set()

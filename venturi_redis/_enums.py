@@ -1,0 +1,53 @@
+"""The small enums every layer shares: job priority and job state."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Priority(enum.IntEnum):
+    """How urgently a job is claimed: a higher level is always claimed first.
+
+    Each level is its own pending sorted set in Redis (``pending:high`` …), so a
+    claim costs the same however many lower-priority jobs wait.
+    """
+
+    LOW = 0
+    NORMAL = 1
+    HIGH = 2
+    CRITICAL = 3
+
+    @property
+    def label(self) -> str:
+        """The lowercase name stored in the job hash and used in key names."""
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, value: Priority | int | str) -> Priority:
+        """Accept a Priority, its integer value or its (case-insensitive) name."""
+        if isinstance(value, Priority):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls[value.upper()]
+            except KeyError:
+                raise ValueError(f"unknown priority {value!r}; use one of {[p.label for p in cls]}") from None
+        return cls(value)
+
+
+class JobState(enum.StrEnum):
+    """Where a job is in its life; the value is what ``HGET job state`` shows.
+
+    PENDING covers every job waiting in a pending set: new, delayed, paused and
+    retry-waiting alike (their ``eligible_at`` tells them apart).
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+PRIORITIES_HIGH_FIRST: tuple[Priority, ...] = tuple(sorted(Priority, reverse=True))

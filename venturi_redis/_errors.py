@@ -1,0 +1,73 @@
+"""The exceptions venturi_redis raises, rooted at one class.
+
+::
+
+    VenturiError
+    ├── ConfigurationError        a bad URL, option or queue name
+    ├── TaskDefinitionError       a Task or Handler class that cannot be used
+    ├── PayloadError              a value that cannot be encoded or decoded
+    │   └── PayloadTooLarge       an encoded payload over the size cap
+    ├── LeaseLostError            a worker's lease on a job is gone (fencing)
+    ├── MergeConflictError        a dedup merge kept losing its optimistic race
+    └── TaskError                 raised by a handler; ``TaskError.permanent`` kills the job
+
+Any other exception a handler raises is a retryable failure whose message becomes
+the run's note.
+"""
+
+from __future__ import annotations
+
+
+class VenturiError(Exception):
+    """Base class of every error venturi_redis raises on purpose."""
+
+
+class ConfigurationError(VenturiError, ValueError):
+    """A URL, option or name given to venturi_redis is not valid."""
+
+
+class TaskDefinitionError(VenturiError, TypeError):
+    """A Task or Handler class is missing something venturi_redis needs."""
+
+
+class PayloadError(VenturiError, ValueError):
+    """A payload, carry, attachment or stored value cannot be encoded or decoded."""
+
+
+class PayloadTooLarge(PayloadError):
+    """An encoded payload is larger than the queue's ``max_payload_bytes``."""
+
+
+class LeaseLostError(VenturiError):
+    """A transition was refused because this worker no longer owns the job's lease."""
+
+    def __init__(self, job_id: str, attempted: str, reason: str) -> None:
+        self.job_id = job_id
+        self.attempted = attempted
+        self.reason = reason
+        super().__init__(
+            f"job {job_id}: {attempted} refused ({reason}); another worker owns the job "
+            "now or it already finished, so this run's outcome was discarded"
+        )
+
+
+class MergeConflictError(VenturiError):
+    """A dedup merge lost its optimistic race more often than the retry bound allows."""
+
+
+class TaskError(VenturiError):
+    """An error a handler raises on purpose.
+
+    ``raise TaskError("flaky upstream")`` is a retryable failure, like any exception;
+    ``raise TaskError.permanent("resource gone")`` sends the job straight to dead.
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.is_permanent = permanent
+
+    @classmethod
+    def permanent(cls, message: str) -> TaskError:
+        """An error that no retry can fix: the job goes to dead with ``message`` as its note."""
+        return cls(message, permanent=True)

@@ -1,0 +1,113 @@
+"""Every Redis key venturi_redis uses is built here, and only here.
+
+All keys of one queue share the hash tag ``{<queue>}`` so that a queue lives in
+one Redis Cluster slot and every script and MULTI touches a single slot.
+
+=================================  ======  ===========================================
+key                                type    what it holds
+=================================  ======  ===========================================
+``venturi:{q}:job:<id>``           hash    one job: plain-text metadata, msgpack blobs
+``venturi:{q}:journal:<id>``       stream  the job's journal, one entry per event
+``venturi:{q}:pending:<level>``    zset    pending job ids scored by eligible_at (ms)
+``venturi:{q}:running``            zset    running job ids scored by lease expiry (ms)
+``venturi:{q}:suspended``          zset    suspended job ids scored by suspension time
+``venturi:{q}:completed``          zset    completed job ids scored by finish time
+``venturi:{q}:dead``               zset    dead job ids scored by time of death
+``venturi:{q}:cancelled``          zset    cancelled job ids scored by cancel time
+``venturi:{q}:dedup``              hash    dedup field -> id of the pending job holding it
+``venturi:{q}:meta``               hash    queue-wide flags (``paused``) and counters
+``venturi:{q}:wake``               pubsub  channel an enqueue publishes on to wake workers
+=================================  ======  ===========================================
+
+``docs/redis-layout.md`` is the long form of this table.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ._enums import PRIORITIES_HIGH_FIRST, Priority
+from ._errors import ConfigurationError
+
+# Queue names become part of every key. They are restricted to characters that
+# can neither break the hash tag (``{`` / ``}``) nor be mistaken for our own
+# separators or glob patterns in a SCAN, so a name can never alias another queue.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+NAME_RULE = "1 to 128 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit"
+
+
+def validate_name(value: str, what: str = "queue name") -> str:
+    """Return ``value`` if it is a valid queue name or key prefix, else raise."""
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+        raise ConfigurationError(f"invalid {what} {value!r}: use {NAME_RULE}")
+    return value
+
+
+def dedup_field(kind: str, key: str) -> str:
+    """The dedup-index hash field for ``(kind, key)``.
+
+    The kind is length-prefixed, so no choice of kind and key can produce the
+    field of another pair, whatever characters either contains.
+    """
+    return f"{len(kind)}:{kind}:{key}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The key names of one queue. Scripts derive job keys from ``prefix`` only."""
+
+    name: str
+    prefix: str  # "venturi:{name}:" -- passed to scripts that discover job ids
+
+    @classmethod
+    def for_queue(cls, name: str, namespace: str = "venturi") -> QueueKeys:
+        validate_name(name)
+        validate_name(namespace, "key namespace")
+        return cls(name=name, prefix=f"{namespace}:{{{name}}}:")
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}"
+
+    def journal(self, job_id: str) -> str:
+        return f"{self.prefix}journal:{job_id}"
+
+    def pending(self, priority: Priority) -> str:
+        return f"{self.prefix}pending:{priority.label}"
+
+    @property
+    def pending_high_first(self) -> list[str]:
+        """Pending sets from CRITICAL down to LOW: the order a claim scans them."""
+        return [self.pending(p) for p in PRIORITIES_HIGH_FIRST]
+
+    @property
+    def running(self) -> str:
+        return f"{self.prefix}running"
+
+    @property
+    def suspended(self) -> str:
+        return f"{self.prefix}suspended"
+
+    @property
+    def completed(self) -> str:
+        return f"{self.prefix}completed"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.prefix}dead"
+
+    @property
+    def cancelled(self) -> str:
+        return f"{self.prefix}cancelled"
+
+    @property
+    def dedup(self) -> str:
+        return f"{self.prefix}dedup"
+
+    @property
+    def meta(self) -> str:
+        return f"{self.prefix}meta"
+
+    @property
+    def wake(self) -> str:
+        return f"{self.prefix}wake"

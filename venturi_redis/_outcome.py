@@ -1,0 +1,66 @@
+"""What a handler run decided: complete, pause, or suspend.
+
+A failure is not an Outcome: raise. Any exception is a retryable failure whose
+message is the note; ``raise TaskError.permanent(...)`` sends the job to dead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from ._backoff import to_ms
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The conclusion of one run. Build it with the class methods."""
+
+    kind: Literal["completed", "pause", "suspend"]
+    note: str | None = None
+    delay_ms: int = 0
+    result: Any = UNSET
+    output: Any = UNSET
+
+    @classmethod
+    def completed(cls, *, result: Any = UNSET) -> Outcome:
+        """The job is done; ``result`` (any pydantic-serializable value) is stored with it."""
+        return cls("completed", result=result)
+
+    @classmethod
+    def completed_with(cls, note: str, *, result: Any = UNSET) -> Outcome:
+        """The job is done, with a note saying what the run concluded."""
+        return cls("completed", note=note, result=result)
+
+    @classmethod
+    def pause_in(cls, delay: float | timedelta) -> Outcome:
+        """A cooperative pause, not a failure: run again after ``delay`` (0 = yield now).
+
+        The carry is saved; the failure count and the retry backstop are untouched.
+        """
+        return cls("pause", delay_ms=to_ms(delay, "pause delay"))
+
+    @classmethod
+    def pause_in_with(cls, delay: float | timedelta, note: str) -> Outcome:
+        """A cooperative pause with a note."""
+        return cls("pause", note=note, delay_ms=to_ms(delay, "pause delay"))
+
+    @classmethod
+    def suspend(cls, output: Any = None, note: str | None = None) -> Outcome:
+        """Wait for ``queue.resume(job_id, value)``: no worker slot is held meanwhile.
+
+        ``output`` (optional, pydantic-serializable) is visible through
+        ``queue.get(job_id).output`` while the job waits.
+        """
+        return cls("suspend", note=note, output=output)

@@ -1,0 +1,141 @@
+"""Read-side records: a job's journal entries and a snapshot of the job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ._codec import unpack
+from ._enums import JobState, Priority
+from ._errors import PayloadError
+
+_JOURNAL_CORE = {"event", "at", "run", "note", "attachment"}
+
+
+def ms_to_dt(ms: int | float) -> datetime:
+    """Milliseconds since the epoch (the unit of every stored time) to a UTC datetime."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _blob(value: bytes | None) -> Any:
+    """Decode an optional msgpack field; undecodable bytes are shown, not raised."""
+    if not value:
+        return None
+    try:
+        return unpack(value)
+    except PayloadError:
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One event in a job's journal (a Redis stream entry).
+
+    ``event`` is one of: enqueued, merged, claimed, completed, paused, failed,
+    dead, lease_expired, released, refused, suspended, resumed, cancelled,
+    retried. ``run`` is the run it belongs to (0 before the first claim).
+    ``details`` holds the event's other fields as text (``delay_ms`` of a
+    failure, ``worker`` of a claim, ``reason`` of a death, …).
+    """
+
+    id: str
+    at: datetime
+    event: str
+    run: int = 0
+    note: str | None = None
+    attachment: Any = None
+    details: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_stream(cls, entry_id: bytes | str, fields: dict[bytes, bytes]) -> JournalEntry:
+        f = {_text(k): v for k, v in fields.items()}
+        note = _text(f.get("note")) or None
+        return cls(
+            id=_text(entry_id),
+            at=ms_to_dt(int(_text(f.get("at")) or 0)),
+            event=_text(f.get("event")),
+            run=int(_text(f.get("run")) or 0),
+            note=note,
+            attachment=_blob(f.get("attachment")),
+            details={k: _text(v) for k, v in f.items() if k not in _JOURNAL_CORE},
+        )
+
+    @classmethod
+    def from_xrange(cls, raw: list[Any]) -> list[JournalEntry]:
+        """Entries from an XRANGE reply as a script returns it (flat field lists)."""
+        out: list[JournalEntry] = []
+        for entry_id, flat in raw:
+            fields = flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True))
+            out.append(cls.from_stream(entry_id, fields))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A snapshot of one job as stored in its hash.
+
+    ``payload`` and ``carry`` are the decoded msgpack documents (dicts); use
+    ``YourTask.model_validate(info.payload)`` for the typed task.
+    """
+
+    id: str
+    queue: str
+    kind: str
+    state: JobState
+    priority: Priority
+    payload: Any
+    carry: Any
+    run_count: int
+    failures: int
+    eligible_at: datetime | None
+    created_at: datetime
+    updated_at: datetime | None
+    finished_at: datetime | None
+    note: str | None
+    attachment: Any
+    result: Any
+    output: Any
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    dedup: str | None
+
+    @classmethod
+    def from_hash(cls, queue: str, raw: dict[bytes, bytes]) -> JobInfo:
+        f = {_text(k): v for k, v in raw.items()}
+
+        def num(name: str) -> int:
+            return int(_text(f.get(name)) or 0)
+
+        def when(name: str) -> datetime | None:
+            v = _text(f.get(name))
+            return ms_to_dt(int(v)) if v else None
+
+        return cls(
+            id=_text(f.get("id")),
+            queue=queue,
+            kind=_text(f.get("kind")),
+            state=JobState(_text(f.get("state"))),
+            priority=Priority.parse(_text(f.get("priority")) or "normal"),
+            payload=_blob(f.get("payload")),
+            carry=_blob(f.get("carry")),
+            run_count=num("run_count"),
+            failures=num("failures"),
+            eligible_at=when("eligible_at"),
+            created_at=when("created_at") or ms_to_dt(0),
+            updated_at=when("updated_at"),
+            finished_at=when("finished_at"),
+            note=_text(f.get("note")) or None,
+            attachment=_blob(f.get("attachment")),
+            result=_blob(f.get("result")),
+            output=_blob(f.get("output")),
+            lease_owner=_text(f.get("lease_owner")) or None,
+            lease_expires_at=when("lease_expires"),
+            dedup=_text(f.get("dedup")) or None,
+        )

@@ -1,0 +1,152 @@
+"""Loads the Lua scripts in ``lua/`` and runs them by EVALSHA.
+
+Each file in ``lua/`` is one atomic transition. A line ``-- @include NAME``
+splices ``lua/include/NAME`` in its place; an include is expanded once per
+script however often it is named (first mention wins, so order is the order
+of first mention), and a cycle is an error. The expanded source is what Redis
+sees and what the SHA is computed from.
+
+Scripts run by EVALSHA; a ``NOSCRIPT`` reply (a restarted server, a
+``SCRIPT FLUSH``, a failover to a replica that never saw the script) loads the
+script and retries once, so callers never notice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+_INCLUDE_RE = re.compile(r"^--\s*@include\s+(\S+)\s*$")
+
+ScriptArg = str | bytes | int | float
+
+
+def _lua_dir() -> Path:
+    """The ``lua`` directory: inside the installed wheel, or at the repo root."""
+    packaged = resources.files("venturi_redis") / "lua"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "lua"
+
+
+def expand(source: str, read_include: Callable[[str], str], *, name: str = "<script>") -> str:
+    """Splice ``-- @include`` lines, each include once, rejecting cycles."""
+    seen: set[str] = set()
+
+    def walk(text: str, stack: tuple[str, ...]) -> list[str]:
+        lines: list[str] = []
+        for line in text.splitlines():
+            m = _INCLUDE_RE.match(line.strip())
+            if not m:
+                lines.append(line)
+                continue
+            inc = m.group(1)
+            if inc in stack:
+                chain = " -> ".join((*stack, inc))
+                raise ValueError(f"include cycle in {name}: {chain}")
+            if inc in seen:
+                continue
+            seen.add(inc)
+            lines.append(f"-- begin include {inc}")
+            lines.extend(walk(read_include(inc), (*stack, inc)))
+            lines.append(f"-- end include {inc}")
+        return lines
+
+    return "\n".join(walk(source, (name,))) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One expanded script and its SHA1."""
+
+    name: str
+    source: str
+    sha: str
+
+    @classmethod
+    def build(cls, name: str, source: str) -> Script:
+        return cls(name, source, hashlib.sha1(source.encode()).hexdigest())
+
+
+class ScriptSet:
+    """Every script of ``lua/``, by name (the file name without ``.lua``)."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        root = directory or _lua_dir()
+        include_dir = root / "include"
+
+        def read_include(inc: str) -> str:
+            path = include_dir / inc
+            if not path.is_file():
+                raise FileNotFoundError(f"Lua include {inc!r} not found in {include_dir}")
+            return path.read_text()
+
+        self._scripts: dict[str, Script] = {}
+        for path in sorted(root.glob("*.lua")):
+            name = path.stem
+            self._scripts[name] = Script.build(name, expand(path.read_text(), read_include, name=path.name))
+        if not self._scripts:
+            raise FileNotFoundError(f"no Lua scripts found in {root}")
+
+    def __getitem__(self, name: str) -> Script:
+        return self._scripts[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._scripts)
+
+    async def call(self, redis: Any, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
+        """EVALSHA the script, loading it first if the server has lost it."""
+        script = self._scripts[name]
+        try:
+            return await redis.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await redis.script_load(script.source)
+            return await redis.evalsha(script.sha, len(keys), *keys, *args)
+
+    def queue_call(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> None:
+        """Add an EVALSHA to a pipeline (NOSCRIPT is the caller's to handle)."""
+        script = self._scripts[name]
+        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    async def run_pipeline(
+        self,
+        redis: Any,
+        calls: Sequence[tuple[str, Sequence[str], Sequence[ScriptArg]]],
+        *,
+        transaction: bool = False,
+    ) -> list[Any]:
+        """Run several scripts in one round trip; NOSCRIPT replies are redone singly.
+
+        A script that hit NOSCRIPT did not run at all, so running it again is safe.
+        Other errors are raised after every call has been accounted for.
+        """
+        pipe = redis.pipeline(transaction=transaction)
+        for name, keys, args in calls:
+            self.queue_call(pipe, name, keys, args)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+        for i, res in enumerate(results):
+            if isinstance(res, NoScriptError):
+                name, keys, args = calls[i]
+                results[i] = await self.call(redis, name, keys, args)
+        for res in results:
+            if isinstance(res, Exception):
+                raise res
+        return results
+
+
+_default: ScriptSet | None = None
+
+
+def scripts() -> ScriptSet:
+    """The process-wide script set (loaded from disk once)."""
+    global _default
+    if _default is None:
+        _default = ScriptSet()
+    return _default

@@ -1,0 +1,155 @@
+"""The task model: one pydantic model is a job's payload and its identity.
+
+``Task`` is everything a producer needs (KIND, priority, dedup key, merge,
+backoff, the carry type). The execution side, ``Handler``, lives apart in
+``_handler.py`` so that a web process that only enqueues never imports the
+worker's dependencies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
+
+from pydantic import BaseModel, ConfigDict
+from typing_extensions import TypeVar
+
+from ._backoff import Backoff
+from ._enums import Priority
+from ._errors import TaskDefinitionError
+
+if TYPE_CHECKING:
+    from ._records import JournalEntry
+
+_KIND_MAX = 256
+
+
+class NoCarry(BaseModel):
+    """The carry of a task that keeps nothing between runs (plain ``vr.Task``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+CarryT = TypeVar("CarryT", bound=BaseModel, default=NoCarry)
+TaskT = TypeVar("TaskT", bound="Task[Any]", default="Task[Any]")
+
+
+def validate_kind(kind: object, owner: str) -> str:
+    """KIND must be a non-empty string of printable characters, at most 256 long."""
+    if not isinstance(kind, str) or not kind:
+        raise TaskDefinitionError(
+            f'{owner} has no KIND: declare `KIND: ClassVar[str] = "..."`, a name '
+            "unique per task type and stable across releases"
+        )
+    if len(kind) > _KIND_MAX or not kind.isprintable():
+        raise TaskDefinitionError(
+            f"{owner}.KIND {kind[:40]!r} is not valid: use at most {_KIND_MAX} printable characters"
+        )
+    return kind
+
+
+class Task(BaseModel, Generic[CarryT]):
+    """Base class of every task: subclass it, declare ``KIND`` and the payload fields.
+
+    ``vr.Task[Progress]`` declares a carry: typed state saved between runs of the
+    same job (``Progress`` must be a pydantic model whose fields all have
+    defaults). Plain ``vr.Task`` keeps nothing.
+
+    Example::
+
+        class Crawl(vr.Task[Progress]):
+            KIND: ClassVar[str] = "crawl"
+            site: str
+            def priority(self) -> vr.Priority:
+                return vr.Priority.HIGH
+    """
+
+    KIND: ClassVar[str]
+
+    def priority(self) -> Priority:
+        """Claim priority of this job; ``enqueue(priority=...)`` overrides it."""
+        return Priority.NORMAL
+
+    def dedup_key(self) -> str | None:
+        """Candidacy key for deduplication; ``None`` (the default) never coalesces."""
+        return None
+
+    def merge(self, existing: Pending[Any, Any]) -> Merge[Any, Any]:
+        """Decide what a collision with a pending job of the same dedup key does.
+
+        The default replaces the pending payload and resets its carry.
+        """
+        return Merge.replace()
+
+    def backoff(self) -> Backoff | None:
+        """Per-task retry backoff; ``None`` (the default) uses the worker's."""
+        return None
+
+    @classmethod
+    def kind(cls) -> str:
+        """The validated ``KIND`` of this class."""
+        return validate_kind(getattr(cls, "KIND", None), cls.__qualname__)
+
+    @classmethod
+    def carry_type(cls) -> type[BaseModel]:
+        """The carry model declared by ``Task[Carry]`` (``NoCarry`` if none)."""
+        for klass in cls.__mro__:
+            meta = getattr(klass, "__pydantic_generic_metadata__", None)
+            if meta and meta["origin"] is Task and meta["args"]:
+                carry = meta["args"][0]
+                if isinstance(carry, type) and issubclass(carry, BaseModel):
+                    return carry
+                raise TaskDefinitionError(f"{cls.__qualname__}: the carry {carry!r} must be a pydantic model")
+        return NoCarry
+
+    @classmethod
+    def default_carry(cls) -> BaseModel:
+        """A fresh carry with every field at its default."""
+        carry_cls = cls.carry_type()
+        try:
+            return carry_cls()
+        except Exception as exc:
+            raise TaskDefinitionError(
+                f"{cls.__qualname__}: carry {carry_cls.__name__} needs a default for every field"
+            ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Pending(Generic[TaskT, CarryT]):
+    """The pending job a new task collided with, as ``Task.merge`` sees it."""
+
+    job_id: str
+    payload: TaskT
+    carry: CarryT
+    run_count: int
+    failures: int
+    journal: list[JournalEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Merge(Generic[TaskT, CarryT]):
+    """A merge decision; build one with the class methods."""
+
+    decision: Literal["keep", "replace", "with", "independent"]
+    task: TaskT | None = None
+    carry: CarryT | None = None
+
+    @classmethod
+    def keep(cls) -> Merge[Any, Any]:
+        """The incoming task is redundant: the pending job stays untouched."""
+        return cls("keep")
+
+    @classmethod
+    def replace(cls) -> Merge[Any, Any]:
+        """The pending job takes the incoming payload; its carry resets to the default."""
+        return cls("replace")
+
+    @classmethod
+    def with_(cls, task: TaskT, carry: CarryT) -> Merge[TaskT, CarryT]:
+        """The pending job takes ``task`` and ``carry``, continuing its work."""
+        return cls("with", task, carry)
+
+    @classmethod
+    def independent(cls) -> Merge[Any, Any]:
+        """Not a duplicate after all: enqueue the incoming task as a new job."""
+        return cls("independent")

@@ -1,0 +1,679 @@
+"""The worker: claims jobs, runs handlers, keeps leases, reclaims the dead.
+
+Shape of a running worker (one anyio task group)::
+
+    run()
+    ├── wake listener      one pub/sub connection for every queue's wake channel
+    ├── lease keeper       one batched `extend` call per queue per tick
+    ├── per queue:
+    │   ├── claim loop     claims up to the free slots, sleeps until woken
+    │   └── reclaimer      periodically takes back jobs whose lease expired
+    └── job tasks          one per running job (at most `concurrency` per queue)
+
+Every transition is one Lua script that checks the job's lease token, so a
+worker that lost its lease (it hung, its connection dropped, the lease expired
+and another worker reclaimed the job) can never complete, retry, pause or kill
+a job it no longer owns: its late outcome is refused, journaled and logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import random
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic
+
+import anyio
+from anyio.abc import TaskGroup
+from pydantic import BaseModel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from typing_extensions import TypeVar
+
+from ._backoff import Backoff, to_ms
+from ._client import Queue
+from ._codec import pack, pack_model, unpack, unpack_model
+from ._context import Context
+from ._enums import Priority
+from ._errors import ConfigurationError, LeaseLostError, PayloadError, TaskDefinitionError, TaskError
+from ._handler import Handler
+from ._outcome import UNSET, Outcome
+from ._records import JournalEntry
+from ._scripts import ScriptArg
+from ._task import NoCarry, Task
+
+log = logging.getLogger("venturi_redis.worker")
+
+StateT = TypeVar("StateT", default=None)
+
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+_RECLAIM_BATCH = 100
+
+
+def _text(value: Any) -> str:
+    if value is None or value is False:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    """A claimed job, as the claim script returned it."""
+
+    queue: Queue
+    id: str
+    kind: str
+    payload: bytes
+    carry: bytes
+    run_count: int
+    failures: int
+    token: str
+    lease_ms: int
+    priority: Priority
+    max_failures: str
+    resume_input: bytes
+    history: list[JournalEntry]
+    ctx: Context[Any] | None = None
+    lost: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+
+def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
+    now, nxt = int(reply[0]), int(reply[1])
+    jobs: list[_Job] = []
+    for i in range(2, len(reply), 12):
+        r = reply[i : i + 12]
+        jobs.append(
+            _Job(
+                queue=queue,
+                id=_text(r[0]),
+                kind=_text(r[1]),
+                payload=r[2] or b"",
+                carry=r[3] or b"",
+                run_count=int(r[4]),
+                failures=int(r[5]),
+                token=_text(r[6]),
+                lease_ms=int(r[7]),
+                priority=Priority.parse(_text(r[8]) or "normal"),
+                max_failures=_text(r[9]),
+                resume_input=r[10] or b"",
+                history=JournalEntry.from_xrange(r[11]),
+            )
+        )
+    return now, nxt, jobs
+
+
+class _Runner:
+    """The per-queue half of a worker: its claim loop, reclaimer and active jobs."""
+
+    def __init__(self, worker: Worker[Any], queue: Queue) -> None:
+        self.worker = worker
+        self.queue = queue
+        self.active: dict[str, _Job] = {}
+        self.poke = anyio.Event()
+        self.idle = False
+
+    def wake(self) -> None:
+        self.poke.set()
+
+    async def claim(self, count: int) -> tuple[int, int, list[_Job]]:
+        q, w = self.queue, self.worker
+        reply = await q.client.scripts.call(
+            q.client.redis,
+            "claim",
+            [*q.keys.pending_high_first, q.keys.running, q.keys.dedup, q.keys.meta],
+            [q.keys.prefix, q.client.now_arg(), count, w.id, secrets.token_hex(8), w.lease_ms],
+        )
+        return _parse_claim(q, reply)
+
+    async def claim_loop(self, jobs_tg: TaskGroup, until_idle: bool) -> None:
+        w = self.worker
+        failures = 0
+        while not w.stopping:
+            free = w.concurrency - len(self.active)
+            if free <= 0:
+                self.poke = anyio.Event()
+                await self._wait(None)
+                continue
+            # A fresh event before the claim: a wake-up that lands while the
+            # claim is in flight is kept, not lost.
+            self.poke = anyio.Event()
+            want = min(free, w.batch_size)
+            try:
+                now, nxt, jobs = await self.claim(want)
+                failures = 0
+            except _TRANSIENT as exc:
+                failures += 1
+                delay = min(0.05 * 2**failures, 5.0)
+                log.warning("queue %s: claim failed (%s); retrying in %.2fs", self.queue.name, exc, delay)
+                await self._wait(delay)
+                continue
+            for job in jobs:
+                self.active[job.id] = job
+                jobs_tg.start_soon(w._run_job, self, job)
+            if len(jobs) == want:
+                continue
+            if until_idle and not self.active and await self.queue.is_drained():
+                self.idle = True
+                return
+            sleep_for = w.poll_interval
+            if nxt > 0:
+                sleep_for = min(sleep_for, max(0.0, (nxt - now) / 1000))
+            await self._wait(sleep_for)
+
+    async def _wait(self, seconds: float | None) -> None:
+        with anyio.move_on_after(seconds if seconds is not None else math.inf):
+            await self.poke.wait()
+
+    async def reclaim_once(self) -> int:
+        q, w = self.queue, self.worker
+        total = 0
+        while True:
+            reply = await q.client.scripts.call(
+                q.client.redis,
+                "reclaim",
+                [q.keys.running, q.keys.dead, q.keys.dedup],
+                [q.keys.prefix, q.client.now_arg(), _RECLAIM_BATCH, w.max_failures_arg, q.keys.wake],
+            )
+            requeued, died = int(reply[0]), int(reply[1])
+            ids = [_text(x) for x in reply[2:]]
+            if ids:
+                log.warning(
+                    "queue %s: reclaimed %d expired lease(s) (%d requeued, %d dead): %s",
+                    q.name,
+                    len(ids),
+                    requeued,
+                    died,
+                    ", ".join(ids[:10]),
+                )
+            total += len(ids)
+            if len(ids) < _RECLAIM_BATCH:
+                return total
+
+    async def reclaim_loop(self) -> None:
+        w = self.worker
+        while True:
+            try:
+                await self.reclaim_once()
+            except _TRANSIENT as exc:
+                log.warning("queue %s: reclaim failed (%s)", self.queue.name, exc)
+            # Jitter spreads many pods' reclaims instead of having them collide.
+            await anyio.sleep(w.reclaim_interval * random.uniform(0.8, 1.2))
+
+    async def extend(self) -> None:
+        jobs = [j for j in self.active.values() if not j.lost]
+        if not jobs:
+            return
+        q = self.queue
+        args: list[Any] = [q.keys.prefix, q.client.now_arg()]
+        for j in jobs:
+            args += [j.id, j.token, j.lease_ms]
+        lost = await q.client.scripts.call(q.client.redis, "extend", [q.keys.running], args)
+        for raw in lost:
+            job = self.active.get(_text(raw))
+            if job is not None and not job.lost:
+                job.lost = True
+                log.error(
+                    "queue %s: lease on job %s (%s) was lost; its outcome will be refused",
+                    q.name,
+                    job.id,
+                    job.kind,
+                )
+                if job.ctx is not None:
+                    job.ctx._cancel("lease lost")
+
+
+class Worker(Generic[StateT]):
+    """Runs the handlers registered with it on jobs from one or more queues.
+
+    Args:
+        queues: A Queue, or several (each its own fault domain, with its own
+            claim loop and its own ``concurrency`` slots).
+        state: The shared dependencies every handler receives (``App``).
+        concurrency: Handlers running at once, per queue.
+        lease: Seconds a claim is valid without renewal. A running worker
+            renews every ``lease / 3``; a dead worker's jobs are reclaimed
+            after it expires. ``enqueue(lease=...)`` overrides it per job.
+        max_failures: Retry backstop: failed runs after which a job goes to
+            dead (pauses never count). ``None`` disables it.
+        backoff: Default retry backoff (``Task.backoff()`` overrides it).
+        jitter: Fraction of each retry delay shaved off, deterministically per
+            job and attempt, so that retries of a burst spread out.
+        batch_size: Most jobs taken by one claim (default: ``concurrency``).
+        poll_interval: Longest an idle worker sleeps without a wake-up.
+        reclaim_interval: Seconds between expired-lease sweeps
+            (default ``min(lease / 2, 15)``).
+        shutdown_grace: Seconds running jobs get to finish on shutdown before
+            they are released back to pending with their carry.
+        handle_signals: Turn SIGTERM / SIGINT into a graceful shutdown (a
+            second signal skips the grace period). Only in the main thread.
+        name: Shown as the lease owner (default ``host:pid:random``).
+    """
+
+    def __init__(
+        self,
+        queues: Queue | Sequence[Queue],
+        *,
+        state: StateT = None,  # type: ignore[assignment]
+        concurrency: int = 16,
+        lease: float = 30.0,
+        max_failures: int | None = 25,
+        backoff: Backoff | None = None,
+        jitter: float = 0.25,
+        batch_size: int | None = None,
+        poll_interval: float = 5.0,
+        reclaim_interval: float | None = None,
+        shutdown_grace: float = 10.0,
+        handle_signals: bool = True,
+        name: str | None = None,
+    ) -> None:
+        qs = [queues] if isinstance(queues, Queue) else list(queues)
+        if not qs or not all(isinstance(q, Queue) for q in qs):
+            raise ConfigurationError("Worker needs at least one vr.Queue")
+        if len({(id(q.client), q.name) for q in qs}) != len(qs):
+            raise ConfigurationError("Worker was given the same queue twice")
+        if concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
+        if not (lease > 0 and math.isfinite(lease)):
+            raise ConfigurationError(f"lease must be a positive number of seconds, got {lease!r}")
+        if max_failures is not None and max_failures < 1:
+            raise ConfigurationError(f"max_failures must be >= 1 or None, got {max_failures}")
+        if not 0.0 <= jitter <= 1.0:
+            raise ConfigurationError(f"jitter must be within [0, 1], got {jitter!r}")
+        self.queues = qs
+        self.state = state
+        self.concurrency = concurrency
+        self.lease = float(lease)
+        self.lease_ms = to_ms(lease, "lease")
+        self.max_failures = max_failures
+        self.backoff = backoff or Backoff.fibonacci(1.0, 600.0)
+        self.jitter = jitter
+        self.batch_size = batch_size or concurrency
+        self.poll_interval = poll_interval
+        self.reclaim_interval = reclaim_interval or min(self.lease / 2, 15.0)
+        self.shutdown_grace = shutdown_grace
+        self.handle_signals = handle_signals
+        self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._registry: dict[str, type[Any]] = {}
+        self._runners = [_Runner(self, q) for q in qs]
+        self._stop: anyio.Event | None = None
+        self._stopping = False
+        self._force = False
+        self._running = False
+        self._changed = anyio.Event()  # set whenever a job ends or shutdown escalates
+
+    # -- registration --------------------------------------------------------------
+
+    def register(self, *handlers: type[Any]) -> Worker[StateT]:
+        """Register Task+Handler classes (or ``@vr.offload`` functions) by their KIND."""
+        for h in handlers:
+            entry = getattr(h, "__venturi_handler__", h)
+            if not (isinstance(entry, type) and issubclass(entry, Task) and issubclass(entry, Handler)):
+                raise TaskDefinitionError(
+                    f"register() expects a class deriving from both vr.Task and vr.Handler, got {h!r}"
+                )
+            kind = entry.kind()
+            entry.carry_type()  # fails now, not at the first run, if the carry is wrong
+            existing = self._registry.get(kind)
+            if existing is not None and existing is not entry:
+                raise TaskDefinitionError(
+                    f"KIND {kind!r} is already registered by {existing.__qualname__}; "
+                    f"{entry.__qualname__} must use another KIND"
+                )
+            self._registry[kind] = entry
+        return self
+
+    @property
+    def kinds(self) -> list[str]:
+        """The registered KINDs."""
+        return sorted(self._registry)
+
+    @property
+    def max_failures_arg(self) -> str:
+        return "none" if self.max_failures is None else str(self.max_failures)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def shutdown(self, *, grace: float | None = None) -> None:
+        """Start a graceful shutdown: stop claiming, ask running jobs to stop.
+
+        Jobs still running after the grace period are released back to pending
+        with their carry (journaled as ``released``, not a failure).
+        """
+        if grace is not None:
+            self.shutdown_grace = grace
+        if self._stopping:
+            self._force = True
+            self._changed.set()
+        self._stopping = True
+        for r in self._runners:
+            for job in r.active.values():
+                if job.ctx is not None:
+                    job.ctx._cancel("worker shutting down")
+            r.wake()
+        if self._stop is not None:
+            self._stop.set()
+
+    async def run(self, *, until_idle: bool = False) -> None:
+        """Run until ``shutdown()`` (or SIGTERM / SIGINT).
+
+        With ``until_idle=True``, return once every queue has nothing running or
+        pending (delayed and retry-waiting jobs included; suspended jobs don't
+        count): for tests and batch jobs.
+        """
+        if not self._registry:
+            raise ConfigurationError("no handlers registered: call worker.register(MyTaskHandler) first")
+        if self._running:
+            raise ConfigurationError("this worker is already running")
+        self._running = True
+        self._stopping = False
+        self._force = False
+        self._stop = anyio.Event()
+        log.info(
+            "worker %s starting on %s (kinds: %s)",
+            self.id,
+            ", ".join(q.name for q in self.queues),
+            ", ".join(self.kinds),
+        )
+        try:
+            async with anyio.create_task_group() as service_tg:
+                service_tg.start_soon(self._wake_listener)
+                service_tg.start_soon(self._lease_keeper)
+                for r in self._runners:
+                    service_tg.start_soon(r.reclaim_loop)
+                if self.handle_signals and threading.current_thread() is threading.main_thread():
+                    service_tg.start_soon(self._signal_watcher)
+                async with anyio.create_task_group() as jobs_tg:
+                    async with anyio.create_task_group() as claim_tg:
+                        for r in self._runners:
+                            claim_tg.start_soon(r.claim_loop, jobs_tg, until_idle)
+                    # Claiming has stopped (shutdown, or every queue drained).
+                    await self._drain(jobs_tg)
+                service_tg.cancel_scope.cancel()
+        finally:
+            self._running = False
+            log.info("worker %s stopped", self.id)
+
+    async def _drain(self, jobs_tg: TaskGroup) -> None:
+        with anyio.move_on_after(self.shutdown_grace):
+            while any(r.active for r in self._runners) and not self._force:
+                self._changed = anyio.Event()
+                await self._changed.wait()
+        if any(r.active for r in self._runners):
+            # Out of patience: cancel the handlers; each releases its job (with
+            # its carry) on the way out, under a shield.
+            jobs_tg.cancel_scope.cancel()
+
+    async def _signal_watcher(self) -> None:
+        try:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    log.warning("worker %s: %s received, shutting down", self.id, signal.Signals(signum).name)
+                    self.shutdown()
+        except (NotImplementedError, ValueError, RuntimeError):  # pragma: no cover - platform
+            return
+
+    async def _wake_listener(self) -> None:
+        by_channel = {r.queue.keys.wake.encode(): r for r in self._runners}
+        # Queues may live on different clients (or cluster nodes); one pub/sub per client.
+        clients: dict[int, list[_Runner]] = {}
+        for r in self._runners:
+            clients.setdefault(id(r.queue.client), []).append(r)
+        async with anyio.create_task_group() as tg:
+            for runners in clients.values():
+                tg.start_soon(self._listen, runners, by_channel)
+
+    async def _listen(self, runners: list[_Runner], by_channel: dict[bytes, _Runner]) -> None:
+        redis = runners[0].queue.client.redis
+        channels = [r.queue.keys.wake for r in runners]
+        failures = 0
+        while True:
+            pubsub = redis.pubsub()
+            try:
+                await pubsub.subscribe(*channels)
+                # Anything published while we were not subscribed is lost: poke.
+                for r in runners:
+                    r.wake()
+                failures = 0
+                while True:
+                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=self.poll_interval)
+                    if msg is not None:
+                        runner = by_channel.get(msg["channel"])
+                        if runner is not None:
+                            runner.wake()
+            except _TRANSIENT as exc:
+                failures += 1
+                log.warning("wake-up subscription lost (%s); resubscribing", exc)
+                await anyio.sleep(min(0.05 * 2**failures, 5.0))
+            finally:
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    async def _lease_keeper(self) -> None:
+        while True:
+            shortest = min(
+                (j.lease_ms for r in self._runners for j in r.active.values()), default=self.lease_ms
+            )
+            await anyio.sleep(max(shortest / 3000, 0.01))
+            for r in self._runners:
+                try:
+                    await r.extend()
+                except _TRANSIENT as exc:
+                    log.warning("queue %s: lease renewal failed (%s)", r.queue.name, exc)
+
+    # -- running one job ---------------------------------------------------------------
+
+    async def _run_job(self, runner: _Runner, job: _Job) -> None:
+        try:
+            await self._execute(job)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception:
+            log.exception("queue %s: internal error running job %s", job.queue.name, job.id)
+        finally:
+            runner.active.pop(job.id, None)
+            runner.wake()
+            self._changed.set()
+
+    async def _execute(self, job: _Job) -> None:
+        handler_cls = self._registry.get(job.kind)
+        if handler_cls is None:
+            await self._commit(
+                job,
+                "dead",
+                note=f"no handler for kind {job.kind!r} on worker {self.id}",
+                reason="unknown_kind",
+            )
+            return
+        try:
+            task = unpack_model(handler_cls, job.payload)
+        except PayloadError as exc:
+            await self._commit(job, "dead", note=f"payload does not decode: {exc}", reason="bad_payload")
+            return
+        try:
+            carry: BaseModel = (
+                unpack_model(handler_cls.carry_type(), job.carry)
+                if job.carry
+                else handler_cls.default_carry()
+            )
+            resume_input = unpack(job.resume_input) if job.resume_input else None
+        except (PayloadError, TaskDefinitionError) as exc:
+            await self._commit(job, "dead", note=f"carry does not decode: {exc}", reason="bad_payload")
+            return
+        ctx: Context[Any] = Context(
+            job_id=job.id,
+            queue=job.queue.name,
+            kind=job.kind,
+            run_count=job.run_count,
+            failures=job.failures,
+            history=job.history,
+            carry=carry,
+            resume_input=resume_input,
+        )
+        job.ctx = ctx
+        if self._stopping:
+            ctx._cancel("worker shutting down")
+        try:
+            outcome = await task.handle(ctx, self.state)
+            if not isinstance(outcome, Outcome):
+                got = type(outcome).__name__
+                raise TypeError(f"{handler_cls.__qualname__}.handle() must return a vr.Outcome, got {got}")
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self._commit(job, "release", ctx=ctx, note="released on worker shutdown")
+            raise
+        except TaskError as exc:
+            if exc.is_permanent:
+                await self._commit(job, "dead", ctx=ctx, note=exc.message, reason="permanent")
+            else:
+                await self._commit(job, "retry", ctx=ctx, note=exc.message, task=task)
+            return
+        except Exception as exc:
+            note = str(exc) or type(exc).__name__
+            log.info(
+                "job %s (%s) failed: %s", job.id, job.kind, note, exc_info=log.isEnabledFor(logging.DEBUG)
+            )
+            await self._commit(job, "retry", ctx=ctx, note=note, task=task)
+            return
+        try:
+            blob = _pack_optional(outcome.result if outcome.kind == "completed" else outcome.output)
+        except PayloadError as exc:
+            what = "result" if outcome.kind == "completed" else "output"
+            await self._commit(job, "retry", ctx=ctx, note=f"{what} cannot be stored: {exc}", task=task)
+            return
+        if outcome.kind == "completed":
+            await self._commit(job, "complete", ctx=ctx, note=outcome.note, blob=blob)
+        elif outcome.kind == "pause":
+            await self._commit(job, "pause", ctx=ctx, note=outcome.note, delay_ms=outcome.delay_ms)
+        else:
+            await self._commit(job, "suspend", ctx=ctx, note=outcome.note, blob=blob)
+
+    async def _commit(
+        self,
+        job: _Job,
+        action: str,
+        *,
+        ctx: Context[Any] | None = None,
+        note: str | None = None,
+        reason: str = "",
+        task: Any = None,
+        delay_ms: int = 0,
+        blob: bytes = b"",
+    ) -> None:
+        """Run the transition script for ``action``, retrying transient errors.
+
+        A refusal after a retried call may be our own first attempt having
+        succeeded with its reply lost; it is logged, never re-applied.
+        """
+        q = job.queue
+        k = q.keys
+        now = q.client.now_arg
+        note_s = note or ""
+        attachment = b""
+        carry = b""
+        if ctx is not None:
+            try:
+                attachment = pack(ctx.attachment) if ctx.attachment is not None else b""
+                carry = b"" if isinstance(ctx.carry, NoCarry) else pack_model(ctx.carry)
+            except PayloadError as exc:
+                action, note_s, reason, attachment, carry = (
+                    "dead",
+                    f"cannot save run state: {exc}",
+                    "bad_payload",
+                    b"",
+                    b"",
+                )
+        call: tuple[str, list[str], list[ScriptArg]]
+        if action == "complete":
+            call = (
+                "complete",
+                [k.job(job.id), k.journal(job.id), k.running, k.completed],
+                [job.id, job.token, now(), note_s, attachment, carry, blob],
+            )
+        elif action == "pause":
+            call = (
+                "pause",
+                [k.job(job.id), k.journal(job.id), k.running, k.pending(job.priority), k.dedup],
+                [job.id, job.token, now(), delay_ms, note_s, attachment, carry, k.wake],
+            )
+        elif action == "suspend":
+            call = (
+                "suspend",
+                [k.job(job.id), k.journal(job.id), k.running, k.suspended],
+                [job.id, job.token, now(), note_s, attachment, carry, blob],
+            )
+        elif action == "retry":
+            policy = (task.backoff() if task is not None else None) or self.backoff
+            call = (
+                "retry",
+                [k.job(job.id), k.journal(job.id), k.running, k.pending(job.priority), k.dead, k.dedup],
+                [
+                    job.id,
+                    job.token,
+                    now(),
+                    note_s,
+                    attachment,
+                    carry,
+                    policy.base_ms,
+                    policy.cap_ms,
+                    repr(self.jitter),
+                    self.max_failures_arg,
+                    k.wake,
+                ],
+            )
+        elif action == "dead":
+            call = (
+                "dead",
+                [k.job(job.id), k.journal(job.id), k.running, k.dead],
+                [job.id, job.token, now(), note_s, attachment, carry, reason],
+            )
+        elif action == "release":
+            call = (
+                "release",
+                [k.job(job.id), k.journal(job.id), k.running, k.pending(job.priority), k.dedup],
+                [job.id, job.token, now(), carry, note_s, k.wake],
+            )
+        else:  # pragma: no cover - internal misuse
+            raise ValueError(action)
+        name, keys, args = call
+        attempt = 0
+        while True:
+            try:
+                reply = await q.client.scripts.call(q.client.redis, name, keys, args)
+                break
+            except _TRANSIENT as exc:
+                attempt += 1
+                if attempt > 8:
+                    log.error(
+                        "job %s: giving up on %s after %d attempts (%s); its lease will expire "
+                        "and it will be reclaimed",
+                        job.id,
+                        name,
+                        attempt,
+                        exc,
+                    )
+                    return
+                await anyio.sleep(min(0.05 * 2**attempt, 2.0))
+        if int(reply[0]) != 1:
+            err = LeaseLostError(job.id, name, _text(reply[1]))
+            if attempt:
+                log.warning("%s (after a retried call, so possibly our own earlier success)", err)
+            else:
+                log.error("%s", err)
+
+
+def _pack_optional(value: Any) -> bytes:
+    return b"" if value is UNSET or value is None else pack(value)
