@@ -1,0 +1,169 @@
+"""Shared plumbing for the per-library adapters (stdlib + redis-py only).
+
+Every adapter is a script run inside its library's own virtualenv::
+
+    python peers/<lib>_bench.py ACTION --url URL [--n N] [--mode M] [--concurrency C] [--rate R]
+
+Actions:
+    enqueue   enqueue ``n`` no-op jobs with ``--mode single|concurrent|bulk``;
+              prints ``RESULT {"seconds": ...}`` (the timed loop only).
+    fill      enqueue ``n`` no-op jobs the fastest way the library offers (untimed,
+              used to prepare the drain workload).
+    worker    run one worker at ``--concurrency``; writes ``bench:start`` just
+              before entering the library's run loop. Each job's handler INCRs
+              ``bench:count``; the handler that brings it to ``n`` writes
+              ``bench:end``. A job carrying ``t`` (its enqueue time) RPUSHes
+              ``now - t`` to ``bench:lat``. The runner stops the process.
+    latency   enqueue ``n`` jobs paced at ``--rate`` per second, each carrying
+              ``t = time.time()`` taken just before its enqueue call.
+
+The handler work is identical for every library: one INCR (plus an RPUSH in
+the latency workload), from a client of the adapter's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+COUNT = "bench:count"
+START = "bench:start"
+END = "bench:end"
+LAT = "bench:lat"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("action", choices=["enqueue", "fill", "worker", "latency"])
+    p.add_argument("--url", required=True)
+    p.add_argument("--queue", default="bench")
+    p.add_argument("--n", type=int, default=10_000)
+    p.add_argument("--mode", default="single", choices=["single", "concurrent", "bulk"])
+    p.add_argument("--chunk", type=int, default=100, help="concurrent awaits per gather")
+    p.add_argument("--bulk-size", type=int, default=1000, help="jobs per bulk call")
+    p.add_argument("--concurrency", type=int, default=10)
+    p.add_argument("--rate", type=float, default=200.0)
+    return p.parse_args(argv)
+
+
+def emit(result: dict[str, Any]) -> None:
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def unsupported(what: str) -> None:
+    """The library has no such API: say so rather than fake it."""
+    emit({"unsupported": what})
+    sys.exit(0)
+
+
+def paced(n: int, rate: float) -> Iterator[int]:
+    """Yield 0..n-1 on a fixed schedule of ``rate`` per second (sync sleep)."""
+    start = time.perf_counter()
+    for i in range(n):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        yield i
+
+
+async def apaced(n: int, rate: float) -> Any:
+    """Async version of ``paced``."""
+    start = time.perf_counter()
+    for i in range(n):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        yield i
+
+
+class SyncRecorder:
+    """The no-op handler's only work, for synchronous libraries (thread-safe)."""
+
+    def __init__(self, url: str, n: int) -> None:
+        import redis
+
+        self.r = redis.Redis.from_url(url)
+        self.n = n
+
+    def mark_start(self) -> None:
+        self.r.set(START, repr(time.time()))
+
+    def hit(self, t: float = 0.0) -> None:
+        if t:
+            self.r.rpush(LAT, repr(time.time() - t))
+        if self.r.incr(COUNT) == self.n:
+            self.r.set(END, repr(time.time()))
+
+
+class AsyncRecorder:
+    """The no-op handler's only work, for asyncio libraries."""
+
+    def __init__(self, url: str, n: int) -> None:
+        import redis.asyncio as aioredis
+
+        self.r = aioredis.Redis.from_url(url)
+        self.n = n
+
+    async def mark_start(self) -> None:
+        await self.r.set(START, repr(time.time()))
+
+    async def hit(self, t: float = 0.0) -> None:
+        if t:
+            await self.r.rpush(LAT, repr(time.time() - t))
+        if await self.r.incr(COUNT) == self.n:
+            await self.r.set(END, repr(time.time()))
+
+
+def time_sync(
+    mode: str,
+    n: int,
+    single: Callable[[int], Any],
+    bulk: Callable[[range], Any] | None,
+    bulk_size: int,
+) -> None:
+    """Time a synchronous library's enqueue loop and emit the result."""
+    if mode == "concurrent":
+        unsupported("no async API: concurrent awaits do not apply")
+    if mode == "bulk" and bulk is None:
+        unsupported("no bulk enqueue API")
+    t0 = time.perf_counter()
+    if mode == "single":
+        for i in range(n):
+            single(i)
+    else:
+        assert bulk is not None
+        for s in range(0, n, bulk_size):
+            bulk(range(s, min(s + bulk_size, n)))
+    emit({"seconds": time.perf_counter() - t0, "n": n})
+
+
+async def time_async(
+    mode: str,
+    n: int,
+    single: Callable[[int], Awaitable[Any]],
+    bulk: Callable[[range], Awaitable[Any]] | None,
+    chunk: int,
+    bulk_size: int,
+) -> None:
+    """Time an asyncio library's enqueue loop and emit the result."""
+    if mode == "bulk" and bulk is None:
+        unsupported("no bulk enqueue API")
+    t0 = time.perf_counter()
+    if mode == "single":
+        for i in range(n):
+            await single(i)
+    elif mode == "concurrent":
+        for s in range(0, n, chunk):
+            await asyncio.gather(*(single(i) for i in range(s, min(s + chunk, n))))
+    else:
+        assert bulk is not None
+        for s in range(0, n, bulk_size):
+            await bulk(range(s, min(s + bulk_size, n)))
+    emit({"seconds": time.perf_counter() - t0, "n": n})

@@ -1,0 +1,60 @@
+"""venturi_redis adapter (runs in the project's own .venv)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from typing import Any, ClassVar
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _common as c  # noqa: E402
+
+import venturi_redis as vr  # noqa: E402
+
+
+class Noop(vr.Task):
+    KIND: ClassVar[str] = "noop"
+    i: int = 0
+    t: float = 0.0
+
+
+class NoopJob(Noop, vr.Handler[c.AsyncRecorder]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], rec: c.AsyncRecorder) -> vr.Outcome:
+        await rec.hit(self.t)
+        return vr.Outcome.completed()
+
+
+async def main(a: Any) -> None:
+    client = vr.Client.from_url(a.url)
+    q = client.queue(a.queue)
+    try:
+        if a.action == "enqueue":
+
+            async def single(i: int) -> None:
+                await q.enqueue(Noop(i=i))
+
+            async def bulk(r: range) -> None:
+                await q.enqueue_many([Noop(i=i) for i in r])
+
+            await c.time_async(a.mode, a.n, single, bulk, a.chunk, a.bulk_size)
+        elif a.action == "fill":
+            for s in range(0, a.n, 1000):
+                await q.enqueue_many([Noop(i=i) for i in range(s, min(s + 1000, a.n))])
+        elif a.action == "latency":
+            async for i in c.apaced(a.n, a.rate):
+                await q.enqueue(Noop(i=i, t=time.time()))
+        else:
+            rec = c.AsyncRecorder(a.url, a.n)
+            w = vr.Worker(q, state=rec, concurrency=a.concurrency, handle_signals=True)
+            w.register(NoopJob)
+            await rec.mark_start()
+            await w.run()
+    finally:
+        await client.aclose()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(c.parse_args()))
