@@ -1,0 +1,87 @@
+"""Task types of the chaos runs, shared by the driver (pytest) and the worker processes.
+
+Every handler records evidence in plain Redis keys outside the queue's
+namespace (``chaos:<queue>:...``), so the driver can count what actually ran,
+independently of the queue's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import anyio
+from pydantic import BaseModel
+
+import venturi_redis as vr
+
+
+@dataclass
+class ChaosState:
+    """What every chaos handler receives: a Redis client, the worker's name, the queue."""
+
+    redis: Any
+    name: str
+    queue: str
+
+    def started_key(self) -> str:
+        return started_key(self.queue)
+
+
+def started_key(queue: str) -> str:
+    """A list of job ids, one RPUSH per handler start: counts real runs, duplicates included."""
+    return f"chaos:{queue}:started"
+
+
+class Work(vr.Task):
+    """A job that takes ``ms`` milliseconds and completes."""
+
+    KIND: ClassVar[str] = "chaos.work"
+    ms: int = 20
+
+
+class WorkJob(Work, vr.Handler[ChaosState]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: ChaosState) -> vr.Outcome:
+        await state.redis.rpush(state.started_key(), ctx.job_id)
+        await anyio.sleep(self.ms / 1000)
+        return vr.Outcome.completed()
+
+
+class Owner(BaseModel):
+    owner: str = ""
+    runs: list[str] = []
+
+
+class Stale(vr.Task[Owner]):
+    """First run holds the job for ``hold`` seconds; later runs finish at once."""
+
+    KIND: ClassVar[str] = "chaos.stale"
+    hold: float = 1.5
+
+
+class StaleJob(Stale, vr.Handler[ChaosState]):
+    async def handle(self, ctx: vr.Context[Owner], state: ChaosState) -> vr.Outcome:
+        await state.redis.rpush(state.started_key(), f"{ctx.job_id} {state.name}")
+        ctx.carry.owner = state.name
+        ctx.carry.runs.append(state.name)
+        if ctx.run_count == 1:
+            # Deliberately ignores ctx.cancelled(): the point is a worker that
+            # comes back from the dead and still tries to report its outcome.
+            await anyio.sleep(self.hold)
+        return vr.Outcome.completed_with(f"finished by {state.name}", result=state.name)
+
+
+class Poison(vr.Task):
+    """Kills the worker process that runs it, every time."""
+
+    KIND: ClassVar[str] = "chaos.poison"
+
+
+class PoisonJob(Poison, vr.Handler[ChaosState]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: ChaosState) -> vr.Outcome:
+        await state.redis.rpush(state.started_key(), ctx.job_id)
+        os._exit(17)
+
+
+HANDLERS: tuple[type[Any], ...] = (WorkJob, StaleJob, PoisonJob)

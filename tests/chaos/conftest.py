@@ -1,0 +1,116 @@
+"""Helpers of the chaos runs: worker processes a driver can kill, and figures.
+
+Each scenario is sized for CI (well under a minute); ``VENTURI_LONG=1`` runs
+the long version. Every scenario prints one ``CHAOS`` line with its figures
+(run pytest with ``-s`` to see them) and asserts them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LONG = os.environ.get("VENTURI_LONG", "") not in ("", "0")
+
+
+def figures(scenario: str, **values: object) -> str:
+    """Print (and return) one line of figures: ``CHAOS name: k=v ...``."""
+    line = f"CHAOS {scenario}: " + " ".join(f"{k}={v}" for k, v in values.items())
+    print(line, flush=True)
+    return line
+
+
+class Fleet:
+    """Worker processes (``tests/chaos/worker_proc.py``) started and killed by a test."""
+
+    def __init__(self, url: str, queue: str, logs: Path, **options: object) -> None:
+        self.url = url
+        self.queue = queue
+        self.logs = logs
+        self.options = options
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._seq = 0
+        self._files: list[BinaryIO] = []
+
+    def start(self, **overrides: object) -> str:
+        """Start one worker process; returns its name (also its lease_owner)."""
+        self._seq += 1
+        name = f"w{self._seq}"
+        opts = {**self.options, **overrides}
+        args = [sys.executable, "-m", "tests.chaos.worker_proc", self.url, self.queue, "--name", name]
+        for key, value in opts.items():
+            args += [f"--{key.replace('_', '-')}", str(value)]
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - closed in close()
+        self._files.append(log)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.procs[name] = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        return name
+
+    def alive(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is None]
+
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            proc.wait()
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def close(self) -> None:
+        """SIGTERM everyone (graceful), then SIGKILL whoever is still there."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for f in self._files:
+            f.close()
+
+
+async def redis_now_ms(redis: Any) -> int:
+    """The server's clock in ms: the clock every script (and so every stored time) uses."""
+    sec, usec = await redis.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+async def journals(redis: Any, keys: Any, ids: list[str]) -> dict[str, list[str]]:
+    """The journal events of many jobs, read in pipelined chunks."""
+    out: dict[str, list[str]] = {}
+    for i in range(0, len(ids), 1000):
+        chunk = ids[i : i + 1000]
+        pipe = redis.pipeline(transaction=False)
+        for job_id in chunk:
+            pipe.xrange(keys.journal(job_id))
+        for job_id, entries in zip(chunk, await pipe.execute(), strict=True):
+            out[job_id] = [fields[b"event"].decode() for _, fields in entries]
+    return out
+
+
+@pytest.fixture
+def fleet_factory(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
+    fleets: list[Fleet] = []
+
+    def make(url: str, queue: str, **options: object) -> Fleet:
+        fleet = Fleet(url, queue, tmp_path, **options)
+        fleets.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in fleets:
+        fleet.close()
