@@ -89,16 +89,16 @@ async def redis_now_ms(redis: Any) -> int:
     return int(sec) * 1000 + int(usec) // 1000
 
 
-async def journals(redis: Any, keys: Any, ids: list[str]) -> dict[str, list[str]]:
-    """The journal events of many jobs, read in pipelined chunks."""
-    out: dict[str, list[str]] = {}
+async def journals(redis: Any, keys: Any, ids: list[str]) -> dict[str, list[tuple[str, int]]]:
+    """The journal of many jobs as (event, at ms) pairs, read in pipelined chunks."""
+    out: dict[str, list[tuple[str, int]]] = {}
     for i in range(0, len(ids), 1000):
         chunk = ids[i : i + 1000]
         pipe = redis.pipeline(transaction=False)
         for job_id in chunk:
             pipe.xrange(keys.journal(job_id))
         for job_id, entries in zip(chunk, await pipe.execute(), strict=True):
-            out[job_id] = [fields[b"event"].decode() for _, fields in entries]
+            out[job_id] = [(f[b"event"].decode(), int(f[b"at"])) for _, f in entries]
     return out
 
 

@@ -2,7 +2,7 @@
 
 At-least-once, shown: every job completes, none is lost, every duplicate run
 is explained by a ``lease_expired`` entry in the job's journal, and nothing
-is left running. CI: 5,000 jobs, a kill every 0.2-0.5 s. ``VENTURI_LONG=1``:
+is left running. CI: 3,000 jobs, a kill every 0.3-0.6 s. ``VENTURI_LONG=1``:
 50,000 jobs, a kill every second.
 """
 
@@ -24,8 +24,8 @@ from tests.servers import RedisServer
 
 pytestmark = pytest.mark.anyio
 
-JOBS = 50_000 if LONG else 5_000
-KILL_EVERY = (0.8, 1.2) if LONG else (0.2, 0.5)
+JOBS = 50_000 if LONG else 3_000
+KILL_EVERY = (0.8, 1.2) if LONG else (0.3, 0.6)
 WORKERS = 3
 LEASE = 1.0
 BUDGET = 1200.0 if LONG else 90.0
@@ -60,23 +60,29 @@ async def test_random_sigkills_lose_nothing(
 
         counts = await q.counts()
         states = Counter()
-        finished: dict[str, int] = {}
         for i in range(0, len(ids), 1000):
             pipe = r.pipeline(transaction=False)
             for job_id in ids[i : i + 1000]:
-                pipe.hmget(q.keys.job(job_id), "state", "finished_at")
-            for job_id, (state, fin) in zip(ids[i : i + 1000], await pipe.execute(), strict=True):
+                pipe.hget(q.keys.job(job_id), "state")
+            for state in await pipe.execute():
                 states[(state or b"missing").decode()] += 1
-                finished[job_id] = int(fin or 0)
         runs = Counter(x.decode() for x in await r.lrange(started_key(queue_name), 0, -1))
-        events = await journals(r, q.keys, ids)
+        journal = await journals(r, q.keys, ids)
+        events = {j: [e for e, _ in entries] for j, entries in journal.items()}
 
         lost = JOBS - states["completed"]
         duplicates = sum(n - 1 for n in runs.values() if n > 1)
         unexplained = [j for j, n in runs.items() if n - 1 > events[j].count("lease_expired")]
         # Every claim but the first must follow a reclaim (no graceful release happened).
         bad_claims = [j for j, ev in events.items() if ev.count("claimed") != 1 + ev.count("lease_expired")]
-        recoveries = [max(finished[j] for j in held) - at for _, at, held in kills if held]
+        # Recovery: from the kill until each job the victim held is pending again
+        # (its lease_expired entry). Reaching a worker after that is the backlog's
+        # business: a reclaimed job queues behind older ones (FIFO by eligibility).
+        recoveries = [
+            min(t for e, t in journal[j] if e == "lease_expired" and t >= at) - at
+            for _, at, held in kills
+            for j in held
+        ]
         worst = max(recoveries, default=0) / 1000
         figures(
             "worker-kills",
@@ -96,7 +102,8 @@ async def test_random_sigkills_lose_nothing(
         assert not unexplained, unexplained[:5]
         assert not bad_claims, {j: events[j] for j in bad_claims[:5]}
         assert len(kills) >= 3
-        # Every run the kills interrupted was recovered: lease + a reclaim sweep + a run.
-        assert worst < LEASE + 5.0
+        # Every job a kill interrupted was taken back: after its lease, at the next sweep.
+        assert len(recoveries) == sum(len(h) for _, _, h in kills)
+        assert worst < LEASE + 2.0
     finally:
         await client.aclose()
