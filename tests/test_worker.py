@@ -1,0 +1,287 @@
+"""Worker runtime: fencing, reclaim, shutdown, signals, wake-ups, several queues."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+import venturi_redis as vr
+from tests.helpers import drain, events, make_worker
+from tests.procs.worker import Hang, HangJob
+from tests.servers import RedisServer
+from tests.tasks import Echo, EchoJob
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Tally(BaseModel):
+    by: str = ""
+
+
+class Race(vr.Task[Tally]):
+    KIND: ClassVar[str] = "race"
+
+
+class RaceJob(Race, vr.Handler[dict[str, Any]]):
+    async def handle(self, ctx: vr.Context[Tally], state: dict[str, Any]) -> vr.Outcome:
+        ctx.carry.by = state["name"]
+        state["started"].set()
+        await state["go"].wait()
+        return vr.Outcome.completed_with(f"done by {state['name']}")
+
+
+async def wait_for(queue: vr.Queue, job_id: str, pred: Any, timeout: float = 10) -> vr.JobInfo:
+    with anyio.fail_after(timeout):
+        while True:
+            info = await queue.get(job_id)
+            if info is not None and pred(info):
+                return info
+            await anyio.sleep(0.02)
+
+
+async def test_stale_worker_cannot_complete_a_job_it_lost(
+    queue: vr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Worker A stops renewing (as if hung); B reclaims and finishes; A's late completion is refused."""
+    job_id = await queue.enqueue(Race())
+    a_state = {"name": "A", "started": anyio.Event(), "go": anyio.Event()}
+    b_state = {"name": "B", "started": anyio.Event(), "go": anyio.Event()}
+    b_state["go"].set()
+    # concurrency=1: A stays busy with its stale run and cannot claim the job back
+    a = make_worker(queue, RaceJob, state=a_state, lease=0.4, reclaim_interval=3600, concurrency=1)
+    b = make_worker(queue, RaceJob, state=b_state, lease=5, reclaim_interval=0.1)
+
+    async def no_renewal() -> None:
+        return None
+
+    a._runners[0].extend = no_renewal  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(a.run)
+        with anyio.fail_after(10):
+            await a_state["started"].wait()
+        tg.start_soon(b.run)
+        done = await wait_for(queue, job_id, lambda i: i.state == vr.JobState.COMPLETED)
+        a_state["go"].set()  # A wakes up, late, and tries to complete
+        with anyio.fail_after(10):
+            while "refused" not in await events(queue, job_id):
+                await anyio.sleep(0.02)
+        a.shutdown()
+        b.shutdown()
+    final = await queue.get(job_id)
+    assert final is not None
+    assert final == done  # A's refused completion wrote nothing but the journal entry
+    assert (final.note, final.carry, final.run_count, final.failures) == ("done by B", {"by": "B"}, 2, 1)
+    journal = await queue.journal(job_id)
+    assert [e.event for e in journal] == [
+        "enqueued",
+        "claimed",
+        "lease_expired",
+        "claimed",
+        "completed",
+        "refused",
+    ]
+    assert journal[-1].details["attempted"] == "complete"
+    assert "job is completed" in (journal[-1].note or "")
+    assert any("refused" in r.getMessage() for r in caplog.records)
+
+
+async def test_periodic_reclaim_of_a_dead_workers_job(client: vr.Client, queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Echo(text="orphan"))
+    # A "ghost" worker claims with a short lease and then never comes back.
+    await client.scripts.call(
+        client.redis,
+        "claim",
+        [*queue.keys.pending_high_first, queue.keys.running, queue.keys.dedup, queue.keys.meta],
+        [queue.keys.prefix, "", 1, "ghost", "tok", 200],
+    )
+    assert (await queue.get(job_id)).state == vr.JobState.RUNNING  # type: ignore[union-attr]
+    worker = make_worker(queue, EchoJob, reclaim_interval=0.1, poll_interval=0.1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        info = await wait_for(queue, job_id, lambda i: i.state == vr.JobState.COMPLETED)
+        worker.shutdown()
+    assert (info.run_count, info.failures) == (2, 1)
+    journal = await queue.journal(job_id)
+    expired = [e for e in journal if e.event == "lease_expired"]
+    assert len(expired) == 1 and expired[0].details["worker"] == "ghost"
+
+
+async def test_repeated_lease_expiry_reaches_the_backstop(client: vr.Client, queue: vr.Queue) -> None:
+    now = [1_900_000_000_000]
+    clocked = vr.Client(client.redis, clock=lambda: now[0])
+    q = clocked.queue(queue.name)
+    job_id = await q.enqueue(Echo(text="poison"), max_failures=3)
+    claim_keys = [*q.keys.pending_high_first, q.keys.running, q.keys.dedup, q.keys.meta]
+    for round_ in range(3):
+        reply = await clocked.scripts.call(
+            client.redis, "claim", claim_keys, [q.keys.prefix, now[0], 1, f"w{round_}", "t", 1000]
+        )
+        assert reply[2:3] == [job_id.encode()]
+        now[0] += 1001  # the worker died: its lease runs out
+        out = await clocked.scripts.call(
+            client.redis,
+            "reclaim",
+            [q.keys.running, q.keys.dead, q.keys.dedup],
+            [q.keys.prefix, now[0], 100, "25", q.keys.wake],
+        )
+        assert out[2:] == [job_id.encode()]
+    info = await q.get(job_id)
+    assert info is not None and (info.state, info.failures) == (vr.JobState.DEAD, 3)
+    journal = await q.journal(job_id)
+    assert [e.event for e in journal].count("lease_expired") == 3
+    assert journal[-1].event == "dead" and journal[-1].details["reason"] == "max_failures"
+
+
+async def test_shutdown_releases_running_jobs_with_their_carry(queue: vr.Queue) -> None:
+    stubborn = await queue.enqueue(Hang())
+    polite = await queue.enqueue(Hang(cooperative=True))
+    worker = make_worker(queue, HangJob, shutdown_grace=0.3)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        for job_id in (stubborn, polite):
+            await wait_for(queue, job_id, lambda i: i.state == vr.JobState.RUNNING)
+        await anyio.sleep(0.05)
+        worker.shutdown()
+    s, p = await queue.get(stubborn), await queue.get(polite)
+    assert s is not None and p is not None
+    assert (s.state, s.failures, s.carry) == (vr.JobState.PENDING, 0, {"pids": [os.getpid()]})
+    assert (await events(queue, stubborn))[-1] == "released"
+    assert (p.state, p.failures, p.note) == (vr.JobState.PENDING, 0, "checkpointed on shutdown")
+    assert (await events(queue, polite))[-1] == "paused"
+    assert (await queue.counts())["running"] == 0
+
+
+async def test_idle_worker_is_woken_by_enqueue(queue: vr.Queue) -> None:
+    worker = make_worker(queue, EchoJob, poll_interval=60, state={})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await anyio.sleep(0.3)  # let it go idle: its next poll is a minute away
+        job_id = await queue.enqueue(Echo(text="wake"))
+        await wait_for(queue, job_id, lambda i: i.state == vr.JobState.COMPLETED, timeout=5)
+        worker.shutdown()
+
+
+async def test_one_worker_several_queues_and_isolation(client: vr.Client, queue_name: str) -> None:
+    reports, default = client.queue(queue_name + "-reports"), client.queue(queue_name + "-default")
+    r = await reports.enqueue_many([Echo(text=f"r{i}") for i in range(5)])
+    d = await default.enqueue_many([Echo(text=f"d{i}") for i in range(5)])
+    await drain(reports, EchoJob, state={})  # a worker for "reports" alone
+    assert [(await reports.get(i)).state for i in r] == [vr.JobState.COMPLETED] * 5  # type: ignore[union-attr]
+    assert [(await default.get(i)).state for i in d] == [vr.JobState.PENDING] * 5  # type: ignore[union-attr]
+    state: dict[str, Any] = {}
+    await drain([reports, default], EchoJob, state=state)
+    assert sorted(state["ran"]) == [f"d{i}" for i in range(5)]
+
+
+async def test_concurrency_is_respected(queue: vr.Queue) -> None:
+    live = {"now": 0, "max": 0}
+
+    class Busy(vr.Task):
+        KIND: ClassVar[str] = "busy"
+
+    class BusyJob(Busy, vr.Handler[None]):
+        async def handle(self, ctx: vr.Context[vr.NoCarry], state: None) -> vr.Outcome:
+            live["now"] += 1
+            live["max"] = max(live["max"], live["now"])
+            await anyio.sleep(0.01)
+            live["now"] -= 1
+            return vr.Outcome.completed()
+
+    await queue.enqueue_many([Busy() for _ in range(60)])
+    await drain(queue, BusyJob, concurrency=4)
+    assert live["max"] == 4
+    assert (await queue.counts())["completed"] == 60
+
+
+async def test_killed_worker_process_job_runs_again_elsewhere(
+    redis_server: RedisServer, queue_name: str
+) -> None:
+    """SIGKILL a worker mid-job: after its lease expires another worker runs the job."""
+    client = vr.Client.from_url(redis_server.url)
+    queue = client.queue(queue_name)
+    try:
+        job_id = await queue.enqueue(Hang())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.procs.worker", redis_server.url, queue_name, "1.0"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            line = await anyio.to_thread.run_sync(proc.stdout.readline)
+            assert line.strip() == f"READY {job_id}"
+            proc.kill()
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+        class Finish(Hang, vr.Handler[None]):
+            async def handle(self, ctx: vr.Context[Any], state: None) -> vr.Outcome:
+                ctx.carry.pids.append(os.getpid())
+                return vr.Outcome.completed()
+
+        worker = make_worker(queue, Finish, reclaim_interval=0.2)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            info = await wait_for(queue, job_id, lambda i: i.state == vr.JobState.COMPLETED, timeout=15)
+            worker.shutdown()
+        assert (
+            info.carry["pids"][-1] == os.getpid() and len(info.carry["pids"]) == 1
+        )  # the killed run saved nothing
+        assert [e.event for e in await queue.journal(job_id)] == [
+            "enqueued",
+            "claimed",
+            "lease_expired",
+            "claimed",
+            "completed",
+        ]
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_signal_starts_a_graceful_shutdown(
+    redis_server: RedisServer, queue_name: str, signum: int
+) -> None:
+    client = vr.Client.from_url(redis_server.url)
+    queue = client.queue(queue_name)
+    try:
+        job_id = await queue.enqueue(Hang(cooperative=True))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.procs.worker", redis_server.url, queue_name, "30"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            assert (await anyio.to_thread.run_sync(proc.stdout.readline)).strip() == f"READY {job_id}"
+            proc.send_signal(signum)
+            out = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=10)[0])
+            assert "STOPPED" in out and proc.returncode == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        info = await queue.get(job_id)
+        assert info is not None and (info.state, info.failures) == (vr.JobState.PENDING, 0)
+        assert info.note == "checkpointed on shutdown"
+    finally:
+        await client.aclose()
