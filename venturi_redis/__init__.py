@@ -5,6 +5,9 @@ and ``Worker``. Everything public is re-exported here; the modules behind it
 are private.
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from ._backoff import Backoff, backoff_delay
 from ._client import Client, Queue
 from ._context import Context
@@ -20,12 +23,35 @@ from ._errors import (
     VenturiError,
 )
 from ._handler import Handler
+from ._offload import (
+    OffloadFunction,
+    OffloadHandle,
+    OffloadNotFound,
+    OffloadResult,
+    offload,
+    read_result,
+    read_result_redacted,
+    resolve,
+)
 from ._outcome import Outcome
 from ._records import JobInfo, JournalEntry
 from ._task import Merge, NoCarry, Pending, Task
-from ._worker import Worker
+
+if _TYPE_CHECKING:
+    from ._worker import Worker
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> _Any:
+    # The worker side loads on first use, so a web process that only enqueues
+    # never imports it (tests/test_package.py checks this).
+    if name == "Worker":
+        from ._worker import Worker
+
+        globals()["Worker"] = Worker
+        return Worker
+    raise AttributeError(f"module 'venturi_redis' has no attribute {name!r}")
 
 __all__ = [
     "Backoff",
@@ -40,6 +66,10 @@ __all__ = [
     "Merge",
     "MergeConflictError",
     "NoCarry",
+    "OffloadFunction",
+    "OffloadHandle",
+    "OffloadNotFound",
+    "OffloadResult",
     "Outcome",
     "PayloadError",
     "PayloadTooLarge",
@@ -52,4 +82,8 @@ __all__ = [
     "VenturiError",
     "Worker",
     "backoff_delay",
+    "offload",
+    "read_result",
+    "read_result_redacted",
+    "resolve",
 ]
