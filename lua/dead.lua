@@ -6,10 +6,14 @@
 -- ARGV[1] job id   ARGV[2] lease token   ARGV[3] now in ms or ''
 -- ARGV[4] note   ARGV[5] attachment (msgpack or '')   ARGV[6] carry (msgpack or '')
 -- ARGV[7] reason: permanent | unknown_kind | bad_payload
+-- ARGV[8] key prefix of the queue (optional): when given and the job is an
+--         offload, its snapshot becomes `failed` with the note as its error
+--         and the redacted wake-up is published (include offload.lua)
 --
 -- Returns {1} on success, {0, reason} when refused.
 
 -- @include common.lua
+-- @include offload.lua
 
 local id = ARGV[1]
 local now = now_ms(ARGV[3])
@@ -26,4 +30,5 @@ set_blob(KEYS[1], 'attachment', ARGV[5])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[6]) end
 redis.call('ZADD', KEYS[4], now, id)
 journal(KEYS[2], now, 'dead', run, ARGV[4], ARGV[5], {'reason', ARGV[7]})
+offload_settle(ARGV[8], KEYS[1], id, 'failed', nil, ARGV[4], now)
 return {1}

@@ -11,6 +11,10 @@
 -- ARGV[5..]    9 fields per job: id, kind, priority, delay_ms, payload, carry,
 --              lease_ms ('' = worker default), max_failures ('' = worker
 --              default, 'none' = no backstop), dedup field ('' = no dedup)
+-- Optional offload snapshots (@vr.offload): when #KEYS == 1 + 4n, KEYS[2+3n+i]
+-- is job i's snapshot key and ARGV[5+9n+2i], ARGV[6+9n+2i] are its token and
+-- retention in ms; the pending snapshot is written with the job (include
+-- offload.lua), never for a job that collided.
 --
 -- Returns {now, r1, ..., rn}: ri is '' when job i was created, or the id of
 -- the pending job already holding its dedup field (nothing written for i).
@@ -18,10 +22,12 @@
 -- for that job.
 
 -- @include common.lua
+-- @include offload.lua
 
 local now = now_ms(ARGV[1])
 local n = tonumber(ARGV[3])
 local force = ARGV[4] == 'force'
+local with_offload = #KEYS == 1 + 4 * n
 local out = {now}
 local created = 0
 for i = 0, n - 1 do
@@ -50,6 +56,10 @@ for i = 0, n - 1 do
     if maxf ~= '' then redis.call('HSET', job_key, 'max_failures', maxf) end
     if field ~= '' then redis.call('HSET', job_key, 'dedup', field) end
     redis.call('ZADD', pending_key, eligible, id)
+    if with_offload then
+      local o = 5 + 9 * n + 2 * i
+      offload_pending(KEYS[2 + 3 * n + i], job_key, id, kind, ARGV[o], ARGV[o + 1], now)
+    end
     journal(journal_key, now, 'enqueued', 0, nil, nil,
       {'priority', priority, 'eligible_at', eligible})
     created = created + 1

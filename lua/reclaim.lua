@@ -9,9 +9,13 @@
 -- ARGV[2] now in ms or ''   ARGV[3] at most this many jobs per call
 -- ARGV[4] default max_failures ('none' = off)   ARGV[5] wake channel
 --
+-- A job that dies here and is an offload gets its `failed` snapshot and the
+-- redacted wake-up (include offload.lua), its error 'lease expired ...'.
+--
 -- Returns {requeued, dead, id...}.
 
 -- @include common.lua
+-- @include offload.lua
 
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
@@ -37,6 +41,8 @@ for _, id in ipairs(ids) do
       journal(journal_key, now, 'dead', f[5],
         'retry backstop: ' .. failures .. ' failed runs (max_failures=' .. limit .. ')', nil,
         {'reason', 'max_failures'})
+      offload_settle(prefix, job_key, id, 'failed', nil,
+        'lease expired; retry backstop: ' .. failures .. ' failed runs', now)
       died = died + 1
     else
       redis.call('HSET', job_key, 'state', 'pending', 'failures', failures,

@@ -9,12 +9,16 @@
 -- ARGV[6] carry (msgpack or '')   ARGV[7] backoff base ms   ARGV[8] cap ms
 -- ARGV[9] jitter fraction   ARGV[10] default max_failures ('none' = off)
 -- ARGV[11] wake channel
+-- ARGV[12] key prefix of the queue (optional): when the backstop kills an
+--          offload job, its snapshot becomes `failed` with the error and the
+--          redacted wake-up is published (include offload.lua)
 --
 -- Returns {1, 'pending', delay_ms, failures} or {1, 'dead', 0, failures},
 -- or {0, reason} when refused.
 
 -- @include common.lua
 -- @include backoff.lua
+-- @include offload.lua
 
 local id = ARGV[1]
 local now = now_ms(ARGV[3])
@@ -38,6 +42,7 @@ if limit and failures >= limit then
   journal(KEYS[2], now, 'dead', run,
     'retry backstop: ' .. failures .. ' failed runs (max_failures=' .. limit .. ')', nil,
     {'reason', 'max_failures'})
+  offload_settle(ARGV[12], KEYS[1], id, 'failed', nil, ARGV[4], now)
   return {1, 'dead', 0, failures}
 end
 

@@ -33,6 +33,16 @@ from ._offload import (
     read_result_redacted,
     resolve,
 )
+from ._offload import (
+    OffloadFunction,
+    OffloadHandle,
+    OffloadNotFound,
+    OffloadResult,
+    offload,
+    read_result,
+    read_result_redacted,
+    resolve,
+)
 from ._outcome import Outcome
 from ._records import JobInfo, JournalEntry
 from ._task import Merge, NoCarry, Pending, Task

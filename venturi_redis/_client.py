@@ -237,14 +237,42 @@ class Queue:
         return dedup_field(kind, key)
 
     def _enqueue_call(
-        self, jobs: Sequence[_Prepared], dedup_mode: str = "nx"
+        self,
+        jobs: Sequence[_Prepared],
+        dedup_mode: str = "nx",
+        offload: Sequence[tuple[str, int]] = (),
     ) -> tuple[str, list[str], list[ScriptArg]]:
         keys: list[str] = [self.keys.dedup]
         args: list[ScriptArg] = [self.client.now_arg(), self.keys.wake, len(jobs), dedup_mode]
         for job in jobs:
             keys += [self.keys.job(job.id), self.keys.journal(job.id), self.keys.pending(job.priority)]
             args += job.args()
+        # @vr.offload: one (token, retention ms) per job; the script writes each
+        # job's pending snapshot in the same atomic step as the job.
+        for token, retention_ms in offload:
+            keys.append(self.keys.offload(token))
+            args += [token, retention_ms]
         return ("enqueue", keys, args)
+
+    async def _enqueue_offload(
+        self,
+        task: Task[Any],
+        *,
+        token: str,
+        retention_ms: int,
+        priority: Priority | int | str | None,
+        lease: float | timedelta | None,
+        max_failures: int | None,
+    ) -> str:
+        """Enqueue an ``@vr.offload`` call with its pending snapshot (see ``_offload.py``)."""
+        job = self._prepare(
+            task, delay=0.0, priority=priority, lease=lease, max_failures=max_failures, carry=None
+        )
+        if job.dedup:  # a merge would leave the snapshot describing no job
+            raise TaskDefinitionError(f"{job.kind}: an offload task cannot have a dedup key")
+        name, keys, args = self._enqueue_call([job], offload=[(token, retention_ms)])
+        await self.client.scripts.call(self.client.redis, name, keys, args)
+        return job.id
 
     async def enqueue(
         self,

@@ -17,7 +17,11 @@ key                                type    what it holds
 ``venturi:{q}:dedup``              hash    dedup field -> id of the pending job holding it
 ``venturi:{q}:meta``               hash    queue-wide flags (``paused``) and counters
 ``venturi:{q}:wake``               pubsub  channel an enqueue publishes on to wake workers
+``venturi:{q}:offload:<token>``    hash    an offload's result snapshot (``status``...)
 =================================  ======  ===========================================
+
+Pub/sub channel ``venturi:{q}:offload:<token>:done`` carries the redacted
+wake-up published when an offload snapshot settles (completed or failed).
 
 ``docs/redis-layout.md`` is the long form of this table.
 """
@@ -111,3 +115,12 @@ class QueueKeys:
     @property
     def wake(self) -> str:
         return f"{self.prefix}wake"
+
+    # The offload snapshot of a job enqueued by ``@vr.offload``. ``token`` is the
+    # random part of the caller's handle key; lua/include/offload.lua derives the
+    # same two names from the prefix and the job's ``offload`` field.
+    def offload(self, token: str) -> str:
+        return f"{self.prefix}offload:{token}"
+
+    def offload_channel(self, token: str) -> str:
+        return f"{self.prefix}offload:{token}:done"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 from typing_extensions import TypeVar
 
 from ._backoff import Backoff
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from ._records import JournalEntry
 
 _KIND_MAX = 256
+# Validators of declared RESUME types, built once per task class.
+_RESUME_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
 
 
 class NoCarry(BaseModel):
@@ -65,6 +67,9 @@ class Task(BaseModel, Generic[CarryT]):
     """
 
     KIND: ClassVar[str]
+    # Optional: the type ``queue.resume(job_id, value)`` values are validated
+    # into before the next run sees them as ``ctx.resume_input``.
+    RESUME: ClassVar[Any]
 
     def priority(self) -> Priority:
         """Claim priority of this job; ``enqueue(priority=...)`` overrides it."""
@@ -89,6 +94,34 @@ class Task(BaseModel, Generic[CarryT]):
     def kind(cls) -> str:
         """The validated ``KIND`` of this class."""
         return validate_kind(getattr(cls, "KIND", None), cls.__qualname__)
+
+    @classmethod
+    def resume_adapter(cls) -> TypeAdapter[Any] | None:
+        """The validator of ``RESUME`` (``None`` when the task declares no resume type).
+
+        A task that suspends declares what it expects back::
+
+            class Approve(vr.Task):
+                KIND: ClassVar[str] = "approve"
+                RESUME: ClassVar[type[Decision]] = Decision
+
+        The next run then sees ``ctx.resume_input`` as a ``Decision`` (validated
+        by pydantic), and a value that does not validate sends the job to dead.
+        Without ``RESUME`` the run sees the decoded msgpack (dicts, lists, ...).
+        """
+        if not hasattr(cls, "RESUME"):  # declared on Task, assigned only by subclasses
+            return None
+        cached = _RESUME_ADAPTERS.get(cls)
+        if cached is None:
+            tp = cls.RESUME
+            try:
+                cached = TypeAdapter(tp)
+            except Exception as exc:
+                raise TaskDefinitionError(
+                    f"{cls.__qualname__}.RESUME = {tp!r} is not a type pydantic can validate: {exc}"
+                ) from exc
+            _RESUME_ADAPTERS[cls] = cached
+        return cached
 
     @classmethod
     def carry_type(cls) -> type[BaseModel]:

@@ -41,7 +41,7 @@ from typing_extensions import TypeVar
 
 from ._backoff import Backoff, to_ms
 from ._client import Queue
-from ._codec import pack, pack_model, unpack, unpack_model
+from ._codec import pack, pack_model, unpack, unpack_as, unpack_model
 from ._context import Context
 from ._enums import Priority
 from ._errors import ConfigurationError, LeaseLostError, PayloadError, TaskDefinitionError, TaskError
@@ -323,6 +323,7 @@ class Worker(Generic[StateT]):
                 )
             kind = entry.kind()
             entry.carry_type()  # fails now, not at the first run, if the carry is wrong
+            entry.resume_adapter()  # likewise a RESUME type pydantic cannot validate
             existing = self._registry.get(kind)
             if existing is not None and existing is not entry:
                 raise TaskDefinitionError(
@@ -509,9 +510,16 @@ class Worker(Generic[StateT]):
                 if job.carry
                 else handler_cls.default_carry()
             )
-            resume_input = unpack(job.resume_input) if job.resume_input else None
         except (PayloadError, TaskDefinitionError) as exc:
             await self._commit(job, "dead", note=f"carry does not decode: {exc}", reason="bad_payload")
+            return
+        try:
+            resume_input = _decode_resume(handler_cls, job.resume_input)
+        except PayloadError as exc:
+            # The value came from queue.resume(); no retry can change it.
+            await self._commit(
+                job, "dead", note=f"resume input does not validate: {exc}", reason="bad_payload"
+            )
             return
         ctx: Context[Any] = Context(
             job_id=job.id,
@@ -601,7 +609,8 @@ class Worker(Generic[StateT]):
             call = (
                 "complete",
                 [k.job(job.id), k.journal(job.id), k.running, k.completed],
-                [job.id, job.token, now(), note_s, attachment, carry, blob],
+                # The prefix lets the script settle an offload snapshot.
+                [job.id, job.token, now(), note_s, attachment, carry, blob, k.prefix],
             )
         elif action == "pause":
             call = (
@@ -632,13 +641,14 @@ class Worker(Generic[StateT]):
                     repr(self.jitter),
                     self.max_failures_arg,
                     k.wake,
+                    k.prefix,
                 ],
             )
         elif action == "dead":
             call = (
                 "dead",
                 [k.job(job.id), k.journal(job.id), k.running, k.dead],
-                [job.id, job.token, now(), note_s, attachment, carry, reason],
+                [job.id, job.token, now(), note_s, attachment, carry, reason, k.prefix],
             )
         elif action == "release":
             call = (
@@ -673,6 +683,14 @@ class Worker(Generic[StateT]):
                 log.warning("%s (after a retried call, so possibly our own earlier success)", err)
             else:
                 log.error("%s", err)
+
+
+def _decode_resume(handler_cls: type[Any], raw: bytes) -> Any:
+    """``ctx.resume_input``: None on a first run, typed when the task declares ``RESUME``."""
+    if not raw:
+        return None
+    adapter = handler_cls.resume_adapter()
+    return unpack(raw) if adapter is None else unpack_as(adapter, raw)
 
 
 def _pack_optional(value: Any) -> bytes:

@@ -1,0 +1,55 @@
+-- Offload snapshots (venturi_redis/_offload.py). A job enqueued by
+-- `@vr.offload` carries two extra fields: `offload`, the random token of the
+-- caller's handle, and `offload_ttl`, how long (ms) its settled snapshot is
+-- kept. The snapshot hash lives at prefix .. 'offload:' .. token, derived
+-- from the queue prefix like every key a script discovers, so it shares the
+-- queue's hash tag.
+--
+-- Snapshot fields (plain text except `value`):
+--   status       pending | completed | failed
+--   job_id, kind, created_at, finished_at (ms)
+--   value        the result, msgpack (completed; absent when it is None)
+--   error        the raw error text (failed): authoritative readers only
+--
+-- The message published on the channel prefix .. 'offload:' .. token .. ':done'
+-- is redacted: it says how the job settled, never why it failed.
+
+-- Written by enqueue, atomically with the job it describes.
+local function offload_pending(snapshot_key, job_key, id, kind, token, ttl, now)
+  redis.call('HSET', job_key, 'offload', token, 'offload_ttl', ttl)
+  redis.call('DEL', snapshot_key)
+  redis.call('HSET', snapshot_key, 'status', 'pending', 'job_id', id, 'kind', kind,
+    'created_at', now)
+end
+
+-- Write the authoritative snapshot of a job that settled and publish the
+-- redacted wake-up. A no-op for jobs that are not offloads, and for callers
+-- that pass no prefix. status: 'completed' (with `value`, msgpack or '') or
+-- 'failed' (with `err`, the raw error text).
+local function offload_settle(prefix, job_key, id, status, value, err, now)
+  if prefix == nil or prefix == '' then
+    return
+  end
+  local f = redis.call('HMGET', job_key, 'offload', 'offload_ttl')
+  if not f[1] or f[1] == '' then
+    return
+  end
+  local key = prefix .. 'offload:' .. f[1]
+  redis.call('HDEL', key, 'value', 'error')
+  redis.call('HSET', key, 'status', status, 'job_id', id, 'finished_at', now)
+  local message
+  if status == 'completed' then
+    if value ~= nil and value ~= '' then
+      redis.call('HSET', key, 'value', value)
+    end
+    message = '{"status":"completed"}'
+  else
+    redis.call('HSET', key, 'error', err or '')
+    message = '{"status":"failed","error":"terminal error"}'
+  end
+  local ttl = tonumber(f[2])
+  if ttl and ttl > 0 then
+    redis.call('PEXPIRE', key, ttl)
+  end
+  redis.call('PUBLISH', key .. ':done', message)
+end
