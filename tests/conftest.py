@@ -12,9 +12,12 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import venturi_redis as vr
+from tests.cluster import LocalCluster
 from tests.servers import RedisServer
 
-BACKENDS = ["redis", "memory"]
+# "cluster": a real three-master Redis Cluster (tests/cluster.py), started once
+# per session on first use; the whole contract suite runs on it too.
+BACKENDS = ["redis", "memory", "cluster"]
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +32,13 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    """A real Redis Cluster (three masters, no replicas) for the whole session."""
+    with LocalCluster(masters=3) as cluster:
+        yield cluster
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -39,6 +49,9 @@ def url(backend: str, request: pytest.FixtureRequest) -> str:
     if backend == "redis":
         server: RedisServer = request.getfixturevalue("redis_server")
         return server.url
+    if backend == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        return cluster.url
     return f"memory://{uuid.uuid4().hex}"
 
 

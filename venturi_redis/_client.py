@@ -74,9 +74,19 @@ class Client:
 
         ``url=None`` reads ``REDIS_URL`` and falls back to ``memory://``, the
         embedded in-process server (nothing survives the process).
+
+        Redis Cluster: ``redis+cluster://host:port[,host:port...]`` (or
+        ``rediss+cluster://``), or any ``redis://`` URL with ``cluster=True``.
+        Everything else is unchanged; see docs/cluster.md.
         """
         url = url or _default_url()
         scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        # Redis Cluster (docs/cluster.md): a RedisCluster client; each queue's
+        # keys share the hash tag {queue}, so every script stays in one slot.
+        if options.pop("cluster", False) or scheme.endswith("+cluster"):
+            from ._cluster import cluster_redis
+
+            return cls(cluster_redis(url), url=url, **options)
         if scheme == "memory":
             from ._memory import memory_redis
 
@@ -86,7 +96,8 @@ class Client:
 
             return cls(aioredis.Redis.from_url(url, decode_responses=False), url=url, **options)
         raise ConfigurationError(
-            f"unsupported URL {url!r}: use redis://host:port/db, rediss://, unix:// or memory://"
+            f"unsupported URL {url!r}: use redis://host:port/db, rediss://, unix://, memory:// "
+            "or redis+cluster://host:port"
         )
 
     def queue(self, name: str = "default") -> Queue:

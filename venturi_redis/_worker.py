@@ -41,6 +41,7 @@ from typing_extensions import TypeVar
 
 from ._backoff import Backoff, to_ms
 from ._client import Queue
+from ._cluster import is_cluster
 from ._codec import pack, pack_model, unpack, unpack_as, unpack_model
 from ._context import Context
 from ._enums import Priority
@@ -444,6 +445,13 @@ class Worker(Generic[StateT]):
         while True:
             pubsub = redis.pubsub()
             try:
+                if is_cluster(redis):
+                    # Redis Cluster relays every PUBLISH (our scripts' wake-ups)
+                    # to every node over the cluster bus, so one SUBSCRIBE on
+                    # one node hears the channels of queues on all masters. The
+                    # cluster client learns the slot map lazily; it must know it
+                    # before pubsub can pick that node (after a failover too).
+                    await redis.initialize()
                 await pubsub.subscribe(*channels)
                 # Anything published while we were not subscribed is lost: poke.
                 for r in runners:

@@ -1,0 +1,89 @@
+"""Redis Cluster support: cluster URLs and the cluster-only code paths.
+
+Every key of a queue carries the hash tag ``{queue}``, so a queue lives in one
+slot, on one master: every Lua transition and every WATCH/MULTI touches that
+one slot and Redis Cluster routes it like any single-key command. Nothing in
+the scripts knows it runs on a cluster.
+
+What does differ is handled here or at the call site, each with a comment:
+
+* connecting (``redis+cluster://`` URLs, ``cluster=True``);
+* pipelines of scripts over many queues (``ScriptSet.run_pipeline`` groups
+  them by slot, because one cluster pipeline may not mix slots in a MULTI and
+  redis-py refuses ``pipe.evalsha`` in cluster pipelines);
+* NOSCRIPT after a failover (``SCRIPT LOAD`` goes to every primary).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from ._errors import ConfigurationError
+
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+
+def is_cluster(redis: Any) -> bool:
+    """Whether ``redis`` is a ``redis.asyncio.cluster.RedisCluster`` client."""
+    from redis.asyncio.cluster import RedisCluster
+
+    return isinstance(redis, RedisCluster)
+
+
+def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """``redis+cluster://[user:pass@]h1:p1,h2:p2[?opts]`` -> (first seed's redis:// URL, all seeds).
+
+    Several comma-separated seeds let a client start while one seed is down;
+    the client learns the rest of the cluster from whichever seed answers.
+    ``redis://`` (or ``rediss://``) with ``cluster=True`` is the one-seed form.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ConfigurationError(f"cluster URL {url!r} has no scheme: use redis+cluster://host:port")
+    scheme = scheme.lower()
+    base = scheme.removesuffix("+cluster")
+    if base not in ("redis", "rediss"):
+        raise ConfigurationError(
+            f"cluster URL {url!r}: Redis Cluster needs redis+cluster:// or rediss+cluster:// (TCP)"
+        )
+    netloc, slash, tail = rest.partition("/")
+    query = ""
+    if "?" in netloc:  # redis+cluster://h:p?opt=1 (no path)
+        netloc, _, query = netloc.partition("?")
+        tail = "?" + query
+        slash = "/"
+    userinfo, at, hosts = netloc.rpartition("@")
+    seeds: list[tuple[str, int]] = []
+    for part in hosts.split(","):
+        parsed = urlsplit(f"//{part}")
+        if not parsed.hostname:
+            raise ConfigurationError(f"cluster URL {url!r}: empty seed address in {hosts!r}")
+        try:
+            port = parsed.port or 6379
+        except ValueError:
+            raise ConfigurationError(f"cluster URL {url!r}: bad port in seed {part!r}") from None
+        seeds.append((unquote(parsed.hostname), port))
+    path = tail.split("?", 1)[0]
+    if path.strip("/") not in ("", "0"):
+        raise ConfigurationError(
+            f"cluster URL {url!r} selects database {path.strip('/')!r}: Redis Cluster has only database 0"
+        )
+    first = hosts.split(",", 1)[0]
+    single = f"{base}://{userinfo}{at}{first}{slash}{tail}"
+    return single, seeds
+
+
+def cluster_redis(url: str) -> Any:
+    """A ``RedisCluster`` (``decode_responses=False``) for a cluster URL."""
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+    single, seeds = split_cluster_url(url)
+    return RedisCluster.from_url(
+        single,
+        startup_nodes=[ClusterNode(host, port) for host, port in seeds[1:]],
+        decode_responses=False,
+    )
+
+
+__all__ = ["CLUSTER_SCHEMES", "cluster_redis", "is_cluster", "split_cluster_url"]
