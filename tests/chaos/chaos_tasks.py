@@ -54,10 +54,13 @@ class Owner(BaseModel):
 
 
 class Stale(vr.Task[Owner]):
-    """First run holds the job for ``hold`` seconds; later runs finish at once."""
+    """Its first run holds the job until the driver sets :func:`gate_key`; later runs finish at once."""
 
     KIND: ClassVar[str] = "chaos.stale"
-    hold: float = 1.5
+
+
+def gate_key(queue: str) -> str:
+    return f"chaos:{queue}:gate"
 
 
 class StaleJob(Stale, vr.Handler[ChaosState]):
@@ -66,9 +69,10 @@ class StaleJob(Stale, vr.Handler[ChaosState]):
         ctx.carry.owner = state.name
         ctx.carry.runs.append(state.name)
         if ctx.run_count == 1:
-            # Deliberately ignores ctx.cancelled(): the point is a worker that
+            # Deliberately deaf to ctx.cancelled(): the point is a worker that
             # comes back from the dead and still tries to report its outcome.
-            await anyio.sleep(self.hold)
+            while not await state.redis.exists(gate_key(state.queue)):
+                await anyio.sleep(0.02)
         return vr.Outcome.completed_with(f"finished by {state.name}", result=state.name)
 
 
