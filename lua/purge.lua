@@ -1,0 +1,41 @@
+-- purge: remove finished jobs (completed, dead or cancelled) together with
+-- their journals and any index entry, oldest first, at most `limit` per call
+-- so no call runs long. Used by retention trimming (a cutoff in the past)
+-- and by `venturi purge` (everything finished up to now).
+--
+-- KEYS[1] the finished zset (completed | dead | cancelled), scored by finish time
+-- KEYS[2] dedup index hash
+-- ARGV[1] key prefix of the queue (job hashes and journals derive from it)
+-- ARGV[2] now in ms or ''
+-- ARGV[3] keep jobs that finished less than this many ms before now (0 = none kept)
+-- ARGV[4] the state the zset holds ('completed', 'dead' or 'cancelled')
+-- ARGV[5] at most this many jobs per call
+--
+-- Returns {removed, more}: more = 1 when older jobs remain past this batch.
+-- An id whose hash is in another state (retried since) is only dropped from
+-- the zset; its hash and journal are left alone.
+
+-- @include common.lua
+
+local prefix = ARGV[1]
+local now = now_ms(ARGV[2])
+local cutoff = now - tonumber(ARGV[3])
+local limit = tonumber(ARGV[5])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff, 'LIMIT', 0, limit + 1)
+local more = 0
+if #ids > limit then
+  more = 1
+  ids[#ids] = nil
+end
+local removed = 0
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[1], id)
+  local job_key = prefix .. 'job:' .. id
+  local f = redis.call('HMGET', job_key, 'state', 'dedup')
+  if f[1] == ARGV[4] or not f[1] then
+    unindex(KEYS[2], f[2], id)
+    redis.call('DEL', job_key, prefix .. 'journal:' .. id)
+    removed = removed + 1
+  end
+end
+return {removed, more}

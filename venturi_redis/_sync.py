@@ -1,0 +1,220 @@
+"""Blocking producers for Django, Flask and scripts: ``vr.SyncClient``.
+
+A ``SyncClient`` owns a private event loop on a daemon thread and runs the
+async ``Queue`` on it through an anyio ``BlockingPortal``. So the blocking
+``enqueue`` runs the very same code as the async one (the same scripts, the
+same dedup merge loop), and there is nothing to keep in step.
+
+One ``SyncClient`` is safe to share between threads (each call is handed to
+the loop thread). After ``os.fork`` (gunicorn with preload, celery prefork)
+the child's first call starts a fresh loop and connection pool of its own:
+the parent's thread and sockets do not exist in the child.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import anyio
+from anyio.from_thread import BlockingPortal
+from pydantic import BaseModel
+
+from ._client import Client, Queue
+from ._enums import Priority
+from ._errors import ConfigurationError
+from ._outcome import UNSET
+from ._records import JobInfo, JournalEntry
+from ._task import Task
+
+
+class _LoopThread:
+    """An event loop on a daemon thread, reachable through a BlockingPortal."""
+
+    def __init__(self) -> None:
+        self.portal: BlockingPortal | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="venturi-sync", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:  # pragma: no cover - anyio failed to start
+            raise self._error
+
+    def _main(self) -> None:
+        async def serve() -> None:
+            async with BlockingPortal() as portal:
+                self.portal = portal
+                self._ready.set()
+                await portal.sleep_until_stopped()
+
+        try:
+            anyio.run(serve)
+        except BaseException as exc:  # noqa: BLE001  # pragma: no cover - reported to the constructor
+            self._error = exc
+            self._ready.set()
+
+    def stop(self) -> None:
+        if self.portal is not None:
+            self.portal.call(self.portal.stop)
+        self._thread.join(5)
+
+
+class SyncClient:
+    """A blocking client: ``SyncClient(url).queue(name).enqueue(task)``.
+
+    Args:
+        url: ``redis://``, ``rediss://``, ``unix://`` or ``memory://``; ``None``
+            reads ``REDIS_URL`` (then ``memory://``), like ``Client.from_url``.
+        **options: Passed to ``Client.from_url`` (``namespace``,
+            ``max_payload_bytes``, ``clock``).
+
+    Use it as a context manager, or call ``close()`` when done (at process
+    exit the daemon thread simply ends).
+    """
+
+    def __init__(self, url: str | None = None, **options: Any) -> None:
+        self._url = url
+        self._options = options
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._loop: _LoopThread | None = None
+        self._client: Client | None = None
+        self._queues: dict[str, SyncQueue] = {}
+        self._closed = False
+        self._ensure()  # a bad URL fails here, not at the first enqueue
+
+    def _ensure(self) -> tuple[BlockingPortal, Client]:
+        with self._lock:
+            if self._closed:
+                raise ConfigurationError("this SyncClient is closed")
+            if self._pid != os.getpid() or self._loop is None or self._client is None:
+                # First use, or first use in a forked child: a loop of our own.
+                self._loop = _LoopThread()
+                assert self._loop.portal is not None
+                url, options = self._url, self._options
+                self._client = self._loop.portal.call(lambda: Client.from_url(url, **options))
+                self._pid = os.getpid()
+            assert self._loop.portal is not None
+            return self._loop.portal, self._client
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        portal, _ = self._ensure()
+
+        async def run() -> Any:
+            return await fn(*args, **kwargs)
+
+        return portal.call(run)
+
+    @property
+    def client(self) -> Client:
+        """The async ``Client`` underneath (use it only from the loop thread)."""
+        return self._ensure()[1]
+
+    def queue(self, name: str = "default") -> SyncQueue:
+        """The blocking view of queue ``name``."""
+        q = self._queues.get(name)
+        if q is None:
+            q = self._queues[name] = SyncQueue(self, name)
+        return q
+
+    def close(self) -> None:
+        """Close the connection pool and stop the loop thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            loop, client = self._loop, self._client
+            self._loop = self._client = None
+        if loop is not None and client is not None and self._pid == os.getpid():
+            assert loop.portal is not None
+            loop.portal.call(client.aclose)
+            loop.stop()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncQueue:
+    """Blocking twin of ``vr.Queue``: same arguments, same semantics, same scripts."""
+
+    def __init__(self, sync_client: SyncClient, name: str) -> None:
+        self._sc = sync_client
+        self.name = name
+        Queue(sync_client.client, name)  # validates the name now
+
+    def _queue(self) -> Queue:
+        return self._sc.client.queue(self.name)
+
+    def __repr__(self) -> str:
+        return f"<SyncQueue {self.name!r}>"
+
+    def enqueue(
+        self,
+        task: Task[Any],
+        *,
+        delay: float | timedelta = 0.0,
+        priority: Priority | int | str | None = None,
+        lease: float | timedelta | None = None,
+        max_failures: int | None = UNSET,
+        carry: BaseModel | None = None,
+    ) -> str:
+        """Enqueue one task and return its job id (see ``Queue.enqueue``; dedup merges included)."""
+        q = self._queue()
+        result: str = self._sc._call(
+            q.enqueue,
+            task,
+            delay=delay,
+            priority=priority,
+            lease=lease,
+            max_failures=max_failures,
+            carry=carry,
+        )
+        return result
+
+    def enqueue_many(
+        self,
+        tasks: Sequence[Task[Any]],
+        *,
+        delay: float | timedelta = 0.0,
+        priority: Priority | int | str | None = None,
+        lease: float | timedelta | None = None,
+        max_failures: int | None = UNSET,
+    ) -> list[str]:
+        """Enqueue many tasks in one round trip (see ``Queue.enqueue_many``)."""
+        q = self._queue()
+        result: list[str] = self._sc._call(
+            q.enqueue_many, tasks, delay=delay, priority=priority, lease=lease, max_failures=max_failures
+        )
+        return result
+
+    def get(self, job_id: str) -> JobInfo | None:
+        """A snapshot of the job, or ``None``."""
+        result: JobInfo | None = self._sc._call(self._queue().get, job_id)
+        return result
+
+    def journal(self, job_id: str) -> list[JournalEntry]:
+        """The job's journal, oldest first."""
+        result: list[JournalEntry] = self._sc._call(self._queue().journal, job_id)
+        return result
+
+    def resume(self, job_id: str, value: Any = None) -> int:
+        """Resume a suspended job with ``value``; 1, or 0 if it is not suspended."""
+        result: int = self._sc._call(self._queue().resume, job_id, value)
+        return result
+
+    def cancel(self, job_id: str) -> str:
+        """Cancel a job (see ``Queue.cancel``)."""
+        result: str = self._sc._call(self._queue().cancel, job_id)
+        return result
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per state (see ``Queue.counts``)."""
+        result: dict[str, int] = self._sc._call(self._queue().counts)
+        return result
