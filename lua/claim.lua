@@ -18,6 +18,8 @@
 -- is paused). Each job is 12 values: id, kind, payload, carry, run_count,
 -- failures, token, lease_ms, priority, max_failures, resume_input, history
 -- (the journal before this claim, as XRANGE returns it).
+-- A pending job whose cancel was requested while it ran (cancel.lua) is
+-- moved to the cancelled zset (prefix .. 'cancelled') instead of claimed.
 
 -- @include common.lua
 
@@ -40,9 +42,20 @@ for level = 1, 4 do
     redis.call('ZREM', KEYS[level], id)
     local job_key = prefix .. 'job:' .. id
     local f = redis.call('HMGET', job_key, 'kind', 'payload', 'carry', 'run_count',
-      'failures', 'lease_ms', 'priority', 'max_failures', 'resume_input', 'dedup', 'state')
+      'failures', 'lease_ms', 'priority', 'max_failures', 'resume_input', 'dedup', 'state',
+      'cancel_requested')
     -- A pending id whose hash is gone or not pending (removed by hand) is dropped.
-    if f[1] and f[11] == 'pending' then
+    if f[1] and f[11] == 'pending' and f[12] then
+      -- An operator cancelled it while it ran, and that run ended (failed,
+      -- paused, released, reclaimed) before its worker noticed: finish the
+      -- cancel here instead of running it again.
+      unindex(KEYS[6], f[10], id)
+      redis.call('HSET', job_key, 'state', 'cancelled', 'finished_at', now, 'updated_at', now)
+      redis.call('HDEL', job_key, 'eligible_at')
+      redis.call('ZADD', prefix .. 'cancelled', now, id)
+      journal(prefix .. 'journal:' .. id, now, 'cancelled', f[4], 'cancel requested while running',
+        nil, {'from', 'pending'})
+    elseif f[1] and f[11] == 'pending' then
       n = n + 1
       local run = (tonumber(f[4]) or 0) + 1
       local lease = tonumber(f[6]) or default_lease

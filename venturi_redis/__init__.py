@@ -33,18 +33,10 @@ from ._offload import (
     read_result_redacted,
     resolve,
 )
-from ._offload import (
-    OffloadFunction,
-    OffloadHandle,
-    OffloadNotFound,
-    OffloadResult,
-    offload,
-    read_result,
-    read_result_redacted,
-    resolve,
-)
+from ._ops import QueueStats, Retention
 from ._outcome import Outcome
 from ._records import JobInfo, JournalEntry
+from ._sync import SyncClient, SyncQueue
 from ._task import Merge, NoCarry, Pending, Task
 
 if _TYPE_CHECKING:
@@ -86,6 +78,10 @@ __all__ = [
     "Pending",
     "Priority",
     "Queue",
+    "QueueStats",
+    "Retention",
+    "SyncClient",
+    "SyncQueue",
     "Task",
     "TaskDefinitionError",
     "TaskError",

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -23,6 +23,9 @@ from ._outcome import UNSET
 from ._records import JobInfo, JournalEntry
 from ._scripts import ScriptArg, ScriptSet, scripts
 from ._task import Task
+
+if TYPE_CHECKING:
+    from ._ops import QueueStats
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of encoded payload (or carry) per job
 _DEDUP_KEY_MAX = 1024
@@ -424,6 +427,61 @@ class Queue:
             [job_id, self.client.now_arg(), raw, self.keys.prefix, self.keys.wake],
         )
         return int(res)
+
+    # -- operations (issue 5): thin delegations to _ops.py; the CLI calls these -----
+
+    async def stats(self) -> QueueStats:
+        """Counts per state and priority, lag and completions in the last minute."""
+        from . import _ops
+
+        return await _ops.stats(self)
+
+    async def list_jobs(
+        self, *, state: JobState | str | None = None, kind: str | None = None, limit: int = 50
+    ) -> list[JobInfo]:
+        """Jobs read from the index zsets, optionally of one state and KIND (see ``_ops.list_jobs``)."""
+        from . import _ops
+
+        return await _ops.list_jobs(self, state=state, kind=kind, limit=limit)
+
+    async def retry(self, job_id: str) -> bool:
+        """Move a dead job back to pending with its failures reset; False if it is not dead."""
+        from . import _ops
+
+        return await _ops.retry(self, job_id)
+
+    async def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]:
+        """Move dead jobs (all, or of one KIND, at most ``limit``) back to pending; returns their ids."""
+        from . import _ops
+
+        return await _ops.retry_dead(self, kind=kind, limit=limit)
+
+    async def cancel(self, job_id: str) -> str:
+        """Cancel a job: ``"cancelled"`` (it was pending or suspended), ``"requested"``
+        (it is running: its handler is asked to stop and the run ends cancelled),
+        ``"not_found"`` or ``"finished"`` (nothing done)."""
+        from . import _ops
+
+        result, _ = await _ops.cancel(self, job_id)
+        return result
+
+    async def pause(self) -> None:
+        """Pause claims on this queue (atomic; running jobs finish, enqueues still land)."""
+        from . import _ops
+
+        await _ops.pause(self)
+
+    async def resume_queue(self) -> None:
+        """Let workers claim from this queue again (and wake them)."""
+        from . import _ops
+
+        await _ops.resume_queue(self)
+
+    async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
+        """Remove finished jobs (``completed``, ``dead`` or ``cancelled``) and their journals."""
+        from . import _ops
+
+        return await _ops.purge(self, state, older_than=older_than)
 
 
 def _text(value: Any) -> str:

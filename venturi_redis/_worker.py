@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
 from anyio.abc import TaskGroup
@@ -39,6 +39,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from typing_extensions import TypeVar
 
+from . import _ops
 from ._backoff import Backoff, to_ms
 from ._client import Queue
 from ._cluster import is_cluster
@@ -47,12 +48,27 @@ from ._context import Context
 from ._enums import Priority
 from ._errors import ConfigurationError, LeaseLostError, PayloadError, TaskDefinitionError, TaskError
 from ._handler import Handler
+from ._ops import Retention
 from ._outcome import UNSET, Outcome
 from ._records import JournalEntry
 from ._scripts import ScriptArg
 from ._task import NoCarry, Task
 
+if TYPE_CHECKING:
+    from ._metrics import WorkerObserver
+
 log = logging.getLogger("venturi_redis.worker")
+_DEFAULT_RETENTION = Retention()
+# Metrics names of each transition's outcome ("retry" is "failed" or "dead").
+_OUTCOMES = {
+    "complete": "completed",
+    "pause": "paused",
+    "suspend": "suspended",
+    "retry": "failed",
+    "dead": "dead",
+    "release": "released",
+    "cancel": "cancelled",
+}
 
 StateT = TypeVar("StateT", default=None)
 
@@ -85,6 +101,7 @@ class _Job:
     history: list[JournalEntry]
     ctx: Context[Any] | None = None
     lost: bool = False
+    cancel_requested: bool = False  # an operator's cancel, seen through `extend`
     started: float = field(default_factory=time.monotonic)
 
 
@@ -160,6 +177,8 @@ class _Runner:
                 continue
             for job in jobs:
                 self.active[job.id] = job
+                if w.observer is not None:
+                    w.observer.job_claimed(self.queue.name, w._kind_label(job.kind))
                 jobs_tg.start_soon(w._run_job, self, job)
             if len(jobs) == want:
                 continue
@@ -205,6 +224,10 @@ class _Runner:
         while True:
             try:
                 await self.reclaim_once()
+                if w.retention is not None:
+                    # Retention rides on the reclaim tick: bounded batches, idempotent
+                    # across pods (a job removed by one is skipped by the others).
+                    await _ops.trim(self.queue, w.retention)
             except _TRANSIENT as exc:
                 log.warning("queue %s: reclaim failed (%s)", self.queue.name, exc)
             # Jitter spreads many pods' reclaims instead of having them collide.
@@ -220,7 +243,16 @@ class _Runner:
             args += [j.id, j.token, j.lease_ms]
         lost = await q.client.scripts.call(q.client.redis, "extend", [q.keys.running], args)
         for raw in lost:
-            job = self.active.get(_text(raw))
+            text = _text(raw)
+            if text.startswith("cancel:"):
+                job = self.active.get(text[7:])
+                if job is not None and not job.cancel_requested:
+                    job.cancel_requested = True
+                    log.info("queue %s: job %s (%s) was cancelled; stopping it", q.name, job.id, job.kind)
+                    if job.ctx is not None:
+                        job.ctx._cancel("cancelled by an operator")
+                continue
+            job = self.active.get(text)
             if job is not None and not job.lost:
                 job.lost = True
                 log.error(
@@ -258,6 +290,14 @@ class Worker(Generic[StateT]):
         handle_signals: Turn SIGTERM / SIGINT into a graceful shutdown (a
             second signal skips the grace period). Only in the main thread.
         name: Shown as the lease owner (default ``host:pid:random``).
+        retention: How long finished jobs are kept (``vr.Retention``: completed
+            1 day, dead 7 days, cancelled 1 day by default); trimmed on the
+            reclaim tick. ``None`` never removes them.
+        check_eviction_policy: Refuse to start unless the server's
+            ``maxmemory-policy`` is ``noeviction`` (an eviction could silently
+            drop jobs). ``False`` skips that check; the version check stays.
+        observer: Told of every claim and every finished run (for metrics:
+            ``venturi_redis._metrics.PrometheusMetrics``).
     """
 
     def __init__(
@@ -276,6 +316,9 @@ class Worker(Generic[StateT]):
         shutdown_grace: float = 10.0,
         handle_signals: bool = True,
         name: str | None = None,
+        retention: Retention | None = _DEFAULT_RETENTION,
+        check_eviction_policy: bool = True,
+        observer: WorkerObserver | None = None,
     ) -> None:
         qs = [queues] if isinstance(queues, Queue) else list(queues)
         if not qs or not all(isinstance(q, Queue) for q in qs):
@@ -303,6 +346,9 @@ class Worker(Generic[StateT]):
         self.reclaim_interval = reclaim_interval or min(self.lease / 2, 15.0)
         self.shutdown_grace = shutdown_grace
         self.handle_signals = handle_signals
+        self.retention = retention
+        self.check_eviction_policy = check_eviction_policy
+        self.observer = observer
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._registry: dict[str, type[Any]] = {}
         self._runners = [_Runner(self, q) for q in qs]
@@ -338,6 +384,24 @@ class Worker(Generic[StateT]):
     def kinds(self) -> list[str]:
         """The registered KINDs."""
         return sorted(self._registry)
+
+    def _kind_label(self, kind: str) -> str:
+        # Metrics labels: only registered kinds, so junk enqueued with random
+        # KINDs cannot blow up the label cardinality.
+        return kind if kind in self._registry else "unregistered"
+
+    def only_queues(self, names: Sequence[str]) -> Worker[StateT]:
+        """Consume only the queues called ``names`` (``venturi worker --queue``)."""
+        known = {q.name for q in self.queues}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ConfigurationError(
+                f"this worker does not consume queue(s) {', '.join(unknown)}; "
+                f"it has {', '.join(sorted(known))}"
+            )
+        self.queues = [q for q in self.queues if q.name in names]
+        self._runners = [r for r in self._runners if r.queue.name in names]
+        return self
 
     @property
     def max_failures_arg(self) -> str:
@@ -380,6 +444,8 @@ class Worker(Generic[StateT]):
             raise ConfigurationError("no handlers registered: call worker.register(MyTaskHandler) first")
         if self._running:
             raise ConfigurationError("this worker is already running")
+        for client in {id(q.client): q.client for q in self.queues}.values():
+            await _ops.check_server(client, eviction_policy=self.check_eviction_policy)
         self._running = True
         self._stopping = False
         self._force = False
@@ -612,6 +678,11 @@ class Worker(Generic[StateT]):
                     b"",
                     b"",
                 )
+        if job.cancel_requested and action in ("pause", "suspend", "retry", "release"):
+            # An operator cancelled the job while it ran: whatever else the run
+            # decided, it ends cancelled (a completion or a death stands).
+            action = "cancel"
+            note_s = "cancelled by an operator" + (f" (the run ended with: {note_s})" if note_s else "")
         call: tuple[str, list[str], list[ScriptArg]]
         if action == "complete":
             call = (
@@ -658,6 +729,12 @@ class Worker(Generic[StateT]):
                 [k.job(job.id), k.journal(job.id), k.running, k.dead],
                 [job.id, job.token, now(), note_s, attachment, carry, reason, k.prefix],
             )
+        elif action == "cancel":
+            call = (
+                "cancel",
+                [k.job(job.id), k.journal(job.id), k.suspended, k.running, k.cancelled, k.dedup],
+                [job.id, now(), k.prefix, note_s, job.token, attachment, carry],
+            )
         elif action == "release":
             call = (
                 "release",
@@ -685,6 +762,13 @@ class Worker(Generic[StateT]):
                     )
                     return
                 await anyio.sleep(min(0.05 * 2**attempt, 2.0))
+        if self.observer is not None and int(reply[0]) == 1:
+            outcome = _OUTCOMES.get(action, action)
+            if action == "retry" and _text(reply[1]) == "dead":
+                outcome = "dead"
+            self.observer.job_finished(
+                q.name, self._kind_label(job.kind), outcome, time.monotonic() - job.started
+            )
         if int(reply[0]) != 1:
             err = LeaseLostError(job.id, name, _text(reply[1]))
             if attempt:
