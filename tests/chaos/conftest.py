@@ -11,13 +11,17 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
+import anyio
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 LONG = os.environ.get("VENTURI_LONG", "") not in ("", "0")
 
 
@@ -81,6 +85,17 @@ class Fleet:
                 proc.wait()
         for f in self._files:
             f.close()
+
+
+async def reconnecting(call: Callable[[], Awaitable[T]], attempts: int = 50) -> T:
+    """Await ``call()``, retrying connection errors: the first command on a pooled
+    connection the server dropped fails once (redis-py then reconnects)."""
+    for _ in range(attempts - 1):
+        try:
+            return await call()
+        except (RedisConnectionError, RedisTimeoutError):
+            await anyio.sleep(0.05)
+    return await call()
 
 
 async def redis_now_ms(redis: Any) -> int:
