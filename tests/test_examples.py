@@ -38,3 +38,21 @@ async def test_bookmarks_example() -> None:
     assert by_url["https://example.org/gone"].note == "resource gone"
     flaky = by_url["https://example.org/flaky"]
     assert (flaky.state, flaky.failures, flaky.run_count) == (vr.JobState.COMPLETED, 2, 3)
+
+
+async def test_approval_example() -> None:
+    results = await load("approval").main()
+    by_doc = {info.payload["document_id"]: info for info in results.values()}
+    assert {i.state for i in by_doc.values()} == {vr.JobState.COMPLETED}
+    assert by_doc[101].result == {"approver": "carol", "approved": True, "reason": ""}
+    assert by_doc[102].note == "rejected by dan: too long"
+    assert all(i.run_count == 2 for i in by_doc.values())
+
+
+async def test_report_example() -> None:
+    mod = load("report")
+    results = await mod.main()
+    assert results["may"].status == "completed"
+    assert results["may"].value == mod.Report(tenant_id=7, month=5, lines=57, total_cents=57 * 1999)
+    assert results["bad"].status == "failed"
+    assert results["bad"].error is not None and "month 13" in results["bad"].error

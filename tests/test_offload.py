@@ -107,13 +107,14 @@ def test_other_decoration_mistakes_are_type_errors() -> None:
     def not_async(x: int) -> int:
         return x
 
-    for fn, match in (
+    cases: list[tuple[Any, str]] = [
         (no_return, "return annotation"),
         (unannotated, "'x' has no type annotation"),
         (varargs, r"\*xs"),
         (collides, "'priority' collides"),
         (not_async, "async def"),
-    ):
+    ]
+    for fn, match in cases:
         with pytest.raises(TypeError, match=match):
             vr.offload(kind="k")(fn)
 
@@ -218,7 +219,7 @@ async def test_a_permanent_failure_keeps_the_raw_error_out_of_the_message(
     await pubsub.subscribe(queue.keys.offload_channel(token_of(handle)))
     try:
         await run_until_idle(queue, fn)
-        messages = []
+        messages: list[bytes] = []
         with anyio.fail_after(5):
             while not messages:
                 msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1)

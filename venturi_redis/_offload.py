@@ -332,6 +332,10 @@ class OffloadFunction(Generic[P, R]):
         result_type: The return annotation results are validated into.
     """
 
+    __name__: str
+    __qualname__: str
+    __wrapped__: Callable[P, Awaitable[R]]
+
     def __init__(
         self,
         fn: Callable[P, Awaitable[R]],

@@ -48,6 +48,7 @@ from ._context import Context
 from ._enums import Priority
 from ._errors import ConfigurationError, LeaseLostError, PayloadError, TaskDefinitionError, TaskError
 from ._handler import Handler
+from ._offload import OffloadFunction
 from ._ops import Retention
 from ._outcome import UNSET, Outcome
 from ._records import JournalEntry
@@ -360,7 +361,7 @@ class Worker(Generic[StateT]):
 
     # -- registration --------------------------------------------------------------
 
-    def register(self, *handlers: type[Any]) -> Worker[StateT]:
+    def register(self, *handlers: type[Any] | OffloadFunction[Any, Any]) -> Worker[StateT]:
         """Register Task+Handler classes (or ``@vr.offload`` functions) by their KIND."""
         for h in handlers:
             entry = getattr(h, "__venturi_handler__", h)
