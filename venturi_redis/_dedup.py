@@ -25,7 +25,7 @@ from redis.exceptions import NoScriptError, WatchError
 from ._codec import pack_model, unpack_model
 from ._enums import Priority
 from ._errors import MergeConflictError, PayloadTooLarge, TaskDefinitionError
-from ._records import JournalEntry
+from ._records import LazyJournal
 from ._task import Merge, Pending, Task
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ async def _try_merge(queue: Queue, task: Task[Any], job: _Prepared, holder: str)
             raw = await pipe.hgetall(job_key)
             if not raw or raw.get(b"state") != b"pending" or _text(raw.get(b"dedup")) != job.dedup:
                 return None  # claimed or replaced under us: the index has moved on
-            journal = JournalEntry.from_xrange([(i, f) for i, f in await pipe.xrange(keys.journal(holder))])
+            journal = LazyJournal(await pipe.xrange(keys.journal(holder)))
             existing = unpack_model(task_cls, raw[b"payload"])
             carry_cls = task_cls.carry_type()
             carry = unpack_model(carry_cls, raw[b"carry"]) if raw.get(b"carry") else task_cls.default_carry()
@@ -103,9 +103,11 @@ async def _try_merge(queue: Queue, task: Task[Any], job: _Prepared, holder: str)
                 new_prio, payload, carry_action = job.priority, job.payload, "reset"
             elif decision.decision == "with":
                 new_task = decision.task
-                if not isinstance(new_task, task_cls):
+                # Any Task class of the same KIND will do (a subclass may merge into
+                # its base); the payload is stored under the job's KIND either way.
+                if not isinstance(new_task, Task) or type(new_task).kind() != job.kind:
                     raise TaskDefinitionError(
-                        f"Merge.with_ needs a {task_cls.__qualname__}, got {type(new_task).__name__}"
+                        f"Merge.with_ needs a task of KIND {job.kind!r}, got {type(new_task).__name__}"
                     )
                 if not isinstance(decision.carry, carry_cls):
                     raise TaskDefinitionError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -75,6 +76,46 @@ class JournalEntry:
             fields = flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True))
             out.append(cls.from_stream(entry_id, fields))
         return out
+
+
+class LazyJournal(Sequence[JournalEntry]):
+    """Journal entries parsed on first use.
+
+    A dedup merge hands the pending job's journal to ``Task.merge``; most merges
+    never look at it, and a busy job's journal can hold hundreds of entries, so
+    parsing waits until someone reads it.
+    """
+
+    __slots__ = ("_entries", "_raw")
+
+    def __init__(self, raw: list[Any]) -> None:
+        self._raw = raw
+        self._entries: list[JournalEntry] | None = None
+
+    def _parsed(self) -> list[JournalEntry]:
+        if self._entries is None:
+            self._entries = JournalEntry.from_xrange(self._raw)
+            self._raw = []
+        return self._entries
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._parsed()[index]
+
+    def __len__(self) -> int:
+        return len(self._parsed())
+
+    def __iter__(self) -> Iterator[JournalEntry]:
+        return iter(self._parsed())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._parsed())
 
 
 @dataclass(frozen=True, slots=True)

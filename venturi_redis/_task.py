@@ -8,6 +8,7 @@ worker's dependencies.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
 
@@ -156,7 +157,7 @@ class Pending(Generic[TaskT, CarryT]):
     carry: CarryT
     run_count: int
     failures: int
-    journal: list[JournalEntry] = field(default_factory=list)
+    journal: Sequence[JournalEntry] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
