@@ -239,15 +239,15 @@ class Queue:
     def _dedup_field(kind: str, key: object) -> str:
         if not isinstance(key, str):
             raise TaskDefinitionError(f"{kind}.dedup_key() must return str or None, got {type(key).__name__}")
-        if not key or len(key.encode()) > _DEDUP_KEY_MAX:
+        try:
+            size = len(key.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(f"{kind} dedup key is not valid UTF-8 text: {exc}") from None
+        if not 1 <= size <= _DEDUP_KEY_MAX:
             raise ConfigurationError(
                 f"{kind} dedup key must be 1 to {_DEDUP_KEY_MAX} bytes of UTF-8, "
-                f"got {len(key.encode())} bytes; hash a longer key yourself"
+                f"got {size} bytes; hash a longer key yourself"
             )
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ConfigurationError(f"{kind} dedup key is not valid UTF-8: {exc}") from None
         return dedup_field(kind, key)
 
     def _enqueue_call(
