@@ -1,0 +1,396 @@
+"""The `venturi` command, against a real Redis: every command, its JSON, its error paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from typer.testing import CliRunner
+
+import venturi_redis as vr
+from tests.helpers import make_worker
+from tests.servers import RedisServer, free_port
+from tests.tasks import Doomed, DoomedJob, Echo, EchoJob
+from venturi_redis._cli import app, clean
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def rurl(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def qname() -> str:
+    return f"cli-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def sq(rurl: str, qname: str) -> Iterator[vr.SyncQueue]:
+    with vr.SyncClient(rurl) as sc:
+        yield sc.queue(qname)
+
+
+def venturi(*args: str) -> Any:
+    return runner.invoke(app, list(args))
+
+
+def drain(url: str, name: str, *handlers: type[Any]) -> None:
+    async def go() -> None:
+        async with vr.Client.from_url(url) as c:
+            w = make_worker(c.queue(name), *handlers)
+            with anyio.fail_after(30):
+                await w.run(until_idle=True)
+
+    anyio.run(go)
+
+
+# -- stats --------------------------------------------------------------------------------------
+
+
+def test_stats_json_and_table(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    sq.enqueue(Echo(text="a"), priority="high")
+    sq.enqueue(Echo(text="b"), delay=3600)
+    res = venturi("stats", "--redis", rurl, "--queue", qname, "--json")
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)
+    assert row["queue"] == qname and row["pending"]["high"] == 1 and row["delayed"] == 1
+    assert row["paused"] is False
+    table = venturi("stats", "--redis", rurl, "-q", qname)
+    assert table.exit_code == 0 and qname in table.stdout and "lag" in table.stdout
+    # without --queue, every queue on the server is found
+    every = json.loads(venturi("stats", "--redis", rurl, "--json").stdout)
+    assert qname in [r["queue"] for r in every]
+
+
+def test_redis_url_defaults_to_env(
+    rurl: str, qname: str, sq: vr.SyncQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sq.enqueue(Echo(text="a"))
+    monkeypatch.setenv("REDIS_URL", rurl)
+    res = venturi("stats", "-q", qname, "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)[0]["eligible"] == 1
+
+
+def test_unreachable_redis_is_one_line_with_password_hidden() -> None:
+    port = free_port()
+    res = venturi("stats", "--redis", f"redis://:hunter2@127.0.0.1:{port}/0", "--json")
+    assert res.exit_code == 1
+    assert res.stderr.startswith("venturi: cannot reach Redis at redis://:***@127.0.0.1:")
+    assert "hunter2" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_bad_url_and_bad_queue_name_are_usage_errors(rurl: str) -> None:
+    res = venturi("stats", "--redis", "http://example.org")
+    assert res.exit_code == 2 and "unsupported URL" in res.stderr
+    res = venturi("jobs", "--redis", rurl, "-q", "bad name!")
+    assert res.exit_code == 2 and "invalid queue name" in res.stderr
+
+
+# -- jobs and job show ------------------------------------------------------------------------------
+
+
+def test_jobs_filters_and_errors(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    echo = sq.enqueue(Echo(text="a"))
+    dead = sq.enqueue(Doomed())
+    drain(rurl, qname, EchoJob, DoomedJob)
+    pend = sq.enqueue(Echo(text="b"))
+    res = venturi("jobs", "--redis", rurl, "-q", qname, "--json")
+    # every state, in order: pending, ..., completed, dead
+    assert [j["id"] for j in json.loads(res.stdout)] == [pend, echo, dead]
+    res = venturi("jobs", "--redis", rurl, "-q", qname, "--state", "dead", "--json")
+    (j,) = json.loads(res.stdout)
+    assert j["id"] == dead and j["note"] == "resource gone" and j["state"] == "dead"
+    res = venturi("jobs", "--redis", rurl, "-q", qname, "--kind", "echo", "--limit", "1", "--json")
+    assert len(json.loads(res.stdout)) == 1
+    table = venturi("jobs", "--redis", rurl, "-q", qname, "-s", "completed")
+    assert table.exit_code == 0 and echo in table.stdout and dead not in table.stdout
+    bad = venturi("jobs", "--redis", rurl, "-q", qname, "--state", "sleeping")
+    assert bad.exit_code == 2 and "unknown state 'sleeping'" in bad.stderr
+    assert venturi("jobs", "--redis", rurl).exit_code == 2  # --queue is required
+
+
+def test_job_show_with_and_without_queue(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    jid = sq.enqueue(Doomed())
+    drain(rurl, qname, DoomedJob)
+    res = venturi("job", "show", jid, "--redis", rurl, "--json")  # found by SCAN
+    doc = json.loads(res.stdout)
+    assert doc["job"]["queue"] == qname and doc["job"]["state"] == "dead"
+    assert [e["event"] for e in doc["journal"]] == ["enqueued", "claimed", "dead"]
+    assert doc["journal"][-1]["attachment"] == {"status": 410}
+    table = venturi("job", "show", jid, "--redis", rurl, "-q", qname)
+    assert table.exit_code == 0
+    for text in ("doomed", "resource gone", "reason=permanent", "journal (3 entries)"):
+        assert text in table.stdout
+
+
+def test_job_show_errors(rurl: str, qname: str) -> None:
+    res = venturi("job", "show", "01J0000000000000000000NONE", "--redis", rurl)
+    assert res.exit_code == 1 and "not found in any queue" in res.stderr
+    res = venturi("job", "show", "01J0000000000000000000NONE", "--redis", rurl, "-q", qname)
+    assert res.exit_code == 1 and f"not found in queue {qname}" in res.stderr
+    res = venturi("job", "show", "*", "--redis", rurl)
+    assert res.exit_code == 2 and "is not a job id" in res.stderr
+
+
+def test_user_strings_cannot_drive_the_terminal(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    evil = "\x1b[2J\x1b]0;pwned\x07[bold red]markup[/]\u202etxt.exe"
+    jid = sq.enqueue(Echo(text=evil))
+    drain(rurl, qname, EchoJob)  # the note of the completed run is the text itself
+    for args in (["job", "show", jid], ["jobs", "-q", qname, "-s", "completed"]):
+        res = (
+            venturi(*args, "--redis", rurl, "-q", qname)
+            if args[0] == "job"
+            else venturi(*args, "--redis", rurl)
+        )
+        assert res.exit_code == 0
+        assert "\x1b" not in res.stdout and "\x07" not in res.stdout and "\u202e" not in res.stdout
+        assert "[bold red]markup[/]" in res.stdout  # shown literally, not as rich markup
+    assert clean("a\x1bb\nc\u200bd") == "a\\x1bb\\x0ac\\u200bd"
+
+
+# -- retry, cancel, dead retry, purge, pause ------------------------------------------------------------
+
+
+def test_job_retry(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    jid = sq.enqueue(Doomed())
+    drain(rurl, qname, DoomedJob)
+    res = venturi("job", "retry", jid, "--redis", rurl)
+    assert res.exit_code == 0 and "dead -> pending" in res.stdout
+    assert sq.get(jid).state == vr.JobState.PENDING  # type: ignore[union-attr]
+    again = venturi("job", "retry", jid, "--redis", rurl, "-q", qname)
+    assert again.exit_code == 1 and "is pending, not dead" in again.stderr
+    doc = json.loads(venturi("job", "retry", jid, "--redis", rurl, "-q", qname, "--json").stdout)
+    assert doc == {"id": jid, "queue": qname, "retried": False, "state": "pending"}
+    gone = venturi("job", "retry", "01J0000000000000000000NONE", "--redis", rurl, "-q", qname)
+    assert gone.exit_code == 1 and "does not exist" in gone.stderr
+
+
+def test_job_cancel_pending_running_finished(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    pend = sq.enqueue(Echo(text="a"))
+    res = venturi("job", "cancel", pend, "--redis", rurl)
+    assert res.exit_code == 0 and "cancelled" in res.stdout
+    again = venturi("job", "cancel", pend, "--redis", rurl, "-q", qname, "--json")
+    assert again.exit_code == 1 and json.loads(again.stdout)["result"] == "finished"
+    running = sq.enqueue(Echo(text="b"))
+
+    async def claim() -> None:
+        async with vr.Client.from_url(rurl) as c:
+            await make_worker(c.queue(qname), EchoJob)._runners[0].claim(1)
+
+    anyio.run(claim)
+    res = venturi("job", "cancel", running, "--redis", rurl, "-q", qname)
+    assert res.exit_code == 0 and "will ask it to stop" in res.stdout
+    assert [e.event for e in sq.journal(running)][-1] == "cancel_requested"
+
+
+def test_dead_retry(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    ids = sq.enqueue_many([Doomed() for _ in range(3)])
+    drain(rurl, qname, DoomedJob)
+    res = venturi("dead", "retry", "--redis", rurl, "-q", qname)
+    assert res.exit_code == 2 and "--all" in res.stderr
+    res = venturi("dead", "retry", "--redis", rurl, "-q", qname, "--limit", "1", "--json")
+    assert json.loads(res.stdout)["retried"] == ids[:1]
+    res = venturi("dead", "retry", "--redis", rurl, "-q", qname, "--kind", "echo", "--all")
+    assert res.exit_code == 0 and "0 dead job(s) of kind echo" in res.stdout
+    res = venturi("dead", "retry", "--redis", rurl, "-q", qname, "--kind", "doomed", "--all")
+    assert res.exit_code == 0 and "2 dead job(s)" in res.stdout
+    assert sq.counts()["dead"] == 0
+
+
+def test_purge(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    ids = sq.enqueue_many([Echo(text=str(i)) for i in range(4)])
+    drain(rurl, qname, EchoJob)
+    res = venturi("purge", "--redis", rurl, "-q", qname, "--state", "pending")
+    assert res.exit_code == 2 and "finished jobs only" in res.stderr
+    res = venturi(
+        "purge", "--redis", rurl, "-q", qname, "--state", "completed", "--older-than", "3600", "--json"
+    )
+    assert json.loads(res.stdout)["removed"] == 0
+    res = venturi("purge", "--redis", rurl, "-q", qname, "--state", "completed")
+    assert res.exit_code == 0 and "removed 4 completed job(s)" in res.stdout
+    assert all(sq.get(j) is None for j in ids)
+
+
+def test_queue_pause_and_resume(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    res = venturi("queue", "pause", qname, "--redis", rurl)
+    assert res.exit_code == 0 and "paused" in res.stdout
+    sq.enqueue(Echo(text="a"))  # still lands
+    stats = json.loads(venturi("stats", "--redis", rurl, "-q", qname, "--json").stdout)[0]
+    assert stats["paused"] is True and stats["eligible"] == 1
+    res = venturi("queue", "resume", qname, "--redis", rurl, "--json")
+    assert json.loads(res.stdout) == {"queue": qname, "paused": False}
+    drain(rurl, qname, EchoJob)
+    assert sq.counts()["completed"] == 1
+
+
+def test_cli_reports_missing_typer() -> None:
+    code = "import sys; sys.modules['typer'] = None; from venturi_redis.cli import main; main()"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "venturi: the command line needs typer, which is not installed: pip install 'venturi-redis[cli]'"
+    ]
+
+
+# -- worker (real processes) --------------------------------------------------------------------------
+
+APP = textwrap.dedent(
+    """
+    from typing import Any
+
+    import venturi_redis as vr
+    from tests.tasks import EchoJob
+
+    client = vr.Client.from_url()  # REDIS_URL, set by `venturi worker --redis`
+    worker = vr.Worker([client.queue("{a}"), client.queue("{b}")], poll_interval=0.2).register(EchoJob)
+
+    async def make() -> vr.Worker[Any]:
+        return worker
+
+    def broken() -> vr.Worker[Any]:
+        raise RuntimeError("no config\\nsecond line")
+
+    not_a_worker = 42
+    """
+)
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path, qname: str) -> Path:
+    (tmp_path / "myapp.py").write_text(APP.replace("{a}", qname + "-a").replace("{b}", qname + "-b"))
+    (tmp_path / "crashes.py").write_text("raise ValueError('bad settings')\n")
+    return tmp_path
+
+
+def start_worker(app_dir: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "venturi_redis.cli", "worker", *args],
+        cwd=app_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_worker(app_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = start_worker(app_dir, *args)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize(
+    ("target", "code", "message"),
+    [
+        ("nosuchmodule:worker", 1, "venturi: cannot import 'nosuchmodule': no module named 'nosuchmodule'"),
+        ("myapp:missing", 1, "venturi: module 'myapp' has no attribute 'missing'"),
+        ("myapp", 2, "venturi: expected MODULE:ATTR"),
+        ("myapp:not_a_worker", 1, "venturi: myapp:not_a_worker is a int, not a vr.Worker"),
+        ("myapp:broken", 1, "venturi: calling myapp:broken() failed: RuntimeError: no config"),
+        ("crashes:worker", 1, "venturi: importing 'crashes' failed: ValueError: bad settings"),
+    ],
+)
+def test_worker_bad_targets_fail_in_one_line(
+    app_dir: Path, rurl: str, target: str, code: int, message: str
+) -> None:
+    res = run_worker(app_dir, target, "--redis", rurl)
+    assert res.returncode == code
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_worker_narrowed_to_one_queue_and_sigterm_is_graceful(app_dir: Path, rurl: str, qname: str) -> None:
+    with vr.SyncClient(rurl) as sc:
+        a, b = sc.queue(qname + "-a"), sc.queue(qname + "-b")
+        a.enqueue_many([Echo(text=str(i)) for i in range(5)])
+        b.enqueue(Echo(text="not mine"))
+        proc = start_worker(
+            app_dir, "myapp:make", "--redis", rurl, "--queue", qname + "-a", "--concurrency", "2"
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while a.counts()["completed"] < 5:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 0, err
+        assert "SIGTERM received, shutting down" in err
+        assert b.counts()["pending"] == 1  # --queue narrowed the worker to queue a
+
+
+def test_worker_unknown_queue_is_refused(app_dir: Path, rurl: str) -> None:
+    res = run_worker(app_dir, "myapp:worker", "--redis", rurl, "--queue", "elsewhere")
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1].startswith("venturi: worker myapp:worker cannot start")
+
+
+def test_worker_refuses_evicting_server_unless_told(app_dir: Path, qname: str) -> None:
+    with RedisServer("--maxmemory-policy", "volatile-lru") as server:
+        res = run_worker(app_dir, "myapp:worker", "--redis", server.url)
+        assert res.returncode == 1
+        last = res.stderr.strip().splitlines()[-1]
+        assert "maxmemory-policy volatile-lru" in last and "--no-eviction-check" in last
+        with vr.SyncClient(server.url) as sc:
+            sc.queue(qname + "-a").enqueue(Echo(text="x"))
+            proc = start_worker(app_dir, "myapp:worker", "--redis", server.url, "--no-eviction-check")
+            try:
+                deadline = time.monotonic() + 30
+                while sc.queue(qname + "-a").counts()["completed"] < 1:
+                    assert proc.poll() is None and time.monotonic() < deadline
+                    time.sleep(0.05)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.communicate(timeout=30)
+            assert proc.returncode == 0
+
+
+def test_worker_serves_metrics(app_dir: Path, rurl: str, qname: str) -> None:
+    port = free_port()
+    with vr.SyncClient(rurl) as sc:
+        a = sc.queue(qname + "-a")
+        a.enqueue_many([Echo(text=str(i)) for i in range(3)])
+        sc.queue(qname + "-b").enqueue(Echo(text="b"), delay=3600)
+        proc = start_worker(app_dir, "myapp:worker", "--redis", rurl, "--metrics-port", str(port), "--json")
+        try:
+            deadline = time.monotonic() + 30
+            body = ""
+            while f'venturi_jobs_completed_total{{kind="echo",queue="{qname}-a"}} 3.0' not in body:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+                try:
+                    body = (
+                        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                    )
+                except OSError:
+                    continue
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        assert f'venturi_jobs_claimed_total{{kind="echo",queue="{qname}-a"}} 3.0' in body
+        assert f'venturi_queue_jobs{{queue="{qname}-b",state="delayed"}} 1.0' in body
+        assert "venturi_job_run_seconds_bucket" in body
+        # --json: every log line is a JSON document
+        docs = [json.loads(line) for line in err.strip().splitlines()]
+        assert any("serving Prometheus metrics" in d["message"] for d in docs)
