@@ -1,0 +1,91 @@
+"""Prometheus metrics: counters from the worker's observer, gauges from queue stats, lazy import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from typing import ClassVar
+
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import drain
+from tests.tasks import Doomed, DoomedJob, Echo, EchoJob, Flaky, FlakyJob
+from venturi_redis._metrics import PrometheusMetrics
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_counters_and_histogram_follow_the_runs(queue: vr.Queue) -> None:
+    m = PrometheusMetrics()
+    await queue.enqueue_many([Echo(text="a"), Echo(text="b")])
+    await queue.enqueue(Doomed())
+    await queue.enqueue(Flaky(fail_times=2))
+    await queue.enqueue(Echo(text="x"), priority="low")
+
+    # a KIND no handler of this worker knows is labelled "unregistered"
+    class Stray(vr.Task):
+        KIND: ClassVar[str] = "stray-kind-from-elsewhere"
+
+    await queue.enqueue(Stray())
+    await drain(queue, EchoJob, DoomedJob, FlakyJob, observer=m)
+    n = queue.name
+
+    def value(name: str, **labels: str) -> float:
+        v = m.registry.get_sample_value(name, {"queue": n, **labels})
+        return 0.0 if v is None else v
+
+    assert value("venturi_jobs_completed_total", kind="echo") == 3
+    assert value("venturi_jobs_completed_total", kind="flaky") == 1
+    assert value("venturi_jobs_failed_total", kind="flaky") == 2
+    assert value("venturi_jobs_dead_total", kind="doomed") == 1
+    assert value("venturi_jobs_dead_total", kind="unregistered") == 1
+    assert value("venturi_jobs_claimed_total", kind="flaky") == 3
+    assert value("venturi_jobs_finished_total", kind="flaky", outcome="failed") == 2
+    assert value("venturi_job_run_seconds_count", kind="echo", outcome="completed") == 3
+    assert (
+        m.registry.get_sample_value(
+            "venturi_jobs_claimed_total", {"queue": n, "kind": "stray-kind-from-elsewhere"}
+        )
+        is None
+    )
+
+
+async def test_gauges_read_queue_stats(queue: vr.Queue) -> None:
+    m = PrometheusMetrics()
+    await queue.enqueue(Echo(text="a"), priority="high")
+    await queue.enqueue(Echo(text="b"), delay=3600)
+    await queue.pause()
+    await m.refresh([queue])
+    n = queue.name
+    assert m.registry.get_sample_value("venturi_queue_eligible", {"queue": n, "priority": "high"}) == 1
+    assert m.registry.get_sample_value("venturi_queue_jobs", {"queue": n, "state": "delayed"}) == 1
+    assert m.registry.get_sample_value("venturi_queue_paused", {"queue": n}) == 1
+    lag = m.registry.get_sample_value("venturi_queue_lag_seconds", {"queue": n})
+    assert lag is not None and lag >= 0
+    assert b"venturi_queue_eligible" in m.render()
+
+
+def test_no_metrics_dependency_unless_asked() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import anyio
+        import venturi_redis as vr
+        import venturi_redis.cli, venturi_redis._cli  # the CLI itself, without --metrics-port
+        from tests.tasks import Echo, EchoJob
+
+        async def main():
+            q = vr.Client.from_url("memory://nometrics").queue("q")
+            await q.enqueue(Echo(text="x"))
+            w = vr.Worker(q, handle_signals=False).register(EchoJob)
+            await w.run(until_idle=True)
+            await q.client.aclose()
+
+        anyio.run(main)
+        print([m for m in sys.modules if m.startswith("prometheus_client") or m == "venturi_redis._metrics"])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
