@@ -76,14 +76,44 @@ def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
 
 def cluster_redis(url: str) -> Any:
     """A ``RedisCluster`` (``decode_responses=False``) for a cluster URL."""
-    from redis.asyncio.cluster import ClusterNode, RedisCluster
+    from redis.asyncio.cluster import ClusterNode
 
     single, seeds = split_cluster_url(url)
-    return RedisCluster.from_url(
+    return _cluster_class().from_url(
         single,
         startup_nodes=[ClusterNode(host, port) for host, port in seeds[1:]],
         decode_responses=False,
     )
+
+
+_CLASS: Any = None
+
+
+def _cluster_class() -> Any:
+    """``RedisCluster`` that learns the slot map before routing its first command.
+
+    redis-py 8.1's async ``RedisCluster.execute_command`` decides how to route a
+    command *before* it initializes: on a fresh client (no default node yet) it
+    treats even a keyed EVALSHA as keyless and sends it to an arbitrary node.
+    Sequentially that costs one MOVED; with many coroutines starting at once
+    (20 producers, a worker's claim loops) the MOVEDs pile up, and every 5th one
+    makes the client ``aclose()`` and rebuild itself, cutting the connections
+    other coroutines are using mid-command (``AttributeError: 'NoneType' object
+    has no attribute 'writelines'``). Initializing first (once; later calls are a
+    flag check) routes every command by its key from the start.
+    """
+    global _CLASS
+    if _CLASS is None:
+        from redis.asyncio.cluster import RedisCluster
+
+        class _InitializedCluster(RedisCluster):
+            async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+                if self._initialize:
+                    await self.initialize()
+                return await super().execute_command(*args, **kwargs)
+
+        _CLASS = _InitializedCluster
+    return _CLASS
 
 
 __all__ = ["CLUSTER_SCHEMES", "cluster_redis", "is_cluster", "split_cluster_url"]
