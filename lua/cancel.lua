@@ -11,11 +11,14 @@
 -- ARGV[5] lease token: '' for an operator; the worker's token when the worker
 --         ends its own run cancelled (then ARGV[6] attachment, ARGV[7] carry)
 --
+-- A cancelled offload job settles its snapshot as failed (offload.lua).
+--
 -- Returns {1, 'cancelled'} (the job is now cancelled), {1, 'requested'} (it
 -- is running; its worker will stop it), or {0, reason} when nothing was done
 -- (unknown job, already finished, or a stale lease token).
 
 -- @include common.lua
+-- @include offload.lua
 
 local id = ARGV[1]
 local now = now_ms(ARGV[2])
@@ -59,4 +62,6 @@ redis.call('HSET', KEYS[1], 'state', 'cancelled', 'note', ARGV[4],
 redis.call('HDEL', KEYS[1], 'eligible_at')
 redis.call('ZADD', KEYS[5], now, id)
 journal(KEYS[2], now, 'cancelled', f[3], ARGV[4], nil, {'from', state})
+-- An offload's caller is waiting in resolve(): settle its snapshot as failed.
+offload_settle(ARGV[3], KEYS[1], id, 'failed', nil, 'cancelled: ' .. ARGV[4], now)
 return {1, 'cancelled'}

@@ -22,6 +22,7 @@
 -- moved to the cancelled zset (prefix .. 'cancelled') instead of claimed.
 
 -- @include common.lua
+-- @include offload.lua
 
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
@@ -55,6 +56,7 @@ for level = 1, 4 do
       redis.call('ZADD', prefix .. 'cancelled', now, id)
       journal(prefix .. 'journal:' .. id, now, 'cancelled', f[4], 'cancel requested while running',
         nil, {'from', 'pending'})
+      offload_settle(prefix, job_key, id, 'failed', nil, 'cancelled while running', now)
     elseif f[1] and f[11] == 'pending' then
       n = n + 1
       local run = (tonumber(f[4]) or 0) + 1

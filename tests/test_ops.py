@@ -408,3 +408,16 @@ async def test_observer_sees_claims_and_outcomes(queue: vr.Queue) -> None:
         [(n, "echo", "completed"), (n, "doomed", "dead"), (n, "steps", "paused"), (n, "steps", "completed")]
     )
     assert len(rec.claimed) == 4
+
+
+async def test_cancelled_offload_settles_its_snapshot_as_failed(client: vr.Client, queue: vr.Queue) -> None:
+    async def double(x: int) -> int:
+        return 2 * x
+
+    fn = vr.offload(queue=queue.name, kind="ops.double")(double)
+    handle = await fn.offload(client, 21)
+    assert await queue.cancel(handle.job_id) == "cancelled"
+    res = await vr.resolve(client, handle, timeout=5)
+    assert res.status == "failed"
+    red = await vr.read_result_redacted(client, handle.key)
+    assert red.status == "failed" and "cancelled" not in (red.error or "")
