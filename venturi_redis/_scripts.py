@@ -7,8 +7,8 @@ of first mention), and a cycle is an error. The expanded source is what Redis
 sees and what the SHA is computed from.
 
 Scripts run by EVALSHA; a ``NOSCRIPT`` reply (a restarted server, a
-``SCRIPT FLUSH``, a failover to a replica that never saw the script) loads the
-script and retries once, so callers never notice.
+``SCRIPT FLUSH``, a failover to a replica that never saw the script) runs the
+source by EVAL, which also caches it again, so callers never notice.
 """
 
 from __future__ import annotations
@@ -102,13 +102,15 @@ class ScriptSet:
         return sorted(self._scripts)
 
     async def call(self, redis: Any, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
-        """EVALSHA the script, loading it first if the server has lost it."""
+        """EVALSHA the script; if the server has lost it, EVAL the source (which caches it)."""
         script = self._scripts[name]
         try:
             return await redis.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
-            await redis.script_load(script.source)
-            return await redis.evalsha(script.sha, len(keys), *keys, *args)
+            # EVAL, not SCRIPT LOAD then EVALSHA: a SCRIPT FLUSH (or a restart)
+            # landing between those two would fail the call a second time.
+            # NOSCRIPT means the script did not run, so running it now is safe.
+            return await redis.eval(script.source, len(keys), *keys, *args)
 
     def queue_call(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> None:
         """Add an EVALSHA to a pipeline (NOSCRIPT is the caller's to handle)."""
@@ -121,11 +123,13 @@ class ScriptSet:
         calls: Sequence[tuple[str, Sequence[str], Sequence[ScriptArg]]],
         *,
         transaction: bool = False,
+        return_exceptions: bool = False,
     ) -> list[Any]:
         """Run several scripts in one round trip; NOSCRIPT replies are redone singly.
 
         A script that hit NOSCRIPT did not run at all, so running it again is safe.
-        Other errors are raised after every call has been accounted for.
+        Other errors are raised after every call has been accounted for, or, with
+        ``return_exceptions=True``, returned in place of that call's reply.
         """
         pipe = redis.pipeline(transaction=transaction)
         for name, keys, args in calls:
@@ -134,10 +138,16 @@ class ScriptSet:
         for i, res in enumerate(results):
             if isinstance(res, NoScriptError):
                 name, keys, args = calls[i]
-                results[i] = await self.call(redis, name, keys, args)
-        for res in results:
-            if isinstance(res, Exception):
-                raise res
+                try:
+                    results[i] = await self.call(redis, name, keys, args)
+                except Exception as exc:
+                    if not return_exceptions:
+                        raise
+                    results[i] = exc
+        if not return_exceptions:
+            for res in results:
+                if isinstance(res, Exception):
+                    raise res
         return results
 
 

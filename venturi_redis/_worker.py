@@ -36,6 +36,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from typing_extensions import TypeVar
 
@@ -74,6 +75,11 @@ _OUTCOMES = {
 StateT = TypeVar("StateT", default=None)
 
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+# What the background loops (claim, reclaim, lease renewal) survive: any Redis
+# error, not only a dropped connection. An error reply (OOM at maxmemory,
+# READONLY during a failover, a script error) is logged and the loop tries
+# again on its next tick, instead of taking the whole worker down with it.
+_SURVIVABLE = (RedisError, OSError)
 _RECLAIM_BATCH = 100
 
 
@@ -170,7 +176,7 @@ class _Runner:
             try:
                 now, nxt, jobs = await self.claim(want)
                 failures = 0
-            except _TRANSIENT as exc:
+            except _SURVIVABLE as exc:
                 failures += 1
                 delay = min(0.05 * 2**failures, 5.0)
                 log.warning("queue %s: claim failed (%s); retrying in %.2fs", self.queue.name, exc, delay)
@@ -229,7 +235,7 @@ class _Runner:
                     # Retention rides on the reclaim tick: bounded batches, idempotent
                     # across pods (a job removed by one is skipped by the others).
                     await _ops.trim(self.queue, w.retention)
-            except _TRANSIENT as exc:
+            except _SURVIVABLE as exc:
                 log.warning("queue %s: reclaim failed (%s)", self.queue.name, exc)
             # Jitter spreads many pods' reclaims instead of having them collide.
             await anyio.sleep(w.reclaim_interval * random.uniform(0.8, 1.2))
@@ -524,15 +530,42 @@ class Worker(Generic[StateT]):
                 for r in runners:
                     r.wake()
                 failures = 0
+                # A connection can die without closing (a half-open TCP
+                # connection a NAT or firewall dropped, a server that stopped
+                # answering): get_message() then just times out, forever, and
+                # every wake-up is lost while we believe we are subscribed. So
+                # a subscription quiet for `check` seconds gets a PING, and a
+                # PING unanswered after another `check` means the connection is
+                # dead: raise, and the loop resubscribes on a fresh connection.
+                check = max(min(self.poll_interval, self.lease / 3, 5.0), 0.05)
+                heard = time.monotonic()
+                pinged = False
                 while True:
-                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=self.poll_interval)
+                    msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=check)
                     if msg is not None:
-                        runner = by_channel.get(msg["channel"])
+                        heard, pinged = time.monotonic(), False
+                        runner = by_channel.get(msg["channel"]) if msg["type"] == "message" else None
                         if runner is not None:
                             runner.wake()
+                    elif time.monotonic() - heard >= check:
+                        if pinged:
+                            raise RedisTimeoutError(
+                                f"no reply to PING on the wake-up subscription in {check:.2f}s"
+                            )
+                        await pubsub.ping()
+                        pinged = True
             except _TRANSIENT as exc:
                 failures += 1
                 log.warning("wake-up subscription lost (%s); resubscribing", exc)
+                # The idle pooled connections went the same way as this one (a
+                # restarted server, a dropped network path): close them now, so
+                # the next claim opens a fresh one instead of first waiting out
+                # a socket timeout on a dead one. Connections in use are left to
+                # their own calls' timeouts.
+                pool = getattr(redis, "connection_pool", None)
+                if pool is not None:
+                    with contextlib.suppress(Exception):
+                        await pool.disconnect(inuse_connections=False)
                 await anyio.sleep(min(0.05 * 2**failures, 5.0))
             finally:
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
@@ -547,7 +580,7 @@ class Worker(Generic[StateT]):
             for r in self._runners:
                 try:
                     await r.extend()
-                except _TRANSIENT as exc:
+                except _SURVIVABLE as exc:
                     log.warning("queue %s: lease renewal failed (%s)", r.queue.name, exc)
 
     # -- running one job ---------------------------------------------------------------

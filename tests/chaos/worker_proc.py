@@ -24,6 +24,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("url")
     p.add_argument("queue")
     p.add_argument("--name", default=f"chaos-{os.getpid()}")
+    p.add_argument("--evidence-url", default="", help="where handlers record runs (default: url)")
     p.add_argument("--lease", type=float, default=1.0)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--max-failures", type=int, default=0, help="0 = no backstop")
@@ -35,7 +36,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
 async def _main(args: argparse.Namespace) -> None:
     client = vr.Client.from_url(args.url)
     # A separate connection for the evidence the handlers write.
-    evidence = aioredis.Redis.from_url(args.url)
+    evidence = aioredis.Redis.from_url(args.evidence_url or args.url)
     try:
         worker: vr.Worker[ChaosState] = vr.Worker(
             client.queue(args.queue),
