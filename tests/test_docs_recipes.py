@@ -1,0 +1,195 @@
+"""The redis-cli recipes of docs/redis-layout.md, parsed from the page and run on a real queue.
+
+Each recipe is a ```sh block after a ``<!-- recipe: NAME -->`` marker. Its
+``redis-cli`` lines are split like a shell would (quotes removed), the shell
+variables are filled in, and the command goes through redis-py's
+``execute_command``. A recipe added to the page without a test here, or a
+``redis-cli`` line outside a recipe, fails the suite.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import drain, make_worker
+from tests.servers import RedisServer
+from tests.tasks import Doomed, DoomedJob, Echo, EchoJob, Flaky, FlakyJob
+
+pytestmark = pytest.mark.anyio
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "redis-layout.md"
+_RECIPE_RE = re.compile(r"<!-- recipe: (?P<name>[\w-]+) -->\s*```sh\n(?P<body>.*?)```", re.S)
+
+
+def recipes() -> dict[str, list[list[str]]]:
+    text = DOC.read_text()
+    out: dict[str, list[list[str]]] = {}
+    for m in _RECIPE_RE.finditer(text):
+        lines = [ln.strip() for ln in m["body"].splitlines() if ln.strip()]
+        assert all(ln.startswith("redis-cli ") for ln in lines), m["name"]
+        out[m["name"]] = [shlex.split(ln, comments=True) for ln in lines]
+    return out
+
+
+TESTED = {
+    "high-waiting",
+    "lag",
+    "job-doing",
+    "expired-leases",
+    "ran-twice",
+    "dead-why",
+    "paused",
+    "throughput",
+}
+
+
+def test_every_recipe_is_tested_and_every_command_is_in_a_recipe() -> None:
+    found = recipes()
+    assert set(found) == TESTED
+    in_recipes = sum(len(cmds) for cmds in found.values())
+    everywhere = sum(1 for ln in DOC.read_text().splitlines() if ln.strip().startswith("redis-cli "))
+    assert in_recipes == everywhere
+
+
+@pytest.fixture
+async def client(redis_server: RedisServer) -> AsyncIterator[vr.Client]:
+    c = vr.Client.from_url(redis_server.url)
+    try:
+        yield c
+    finally:
+        await c.aclose()
+
+
+@pytest.fixture
+def queue(client: vr.Client) -> vr.Queue:
+    return client.queue(f"doc-{uuid.uuid4().hex[:10]}")
+
+
+async def run(name: str, queue: vr.Queue, job: str = "") -> list[Any]:
+    """Run recipe ``name`` with $Q, $JOB, $NOW_MS and $MINUTE_AGO_MS filled in."""
+    sec, usec = await queue.client.redis.time()
+    now = int(sec) * 1000 + int(usec) // 1000
+    values = {"$MINUTE_AGO_MS": str(now - 60_000), "$NOW_MS": str(now), "$JOB": job, "$Q": queue.name}
+    out = []
+    for argv in recipes()[name]:
+        assert argv[0] == "redis-cli"
+        args = []
+        for token in argv[1:]:
+            for var, value in values.items():
+                token = token.replace(var, value)
+            assert "$" not in token, f"unknown variable in {name}: {token}"
+            args.append(token)
+        out.append(await queue.client.redis.execute_command(*args))
+    return out
+
+
+def text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def pairs(reply: Any) -> list[tuple[str, float]]:
+    """A WITHSCORES reply, flat (RESP2 as sent) or already paired (redis-py's parsing)."""
+    if reply and isinstance(reply[0], list | tuple):
+        return [(text(m), float(s)) for m, s in reply]
+    return [(text(m), float(s)) for m, s in zip(reply[::2], reply[1::2], strict=True)]
+
+
+def fields(entry: Any) -> dict[str, str]:
+    """One stream entry of an XRANGE reply as a dict of text."""
+    _, flat = entry
+    if isinstance(flat, dict):
+        return {text(k): text(v) for k, v in flat.items()}
+    return {text(k): text(v) for k, v in zip(flat[::2], flat[1::2], strict=True)}
+
+
+async def test_high_waiting(queue: vr.Queue) -> None:
+    await queue.enqueue_many([Echo(text="a"), Echo(text="b")], priority="high")
+    await queue.enqueue(Echo(text="later"), priority="high", delay=3600)
+    await queue.enqueue(Echo(text="normal"))
+    assert await run("high-waiting", queue) == [3, 2]
+
+
+async def test_lag(queue: vr.Queue) -> None:
+    jid = await queue.enqueue(Echo(text="a"))
+    await anyio.sleep(0.05)
+    ((member, score),) = pairs((await run("lag", queue))[0])
+    info = await queue.get(jid)
+    assert info is not None and info.eligible_at is not None
+    assert member == jid and score == round(info.eligible_at.timestamp() * 1000)
+
+
+async def test_job_doing(queue: vr.Queue) -> None:
+    jid = await queue.enqueue(Echo(text="a"))
+    worker = make_worker(queue, EchoJob, name="pod-7")
+    await worker._runners[0].claim(1)
+    hm, recent = await run("job-doing", queue, jid)
+    state, kind, runs, failures, owner, expires, note = (text(v) if v is not None else None for v in hm)
+    assert (state, kind, runs, failures, owner) == ("running", "echo", "1", "0", "pod-7")
+    assert expires is not None and int(expires) > 0 and note is None
+    assert [fields(e)["event"] for e in recent] == ["claimed", "enqueued"]
+
+
+async def test_expired_leases(queue: vr.Queue) -> None:
+    held = await queue.enqueue(Echo(text="held"))
+    await make_worker(queue, EchoJob, lease=60)._runners[0].claim(1)
+    stale = await queue.enqueue(Echo(text="stale"))
+    await make_worker(queue, EchoJob, lease=0.001)._runners[0].claim(1)
+    await anyio.sleep(0.05)
+    (expired,) = await run("expired-leases", queue)
+    assert [text(x) for x in expired] == [stale]
+    assert held != stale
+
+
+async def test_ran_twice(queue: vr.Queue) -> None:
+    jid = await queue.enqueue(Flaky(fail_times=1))
+    await drain(queue, FlakyJob)
+    runs, journal = await run("ran-twice", queue, jid)
+    assert text(runs) == "2"
+    entries = [fields(e) for e in journal]
+    assert [e["event"] for e in entries] == ["enqueued", "claimed", "failed", "claimed", "completed"]
+    failed = entries[2]
+    assert failed["note"] == "boom 1" and failed["run"] == "1" and "delay_ms" in failed
+
+
+async def test_dead_why(queue: vr.Queue) -> None:
+    jid = await queue.enqueue(Doomed())
+    await drain(queue, DoomedJob)
+    deaths, hm, last = await run("dead-why", queue, jid)
+    ((member, score),) = pairs(deaths)
+    assert member == jid and score > 0
+    kind, failures, note, finished = (text(v) for v in hm)
+    assert (kind, failures, note) == ("doomed", "1", "resource gone") and int(finished) > 0
+    entry = fields(last[0])
+    assert entry["event"] == "dead" and entry["reason"] == "permanent"
+
+
+async def test_paused(queue: vr.Queue) -> None:
+    await queue.enqueue(Echo(text="a"))
+    runner = make_worker(queue, EchoJob)._runners[0]
+    # The recipe runs all three lines; check the claim between them too.
+    cmds = recipes()["paused"]
+    assert [c[1] for c in cmds] == ["HGET", "HSET", "HDEL"]
+    before, set_reply, del_reply = await run("paused", queue)
+    assert before is None and set_reply == 1 and del_reply == 1
+    await queue.client.redis.execute_command(*[t.replace("$Q", queue.name) for t in cmds[1][1:]])
+    assert (await queue.stats()).paused
+    _, nxt, jobs = await runner.claim(1)
+    assert (nxt, jobs) == (-1, [])  # the hand-set flag stops claims like `venturi queue pause`
+    await queue.client.redis.execute_command(*[t.replace("$Q", queue.name) for t in cmds[2][1:]])
+    _, _, jobs = await runner.claim(1)
+    assert len(jobs) == 1
+
+
+async def test_throughput(queue: vr.Queue) -> None:
+    await queue.enqueue_many([Echo(text=str(i)) for i in range(3)])
+    await drain(queue, EchoJob)
+    assert await run("throughput", queue) == [3]
