@@ -13,6 +13,8 @@ import pytest
 from pydantic import BaseModel
 
 import venturi_redis as vr
+from tests.servers import RedisServer
+from venturi_redis import _offload
 from venturi_redis._offload import _resolve
 from venturi_redis._scripts import ScriptArg
 
@@ -334,6 +336,13 @@ async def test_resolve_times_out_as_pending(client: vr.Client, queue: vr.Queue) 
     assert res == vr.OffloadResult("pending", job_id=handle.job_id)
 
 
+@pytest.fixture
+def subscription_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No quiet-slice re-read within a test's timeout: only the wake-up can end the wait."""
+    monkeypatch.setattr(_offload, "_WAIT_SLICE", 600.0)
+
+
+@pytest.mark.usefixtures("subscription_only")
 @pytest.mark.parametrize("stage", ["subscribed", "read"])
 async def test_resolve_sees_a_completion_injected_between_its_steps(
     client: vr.Client, queue: vr.Queue, stage: str
@@ -411,3 +420,36 @@ async def test_a_flooded_queue_does_not_starve_another(client: vr.Client, queue_
     assert (await vr.read_result(client, one)) == vr.OffloadResult("completed", value=1, job_id=one.job_id)
     for i, h in enumerate(flood):
         assert (await vr.read_result(client, h)) == vr.OffloadResult("completed", value=i, job_id=h.job_id)
+
+
+@pytest.mark.usefixtures("subscription_only")
+async def test_resolve_resubscribes_after_redis_restarts() -> None:
+    """The server dies while resolve waits: it reconnects, reads back, and still sees the completion."""
+    with RedisServer("--appendonly", "yes", "--appendfsync", "always") as server:
+        async with vr.Client.from_url(server.url) as client:
+            queue = client.queue("restarts")
+            fn = on(queue)
+            handle = await fn.offload(client, tenant_id=6)
+            waiting = anyio.Event()
+            results: list[vr.OffloadResult[Any]] = []
+
+            async def hook(stage: str) -> None:
+                if stage == "read":
+                    waiting.set()
+
+            async def resolver() -> None:
+                results.append(await _resolve(client, handle, 30.0, hook))
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(resolver)
+                    await waiting.wait()  # subscribed, read "pending", now waiting
+                    await anyio.to_thread.run_sync(server.restart)
+                    async with vr.Client.from_url(server.url) as other:
+                        # resolve subscribes again on the new server...
+                        channel = other.queue("restarts").keys.offload_channel(token_of(handle))
+                        while (await other.redis.pubsub_numsub(channel))[0][1] < 1:
+                            await anyio.sleep(0.01)
+                        # ...and then the job completes
+                        await run_until_idle(other.queue("restarts"), fn)
+    assert [(r.status, r.value) for r in results] == [("completed", Report(tenant_id=6, month=1, total=9.0))]

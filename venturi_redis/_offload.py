@@ -60,7 +60,12 @@ DEFAULT_RETENTION = timedelta(days=1)
 _TOKEN_BYTES = 24  # 192 random bits, 32 URL-safe characters
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{32}")
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
-_WAIT_SLICE = 5.0  # longest single pub/sub read, so deadlines are honoured
+# Longest single pub/sub read. When it passes without a wake-up, resolve reads
+# the snapshot once more: redis-py may reconnect and resubscribe a pub/sub
+# connection without telling us, and a wake-up published while it was down is
+# gone. The subscription is what makes resolve prompt; this re-read only
+# bounds how late a lost wake-up can make it.
+_WAIT_SLICE = 5.0
 
 Status = Literal["completed", "failed", "pending"]
 
@@ -278,9 +283,10 @@ async def _resolve(
                 if left <= 0:
                     return last
                 msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=min(_WAIT_SLICE, left))
-                if msg is None:
-                    continue
-                # The wake-up is redacted; the snapshot is the authority.
+                if msg is None and time.monotonic() >= deadline:
+                    return last
+                # A wake-up (redacted: the snapshot is the authority), or a
+                # quiet slice: read back either way.
                 raw = await client.redis.hgetall(snapshot)
                 if raw:
                     last = _decode(raw, adapter, redact=False)
