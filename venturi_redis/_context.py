@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Generic
 
 import anyio
@@ -55,7 +56,7 @@ class Context(Generic[CarryT]):
         kind: str,
         run_count: int,
         failures: int,
-        history: list[JournalEntry],
+        history: Sequence[JournalEntry],
         carry: CarryT,
         resume_input: Any = None,
     ) -> None:

@@ -52,8 +52,9 @@ from ._handler import Handler
 from ._offload import OffloadFunction
 from ._ops import Retention
 from ._outcome import UNSET, Outcome
-from ._records import JournalEntry
+from ._records import JournalEntry, LazyJournal
 from ._scripts import ScriptArg
+from ._sharded import ShardedQueue, expand_queues
 from ._task import NoCarry, Task
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class _Job:
     priority: Priority
     max_failures: str
     resume_input: bytes
-    history: list[JournalEntry]
+    history: Sequence[JournalEntry]
     ctx: Context[Any] | None = None
     lost: bool = False
     cancel_requested: bool = False  # an operator's cancel, seen through `extend`
@@ -131,7 +132,7 @@ def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
                 priority=Priority.parse(_text(r[8]) or "normal"),
                 max_failures=_text(r[9]),
                 resume_input=r[10] or b"",
-                history=JournalEntry.from_xrange(r[11]),
+                history=LazyJournal(r[11]),  # parsed only if the handler reads it
             )
         )
     return now, nxt, jobs
@@ -324,7 +325,8 @@ class Worker(Generic[StateT]):
 
     Args:
         queues: A Queue, or several (each its own fault domain, with its own
-            claim loop and its own ``concurrency`` slots).
+            claim loop and its own ``concurrency`` slots). A ``ShardedQueue``
+            stands for all its partitions, each a queue in that sense.
         state: The shared dependencies every handler receives (``App``).
         concurrency: Handlers running at once, per queue.
         lease: Seconds a claim is valid without renewal. A running worker
@@ -356,7 +358,7 @@ class Worker(Generic[StateT]):
 
     def __init__(
         self,
-        queues: Queue | Sequence[Queue],
+        queues: Queue | ShardedQueue | Sequence[Queue | ShardedQueue],
         *,
         state: StateT = None,  # type: ignore[assignment]
         concurrency: int = 16,
@@ -374,7 +376,7 @@ class Worker(Generic[StateT]):
         check_eviction_policy: bool = True,
         observer: WorkerObserver | None = None,
     ) -> None:
-        qs = [queues] if isinstance(queues, Queue) else list(queues)
+        qs = expand_queues(queues)  # a ShardedQueue becomes its partitions
         if not qs or not all(isinstance(q, Queue) for q in qs):
             raise ConfigurationError("Worker needs at least one vr.Queue")
         if len({(id(q.client), q.name) for q in qs}) != len(qs):
