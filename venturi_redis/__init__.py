@@ -11,6 +11,7 @@ from typing import Any as _Any
 from ._backoff import Backoff, backoff_delay
 from ._client import Client, Queue
 from ._context import Context
+from ._durable import Durability, NotDurableError
 from ._enums import JobState, Priority
 from ._errors import (
     ConfigurationError,
@@ -36,6 +37,7 @@ from ._offload import (
 from ._ops import QueueStats, Retention
 from ._outcome import Outcome
 from ._records import JobInfo, JournalEntry
+from ._sharded import ShardedQueue
 from ._sync import SyncClient, SyncQueue
 from ._task import Merge, NoCarry, Pending, Task
 
@@ -60,6 +62,7 @@ __all__ = [
     "Client",
     "ConfigurationError",
     "Context",
+    "Durability",
     "Handler",
     "JobInfo",
     "JobState",
@@ -68,6 +71,7 @@ __all__ = [
     "Merge",
     "MergeConflictError",
     "NoCarry",
+    "NotDurableError",
     "OffloadFunction",
     "OffloadHandle",
     "OffloadNotFound",
@@ -80,6 +84,7 @@ __all__ = [
     "Queue",
     "QueueStats",
     "Retention",
+    "ShardedQueue",
     "SyncClient",
     "SyncQueue",
     "Task",

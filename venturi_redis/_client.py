@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from ._backoff import to_ms
 from ._codec import pack, pack_model
+from ._durable import Durability, DurableRedis, as_durability
 from ._enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from ._errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
 from ._ids import new_job_id
@@ -49,6 +50,9 @@ class Client:
         clock: Milliseconds-since-epoch source passed to every script. ``None``
             (the default) lets each script read Redis ``TIME``, so every pod
             shares the server's clock and skew between pods cannot matter.
+        durable: Durable mode (``vr.Durability``, or a replica count): every
+            transition returns only once that many replicas acknowledged it
+            (WAIT on the same connection); see docs/cluster.md.
     """
 
     def __init__(
@@ -59,9 +63,14 @@ class Client:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
         clock: Callable[[], int] | None = None,
         url: str = "",
+        durable: Durability | int | None = None,
     ) -> None:
         if max_payload_bytes < 1:
             raise ConfigurationError(f"max_payload_bytes must be >= 1, got {max_payload_bytes}")
+        # Durable mode wraps the connection: each EVALSHA goes out with a WAIT.
+        self.durability = as_durability(durable)
+        if self.durability is not None:
+            redis = DurableRedis(redis, self.durability)
         self.redis = redis
         self.namespace = namespace
         self.max_payload_bytes = max_payload_bytes

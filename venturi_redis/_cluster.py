@@ -28,7 +28,8 @@ def is_cluster(redis: Any) -> bool:
     """Whether ``redis`` is a ``redis.asyncio.cluster.RedisCluster`` client."""
     from redis.asyncio.cluster import RedisCluster
 
-    return isinstance(redis, RedisCluster)
+    # Durable mode wraps the client (``_durable.DurableRedis``): look inside.
+    return isinstance(getattr(redis, "venturi_inner", redis), RedisCluster)
 
 
 def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:

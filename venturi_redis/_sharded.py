@@ -1,0 +1,319 @@
+"""Sharded queues: one logical queue split over N partitions, each its own slot.
+
+A queue lives in one Redis Cluster slot (its keys share the hash tag
+``{queue}``), so one hot queue uses one master however many the cluster has.
+``ShardedQueue("orders", partitions=6)`` is six ordinary queues whose names are
+derived from ``orders``; producers spread jobs over them and a worker given
+the sharded queue consumes all six.
+
+Partition names
+---------------
+Partition ``i`` of ``N`` is called ``<name>.p<i>-<salt>``: ``salt`` is the
+smallest number that puts the partition's hash slot into the ``i``-th of ``N``
+equal ranges of the 16384 slots. Names are a pure function of (name, N, i),
+so every producer and worker process agrees on them without coordination, and
+on a cluster whose masters own equal contiguous slot ranges (what
+``redis-cli --cluster create`` builds) ``N`` a multiple of the number of masters
+gives every master the same number of partitions. ``.`` and ``-`` are the only
+separators a queue name allows besides ``_``; queue names matching
+``<anything>.p<digits>-<digits>`` are reserved for partitions. Changing ``N``
+changes every name: drain the old layout (a worker on
+``ShardedQueue(name, old_n)``) before switching.
+
+Routing and ordering
+--------------------
+* A task with a dedup key goes to the partition chosen by a stable hash
+  (CRC32) of its dedup field (KIND and key), so two enqueues of the same key
+  always meet in the same partition, and dedup and merge work as on one queue.
+* Other tasks go round-robin from a random start, so many producers spread
+  evenly and none of them piles onto partition 0.
+* Priority order (critical > high > normal > low, then eligibility, then
+  creation) holds *within* a partition. Across partitions each partition is
+  claimed on its own: a LOW job of one partition can start before a CRITICAL
+  job of another partition whose worker slots are busy. Use a separate
+  (unsharded) queue for work that must overtake everything.
+
+Workers
+-------
+``Worker(sharded_queue)`` consumes every partition, each with its own claim
+loop, its own reclaimer and its own ``concurrency`` slots (a partition is a
+queue to the worker). No partition can starve another: they never compete for
+a claim loop or for slots. Size ``concurrency`` per partition.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import zlib
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import anyio
+from pydantic import BaseModel
+from redis.crc import key_slot
+
+from ._client import Client, Queue
+from ._enums import PRIORITIES_HIGH_FIRST
+from ._errors import ConfigurationError
+from ._keys import QueueKeys, validate_name
+from ._outcome import UNSET
+from ._records import JobInfo, JournalEntry
+from ._task import Task
+
+SLOTS = 16384
+MAX_PARTITIONS = 1024
+_PARTITION_RE = re.compile(r"(?P<base>.+)\.p(?P<index>\d+)-(?P<salt>\d+)")
+
+
+def partition_names(name: str, partitions: int, namespace: str = "venturi") -> list[str]:
+    """The queue names of the ``partitions`` partitions of sharded queue ``name``.
+
+    Partition ``i``'s hash slot lies in ``[i * 16384 // N, (i + 1) * 16384 // N)``.
+    """
+    validate_name(name)
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ConfigurationError(f"partitions must be 1 to {MAX_PARTITIONS}, got {partitions}")
+    names: list[str] = []
+    for i in range(partitions):
+        lo, hi = i * SLOTS // partitions, (i + 1) * SLOTS // partitions
+        salt = 0
+        while True:
+            candidate = f"{name}.p{i}-{salt}"
+            # The slot of every key of the partition: the hash tag is the name.
+            if lo <= key_slot(candidate.encode()) < hi:
+                break
+            salt += 1
+        validate_name(candidate, f"partition name (of sharded queue {name!r}, too long?)")
+        QueueKeys.for_queue(candidate, namespace)
+        names.append(candidate)
+    return names
+
+
+def parse_partition(queue_name: str) -> tuple[str, int] | None:
+    """``(sharded queue name, index)`` if ``queue_name`` looks like a partition, else None.
+
+    Only the shape is checked (the partition count is not known from one name);
+    ``group_partitions`` checks whole layouts.
+    """
+    m = _PARTITION_RE.fullmatch(queue_name)
+    if m is None:
+        return None
+    return m.group("base"), int(m.group("index"))
+
+
+def group_partitions(queue_names: Sequence[str]) -> dict[str, list[str]]:
+    """Group queue names (as ``discover_queues`` lists them) into logical queues.
+
+    Returns ``{logical name: [queue names]}``: a plain queue maps to itself; the
+    partitions of a sharded queue map to its name when they are exactly the
+    layout ``partition_names(name, N)`` for some N (empty partitions that left
+    no keys are allowed for). Anything else stays a plain queue. For the CLI and
+    stats, which show a sharded queue as one queue.
+    """
+    by_base: dict[str, set[str]] = {}
+    out: dict[str, list[str]] = {}
+    for q in queue_names:
+        parsed = parse_partition(q)
+        if parsed is None:
+            out.setdefault(q, []).append(q)
+        else:
+            by_base.setdefault(parsed[0], set()).add(q)
+    for base, found in by_base.items():
+        top = max(int(_PARTITION_RE.fullmatch(q).group("index")) for q in found)  # type: ignore[union-attr]
+        layout: list[str] | None = None
+        for n in range(top + 1, MAX_PARTITIONS + 1):
+            names = partition_names(base, n)
+            if found <= set(names):
+                layout = names
+                break
+            if n > top + 64:  # found names cannot belong to a much larger layout
+                break
+        if layout is None:
+            for q in found:
+                out.setdefault(q, []).append(q)
+        else:
+            out.setdefault(base, []).extend(q for q in layout if q in found)
+    return out
+
+
+class ShardedQueue:
+    """One logical queue spread over ``partitions`` queues (see the module docs).
+
+    Get one from ``ShardedQueue(client, name, partitions=N)``. Enqueue, read
+    and count as with a ``Queue``; give it to a ``Worker`` like a queue.
+
+    Args:
+        client: The client (a Redis Cluster client to use several masters;
+            any client works, a single Redis just gains nothing).
+        name: The logical name; partitions are named from it.
+        partitions: How many partitions (a multiple of the cluster's masters).
+    """
+
+    def __init__(self, client: Client, name: str, *, partitions: int) -> None:
+        self.client = client
+        self.name = name
+        self.partition_names = partition_names(name, partitions, client.namespace)
+        self.partitions: list[Queue] = [client.queue(n) for n in self.partition_names]
+        # Round-robin from a random start: many producers do not all begin at p0.
+        self._next = random.randrange(partitions)
+
+    def __repr__(self) -> str:
+        return f"<ShardedQueue {self.name!r} x{len(self.partitions)} at {self.client.url or 'redis'}>"
+
+    # -- routing -----------------------------------------------------------------
+
+    def partition_for(self, task: Task[Any]) -> Queue:
+        """The partition a task goes to: by dedup key if it has one, else round-robin."""
+        key = task.dedup_key()
+        if key is not None:
+            field = Queue._dedup_field(type(task).kind(), key)
+            return self.partitions[zlib.crc32(field.encode()) % len(self.partitions)]
+        q = self.partitions[self._next]
+        self._next = (self._next + 1) % len(self.partitions)
+        return q
+
+    async def partition_of(self, job_id: str) -> Queue | None:
+        """The partition holding ``job_id`` (one round trip over all partitions), or None."""
+        pipe = self.client.redis.pipeline(transaction=False)
+        for p in self.partitions:
+            pipe.exists(p.keys.job(job_id))
+        found = await pipe.execute()
+        for p, n in zip(self.partitions, found, strict=True):
+            if int(n):
+                return p
+        return None
+
+    # -- enqueue -------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        task: Task[Any],
+        *,
+        delay: float | timedelta = 0.0,
+        priority: Any = None,
+        lease: float | timedelta | None = None,
+        max_failures: int | None = UNSET,
+        carry: BaseModel | None = None,
+    ) -> str:
+        """Enqueue one task on its partition (see ``Queue.enqueue``); returns the job id."""
+        return await self.partition_for(task).enqueue(
+            task, delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=carry
+        )
+
+    async def enqueue_many(
+        self,
+        tasks: Sequence[Task[Any]],
+        *,
+        delay: float | timedelta = 0.0,
+        priority: Any = None,
+        lease: float | timedelta | None = None,
+        max_failures: int | None = UNSET,
+    ) -> list[str]:
+        """Enqueue many tasks: one ``enqueue_many`` per partition, all at once.
+
+        Returns the ids in the order of ``tasks``. Each partition's batch is
+        validated before it is sent, but partitions are independent: a bad task
+        can fail its partition's batch while others have been written.
+        """
+        groups: dict[int, list[int]] = {}
+        index = {id(p): i for i, p in enumerate(self.partitions)}
+        for pos, task in enumerate(tasks):
+            groups.setdefault(index[id(self.partition_for(task))], []).append(pos)
+        ids: list[str] = [""] * len(tasks)
+
+        async def one(part: int, positions: list[int]) -> None:
+            got = await self.partitions[part].enqueue_many(
+                [tasks[i] for i in positions],
+                delay=delay,
+                priority=priority,
+                lease=lease,
+                max_failures=max_failures,
+            )
+            for i, job_id in zip(positions, got, strict=True):
+                ids[i] = job_id
+
+        async with anyio.create_task_group() as tg:
+            for part, positions in groups.items():
+                tg.start_soon(one, part, positions)
+        return ids
+
+    # -- reading -------------------------------------------------------------------
+
+    async def get(self, job_id: str) -> JobInfo | None:
+        """A snapshot of the job (from whichever partition holds it), or None."""
+        p = await self.partition_of(job_id)
+        return None if p is None else await p.get(job_id)
+
+    async def journal(self, job_id: str) -> list[JournalEntry]:
+        """The job's journal, oldest first (empty if the job is unknown)."""
+        p = await self.partition_of(job_id)
+        return [] if p is None else await p.journal(job_id)
+
+    async def counts(self) -> dict[str, int]:
+        """Jobs per state summed over the partitions (same keys as ``Queue.counts``)."""
+        pipe = self.client.redis.pipeline(transaction=False)
+        for q in self.partitions:
+            for pr in PRIORITIES_HIGH_FIRST:
+                pipe.zcard(q.keys.pending(pr))
+            for key in (q.keys.running, q.keys.suspended, q.keys.completed, q.keys.dead):
+                pipe.zcard(key)
+        res = [int(x) for x in await pipe.execute()]
+        labels = [f"pending:{pr.label}" for pr in PRIORITIES_HIGH_FIRST]
+        labels += ["running", "suspended", "completed", "dead"]
+        out = dict.fromkeys(labels, 0)
+        for i, n in enumerate(res):
+            out[labels[i % len(labels)]] += n
+        out["pending"] = sum(out[label] for label in labels[:4])
+        return {k: out[k] for k in [*labels[:4], "pending", *labels[4:]]}
+
+    async def partition_counts(self) -> dict[str, dict[str, int]]:
+        """``Queue.counts()`` of every partition, by partition name (to see skew)."""
+        return {q.name: await q.counts() for q in self.partitions}
+
+    async def is_drained(self) -> bool:
+        """Nothing pending and nothing running in any partition."""
+        pipe = self.client.redis.pipeline(transaction=False)
+        for q in self.partitions:
+            for key in [*q.keys.pending_high_first, q.keys.running]:
+                pipe.zcard(key)
+        return sum(int(n) for n in await pipe.execute()) == 0
+
+    async def resume(self, job_id: str, value: Any = None) -> int:
+        """Resume a suspended job (see ``Queue.resume``); 0 if no partition holds it suspended."""
+        p = await self.partition_of(job_id)
+        return 0 if p is None else await p.resume(job_id, value)
+
+    async def cancel(self, job_id: str) -> str:
+        """Cancel a job (see ``Queue.cancel``); ``"not_found"`` if no partition holds it."""
+        p = await self.partition_of(job_id)
+        return "not_found" if p is None else await p.cancel(job_id)
+
+    async def pause(self) -> None:
+        """Pause claims on every partition."""
+        for p in self.partitions:
+            await p.pause()
+
+    async def resume_queue(self) -> None:
+        """Let workers claim from every partition again."""
+        for p in self.partitions:
+            await p.resume_queue()
+
+
+def expand_queues(queues: Any) -> list[Any]:
+    """A worker's queue argument as a flat list of queues (sharded queues expanded)."""
+    items = [queues] if isinstance(queues, (Queue, ShardedQueue)) else list(queues)
+    out: list[Any] = []
+    for q in items:
+        out.extend(q.partitions if isinstance(q, ShardedQueue) else [q])
+    return out
+
+
+__all__ = [
+    "ShardedQueue",
+    "expand_queues",
+    "group_partitions",
+    "parse_partition",
+    "partition_names",
+]
