@@ -106,7 +106,13 @@ class Client:
         if scheme in ("redis", "rediss", "unix"):
             import redis.asyncio as aioredis
 
-            return cls(aioredis.Redis.from_url(url, decode_responses=False), url=url, **options)
+            extra: dict[str, Any] = {}
+            if scheme == "redis":
+                from ._fastpack import fast_connection_class
+
+                if (conn_cls := fast_connection_class()) is not None:
+                    extra["connection_class"] = conn_cls
+            return cls(aioredis.Redis.from_url(url, decode_responses=False, **extra), url=url, **options)
         raise ConfigurationError(
             f"unsupported URL {url!r}: use redis://host:port/db, rediss://, unix://, memory:// "
             "or redis+cluster://host:port"
