@@ -62,9 +62,9 @@ LIBS: dict[str, Lib] = {
     for lib in [
         Lib("venturi", [], "venturi-redis", True),
         Lib("arq", ["arq", "hiredis"], "arq", True),
-        Lib("saq", ["saq[hiredis]"], "saq", True),
+        Lib("saq", ["saq[hiredis]", "typing_extensions"], "saq", True),
         Lib("taskiq", ["taskiq", "taskiq-redis", "hiredis"], "taskiq", True),
-        Lib("streaq", ["streaq", "hiredis"], "streaq", True),
+        Lib("streaq", ["streaq", "redis", "hiredis"], "streaq", True),
         Lib("bullmq", ["bullmq", "hiredis"], "bullmq", True),
         Lib("rq", ["rq", "hiredis"], "rq", False),
         Lib("dramatiq", ["dramatiq[redis]", "hiredis"], "dramatiq", False),
@@ -119,6 +119,14 @@ def lib_version(lib: Lib) -> str:
 
 
 class AdapterError(RuntimeError):
+    pass
+
+
+class DrainTimeout(AdapterError):
+    pass
+
+
+class Unsupported(AdapterError):
     pass
 
 
@@ -192,10 +200,13 @@ def wait_key(r: redis.Redis, key: str, timeout: float, worker: Worker | None = N
         if v is not None:
             return v
         if worker is not None and not worker.alive():
+            for line in worker.tail().splitlines():
+                if line.startswith("RESULT ") and "unsupported" in line:
+                    raise Unsupported(json.loads(line[7:])["unsupported"])
             raise AdapterError(f"worker exited early: {worker.tail()}")
         if time.monotonic() > deadline:
             got = r.get(COUNT)
-            raise AdapterError(f"timed out after {timeout:.0f}s waiting for {key} (count={got!r})")
+            raise DrainTimeout(f"timed out after {timeout:.0f}s waiting for {key} (count={got!r})")
         time.sleep(0.005)
 
 
@@ -232,17 +243,31 @@ def w2(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
             run_adapter(lib, "fill", url, cfg.timeout, n=cfg.n, bulk_size=cfg.bulk_size)
             w = Worker(lib, url, f"{lib.name}-w2-c{conc}-{run}.log", n=cfg.n, concurrency=conc)
             try:
-                end = float(wait_key(r, END, cfg.timeout, w))
+                end = float(wait_key(r, END, cfg.drain_timeout, w))
                 start = float(r.get(START) or 0)
                 rates.append(cfg.n / (end - start))
                 log(f"  {lib.name} W2 c={conc} run {run + 1}: {rates[-1]:,.0f} jobs/s")
+            except DrainTimeout:
+                start = float(r.get(START) or time.time())
+                done = int(r.get(COUNT) or 0)
+                slow = done / (time.time() - start)
+                err = (
+                    f"only {done:,} of {cfg.n:,} jobs done after {cfg.drain_timeout:.0f} s "
+                    f"(about {slow:,.0f} jobs/s); stopped"
+                )
+                log(f"  {lib.name} W2 c={conc}: {err}")
+                break
+            except Unsupported as exc:
+                out[str(conc)] = {"unsupported": str(exc)}
+                break
             except AdapterError as exc:
                 err = str(exc)
                 log(f"  {lib.name} W2 c={conc}: {err[:300]}")
                 break
             finally:
                 w.stop()
-        out[str(conc)] = {"median": statistics.median(rates), "runs": rates} if rates else {"error": err}
+        if str(conc) not in out:
+            out[str(conc)] = {"median": statistics.median(rates), "runs": rates} if rates else {"error": err}
     ok = {k: v["median"] for k, v in out.items() if "median" in v}
     if ok:
         best = max(ok, key=lambda k: ok[k])
@@ -253,14 +278,23 @@ def w2(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
 def w3(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str, Any]:
     p50s: list[float] = []
     p99s: list[float] = []
-    for run in range(cfg.runs):
+    conc = cfg.lat_concurrency
+    run = 0
+    while run < cfg.runs:
         r.flushall()
-        w = Worker(lib, url, f"{lib.name}-w3-{run}.log", n=cfg.lat_n, concurrency=cfg.lat_concurrency)
+        w = Worker(lib, url, f"{lib.name}-w3-{run}.log", n=cfg.lat_n, concurrency=conc)
         try:
             wait_key(r, START, 60, w)
             time.sleep(1.0)  # let the worker reach its idle wait
+            if not w.alive():
+                wait_key(r, "bench:never", 0, w)  # raises with the reason it stopped
             run_adapter(lib, "latency", url, cfg.timeout, n=cfg.lat_n, rate=cfg.rate)
-            wait_key(r, END, 60, w)
+            wait_key(r, END, cfg.drain_timeout, w)
+        except Unsupported:
+            if conc == 1:
+                raise
+            conc = 1  # a library with a single execution slot (rq)
+            continue
         except AdapterError as exc:
             log(f"  {lib.name} W3: {str(exc)[:300]}")
             return {"error": str(exc)}
@@ -270,11 +304,12 @@ def w3(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
         p50s.append(percentile(lat, 50))
         p99s.append(percentile(lat, 99))
         log(f"  {lib.name} W3 run {run + 1}: p50 {p50s[-1]:.2f} ms, p99 {p99s[-1]:.2f} ms ({len(lat)} jobs)")
+        run += 1
     return {
         "p50": statistics.median(p50s),
         "p99": statistics.median(p99s),
         "runs": {"p50": p50s, "p99": p99s},
-        "concurrency": cfg.lat_concurrency,
+        "concurrency": conc,
     }
 
 
@@ -328,6 +363,15 @@ def peer_table(results: dict[str, Any], cfg: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def brief(text: str) -> str:
+    """The gist of an error: its last line (a traceback's exception), shortened."""
+    lines = [x.strip() for x in str(text).strip().splitlines() if x.strip()]
+    gist = lines[-1] if lines else ""
+    if len(lines) > 1 and not lines[0].startswith("Traceback"):
+        gist = f"{lines[0][:120]} … {gist}"
+    return gist[:300]
+
+
 def notes_table(results: dict[str, Any]) -> str:
     lines = []
     for name, res in results.items():
@@ -337,10 +381,10 @@ def notes_table(results: dict[str, Any]) -> str:
             for key, cell in (res.get(w) or {}).items():
                 if isinstance(cell, dict) and ("error" in cell or "unsupported" in cell):
                     why = cell.get("error") or cell.get("unsupported")
-                    lines.append(f"- {name} {w} {key}: {str(why)[:300]}")
+                    lines.append(f"- {name} {w} c={key}: {brief(why)}" if key.isdigit() else f"- {name} {w} {key}: {brief(why)}")
             cell = res.get(w) or {}
             if "error" in cell and isinstance(cell["error"], str):
-                lines.append(f"- {name} {w}: {cell['error'][:300]}")
+                lines.append(f"- {name} {w}: {brief(cell['error'])}")
     return "\n".join(lines)
 
 
@@ -369,6 +413,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--w5-sizes", default="10000,100000,1000000", help="W5 pending-set sizes")
     p.add_argument("--idle-seconds", type=float, default=30.0, help="W7 idle window")
     p.add_argument("--timeout", type=float, default=600.0, help="per-process timeout (s)")
+    p.add_argument("--drain-timeout", type=float, default=120.0, help="W2/W3 give-up time per run (s)")
     p.add_argument("--write-readme", action="store_true", help="put the tables into benchmarks/README.md")
     cfg = p.parse_args()
     if cfg.quick:

@@ -1,2 +1,637 @@
-def targets(report):
-    return ""
+"""Workloads W4-W8, for venturi_redis alone (W6 also measures bullmq beside it).
+
+Called by ``run.py``; every figure here is measured against the runner's own
+redis-server. Producers run in this process (they are venturi's own client or
+raw redis-py); workers run as separate processes through the adapters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import redis
+import redis.asyncio as aioredis
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "peers"))
+
+import run as R  # noqa: E402
+import venturi_bench as VB  # noqa: E402
+
+import venturi_redis as vr  # noqa: E402
+from venturi_redis._ids import new_job_id  # noqa: E402
+from venturi_redis._keys import QueueKeys  # noqa: E402
+from venturi_redis._scripts import scripts  # noqa: E402
+
+Log = Callable[[str], None]
+QUEUE = "bench"
+
+
+def _median_of(cfg: argparse.Namespace, fn: Callable[[], float]) -> tuple[float, list[float]]:
+    runs = [fn() for _ in range(cfg.runs)]
+    return statistics.median(runs), runs
+
+
+# -- W8: the ceiling ------------------------------------------------------------------------
+
+
+class Raw:
+    """The venturi Lua scripts driven with bare redis.asyncio (hiredis), no venturi Python."""
+
+    def __init__(self, url: str) -> None:
+        self.r = aioredis.Redis.from_url(url)
+        self.k = QueueKeys.for_queue(QUEUE)
+        self.s = scripts()
+        self.payload = msgpack.packb({"i": 0, "t": 0.0})
+
+    async def load(self) -> None:
+        for name in ("enqueue", "claim", "complete"):
+            await self.r.script_load(self.s[name].source)
+
+    def enqueue_args(self, ids: list[str]) -> tuple[list[str], list[Any]]:
+        keys: list[str] = [self.k.dedup]
+        args: list[Any] = ["", self.k.wake, len(ids), "nx"]
+        pend = self.k.pending(vr.Priority.NORMAL)
+        for i in ids:
+            keys += [self.k.job(i), self.k.journal(i), pend]
+            args += [i, "noop", "normal", 0, self.payload, "", "", "", ""]
+        return keys, args
+
+    async def enqueue(self, ids: list[str]) -> None:
+        keys, args = self.enqueue_args(ids)
+        await self.r.evalsha(self.s["enqueue"].sha, len(keys), *keys, *args)
+
+    async def claim(self, count: int) -> list[tuple[str, str]]:
+        k = self.k
+        keys = [*k.pending_high_first, k.running, k.dedup, k.meta]
+        reply = await self.r.evalsha(
+            self.s["claim"].sha, len(keys), *keys, k.prefix, "", count, "w8", "tok", 30000
+        )
+        return [(reply[i].decode(), reply[i + 6].decode()) for i in range(2, len(reply), 12)]
+
+    def complete_call(self, pipe: Any, job_id: str, token: str) -> Any:
+        k = self.k
+        return pipe.evalsha(
+            self.s["complete"].sha,
+            4,
+            k.job(job_id),
+            k.journal(job_id),
+            k.running,
+            k.completed,
+            job_id,
+            token,
+            "",
+            "",
+            "",
+            "",
+            "",
+        )
+
+    async def aclose(self) -> None:
+        await self.r.aclose()
+
+
+async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dict[str, Any]:
+    raw = Raw(url)
+    out: dict[str, Any] = {}
+    n = cfg.n
+    try:
+        # The bare round trip: EVALSHA of `return 1`, and PING.
+        sha = await raw.r.script_load("return 1")
+
+        async def evalsha_rt() -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                await raw.r.evalsha(sha, 0)
+            return n / (time.perf_counter() - t0)
+
+        async def ping_rt() -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                await raw.r.ping()
+            return n / (time.perf_counter() - t0)
+
+        async def enqueue_single() -> float:
+            r.flushall()
+            await raw.load()
+            ids = [new_job_id() for _ in range(n)]
+            t0 = time.perf_counter()
+            for i in ids:
+                await raw.enqueue([i])
+            return n / (time.perf_counter() - t0)
+
+        async def enqueue_batch(size: int) -> float:
+            r.flushall()
+            await raw.load()
+            ids = [new_job_id() for _ in range(n)]
+            t0 = time.perf_counter()
+            for s in range(0, n, size):
+                await raw.enqueue(ids[s : s + size])
+            return n / (time.perf_counter() - t0)
+
+        async def drain(batch: int) -> float:
+            r.flushall()
+            await raw.load()
+            ids = [new_job_id() for _ in range(n)]
+            for s in range(0, n, 500):
+                await raw.enqueue(ids[s : s + 500])
+            done = 0
+            t0 = time.perf_counter()
+            while done < n:
+                jobs = await raw.claim(batch)
+                if not jobs:
+                    break
+                if len(jobs) == 1:
+                    await raw.complete_call(raw.r, *jobs[0])
+                else:
+                    pipe = raw.r.pipeline(transaction=False)
+                    for job_id, token in jobs:
+                        raw.complete_call(pipe, job_id, token)
+                    await pipe.execute()
+                done += len(jobs)
+            return done / (time.perf_counter() - t0)
+
+        async def med(fn: Callable[[], Any]) -> dict[str, Any]:
+            runs = [await fn() for _ in range(cfg.runs)]
+            return {"median": statistics.median(runs), "runs": runs}
+
+        out["ping"] = await med(ping_rt)
+        out["evalsha_return_1"] = await med(evalsha_rt)
+        out["enqueue_1_per_call"] = await med(enqueue_single)
+        out["enqueue_500_per_call"] = await med(lambda: enqueue_batch(500))
+        for b in (1, 10, 100):
+            out[f"drain_claim_{b}"] = await med(lambda b=b: drain(b))
+        best = max((k for k in out if k.startswith("drain_")), key=lambda k: out[k]["median"])
+        out["drain_ceiling"] = {"median": out[best]["median"], "variant": best}
+        for key, cell in out.items():
+            log(f"  venturi W8 {key}: {cell['median']:,.0f}/s")
+    finally:
+        await raw.aclose()
+    return out
+
+
+# -- W7: Redis commands per job, idle worker ---------------------------------------------------
+
+
+def commandstats(r: redis.Redis) -> dict[str, int]:
+    info = r.info("commandstats")
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
+
+
+async def w7(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dict[str, Any]:
+    lib = R.LIBS["venturi"]
+    n = min(cfg.n, 2000)
+    out: dict[str, Any] = {"jobs": n}
+    for label, mode in (("single enqueue", "single"), ("enqueue_many", "bulk")):
+        r.flushall()
+        r.config_resetstat()
+        R.run_adapter(lib, "enqueue", url, cfg.timeout, n=n, mode=mode, bulk_size=cfg.bulk_size)
+        w = R.Worker(lib, url, f"venturi-w7-{mode}.log", n=n, concurrency=10)
+        try:
+            R.wait_key(r, R.END, cfg.drain_timeout, w)
+        finally:
+            w.stop()
+        stats = commandstats(r)
+        # Not the queue's: the recorder (INCR per job, SET start/end), this
+        # process's INFO/FLUSHALL/CONFIG and the wait loop's GETs.
+        for cmd in ("incr", "info", "flushall", "config|resetstat", "get", "set", "client|setname"):
+            stats.pop(cmd, None)
+        per_job = {k: v / n for k, v in sorted(stats.items(), key=lambda kv: -kv[1])}
+        top = sum(v for k, v in stats.items() if k.startswith("evalsha") or k.startswith("script"))
+        out[label] = {
+            "commands_per_job": sum(stats.values()) / n,
+            "script_calls_per_job": top / n,
+            "by_command": per_job,
+        }
+        log(
+            f"  venturi W7 {label}: {sum(stats.values()) / n:.1f} commands/job "
+            f"({top / n:.2f} script calls/job)"
+        )
+    # An idle worker: empty queue, default settings.
+    r.flushall()
+    w = R.Worker(lib, url, "venturi-w7-idle.log", n=1, concurrency=16)
+    try:
+        R.wait_key(r, R.START, 60, w)
+        time.sleep(3.0)
+        r.config_resetstat()
+        time.sleep(cfg.idle_seconds)
+        stats = commandstats(r)
+    finally:
+        w.stop()
+    for cmd in ("info", "config|resetstat"):
+        stats.pop(cmd, None)
+    total = sum(stats.values())
+    # What the worker itself sends (the rest runs inside its scripts).
+    sent = sum(v for k, v in stats.items() if k.startswith(("evalsha", "ping", "subscribe", "zcard")))
+    out["idle"] = {
+        "seconds": cfg.idle_seconds,
+        "commands_per_second": total / cfg.idle_seconds,
+        "round_trips_per_second": sent / cfg.idle_seconds,
+        "by_command": {k: v / cfg.idle_seconds for k, v in stats.items()},
+    }
+    log(f"  venturi W7 idle: {total / cfg.idle_seconds:.2f} commands/s over {cfg.idle_seconds:.0f} s")
+    return out
+
+
+# -- W6: memory ---------------------------------------------------------------------------------
+
+
+def used_memory(r: redis.Redis) -> int:
+    return int(r.info("memory")["used_memory"])
+
+
+def w6_lib(name: str, url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dict[str, Any]:
+    lib = R.LIBS[name]
+    err = R.setup_lib(lib)
+    if err:
+        return {"error": err}
+    n = cfg.n
+    r.flushall()
+    time.sleep(0.2)
+    base = used_memory(r)
+    R.run_adapter(lib, "fill", url, cfg.timeout, n=n, bulk_size=cfg.bulk_size)
+    pending = used_memory(r) - base
+    w = R.Worker(lib, url, f"{name}-w6.log", n=n, concurrency=10)
+    try:
+        R.wait_key(r, R.END, cfg.drain_timeout, w)
+        time.sleep(0.5)
+    finally:
+        w.stop()
+    r.delete(R.COUNT, R.START, R.END)
+    finished = used_memory(r) - base
+    res = {"pending_bytes_per_job": pending / n, "finished_bytes_per_job": finished / n, "jobs": n}
+    log(f"  {name} W6: {pending / n:,.0f} B/pending job, {finished / n:,.0f} B/finished job")
+    return res
+
+
+def venturi_key_sizes(r: redis.Redis) -> dict[str, Any]:
+    """MEMORY USAGE of one pending venturi job's own keys (exact: SAMPLES 0)."""
+    k = QueueKeys.for_queue(QUEUE)
+    jid = r.zrange(k.pending(vr.Priority.NORMAL), 0, 0)
+    if not jid:
+        return {}
+    i = jid[0].decode()
+    hash_b = r.memory_usage(k.job(i), samples=0) or 0
+    journal_b = r.memory_usage(k.journal(i), samples=0) or 0
+    zcard = r.zcard(k.pending(vr.Priority.NORMAL)) or 1
+    zset_b = (r.memory_usage(k.pending(vr.Priority.NORMAL), samples=0) or 0) / zcard
+    return {"job_hash": hash_b, "journal_stream": journal_b, "pending_zset_share": zset_b}
+
+
+async def w6(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    lib = R.LIBS["venturi"]
+    R.setup_lib(lib)
+    # venturi first, with its per-key breakdown taken while the jobs are pending.
+    r.flushall()
+    R.run_adapter(lib, "fill", url, cfg.timeout, n=100, bulk_size=100)
+    out["venturi_keys"] = venturi_key_sizes(r)
+    out["venturi"] = w6_lib("venturi", url, r, cfg, log)
+    if "bullmq" in R.LIBS:
+        out["bullmq"] = w6_lib("bullmq", url, r, cfg, log)
+    return out
+
+
+# -- W5: cost vs pending-set size ----------------------------------------------------------------
+
+
+async def w5(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dict[str, Any]:
+    raw = Raw(url)
+    client = vr.Client.from_url(url)
+    q = client.queue(QUEUE)
+    ops = 1000
+    out: dict[str, Any] = {"ops_per_measure": ops, "sizes": {}}
+    try:
+        r.flushall()
+        await raw.load()
+        # Jobs holding dedup keys, so that merges have pending candidates; delayed
+        # an hour so that the claims below never take them.
+        await q.enqueue_many([VB.Mixed(i=i, key=f"k{i}") for i in range(ops)], delay=3600)
+        filled = ops
+        for size in sorted(cfg.w5_sizes):
+            t_fill = time.perf_counter()
+            while filled < size:
+                step = min(5000, size - filled)
+                ids = [new_job_id() for _ in range(step)]
+                pipe = raw.r.pipeline(transaction=False)
+                for s in range(0, step, 500):
+                    keys, args = raw.enqueue_args(ids[s : s + 500])
+                    pipe.evalsha(raw.s["enqueue"].sha, len(keys), *keys, *args)
+                await pipe.execute()
+                filled += step
+            log(f"  venturi W5: {filled:,} pending (filled in {time.perf_counter() - t_fill:.0f} s)")
+            cell: dict[str, float] = {}
+            for i in range(100):  # warm up connections and caches
+                await q.enqueue(VB.Noop(i=i))
+                await raw.claim(1)
+                await q.enqueue(VB.Mixed(i=i, key=f"k{i}"))
+            t0 = time.perf_counter()
+            for i in range(ops):
+                await q.enqueue(VB.Noop(i=i))
+            cell["enqueue_us"] = (time.perf_counter() - t0) / ops * 1e6
+            t0 = time.perf_counter()
+            for _ in range(ops):
+                await raw.claim(1)
+            cell["claim_us"] = (time.perf_counter() - t0) / ops * 1e6
+            t0 = time.perf_counter()
+            for i in range(ops):
+                await q.enqueue(VB.Mixed(i=i, key=f"k{i}"))
+            cell["merge_us"] = (time.perf_counter() - t0) / ops * 1e6
+            cell["pending"] = int(sum(r.zcard(k) for k in q.keys.pending_high_first))
+            cell["used_memory_mb"] = used_memory(r) / 2**20
+            out["sizes"][str(size)] = cell
+            log(
+                f"  venturi W5 @ {size:,}: enqueue {cell['enqueue_us']:.0f} µs, "
+                f"claim {cell['claim_us']:.0f} µs, merge {cell['merge_us']:.0f} µs"
+            )
+    finally:
+        await client.aclose()
+        await raw.aclose()
+        r.flushall()
+    return out
+
+
+# -- W4: mixed lifecycle --------------------------------------------------------------------------
+
+
+async def w4(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dict[str, Any]:
+    """10% retries, 10% pauses, 10% dedup merges, against the plain drain (W2 shape)."""
+    lib = R.LIBS["venturi"]
+    n = cfg.n
+    tenth = n // 10
+    distinct = n - tenth  # the last tenth of the enqueues merge into pending jobs
+    enq_rates: list[float] = []
+    drain_rates: list[float] = []
+    for run in range(cfg.runs):
+        r.flushall()
+        client = vr.Client.from_url(url)
+        q = client.queue(QUEUE)
+        tasks: list[VB.Mixed] = []
+        for i in range(distinct):
+            mode = "retry" if i < tenth else "pause" if i < 2 * tenth else "ok"
+            key = f"k{i}" if i >= distinct - tenth else ""
+            tasks.append(VB.Mixed(i=i, mode=mode, key=key))
+        for j in range(tenth):
+            i = distinct - tenth + j
+            tasks.append(VB.Mixed(i=i, mode="ok", key=f"k{i}"))
+        t0 = time.perf_counter()
+        for t in tasks:
+            await q.enqueue(t)
+        enq_rates.append(n / (time.perf_counter() - t0))
+        pending = sum(r.zcard(k) for k in q.keys.pending_high_first)
+        await client.aclose()
+        assert pending == distinct, f"expected {distinct} pending after merges, found {pending}"
+        w = R.Worker(lib, url, f"venturi-w4-{run}.log", n=distinct, concurrency=10)
+        try:
+            end = float(R.wait_key(r, R.END, cfg.drain_timeout, w))
+            start = float(r.get(R.START) or 0)
+        finally:
+            w.stop()
+        drain_rates.append(distinct / (end - start))
+        log(
+            f"  venturi W4 run {run + 1}: enqueue {enq_rates[-1]:,.0f} tasks/s, "
+            f"drain {drain_rates[-1]:,.0f} jobs/s ({distinct:,} jobs, {n + tenth:,} runs)"
+        )
+    return {
+        "enqueue_tasks_per_s": statistics.median(enq_rates),
+        "drain_jobs_per_s": statistics.median(drain_rates),
+        "jobs": distinct,
+        "runs_per_drain": n + tenth,
+        "concurrency": 10,
+        "raw": {"enqueue": enq_rates, "drain": drain_rates},
+    }
+
+
+# -- entry points -------------------------------------------------------------------------------
+
+
+async def run_all(
+    url: str, r: redis.Redis, cfg: argparse.Namespace, workloads: list[str], log: Log
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, fn in (("W8", w8), ("W7", w7), ("W4", w4), ("W6", w6), ("W5", w5)):
+        if name in workloads:
+            log(f"venturi {name}")
+            try:
+                out[name] = await fn(url, r, cfg, log)
+            except Exception as exc:  # a failed workload is reported, the others still run
+                log(f"  venturi {name} failed: {exc!r}")
+                out[name] = {"error": repr(exc)}
+    return out
+
+
+def tables(x: dict[str, Any], cfg: argparse.Namespace, machine: str) -> str:
+    parts: list[str] = []
+    if "W8" in x and "error" not in x["W8"]:
+        w = x["W8"]
+        rows = [
+            ("redis-py PING round trip", "ping"),
+            ("redis-py EVALSHA `return 1` round trip", "evalsha_return_1"),
+            ("enqueue.lua, 1 job per call, sequential", "enqueue_1_per_call"),
+            ("enqueue.lua, 500 jobs per call", "enqueue_500_per_call"),
+            ("claim.lua (1) + complete.lua, sequential", "drain_claim_1"),
+            ("claim.lua (10) + 10 complete.lua in one pipeline", "drain_claim_10"),
+            ("claim.lua (100) + 100 complete.lua in one pipeline", "drain_claim_100"),
+        ]
+        lines = ["| W8 ceiling (no venturi Python) | ops/s |", "|---|---|"]
+        lines += [f"| {label} | {w[key]['median']:,.0f} |" for label, key in rows if key in w]
+        parts.append(
+            f"### W8: the ceiling ({cfg.n:,} jobs, median of {cfg.runs})\n\n{machine}\n\n" + "\n".join(lines)
+        )
+    if "W7" in x and "error" not in x["W7"]:
+        w = x["W7"]
+        lines = ["| W7 | Redis commands per job | script calls per job |", "|---|---|---|"]
+        for label in ("single enqueue", "enqueue_many"):
+            if label in w:
+                c = w[label]
+                lines.append(
+                    f"| enqueue ({label}) + claim + complete | {c['commands_per_job']:.1f} | "
+                    f"{c['script_calls_per_job']:.2f} |"
+                )
+        top = w["single enqueue"]["by_command"]
+        detail = ", ".join(f"{k} {v:.2f}" for k, v in list(top.items())[:12])
+        idle = w["idle"]
+        idle_detail = ", ".join(f"{k} {v:.2f}" for k, v in idle["by_command"].items())
+        parts.append(
+            f"### W7: Redis commands ({w['jobs']:,} jobs, worker concurrency 10; "
+            "INFO commandstats deltas, commands inside scripts included)\n\n"
+            f"{machine}\n\n" + "\n".join(lines) + f"\n\nPer job, single enqueue path: {detail}.\n\n"
+            f"Idle worker (default settings, empty queue, {idle['seconds']:.0f} s): "
+            f"**{idle['commands_per_second']:.2f} commands/s** counting the commands its scripts run, "
+            f"{idle['round_trips_per_second']:.2f} commands/s sent by the worker itself "
+            f"({idle_detail or 'none'})."
+        )
+    if "W4" in x and "error" not in x["W4"]:
+        w = x["W4"]
+        parts.append(
+            f"### W4: mixed lifecycle ({cfg.n:,} enqueues: 10% retries, 10% pauses, 10% dedup merges; "
+            f"median of {cfg.runs})\n\n{machine}\n\n"
+            "| W4 | rate |\n|---|---|\n"
+            f"| single enqueue, sequential (10% of them merges) | {w['enqueue_tasks_per_s']:,.0f} tasks/s |\n"
+            f"| drain at concurrency {w['concurrency']} ({w['jobs']:,} jobs, {w['runs_per_drain']:,} runs) "
+            f"| {w['drain_jobs_per_s']:,.0f} jobs/s |"
+        )
+    if "W6" in x and "error" not in x["W6"]:
+        w = x["W6"]
+        lines = ["| W6 | bytes per pending job | bytes per retained finished job |", "|---|---|---|"]
+        for name in ("venturi", "bullmq"):
+            c = w.get(name) or {}
+            if "pending_bytes_per_job" in c:
+                lines.append(
+                    f"| {name} | {c['pending_bytes_per_job']:,.0f} | {c['finished_bytes_per_job']:,.0f} |"
+                )
+            elif c:
+                lines.append(f"| {name} | error: {str(c.get('error'))[:100]} | |")
+        keys = w.get("venturi_keys") or {}
+        breakdown = ", ".join(f"{k} {v:,.0f} B" for k, v in keys.items())
+        parts.append(
+            f"### W6: Redis memory (`INFO memory` used_memory delta over {cfg.n:,} jobs)\n\n{machine}\n\n"
+            + "\n".join(lines)
+            + (f"\n\nOne pending venturi job, `MEMORY USAGE ... SAMPLES 0`: {breakdown}." if breakdown else "")
+        )
+    if "W5" in x and "error" not in x["W5"]:
+        w = x["W5"]
+        sizes = list(w["sizes"])
+        base = w["sizes"][sizes[0]]
+        lines = [
+            "| pending jobs | enqueue µs | claim µs | merge µs | ratio to smallest (enq / claim / merge) |",
+            "|---|---|---|---|---|",
+        ]
+        for s in sizes:
+            c = w["sizes"][s]
+            ratios = " / ".join(f"{c[k] / base[k]:.2f}" for k in ("enqueue_us", "claim_us", "merge_us"))
+            lines.append(
+                f"| {int(s):,} | {c['enqueue_us']:.0f} | {c['claim_us']:.0f} | {c['merge_us']:.0f} | {ratios} |"
+            )
+        parts.append(
+            f"### W5: cost against the pending-set size ({w['ops_per_measure']:,} sequential ops each; "
+            f"sizes run: {', '.join(f'{int(s):,}' for s in sizes)})\n\n{machine}\n\n" + "\n".join(lines)
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+def targets(report: dict[str, Any]) -> str:
+    """Which issue-6 targets the measured figures meet."""
+    libs = report.get("libraries", {})
+    x = report.get("venturi_only", {})
+    rows: list[tuple[str, str, str]] = []
+
+    def cell(lib: str, w: str, key: str) -> float | None:
+        c = (libs.get(lib, {}).get(w) or {}).get(key) or {}
+        v = c.get("median")
+        return float(v) if v is not None else None
+
+    def verdict(ok: bool | None) -> str:
+        return "n/a" if ok is None else ("**met**" if ok else "not met")
+
+    ven = libs.get("venturi", {})
+    peers = [n for n in libs if n != "venturi" and "skipped" not in libs[n]]
+    best = (ven.get("W2") or {}).get("best")
+    w8 = x.get("W8") or {}
+    if best:
+        peer_best = [((libs[p].get("W2") or {}).get("best") or {}).get("median") for p in peers]
+        pb = [(v, p) for v, p in zip(peer_best, peers, strict=True) if v]
+        if pb:
+            top, who = max(pb)
+            rows.append(
+                (
+                    "W2 drain ≥ 2× the fastest peer",
+                    f"{best['median']:,.0f} vs {who} {top:,.0f} = {best['median'] / top:.2f}×",
+                    verdict(best["median"] >= 2 * top),
+                )
+            )
+        if "drain_ceiling" in w8:
+            ceil = w8["drain_ceiling"]["median"]
+            rows.append(
+                (
+                    "W2 drain ≥ 50% of the W8 ceiling",
+                    f"{best['median']:,.0f} / {ceil:,.0f} = {best['median'] / ceil:.0%}",
+                    verdict(best["median"] >= 0.5 * ceil),
+                )
+            )
+    single = cell("venturi", "W1", "single")
+    if single:
+        async_peers = [p for p in peers if R.LIBS[p].is_async]
+        ps = [(cell(p, "W1", "single"), p) for p in async_peers]
+        ps2 = [(v, p) for v, p in ps if v]
+        if ps2:
+            top, who = max(ps2)
+            rows.append(
+                (
+                    "W1 single enqueue ahead of every async peer",
+                    f"{single:,.0f} vs {who} {top:,.0f}",
+                    verdict(single > top),
+                )
+            )
+        if "evalsha_return_1" in w8:
+            rt = w8["evalsha_return_1"]["median"]
+            rows.append(
+                (
+                    "W1 single enqueue within 1.3× of a bare EVALSHA round trip",
+                    f"{rt:,.0f} / {single:,.0f} = {rt / single:.2f}×",
+                    verdict(rt / single <= 1.3),
+                )
+            )
+    bulk = cell("venturi", "W1", "bulk")
+    if bulk:
+        pb2 = [(cell(p, "W1", "bulk"), p) for p in peers]
+        pb3 = [(v, p) for v, p in pb2 if v]
+        if pb3:
+            top, who = max(pb3)
+            rows.append(
+                (
+                    "W1 bulk ≥ 2× the fastest peer bulk API",
+                    f"{bulk:,.0f} vs {who} {top:,.0f} = {bulk / top:.2f}×",
+                    verdict(bulk >= 2 * top),
+                )
+            )
+    w3 = ven.get("W3") or {}
+    if "p50" in w3:
+        rows.append(
+            (
+                "W3 p50 ≤ 1 ms and p99 ≤ 2 ms",
+                f"p50 {w3['p50']:.2f} ms, p99 {w3['p99']:.2f} ms",
+                verdict(w3["p50"] <= 1 and w3["p99"] <= 2),
+            )
+        )
+    w5 = x.get("W5") or {}
+    if w5.get("sizes"):
+        sizes = list(w5["sizes"])
+        lo, hi = w5["sizes"][sizes[0]], w5["sizes"][sizes[-1]]
+        worst = max(hi[k] / lo[k] for k in ("enqueue_us", "claim_us", "merge_us"))
+        rows.append(
+            (
+                f"W5 cost at {int(sizes[-1]):,} pending within 1.2× of {int(sizes[0]):,}",
+                f"worst ratio {worst:.2f}",
+                verdict(worst <= 1.2) + ("" if int(sizes[-1]) >= 1_000_000 else " (not at 1M)"),
+            )
+        )
+    w7 = x.get("W7") or {}
+    if "idle" in w7:
+        cps = w7["idle"]["commands_per_second"]
+        sent = w7["idle"].get("round_trips_per_second", cps)
+        rows.append(
+            (
+                "W7 idle worker ≤ 2 Redis commands/s",
+                f"{cps:.2f}/s with script-internal commands, {sent:.2f}/s sent",
+                verdict(cps <= 2) + ("" if cps <= 2 else f" (met if only sent commands count: {sent <= 2})"),
+            )
+        )
+    w6 = x.get("W6") or {}
+    if "pending_bytes_per_job" in (w6.get("venturi") or {}) and "pending_bytes_per_job" in (
+        w6.get("bullmq") or {}
+    ):
+        v, b = w6["venturi"]["pending_bytes_per_job"], w6["bullmq"]["pending_bytes_per_job"]
+        rows.append(("W6 memory per pending job ≤ bullmq's", f"{v:,.0f} B vs {b:,.0f} B", verdict(v <= b)))
+    if not rows:
+        return ""
+    lines = ["| target (issue 6) | measured | verdict |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "### Targets\n\n" + "\n".join(lines) + "\n"

@@ -167,3 +167,25 @@ async def time_async(
         for s in range(0, n, bulk_size):
             await bulk(range(s, min(s + bulk_size, n)))
     emit({"seconds": time.perf_counter() - t0, "n": n})
+
+
+_SYNC_REC: SyncRecorder | None = None
+
+
+def sync_hit(t: float = 0.0) -> None:
+    """The no-op handler body for synchronous libraries (the recorder comes from the env)."""
+    global _SYNC_REC
+    if _SYNC_REC is None:
+        import os
+
+        _SYNC_REC = SyncRecorder(os.environ["BENCH_URL"], int(os.environ["BENCH_N"]))
+    _SYNC_REC.hit(t)
+
+
+def sync_worker_env(a: argparse.Namespace) -> SyncRecorder:
+    """Export what ``sync_hit`` needs (also to forked children) and return a recorder."""
+    import os
+
+    os.environ["BENCH_URL"] = a.url
+    os.environ["BENCH_N"] = str(a.n)
+    return SyncRecorder(a.url, a.n)

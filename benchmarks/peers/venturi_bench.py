@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common as c  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 
 import venturi_redis as vr  # noqa: E402
 
@@ -24,6 +25,36 @@ class Noop(vr.Task):
 class NoopJob(Noop, vr.Handler[c.AsyncRecorder]):
     async def handle(self, ctx: vr.Context[vr.NoCarry], rec: c.AsyncRecorder) -> vr.Outcome:
         await rec.hit(self.t)
+        return vr.Outcome.completed()
+
+
+class Tries(BaseModel):
+    n: int = 0
+
+
+class Mixed(vr.Task[Tries]):
+    """W4: ``mode`` 'ok' completes, 'retry' fails its first run, 'pause' pauses once."""
+
+    KIND: ClassVar[str] = "mixed"
+    i: int = 0
+    mode: str = "ok"
+    key: str = ""
+
+    def dedup_key(self) -> str | None:
+        return self.key or None
+
+    def backoff(self) -> vr.Backoff | None:
+        return vr.Backoff.fibonacci(base=0.001, cap=0.005)
+
+
+class MixedJob(Mixed, vr.Handler[c.AsyncRecorder]):
+    async def handle(self, ctx: vr.Context[Tries], rec: c.AsyncRecorder) -> vr.Outcome:
+        ctx.carry.n += 1
+        if ctx.carry.n == 1 and self.mode == "retry":
+            raise RuntimeError("first run fails")
+        if ctx.carry.n == 1 and self.mode == "pause":
+            return vr.Outcome.pause_in(0)
+        await rec.hit()
         return vr.Outcome.completed()
 
 
@@ -49,7 +80,7 @@ async def main(a: Any) -> None:
         else:
             rec = c.AsyncRecorder(a.url, a.n)
             w = vr.Worker(q, state=rec, concurrency=a.concurrency, handle_signals=True)
-            w.register(NoopJob)
+            w.register(NoopJob, MixedJob)
             await rec.mark_start()
             await w.run()
     finally:
