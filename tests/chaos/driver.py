@@ -65,14 +65,28 @@ class Driver:
             )
         )
 
-    async def retry(self, job_id: str, token: str, note: str = "boom") -> list[Any]:
+    async def retry(
+        self, job_id: str, token: str, note: str = "boom", base_ms: int = 10, cap_ms: int = 50
+    ) -> list[Any]:
         k = self.k
         prio = await self.priority(job_id)
         return list(
             await self._call(
                 "retry",
                 [k.job(job_id), k.journal(job_id), k.running, k.pending(prio), k.dead, k.dedup],
-                [job_id, token, self.c.now_arg(), note, b"", b"", 10, 50, "0.25", self.max_failures, k.wake],
+                [
+                    job_id,
+                    token,
+                    self.c.now_arg(),
+                    note,
+                    b"",
+                    b"",
+                    base_ms,
+                    cap_ms,
+                    "0.25",
+                    self.max_failures,
+                    k.wake,
+                ],
             )
         )
 
