@@ -8,6 +8,7 @@ independently of the queue's own bookkeeping.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -88,4 +89,24 @@ class PoisonJob(Poison, vr.Handler[ChaosState]):
         os._exit(17)
 
 
-HANDLERS: tuple[type[Any], ...] = (WorkJob, StaleJob, PoisonJob)
+class Blocker(vr.Task):
+    """Its first run blocks for ``seconds``: the event loop itself (``time.sleep``),
+    or a worker thread (``anyio.to_thread.run_sync``, the remedy)."""
+
+    KIND: ClassVar[str] = "chaos.blocker"
+    seconds: float
+    in_thread: bool = False
+
+
+class BlockerJob(Blocker, vr.Handler[ChaosState]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: ChaosState) -> vr.Outcome:
+        await state.redis.rpush(state.started_key(), ctx.job_id)
+        if ctx.run_count == 1:
+            if self.in_thread:
+                await anyio.to_thread.run_sync(time.sleep, self.seconds)
+            else:
+                time.sleep(self.seconds)  # blocking the loop is the point
+        return vr.Outcome.completed()
+
+
+HANDLERS: tuple[type[Any], ...] = (WorkJob, StaleJob, PoisonJob, BlockerJob)
