@@ -56,14 +56,8 @@ class ClusterNode:
 
     def info(self, section: str) -> dict[str, str]:
         with self.conn() as r:
-            raw = r.execute_command("INFO", section)
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        out: dict[str, str] = {}
-        for line in text.splitlines():
-            if ":" in line and not line.startswith("#"):
-                k, v = line.split(":", 1)
-                out[k] = v.strip()
-        return out
+            raw = r.info(section)
+        return {str(k): str(v) for k, v in raw.items()}
 
     def cluster_info(self) -> dict[str, str]:
         with self.conn() as r:
@@ -137,6 +131,10 @@ class LocalCluster:
                 # the tests kill masters on purpose.
                 "--cluster-replica-validity-factor",
                 "0",
+                # A replica's first full sync starts at once instead of after
+                # the default 5 s diskless-sync delay.
+                "--repl-diskless-sync-delay",
+                "0",
                 *self.extra,
             )
             role = "master" if i < self.masters else "replica"
@@ -205,6 +203,15 @@ class LocalCluster:
     def kill(self, node: ClusterNode) -> None:
         """SIGKILL one node (no shutdown save, no goodbye on the cluster bus)."""
         node.server.kill()
+
+    def restart(self, node: ClusterNode) -> None:
+        """Start a killed node again (same port, same nodes.conf) and wait until all is healthy.
+
+        A master that lost its slots to a failover rejoins as a replica of the
+        node that replaced it, as it would under an orchestrator.
+        """
+        node.server.start()
+        self._wait(self.healthy, f"{node.port} to rejoin and sync")
 
     def wait_for_failover(self, dead: ClusterNode, timeout: float = 30.0) -> ClusterNode:
         """Wait until a replica of ``dead`` serves its slots; return that new master."""
