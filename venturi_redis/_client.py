@@ -106,7 +106,12 @@ class Client:
         if scheme in ("redis", "rediss", "unix"):
             import redis.asyncio as aioredis
 
-            extra: dict[str, Any] = {}
+            # Every command waits at most 5 s for its reply: a connection that
+            # went silent (a half-open TCP connection, a hung server) then fails
+            # and is replaced instead of hanging a worker's claim loop forever.
+            # redis-py >= 6 has this default; 5.x waits forever. A
+            # ``?socket_timeout=`` in the URL wins.
+            extra: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
             if scheme == "redis":
                 from ._fastpack import fast_connection_class
 
