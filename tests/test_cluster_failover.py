@@ -36,6 +36,7 @@ pytestmark = pytest.mark.anyio
 LONG = os.environ.get("VENTURI_LONG", "") not in ("", "0")
 BEFORE, AFTER = (3000, 3000) if LONG else (400, 400)  # acknowledged enqueues before / after the kill
 QUEUES = 6
+PRODUCERS = 8
 
 
 class Tick(vr.Task):
@@ -92,25 +93,35 @@ async def _run(durable: bool) -> dict[str, Any]:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(worker.run)
-                n = 0
                 deadline = time.monotonic() + 90
-                while len(acked) < BEFORE + AFTER or not recovered_at:
-                    assert time.monotonic() < deadline, f"producers stuck at {len(acked)} acks"
-                    if len(acked) >= BEFORE and not killed_at:
-                        cluster.kill(victim)
-                        killed_at = time.monotonic()
-                        tg.start_soon(operator)
-                    q = queues[n % QUEUES]
-                    n += 1
-                    try:
-                        job_id = await q.enqueue(Tick(n=n))
-                    except (RedisError, OSError):
-                        errors += 1
-                        await anyio.sleep(0.05)
-                        continue
-                    acked[job_id] = q.name
-                    if killed_at and not recovered_at and q.name in on_victim:
-                        recovered_at = time.monotonic()
+                counter = iter(range(10**9))
+
+                async def produce(start: int) -> None:
+                    # PRODUCERS of these run at once, so several enqueues are in
+                    # flight on the victim when it dies (the window WAIT closes).
+                    nonlocal errors, killed_at, recovered_at
+                    while len(acked) < BEFORE + AFTER or not recovered_at:
+                        assert time.monotonic() < deadline, f"producers stuck at {len(acked)} acks"
+                        if len(acked) >= BEFORE and not killed_at:
+                            cluster.kill(victim)
+                            killed_at = time.monotonic()
+                            tg.start_soon(operator)
+                        n = next(counter)
+                        q = queues[(start + n) % QUEUES]
+                        began = time.monotonic()
+                        try:
+                            job_id = await q.enqueue(Tick(n=n))
+                        except (RedisError, OSError):
+                            errors += 1
+                            await anyio.sleep(0.05)
+                            continue
+                        acked[job_id] = q.name
+                        if killed_at and began > killed_at and not recovered_at and q.name in on_victim:
+                            recovered_at = time.monotonic()
+
+                async with anyio.create_task_group() as producers:
+                    for k in range(PRODUCERS):
+                        producers.start_soon(produce, k)
                 # Drain: every surviving job completes, nothing stays running.
                 with anyio.fail_after(60):
                     while not all([await q.is_drained() for q in queues]):
