@@ -110,6 +110,9 @@ class _Job:
     ctx: Context[Any] | None = None
     lost: bool = False
     cancel_requested: bool = False  # an operator's cancel, seen through `extend`
+    # Set once the run's transition is on its way: a renewal that then finds the
+    # job finished is our own commit landing first, not a lost lease.
+    committing: bool = False
     started: float = field(default_factory=time.monotonic)
 
 
@@ -308,7 +311,7 @@ class _Runner:
                         job.ctx._cancel("cancelled by an operator")
                 continue
             job = self.active.get(text)
-            if job is not None and not job.lost:
+            if job is not None and not job.lost and not job.committing:
                 job.lost = True
                 log.error(
                     "queue %s: lease on job %s (%s) was lost; its outcome will be refused",
@@ -832,6 +835,7 @@ class Worker(Generic[StateT]):
             raise ValueError(action)
         name, keys, args = call
         attempt = 0
+        job.committing = True
         while True:
             try:
                 committer = self._committers.get(id(q.client))
