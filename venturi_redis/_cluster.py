@@ -8,10 +8,19 @@ the scripts knows it runs on a cluster.
 What does differ is handled here or at the call site, each with a comment:
 
 * connecting (``redis+cluster://`` URLs, ``cluster=True``);
-* pipelines of scripts over many queues (``ScriptSet.run_pipeline`` groups
-  them by slot, because one cluster pipeline may not mix slots in a MULTI and
-  redis-py refuses ``pipe.evalsha`` in cluster pipelines);
-* NOSCRIPT after a failover (``SCRIPT LOAD`` goes to every primary).
+* the first command of a fresh client (``_cluster_class`` below);
+* pipelines of scripts (``ScriptSet.run_pipeline``): redis-py refuses
+  ``pipe.evalsha`` in cluster pipelines but not ``execute_command("EVALSHA",
+  ...)``, which routes each call by its first key; the cluster pipeline groups
+  the calls by node (one connection each, concurrently) and returns NOSCRIPT
+  replies in place, which are then redone singly;
+* NOSCRIPT after a failover: the fallback EVAL runs on the node owning the
+  key, whichever node that is now;
+* WATCH/MULTI (dedup merges): redis-py 8's cluster pipeline supports
+  ``transaction=True`` with WATCH when every key is in one slot, which the
+  hash tag guarantees; it pins the connection to the slot's master;
+* wake-ups: scripts PUBLISH (classic pub/sub), which Redis Cluster relays to
+  every node, so a worker subscribes once, on one node, for all its queues.
 """
 
 from __future__ import annotations

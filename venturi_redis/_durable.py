@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import AskError, MovedError
+from redis.exceptions import AskError, MovedError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._cluster import is_cluster
@@ -109,9 +109,9 @@ def as_durability(value: Durability | int | None) -> Durability | None:
 
 
 class DurableRedis:
-    """Wraps a Redis (or RedisCluster) client: every EVALSHA is followed by WAIT.
+    """Wraps a Redis (or RedisCluster) client: every EVALSHA / EVAL is followed by WAIT.
 
-    Everything but ``evalsha`` is the wrapped client's own (attribute access is
+    Everything but ``evalsha`` and ``eval`` is the wrapped client's own (attribute access is
     forwarded), so the rest of the package is unaware of it.
     """
 
@@ -127,13 +127,22 @@ class DurableRedis:
         return getattr(self.venturi_inner, name)
 
     async def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        """EVALSHA, then WAIT on the same connection."""
+        return await self._with_wait("EVALSHA", sha, numkeys, *keys_and_args)
+
+    async def eval(self, source: str, numkeys: int, *keys_and_args: Any) -> Any:
+        """EVAL (the NOSCRIPT fallback of ``ScriptSet.call``), then WAIT on the same connection."""
+        return await self._with_wait("EVAL", source, numkeys, *keys_and_args)
+
+    async def _with_wait(self, command: str, script: str, numkeys: int, *keys_and_args: Any) -> Any:
         inner, d = self.venturi_inner, self.durability
-        what = f"script {sha[:10]} on {keys_and_args[0] if numkeys else 'no key'}"
+        label = script[:10] if command == "EVALSHA" else "(source)"
+        what = f"script {label} on {keys_and_args[0] if numkeys else 'no key'}"
         if not is_cluster(inner):
             # One non-transactional pipeline = one connection: WAIT counts the
             # script's writes.
             pipe = inner.pipeline(transaction=False)
-            pipe.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
+            pipe.execute_command(command, script, numkeys, *keys_and_args)
             pipe.execute_command(*d.command())
             res, acked = await pipe.execute(raise_on_error=False)
             return self._finish(res, acked, what)
@@ -145,7 +154,7 @@ class DurableRedis:
             # counted on a node that did not run it, so we refresh and resend both.
             node = inner.get_node_from_key(keys_and_args[0])
             pipe = inner.pipeline(transaction=False)
-            pipe.execute_command("EVALSHA", sha, numkeys, *keys_and_args, target_nodes=node)
+            pipe.execute_command(command, script, numkeys, *keys_and_args, target_nodes=node)
             pipe.execute_command(*d.command(), target_nodes=node)
             res, acked = await pipe.execute(raise_on_error=False, allow_redirections=False)
             if isinstance(res, (MovedError, AskError)):
@@ -157,12 +166,15 @@ class DurableRedis:
     def _finish(self, res: Any, acked: Any, what: str) -> Any:
         if isinstance(res, Exception):
             raise res  # NOSCRIPT included: ScriptSet.call loads and retries
+        if isinstance(acked, ResponseError):
+            # The script ran; only the wait is impossible (an old server, or
+            # appendonly off): a configuration problem, said plainly.
+            cmd = self.durability.command()[0]
+            raise ConfigurationError(
+                f"{what}: applied, but {cmd} failed ({acked}); WAITAOF needs Redis 7.2+ with "
+                "appendonly yes, WAIT needs a real Redis: fix the server or use Durability(aof=False)"
+            ) from acked
         if isinstance(acked, Exception):
-            if "unknown command" in str(acked).lower():
-                raise ConfigurationError(
-                    f"{what}: the server does not know {self.durability.command()[0]} "
-                    "(WAITAOF needs Redis 7.2+); use Durability(aof=False)"
-                ) from acked
             raise acked
         self.durability.check(acked, what)
         return res

@@ -131,6 +131,18 @@ class ScriptSet:
         Other errors are raised after every call has been accounted for, or, with
         ``return_exceptions=True``, returned in place of that call's reply.
         """
+        if getattr(redis, "durability", None) is not None:
+            # Durable mode (_durable.DurableRedis): each script is followed by
+            # WAIT on its own connection, so the calls go one by one.
+            out: list[Any] = []
+            for name, keys, args in calls:
+                try:
+                    out.append(await self.call(redis, name, keys, args))
+                except Exception as exc:
+                    if not return_exceptions:
+                        raise
+                    out.append(exc)
+            return out
         pipe = redis.pipeline(transaction=transaction)
         for name, keys, args in calls:
             self.queue_call(pipe, name, keys, args)
