@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 import zlib
 from typing import Any, ClassVar
@@ -155,3 +156,23 @@ async def test_partitions_use_every_master(redis_cluster: LocalCluster) -> None:
         assert (await sq.counts())["pending"] == 60
     finally:
         await client.aclose()
+
+
+def test_cli_stats_shows_a_sharded_queue_as_one_row(redis_cluster: LocalCluster) -> None:
+    from typer.testing import CliRunner
+
+    from venturi_redis._cli import app
+
+    url, name = redis_cluster.url, f"cli-{uuid.uuid4().hex[:8]}"
+
+    async def fill() -> None:
+        async with vr.Client.from_url(url) as c:
+            sq = vr.ShardedQueue(c, name, partitions=3)
+            await sq.enqueue_many([Echo(text=str(i)) for i in range(7)])
+
+    anyio.run(fill)
+    res = CliRunner().invoke(app, ["stats", "--redis", url, "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["queue"]: r for r in json.loads(res.stdout)}
+    assert not [q for q in rows if q.startswith(f"{name}.p")]  # no partition rows
+    assert sum(rows[name]["pending"].values()) == 7  # every master's partitions found and summed

@@ -43,6 +43,7 @@ from ._client import Client, Queue
 from ._enums import JobState
 from ._errors import ConfigurationError, VenturiError
 from ._records import JobInfo, JournalEntry
+from ._sharded import grouped_stats
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -230,7 +231,8 @@ def stats(
 
     async def go(client: Client) -> int:
         names = list(queue or []) or await _ops.discover_queues(client)
-        rows = [await client.queue(n).stats() for n in names]
+        # A sharded queue's partitions show as one row (docs/cluster.md).
+        rows = await grouped_stats(client, names)
         if json_out:
             _print_json([r.to_dict() for r in rows])
             return 0

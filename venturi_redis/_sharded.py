@@ -48,7 +48,7 @@ import re
 import zlib
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import BaseModel
@@ -61,6 +61,9 @@ from ._keys import QueueKeys, validate_name
 from ._outcome import UNSET
 from ._records import JobInfo, JournalEntry
 from ._task import Task
+
+if TYPE_CHECKING:
+    from ._ops import QueueStats
 
 SLOTS = 16384
 MAX_PARTITIONS = 1024
@@ -268,6 +271,10 @@ class ShardedQueue:
         out["pending"] = sum(out[label] for label in labels[:4])
         return {k: out[k] for k in [*labels[:4], "pending", *labels[4:]]}
 
+    async def stats(self) -> QueueStats:
+        """``Queue.stats()`` of the whole sharded queue (see ``merge_stats``)."""
+        return merge_stats(self.name, [await p.stats() for p in self.partitions])
+
     async def partition_counts(self) -> dict[str, dict[str, int]]:
         """``Queue.counts()`` of every partition, by partition name (to see skew)."""
         return {q.name: await q.counts() for q in self.partitions}
@@ -301,6 +308,42 @@ class ShardedQueue:
             await p.resume_queue()
 
 
+def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:
+    """One ``QueueStats`` for the partitions of sharded queue ``name``.
+
+    Counts and throughput add up; ``lag_seconds`` is the worst partition's;
+    ``paused`` is true when any partition is paused (claims stop there).
+    """
+    from ._ops import QueueStats
+
+    if not parts:
+        raise ValueError(f"sharded queue {name}: no partition stats to merge")
+    labels = list(parts[0].pending)
+    return QueueStats(
+        queue=name,
+        paused=any(p.paused for p in parts),
+        pending={label: sum(p.pending[label] for p in parts) for label in labels},
+        delayed=sum(p.delayed for p in parts),
+        running=sum(p.running for p in parts),
+        suspended=sum(p.suspended for p in parts),
+        completed=sum(p.completed for p in parts),
+        dead=sum(p.dead for p in parts),
+        cancelled=sum(p.cancelled for p in parts),
+        lag_seconds=max(p.lag_seconds for p in parts),
+        completed_last_minute=sum(p.completed_last_minute for p in parts),
+        at=max(p.at for p in parts),
+    )
+
+
+async def grouped_stats(client: Client, queue_names: Sequence[str]) -> list[QueueStats]:
+    """Stats of ``queue_names`` with every sharded queue's partitions as one row (the CLI's)."""
+    out: list[QueueStats] = []
+    for name, members in group_partitions(queue_names).items():
+        rows = [await client.queue(m).stats() for m in members]
+        out.append(rows[0] if members == [name] else merge_stats(name, rows))
+    return out
+
+
 def expand_queues(queues: Any) -> list[Any]:
     """A worker's queue argument as a flat list of queues (sharded queues expanded)."""
     items = [queues] if isinstance(queues, (Queue, ShardedQueue)) else list(queues)
@@ -314,6 +357,8 @@ __all__ = [
     "ShardedQueue",
     "expand_queues",
     "group_partitions",
+    "grouped_stats",
+    "merge_stats",
     "parse_partition",
     "partition_names",
 ]
