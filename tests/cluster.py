@@ -117,30 +117,8 @@ class LocalCluster:
 
     def _start(self) -> None:
         for i in range(self.masters * (1 + self.replicas)):
-            bus = free_port()
-            server = RedisServer(
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-port",
-                str(bus),
-                "--cluster-node-timeout",
-                str(self.node_timeout_ms),
-                # Let a replica take over however long it was disconnected:
-                # the tests kill masters on purpose.
-                "--cluster-replica-validity-factor",
-                "0",
-                # A replica's first full sync starts at once instead of after
-                # the default 5 s diskless-sync delay.
-                "--repl-diskless-sync-delay",
-                "0",
-                *self.extra,
-            )
-            role = "master" if i < self.masters else "replica"
-            self.nodes.append(ClusterNode(server=server, bus_port=bus, role=role))
+            self.nodes.append(self._launch("master" if i < self.masters else "replica"))
         for n in self.nodes:
-            n.server.start()
             with n.conn() as r:
                 n.node_id = r.execute_command("CLUSTER", "MYID").decode()
         masters = self.master_nodes
@@ -163,6 +141,43 @@ class LocalCluster:
             with n.conn() as r:
                 r.execute_command("CLUSTER", "REPLICATE", master.node_id)
         self._wait(self.healthy, "cluster_state:ok with replicas in sync")
+
+    def _launch(self, role: str) -> ClusterNode:
+        """Start one node on fresh free ports, retrying when a port was taken meanwhile.
+
+        Between ``free_port()`` and redis-server's bind another process (other
+        test runs start servers too) can grab either port: pick new ones.
+        """
+        for attempt in range(5):
+            bus = free_port()
+            server = RedisServer(
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-port",
+                str(bus),
+                "--cluster-node-timeout",
+                str(self.node_timeout_ms),
+                # Let a replica take over however long it was disconnected:
+                # the tests kill masters on purpose.
+                "--cluster-replica-validity-factor",
+                "0",
+                # A replica's first full sync starts at once instead of after
+                # the default 5 s diskless-sync delay.
+                "--repl-diskless-sync-delay",
+                "0",
+                *self.extra,
+            )
+            try:
+                server.start()
+            except RuntimeError:
+                server.__exit__(None, None, None)
+                if attempt == 4:
+                    raise
+                continue
+            return ClusterNode(server=server, bus_port=bus, role=role)
+        raise AssertionError("unreachable")
 
     def _known(self, node: ClusterNode) -> int:
         with node.conn() as r:
