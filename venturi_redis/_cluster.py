@@ -93,6 +93,12 @@ def cluster_redis(url: str) -> Any:
         single,
         startup_nodes=[ClusterNode(host, port) for host, port in seeds[1:]],
         decode_responses=False,
+        # On MOVED, redis-py's default (5) closes the whole client every 5th
+        # redirection to rebuild it, cutting every other coroutine's command in
+        # flight. 0: follow each MOVED by updating that slot only (a failover
+        # moves slots this way); connection errors still refresh the whole map,
+        # lazily, without cutting live connections.
+        reinitialize_steps=0,
     )
 
 
@@ -111,16 +117,32 @@ def _cluster_class() -> Any:
     other coroutines are using mid-command (``AttributeError: 'NoneType' object
     has no attribute 'writelines'``). Initializing first (once; later calls are a
     flag check) routes every command by its key from the start.
+
+    The client still ``aclose()``s itself on CLUSTERDOWN (a master failed and no
+    replica has taken over yet); a command whose connection that cuts fails
+    with an ``AttributeError`` deep in redis-py. It is reported as the
+    ``redis.exceptions.ConnectionError`` it is, which callers (workers, the
+    failover test's producers) already treat as transient: like any connection
+    error, the script may or may not have run.
     """
     global _CLASS
     if _CLASS is None:
         from redis.asyncio.cluster import RedisCluster
+        from redis.exceptions import ConnectionError as RedisConnectionError
 
         class _InitializedCluster(RedisCluster):
             async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
                 if self._initialize:
                     await self.initialize()
-                return await super().execute_command(*args, **kwargs)
+                try:
+                    return await super().execute_command(*args, **kwargs)
+                except AttributeError as exc:
+                    if "NoneType" not in str(exc):
+                        raise
+                    raise RedisConnectionError(
+                        f"{args[0]!r}: its connection was closed under it by the cluster client "
+                        f"resetting itself after a topology change ({exc}); retry"
+                    ) from exc
 
         _CLASS = _InitializedCluster
     return _CLASS
