@@ -55,7 +55,7 @@ from pydantic import BaseModel
 from redis.crc import key_slot
 
 from ._client import Client, Queue
-from ._enums import PRIORITIES_HIGH_FIRST
+from ._enums import PRIORITIES_HIGH_FIRST, Priority
 from ._errors import ConfigurationError
 from ._keys import QueueKeys, validate_name
 from ._outcome import UNSET
@@ -195,7 +195,7 @@ class ShardedQueue:
         task: Task[Any],
         *,
         delay: float | timedelta = 0.0,
-        priority: Any = None,
+        priority: Priority | int | str | None = None,
         lease: float | timedelta | None = None,
         max_failures: int | None = UNSET,
         carry: BaseModel | None = None,
@@ -210,7 +210,7 @@ class ShardedQueue:
         tasks: Sequence[Task[Any]],
         *,
         delay: float | timedelta = 0.0,
-        priority: Any = None,
+        priority: Priority | int | str | None = None,
         lease: float | timedelta | None = None,
         max_failures: int | None = UNSET,
     ) -> list[str]:
