@@ -389,9 +389,11 @@ def notes_table(results: dict[str, Any]) -> str:
 
 
 def machine_line(server_version: str) -> str:
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (
         f"The machine has {os.cpu_count()} cores ({platform.processor() or platform.machine()}, "
-        f"Python {platform.python_version()}, {server_version.split(' sha=')[0]})."
+        f"Python {platform.python_version()}, {server_version.split(' sha=')[0]}; "
+        f"load average {load} when this table was printed)."
     )
 
 
@@ -441,6 +443,7 @@ def main() -> None:
         "command": " ".join(["benchmarks/run.py", *sys.argv[1:]]),
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "redis": server_version},
         "config": {k: v for k, v in vars(cfg).items() if k != "write_readme"},
+        "venturi_commit": git_state(),
         "libraries": {},
     }
     sections: list[str] = []
@@ -456,7 +459,7 @@ def main() -> None:
                     log(f"{name}: {err}")
                     report["libraries"][name] = {"skipped": err}
                     continue
-                res: dict[str, Any] = {"version": lib_version(lib)}
+                res: dict[str, Any] = {"version": lib_version(lib), "load_before": os.getloadavg()}
                 log(f"{name} {res['version']}")
                 for w, fn in (("W1", w1), ("W2", w2), ("W3", w3)):
                     if w in peer_workloads:
@@ -465,6 +468,7 @@ def main() -> None:
                         except AdapterError as exc:
                             log(f"  {name} {w}: {str(exc)[:500]}")
                             res[w] = {"error": str(exc)}
+                res["load_after"] = os.getloadavg()
                 report["libraries"][name] = res
                 save(report, stamp)
             table = peer_table(report["libraries"], cfg)
@@ -492,6 +496,15 @@ def main() -> None:
         write_readme(text, report["command"])
 
 
+def git_state() -> str:
+    """The commit measured, and whether the package or its scripts had local changes."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "venturi_redis", "lua"], capture_output=True, text=True, cwd=ROOT
+    )
+    return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+
+
 def save(report: dict[str, Any], stamp: str) -> None:
     data = json.dumps(report, indent=2, default=str)
     (RESULTS / f"{stamp}.json").write_text(data)
@@ -512,7 +525,11 @@ def write_readme(text: str, command: str) -> None:
         body += f"\n{begin}\n{end}\n"
     head, rest = body.split(begin, 1)
     _, tail = rest.split(end, 1)
-    block = f"{begin}\nProduced by `.venv/bin/python {command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n{text}\n{end}"
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    block = (
+        f"{begin}\nProduced by `.venv/bin/python {command}` on {when}, venturi at {git_state()}.\n\n"
+        f"{text}\n{end}"
+    )
     readme.write_text(head + block + tail)
     log(f"wrote {readme}")
 
