@@ -33,9 +33,12 @@ import venturi_redis as vr  # noqa: E402
 OUT = HERE / "results"
 
 
+SHOW_ALL = False
+
+
 def save(p: Profiler, name: str, took: float, n: int) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    text = p.output_text(unicode=True, color=False, show_all=False)
+    text = p.output_text(unicode=True, color=False, show_all=SHOW_ALL)
     path = OUT / f"profile-{name}.txt"
     path.write_text(f"{name}: {n:,} jobs in {took:.2f} s = {n / took:,.0f}/s\n\n{text}")
     print(f"== {name}: {n / took:,.0f}/s -> {path}")
@@ -48,14 +51,14 @@ async def main(a: argparse.Namespace) -> None:
         for i in range(200):  # warm-up: script load, connection pool
             await q.enqueue(VB.Noop(i=i))
 
-        p = Profiler(interval=0.0005, async_mode="enabled")
+        p = Profiler(interval=0.001, async_mode="enabled")
         t0 = time.perf_counter()
         with p:
             for i in range(a.n):
                 await q.enqueue(VB.Noop(i=i))
         save(p, "enqueue-single", time.perf_counter() - t0, a.n)
 
-        p = Profiler(interval=0.0005, async_mode="enabled")
+        p = Profiler(interval=0.001, async_mode="enabled")
         tasks = [VB.Noop(i=i) for i in range(a.n)]
         t0 = time.perf_counter()
         with p:
@@ -66,7 +69,7 @@ async def main(a: argparse.Namespace) -> None:
         rec = c.AsyncRecorder(server.url, total)
         w = vr.Worker(q, state=rec, concurrency=a.concurrency, handle_signals=False)
         w.register(VB.NoopJob)
-        p = Profiler(interval=0.0005, async_mode="enabled")
+        p = Profiler(interval=0.001, async_mode="enabled")
         t0 = time.perf_counter()
         with p:
             await w.run(until_idle=True)
@@ -79,4 +82,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--concurrency", type=int, default=10)
-    asyncio.run(main(ap.parse_args()))
+    ap.add_argument("--all", action="store_true", help="show library frames (redis-py, asyncio) too")
+    args = ap.parse_args()
+    SHOW_ALL = args.all
+    asyncio.run(main(args))

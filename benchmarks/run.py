@@ -417,6 +417,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600.0, help="per-process timeout (s)")
     p.add_argument("--drain-timeout", type=float, default=120.0, help="W2/W3 give-up time per run (s)")
     p.add_argument("--write-readme", action="store_true", help="put the tables into benchmarks/README.md")
+    p.add_argument(
+        "--readme-section",
+        default="results",
+        help="README block to replace (<!-- NAME:begin --> ... <!-- NAME:end -->), for partial runs",
+    )
     cfg = p.parse_args()
     if cfg.quick:
         cfg.n, cfg.runs, cfg.lat_n = 2000, 1, 200
@@ -442,7 +447,7 @@ def main() -> None:
         "when": stamp,
         "command": " ".join(["benchmarks/run.py", *sys.argv[1:]]),
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "redis": server_version},
-        "config": {k: v for k, v in vars(cfg).items() if k != "write_readme"},
+        "config": {k: v for k, v in vars(cfg).items() if k not in ("write_readme", "readme_section")},
         "venturi_commit": git_state(),
         "libraries": {},
     }
@@ -493,7 +498,7 @@ def main() -> None:
     save(report, stamp)
     print(text)
     if cfg.write_readme:
-        write_readme(text, report["command"])
+        write_readme(text, report["command"], cfg.readme_section)
 
 
 def git_state() -> str:
@@ -517,9 +522,9 @@ def targets_section(report: dict[str, Any]) -> str:
     return venturi_only.targets(report)
 
 
-def write_readme(text: str, command: str) -> None:
+def write_readme(text: str, command: str, section: str = "results") -> None:
     readme = HERE / "README.md"
-    begin, end = "<!-- results:begin -->", "<!-- results:end -->"
+    begin, end = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
     body = readme.read_text() if readme.exists() else f"# Benchmarks\n\n{begin}\n{end}\n"
     if begin not in body:
         body += f"\n{begin}\n{end}\n"
