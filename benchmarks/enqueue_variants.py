@@ -25,11 +25,11 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE / "peers"))
 
 import redis.asyncio as aioredis  # noqa: E402
-from tests.servers import RedisServer  # noqa: E402
-
 import venturi_bench as VB  # noqa: E402
 import venturi_only as VO  # noqa: E402
+
 import venturi_redis as vr  # noqa: E402
+from tests.servers import RedisServer  # noqa: E402
 from venturi_redis._ids import new_job_id  # noqa: E402
 
 

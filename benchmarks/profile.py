@@ -23,12 +23,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE / "peers"))
 
-from pyinstrument import Profiler  # noqa: E402
-from tests.servers import RedisServer  # noqa: E402
-
 import _common as c  # noqa: E402
 import venturi_bench as VB  # noqa: E402
+from pyinstrument import Profiler  # noqa: E402
+
 import venturi_redis as vr  # noqa: E402
+from tests.servers import RedisServer  # noqa: E402
 
 OUT = HERE / "results"
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -186,10 +187,8 @@ class Worker:
             except ProcessLookupError:
                 pass
         # Children (prefork pools) may outlive a leader that exited by itself.
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         self.logfile.close()
 
 
@@ -327,7 +326,7 @@ def percentile(sorted_values: list[float], pct: float) -> float:
 
 def fmt_rate(cell: dict[str, Any] | None) -> str:
     if not cell:
-        return "–"
+        return "-"
     if "median" in cell:
         return f"{cell['median']:,.0f}"
     if "unsupported" in cell:
@@ -345,7 +344,7 @@ def peer_table(results: dict[str, Any], cfg: argparse.Namespace) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, res in results.items():
         if "skipped" in res:
-            lines.append(f"| {name} | – | " + " | ".join(["skipped"] * (len(head) - 2)) + " |")
+            lines.append(f"| {name} | - | " + " | ".join(["skipped"] * (len(head) - 2)) + " |")
             continue
         row = [name, res.get("version", "?")]
         W1 = res.get("W1", {})
@@ -353,12 +352,12 @@ def peer_table(results: dict[str, Any], cfg: argparse.Namespace) -> str:
         W2 = res.get("W2", {})
         row += [fmt_rate(W2.get(c)) for c in concs]
         best = W2.get("best")
-        row.append(f"{best['median']:,.0f} (c={best['concurrency']})" if best else "–")
+        row.append(f"{best['median']:,.0f} (c={best['concurrency']})" if best else "-")
         W3 = res.get("W3", {})
         if "p50" in W3:
             row += [f"{W3['p50']:.2f}", f"{W3['p99']:.2f}"]
         else:
-            row += ["error" if W3 else "–"] * 2
+            row += ["error" if W3 else "-"] * 2
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -381,7 +380,11 @@ def notes_table(results: dict[str, Any]) -> str:
             for key, cell in (res.get(w) or {}).items():
                 if isinstance(cell, dict) and ("error" in cell or "unsupported" in cell):
                     why = cell.get("error") or cell.get("unsupported")
-                    lines.append(f"- {name} {w} c={key}: {brief(why)}" if key.isdigit() else f"- {name} {w} {key}: {brief(why)}")
+                    lines.append(
+                        f"- {name} {w} c={key}: {brief(why)}"
+                        if key.isdigit()
+                        else f"- {name} {w} {key}: {brief(why)}"
+                    )
             cell = res.get(w) or {}
             if "error" in cell and isinstance(cell["error"], str):
                 lines.append(f"- {name} {w}: {brief(cell['error'])}")
@@ -479,7 +482,7 @@ def main() -> None:
             table = peer_table(report["libraries"], cfg)
             notes = notes_table(report["libraries"])
             sections.append(
-                f"### W1–W3: every library ({cfg.n:,} jobs, median of {cfg.runs}; jobs/s unless ms)\n\n"
+                f"### W1-W3: every library ({cfg.n:,} jobs, median of {cfg.runs}; jobs/s unless ms)\n\n"
                 f"{machine_line(server_version)}\n\n{table}\n" + (f"\n{notes}\n" if notes else "")
             )
         venturi_workloads = [w for w in cfg.workloads if w in ("W4", "W5", "W6", "W7", "W8")]
@@ -505,7 +508,10 @@ def git_state() -> str:
     """The commit measured, and whether the package or its scripts had local changes."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "venturi_redis", "lua"], capture_output=True, text=True, cwd=ROOT
+        ["git", "status", "--porcelain", "--", "venturi_redis", "lua"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
 

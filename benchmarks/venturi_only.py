@@ -8,6 +8,7 @@ raw redis-py); workers run as separate processes through the adapters.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import sys
 import time
@@ -226,9 +227,9 @@ async def w7(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
     w = R.Worker(lib, url, "venturi-w7-idle.log", n=1, concurrency=16)
     try:
         R.wait_key(r, R.START, 60, w)
-        time.sleep(3.0)
+        await asyncio.sleep(3.0)
         r.config_resetstat()
-        time.sleep(cfg.idle_seconds)
+        await asyncio.sleep(cfg.idle_seconds)
         stats = commandstats(r)
     finally:
         w.stop()
@@ -358,7 +359,7 @@ async def w5(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
                 f"  venturi W5 @ {size:,}: enqueue {cell['enqueue_us']:.0f} µs, "
                 f"claim {cell['claim_us']:.0f} µs, merge {cell['merge_us']:.0f} µs"
             )
-    except Exception as exc:  # keep the sizes measured so far
+    except Exception as exc:  # noqa: BLE001 - keep the sizes measured so far
         log(f"  venturi W5 stopped: {exc!r}")
         out["error"] = repr(exc)
     finally:
@@ -432,7 +433,7 @@ async def run_all(
             log(f"venturi {name}")
             try:
                 out[name] = await fn(url, r, cfg, log)
-            except Exception as exc:  # a failed workload is reported, the others still run
+            except Exception as exc:  # noqa: BLE001 - reported; the other workloads still run
                 log(f"  venturi {name} failed: {exc!r}")
                 out[name] = {"error": repr(exc)}
     return out
@@ -512,7 +513,11 @@ def tables(x: dict[str, Any], cfg: argparse.Namespace, machine: str) -> str:
         parts.append(
             f"### W6: Redis memory (`INFO memory` used_memory delta over {cfg.n:,} jobs)\n\n{machine}\n\n"
             + "\n".join(lines)
-            + (f"\n\nOne pending venturi job, `MEMORY USAGE ... SAMPLES 0`: {breakdown}." if breakdown else "")
+            + (
+                f"\n\nOne pending venturi job, `MEMORY USAGE ... SAMPLES 0`: {breakdown}."
+                if breakdown
+                else ""
+            )
         )
     if "W5" in x and x["W5"].get("sizes"):
         w = x["W5"]
@@ -525,9 +530,8 @@ def tables(x: dict[str, Any], cfg: argparse.Namespace, machine: str) -> str:
         for s in sizes:
             c = w["sizes"][s]
             ratios = " / ".join(f"{c[k] / base[k]:.2f}" for k in ("enqueue_us", "claim_us", "merge_us"))
-            lines.append(
-                f"| {int(s):,} | {c['enqueue_us']:.0f} | {c['claim_us']:.0f} | {c['merge_us']:.0f} | {ratios} |"
-            )
+            us = " | ".join(f"{c[k]:.0f}" for k in ("enqueue_us", "claim_us", "merge_us"))
+            lines.append(f"| {int(s):,} | {us} | {ratios} |")
         parts.append(
             f"### W5: cost against the pending-set size ({w['ops_per_measure']:,} sequential ops each; "
             f"sizes run: {', '.join(f'{int(s):,}' for s in sizes)})\n\n{machine}\n\n" + "\n".join(lines)
@@ -560,8 +564,8 @@ def targets(report: dict[str, Any]) -> str:
             top, who = max(pb)
             rows.append(
                 (
-                    "W2 drain ≥ 2× the fastest peer",
-                    f"{best['median']:,.0f} vs {who} {top:,.0f} = {best['median'] / top:.2f}×",
+                    "W2 drain ≥ 2x the fastest peer",
+                    f"{best['median']:,.0f} vs {who} {top:,.0f} = {best['median'] / top:.2f}x",
                     verdict(best["median"] >= 2 * top),
                 )
             )
@@ -592,8 +596,8 @@ def targets(report: dict[str, Any]) -> str:
             rt = w8["evalsha_return_1"]["median"]
             rows.append(
                 (
-                    "W1 single enqueue within 1.3× of a bare EVALSHA round trip",
-                    f"{rt:,.0f} / {single:,.0f} = {rt / single:.2f}×",
+                    "W1 single enqueue within 1.3x of a bare EVALSHA round trip",
+                    f"{rt:,.0f} / {single:,.0f} = {rt / single:.2f}x",
                     verdict(rt / single <= 1.3),
                 )
             )
@@ -605,8 +609,8 @@ def targets(report: dict[str, Any]) -> str:
             top, who = max(pb3)
             rows.append(
                 (
-                    "W1 bulk ≥ 2× the fastest peer bulk API",
-                    f"{bulk:,.0f} vs {who} {top:,.0f} = {bulk / top:.2f}×",
+                    "W1 bulk ≥ 2x the fastest peer bulk API",
+                    f"{bulk:,.0f} vs {who} {top:,.0f} = {bulk / top:.2f}x",
                     verdict(bulk >= 2 * top),
                 )
             )
@@ -626,7 +630,7 @@ def targets(report: dict[str, Any]) -> str:
         worst = max(hi[k] / lo[k] for k in ("enqueue_us", "claim_us", "merge_us"))
         rows.append(
             (
-                f"W5 cost at {int(sizes[-1]):,} pending within 1.2× of {int(sizes[0]):,}",
+                f"W5 cost at {int(sizes[-1]):,} pending within 1.2x of {int(sizes[0]):,}",
                 f"worst ratio {worst:.2f}",
                 verdict(worst <= 1.2) + ("" if int(sizes[-1]) >= 1_000_000 else " (not at 1M)"),
             )

@@ -10,10 +10,10 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _common as c  # noqa: E402
-from arq import create_pool  # noqa: E402
-from arq.connections import RedisSettings  # noqa: E402
-from arq.worker import Worker  # noqa: E402
+import _common as c
+from arq import create_pool
+from arq.connections import RedisSettings
+from arq.worker import Worker
 
 
 async def noop(ctx: dict[str, Any], i: int, t: float = 0.0) -> None:

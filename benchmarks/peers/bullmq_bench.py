@@ -10,8 +10,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _common as c  # noqa: E402
-from bullmq import Queue, Worker  # noqa: E402
+import _common as c
+from bullmq import Queue, Worker
 
 
 async def main(a: Any) -> None:

@@ -9,9 +9,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _common as c  # noqa: E402
-from celery import Celery  # noqa: E402
-from celery.signals import worker_ready  # noqa: E402
+import _common as c
+from celery import Celery
+from celery.signals import worker_ready
 
 _a = c.parse_args()
 app = Celery("bench", broker=_a.url)

@@ -9,9 +9,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _common as c  # noqa: E402
-import dramatiq  # noqa: E402
-from dramatiq.brokers.redis import RedisBroker  # noqa: E402
+import _common as c
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
 
 _a = c.parse_args()
 broker = RedisBroker(url=_a.url)

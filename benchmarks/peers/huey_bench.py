@@ -10,8 +10,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _common as c  # noqa: E402
-from huey import RedisHuey  # noqa: E402
+import _common as c
+from huey import RedisHuey
 
 _a = c.parse_args()
 huey = RedisHuey(_a.queue, url=_a.url, results=False)

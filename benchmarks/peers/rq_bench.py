@@ -9,9 +9,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _common as c  # noqa: E402
-from redis import Redis  # noqa: E402
-from rq import Queue, SimpleWorker  # noqa: E402
+import _common as c
+from redis import Redis
+from rq import Queue, SimpleWorker
 
 
 def noop(i: int, t: float = 0.0) -> None:

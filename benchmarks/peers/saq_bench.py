@@ -10,8 +10,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _common as c  # noqa: E402
-from saq import Queue, Worker  # noqa: E402
+import _common as c
+from saq import Queue, Worker
 
 REC: c.AsyncRecorder | None = None
 

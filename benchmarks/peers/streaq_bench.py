@@ -10,8 +10,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _common as c  # noqa: E402
-from streaq import Worker  # noqa: E402
+import _common as c
+from streaq import Worker
 
 _a = c.parse_args()
 worker = Worker(redis_url=_a.url, queue_name=_a.queue, concurrency=_a.concurrency)

@@ -10,9 +10,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _common as c  # noqa: E402
-from taskiq.receiver import Receiver  # noqa: E402
-from taskiq_redis import RedisStreamBroker  # noqa: E402
+import _common as c
+from taskiq.receiver import Receiver
+from taskiq_redis import RedisStreamBroker
 
 _a = c.parse_args()
 broker = RedisStreamBroker(_a.url, queue_name=_a.queue)

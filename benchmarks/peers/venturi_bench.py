@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _common as c  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
+import _common as c
+from pydantic import BaseModel
 
-import venturi_redis as vr  # noqa: E402
+import venturi_redis as vr
 
 
 class Noop(vr.Task):
