@@ -34,7 +34,9 @@ import typer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -117,7 +119,28 @@ def _t(value: object) -> Text:
 
 def _console() -> Console:
     # Wide when not a terminal (pipes, CI logs), so tables are not wrapped into noise.
-    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(highlight=False, soft_wrap=False, width=200 if wide else None)
+
+
+def _print(renderable: Any) -> None:
+    """Print a table; if it cannot fit without cutting ids or counts, print it wider.
+
+    Columns that must never be cut (ids, names, numbers, times) are ``no_wrap``;
+    when they do not fit the terminal, the lines run long (the terminal wraps
+    them) instead of showing ``01M8VY…`` or ``1…``.
+    """
+    con = _console()
+    unbounded = con.options.update(width=100_000)  # measure without the terminal's cap
+    if isinstance(renderable, Table):
+        for col in renderable.columns:
+            if col.no_wrap:
+                cells = [col.header, *col.cells]
+                col.min_width = max(Measurement.get(con, unbounded, c).maximum for c in cells)
+    need = Measurement.get(con, unbounded, renderable).minimum
+    if need > con.width:
+        con = Console(highlight=False, soft_wrap=False, width=need)
+    con.print(renderable)
 
 
 def _json_default(value: Any) -> Any:
@@ -239,11 +262,13 @@ def stats(
         if not rows:
             _console().print("no queues found")
             return 0
-        table = Table(title=f"venturi queues at {_when(rows[0].at)}")
-        for col in ("queue", "paused", "critical", "high", "normal", "low", "delayed", "running"):
-            table.add_column(col, justify="left" if col == "queue" else "right")
-        for col in ("suspended", "dead", "completed", "cancelled", "lag", "done/min"):
-            table.add_column(col, justify="right")
+        table = Table(title=f"venturi queues at {_when(rows[0].at)}", box=box.SIMPLE_HEAD)
+        # Short headers and no wrapping: a queue name or a count is never cut.
+        table.add_column("queue", no_wrap=True)
+        for col in ("paused", "crit", "high", "normal", "low", "delayed", "running", "susp"):
+            table.add_column(col, justify="right", no_wrap=True)
+        for col in ("dead", "compl", "cancel", "lag", "done/1m"):
+            table.add_column(col, justify="right", no_wrap=True)
         for r in rows:
             table.add_row(
                 _t(r.queue),
@@ -258,7 +283,7 @@ def stats(
                 f"{r.lag_seconds:.1f}s",
                 str(r.completed_last_minute),
             )
-        _console().print(table)
+        _print(table)
         return 0
 
     _run(redis, go)
@@ -297,9 +322,11 @@ def jobs(
         if json_out:
             _print_json([_job_dict(j) for j in found])
             return 0
-        table = Table(title=f"queue {clean(queue)}: {len(found)} job(s)")
-        for col in ("id", "state", "kind", "priority", "runs", "failures", "updated", "note"):
-            table.add_column(col)
+        table = Table(title=f"queue {clean(queue)}: {len(found)} job(s)", box=box.SIMPLE_HEAD)
+        # Ids and times are copied by operators: never truncated; the note wraps.
+        for col in ("id", "state", "kind", "priority", "runs", "failures", "updated"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("note", overflow="fold")
         for j in found:
             table.add_row(
                 j.id,
@@ -311,7 +338,7 @@ def jobs(
                 _when(j.updated_at),
                 _t(j.note or ""),
             )
-        _console().print(table)
+        _print(table)
         return 0
 
     _run(redis, go)
@@ -335,7 +362,6 @@ def job_show(
         if json_out:
             _print_json({"job": _job_dict(info), "journal": [_entry_dict(e) for e in journal]})
             return 0
-        con = _console()
         meta = Table.grid(padding=(0, 2))
         meta.add_column(style="bold")
         meta.add_column()
@@ -367,10 +393,12 @@ def job_show(
         ):
             if blob is not None:
                 meta.add_row(label, _t(json.dumps(blob, default=_json_default, ensure_ascii=False)))
-        con.print(meta)
-        table = Table(title=f"journal ({len(journal)} entries)")
-        for col in ("at", "event", "run", "note", "details"):
-            table.add_column(col)
+        _print(meta)
+        table = Table(title=f"journal ({len(journal)} entries)", box=box.SIMPLE_HEAD)
+        for col in ("at", "event", "run"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("note", overflow="fold")
+        table.add_column("details", overflow="fold")
         for e in journal:
             details = " ".join(f"{k}={v}" for k, v in e.details.items())
             if e.attachment is not None:
@@ -378,7 +406,7 @@ def job_show(
                     e.attachment, default=_json_default, ensure_ascii=False
                 )
             table.add_row(_when(e.at), _t(e.event), str(e.run), _t(e.note or ""), _t(details.strip()))
-        con.print(table)
+        _print(table)
         return 0
 
     _run(redis, go)
