@@ -9,8 +9,10 @@ keeps memory flat; the journals are capped per job by the scripts.
     .venv/bin/python scripts/memory_soak.py                  # 40 rounds x 5000 jobs
     .venv/bin/python scripts/memory_soak.py --rounds 10 --jobs 1000
 
-Prints one line per round and a summary: used_memory at the start, the
-spread over the second half of the run, keys left, and jobs processed.
+Prints one line per round, read twice: right after the batch drained (its
+finished jobs still retained) and again once retention has removed them. The
+second figure is the floor; if anything accumulated (journals, index entries,
+dedup fields), it would creep up from round to round.
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ async def soak(url: str, rounds: int, jobs: int) -> None:
             retention=vr.Retention(completed=2.0, dead=4.0, cancelled=2.0, batch=500),
         ).register(SoakJob)
         samples: list[int] = []
+        peaks: list[int] = []
         start_mem, _ = used_memory(url)
         print(f"start: used_memory={start_mem / 1e6:.2f} MB")
         t0 = time.monotonic()
@@ -123,23 +126,31 @@ async def soak(url: str, rounds: int, jobs: int) -> None:
                 while not await q.is_drained():  # noqa: ASYNC110 - polling Redis, not a local event
                     await anyio.sleep(0.05)
                 done += jobs
-                mem, keys = used_memory(url)
-                samples.append(mem)
+                peak, peak_keys = used_memory(url)
                 st = await q.stats()
+                retained = st.completed + st.dead
+                # Then wait for retention to remove this round's jobs: the floor
+                # must not creep up from round to round.
+                while (st := await q.stats()).completed + st.dead:  # noqa: ASYNC110 - polling Redis
+                    await anyio.sleep(0.25)
+                floor, floor_keys = used_memory(url)
+                samples.append(floor)
+                peaks.append(peak)
                 print(
-                    f"round {rnd + 1:3d}: jobs={done:7d} used_memory={mem / 1e6:7.2f} MB keys={keys:6d} "
-                    f"retained completed={st.completed} dead={st.dead}"
+                    f"round {rnd + 1:3d}: jobs={done:7d} after drain {peak / 1e6:6.2f} MB "
+                    f"({peak_keys} keys, {retained} finished jobs retained); "
+                    f"after retention {floor / 1e6:5.2f} MB ({floor_keys} keys)"
                 )
-            # Let retention catch up, then read the floor.
-            await anyio.sleep(5)
             worker.shutdown()
         elapsed = time.monotonic() - t0
         end_mem, end_keys = used_memory(url)
-        half = samples[len(samples) // 2 :]
+        first, last = samples[: len(samples) // 2], samples[len(samples) // 2 :]
         print(
-            f"summary: {done} jobs in {elapsed:.0f}s ({done / elapsed:.0f} jobs/s); "
-            f"used_memory start {start_mem / 1e6:.2f} MB, second half min {min(half) / 1e6:.2f} / "
-            f"max {max(half) / 1e6:.2f} MB, after retention {end_mem / 1e6:.2f} MB with {end_keys} keys"
+            f"summary: {done} jobs in {elapsed:.0f}s; used_memory at start {start_mem / 1e6:.2f} MB; "
+            f"after retention: first half of the rounds {min(first) / 1e6:.2f}-{max(first) / 1e6:.2f} MB, "
+            f"second half {min(last) / 1e6:.2f}-{max(last) / 1e6:.2f} MB; "
+            f"after drain (retained jobs included) at most {max(peaks) / 1e6:.2f} MB; "
+            f"at the end {end_mem / 1e6:.2f} MB with {end_keys} keys"
         )
 
 
