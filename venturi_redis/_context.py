@@ -88,7 +88,7 @@ class Context(Generic[CarryT]):
         return None if self._attachment is UNSET else self._attachment
 
     def is_cancelled(self) -> bool:
-        """Whether the run has been asked to stop (graceful shutdown or a lost lease)."""
+        """Whether the run has been asked to stop: shutdown, a lost lease, or an operator's cancel."""
         return self._cancelled.is_set()
 
     @property

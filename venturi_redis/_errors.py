@@ -9,6 +9,8 @@
     │   └── PayloadTooLarge       an encoded payload over the size cap
     ├── LeaseLostError            a worker's lease on a job is gone (fencing)
     ├── MergeConflictError        a dedup merge kept losing its optimistic race
+    ├── OffloadNotFound           no snapshot under an offload key (_offload.py)
+    ├── NotDurableError           too few replicas acknowledged in time (_durable.py)
     └── TaskError                 raised by a handler; ``TaskError.permanent`` kills the job
 
 Any other exception a handler raises is a retryable failure whose message becomes
