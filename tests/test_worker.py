@@ -285,3 +285,14 @@ async def test_signal_starts_a_graceful_shutdown(
         assert info.note == "checkpointed on shutdown"
     finally:
         await client.aclose()
+
+
+async def test_queues_by_name(client: vr.Client, queue_name: str) -> None:
+    a, b = client.queue(queue_name + "-a"), client.queue(queue_name + "-b")
+    await a.enqueue(Echo(text="a"))
+    await b.enqueue(Echo(text="b"))
+    state: dict[str, Any] = {}
+    await drain([queue_name + "-a", b], EchoJob, state=state, client=client)  # type: ignore[list-item]
+    assert sorted(state["ran"]) == ["a", "b"]
+    with pytest.raises(vr.ConfigurationError, match="client"):
+        vr.Worker("reports", handle_signals=False)

@@ -42,7 +42,7 @@ from typing_extensions import TypeVar
 
 from . import _ops
 from ._backoff import Backoff, to_ms
-from ._client import Queue
+from ._client import Client, Queue
 from ._cluster import is_cluster
 from ._codec import pack, pack_model, unpack, unpack_as, unpack_model
 from ._context import Context
@@ -329,7 +329,9 @@ class Worker(Generic[StateT]):
     Args:
         queues: A Queue, or several (each its own fault domain, with its own
             claim loop and its own ``concurrency`` slots). A ``ShardedQueue``
-            stands for all its partitions, each a queue in that sense.
+            stands for all its partitions, each a queue in that sense. Queue
+            names (str) are accepted together with ``client``.
+        client: The client that queue names are resolved on.
         state: The shared dependencies every handler receives (``App``).
         concurrency: Handlers running at once, per queue.
         lease: Seconds a claim is valid without renewal. A running worker
@@ -361,8 +363,9 @@ class Worker(Generic[StateT]):
 
     def __init__(
         self,
-        queues: Queue | ShardedQueue | Sequence[Queue | ShardedQueue],
+        queues: Queue | ShardedQueue | str | Sequence[Queue | ShardedQueue | str],
         *,
+        client: Client | None = None,
         state: StateT = None,  # type: ignore[assignment]
         concurrency: int = 16,
         lease: float = 30.0,
@@ -379,7 +382,13 @@ class Worker(Generic[StateT]):
         check_eviction_policy: bool = True,
         observer: WorkerObserver | None = None,
     ) -> None:
-        qs = expand_queues(queues)  # a ShardedQueue becomes its partitions
+        items = [queues] if isinstance(queues, (Queue, ShardedQueue, str)) else list(queues)
+        if any(isinstance(q, str) for q in items):
+            # Queues by name (``Worker(["reports", "default"], client=client)``).
+            if client is None:
+                raise ConfigurationError("queues given by name need the client: Worker([...], client=client)")
+            items = [client.queue(q) if isinstance(q, str) else q for q in items]
+        qs = expand_queues(items)  # a ShardedQueue becomes its partitions
         if not qs or not all(isinstance(q, Queue) for q in qs):
             raise ConfigurationError("Worker needs at least one vr.Queue")
         if len({(id(q.client), q.name) for q in qs}) != len(qs):
