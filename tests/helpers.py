@@ -30,3 +30,16 @@ async def drain(
 
 async def events(queue: vr.Queue, job_id: str) -> list[str]:
     return [e.event for e in await queue.journal(job_id)]
+
+
+async def run_until_event(
+    queue: vr.Queue, job_id: str, event: str, *handlers: type[Any], timeout: float = 10
+) -> None:
+    """Run a worker until ``event`` shows in the job's journal, then shut it down."""
+    worker = make_worker(queue, *handlers)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(timeout):
+            while event not in await events(queue, job_id):
+                await anyio.sleep(0.02)
+        worker.shutdown()

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 import venturi_redis as vr
-from tests.helpers import events, make_worker
+from tests.helpers import events, run_until_event
 from venturi_redis._keys import dedup_field
 
 pytestmark = pytest.mark.anyio
@@ -172,13 +172,7 @@ async def test_merge_into_a_paused_job_that_already_ran(queue: vr.Queue) -> None
             return super().merge(existing)
 
     a = await queue.enqueue(Refresh(feed_id="f", urls=["u1"]))
-    worker = make_worker(queue, RefreshJob)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(worker.run)
-        with anyio.fail_after(10):
-            while "paused" not in await events(queue, a):
-                await anyio.sleep(0.02)
-        worker.shutdown()
+    await run_until_event(queue, a, "paused", RefreshJob)
     assert await queue.enqueue(Inspect(feed_id="f", urls=["u2"])) == a
     assert seen == {
         "run_count": 1,
@@ -198,13 +192,7 @@ async def test_claim_frees_the_key_and_a_returning_job_takes_it_back_only_if_fre
     client: vr.Client, queue: vr.Queue
 ) -> None:
     a = await queue.enqueue(Refresh(feed_id="f", urls=["u1"]))
-    worker = make_worker(queue, RefreshJob)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(worker.run)
-        with anyio.fail_after(10):
-            while "paused" not in await events(queue, a):
-                await anyio.sleep(0.02)
-        worker.shutdown()
+    await run_until_event(queue, a, "paused", RefreshJob)
     # a paused the job with the key free: it is the candidate again
     assert await index_of(client, queue, "refresh", "f") == a
     # now claim it by hand (an hour on, when its pause is over): the key frees,

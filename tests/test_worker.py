@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -38,6 +40,25 @@ class RaceJob(Race, vr.Handler[dict[str, Any]]):
         state["started"].set()
         await state["go"].wait()
         return vr.Outcome.completed_with(f"done by {state['name']}")
+
+
+@contextlib.contextmanager
+def worker_process(url: str, queue_name: str, *, lease: float) -> Iterator[subprocess.Popen[str]]:
+    """A tests.procs.worker process; killed and its pipe closed on the way out."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.procs.worker", url, queue_name, str(lease)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 async def wait_for(queue: vr.Queue, job_id: str, pred: Any, timeout: float = 10) -> vr.JobInfo:
@@ -211,24 +232,12 @@ async def test_killed_worker_process_job_runs_again_elsewhere(
     queue = client.queue(queue_name)
     try:
         job_id = await queue.enqueue(Hang())
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.procs.worker", redis_server.url, queue_name, "1.0"],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
+        with worker_process(redis_server.url, queue_name, lease=1.0) as proc:
             assert proc.stdout is not None
             line = await anyio.to_thread.run_sync(proc.stdout.readline)
             assert line.strip() == f"READY {job_id}"
             proc.kill()
             proc.wait()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
 
         class Finish(Hang, vr.Handler[None]):
             async def handle(self, ctx: vr.Context[Any], state: None) -> vr.Outcome:
@@ -262,24 +271,12 @@ async def test_signal_starts_a_graceful_shutdown(
     queue = client.queue(queue_name)
     try:
         job_id = await queue.enqueue(Hang(cooperative=True))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.procs.worker", redis_server.url, queue_name, "30"],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
+        with worker_process(redis_server.url, queue_name, lease=30) as proc:
             assert proc.stdout is not None
             assert (await anyio.to_thread.run_sync(proc.stdout.readline)).strip() == f"READY {job_id}"
             proc.send_signal(signum)
             out = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=10)[0])
             assert "STOPPED" in out and proc.returncode == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
         info = await queue.get(job_id)
         assert info is not None and (info.state, info.failures) == (vr.JobState.PENDING, 0)
         assert info.note == "checkpointed on shutdown"
