@@ -1,34 +1,48 @@
--- complete: RUNNING -> COMPLETED, for the holder of the lease token only.
+-- complete: RUNNING -> COMPLETED for one or more jobs of a queue, each for the
+-- holder of its lease token only. Many jobs per call is the worker's batched
+-- path: a burst of finished runs costs one script call, and each job is still
+-- checked, written and journaled on its own (a refusal of one does not stop
+-- the others).
 --
--- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
--- KEYS[4] completed zset
--- ARGV[1] job id   ARGV[2] lease token   ARGV[3] now in ms or ''
--- ARGV[4] note     ARGV[5] attachment (msgpack or '')
--- ARGV[6] carry (msgpack or '')   ARGV[7] result (msgpack or '')
--- ARGV[8] key prefix of the queue (optional): when given and the job is an
---         offload, its snapshot becomes `completed` with the result and the
---         redacted wake-up is published (include offload.lua)
+-- KEYS[1] running zset   KEYS[2] completed zset
+-- ARGV[1] key prefix of the queue ("venturi:{q}:"); job, journal and offload
+--         snapshot keys derive from it (include offload.lua: an offload's
+--         snapshot becomes `completed` with the result, and the redacted
+--         wake-up is published)
+-- ARGV[2] now in ms or ''   ARGV[3] number of jobs n
+-- ARGV[4..] 6 values per job: id, lease token, note, attachment (msgpack or
+--         ''), carry (msgpack or '' = unchanged), result (msgpack or '')
 --
--- Returns {1} on success, {0, reason} when refused (stale or unknown job;
--- the refusal is journaled and nothing else is written).
+-- Returns one value per job: 1 when completed, or the reason it was refused
+-- (stale or unknown job; the refusal is journaled and nothing else is written
+-- for that job).
 
 -- @include common.lua
 -- @include offload.lua
 
-local id = ARGV[1]
-local now = now_ms(ARGV[3])
-local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[2], 'complete', now)
-if refused then
-  return {0, refused}
+local prefix = ARGV[1]
+local now = now_ms(ARGV[2])
+local n = tonumber(ARGV[3])
+local out = {}
+for i = 0, n - 1 do
+  local a = 4 + i * 6
+  local id, token, note, attachment, carry, result =
+    ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+  local job_key, journal_key = prefix .. 'job:' .. id, prefix .. 'journal:' .. id
+  local refused, run = check_owner(job_key, journal_key, token, 'complete', now)
+  if refused then
+    out[#out + 1] = refused
+  else
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('HSET', job_key, 'state', 'completed', 'note', note,
+      'finished_at', now, 'updated_at', now, 'lease_token', '', 'lease_expires', '')
+    set_blob(job_key, 'attachment', attachment)
+    if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
+    set_blob(job_key, 'result', result)
+    redis.call('ZADD', KEYS[2], now, id)
+    journal(journal_key, now, 'completed', run, note, attachment)
+    offload_settle(prefix, job_key, id, 'completed', result, nil, now)
+    out[#out + 1] = 1
+  end
 end
-redis.call('ZREM', KEYS[3], id)
-redis.call('HSET', KEYS[1], 'state', 'completed', 'note', ARGV[4],
-  'finished_at', now, 'updated_at', now)
-clear_lease(KEYS[1])
-set_blob(KEYS[1], 'attachment', ARGV[5])
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[6]) end
-set_blob(KEYS[1], 'result', ARGV[7])
-redis.call('ZADD', KEYS[4], now, id)
-journal(KEYS[2], now, 'completed', run, ARGV[4], ARGV[5])
-offload_settle(ARGV[8], KEYS[1], id, 'completed', ARGV[7], nil, now)
-return {1}
+return out

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any, Generic
 
 import anyio
+import anyio.lowlevel
 from pydantic import BaseModel
 from typing_extensions import TypeVar
 
@@ -69,7 +70,8 @@ class Context(Generic[CarryT]):
         self.carry: CarryT = carry
         self.resume_input = resume_input
         self._attachment: Any = UNSET
-        self._cancelled = anyio.Event()
+        # Made on the first wait: most runs are never cancelled nor waited on.
+        self._cancelled: anyio.Event | None = None
         self._cancel_reason: str | None = None
 
     def set_attachment(self, value: Any) -> None:
@@ -89,7 +91,7 @@ class Context(Generic[CarryT]):
 
     def is_cancelled(self) -> bool:
         """Whether the run has been asked to stop: shutdown, a lost lease, or an operator's cancel."""
-        return self._cancelled.is_set()
+        return self._cancel_reason is not None
 
     @property
     def cancel_reason(self) -> str | None:
@@ -98,9 +100,15 @@ class Context(Generic[CarryT]):
 
     async def cancelled(self) -> None:
         """Wait until the run is asked to stop; for use beside a long await."""
+        if self._cancel_reason is not None:
+            await anyio.lowlevel.checkpoint()
+            return
+        if self._cancelled is None:
+            self._cancelled = anyio.Event()
         await self._cancelled.wait()
 
     def _cancel(self, reason: str) -> None:
-        if not self._cancelled.is_set():
+        if self._cancel_reason is None:
             self._cancel_reason = reason
-            self._cancelled.set()
+            if self._cancelled is not None:
+                self._cancelled.set()

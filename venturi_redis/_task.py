@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 _KIND_MAX = 256
 # Validators of declared RESUME types, built once per task class.
 _RESUME_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+_CARRY_TYPES: dict[type, type[BaseModel]] = {}
 
 
 class NoCarry(BaseModel):
@@ -127,14 +128,22 @@ class Task(BaseModel, Generic[CarryT]):
     @classmethod
     def carry_type(cls) -> type[BaseModel]:
         """The carry model declared by ``Task[Carry]`` (``NoCarry`` if none)."""
+        cached = _CARRY_TYPES.get(cls)
+        if cached is not None:
+            return cached
+        found: type[BaseModel] = NoCarry
         for klass in cls.__mro__:
             meta = getattr(klass, "__pydantic_generic_metadata__", None)
             if meta and meta["origin"] is Task and meta["args"]:
                 carry = meta["args"][0]
-                if isinstance(carry, type) and issubclass(carry, BaseModel):
-                    return carry
-                raise TaskDefinitionError(f"{cls.__qualname__}: the carry {carry!r} must be a pydantic model")
-        return NoCarry
+                if not (isinstance(carry, type) and issubclass(carry, BaseModel)):
+                    raise TaskDefinitionError(
+                        f"{cls.__qualname__}: the carry {carry!r} must be a pydantic model"
+                    )
+                found = carry
+                break
+        _CARRY_TYPES[cls] = found  # a worker asks once per job: walk the MRO once per class
+        return found
 
     @classmethod
     def default_carry(cls) -> BaseModel:

@@ -8,7 +8,7 @@ Shape of a running worker (one anyio task group)::
     ├── per queue:
     │   ├── claim loop     claims up to the free slots, sleeps until woken
     │   └── reclaimer      periodically takes back jobs whose lease expired
-    └── job tasks          one per running job (at most `concurrency` per queue)
+    └── slot tasks         run the claimed jobs (at most `concurrency` handlers per queue)
 
 Every transition is one Lua script that checks the job's lease token, so a
 worker that lost its lease (it hung, its connection dropped, the lease expired
@@ -28,11 +28,13 @@ import signal
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -82,6 +84,9 @@ _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 # again on its next tick, instead of taking the whole worker down with it.
 _SURVIVABLE = (RedisError, OSError)
 _RECLAIM_BATCH = 100
+# Most completions in one complete.lua call (a longer burst takes several calls).
+_COMPLETE_BATCH = 200
+_Call = tuple[str, list[str], list[ScriptArg]]
 
 
 def _text(value: Any) -> str:
@@ -114,6 +119,10 @@ class _Job:
     # job finished is our own commit landing first, not a lost lease.
     committing: bool = False
     started: float = field(default_factory=time.monotonic)
+    # The claim loop that took it; its slot is given back once the run's
+    # outcome is on its way (the commit itself no longer needs the slot).
+    runner: _Runner | None = None
+    holds_slot: bool = False
 
 
 def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
@@ -142,44 +151,142 @@ def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
 
 
 class _Committer:
-    """Sends the transitions of finished runs to Redis, many per round trip.
+    """Sends one connection's transitions and claims, many per round trip.
 
     Handlers finish in bursts (a claim batch of no-op jobs finishes almost at
-    once); each transition is still its own atomic script, but the scripts
-    queued while one pipeline is in flight go out together in the next one.
-    A lone transition goes out at once: batching only ever happens under load.
+    once). What is submitted while a pipeline is in flight goes out together
+    in the next one: the completions of a queue as one ``complete`` call over
+    all of them (each job still checked, written and journaled on its own),
+    every other transition as its own script, and the claim loops' claims
+    last, so that the slots those runs freed are refilled in the same round
+    trip. A lone call goes out at once: batching only happens under load.
     """
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self._queue: list[tuple[tuple[str, list[str], list[ScriptArg]], _Reply]] = []
+        self._calls: list[tuple[str, Any]] = []
+        self._replies: list[_Reply] = []
         self._kick = anyio.Event()
 
-    async def submit(self, name: str, keys: list[str], args: list[ScriptArg]) -> Any:
+    async def _submit(self, kind: str, call: Any) -> Any:
         reply = _Reply()
-        self._queue.append(((name, keys, args), reply))
+        self._calls.append((kind, call))
+        self._replies.append(reply)
         self._kick.set()
         await reply.done.wait()
         if isinstance(reply.value, BaseException):
             raise reply.value
         return reply.value
 
+    async def submit(self, name: str, keys: list[str], args: list[ScriptArg]) -> Any:
+        """Run one script in the next round trip: its reply, or its error raised."""
+        return await self._submit("script", (name, keys, args))
+
+    async def claim(self, keys: list[str], args: list[ScriptArg]) -> Any:
+        """Run a claim in the next round trip, after that round trip's transitions."""
+        return await self._submit("claim", ("claim", keys, args))
+
+    async def complete(self, queue: Queue, job_args: list[ScriptArg]) -> Any:
+        """Complete one job (its six complete.lua values) in the next round trip.
+
+        Replies ``[1]``, or ``[0, reason]`` when refused, like the other transitions.
+        """
+        return await self._submit("complete", (queue, job_args))
+
+    def _plan(self, calls: list[tuple[str, Any]]) -> tuple[list[_Call], list[tuple[int, int | None]]]:
+        """The pipeline for a batch, and where each call's reply is in it.
+
+        A place is (index in the pipeline, index in a multi-job reply or None).
+        """
+        pipeline: list[_Call] = []
+        places: list[tuple[int, int | None]] = [(0, None)] * len(calls)
+        completes: dict[str, tuple[Queue, list[int]]] = {}
+        claims: list[int] = []
+        for i, (kind, call) in enumerate(calls):
+            if kind == "complete":
+                completes.setdefault(call[0].keys.prefix, (call[0], []))[1].append(i)
+            elif kind == "claim":
+                claims.append(i)
+            else:
+                places[i] = (len(pipeline), None)
+                pipeline.append(call)
+        for queue, indices in completes.values():
+            k = queue.keys
+            for start in range(0, len(indices), _COMPLETE_BATCH):
+                chunk = indices[start : start + _COMPLETE_BATCH]
+                args: list[ScriptArg] = [k.prefix, queue.client.now_arg(), len(chunk)]
+                for j, i in enumerate(chunk):
+                    args.extend(calls[i][1][1])
+                    places[i] = (len(pipeline), j)
+                pipeline.append(("complete", [k.running, k.completed], args))
+        for i in claims:
+            places[i] = (len(pipeline), None)
+            pipeline.append(calls[i][1])
+        return pipeline, places
+
     async def run(self) -> None:
         while True:
             await self._kick.wait()
+            # Let the tasks that are ready now (other runs finishing, a claim
+            # loop woken by the slots they freed) add their calls to this batch.
+            await anyio.lowlevel.checkpoint()
             self._kick = anyio.Event()
-            batch, self._queue = self._queue, []
-            if not batch:
+            calls, self._calls = self._calls, []
+            replies, self._replies = self._replies, []
+            if not calls:
                 continue
+            pipeline, places = self._plan(calls)
             try:
                 results = await self.client.scripts.run_pipeline(
-                    self.client.redis, [call for call, _ in batch], return_exceptions=True
+                    self.client.redis, pipeline, return_exceptions=True
                 )
             except Exception as exc:  # noqa: BLE001 - handed to every waiter, which retries
-                results = [exc] * len(batch)
-            for (_, reply), value in zip(batch, results, strict=True):
+                results = [exc] * len(pipeline)
+            for reply, (at, sub) in zip(replies, places, strict=True):
+                value = results[at]
+                if sub is not None and not isinstance(value, BaseException):
+                    one = value[sub]
+                    value = [1] if one == 1 else [0, one]
                 reply.value = value
                 reply.done.set()
+
+
+class _Inbox:
+    """Claimed jobs waiting for a slot task: a FIFO that wakes one waiter per job."""
+
+    __slots__ = ("_closed", "_items", "_waiters")
+
+    def __init__(self) -> None:
+        self._items: deque[_Job] = deque()
+        self._waiters: deque[anyio.Event] = deque()
+        self._closed = False
+
+    def put(self, job: _Job) -> None:
+        self._items.append(job)
+        if self._waiters:
+            self._waiters.popleft().set()
+
+    def close(self) -> None:
+        """No more jobs: every waiter gets None once the queued jobs are taken."""
+        self._closed = True
+        while self._waiters:
+            self._waiters.popleft().set()
+
+    async def get(self) -> _Job | None:
+        while not self._items:
+            if self._closed:
+                return None
+            woken = anyio.Event()
+            self._waiters.append(woken)
+            try:
+                await woken.wait()
+            except BaseException:
+                if woken in self._waiters:
+                    self._waiters.remove(woken)
+                elif self._items and self._waiters:
+                    self._waiters.popleft().set()  # we were handed a job: pass the wake-up on
+                raise
+        return self._items.popleft()
 
 
 @dataclass(eq=False, slots=True)
@@ -194,28 +301,60 @@ class _Runner:
     def __init__(self, worker: Worker[Any], queue: Queue) -> None:
         self.worker = worker
         self.queue = queue
+        # Every job this worker holds a lease on, until its transition is written.
         self.active: dict[str, _Job] = {}
+        # Jobs whose handler is still running: what `concurrency` limits.
+        self.busy = 0
         self.poke = anyio.Event()
         self.idle = False
+        # Claimed jobs on their way to the slot tasks (made anew by each run()).
+        self.inbox = _Inbox()
+
+    async def slot(self) -> None:
+        """One long-lived task that runs claimed jobs one after another.
+
+        Cheaper than a task per job (a task group spawn costs more than a
+        no-op job's whole run). A run's slot is given back to the claim loop
+        once its handler is done, while this task still waits for the run's
+        transition, so a runner has twice ``concurrency`` of these.
+        """
+        while (job := await self.inbox.get()) is not None:
+            await self.worker._run_job(self, job)
 
     def wake(self) -> None:
         self.poke.set()
 
+    def release_slot(self, job: _Job) -> None:
+        """The job's handler is done: its slot can take another job."""
+        if job.holds_slot:
+            job.holds_slot = False
+            self.busy -= 1
+            self.poke.set()
+
     async def claim(self, count: int) -> tuple[int, int, list[_Job]]:
         q, w = self.queue, self.worker
-        reply = await q.client.scripts.call(
-            q.client.redis,
-            "claim",
-            [*q.keys.pending_high_first, q.keys.running, q.keys.dedup, q.keys.meta],
-            [q.keys.prefix, q.client.now_arg(), count, w.id, secrets.token_hex(8), w.lease_ms],
-        )
+        keys = [*q.keys.pending_high_first, q.keys.running, q.keys.dedup, q.keys.meta]
+        args: list[ScriptArg] = [
+            q.keys.prefix,
+            q.client.now_arg(),
+            count,
+            w.id,
+            secrets.token_hex(8),
+            w.lease_ms,
+        ]
+        committer = w._committers.get(id(q.client)) if w._running else None
+        if committer is not None:
+            # In the same round trip as the transitions that freed the slots.
+            reply = await committer.claim(keys, args)
+        else:
+            reply = await q.client.scripts.call(q.client.redis, "claim", keys, args)
         return _parse_claim(q, reply)
 
-    async def claim_loop(self, jobs_tg: TaskGroup, until_idle: bool) -> None:
+    async def claim_loop(self, until_idle: bool) -> None:
         w = self.worker
         failures = 0
         while not w.stopping:
-            free = w.concurrency - len(self.active)
+            free = w.concurrency - self.busy
             if free <= 0:
                 self.poke = anyio.Event()
                 await self._wait(None)
@@ -235,9 +374,11 @@ class _Runner:
                 continue
             for job in jobs:
                 self.active[job.id] = job
+                job.runner, job.holds_slot = self, True
+                self.busy += 1
                 if w.observer is not None:
                     w.observer.job_claimed(self.queue.name, w._kind_label(job.kind))
-                jobs_tg.start_soon(w._run_job, self, job)
+                self.inbox.put(job)
             if len(jobs) == want:
                 continue
             if until_idle and not self.active and await self.queue.is_drained():
@@ -537,10 +678,16 @@ class Worker(Generic[StateT]):
                 if self.handle_signals and threading.current_thread() is threading.main_thread():
                     service_tg.start_soon(self._signal_watcher)
                 async with anyio.create_task_group() as jobs_tg:
+                    for r in self._runners:
+                        r.inbox = _Inbox()
+                        for _ in range(2 * self.concurrency):
+                            jobs_tg.start_soon(r.slot)
                     async with anyio.create_task_group() as claim_tg:
                         for r in self._runners:
-                            claim_tg.start_soon(r.claim_loop, jobs_tg, until_idle)
+                            claim_tg.start_soon(r.claim_loop, until_idle)
                     # Claiming has stopped (shutdown, or every queue drained).
+                    for r in self._runners:
+                        r.inbox.close()
                     await self._drain(jobs_tg)
                 service_tg.cancel_scope.cancel()
         finally:
@@ -658,6 +805,7 @@ class Worker(Generic[StateT]):
         except Exception:
             log.exception("queue %s: internal error running job %s", job.queue.name, job.id)
         finally:
+            runner.release_slot(job)
             runner.active.pop(job.id, None)
             runner.wake()
             self._changed.set()
@@ -783,13 +931,10 @@ class Worker(Generic[StateT]):
             action = "cancel"
             note_s = "cancelled by an operator" + (f" (the run ended with: {note_s})" if note_s else "")
         call: tuple[str, list[str], list[ScriptArg]]
+        # complete.lua takes many jobs at once: these are one job's values.
+        completion: list[ScriptArg] = [job.id, job.token, note_s, attachment, carry, blob]
         if action == "complete":
-            call = (
-                "complete",
-                [k.job(job.id), k.journal(job.id), k.running, k.completed],
-                # The prefix lets the script settle an offload snapshot.
-                [job.id, job.token, now(), note_s, attachment, carry, blob, k.prefix],
-            )
+            call = ("complete", [k.running, k.completed], [k.prefix, now(), 1, *completion])
         elif action == "pause":
             call = (
                 "pause",
@@ -845,15 +990,21 @@ class Worker(Generic[StateT]):
         name, keys, args = call
         attempt = 0
         job.committing = True
+        if job.runner is not None:
+            job.runner.release_slot(job)
         while True:
             try:
                 # The committers only send while run() runs them: a direct call
                 # outside run() (a test) goes straight to Redis instead of waiting.
                 committer = self._committers.get(id(q.client)) if self._running else None
-                if committer is None:  # not running (a direct call in a test): no batching
-                    reply = await q.client.scripts.call(q.client.redis, name, keys, args)
-                else:
+                if committer is not None and name == "complete":
+                    reply = await committer.complete(q, completion)
+                elif committer is not None:
                     reply = await committer.submit(name, keys, args)
+                else:  # not running (a direct call in a test): no batching
+                    reply = await q.client.scripts.call(q.client.redis, name, keys, args)
+                    if name == "complete":
+                        reply = [1] if reply[0] == 1 else [0, reply[0]]
                 break
             except _TRANSIENT as exc:
                 attempt += 1

@@ -57,13 +57,12 @@ class Driver:
 
     async def complete(self, job_id: str, token: str, note: str = "", carry: bytes = b"") -> list[Any]:
         k = self.k
-        return list(
-            await self._call(
-                "complete",
-                [k.job(job_id), k.journal(job_id), k.running, k.completed],
-                [job_id, token, self.c.now_arg(), note, b"", carry, b""],
-            )
+        (one,) = await self._call(
+            "complete",
+            [k.running, k.completed],
+            [k.prefix, self.c.now_arg(), 1, job_id, token, note, b"", carry, b""],
         )
+        return [1] if one == 1 else [0, one]
 
     async def retry(
         self, job_id: str, token: str, note: str = "boom", base_ms: int = 10, cap_ms: int = 50

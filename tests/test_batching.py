@@ -1,0 +1,81 @@
+"""The worker's batched paths: many completions per script call, claims riding along.
+
+A burst of finished runs is written by one ``complete`` call over all of them
+(each job still fenced and journaled on its own), and the claim that refills
+the freed slots goes out in the same round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import drain, events
+from tests.tasks import Echo, EchoJob
+
+pytestmark = pytest.mark.anyio
+
+
+async def _claim(queue: vr.Queue, count: int) -> list[tuple[str, str]]:
+    k = queue.keys
+    reply = await queue.client.scripts.call(
+        queue.client.redis,
+        "claim",
+        [*k.pending_high_first, k.running, k.dedup, k.meta],
+        [k.prefix, queue.client.now_arg(), count, "tester", "tok", 30_000],
+    )
+    return [(reply[i].decode(), reply[i + 6].decode()) for i in range(2, len(reply), 12)]
+
+
+async def test_one_complete_call_settles_many_jobs_each_fenced(queue: vr.Queue) -> None:
+    ids = await queue.enqueue_many([Echo(text=str(i)) for i in range(3)])
+    claimed = await _claim(queue, 3)
+    assert sorted(j for j, _ in claimed) == sorted(ids)
+    (a, ta), (b, _), (c, tc) = claimed
+    k = queue.keys
+    args: list[Any] = [k.prefix, queue.client.now_arg(), 3]
+    args += [a, ta, "done a", b"", b"", b""]
+    args += [b, "stale-token", "done b", b"", b"", b""]
+    args += [c, tc, "done c", b"", b"", b""]
+    reply = await queue.client.scripts.call(queue.client.redis, "complete", [k.running, k.completed], args)
+
+    assert reply[0] == 1 and reply[2] == 1
+    assert b"lease token does not match" in reply[1]
+    info = {j: await queue.get(j) for j in (a, b, c)}
+    assert info[a].state == vr.JobState.COMPLETED and info[a].note == "done a"  # type: ignore[union-attr]
+    assert info[c].state == vr.JobState.COMPLETED and info[c].note == "done c"  # type: ignore[union-attr]
+    # The refused one is untouched but for its journaled refusal.
+    assert info[b].state == vr.JobState.RUNNING  # type: ignore[union-attr]
+    assert (await events(queue, b))[-1] == "refused"
+    assert (await events(queue, a))[-1] == "completed"
+    counts = await queue.counts()
+    assert counts["completed"] == 2 and counts["running"] == 1
+
+
+async def test_a_burst_of_completions_shares_round_trips(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scripts = queue.client.scripts
+    pipelines: list[list[tuple[str, int]]] = []
+    real = scripts.run_pipeline
+
+    async def spy(redis: Any, calls: Any, **kw: Any) -> list[Any]:
+        # (script, jobs it carries): a complete call carries ARGV[3] jobs.
+        pipelines.append([(name, int(args[2]) if name == "complete" else 1) for name, _, args in calls])
+        return await real(redis, calls, **kw)
+
+    monkeypatch.setattr(scripts, "run_pipeline", spy)
+    n = 60
+    state: dict[str, Any] = {}
+    await queue.enqueue_many([Echo(text=str(i)) for i in range(n)])
+    await drain(queue, EchoJob, state=state, concurrency=20)
+
+    assert sorted(state["ran"], key=int) == [str(i) for i in range(n)]
+    completes = [jobs for p in pipelines for name, jobs in p if name == "complete"]
+    assert sum(completes) == n  # every completion went through the committer once
+    assert len(completes) < n and max(completes) > 1  # ... many per script call
+    # The claims that refilled the freed slots rode with the completions.
+    assert any({"complete", "claim"} <= {name for name, _ in p} for p in pipelines)
+    assert (await queue.counts())["completed"] == n
