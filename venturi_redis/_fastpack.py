@@ -8,10 +8,13 @@ commands per job, so this is measurable (see benchmarks/README.md).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from redis.asyncio.connection import Connection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -37,6 +40,44 @@ class FastPackConnection(Connection):
 
     def pack_commands(self, commands: Iterable[Iterable[Any]]) -> list[bytes]:
         return [b"".join(self.pack_command(*cmd)[0] for cmd in commands)]
+
+    async def send_packed_command(
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        """Write without ``asyncio.wait_for`` when the socket takes the bytes at once.
+
+        With a socket timeout set, redis-py wraps every write in
+        ``asyncio.wait_for``, which on Python 3.11 creates a Task per command.
+        A write only waits when the kernel's socket buffer is full; here the
+        bytes go to the transport first, and only when some are left over does
+        the drain wait, under the same timeout. Everything else (connecting,
+        health checks, errors) is redis-py's own path.
+        """
+        writer = self._writer
+        if writer is None or not self.is_connected or not self.socket_timeout:
+            return await super().send_packed_command(command, check_health)
+        if check_health and self.health_check_interval:
+            await self.check_health()  # type: ignore[no-untyped-call]
+        if isinstance(command, str):
+            command = command.encode()
+        if isinstance(command, bytes):
+            command = [command]
+        try:
+            writer.writelines(command)
+            if writer.transport.get_write_buffer_size():
+                await asyncio.wait_for(writer.drain(), self.socket_timeout)
+            else:
+                await writer.drain()  # returns at once; raises if the connection was lost
+        except TimeoutError:
+            await self.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        except OSError as exc:
+            await self.disconnect(nowait=True)
+            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+        except BaseException:
+            # Part of the command may have been written: the connection is unusable.
+            await self.disconnect(nowait=True)
+            raise
 
 
 def fast_connection_class() -> type[Connection] | None:
