@@ -8,6 +8,7 @@ millisecond sort arbitrarily, which is the best any clock-based id can do.
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
 import time
@@ -18,6 +19,21 @@ _lock = threading.Lock()
 _last_ms = -1
 _last_rand = 0
 _RAND_MAX = (1 << 80) - 1
+# RFC 4648 base32 letters to Crockford's (ULID's) alphabet, digit for digit.
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+
+
+def _encode(ms: int, rand: int) -> str:
+    """The 26-character ULID of (ms, rand), with the C base32 encoder.
+
+    A ULID is its 128 bits as 26 base32 digits (130 bits, two leading zero
+    bits). Shifted left by 30 bits, the 128 bits fill 20 bytes from bit 2 on,
+    so the first 26 digits of their RFC 4648 encoding are the ULID's digits,
+    in the standard alphabet. python-ulid's encoder does the same in Python,
+    about ten times slower; ``test_ids`` checks both agree.
+    """
+    value = ((ms << 80) | rand) << 30
+    return base64.b32encode(value.to_bytes(20, "big"))[:26].translate(_TO_CROCKFORD).decode()
 
 
 def new_job_id() -> str:
@@ -35,7 +51,7 @@ def new_job_id() -> str:
             # Keep the top bit clear so a run of increments never overflows.
             rand = int.from_bytes(os.urandom(10), "big") >> 1
         _last_ms, _last_rand = ms, rand
-    return str(ULID.from_bytes(ms.to_bytes(6, "big") + rand.to_bytes(10, "big")))
+    return _encode(ms, rand)
 
 
 def ulid_ms(job_id: str) -> int:
