@@ -28,6 +28,9 @@ if not f[1] then
   return {0, 'job does not exist'}
 end
 local state = f[1]
+-- A pending job never journaled gets its `enqueued` entry before any write
+-- (the pending branch drops eligible_at).
+materialize(KEYS[1], KEYS[2])
 
 if state == 'running' and token == '' then
   -- Not ours to stop: flag it. The holder's next lease renewal sees the flag;

@@ -44,7 +44,14 @@ for level = 1, 4 do
     local job_key = prefix .. 'job:' .. id
     local f = redis.call('HMGET', job_key, 'kind', 'payload', 'carry', 'run_count',
       'failures', 'lease_ms', 'priority', 'max_failures', 'resume_input', 'dedup', 'state',
-      'cancel_requested')
+      'cancel_requested', 'created_at', 'eligible_at')
+    local journal_key = prefix .. 'journal:' .. id
+    if f[1] and f[11] == 'pending' then
+      -- A job claimed (or cancelled) for the first time gets the `enqueued`
+      -- entry enqueue did not write, before any write to its hash, so the
+      -- history returned below starts with it.
+      materialize(job_key, journal_key, {f[13], f[7], f[14]})
+    end
     -- A pending id whose hash is gone or not pending (removed by hand) is dropped.
     if f[1] and f[11] == 'pending' and f[12] then
       -- An operator cancelled it while it ran, and that run ended (failed,
@@ -54,7 +61,7 @@ for level = 1, 4 do
       redis.call('HSET', job_key, 'state', 'cancelled', 'finished_at', now, 'updated_at', now)
       redis.call('HDEL', job_key, 'eligible_at')
       redis.call('ZADD', prefix .. 'cancelled', now, id)
-      journal(prefix .. 'journal:' .. id, now, 'cancelled', f[4], 'cancel requested while running',
+      journal(journal_key, now, 'cancelled', f[4], 'cancel requested while running',
         nil, {'from', 'pending'})
       offload_settle(prefix, job_key, id, 'failed', nil, 'cancelled while running', now)
     elseif f[1] and f[11] == 'pending' then
@@ -63,7 +70,6 @@ for level = 1, 4 do
       local lease = tonumber(f[6]) or default_lease
       local token = ARGV[5] .. '.' .. n
       local expires = now + lease
-      local journal_key = prefix .. 'journal:' .. id
       local history = redis.call('XRANGE', journal_key, '-', '+')
       redis.call('HSET', job_key, 'state', 'running', 'run_count', run,
         'lease_owner', worker, 'lease_token', token, 'lease_expires', expires,

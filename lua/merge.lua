@@ -21,6 +21,9 @@ local f = redis.call('HMGET', KEYS[1], 'state', 'run_count', 'priority')
 if f[1] ~= 'pending' then
   return 0
 end
+-- Journal the `enqueued` entry first if nothing has yet, while the hash still
+-- holds the enqueue-time priority.
+materialize(KEYS[1], KEYS[2])
 local now = now_ms(ARGV[2])
 local decision = ARGV[3]
 local extra = {'decision', decision}

@@ -21,7 +21,7 @@ from ._errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
 from ._ids import new_job_id
 from ._keys import QueueKeys, dedup_field
 from ._outcome import UNSET
-from ._records import JobInfo, JournalEntry
+from ._records import ENQUEUED_FIELDS, JobInfo, JournalEntry, journal_from
 from ._scripts import ScriptArg, ScriptSet, scripts
 from ._task import Task
 
@@ -397,8 +397,15 @@ class Queue:
 
     async def journal(self, job_id: str) -> list[JournalEntry]:
         """The job's journal, oldest first (empty if the job is unknown)."""
-        raw = await self.client.redis.xrange(self.keys.journal(job_id))
-        return [JournalEntry.from_stream(entry_id, fields) for entry_id, fields in raw]
+        # A job nothing has touched since enqueue has no stream yet: its
+        # `enqueued` entry is made from the hash (journal_from), read in the same
+        # round trip.
+        pipe = self.client.redis.pipeline(transaction=True)
+        pipe.xrange(self.keys.journal(job_id))
+        pipe.hmget(self.keys.job(job_id), *ENQUEUED_FIELDS)
+        raw, job_fields = await pipe.execute()
+        entries = journal_from(raw, job_fields)
+        return [JournalEntry.from_stream(entry_id, fields) for entry_id, fields in entries]
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: ``pending:<level>`` for each priority, then the other sets."""

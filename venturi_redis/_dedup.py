@@ -25,7 +25,7 @@ from redis.exceptions import NoScriptError, WatchError
 from ._codec import pack_model, unpack_model
 from ._enums import Priority
 from ._errors import MergeConflictError, PayloadTooLarge, TaskDefinitionError
-from ._records import LazyJournal
+from ._records import ENQUEUED_FIELDS, LazyJournal, journal_from
 from ._task import Merge, Pending, Task
 
 if TYPE_CHECKING:
@@ -75,7 +75,14 @@ async def _try_merge(queue: Queue, task: Task[Any], job: _Prepared, holder: str)
             raw = await pipe.hgetall(job_key)
             if not raw or raw.get(b"state") != b"pending" or _text(raw.get(b"dedup")) != job.dedup:
                 return None  # claimed or replaced under us: the index has moved on
-            journal = LazyJournal(await pipe.xrange(keys.journal(holder)))
+            # No stream yet for a job untouched since enqueue: journal_from
+            # gives its `enqueued` entry from the hash just read.
+            journal = LazyJournal(
+                journal_from(
+                    await pipe.xrange(keys.journal(holder)),
+                    [raw.get(name.encode()) for name in ENQUEUED_FIELDS],
+                )
+            )
             existing = unpack_model(task_cls, raw[b"payload"])
             carry_cls = task_cls.carry_type()
             carry = unpack_model(carry_cls, raw[b"carry"]) if raw.get(b"carry") else task_cls.default_carry()

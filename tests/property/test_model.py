@@ -119,6 +119,10 @@ TRANSITIONS: dict[str, tuple[set[str | None], str | None]] = {
 
 def walk(events: list[str]) -> str:
     """The state a journal leads to; raises AssertionError on a step the machine forbids."""
+    if not events:
+        # Enqueue writes no stream: the first journaled event writes `enqueued`
+        # first, so only a job untouched since enqueue (pending) has none.
+        return "pending"
     state: str | None = None
     for i, name in enumerate(events):
         assert name in TRANSITIONS, f"unknown journal event {name!r} in {events}"

@@ -1,0 +1,192 @@
+"""The journal stream is created lazily: enqueue writes none, the first journaled
+event writes the `enqueued` entry first, and readers synthesize it until then."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import make_worker
+from tests.tasks import Echo
+from venturi_redis._records import JournalEntry, enqueued_entry
+
+pytestmark = pytest.mark.anyio
+
+
+class Clock:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+async def claim(queue: vr.Queue, count: int = 10) -> list[tuple[str, str, list[JournalEntry]]]:
+    """Run claim.lua; returns (id, token, history) per claimed job."""
+    c, k = queue.client, queue.keys
+    reply = await c.scripts.call(
+        c.redis,
+        "claim",
+        [*k.pending_high_first, k.running, k.dedup, k.meta],
+        [k.prefix, c.now_arg(), count, "w1", "tok", 30_000],
+    )
+    out = []
+    for i in range(2, len(reply), 12):
+        job = reply[i : i + 12]
+        out.append((job[0].decode(), job[6].decode(), JournalEntry.from_xrange(job[11])))
+    return out
+
+
+async def stream(queue: vr.Queue, job_id: str) -> list[JournalEntry]:
+    raw = await queue.client.redis.xrange(queue.keys.journal(job_id))
+    return [JournalEntry.from_stream(i, f) for i, f in raw]
+
+
+async def test_a_pending_job_has_no_stream_but_reads_its_enqueued_entry(queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Echo(text="x"), priority=vr.Priority.HIGH, delay=60)
+    assert await queue.client.redis.exists(queue.keys.journal(job_id)) == 0
+    info = await queue.get(job_id)
+    assert info is not None and info.eligible_at is not None
+    (entry,) = await queue.journal(job_id)
+    created_ms = int(info.created_at.timestamp() * 1000)
+    eligible_ms = int(info.eligible_at.timestamp() * 1000)
+    assert entry.id == f"{created_ms}-0"
+    assert (entry.event, entry.run, entry.at, entry.note) == ("enqueued", 0, info.created_at, None)
+    assert entry.details == {"priority": "high", "eligible_at": str(eligible_ms)}
+    assert eligible_ms == created_ms + 60_000
+
+
+async def test_claim_writes_enqueued_first_with_the_same_values(queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Echo(text="x"), priority="low")
+    synthesized = await queue.journal(job_id)
+    ((claimed_id, _, history),) = await claim(queue)
+    assert claimed_id == job_id
+    # The history handed to the run already holds the entry, exactly as synthesized.
+    assert history == synthesized
+    raw = await stream(queue, job_id)
+    assert [e.event for e in raw] == ["enqueued", "claimed"]
+    assert raw[0] == synthesized[0]
+    assert raw[1].id > raw[0].id
+    assert await queue.journal(job_id) == raw
+
+
+@pytest.mark.parametrize("offset_ms", [10 * 365 * 86_400_000, -10 * 365 * 86_400_000])
+async def test_a_caller_clock_far_from_redis_time_keeps_ids_increasing(url: str, offset_ms: int) -> None:
+    import time
+
+    clock = Clock(int(time.time() * 1000) + offset_ms)
+    async with vr.Client.from_url(url, clock=clock) as c:
+        q = c.queue("clock-" + str(abs(offset_ms) % 997) + ("f" if offset_ms > 0 else "p"))
+        job_id = await q.enqueue(Echo(text="x"))
+        clock.ms += 5
+        ((_, token, history),) = await claim(q)
+        assert [e.event for e in history] == ["enqueued"]
+        assert history[0].id == f"{clock.ms - 5}-0"
+        clock.ms += 5
+        c2, k = q.client, q.keys
+        res = await c2.scripts.call(
+            c2.redis,
+            "release",
+            [k.job(job_id), k.journal(job_id), k.running, k.pending(vr.Priority.NORMAL), k.dedup],
+            [job_id, token, c2.now_arg(), "", "bye", k.wake],
+        )
+        assert list(res) == [1]
+        raw = await stream(q, job_id)
+        assert [e.event for e in raw] == ["enqueued", "claimed", "released"]
+        ids = [tuple(int(p) for p in e.id.split("-")) for e in raw]
+        assert ids == sorted(ids) and len(set(ids)) == 3
+        # the `at` fields follow the caller's clock, whatever the stream ids say
+        assert [int(e.at.timestamp() * 1000) for e in raw] == [clock.ms - 10, clock.ms - 5, clock.ms]
+
+
+async def test_a_refusal_on_a_never_claimed_job_keeps_enqueued_first(queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Echo(text="x"))
+    c, k = queue.client, queue.keys
+    res = await c.scripts.call(
+        c.redis,
+        "release",
+        [k.job(job_id), k.journal(job_id), k.running, k.pending(vr.Priority.NORMAL), k.dedup],
+        [job_id, "stale", c.now_arg(), "", "bye", k.wake],
+    )
+    assert res[0] == 0
+    assert [e.event for e in await stream(queue, job_id)] == ["enqueued", "refused"]
+
+
+async def test_cancel_of_a_never_claimed_job(queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Echo(text="x"), delay=30)
+    synthesized = await queue.journal(job_id)
+    assert await queue.cancel(job_id) == "cancelled"
+    raw = await stream(queue, job_id)
+    assert [e.event for e in raw] == ["enqueued", "cancelled"]
+    # eligible_at is dropped from the hash by the cancel, but the entry kept it.
+    assert raw[0] == synthesized[0]
+    assert raw[0].details["eligible_at"] != ""
+    assert raw[1].details == {"from": "pending"}
+
+
+class Tagged(vr.Task):
+    """Merges by replacing; records the journal `merge` was shown."""
+
+    KIND: ClassVar[str] = "tagged_journal"
+    key: str
+    urgent: bool = False
+    seen: ClassVar[list[list[JournalEntry]]] = []
+
+    def dedup_key(self) -> str | None:
+        return self.key
+
+    def priority(self) -> vr.Priority:
+        return vr.Priority.CRITICAL if self.urgent else vr.Priority.LOW
+
+    def merge(self, existing: vr.Pending[Any, Any]) -> vr.Merge[Any, Any]:
+        Tagged.seen.append(list(existing.journal))
+        return vr.Merge.replace()
+
+
+async def test_a_merge_that_moves_priority_journals_the_original_priority_first(queue: vr.Queue) -> None:
+    Tagged.seen.clear()
+    a = await queue.enqueue(Tagged(key="k"))
+    synthesized = await queue.journal(a)
+    assert synthesized[0].details["priority"] == "low"
+    assert await queue.enqueue(Tagged(key="k", urgent=True)) == a
+    # Task.merge saw the `enqueued` entry though no stream existed yet (it may
+    # be called more than once: a first EVALSHA of merge.lua is retried).
+    assert Tagged.seen and all(s == synthesized for s in Tagged.seen)
+    Tagged.seen.clear()
+    raw = await stream(queue, a)
+    assert [e.event for e in raw] == ["enqueued", "merged"]
+    assert raw[0] == synthesized[0]
+    assert raw[0].details["priority"] == "low"
+    assert raw[1].details == {"decision": "replace", "priority": "critical"}
+    info = await queue.get(a)
+    assert info is not None and info.priority == vr.Priority.CRITICAL
+    # A second merge sees the stream itself.
+    assert await queue.enqueue(Tagged(key="k")) == a
+    assert [[e.event for e in s] for s in Tagged.seen] == [["enqueued", "merged"]]
+
+
+async def test_the_first_run_history_contains_enqueued(queue: vr.Queue) -> None:
+    seen: list[list[str]] = []
+
+    class Hist(vr.Task):
+        KIND: ClassVar[str] = "hist_journal"
+
+    class HistJob(Hist, vr.Handler[None]):
+        async def handle(self, ctx: vr.Context[vr.NoCarry], state: None) -> vr.Outcome:
+            seen.append([e.event for e in ctx.history])
+            return vr.Outcome.completed()
+
+    job_id = await queue.enqueue(Hist())
+    worker = make_worker(queue, HistJob)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    assert seen == [["enqueued"]]
+    assert [e.event for e in await queue.journal(job_id)] == ["enqueued", "claimed", "completed"]
+
+
+def test_enqueued_entry_matches_the_lua_id_rule() -> None:
+    assert enqueued_entry(b"1700000000000", b"normal", b"1700000000005")[0] == "1700000000000-0"
+    assert enqueued_entry(b"0", b"normal", b"0")[0] == "0-1"
