@@ -328,6 +328,41 @@ async def test_worker_trims_on_its_reclaim_tick(queue: vr.Queue) -> None:
     assert (await queue.stats()).completed == 0
 
 
+async def test_long_retention_is_trimmed_once_a_minute_not_every_tick(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Default periods are days: an idle worker trims on its first tick, then after a minute."""
+    passes: list[float] = []
+    real = _ops.trim
+
+    async def spy(q: vr.Queue, retention: vr.Retention, **kw: Any) -> int:
+        passes.append(retention.periods_ms()["completed"])
+        return await real(q, retention, **kw)
+
+    monkeypatch.setattr(_ops, "trim", spy)
+    reclaims = 0
+    worker = make_worker(queue, EchoJob, reclaim_interval=0.02)
+    assert worker.trim_interval == 60.0
+    short = make_worker(queue, EchoJob, retention=vr.Retention(completed=0.1), reclaim_interval=0.02)
+    assert short.trim_interval == pytest.approx(0.1)
+    runner = worker._runners[0]
+    real_reclaim = runner.reclaim_once
+
+    async def counting() -> int:
+        nonlocal reclaims
+        reclaims += 1
+        return await real_reclaim()
+
+    runner.reclaim_once = counting  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(10):
+            while reclaims < 10:
+                await anyio.sleep(0.02)
+        worker.shutdown()
+    assert passes == [86_400_000]  # one trim pass, on the first of 10+ reclaim ticks
+
+
 def test_retention_defaults_and_validation() -> None:
     r = vr.Retention()
     periods = r.periods_ms()

@@ -420,12 +420,14 @@ class _Runner:
 
     async def reclaim_loop(self) -> None:
         w = self.worker
+        trimmed_at = -math.inf
         while True:
             try:
                 await self.reclaim_once()
-                if w.retention is not None:
+                if w.retention is not None and time.monotonic() - trimmed_at >= w.trim_interval:
                     # Retention rides on the reclaim tick: bounded batches, idempotent
                     # across pods (a job removed by one is skipped by the others).
+                    trimmed_at = time.monotonic()
                     await _ops.trim(self.queue, w.retention)
             except _SURVIVABLE as exc:
                 log.warning("queue %s: reclaim failed (%s)", self.queue.name, exc)
@@ -553,6 +555,10 @@ class Worker(Generic[StateT]):
         self.batch_size = batch_size or concurrency
         self.poll_interval = poll_interval
         self.reclaim_interval = reclaim_interval or min(self.lease / 2, 15.0)
+        # Retention is trimmed on a reclaim tick, but not more often than the
+        # shortest period needs (default periods are days: once a minute).
+        shortest = min((retention.periods_ms() if retention else {}).values(), default=0) / 1000
+        self.trim_interval = max(self.reclaim_interval, min(60.0, shortest))
         self.shutdown_grace = shutdown_grace
         self.handle_signals = handle_signals
         self.retention = retention
