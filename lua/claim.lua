@@ -34,12 +34,30 @@ if redis.call('HGET', KEYS[7], 'paused') == '1' then
   return {now, -1}
 end
 
+-- One command per level: the first k members by rank (k = jobs still
+-- wanted). A pending zset is scored by eligible_at, so they hold, in the same
+-- order, every member `ZRANGEBYSCORE -inf now LIMIT 0 k` would return; the
+-- first one eligible later is the level's earliest remaining score (for
+-- `next`), and nothing after it is eligible either.
 local out = {now, 0}
 local n = 0
+local nxt = 0
+-- Levels whose k members were all eligible: what is left in them was not
+-- seen. If the claim still falls short (some of those k were dropped or
+-- cancelled, not claimed), their earliest remaining score is read at the end.
+local unseen = {}
 for level = 1, 4 do
   if n >= want then break end
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[level], '-inf', now, 'LIMIT', 0, want - n)
-  for _, id in ipairs(ids) do
+  local k = want - n
+  local z = redis.call('ZRANGE', KEYS[level], 0, k - 1, 'WITHSCORES')
+  local later = false
+  for i = 1, #z, 2 do
+    local id, score = z[i], tonumber(z[i + 1])
+    if score > now then
+      if nxt == 0 or score < nxt then nxt = score end
+      later = true
+      break
+    end
     redis.call('ZREM', KEYS[level], id)
     local job_key = prefix .. 'job:' .. id
     local f = redis.call('HMGET', job_key, 'kind', 'payload', 'carry', 'run_count',
@@ -77,26 +95,32 @@ for level = 1, 4 do
       redis.call('ZADD', KEYS[5], expires, id)
       unindex(KEYS[6], f[10], id)
       journal(journal_key, now, 'claimed', run, nil, nil, {'worker', worker})
-      local k = #out
-      out[k + 1] = id
-      out[k + 2] = f[1]
-      out[k + 3] = f[2] or ''
-      out[k + 4] = f[3] or ''
-      out[k + 5] = run
-      out[k + 6] = tonumber(f[5]) or 0
-      out[k + 7] = token
-      out[k + 8] = lease
-      out[k + 9] = f[7] or ''
-      out[k + 10] = f[8] or ''
-      out[k + 11] = f[9] or ''
-      out[k + 12] = history
+      local o = #out
+      out[o + 1] = id
+      out[o + 2] = f[1]
+      out[o + 3] = f[2] or ''
+      out[o + 4] = f[3] or ''
+      out[o + 5] = run
+      out[o + 6] = tonumber(f[5]) or 0
+      out[o + 7] = token
+      out[o + 8] = lease
+      out[o + 9] = f[7] or ''
+      out[o + 10] = f[8] or ''
+      out[o + 11] = f[9] or ''
+      out[o + 12] = history
     end
+  end
+  if not later and #z == 2 * k then
+    unseen[#unseen + 1] = level
   end
 end
 
 if n < want then
-  local nxt = 0
-  for level = 1, 4 do
+  -- Every level was scanned (n never reached want). A level whose ZRANGE
+  -- stopped at a later member gave its earliest remaining score above; one
+  -- that returned fewer than k members is now empty; only the `unseen` ones
+  -- need a look.
+  for _, level in ipairs(unseen) do
     local z = redis.call('ZRANGE', KEYS[level], 0, 0, 'WITHSCORES')
     if z[2] then
       local s = tonumber(z[2])

@@ -1,0 +1,109 @@
+"""claim.lua scans each priority level with one ZRANGE by rank: ordering and `next`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+import venturi_redis as vr
+from tests.tasks import Echo
+
+pytestmark = pytest.mark.anyio
+
+T0 = 1_700_000_000_000
+
+
+class Clock:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+@pytest.fixture
+async def timed(url: str, queue_name: str) -> AsyncIterator[tuple[vr.Queue, Clock]]:
+    clock = Clock(T0)
+    async with vr.Client.from_url(url, clock=clock) as c:
+        yield c.queue(queue_name), clock
+
+
+async def claim(queue: vr.Queue, count: int) -> tuple[int, list[str]]:
+    """Run claim.lua; returns (next, claimed ids)."""
+    c, k = queue.client, queue.keys
+    reply = await c.scripts.call(
+        c.redis,
+        "claim",
+        [*k.pending_high_first, k.running, k.dedup, k.meta],
+        [k.prefix, c.now_arg(), count, "w1", "tok", 30_000],
+    )
+    return int(reply[1]), [reply[i].decode() for i in range(2, len(reply), 12)]
+
+
+async def test_order_across_levels_and_next_from_the_scan(timed: tuple[vr.Queue, Clock]) -> None:
+    q, clock = timed
+    crit_later = await q.enqueue(Echo(text="c"), priority="critical", delay=0.5)
+    n1 = await q.enqueue(Echo(text="n1"), priority="normal")
+    clock.ms += 1
+    n2 = await q.enqueue(Echo(text="n2"), priority="normal")
+    h1 = await q.enqueue(Echo(text="h1"), priority="high")
+    low_later = await q.enqueue(Echo(text="l"), priority="low", delay=0.2)
+    clock.ms += 1
+    # Fewer eligible than asked: all of them, highest level first, then by eligibility.
+    nxt, got = await claim(q, 10)
+    assert got == [h1, n1, n2]
+    assert nxt == T0 + 1 + 200  # the LOW job, earlier than the CRITICAL one
+    clock.ms = T0 + 1 + 200
+    nxt, got = await claim(q, 10)
+    assert (got, nxt) == ([low_later], T0 + 500)
+    clock.ms = T0 + 500
+    assert await claim(q, 10) == (0, [crit_later])
+    assert await claim(q, 10) == (0, [])
+
+
+async def test_a_full_claim_reports_no_next(timed: tuple[vr.Queue, Clock]) -> None:
+    q, _ = timed
+    ids = [await q.enqueue(Echo(text=str(i))) for i in range(3)]
+    await q.enqueue(Echo(text="later"), delay=1)
+    assert await claim(q, 2) == (0, ids[:2])
+    assert await claim(q, 2) == (T0 + 1000, ids[2:])
+
+
+async def test_next_when_dropped_ids_leave_a_level_short(timed: tuple[vr.Queue, Clock]) -> None:
+    """The first k of a level were all eligible but one was not claimable (its
+    hash is gone): the claim falls short, the level still holds an eligible job,
+    and `next` must say so (as the former second pass of ZRANGE 0 0 did)."""
+    q, clock = timed
+    r, k = q.client.redis, q.keys
+    await r.zadd(k.pending(vr.Priority.NORMAL), {"01GHOST0000000000000000000": T0 - 10})
+    a = await q.enqueue(Echo(text="a"))
+    clock.ms += 5
+    b = await q.enqueue(Echo(text="b"))
+    await q.enqueue(Echo(text="low"), priority="low", delay=1)
+    clock.ms += 5
+    nxt, got = await claim(q, 2)
+    assert got == [a]  # the ghost took one of the two places, as with LIMIT 0 2
+    assert nxt == T0 + 5  # b, still pending and eligible
+    assert await claim(q, 2) == (T0 + 5 + 1000, [b])
+
+
+async def test_a_paused_queue_claims_nothing(timed: tuple[vr.Queue, Clock]) -> None:
+    q, _ = timed
+    await q.enqueue(Echo(text="x"))
+    await q.pause()
+    assert await claim(q, 5) == (-1, [])
+
+
+async def test_an_idle_claim_is_one_zrange_per_level(backend: str, timed: tuple[vr.Queue, Clock]) -> None:
+    if backend != "redis":
+        pytest.skip("INFO commandstats: a single real redis-server")
+    q, _ = timed
+    await q.enqueue(Echo(text="later"), priority="high", delay=5)
+    r = q.client.redis
+    await r.config_resetstat()
+    assert await claim(q, 4) == (T0 + 5000, [])
+    stats = await r.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
+    assert calls.get("zrange") == 4
+    assert "zrangebyscore" not in calls
