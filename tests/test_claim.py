@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import venturi_redis as vr
+from tests.servers import RedisServer
 from tests.tasks import Echo
 
 pytestmark = pytest.mark.anyio
@@ -95,15 +96,14 @@ async def test_a_paused_queue_claims_nothing(timed: tuple[vr.Queue, Clock]) -> N
     assert await claim(q, 5) == (-1, [])
 
 
-async def test_an_idle_claim_is_one_zrange_per_level(backend: str, timed: tuple[vr.Queue, Clock]) -> None:
-    if backend != "redis":
-        pytest.skip("INFO commandstats: a single real redis-server")
-    q, _ = timed
-    await q.enqueue(Echo(text="later"), priority="high", delay=5)
-    r = q.client.redis
-    await r.config_resetstat()
-    assert await claim(q, 4) == (T0 + 5000, [])
-    stats = await r.info("commandstats")
+async def test_an_idle_claim_is_one_zrange_per_level(redis_server: RedisServer, queue_name: str) -> None:
+    """Counted by INFO commandstats, so on the one real redis-server (not per backend)."""
+    async with vr.Client.from_url(redis_server.url, clock=Clock(T0)) as c:
+        q = c.queue(queue_name)
+        await q.enqueue(Echo(text="later"), priority="high", delay=5)
+        await c.redis.config_resetstat()
+        assert await claim(q, 4) == (T0 + 5000, [])
+        stats = await c.redis.info("commandstats")
     calls = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
     assert calls.get("zrange") == 4
     assert "zrangebyscore" not in calls
