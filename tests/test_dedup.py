@@ -364,3 +364,29 @@ async def test_merge_racing_a_claim_lands_exactly_once(queue: vr.Queue) -> None:
         await queue.client.redis.delete(queue.keys.running)  # keep rounds independent
         await queue.client.redis.delete(*queue.keys.pending_high_first)
     assert sum(outcomes.values()) == 40
+
+
+async def test_merge_after_a_script_flush_asks_merge_once(client: vr.Client, queue: vr.Queue) -> None:
+    """NOSCRIPT inside MULTI applied nothing: the same decision is applied, merge() not asked again."""
+    calls: list[str] = []
+
+    class Once(vr.Task):
+        KIND: ClassVar[str] = "once_merge"
+        key: str = "k"
+        n: int = 0
+
+        def dedup_key(self) -> str | None:
+            return self.key
+
+        def merge(self, existing: vr.Pending[Any, Any]) -> vr.Merge[Any, Any]:
+            calls.append(existing.job_id)
+            return vr.Merge.replace()
+
+    first = await queue.enqueue(Once(n=1))
+    await client.redis.script_flush()
+    assert await queue.enqueue(Once(n=2)) == first
+    assert calls == [first]
+    info = await queue.get(first)
+    assert info is not None and info.payload["n"] == 2
+    assert (await events(queue, first))[-1] == "merged"
+

@@ -130,11 +130,9 @@ async def _try_merge(queue: Queue, task: Task[Any], job: _Prepared, holder: str)
                         f"merged {job.kind} payload or carry is over the cap of {cap} bytes"
                     )
                 new_prio = job.priority if job.explicit_priority else Priority.parse(new_task.priority())
-            script = client.scripts["merge"]
-            pipe.multi()
-            pipe.execute_command(
+            command = (
                 "EVALSHA",
-                script.sha,
+                client.scripts["merge"].sha,
                 4,
                 job_key,
                 keys.journal(holder),
@@ -149,10 +147,30 @@ async def _try_merge(queue: Queue, task: Task[Any], job: _Prepared, holder: str)
                 new_prio.label,
                 keys.wake,
             )
+            pipe.multi()
+            pipe.execute_command(*command)
             (applied,) = await pipe.execute()
         except WatchError:
             return None
         except NoScriptError:
+            # The server lost (or never had) merge.lua: nothing was applied. Load
+            # it and apply the same decision if the job is still as we read it,
+            # so the task's merge() is not asked twice about one state.
             await client.redis.script_load(client.scripts["merge"].source)
+            applied = await _apply_again(queue, job_key, raw, command)
+    return holder if applied is not None and int(applied) == 1 else None
+
+
+async def _apply_again(queue: Queue, job_key: str, raw: dict[bytes, bytes], command: tuple[Any, ...]) -> Any:
+    """Run ``command`` in MULTI if the job hash still equals ``raw``; None if it changed."""
+    async with queue.client.redis.pipeline(transaction=True) as pipe:
+        try:
+            await pipe.watch(job_key)
+            if await pipe.hgetall(job_key) != raw:
+                return None
+            pipe.multi()
+            pipe.execute_command(*command)
+            (applied,) = await pipe.execute()
+        except WatchError:
             return None
-    return holder if int(applied) == 1 else None
+    return applied
