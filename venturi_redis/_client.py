@@ -6,12 +6,15 @@ Nothing here imports the worker: a web process that only enqueues stays light.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from pydantic import BaseModel
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._backoff import to_ms
 from ._codec import pack, pack_model
@@ -172,6 +175,104 @@ class _Prepared:
         ]
 
 
+@dataclass(eq=False, slots=True)
+class _Waiting:
+    """One ``enqueue`` call waiting for (or leading) a shared script call."""
+
+    job: _Prepared
+    done: anyio.Event | None = None
+    lead: bool = False  # this call sends the next batch
+    sent: bool = False  # its job is in a batch on its way (it can no longer be withdrawn)
+    settled: bool = False
+    holder: str = ""
+    error: Exception | None = None
+
+
+class _Coalescer:
+    """Concurrent single enqueues of one queue share script calls.
+
+    A call made while no enqueue of this queue is in flight goes out at once,
+    alone: a sequential producer pays nothing extra. Calls made while one is
+    in flight wait, and the first of them then sends all of them (up to 500)
+    as one ``enqueue.lua`` call: one round trip and one script for a burst of
+    a web server's requests, with each call's own result (its job created, or
+    the holder of its dedup key for it to merge into) and each call's own
+    error. The call that sends is shielded from cancellation until the reply
+    is in, because the others depend on it; a call cancelled while it still
+    waits is withdrawn, with nothing written.
+    """
+
+    __slots__ = ("_queue", "_sending", "_waiting")
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        self._sending = False
+        self._waiting: deque[_Waiting] = deque()
+
+    async def enqueue(self, job: _Prepared) -> str:
+        """Enqueue ``job``; returns '' when it was created, else the holder of its dedup key."""
+        me = _Waiting(job)
+        self._waiting.append(me)
+        if self._sending:
+            me.done = anyio.Event()
+            try:
+                await me.done.wait()
+            except BaseException:
+                if not me.sent:  # never left this process: withdraw it
+                    if me in self._waiting:
+                        self._waiting.remove(me)
+                    if me.lead:
+                        self._pass_lead()
+                raise
+        else:
+            self._sending = me.lead = True
+        if me.lead:
+            try:
+                while not me.settled:
+                    await self._send_batch()
+            finally:
+                self._pass_lead()
+        if me.error is not None:
+            raise me.error
+        return me.holder
+
+    async def _send_batch(self) -> None:
+        batch = [self._waiting.popleft() for _ in range(min(len(self._waiting), _ENQUEUE_CHUNK))]
+        for w in batch:
+            w.sent = True
+        q = self._queue
+        name, keys, args = q._enqueue_call([w.job for w in batch])
+        try:
+            with anyio.CancelScope(shield=True):
+                res = await q.client.scripts.call(q.client.redis, name, keys, args)
+            for w, holder in zip(batch, res[1:], strict=True):
+                w.holder = _text(holder)
+        except Exception as exc:  # noqa: BLE001 - each call of the batch raises what it would have alone
+            for w in batch:
+                w.error = exc
+        except BaseException:  # KeyboardInterrupt and the like, in the sender: the others must not hang
+            for w in batch:
+                w.error = RedisConnectionError(
+                    "the enqueue call carrying this job was interrupted in another caller; "
+                    "whether the job was created is unknown"
+                )
+            raise
+        finally:
+            for w in batch:
+                w.settled = True
+                if w.done is not None:
+                    w.done.set()
+
+    def _pass_lead(self) -> None:
+        if self._waiting:
+            nxt = self._waiting[0]
+            nxt.lead = True
+            if nxt.done is not None:
+                nxt.done.set()
+        else:
+            self._sending = False
+
+
 class Queue:
     """One named queue: enqueue tasks, read jobs and their journals.
 
@@ -182,6 +283,7 @@ class Queue:
         self.client = client
         self.keys = QueueKeys.for_queue(name, client.namespace)
         self.name = name
+        self._coalescer = _Coalescer(self)
 
     @classmethod
     def from_url(cls, url: str | None = None, *, name: str = "default", **options: Any) -> Queue:
@@ -334,9 +436,7 @@ class Queue:
         job = self._prepare(
             task, delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=carry
         )
-        name, keys, args = self._enqueue_call([job])
-        res = await self.client.scripts.call(self.client.redis, name, keys, args)
-        holder = _text(res[1])
+        holder = await self._coalescer.enqueue(job)
         if not holder:
             return job.id
         from ._dedup import merge_into
