@@ -96,37 +96,68 @@ async def test_a_waiting_call_that_is_cancelled_writes_nothing(
     assert spy.sizes == [1, 1]
 
 
-async def test_the_sender_cancelled_mid_call_still_settles_the_others(
+async def test_a_lone_sender_cancelled_mid_call_hands_the_lead_on(
     queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spy = _Spy(queue, monkeypatch)
-    spy.hold = release = anyio.Event()
+    spy.hold = anyio.Event()  # never released: the lone call is cancelled while held
     got: dict[str, str] = {}
+    alone = anyio.CancelScope()
 
     async def one(name: str) -> None:
         got[name] = await queue.enqueue(Echo(text=name))
 
-    leader_scope = anyio.CancelScope()
-
-    async def leader() -> None:
-        with leader_scope:
-            await one("leader")
+    async def lone() -> None:
+        with alone:
+            await one("alone")
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(leader)
+        tg.start_soon(lone)
         await spy.entered.wait()
-        spy.hold = second = anyio.Event()
         tg.start_soon(one, "b")
         tg.start_soon(one, "c")
         await anyio.sleep(0.05)
-        leader_scope.cancel()  # the leader's call is shielded: it completes
-        release.set()
+        alone.cancel()  # its own call only: nobody else's job rides on it
+
+    assert set(got) == {"b", "c"}
+    assert spy.sizes == [1, 2]  # b and c went out together once the lead passed on
+    assert (await queue.counts())["pending"] == 2
+
+
+async def test_a_batch_sender_cancelled_mid_call_still_settles_the_others(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _Spy(queue, monkeypatch)
+    spy.hold = first = anyio.Event()
+    got: dict[str, str] = {}
+    b_scope = anyio.CancelScope()
+
+    async def one(name: str) -> None:
+        got[name] = await queue.enqueue(Echo(text=name))
+
+    async def b() -> None:
+        with b_scope:
+            await one("b")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one, "a")
+        await spy.entered.wait()
+        tg.start_soon(b)  # first in line: it will send the batch of b, c, d
+        await anyio.sleep(0.01)
+        tg.start_soon(one, "c")
+        tg.start_soon(one, "d")
+        await anyio.sleep(0.05)
+        spy.entered = anyio.Event()
+        spy.hold = second = anyio.Event()
+        first.set()
+        await spy.entered.wait()  # b's batch is in flight (held)
+        b_scope.cancel()  # shielded: the batch completes for c and d (and b)
         await anyio.sleep(0.05)
         second.set()
 
-    assert {"b", "c"} <= set(got)
-    assert spy.sizes == [1, 2]  # b and c went out together after the leader's call
-    assert (await queue.counts())["pending"] == 3  # the leader's job was created too
+    assert {"a", "c", "d"} <= set(got)
+    assert spy.sizes == [1, 3]
+    assert (await queue.counts())["pending"] == 4
 
 
 async def test_an_error_reaches_every_caller_of_the_batch(

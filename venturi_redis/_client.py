@@ -197,9 +197,9 @@ class _Coalescer:
     as one ``enqueue.lua`` call: one round trip and one script for a burst of
     a web server's requests, with each call's own result (its job created, or
     the holder of its dedup key for it to merge into) and each call's own
-    error. The call that sends is shielded from cancellation until the reply
-    is in, because the others depend on it; a call cancelled while it still
-    waits is withdrawn, with nothing written.
+    error. A call that sends a batch for the others is shielded from
+    cancellation until the reply is in, because they depend on it; a call
+    cancelled while it still waits is withdrawn, with nothing written.
     """
 
     __slots__ = ("_queue", "_sending", "_waiting")
@@ -211,21 +211,29 @@ class _Coalescer:
 
     async def enqueue(self, job: _Prepared) -> str:
         """Enqueue ``job``; returns '' when it was created, else the holder of its dedup key."""
-        me = _Waiting(job)
-        self._waiting.append(me)
-        if self._sending:
-            me.done = anyio.Event()
+        if not self._sending:
+            # Nothing in flight: this call goes out alone, at once. Calls made
+            # meanwhile queue up, and the first of them is handed the lead.
+            self._sending = True
             try:
-                await me.done.wait()
-            except BaseException:
-                if not me.sent:  # never left this process: withdraw it
-                    if me in self._waiting:
-                        self._waiting.remove(me)
-                    if me.lead:
-                        self._pass_lead()
-                raise
-        else:
-            self._sending = me.lead = True
+                q = self._queue
+                name, keys, args = q._enqueue_call([job])
+                res = await q.client.scripts.call(q.client.redis, name, keys, args)
+                return _text(res[1])
+            finally:
+                self._pass_lead()
+        done = anyio.Event()
+        me = _Waiting(job, done=done)
+        self._waiting.append(me)
+        try:
+            await done.wait()
+        except BaseException:
+            if not me.sent:  # never left this process: withdraw it
+                if me in self._waiting:
+                    self._waiting.remove(me)
+                if me.lead:
+                    self._pass_lead()
+            raise
         if me.lead:
             try:
                 while not me.settled:
