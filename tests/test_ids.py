@@ -1,4 +1,4 @@
-"""Job ids: ULIDs from our C-backed encoder, identical to python-ulid's."""
+"""Job ids: ULIDs from our base32-based encoder, identical to python-ulid's."""
 
 from __future__ import annotations
 
