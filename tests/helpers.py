@@ -43,3 +43,20 @@ async def run_until_event(
             while event not in await events(queue, job_id):
                 await anyio.sleep(0.02)
         worker.shutdown()
+
+
+async def claim_raw(queue: vr.Queue, count: int, *, worker: str = "w1", lease_ms: int = 30_000) -> list[Any]:
+    """Run claim.lua directly (no worker); the script's raw reply.
+
+    ``[now, next, job...]``, 12 values per job (see lua/claim.lua).
+    """
+    c, k = queue.client, queue.keys
+    return list(
+        await c.scripts.call(
+            c.redis,
+            "claim",
+            [*k.pending_high_first, k.running, k.dedup, k.meta],
+            [k.prefix, c.now_arg(), count, worker, "tok", lease_ms],
+        )
+    )
+

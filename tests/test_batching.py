@@ -12,20 +12,14 @@ from typing import Any
 import pytest
 
 import venturi_redis as vr
-from tests.helpers import drain, events
+from tests.helpers import claim_raw, drain, events
 from tests.tasks import Echo, EchoJob
 
 pytestmark = pytest.mark.anyio
 
 
 async def _claim(queue: vr.Queue, count: int) -> list[tuple[str, str]]:
-    k = queue.keys
-    reply = await queue.client.scripts.call(
-        queue.client.redis,
-        "claim",
-        [*k.pending_high_first, k.running, k.dedup, k.meta],
-        [k.prefix, queue.client.now_arg(), count, "tester", "tok", 30_000],
-    )
+    reply = await claim_raw(queue, count, worker="tester")
     return [(reply[i].decode(), reply[i + 6].decode()) for i in range(2, len(reply), 12)]
 
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import venturi_redis as vr
+from tests.helpers import claim_raw
 from tests.servers import RedisServer
 from tests.tasks import Echo
 
@@ -32,13 +33,7 @@ async def timed(url: str, queue_name: str) -> AsyncIterator[tuple[vr.Queue, Cloc
 
 async def claim(queue: vr.Queue, count: int) -> tuple[int, list[str]]:
     """Run claim.lua; returns (next, claimed ids)."""
-    c, k = queue.client, queue.keys
-    reply = await c.scripts.call(
-        c.redis,
-        "claim",
-        [*k.pending_high_first, k.running, k.dedup, k.meta],
-        [k.prefix, c.now_arg(), count, "w1", "tok", 30_000],
-    )
+    reply = await claim_raw(queue, count)
     return int(reply[1]), [reply[i].decode() for i in range(2, len(reply), 12)]
 
 

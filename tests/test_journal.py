@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 import venturi_redis as vr
-from tests.helpers import make_worker
+from tests.helpers import claim_raw, make_worker
 from tests.tasks import Echo
 from venturi_redis._records import JournalEntry, enqueued_entry
 
@@ -26,13 +26,7 @@ class Clock:
 
 async def claim(queue: vr.Queue, count: int = 10) -> list[tuple[str, str, list[JournalEntry]]]:
     """Run claim.lua; returns (id, token, history) per claimed job."""
-    c, k = queue.client, queue.keys
-    reply = await c.scripts.call(
-        c.redis,
-        "claim",
-        [*k.pending_high_first, k.running, k.dedup, k.meta],
-        [k.prefix, c.now_arg(), count, "w1", "tok", 30_000],
-    )
+    reply = await claim_raw(queue, count)
     out = []
     for i in range(2, len(reply), 12):
         job = reply[i : i + 12]
