@@ -180,7 +180,7 @@ class _Waiting:
     """One ``enqueue`` call waiting for (or leading) a shared script call."""
 
     job: _Prepared
-    done: anyio.Event | None = None
+    done: anyio.Event
     lead: bool = False  # this call sends the next batch
     sent: bool = False  # its job is in a batch on its way (it can no longer be withdrawn)
     settled: bool = False
@@ -222,11 +222,10 @@ class _Coalescer:
                 return _text(res[1])
             finally:
                 self._pass_lead()
-        done = anyio.Event()
-        me = _Waiting(job, done=done)
+        me = _Waiting(job, anyio.Event())
         self._waiting.append(me)
         try:
-            await done.wait()
+            await me.done.wait()
         except BaseException:
             if not me.sent:  # never left this process: withdraw it
                 if me in self._waiting:
@@ -268,15 +267,13 @@ class _Coalescer:
         finally:
             for w in batch:
                 w.settled = True
-                if w.done is not None:
-                    w.done.set()
+                w.done.set()
 
     def _pass_lead(self) -> None:
         if self._waiting:
             nxt = self._waiting[0]
             nxt.lead = True
-            if nxt.done is not None:
-                nxt.done.set()
+            nxt.done.set()
         else:
             self._sending = False
 

@@ -937,9 +937,9 @@ class Worker(Generic[StateT]):
             action = "cancel"
             note_s = "cancelled by an operator" + (f" (the run ended with: {note_s})" if note_s else "")
         call: tuple[str, list[str], list[ScriptArg]]
-        # complete.lua takes many jobs at once: these are one job's values.
-        completion: list[ScriptArg] = [job.id, job.token, note_s, attachment, carry, blob]
+        completion: list[ScriptArg] = []  # complete.lua takes many jobs: this one's values
         if action == "complete":
+            completion = [job.id, job.token, note_s, attachment, carry, blob]
             call = ("complete", [k.running, k.completed], [k.prefix, now(), 1, *completion])
         elif action == "pause":
             call = (
