@@ -71,7 +71,7 @@ class Raw:
 
     async def claim(self, count: int) -> list[tuple[str, str]]:
         k = self.k
-        keys = [*k.pending_high_first, k.running, k.dedup, k.meta]
+        keys = k.claim
         reply = await self.r.evalsha(
             self.s["claim"].sha, len(keys), *keys, k.prefix, "", count, "w8", "tok", 30000
         )
@@ -87,7 +87,7 @@ class Raw:
 
     def claim_call(self, pipe: Any, count: int) -> Any:
         k = self.k
-        keys = [*k.pending_high_first, k.running, k.dedup, k.meta]
+        keys = k.claim
         return pipe.evalsha(self.s["claim"].sha, len(keys), *keys, k.prefix, "", count, "w8", "tok", 30000)
 
     @staticmethod

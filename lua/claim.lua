@@ -6,6 +6,14 @@
 -- KEYS[5]    running zset (scored by lease expiry)
 -- KEYS[6]    dedup index hash
 -- KEYS[7]    queue meta hash (field `paused`)
+-- KEYS[8]    wake list (common.lua wake_workers): deleted when the claim
+--            comes back short or the queue is paused, since every token in it
+--            is stale then (whatever enqueue pushed it for is claimed, or not
+--            eligible yet, and this claim's `next` covers that)
+-- KEYS[9]    optional: the claiming worker's stop list. An idle worker sends
+--            this claim pipelined behind `BLPOP wake stop`; to stop it, the
+--            worker pushes two tokens onto its stop list: BLPOP takes one and
+--            this claim, finding the other, deletes the list and claims nothing
 -- ARGV[1]    key prefix of the queue ("venturi:{q}:"); job keys derive from it
 -- ARGV[2]    now in ms, or ''
 -- ARGV[3]    count
@@ -30,7 +38,12 @@ local want = tonumber(ARGV[3])
 local worker = ARGV[4]
 local default_lease = tonumber(ARGV[6])
 
+if KEYS[9] and redis.call('DEL', KEYS[9]) == 1 then
+  return {now, 0}
+end
+
 if redis.call('HGET', KEYS[7], 'paused') == '1' then
+  redis.call('DEL', KEYS[8])
   return {now, -1}
 end
 
@@ -128,5 +141,6 @@ if n < want then
     end
   end
   out[2] = nxt
+  redis.call('DEL', KEYS[8])
 end
 return out

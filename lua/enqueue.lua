@@ -7,7 +7,7 @@
 --              writes that entry first (materialize in common.lua). A one-entry
 --              stream costs ~4.7 KB on Redis 7.0, ten times the rest of the job.
 -- ARGV[1]      now in ms, or '' for Redis TIME
--- ARGV[2]      wake channel (published once when any job was created)
+-- ARGV[2]      wake list: one token per job created (wake_workers, common.lua)
 -- ARGV[3]      number of jobs n
 -- ARGV[4]      dedup mode: 'nx' = take a dedup field only if free (a holder
 --              is reported back, nothing written for that job); 'force' = point
@@ -69,6 +69,6 @@ for i = 0, n - 1 do
   out[#out + 1] = holder
 end
 if created > 0 then
-  redis.call('PUBLISH', ARGV[2], '1')
+  wake_workers(ARGV[2], created)
 end
 return out

@@ -10,7 +10,7 @@
 -- ARGV[3] decision: keep | replace | with
 -- ARGV[4] new payload (msgpack; ignored for keep)
 -- ARGV[5] carry action: keep | reset | set   ARGV[6] carry (msgpack, for set)
--- ARGV[7] new priority label   ARGV[8] wake channel
+-- ARGV[7] new priority label   ARGV[8] wake list
 --
 -- Returns 1, or 0 when the job is no longer pending (nothing written).
 
@@ -41,7 +41,7 @@ if decision ~= 'keep' then
     redis.call('HSET', KEYS[1], 'priority', ARGV[7])
     extra[#extra + 1] = 'priority'
     extra[#extra + 1] = ARGV[7]
-    redis.call('PUBLISH', ARGV[8], '1')
+    wake_workers(ARGV[8], 1)
   end
 end
 journal(KEYS[2], now, 'merged', f[2], nil, nil, extra)

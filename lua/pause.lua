@@ -5,7 +5,7 @@
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dedup index hash
 -- ARGV[1] job id   ARGV[2] lease token   ARGV[3] now in ms or ''
 -- ARGV[4] delay in ms   ARGV[5] note   ARGV[6] attachment (msgpack or '')
--- ARGV[7] carry (msgpack or '')   ARGV[8] wake channel
+-- ARGV[7] carry (msgpack or '')   ARGV[8] wake list
 --
 -- Returns {1, eligible_at} on success, {0, reason} when refused.
 
@@ -27,5 +27,5 @@ if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[7]) end
 redis.call('ZADD', KEYS[4], eligible, id)
 reindex(KEYS[5], KEYS[1], id)
 journal(KEYS[2], now, 'paused', run, ARGV[5], ARGV[6], {'delay_ms', ARGV[4]})
-redis.call('PUBLISH', ARGV[8], '1')
+wake_workers(ARGV[8], 1)
 return {1, eligible}

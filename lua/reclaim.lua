@@ -7,7 +7,7 @@
 -- ARGV[1] key prefix of the queue (pending sets, job hashes and journals
 --         are derived from it)
 -- ARGV[2] now in ms or ''   ARGV[3] at most this many jobs per call
--- ARGV[4] default max_failures ('none' = off)   ARGV[5] wake channel
+-- ARGV[4] default max_failures ('none' = off)   ARGV[5] wake list
 --
 -- A job that dies here and is an offload gets its `failed` snapshot and the
 -- redacted wake-up (include offload.lua), its error 'lease expired ...'.
@@ -57,6 +57,6 @@ end
 out[1] = requeued
 out[2] = died
 if requeued > 0 then
-  redis.call('PUBLISH', ARGV[5], '1')
+  wake_workers(ARGV[5], requeued)
 end
 return out

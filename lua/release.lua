@@ -5,7 +5,7 @@
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dedup index hash
 -- ARGV[1] job id   ARGV[2] lease token   ARGV[3] now in ms or ''
--- ARGV[4] carry (msgpack or '')   ARGV[5] note   ARGV[6] wake channel
+-- ARGV[4] carry (msgpack or '')   ARGV[5] note   ARGV[6] wake list
 --
 -- Returns {1} on success, {0, reason} when refused.
 
@@ -24,5 +24,5 @@ if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[4]) end
 redis.call('ZADD', KEYS[4], now, id)
 reindex(KEYS[5], KEYS[1], id)
 journal(KEYS[2], now, 'released', run, ARGV[5], nil)
-redis.call('PUBLISH', ARGV[6], '1')
+wake_workers(ARGV[6], 1)
 return {1}

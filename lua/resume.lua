@@ -4,7 +4,7 @@
 -- KEYS[4] dedup index hash
 -- ARGV[1] job id   ARGV[2] now in ms or ''   ARGV[3] resume input (msgpack)
 -- ARGV[4] key prefix of the queue (the job's pending set derives from it)
--- ARGV[5] wake channel
+-- ARGV[5] wake list
 --
 -- Returns 1, or 0 when the job is unknown or not suspended (nothing written).
 
@@ -22,5 +22,5 @@ redis.call('HSET', KEYS[1], 'state', 'pending', 'resume_input', ARGV[3],
 redis.call('ZADD', ARGV[4] .. 'pending:' .. f[2], now, id)
 reindex(KEYS[4], KEYS[1], id)
 journal(KEYS[2], now, 'resumed', f[3], nil, ARGV[3])
-redis.call('PUBLISH', ARGV[5], '1')
+wake_workers(ARGV[5], 1)
 return 1

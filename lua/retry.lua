@@ -8,7 +8,7 @@
 -- ARGV[4] note (the error message)   ARGV[5] attachment (msgpack or '')
 -- ARGV[6] carry (msgpack or '')   ARGV[7] backoff base ms   ARGV[8] cap ms
 -- ARGV[9] jitter fraction   ARGV[10] default max_failures ('none' = off)
--- ARGV[11] wake channel
+-- ARGV[11] wake list
 -- ARGV[12] key prefix of the queue (optional): when the backstop kills an
 --          offload job, its snapshot becomes `failed` with the error and the
 --          redacted wake-up is published (include offload.lua)
@@ -55,5 +55,5 @@ redis.call('ZADD', KEYS[4], eligible, id)
 reindex(KEYS[6], KEYS[1], id)
 journal(KEYS[2], now, 'failed', run, ARGV[4], ARGV[5],
   {'failures', failures, 'delay_ms', delay})
-redis.call('PUBLISH', ARGV[11], '1')
+wake_workers(ARGV[11], 1)
 return {1, 'pending', delay, failures}

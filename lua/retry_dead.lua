@@ -5,7 +5,7 @@
 -- KEYS[1] dead zset   KEYS[2] dedup index hash
 -- ARGV[1] key prefix of the queue (job hashes, journals and pending sets
 --         derive from it)
--- ARGV[2] now in ms or ''   ARGV[3] wake channel   ARGV[4] note
+-- ARGV[2] now in ms or ''   ARGV[3] wake list   ARGV[4] note
 -- ARGV[5..] job ids
 --
 -- Returns {retried, id...}: the ids moved to pending. An id that is not a
@@ -34,7 +34,5 @@ for i = 5, #ARGV do
   end
 end
 out[1] = #out - 1
-if out[1] > 0 then
-  redis.call('PUBLISH', ARGV[3], '1')
-end
+wake_workers(ARGV[3], out[1])
 return out

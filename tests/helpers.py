@@ -55,8 +55,7 @@ async def claim_raw(queue: vr.Queue, count: int, *, worker: str = "w1", lease_ms
         await c.scripts.call(
             c.redis,
             "claim",
-            [*k.pending_high_first, k.running, k.dedup, k.meta],
+            k.claim,
             [k.prefix, c.now_arg(), count, worker, "tok", lease_ms],
         )
     )
-

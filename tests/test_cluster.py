@@ -171,14 +171,14 @@ async def test_an_idle_worker_is_woken_on_every_master(
 ) -> None:
     names = spread_names(redis_cluster, 1)
     ran: dict[str, list[str]] = {}
-    # A poll interval far beyond the test's bound: only a pub/sub wake-up
-    # (PUBLISH in the enqueue script, relayed over the cluster bus to the one
-    # node the worker subscribed on) can get the jobs run in time.
+    # A poll interval far beyond the test's bound: only a wake-up (the
+    # enqueue's token, taken by the worker's BLPOP on that queue's master)
+    # can get the jobs run in time.
     worker = make_worker([cclient.queue(n) for n in names], EchoJob, state=ran, poll_interval=120)
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker.run)
-            await anyio.sleep(0.5)  # subscribed and idle
+            await anyio.sleep(0.5)  # idle, blocked on every queue's wake list
             for n in names:
                 await cclient.queue(n).enqueue(Echo(text=n))
             while len(ran.get("ran", [])) < len(names):

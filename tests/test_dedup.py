@@ -142,7 +142,7 @@ async def drain_one(queue: vr.Queue, now: str = "") -> None:
     await queue.client.scripts.call(
         queue.client.redis,
         "claim",
-        [*queue.keys.pending_high_first, queue.keys.running, queue.keys.dedup, queue.keys.meta],
+        queue.keys.claim,
         [queue.keys.prefix, now, 1, "probe", "tok", 60_000],
     )
 
@@ -389,4 +389,3 @@ async def test_merge_after_a_script_flush_asks_merge_once(client: vr.Client, que
     info = await queue.get(first)
     assert info is not None and info.payload["n"] == 2
     assert (await events(queue, first))[-1] == "merged"
-

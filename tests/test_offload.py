@@ -271,9 +271,7 @@ async def test_the_reclaim_backstop_settles_a_failure(url: str, queue_name: str)
         k = queue.keys
         # A worker claims the job and dies: nobody ever completes it.
         claim_args: list[ScriptArg] = [k.prefix, client.now_arg(), 1, "ghost", "tok", 1000]
-        await client.scripts.call(
-            client.redis, "claim", [*k.pending_high_first, k.running, k.dedup, k.meta], claim_args
-        )
+        await client.scripts.call(client.redis, "claim", k.claim, claim_args)
         now[0] += 5000
         reply = await client.scripts.call(
             client.redis,

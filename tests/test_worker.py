@@ -122,7 +122,7 @@ async def test_periodic_reclaim_of_a_dead_workers_job(client: vr.Client, queue: 
     await client.scripts.call(
         client.redis,
         "claim",
-        [*queue.keys.pending_high_first, queue.keys.running, queue.keys.dedup, queue.keys.meta],
+        queue.keys.claim,
         [queue.keys.prefix, "", 1, "ghost", "tok", 200],
     )
     assert (await queue.get(job_id)).state == vr.JobState.RUNNING  # type: ignore[union-attr]
@@ -142,7 +142,7 @@ async def test_repeated_lease_expiry_reaches_the_backstop(client: vr.Client, que
     clocked = vr.Client(client.redis, clock=lambda: now[0])
     q = clocked.queue(queue.name)
     job_id = await q.enqueue(Echo(text="poison"), max_failures=3)
-    claim_keys = [*q.keys.pending_high_first, q.keys.running, q.keys.dedup, q.keys.meta]
+    claim_keys = q.keys.claim
     for round_ in range(3):
         reply = await clocked.scripts.call(
             client.redis, "claim", claim_keys, [q.keys.prefix, now[0], 1, f"w{round_}", "t", 1000]

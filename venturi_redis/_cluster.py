@@ -19,8 +19,11 @@ What does differ is handled here or at the call site, each with a comment:
 * WATCH/MULTI (dedup merges): redis-py 8's cluster pipeline supports
   ``transaction=True`` with WATCH when every key is in one slot, which the
   hash tag guarantees; it pins the connection to the slot's master;
-* wake-ups: scripts PUBLISH (classic pub/sub), which Redis Cluster relays to
-  every node, so a worker subscribes once, on one node, for all its queues.
+* wake-ups: scripts push tokens onto the queue's wake list (same slot); an
+  idle worker's ``BLPOP`` goes through the cluster client to the queue's
+  master, and its claim follows (on a single Redis the claim is pipelined
+  behind the BLPOP on a connection of its own, which a cluster client does
+  not offer).
 """
 
 from __future__ import annotations

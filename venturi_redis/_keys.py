@@ -16,7 +16,8 @@ key                                type    what it holds
 ``venturi:{q}:cancelled``          zset    cancelled job ids scored by cancel time
 ``venturi:{q}:dedup``              hash    dedup field -> id of the pending job holding it
 ``venturi:{q}:meta``               hash    queue-wide flags (``paused``) and counters
-``venturi:{q}:wake``               pubsub  channel an enqueue publishes on to wake workers
+``venturi:{q}:wake``               list    wake-up tokens: one per job made claimable
+``venturi:{q}:wake:<worker>``      list    a worker's stop tokens (only while it stops)
 ``venturi:{q}:offload:<token>``    hash    an offload's result snapshot (``status``...)
 =================================  ======  ===========================================
 
@@ -39,6 +40,11 @@ from ._errors import ConfigurationError
 # separators or glob patterns in a SCAN, so a name can never alias another queue.
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 NAME_RULE = "1 to 128 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit"
+
+
+# Most wake-up tokens a queue's wake list holds: lua/include/common.lua's
+# WAKE_CAP (tests/test_wake.py checks they agree).
+WAKE_CAP = 1024
 
 
 def validate_name(value: str, what: str = "queue name") -> str:
@@ -115,6 +121,15 @@ class QueueKeys:
     @property
     def wake(self) -> str:
         return f"{self.prefix}wake"
+
+    def wake_stop(self, worker_id: str) -> str:
+        """The list a worker pushes onto to interrupt its own idle ``BLPOP``."""
+        return f"{self.prefix}wake:{worker_id}"
+
+    @property
+    def claim(self) -> list[str]:
+        """KEYS of claim.lua: the pending sets high first, running, dedup, meta, wake."""
+        return [*self.pending_high_first, self.running, self.dedup, self.meta, self.wake]
 
     # The offload snapshot of a job enqueued by ``@vr.offload``. ``token`` is the
     # random part of the caller's handle key; lua/include/offload.lua derives the

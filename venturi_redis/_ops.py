@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._backoff import to_ms
 from ._enums import PRIORITIES_HIGH_FIRST, JobState
 from ._errors import ConfigurationError
+from ._keys import WAKE_CAP
 from ._records import JobInfo, ms_to_dt
 
 if TYPE_CHECKING:
@@ -348,9 +349,19 @@ async def pause(queue: Queue) -> None:
 
 async def resume_queue(queue: Queue) -> None:
     """Undo ``pause``: claims succeed again, and workers are woken at once."""
-    # One HDEL: the flag is gone atomically; then wake the idle workers.
-    await queue.client.redis.hdel(queue.keys.meta, "paused", "paused_at")
-    await queue.client.redis.publish(queue.keys.wake, "1")
+    # One HDEL: the flag is gone atomically; then a wake-up token per pending
+    # job (up to the wake list's cap) for the idle workers. A claim made
+    # while paused emptied the list, so these are the only tokens in it.
+    redis = queue.client.redis
+    pipe = redis.pipeline(transaction=False)
+    for key in queue.keys.pending_high_first:
+        pipe.zcard(key)
+    tokens = min(max(sum(await pipe.execute()), 1), WAKE_CAP)
+    pipe = redis.pipeline(transaction=True)
+    pipe.hdel(queue.keys.meta, "paused", "paused_at")
+    pipe.rpush(queue.keys.wake, *["1"] * tokens)
+    pipe.ltrim(queue.keys.wake, -WAKE_CAP, -1)
+    await pipe.execute()
 
 
 def _finished_key(queue: Queue, state: str) -> str:

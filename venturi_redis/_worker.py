@@ -3,10 +3,11 @@
 Shape of a running worker (one anyio task group)::
 
     run()
-    ├── wake listener      one pub/sub connection for every queue's wake channel
     ├── lease keeper       one batched `extend` call per queue per tick
     ├── per queue:
-    │   ├── claim loop     claims up to the free slots, sleeps until woken
+    │   ├── claim loop     claims up to the free slots; when the queue has
+    │   │                  nothing eligible, blocks on its wake list with the
+    │   │                  next claim pipelined behind (one round trip per wake-up)
     │   └── reclaimer      periodically takes back jobs whose lease expired
     └── slot tasks         run the claimed jobs (at most `concurrency` handlers per queue)
 
@@ -38,7 +39,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from typing_extensions import TypeVar
 
@@ -84,9 +85,35 @@ _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 # again on its next tick, instead of taking the whole worker down with it.
 _SURVIVABLE = (RedisError, OSError)
 _RECLAIM_BATCH = 100
+# An idle worker blocks on its queue's wake list for at most this long (and
+# never longer than poll_interval) before it claims anyway: the claim that
+# follows a timeout finds delayed jobs that came due, and a reply that does not
+# come within the block plus _BLOCK_MARGIN means the connection is dead.
+_IDLE_BLOCK_MAX = 5.0
+_BLOCK_MARGIN = 1.5
+_MIN_BLOCK = 0.01  # shorter waits are plain sleeps followed by a claim
 # Most completions in one complete.lua call (a longer burst takes several calls).
 _COMPLETE_BATCH = 200
 _Call = tuple[str, list[str], list[ScriptArg]]
+
+
+def _can_arm(client: Client) -> bool:
+    """Whether idle claims can ride behind their BLPOP on a connection of their own."""
+    redis = client.redis
+    return (
+        client.durability is None
+        and not is_cluster(redis)
+        and hasattr(getattr(redis, "connection_pool", None), "make_connection")
+    )
+
+
+def _socket_timeout(redis: Any) -> float | None:
+    inner = getattr(redis, "venturi_inner", redis)
+    kwargs = getattr(getattr(inner, "connection_pool", None), "connection_kwargs", None)
+    if kwargs is None:
+        kwargs = getattr(inner, "connection_kwargs", None) or {}
+    value = kwargs.get("socket_timeout")
+    return float(value) if value else None
 
 
 def _text(value: Any) -> str:
@@ -309,6 +336,13 @@ class _Runner:
         self.idle = False
         # Claimed jobs on their way to the slot tasks (made anew by each run()).
         self.inbox = _Inbox()
+        # Set to cut an idle wait short (shutdown; the last job of an
+        # until_idle run finishing): pushes onto this worker's stop list.
+        self.interrupt = anyio.Event()
+        self.stop_key = queue.keys.wake_stop(worker.id)
+        # The connection idle claims block on (None until the first one, and
+        # after a failure). Not from the pool: it is held for seconds at a time.
+        self._conn: Any = None
 
     async def slot(self) -> None:
         """One long-lived task that runs claimed jobs one after another.
@@ -331,17 +365,13 @@ class _Runner:
             self.busy -= 1
             self.poke.set()
 
+    def _claim_args(self, count: int) -> list[ScriptArg]:
+        q, w = self.queue, self.worker
+        return [q.keys.prefix, q.client.now_arg(), count, w.id, secrets.token_hex(8), w.lease_ms]
+
     async def claim(self, count: int) -> tuple[int, int, list[_Job]]:
         q, w = self.queue, self.worker
-        keys = [*q.keys.pending_high_first, q.keys.running, q.keys.dedup, q.keys.meta]
-        args: list[ScriptArg] = [
-            q.keys.prefix,
-            q.client.now_arg(),
-            count,
-            w.id,
-            secrets.token_hex(8),
-            w.lease_ms,
-        ]
+        keys, args = q.keys.claim, self._claim_args(count)
         committer = w._committers.get(id(q.client)) if w._running else None
         if committer is not None:
             # In the same round trip as the transitions that freed the slots.
@@ -350,27 +380,178 @@ class _Runner:
             reply = await q.client.scripts.call(q.client.redis, "claim", keys, args)
         return _parse_claim(q, reply)
 
+    async def idle_claim(self, want: int, seconds: float) -> tuple[int, int, list[_Job]] | None:
+        """Wait for a wake-up token (at most ``seconds``), then claim up to ``want`` jobs.
+
+        On a plain Redis the claim is pipelined behind ``BLPOP wake stop`` on
+        a connection of its own: Redis runs it the moment a token unblocks the
+        BLPOP (or the BLPOP times out), so a job enqueued for an idle worker
+        reaches it in one round trip, not a wake-up and then a claim. On
+        Redis Cluster and in durable mode (whose claims must be followed by
+        WAIT) the BLPOP goes through the client and the claim follows it.
+
+        Returns None when ``interrupt`` cut the wait short and nothing was claimed.
+        """
+        block = min(seconds, self.worker.idle_block)
+        if block < _MIN_BLOCK:
+            await self._wait(block)
+            return await self.claim(want)
+        interrupted = False
+        result: tuple[int, int, list[_Job]] | None = None
+
+        async def watch() -> None:
+            nonlocal interrupted
+            await self.interrupt.wait()
+            interrupted = True
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_BLOCK_MARGIN):
+                await self._push_stop()
+
+        error: Exception | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch)
+                try:
+                    if _can_arm(self.queue.client):
+                        result = await self._armed_claim(want, block)
+                    else:
+                        result = await self._blpop_then_claim(want, block)
+                except Exception as exc:  # noqa: BLE001 - re-raised below, not as an ExceptionGroup
+                    error = exc
+                finally:
+                    tg.cancel_scope.cancel()
+            if error is not None:
+                if isinstance(error, _TRANSIENT):
+                    await self._drop_idle_connections()
+                raise error
+        finally:
+            if interrupted:
+                # Our stop tokens, if the claim did not take them (it ran before they came).
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(_BLOCK_MARGIN),
+                    contextlib.suppress(*_SURVIVABLE),
+                ):
+                    await self.queue.client.redis.delete(self.stop_key)
+        if result is None or (interrupted and not result[2]):
+            return None
+        return result
+
+    async def _drop_idle_connections(self) -> None:
+        # The idle pooled connections likely went the same way as this one (a
+        # restarted server, a dropped network path): close them now, so the
+        # next claim opens a fresh one instead of first waiting out a socket
+        # timeout on a dead one. Connections in use are left to their own
+        # calls' timeouts.
+        pool = getattr(self.queue.client.redis, "connection_pool", None)
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.disconnect(inuse_connections=False)
+
+    async def _push_stop(self) -> None:
+        # Two tokens: BLPOP takes one, the claim behind it finds the other
+        # (and claims nothing). The expiry cleans up after a worker that died here.
+        pipe = self.queue.client.redis.pipeline(transaction=False)
+        pipe.rpush(self.stop_key, "1", "1")
+        pipe.pexpire(self.stop_key, 60_000)
+        with contextlib.suppress(*_SURVIVABLE):
+            await pipe.execute()
+
+    async def _armed_claim(self, want: int, block: float) -> tuple[int, int, list[_Job]]:
+        q = self.queue
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = q.client.redis.connection_pool.make_connection()
+            # The deadline below bounds the whole exchange instead. (redis-py's
+            # per-read timeout is no use here: when it expires, read_response
+            # returns None, which is also BLPOP's reply when it times out.)
+            conn.socket_timeout = None
+        keys = [*q.keys.claim, self.stop_key]
+        commands = [
+            ("BLPOP", q.keys.wake, self.stop_key, f"{block:.3f}"),
+            ("EVALSHA", q.client.scripts["claim"].sha, len(keys), *keys, *self._claim_args(want)),
+        ]
+        limit = block + _BLOCK_MARGIN
+        try:
+            with anyio.fail_after(limit):
+                await conn.send_packed_command(conn.pack_commands(commands))
+                await conn.read_response()  # a token, a stop, or nil (timed out)
+                reply = await conn.read_response()
+        except TimeoutError:
+            self._conn = None
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await conn.disconnect()
+            raise RedisTimeoutError(f"no reply to BLPOP on {q.keys.wake} in {limit:.2f}s") from None
+        except NoScriptError:
+            # Both replies are read; the script cache was flushed (a restart,
+            # SCRIPT FLUSH). The claim did not run: run it the ordinary way.
+            return await self.claim(want)
+        except ResponseError:
+            raise  # an error reply: the connection is fine
+        except BaseException:
+            # A reply may be unread (a timeout, a cancel): the connection is unusable.
+            self._conn = None
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await conn.disconnect()
+            raise
+        return _parse_claim(q, reply)
+
+    async def _blpop_then_claim(self, want: int, block: float) -> tuple[int, int, list[_Job]] | None:
+        q = self.queue
+        redis = q.client.redis
+        # The read must outlast the block under the client's own socket timeout.
+        socket_timeout = _socket_timeout(redis)
+        if socket_timeout:
+            block = max(_MIN_BLOCK, min(block, socket_timeout - _BLOCK_MARGIN))
+        try:
+            with anyio.fail_after(block + _BLOCK_MARGIN):
+                await redis.blpop([q.keys.wake, self.stop_key], timeout=block)
+        except TimeoutError:
+            limit = block + _BLOCK_MARGIN
+            raise RedisTimeoutError(f"no reply to BLPOP on {q.keys.wake} in {limit:.2f}s") from None
+        if self.interrupt.is_set():
+            return None
+        return await self.claim(want)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.disconnect()
+
     async def claim_loop(self, until_idle: bool) -> None:
         w = self.worker
         failures = 0
+        # After a claim that came back short: how long the next one may wait
+        # for a wake-up before it claims anyway (None: claim now).
+        idle_for: float | None = None
         while not w.stopping:
             free = w.concurrency - self.busy
             if free <= 0:
                 self.poke = anyio.Event()
                 await self._wait(None)
+                idle_for = None
                 continue
-            # A fresh event before the claim: a wake-up that lands while the
-            # claim is in flight is kept, not lost.
+            # Fresh events before the claim: a wake-up or an interrupt that
+            # lands while the claim is in flight is kept, not lost.
             self.poke = anyio.Event()
+            self.interrupt = anyio.Event()
             want = min(free, w.batch_size)
             try:
-                now, nxt, jobs = await self.claim(want)
+                if idle_for is None:
+                    now, nxt, jobs = await self.claim(want)
+                else:
+                    got = await self.idle_claim(want, idle_for)
+                    idle_for = None
+                    if got is None:
+                        continue
+                    now, nxt, jobs = got
                 failures = 0
             except _SURVIVABLE as exc:
                 failures += 1
                 delay = min(0.05 * 2**failures, 5.0)
                 log.warning("queue %s: claim failed (%s); retrying in %.2fs", self.queue.name, exc, delay)
                 await self._wait(delay)
+                idle_for = None
                 continue
             for job in jobs:
                 self.active[job.id] = job
@@ -384,10 +565,9 @@ class _Runner:
             if until_idle and not self.active and await self.queue.is_drained():
                 self.idle = True
                 return
-            sleep_for = w.poll_interval
+            idle_for = w.poll_interval
             if nxt > 0:
-                sleep_for = min(sleep_for, max(0.0, (nxt - now) / 1000))
-            await self._wait(sleep_for)
+                idle_for = min(idle_for, max(0.0, (nxt - now) / 1000))
 
     async def _wait(self, seconds: float | None) -> None:
         with anyio.move_on_after(seconds if seconds is not None else math.inf):
@@ -554,6 +734,11 @@ class Worker(Generic[StateT]):
         self.jitter = jitter
         self.batch_size = batch_size or concurrency
         self.poll_interval = poll_interval
+        # Longest single block of an idle claim on its queue's wake list: a
+        # reply overdue by _BLOCK_MARGIN after it is how a dead connection (a
+        # half-open one a NAT dropped, a server that stopped answering) shows,
+        # so it is no longer than the lease renewal tick.
+        self.idle_block = max(min(poll_interval, self.lease / 3, _IDLE_BLOCK_MAX), _MIN_BLOCK)
         self.reclaim_interval = reclaim_interval or min(self.lease / 2, 15.0)
         # Retention is trimmed on a reclaim tick, but not more often than the
         # shortest period needs (default periods are days: once a minute).
@@ -574,6 +759,7 @@ class Worker(Generic[StateT]):
         self._force = False
         self._running = False
         self._changed = anyio.Event()  # set whenever a job ends or shutdown escalates
+        self._until_idle = False
 
     # -- registration --------------------------------------------------------------
 
@@ -647,6 +833,7 @@ class Worker(Generic[StateT]):
                 if job.ctx is not None:
                     job.ctx._cancel("worker shutting down")
             r.wake()
+            r.interrupt.set()
         if self._stop is not None:
             self._stop.set()
 
@@ -664,6 +851,7 @@ class Worker(Generic[StateT]):
         for client in {id(q.client): q.client for q in self.queues}.values():
             await _ops.check_server(client, eviction_policy=self.check_eviction_policy)
         self._running = True
+        self._until_idle = until_idle
         self._stopping = False
         self._force = False
         self._stop = anyio.Event()
@@ -675,7 +863,6 @@ class Worker(Generic[StateT]):
         )
         try:
             async with anyio.create_task_group() as service_tg:
-                service_tg.start_soon(self._wake_listener)
                 service_tg.start_soon(self._lease_keeper)
                 for committer in self._committers.values():
                     service_tg.start_soon(committer.run)
@@ -697,6 +884,9 @@ class Worker(Generic[StateT]):
                     await self._drain(jobs_tg)
                 service_tg.cancel_scope.cancel()
         finally:
+            with anyio.CancelScope(shield=True):
+                for r in self._runners:
+                    await r.close()
             self._running = False
             log.info("worker %s stopped", self.id)
 
@@ -718,76 +908,6 @@ class Worker(Generic[StateT]):
                     self.shutdown()
         except (NotImplementedError, ValueError, RuntimeError):  # pragma: no cover - platform
             return
-
-    async def _wake_listener(self) -> None:
-        by_channel = {r.queue.keys.wake.encode(): r for r in self._runners}
-        # Queues may live on different clients (or cluster nodes); one pub/sub per client.
-        clients: dict[int, list[_Runner]] = {}
-        for r in self._runners:
-            clients.setdefault(id(r.queue.client), []).append(r)
-        async with anyio.create_task_group() as tg:
-            for runners in clients.values():
-                tg.start_soon(self._listen, runners, by_channel)
-
-    async def _listen(self, runners: list[_Runner], by_channel: dict[bytes, _Runner]) -> None:
-        redis = runners[0].queue.client.redis
-        channels = [r.queue.keys.wake for r in runners]
-        failures = 0
-        while True:
-            pubsub = redis.pubsub()
-            try:
-                if is_cluster(redis):
-                    # Redis Cluster relays every PUBLISH (our scripts' wake-ups)
-                    # to every node over the cluster bus, so one SUBSCRIBE on
-                    # one node hears the channels of queues on all masters. The
-                    # cluster client learns the slot map lazily; it must know it
-                    # before pubsub can pick that node (after a failover too).
-                    await redis.initialize()
-                await pubsub.subscribe(*channels)
-                # Anything published while we were not subscribed is lost: poke.
-                for r in runners:
-                    r.wake()
-                failures = 0
-                # A connection can die without closing (a half-open TCP
-                # connection a NAT or firewall dropped, a server that stopped
-                # answering): get_message() then just times out, forever, and
-                # every wake-up is lost while we believe we are subscribed. So
-                # a subscription quiet for `check` seconds gets a PING, and a
-                # PING unanswered after another `check` means the connection is
-                # dead: raise, and the loop resubscribes on a fresh connection.
-                check = max(min(self.poll_interval, self.lease / 3, 5.0), 0.05)
-                heard = time.monotonic()
-                pinged = False
-                while True:
-                    msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=check)
-                    if msg is not None:
-                        heard, pinged = time.monotonic(), False
-                        runner = by_channel.get(msg["channel"]) if msg["type"] == "message" else None
-                        if runner is not None:
-                            runner.wake()
-                    elif time.monotonic() - heard >= check:
-                        if pinged:
-                            raise RedisTimeoutError(
-                                f"no reply to PING on the wake-up subscription in {check:.2f}s"
-                            )
-                        await pubsub.ping()
-                        pinged = True
-            except _TRANSIENT as exc:
-                failures += 1
-                log.warning("wake-up subscription lost (%s); resubscribing", exc)
-                # The idle pooled connections went the same way as this one (a
-                # restarted server, a dropped network path): close them now, so
-                # the next claim opens a fresh one instead of first waiting out
-                # a socket timeout on a dead one. Connections in use are left to
-                # their own calls' timeouts.
-                pool = getattr(redis, "connection_pool", None)
-                if pool is not None:
-                    with contextlib.suppress(Exception):
-                        await pool.disconnect(inuse_connections=False)
-                await anyio.sleep(min(0.05 * 2**failures, 5.0))
-            finally:
-                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await pubsub.aclose()
 
     async def _lease_keeper(self) -> None:
         while True:
@@ -814,6 +934,8 @@ class Worker(Generic[StateT]):
             runner.release_slot(job)
             runner.active.pop(job.id, None)
             runner.wake()
+            if self._until_idle and not runner.active:
+                runner.interrupt.set()  # an idle wait is cut short to check whether all is done
             self._changed.set()
 
     async def _execute(self, job: _Job) -> None:

@@ -133,3 +133,20 @@ local function backstop(job_value, default_value)
   end
   return tonumber(v)
 end
+
+-- Wake idle workers: push one token per job made claimable onto the queue's
+-- wake list (`prefix .. 'wake'`). An idle worker blocks on that list with
+-- BLPOP, its claim pipelined behind (docs/design.md, "Waking workers"), so a
+-- token wakes exactly one worker and a job pushed while no worker listened
+-- is not lost. A worker whose claim comes back short deletes the list (every
+-- token in it is stale by then); the cap bounds it when no worker runs.
+local WAKE_CAP = 1024
+local function wake_workers(key, n)
+  if n < 1 then return end
+  if n > WAKE_CAP then n = WAKE_CAP end
+  local tokens = {}
+  for i = 1, n do tokens[i] = '1' end
+  if redis.call('RPUSH', key, unpack(tokens)) > WAKE_CAP then
+    redis.call('LTRIM', key, -WAKE_CAP, -1)
+  end
+end

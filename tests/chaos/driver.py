@@ -49,7 +49,7 @@ class Driver:
         k = self.k
         reply = await self._call(
             "claim",
-            [*k.pending_high_first, k.running, k.dedup, k.meta],
+            k.claim,
             [k.prefix, self.c.now_arg(), count, worker, token, lease_ms],
         )
         _, _, jobs = _parse_claim(self.q, reply)

@@ -6,9 +6,10 @@
   proxy the test controls; and the whole path pausing then coming back;
 * ``SCRIPT FLUSH`` while jobs run.
 
-The workers run with ``poll_interval=30``: a worker whose wake-up
-subscription silently died would only notice new work after 30 s, so every
-recovery below (a fresh job completed) must come well before that.
+The workers run with ``poll_interval=30``: a worker whose blocked wake-up
+connection silently died and was not replaced would only notice new work
+after 30 s, so every recovery below (a fresh job completed) must come well
+before that.
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ async def _completed_within(q: vr.Queue, job_id: str, limit: float) -> float:
         await anyio.sleep(0.02)
 
 
-async def _subscribed(r: aioredis.Redis, channel: str, n: int) -> None:
+async def _idle(r: aioredis.Redis, n: int) -> None:
+    """Wait until ``n`` workers are idle: blocked on the wake list, their claim behind."""
     start = time.monotonic()
-    while dict(await r.pubsub_numsub(channel)).get(channel.encode(), 0) != n:
-        assert time.monotonic() - start < 15, f"{n} worker(s) never subscribed to {channel}"
+    while (await r.info("clients"))["blocked_clients"] < n:
+        assert time.monotonic() - start < 15, f"{n} worker(s) never went idle on the wake list"
         await anyio.sleep(0.02)
 
 
@@ -71,7 +73,7 @@ async def test_client_kill_of_every_worker_connection(
     killer = aioredis.Redis.from_url(redis_server.url)
     try:
         for _ in range(rounds):
-            await _subscribed(qclient.redis, q.keys.wake, 2)
+            await _idle(qclient.redis, 1)
             # Everyone but this connection: the workers, their pub/sub, and our own
             # pool (which must reconnect too).
             await killer.client_kill_filter(_type="normal", skipme=True)
@@ -105,15 +107,15 @@ async def test_silent_connection_and_paused_path(
             proxy.url, queue_name, lease=1.0, poll_interval=POLL, evidence_url=redis_server.url
         )
         fleet.start()
-        await _subscribed(qclient.redis, q.keys.wake, 1)
+        await _idle(qclient.redis, 1)
         baseline = await _completed_within(q, await q.enqueue(Work(ms=1)), BOUND)
 
-        # 1. Every connection the worker holds goes silent (its pub/sub included).
+        # 1. Every connection the worker holds goes silent (its idle BLPOP included).
         proxy.blackhole()
         silent = await _completed_within(q, await q.enqueue(Work(ms=1)), BOUND)
 
         # 2. The whole path hangs for 3 s (new connections too), then comes back.
-        await _subscribed(qclient.redis, q.keys.wake, 1)
+        await _idle(qclient.redis, 1)
         proxy.pause()
         job = await q.enqueue(Work(ms=1))
         await anyio.sleep(3.0)

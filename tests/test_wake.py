@@ -1,0 +1,203 @@
+"""Waking idle workers: the wake list, its tokens, and the claim pipelined behind BLPOP."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+import redis
+
+import venturi_redis as vr
+from tests.helpers import claim_raw, drain, make_worker
+from tests.servers import RedisServer
+from tests.tasks import Echo, EchoJob
+from venturi_redis._keys import WAKE_CAP
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_wake_cap_is_the_same_in_lua_and_python() -> None:
+    lua = (ROOT / "lua" / "include" / "common.lua").read_text()
+    match = re.search(r"^local WAKE_CAP = (\d+)$", lua, re.MULTILINE)
+    assert match is not None and int(match.group(1)) == WAKE_CAP
+
+
+async def tokens(queue: vr.Queue) -> int:
+    return int(await queue.client.redis.llen(queue.keys.wake))
+
+
+async def test_enqueue_pushes_one_token_per_job_created(queue: vr.Queue) -> None:
+    await queue.enqueue(Echo(text="a"))
+    assert await tokens(queue) == 1
+    await queue.enqueue_many([Echo(text=str(i)) for i in range(5)])
+    assert await tokens(queue) == 6
+    await queue.enqueue(Echo(text="later"), delay=60)  # a timer to update: a token too
+    assert await tokens(queue) == 7
+
+
+async def test_a_dedup_collision_pushes_no_token(queue: vr.Queue) -> None:
+    class Once(vr.Task):
+        KIND: ClassVar[str] = "wake.once"
+        key: str
+
+        def dedup_key(self) -> str:
+            return self.key
+
+    first = await queue.enqueue(Once(key="k"))
+    assert await queue.enqueue(Once(key="k")) == first  # merged into the pending job (keep)
+    assert await tokens(queue) == 1
+
+
+async def test_the_wake_list_is_capped(queue: vr.Queue) -> None:
+    await queue.enqueue_many([Echo(text=str(i)) for i in range(WAKE_CAP + 76)])
+    assert await tokens(queue) == WAKE_CAP
+
+
+async def test_a_short_claim_empties_the_wake_list_a_full_one_keeps_it(queue: vr.Queue) -> None:
+    await queue.enqueue_many([Echo(text=str(i)) for i in range(3)])
+    assert await tokens(queue) == 3
+    reply = await claim_raw(queue, 2)  # full: the third job still waits for a worker
+    assert len(reply[2:]) == 2 * 12 and await tokens(queue) == 3
+    reply = await claim_raw(queue, 2)  # short: every token left is stale
+    assert len(reply[2:]) == 12 and await tokens(queue) == 0
+
+
+async def test_a_claim_on_a_paused_queue_empties_the_wake_list(queue: vr.Queue) -> None:
+    await queue.pause()
+    await queue.enqueue(Echo(text="a"))
+    assert await tokens(queue) == 1
+    reply = await claim_raw(queue, 1)
+    assert int(reply[1]) == -1 and await tokens(queue) == 0
+    await queue.resume_queue()  # a token per pending job, for the idle workers
+    assert await tokens(queue) == 1
+
+
+async def test_a_stop_token_makes_the_claim_behind_it_claim_nothing(queue: vr.Queue) -> None:
+    await queue.enqueue(Echo(text="a"))
+    c, k = queue.client, queue.keys
+    stop = k.wake_stop("w1")
+    await c.redis.rpush(stop, "1")
+    reply = await c.scripts.call(c.redis, "claim", [*k.claim, stop], [k.prefix, "", 1, "w1", "tok", 30_000])
+    assert list(reply[1:]) == [0]  # nothing claimed
+    assert not await c.redis.exists(stop)
+    assert (await queue.counts())["pending"] == 1
+    # Without a stop token the same call claims.
+    reply = await c.scripts.call(c.redis, "claim", [*k.claim, stop], [k.prefix, "", 1, "w1", "tok", 30_000])
+    assert len(reply[2:]) == 12
+
+
+async def test_one_enqueue_wakes_several_idle_workers(queue: vr.Queue) -> None:
+    """Two idle workers, one slot each, a minute from their next poll: both jobs
+    can only finish if the two tokens woke both workers (each job waits for the other)."""
+    started: dict[str, Any] = {"n": 0, "both": anyio.Event()}
+
+    class Pair(vr.Task):
+        KIND: ClassVar[str] = "wake.pair"
+
+    class PairJob(Pair, vr.Handler[Any]):
+        async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+            started["n"] += 1
+            if started["n"] == 2:
+                started["both"].set()
+            with anyio.fail_after(2):  # well before the other worker's next poll
+                await started["both"].wait()
+            return vr.Outcome.completed()
+
+    workers = [make_worker(queue, PairJob, concurrency=1, poll_interval=60) for _ in range(2)]
+    async with anyio.create_task_group() as tg:
+        for w in workers:
+            tg.start_soon(w.run)
+        await anyio.sleep(0.3)  # both idle, blocked on the wake list
+        ids = await queue.enqueue_many([Pair(), Pair()])
+        with anyio.fail_after(10):
+            while (await queue.counts())["completed"] < 2:
+                await anyio.sleep(0.02)
+        for w in workers:
+            w.shutdown()
+    infos = [await queue.get(i) for i in ids]
+    # Completed on their first run: neither waited out its 2 s for the other.
+    assert [(i.state, i.failures) for i in infos if i] == [(vr.JobState.COMPLETED, 0)] * 2
+
+
+async def test_an_idle_worker_stops_at_once_and_leaves_nothing_behind(queue: vr.Queue) -> None:
+    worker = make_worker(queue, EchoJob, poll_interval=60, state={})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await anyio.sleep(0.3)  # idle, blocked on the wake list for up to 5 s
+        start = time.monotonic()
+        worker.shutdown()
+    assert time.monotonic() - start < 2.0
+    assert not await queue.client.redis.exists(queue.keys.wake_stop(worker.id))
+    assert (await queue.counts())["running"] == 0
+    # It claimed nothing on its way out: a job enqueued now is still pending.
+    job_id = await queue.enqueue(Echo(text="after"))
+    assert (await queue.get(job_id)).state == vr.JobState.PENDING  # type: ignore[union-attr]
+
+
+async def test_until_idle_returns_when_the_last_job_ends_not_at_the_next_poll(queue: vr.Queue) -> None:
+    class Slow(vr.Task):
+        KIND: ClassVar[str] = "wake.slow"
+
+    class SlowJob(Slow, vr.Handler[Any]):
+        async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+            await anyio.sleep(0.3)
+            return vr.Outcome.completed()
+
+    await queue.enqueue(Slow())
+    start = time.monotonic()
+    # The claim loop goes idle while the job runs (nothing else is pending); a
+    # minute-long poll must not hold up the return once the job is done.
+    await drain(queue, SlowJob, poll_interval=60, timeout=10)
+    assert time.monotonic() - start < 3.0
+    assert (await queue.counts())["completed"] == 1
+
+
+async def test_a_delayed_job_is_claimed_when_due_without_a_wake_up(queue: vr.Queue) -> None:
+    state: dict[str, Any] = {}
+    worker = make_worker(queue, EchoJob, poll_interval=60, state=state)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await anyio.sleep(0.2)
+        job_id = await queue.enqueue(Echo(text="due"), delay=0.5)
+        # The enqueue's token woke the worker, whose claim found the job not
+        # due yet; its next block ends when the job comes due.
+        with anyio.fail_after(5):
+            while (await queue.get(job_id)).state != vr.JobState.COMPLETED:  # type: ignore[union-attr]
+                await anyio.sleep(0.02)
+        worker.shutdown()
+    assert state["ran"] == ["due"]
+
+
+async def test_in_durable_mode_an_idle_worker_is_woken_and_its_claim_waits_for_the_replica() -> None:
+    """Durable mode cannot pipeline the claim behind BLPOP (WAIT must follow it on
+    the same connection): BLPOP goes through the client, then the claim."""
+    with RedisServer() as master, RedisServer("--repl-diskless-sync-delay", "0") as replica:
+        with redis.Redis(port=replica.port) as r:
+            r.execute_command("REPLICAOF", "127.0.0.1", master.port)
+            while r.info("replication")["master_link_status"] != "up":
+                await anyio.sleep(0.05)
+        async with vr.Client.from_url(master.url, durable=vr.Durability(replicas=1, timeout=1.0)) as c:
+            q = c.queue("durable-wake")
+            state: dict[str, Any] = {}
+            worker = make_worker(q, EchoJob, poll_interval=60, state=state)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                await anyio.sleep(0.3)  # idle, blocked on the wake list
+                start = time.monotonic()
+                job_id = await q.enqueue(Echo(text="durable"))
+                with anyio.fail_after(5):
+                    while (await q.get(job_id)).state != vr.JobState.COMPLETED:  # type: ignore[union-attr]
+                        await anyio.sleep(0.02)
+                woken_in = time.monotonic() - start
+                stop = time.monotonic()
+                worker.shutdown()
+            assert woken_in < 2.0  # a wake-up, not the block running out (5 s)
+            assert time.monotonic() - stop < 2.0  # the stop tokens cut the BLPOP short
+            assert state["ran"] == ["durable"]
+            assert not await c.redis.exists(q.keys.wake_stop(worker.id))
