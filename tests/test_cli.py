@@ -24,6 +24,7 @@ from tests.helpers import make_worker
 from tests.servers import RedisServer, free_port
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob
 from venturi_redis._cli import app, clean
+from venturi_redis._sharded import partition_names
 
 runner = CliRunner()
 
@@ -257,6 +258,9 @@ APP = textwrap.dedent(
 
     client = vr.Client.from_url()  # REDIS_URL, set by `venturi worker --redis`
     worker = vr.Worker([client.queue("{a}"), client.queue("{b}")], poll_interval=0.2).register(EchoJob)
+    sharded = vr.Worker(
+        [vr.ShardedQueue(client, "{a}", partitions=3), client.queue("{b}")], poll_interval=0.2
+    ).register(EchoJob)
 
     async def make() -> vr.Worker[Any]:
         return worker
@@ -344,6 +348,61 @@ def test_worker_unknown_queue_is_refused(app_dir: Path, rurl: str) -> None:
     res = run_worker(app_dir, "myapp:worker", "--redis", rurl, "--queue", "elsewhere")
     assert res.returncode == 1
     assert res.stderr.strip().splitlines()[-1].startswith("venturi: worker myapp:worker cannot start")
+
+
+def test_worker_queue_option_takes_a_sharded_queue_or_one_partition(
+    app_dir: Path, rurl: str, qname: str
+) -> None:
+    with vr.SyncClient(rurl) as sc:
+        parts = partition_names(qname + "-a", 3)
+        for i, part in enumerate(parts):
+            sc.queue(part).enqueue(Echo(text=str(i)))
+        b = sc.queue(qname + "-b")
+        b.enqueue(Echo(text="not mine"))
+        # The sharded queue's own name: every partition.
+        proc = start_worker(app_dir, "myapp:sharded", "--redis", rurl, "--queue", qname + "-a")
+        try:
+            deadline = time.monotonic() + 30
+            while any(sc.queue(part).counts()["completed"] < 1 for part in parts):
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 0, err
+        assert b.counts()["pending"] == 1
+        # One partition's name: that partition only.
+        sc.queue(parts[0]).enqueue(Echo(text="p0"))
+        sc.queue(parts[1]).enqueue(Echo(text="p1"))
+        proc = start_worker(app_dir, "myapp:sharded", "--redis", rurl, "--queue", parts[0])
+        try:
+            deadline = time.monotonic() + 30
+            while sc.queue(parts[0]).counts()["completed"] < 2:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert sc.queue(parts[1]).counts()["pending"] == 1 and b.counts()["pending"] == 1
+
+
+def test_worker_unknown_queue_lists_what_is_accepted(app_dir: Path, rurl: str, qname: str) -> None:
+    res = run_worker(app_dir, "myapp:sharded", "--redis", rurl, "--queue", "elsewhere")
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    parts = ", ".join(partition_names(qname + "-a", 3))
+    assert last.endswith(
+        f"this worker does not consume queue(s) elsewhere; --queue accepts: {qname}-b; "
+        f"{qname}-a (sharded: all 3 partitions, or one of them, {parts})"
+    ), last
 
 
 def test_worker_refuses_evicting_server_unless_told(app_dir: Path, qname: str) -> None:

@@ -123,8 +123,8 @@ async def test_noscript_after_a_flush_on_every_node_is_recovered(
     for node in redis_cluster.nodes:
         with node.conn() as r:
             r.script_flush()
-    # enqueue_many over 500 jobs goes out as a pipeline of script calls
-    # (ScriptSet.run_pipeline): every call hits NOSCRIPT and is redone singly.
+    # enqueue_many over 500 jobs goes out as one cluster transaction of EVALs
+    # (ScriptSet.run_transaction): a flushed cache cannot fail or split it.
     for n in names:
         ids = await cclient.queue(n).enqueue_many([Echo(text=str(i)) for i in range(1200)])
         assert len(set(ids)) == 1200

@@ -86,6 +86,63 @@ async def test_enqueue_validates_before_writing(client: vr.Client, queue: vr.Que
     assert (await queue.counts())["pending"] == 0
 
 
+class Unique(vr.Task):
+    KIND: ClassVar[str] = "unique"
+    key: str
+
+    def dedup_key(self) -> str | None:
+        return self.key
+
+    def merge(self, existing: vr.Pending[Any, Any]) -> vr.Merge[Any, Any]:
+        raise ValueError(f"{self.key} is already queued")
+
+
+async def test_enqueue_many_says_which_tasks_a_late_script_error_left_written(
+    client: vr.Client, queue: vr.Queue
+) -> None:
+    # The second chunk's first job takes a dedup field, and the dedup index is
+    # not a hash: its script fails at that first write, after the first chunk
+    # ran (Redis does not roll back inside MULTI/EXEC either).
+    await client.redis.set(queue.keys.dedup, b"not a hash")
+    tasks: list[vr.Task[Any]] = [Echo(text=str(i)) for i in range(500)]
+    tasks += [Unique(key="late")] + [Echo(text=str(i)) for i in range(501, 700)]
+    with pytest.raises(vr.PartialEnqueueError, match="500 of 700 tasks enqueued") as caught:
+        await queue.enqueue_many(tasks)
+    err = caught.value
+    assert isinstance(err.__cause__, Exception) and "WRONGTYPE" in str(err.__cause__)
+    assert err.unknown == []
+    assert err.not_enqueued == list(range(500, 700))
+    written = [job_id for job_id in err.ids if job_id is not None]
+    assert len(written) == 500 and err.ids[500:] == [None] * 200
+    assert (await queue.counts())["pending"] == 500
+    for i in (0, 499):
+        info = await queue.get(written[i])
+        assert info is not None and info.payload == {"text": str(i)}
+    # Within one chunk, nothing written: the plain error, as for a single enqueue.
+    with pytest.raises(Exception, match="WRONGTYPE") as single:
+        await queue.enqueue_many([Unique(key="early"), Echo(text="x")])
+    assert not isinstance(single.value, vr.PartialEnqueueError)
+    assert (await queue.counts())["pending"] == 500
+
+
+async def test_enqueue_many_says_which_tasks_were_written_when_a_merge_raises(queue: vr.Queue) -> None:
+    tasks: list[vr.Task[Any]] = [Echo(text="a"), Unique(key="k"), Echo(text="b"), Unique(key="k")]
+    with pytest.raises(vr.PartialEnqueueError, match="3 of 4 tasks enqueued") as caught:
+        await queue.enqueue_many(tasks)
+    err = caught.value
+    assert isinstance(err.__cause__, ValueError) and "k is already queued" in str(err.__cause__)
+    assert err.ids[3] is None and err.not_enqueued == [3]
+    for i in (0, 1, 2):
+        job_id = err.ids[i]
+        assert job_id is not None
+        assert (await queue.get(job_id)) is not None
+    assert (await queue.counts())["pending"] == 3
+    # A batch whose only collision raises has written nothing: the merge's own error.
+    with pytest.raises(ValueError, match="k is already queued"):
+        await queue.enqueue_many([Unique(key="k")])
+    assert (await queue.counts())["pending"] == 3
+
+
 async def test_payload_cap_is_checked_before_redis(url: str, queue_name: str) -> None:
     client = vr.Client.from_url(url, max_payload_bytes=100)
     try:

@@ -249,6 +249,51 @@ async def test_the_retry_backstop_settles_a_failure(client: vr.Client, queue: vr
     assert red is not None and red.error == "terminal error"
 
 
+async def test_retrying_a_dead_offload_job_makes_its_snapshot_pending_again(
+    client: vr.Client, queue: vr.Queue
+) -> None:
+    failing = [True]
+
+    async def flaky(tenant_id: int) -> Report:
+        if failing[0]:
+            raise vr.TaskError.permanent(SECRET)
+        return Report(tenant_id=tenant_id, month=1, total=1.0)
+
+    fn = on(queue, flaky)
+    handle = await fn.offload(client, tenant_id=3)
+    await run_until_idle(queue, fn)
+    res = await vr.read_result(client, handle)
+    assert res is not None and res.status == "failed"
+    snapshot = queue.keys.offload(token_of(handle))
+    assert await client.redis.pttl(snapshot) > 0  # a settled snapshot's retention
+    assert await queue.retry(handle.job_id)
+    # In the same step as the job: pending again, no outcome left, no expiry.
+    assert await vr.read_result(client, handle) == vr.OffloadResult("pending", job_id=handle.job_id)
+    raw = await client.redis.hgetall(snapshot)
+    assert b"error" not in raw and b"finished_at" not in raw and raw[b"kind"] == b"tests.build_monthly"
+    assert await client.redis.pttl(snapshot) == -1
+    # A waiter now waits for the rerun instead of returning the old failure.
+    failing[0] = False
+    got: list[vr.OffloadResult[Report]] = []
+
+    async def wait() -> None:
+        got.append(await vr.resolve(client, handle, timeout=30))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await run_until_idle(queue, fn)
+    assert got == [
+        vr.OffloadResult("completed", value=Report(tenant_id=3, month=1, total=1.0), job_id=handle.job_id)
+    ]
+    # A dead job whose failed snapshot already expired gets its pending one back.
+    failing[0] = True
+    other = await fn.offload(client, tenant_id=4)
+    await run_until_idle(queue, fn)
+    await client.redis.delete(queue.keys.offload(token_of(other)))
+    assert await queue.retry(other.job_id)
+    assert await vr.read_result(client, other) == vr.OffloadResult("pending", job_id=other.job_id)
+
+
 async def test_a_worker_without_the_function_settles_a_failure(client: vr.Client, queue: vr.Queue) -> None:
     fn = on(queue)
 

@@ -622,7 +622,12 @@ def worker(
     ],
     queue: Annotated[
         list[str] | None,
-        typer.Option("--queue", "-q", metavar="NAME", help="Consume only this queue (repeatable)."),
+        typer.Option(
+            "--queue",
+            "-q",
+            metavar="NAME",
+            help="Consume only this queue, sharded queue or partition (repeatable).",
+        ),
     ] = None,
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", "-c", min=1, help="Handlers at once, per queue.")

@@ -10,17 +10,18 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._backoff import to_ms
 from ._codec import pack, pack_model
-from ._durable import Durability, DurableRedis, as_durability
+from ._durable import Durability, DurableRedis, NotDurableError, as_durability
 from ._enums import PRIORITIES_HIGH_FIRST, JobState, Priority
-from ._errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
+from ._errors import ConfigurationError, PartialEnqueueError, PayloadTooLarge, TaskDefinitionError
 from ._ids import new_job_id
 from ._keys import QueueKeys, dedup_field
 from ._outcome import UNSET
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of encoded payload (or carry) per job
 _DEDUP_KEY_MAX = 1024
-# Jobs per enqueue script call; batches of chunks go out in one pipeline.
+# Jobs per enqueue script call; the chunks of a batch go out in one MULTI/EXEC.
 _ENQUEUE_CHUNK = 500
 
 
@@ -457,12 +458,31 @@ class Queue:
         lease: float | timedelta | None = None,
         max_failures: int | None = UNSET,
     ) -> list[str]:
-        """Enqueue many tasks in one round trip (chunks of 500 jobs per script call).
+        """Enqueue many tasks in one round trip, all or nothing.
 
         Every task is validated and encoded before anything is sent, so a bad
-        task raises with nothing written. Returns the job ids in order. Tasks
-        whose dedup key collides (with a pending job, or with an earlier task of
-        the same batch) are merged afterwards, in order, as if enqueued one by one.
+        task raises with nothing written. The jobs are then created by one
+        MULTI/EXEC transaction (chunks of 500 jobs per script call inside it):
+        Redis runs it whole or not at all, so an OOM refusal or a connection
+        lost before the transaction reached Redis leaves nothing written, and
+        an error raised from here (a ``redis.exceptions`` error) means the
+        transaction did not run, or, for a connection dropped while it was in
+        flight, that it ran whole or not at all (like a single ``enqueue``).
+        Redis runs nothing else meanwhile: split very large batches yourself.
+
+        Returns the job ids in order. Tasks whose dedup key collides (with a
+        pending job, or with an earlier task of the same batch) are merged
+        afterwards, in order, as if enqueued one by one.
+
+        Raises:
+            PartialEnqueueError: Some tasks were enqueued and others not: a
+                ``merge`` that raised (or lost its race too often) after the
+                jobs were created, a script error inside the transaction
+                (Redis does not roll back), or, in durable mode (where the
+                chunks go one by one), a chunk that failed after others were
+                applied. Its ``ids`` say exactly which tasks hold a job, its
+                ``unknown`` which ones nobody can tell; the original error is
+                its ``__cause__``.
         """
         jobs = [
             self._prepare(
@@ -472,24 +492,80 @@ class Queue:
         ]
         if not jobs:
             return []
-        calls = [
-            self._enqueue_call(jobs[i : i + _ENQUEUE_CHUNK]) for i in range(0, len(jobs), _ENQUEUE_CHUNK)
-        ]
+        chunks = [jobs[i : i + _ENQUEUE_CHUNK] for i in range(0, len(jobs), _ENQUEUE_CHUNK)]
+        calls = [self._enqueue_call(chunk) for chunk in chunks]
+        scripts_, redis = self.client.scripts, self.client.redis
+        replies: list[Any]
         if len(calls) == 1:
-            replies = [await self.client.scripts.call(self.client.redis, *calls[0])]
+            try:
+                replies = [await scripts_.call(redis, *calls[0])]
+            except Exception as exc:  # noqa: BLE001 - sorted out below, like an error inside EXEC
+                replies = [exc]
         else:
-            replies = await self.client.scripts.run_pipeline(self.client.redis, calls)
-        holders: list[str] = []
-        for reply in replies:
-            holders += [_text(h) for h in reply[1:]]
-        ids = [job.id for job in jobs]
+            replies = await scripts_.run_transaction(redis, calls)
+        ids: list[str | None] = [None] * len(jobs)
+        holders = [""] * len(jobs)
+        unknown: list[int] = []
+        failure: Exception | None = None
+        to_probe: list[int] = []
+        for c, reply in enumerate(replies):
+            base = c * _ENQUEUE_CHUNK
+            if isinstance(reply, Exception):
+                failure = failure or reply
+                if _lost_in_flight(reply):
+                    unknown += range(base, base + len(chunks[c]))
+                else:
+                    to_probe += range(base, base + len(chunks[c]))
+                continue
+            for k, raw in enumerate(reply[1:]):
+                holder = _text(raw)
+                if holder:
+                    holders[base + k] = holder
+                else:
+                    ids[base + k] = jobs[base + k].id
+        if failure is not None:
+            # A script that failed may have created some of its jobs before the
+            # error (scripts do not roll back): ids are fresh, so a job hash
+            # that exists is one this call wrote.
+            unknown += await self._probe_created(jobs, to_probe, ids)
+            self._raise_partial(ids, unknown, failure)
         collided = [i for i, h in enumerate(holders) if h]
         if collided:
             from ._dedup import merge_into
 
             for i in collided:
-                ids[i] = await merge_into(self, tasks[i], jobs[i], holders[i])
-        return ids
+                try:
+                    ids[i] = await merge_into(self, tasks[i], jobs[i], holders[i])
+                except Exception as exc:  # noqa: BLE001 - re-raised, with what was written
+                    self._raise_partial(ids, [], exc)
+        return [job_id for job_id in ids if job_id is not None]
+
+    async def _probe_created(
+        self, jobs: Sequence[_Prepared], positions: list[int], ids: list[str | None]
+    ) -> list[int]:
+        """Fill ``ids`` for the jobs at ``positions`` that exist; returns the positions left unknown."""
+        if not positions:
+            return []
+        pipe = self.client.redis.pipeline(transaction=False)
+        for i in positions:
+            pipe.exists(self.keys.job(jobs[i].id))
+        try:
+            found = await pipe.execute()
+        except Exception:  # noqa: BLE001 - Redis gone too: nobody can tell
+            return positions
+        for i, exists in zip(positions, found, strict=True):
+            if exists:
+                ids[i] = jobs[i].id
+        return []
+
+    def _raise_partial(self, ids: list[str | None], unknown: list[int], cause: Exception) -> NoReturn:
+        """Raise ``cause`` when the outcome is uniform (nothing written, or all unknown), else
+        a ``PartialEnqueueError`` that says which tasks were enqueued."""
+        if not unknown and all(job_id is None for job_id in ids):
+            raise cause  # nothing written: exactly what a single enqueue would raise
+        if len(unknown) == len(ids):
+            raise cause  # one call lost in flight: all or nothing, like a single enqueue
+        raise PartialEnqueueError(self.name, ids, unknown, cause) from cause
 
     # -- reading ---------------------------------------------------------------
 
@@ -614,6 +690,13 @@ class Queue:
         from . import _ops
 
         return await _ops.purge(self, state, older_than=older_than)
+
+
+def _lost_in_flight(exc: Exception) -> bool:
+    """A call that failed with no reply from Redis: it may or may not have run."""
+    if isinstance(exc, NotDurableError):
+        return False  # applied: only the replicas' acknowledgement is missing
+    return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
 
 
 def _text(value: Any) -> str:

@@ -9,6 +9,7 @@
     │   └── PayloadTooLarge       an encoded payload over the size cap
     ├── LeaseLostError            a worker's lease on a job is gone (fencing)
     ├── MergeConflictError        a dedup merge kept losing its optimistic race
+    ├── PartialEnqueueError       an ``enqueue_many`` wrote some of its tasks, not all
     ├── OffloadNotFound           no snapshot under an offload key (_offload.py)
     ├── NotDurableError           too few replicas acknowledged in time (_durable.py)
     └── TaskError                 raised by a handler; ``TaskError.permanent`` kills the job
@@ -55,6 +56,32 @@ class LeaseLostError(VenturiError):
 
 class MergeConflictError(VenturiError):
     """A dedup merge lost its optimistic race more often than the retry bound allows."""
+
+
+class PartialEnqueueError(VenturiError):
+    """An ``enqueue_many`` failed after some of its tasks were enqueued; says exactly which."""
+
+    def __init__(self, queue: str, ids: list[str | None], unknown: list[int], cause: BaseException) -> None:
+        #: Per task, in the order given: the id of the job holding its work
+        #: (created, or merged into), or ``None`` when it was not enqueued.
+        self.ids = ids
+        #: Indices of tasks whose call failed in flight (its reply was lost):
+        #: written or not, nobody can tell; their ``ids`` entry is ``None``.
+        self.unknown = unknown
+        done = sum(1 for i in ids if i is not None)
+        missing = len(ids) - done - len(unknown)
+        fate = f", {len(unknown)} unknown (indices in .unknown)" if unknown else ""
+        super().__init__(
+            f"queue {queue}: enqueue_many failed part-way ({type(cause).__name__}: {cause}); "
+            f"{done} of {len(ids)} tasks enqueued (ids in .ids), {missing} not{fate}; "
+            "re-enqueue the tasks whose .ids entry is None"
+        )
+
+    @property
+    def not_enqueued(self) -> list[int]:
+        """Indices of the tasks known not to be enqueued: safe to send again."""
+        unknown = set(self.unknown)
+        return [i for i, job_id in enumerate(self.ids) if job_id is None and i not in unknown]
 
 
 class TaskError(VenturiError):

@@ -19,6 +19,9 @@ Result path, step by step:
 3. ``resolve`` subscribes, waits for the subscription to be confirmed, reads
    the snapshot, and only then waits for the wake-up: a job that settles at any
    moment is seen either by the read or by the subscription.
+4. An operator's retry of a dead offload job (``lua/retry_dead.lua``) writes
+   the ``pending`` snapshot again, without expiry, with the job's move back to
+   pending: readers see the rerun coming and ``resolve`` waits for it.
 """
 
 from __future__ import annotations

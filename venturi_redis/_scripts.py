@@ -162,6 +162,39 @@ class ScriptSet:
                     raise res
         return results
 
+    async def run_transaction(
+        self, redis: Any, calls: Sequence[tuple[str, Sequence[str], Sequence[ScriptArg]]]
+    ) -> list[Any]:
+        """Run several scripts of one slot as one MULTI/EXEC: Redis runs all or none.
+
+        Returns each call's reply, or the error it raised inside EXEC (Redis
+        does not roll back the calls around it). An error raised here (an
+        EXECABORT, an OOM refusal while queuing, a dropped connection) means
+        none ran, or, for a reply lost in flight, all or none.
+
+        By EVAL, not EVALSHA: a NOSCRIPT is only reported inside EXEC, after
+        the calls before it ran, so redoing it singly would split the batch.
+        Durable mode (a WAIT after each script, on its own connection) cannot
+        wrap a transaction: there the calls go one by one and stop at the
+        first error, which takes its place in the list; the calls after it
+        were not sent, and the list is that much shorter.
+        """
+        if getattr(redis, "durability", None) is not None:
+            out: list[Any] = []
+            for name, keys, args in calls:
+                try:
+                    out.append(await self.call(redis, name, keys, args))
+                except Exception as exc:  # noqa: BLE001 - the caller sorts out what was applied
+                    out.append(exc)
+                    break
+            return out
+        # `async with`: a cluster transaction holds its connection until reset.
+        async with redis.pipeline(transaction=True) as pipe:
+            for name, keys, args in calls:
+                pipe.execute_command("EVAL", self._scripts[name].source, len(keys), *keys, *args)
+            results: list[Any] = await pipe.execute(raise_on_error=False)
+        return results
+
 
 _default: ScriptSet | None = None
 

@@ -14,12 +14,32 @@
 -- The message published on the channel prefix .. 'offload:' .. token .. ':done'
 -- is redacted: it says how the job settled, never why it failed.
 
+-- A fresh pending snapshot: no outcome, no expiry (a pending job's snapshot
+-- must outlive any wait for it; the retention starts when the job settles).
+local function offload_write_pending(snapshot_key, id, kind, created)
+  redis.call('DEL', snapshot_key)
+  redis.call('HSET', snapshot_key, 'status', 'pending', 'job_id', id, 'kind', kind,
+    'created_at', created)
+end
+
 -- Written by enqueue, atomically with the job it describes.
 local function offload_pending(snapshot_key, job_key, id, kind, token, ttl, now)
   redis.call('HSET', job_key, 'offload', token, 'offload_ttl', ttl)
-  redis.call('DEL', snapshot_key)
-  redis.call('HSET', snapshot_key, 'status', 'pending', 'job_id', id, 'kind', kind,
-    'created_at', now)
+  offload_write_pending(snapshot_key, id, kind, now)
+end
+
+-- Written by retry_dead, atomically with the job's move back to pending: the
+-- snapshot of the failed run (or none, if its retention already expired it)
+-- becomes pending again, so a reader sees the rerun coming, not the old
+-- failure, and resolve() waits for the rerun to settle. No wake-up: a waiter
+-- that saw the failure has returned, and one that reads now sees pending.
+-- A no-op for jobs that are not offloads.
+local function offload_repend(prefix, job_key, id)
+  local f = redis.call('HMGET', job_key, 'offload', 'kind', 'created_at')
+  if not f[1] or f[1] == '' then
+    return
+  end
+  offload_write_pending(prefix .. 'offload:' .. f[1], id, f[2], f[3])
 end
 
 -- Write the authoritative snapshot of a job that settled and publish the
