@@ -55,91 +55,85 @@ end
 local out = {now, 0}
 local n = 0
 local nxt = 0
--- Levels whose k members were all eligible: what is left in them was not
--- seen. If the claim still falls short (some of those k were dropped or
--- cancelled, not claimed), their earliest remaining score is read at the end.
-local unseen = {}
+-- A level is read again while its k members were all eligible but some were
+-- dropped or cancelled rather than claimed (every one of them left the set,
+-- so the next read sees members not seen yet): a job that cannot be claimed
+-- never costs an eligible one its place. A level is done when it runs out,
+-- when a member is not eligible yet (its score is the level's `next`), or
+-- when the claim is full.
 for level = 1, 4 do
-  if n >= want then break end
-  local k = want - n
-  local z = redis.call('ZRANGE', KEYS[level], 0, k - 1, 'WITHSCORES')
-  local later = false
-  for i = 1, #z, 2 do
-    local id, score = z[i], tonumber(z[i + 1])
-    if score > now then
-      if nxt == 0 or score < nxt then nxt = score end
-      later = true
-      break
+  local again = true
+  while again and n < want do
+    again = false
+    local k = want - n
+    local z = redis.call('ZRANGE', KEYS[level], 0, k - 1, 'WITHSCORES')
+    local later = false
+    for i = 1, #z, 2 do
+      local id, score = z[i], tonumber(z[i + 1])
+      if score > now then
+        if nxt == 0 or score < nxt then nxt = score end
+        later = true
+        break
+      end
+      redis.call('ZREM', KEYS[level], id)
+      local job_key = prefix .. 'job:' .. id
+      local f = redis.call('HMGET', job_key, 'kind', 'payload', 'carry', 'run_count',
+        'failures', 'lease_ms', 'priority', 'max_failures', 'resume_input', 'dedup', 'state',
+        'cancel_requested', 'created_at', 'eligible_at')
+      local journal_key = prefix .. 'journal:' .. id
+      if f[1] and f[11] == 'pending' then
+        -- A job claimed (or cancelled) for the first time gets the `enqueued`
+        -- entry enqueue did not write, before any write to its hash, so the
+        -- history returned below starts with it.
+        materialize(job_key, journal_key, {f[13], f[7], f[14]})
+      end
+      -- A pending id whose hash is gone or not pending (removed by hand) is dropped.
+      if f[1] and f[11] == 'pending' and f[12] then
+        -- An operator cancelled it while it ran, and that run ended (failed,
+        -- paused, released, reclaimed) before its worker noticed: finish the
+        -- cancel here instead of running it again.
+        unindex(KEYS[6], f[10], id)
+        redis.call('HSET', job_key, 'state', 'cancelled', 'finished_at', now, 'updated_at', now)
+        redis.call('HDEL', job_key, 'eligible_at')
+        redis.call('ZADD', prefix .. 'cancelled', now, id)
+        journal(journal_key, now, 'cancelled', f[4], 'cancel requested while running',
+          nil, {'from', 'pending'})
+        offload_settle(prefix, job_key, id, 'failed', nil, 'cancelled while running', now)
+      elseif f[1] and f[11] == 'pending' then
+        n = n + 1
+        local run = (tonumber(f[4]) or 0) + 1
+        local lease = tonumber(f[6]) or default_lease
+        local token = ARGV[5] .. '.' .. n
+        local expires = now + lease
+        local history = redis.call('XRANGE', journal_key, '-', '+')
+        redis.call('HSET', job_key, 'state', 'running', 'run_count', run,
+          'lease_owner', worker, 'lease_token', token, 'lease_expires', expires,
+          'updated_at', now)
+        redis.call('ZADD', KEYS[5], expires, id)
+        unindex(KEYS[6], f[10], id)
+        journal(journal_key, now, 'claimed', run, nil, nil, {'worker', worker})
+        local o = #out
+        out[o + 1] = id
+        out[o + 2] = f[1]
+        out[o + 3] = f[2] or ''
+        out[o + 4] = f[3] or ''
+        out[o + 5] = run
+        out[o + 6] = tonumber(f[5]) or 0
+        out[o + 7] = token
+        out[o + 8] = lease
+        out[o + 9] = f[7] or ''
+        out[o + 10] = f[8] or ''
+        out[o + 11] = f[9] or ''
+        out[o + 12] = history
+      end
     end
-    redis.call('ZREM', KEYS[level], id)
-    local job_key = prefix .. 'job:' .. id
-    local f = redis.call('HMGET', job_key, 'kind', 'payload', 'carry', 'run_count',
-      'failures', 'lease_ms', 'priority', 'max_failures', 'resume_input', 'dedup', 'state',
-      'cancel_requested', 'created_at', 'eligible_at')
-    local journal_key = prefix .. 'journal:' .. id
-    if f[1] and f[11] == 'pending' then
-      -- A job claimed (or cancelled) for the first time gets the `enqueued`
-      -- entry enqueue did not write, before any write to its hash, so the
-      -- history returned below starts with it.
-      materialize(job_key, journal_key, {f[13], f[7], f[14]})
-    end
-    -- A pending id whose hash is gone or not pending (removed by hand) is dropped.
-    if f[1] and f[11] == 'pending' and f[12] then
-      -- An operator cancelled it while it ran, and that run ended (failed,
-      -- paused, released, reclaimed) before its worker noticed: finish the
-      -- cancel here instead of running it again.
-      unindex(KEYS[6], f[10], id)
-      redis.call('HSET', job_key, 'state', 'cancelled', 'finished_at', now, 'updated_at', now)
-      redis.call('HDEL', job_key, 'eligible_at')
-      redis.call('ZADD', prefix .. 'cancelled', now, id)
-      journal(journal_key, now, 'cancelled', f[4], 'cancel requested while running',
-        nil, {'from', 'pending'})
-      offload_settle(prefix, job_key, id, 'failed', nil, 'cancelled while running', now)
-    elseif f[1] and f[11] == 'pending' then
-      n = n + 1
-      local run = (tonumber(f[4]) or 0) + 1
-      local lease = tonumber(f[6]) or default_lease
-      local token = ARGV[5] .. '.' .. n
-      local expires = now + lease
-      local history = redis.call('XRANGE', journal_key, '-', '+')
-      redis.call('HSET', job_key, 'state', 'running', 'run_count', run,
-        'lease_owner', worker, 'lease_token', token, 'lease_expires', expires,
-        'updated_at', now)
-      redis.call('ZADD', KEYS[5], expires, id)
-      unindex(KEYS[6], f[10], id)
-      journal(journal_key, now, 'claimed', run, nil, nil, {'worker', worker})
-      local o = #out
-      out[o + 1] = id
-      out[o + 2] = f[1]
-      out[o + 3] = f[2] or ''
-      out[o + 4] = f[3] or ''
-      out[o + 5] = run
-      out[o + 6] = tonumber(f[5]) or 0
-      out[o + 7] = token
-      out[o + 8] = lease
-      out[o + 9] = f[7] or ''
-      out[o + 10] = f[8] or ''
-      out[o + 11] = f[9] or ''
-      out[o + 12] = history
-    end
-  end
-  if not later and #z == 2 * k then
-    unseen[#unseen + 1] = level
+    again = not later and #z == 2 * k
   end
 end
 
 if n < want then
-  -- Every level was scanned (n never reached want). A level whose ZRANGE
-  -- stopped at a later member gave its earliest remaining score above; one
-  -- that returned fewer than k members is now empty; only the `unseen` ones
-  -- need a look.
-  for _, level in ipairs(unseen) do
-    local z = redis.call('ZRANGE', KEYS[level], 0, 0, 'WITHSCORES')
-    if z[2] then
-      local s = tonumber(z[2])
-      if nxt == 0 or s < nxt then nxt = s end
-    end
-  end
+  -- Every level was read to its end, or to its first member not eligible
+  -- yet, whose score is in nxt.
   out[2] = nxt
   redis.call('DEL', KEYS[8])
 end

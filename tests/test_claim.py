@@ -66,22 +66,35 @@ async def test_a_full_claim_reports_no_next(timed: tuple[vr.Queue, Clock]) -> No
     assert await claim(q, 2) == (T0 + 1000, ids[2:])
 
 
-async def test_next_when_dropped_ids_leave_a_level_short(timed: tuple[vr.Queue, Clock]) -> None:
+async def test_an_id_that_cannot_be_claimed_takes_no_place(timed: tuple[vr.Queue, Clock]) -> None:
     """The first k of a level were all eligible but one was not claimable (its
-    hash is gone): the claim falls short, the level still holds an eligible job,
-    and `next` must say so (as the former second pass of ZRANGE 0 0 did)."""
+    hash is gone, or its cancel finished at claim): the level is read again, so
+    the claim is still full and the eligible jobs behind it are not left waiting."""
     q, clock = timed
     r, k = q.client.redis, q.keys
     await r.zadd(k.pending(vr.Priority.NORMAL), {"01GHOST0000000000000000000": T0 - 10})
     a = await q.enqueue(Echo(text="a"))
     clock.ms += 5
     b = await q.enqueue(Echo(text="b"))
+    c = await q.enqueue(Echo(text="c"))
     await q.enqueue(Echo(text="low"), priority="low", delay=1)
     clock.ms += 5
-    nxt, got = await claim(q, 2)
-    assert got == [a]  # the ghost took one of the two places, as with LIMIT 0 2
-    assert nxt == T0 + 5  # b, still pending and eligible
-    assert await claim(q, 2) == (T0 + 5 + 1000, [b])
+    assert await claim(q, 2) == (0, [a, b])  # the ghost is dropped, b takes its place
+    assert not await r.zscore(k.pending(vr.Priority.NORMAL), "01GHOST0000000000000000000")
+    # Short: c, then the low job's time as `next`.
+    assert await claim(q, 2) == (T0 + 5 + 1000, [c])
+
+
+async def test_a_level_full_of_unclaimable_ids_is_read_to_its_end(timed: tuple[vr.Queue, Clock]) -> None:
+    q, clock = timed
+    r, k = q.client.redis, q.keys
+    ghosts = {f"01GHOST{i:019d}": T0 - 100 + i for i in range(7)}
+    await r.zadd(k.pending(vr.Priority.HIGH), ghosts)  # seven, read two at a time
+    a = await q.enqueue(Echo(text="a"))
+    b = await q.enqueue(Echo(text="b"))
+    clock.ms += 1
+    assert await claim(q, 2) == (0, [a, b])
+    assert await r.zcard(k.pending(vr.Priority.HIGH)) == 0
 
 
 async def test_a_paused_queue_claims_nothing(timed: tuple[vr.Queue, Clock]) -> None:
