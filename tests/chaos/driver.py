@@ -11,7 +11,7 @@ from typing import Any
 
 import venturi_redis as vr
 from venturi_redis._enums import Priority
-from venturi_redis._worker import _parse_claim
+from venturi_redis._runner import _parse_claim
 
 
 class Clock:

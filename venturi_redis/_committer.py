@@ -1,0 +1,125 @@
+"""The committer: one connection's transitions and claims, many per round trip."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+
+from ._scripts import ScriptArg
+
+if TYPE_CHECKING:
+    from ._client import Queue
+
+# Most completions in one complete.lua call (a longer burst takes several calls).
+_COMPLETE_BATCH = 200
+_Call = tuple[str, list[str], list[ScriptArg]]
+
+
+@dataclass(eq=False, slots=True)
+class _Reply:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    value: Any = None
+
+
+class _Committer:
+    """Sends one connection's transitions and claims, many per round trip.
+
+    Handlers finish in bursts (a claim batch of no-op jobs finishes almost at
+    once). What is submitted while a pipeline is in flight goes out together
+    in the next one: the completions of a queue as one ``complete`` call over
+    all of them (each job still checked, written and journaled on its own),
+    every other transition as its own script, and the claim loops' claims
+    last, so that the slots those runs freed are refilled in the same round
+    trip. A lone call goes out at once: batching only happens under load.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._calls: list[tuple[str, Any]] = []
+        self._replies: list[_Reply] = []
+        self._kick = anyio.Event()
+
+    async def _submit(self, kind: str, call: Any) -> Any:
+        reply = _Reply()
+        self._calls.append((kind, call))
+        self._replies.append(reply)
+        self._kick.set()
+        await reply.done.wait()
+        if isinstance(reply.value, BaseException):
+            raise reply.value
+        return reply.value
+
+    async def submit(self, name: str, keys: list[str], args: list[ScriptArg]) -> Any:
+        """Run one script in the next round trip: its reply, or its error raised."""
+        return await self._submit("script", (name, keys, args))
+
+    async def claim(self, keys: list[str], args: list[ScriptArg]) -> Any:
+        """Run a claim in the next round trip, after that round trip's transitions."""
+        return await self._submit("claim", ("claim", keys, args))
+
+    async def complete(self, queue: Queue, job_args: list[ScriptArg]) -> Any:
+        """Complete one job (its six complete.lua values) in the next round trip.
+
+        Replies ``[1]``, or ``[0, reason]`` when refused, like the other transitions.
+        """
+        return await self._submit("complete", (queue, job_args))
+
+    def _plan(self, calls: list[tuple[str, Any]]) -> tuple[list[_Call], list[tuple[int, int | None]]]:
+        """The pipeline for a batch, and where each call's reply is in it.
+
+        A place is (index in the pipeline, index in a multi-job reply or None).
+        """
+        pipeline: list[_Call] = []
+        places: list[tuple[int, int | None]] = [(0, None)] * len(calls)
+        completes: dict[str, tuple[Queue, list[int]]] = {}
+        claims: list[int] = []
+        for i, (kind, call) in enumerate(calls):
+            if kind == "complete":
+                completes.setdefault(call[0].keys.prefix, (call[0], []))[1].append(i)
+            elif kind == "claim":
+                claims.append(i)
+            else:
+                places[i] = (len(pipeline), None)
+                pipeline.append(call)
+        for queue, indices in completes.values():
+            k = queue.keys
+            for start in range(0, len(indices), _COMPLETE_BATCH):
+                chunk = indices[start : start + _COMPLETE_BATCH]
+                args: list[ScriptArg] = [k.prefix, queue.client.now_arg(), len(chunk)]
+                for j, i in enumerate(chunk):
+                    args.extend(calls[i][1][1])
+                    places[i] = (len(pipeline), j)
+                pipeline.append(("complete", [k.running, k.completed], args))
+        for i in claims:
+            places[i] = (len(pipeline), None)
+            pipeline.append(calls[i][1])
+        return pipeline, places
+
+    async def run(self) -> None:
+        while True:
+            await self._kick.wait()
+            # Let the tasks that are ready now (other runs finishing, a claim
+            # loop woken by the slots they freed) add their calls to this batch.
+            await anyio.lowlevel.checkpoint()
+            self._kick = anyio.Event()
+            calls, self._calls = self._calls, []
+            replies, self._replies = self._replies, []
+            if not calls:
+                continue
+            pipeline, places = self._plan(calls)
+            try:
+                results = await self.client.scripts.run_pipeline(
+                    self.client.redis, pipeline, return_exceptions=True
+                )
+            except Exception as exc:  # noqa: BLE001 - handed to every waiter, which retries
+                results = [exc] * len(pipeline)
+            for reply, (at, sub) in zip(replies, places, strict=True):
+                value = results[at]
+                if sub is not None and not isinstance(value, BaseException):
+                    one = value[sub]
+                    value = [1] if one == 1 else [0, one]
+                reply.value = value
+                reply.done.set()

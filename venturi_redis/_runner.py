@@ -1,0 +1,495 @@
+"""The per-queue half of a worker: claim loop, idle wake-ups, reclaim, lease renewal.
+
+A ``_Runner`` claims jobs for one queue and hands them to the worker's slot
+tasks through its ``_Inbox``. When the queue has nothing eligible, its claim
+loop blocks on the queue's wake list with the next claim pipelined behind
+(docs/design.md, "Waking workers").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import secrets
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from . import _ops
+from ._client import Client, Queue
+from ._cluster import is_cluster
+from ._context import Context
+from ._enums import Priority
+from ._records import JournalEntry, LazyJournal
+from ._scripts import ScriptArg
+
+if TYPE_CHECKING:
+    from ._worker import Worker
+
+log = logging.getLogger("venturi_redis.worker")
+
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+# What the background loops (claim, reclaim, lease renewal) survive: any Redis
+# error, not only a dropped connection. An error reply (OOM at maxmemory,
+# READONLY during a failover, a script error) is logged and the loop tries
+# again on its next tick, instead of taking the whole worker down with it.
+_SURVIVABLE = (RedisError, OSError)
+_RECLAIM_BATCH = 100
+# An idle worker blocks on its queue's wake list for at most this long (and
+# never longer than poll_interval) before it claims anyway: the claim that
+# follows a timeout finds delayed jobs that came due, and a reply that does not
+# come within the block plus _BLOCK_MARGIN means the connection is dead.
+_IDLE_BLOCK_MAX = 5.0
+_BLOCK_MARGIN = 1.5
+_MIN_BLOCK = 0.01  # shorter waits are plain sleeps followed by a claim
+
+
+def _can_arm(client: Client) -> bool:
+    """Whether idle claims can ride behind their BLPOP on a connection of their own."""
+    redis = client.redis
+    return (
+        client.durability is None
+        and not is_cluster(redis)
+        and hasattr(getattr(redis, "connection_pool", None), "make_connection")
+    )
+
+
+def _socket_timeout(redis: Any) -> float | None:
+    inner = getattr(redis, "venturi_inner", redis)
+    kwargs = getattr(getattr(inner, "connection_pool", None), "connection_kwargs", None)
+    if kwargs is None:
+        kwargs = getattr(inner, "connection_kwargs", None) or {}
+    value = kwargs.get("socket_timeout")
+    return float(value) if value else None
+
+
+def _text(value: Any) -> str:
+    if value is None or value is False:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    """A claimed job, as the claim script returned it."""
+
+    queue: Queue
+    id: str
+    kind: str
+    payload: bytes
+    carry: bytes
+    run_count: int
+    failures: int
+    token: str
+    lease_ms: int
+    priority: Priority
+    max_failures: str
+    resume_input: bytes
+    history: Sequence[JournalEntry]
+    ctx: Context[Any] | None = None
+    lost: bool = False
+    cancel_requested: bool = False  # an operator's cancel, seen through `extend`
+    # Set once the run's transition is on its way: a renewal that then finds the
+    # job finished is our own commit landing first, not a lost lease.
+    committing: bool = False
+    started: float = field(default_factory=time.monotonic)
+    # The claim loop that took it; its slot is given back once the run's
+    # outcome is on its way (the commit itself no longer needs the slot).
+    runner: _Runner | None = None
+    holds_slot: bool = False
+
+
+def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
+    now, nxt = int(reply[0]), int(reply[1])
+    jobs: list[_Job] = []
+    for i in range(2, len(reply), 12):
+        r = reply[i : i + 12]
+        jobs.append(
+            _Job(
+                queue=queue,
+                id=_text(r[0]),
+                kind=_text(r[1]),
+                payload=r[2] or b"",
+                carry=r[3] or b"",
+                run_count=int(r[4]),
+                failures=int(r[5]),
+                token=_text(r[6]),
+                lease_ms=int(r[7]),
+                priority=Priority.parse(_text(r[8]) or "normal"),
+                max_failures=_text(r[9]),
+                resume_input=r[10] or b"",
+                history=LazyJournal(r[11]),  # parsed only if the handler reads it
+            )
+        )
+    return now, nxt, jobs
+
+
+class _Inbox:
+    """Claimed jobs waiting for a slot task: a FIFO that wakes one waiter per job."""
+
+    __slots__ = ("_closed", "_items", "_waiters")
+
+    def __init__(self) -> None:
+        self._items: deque[_Job] = deque()
+        self._waiters: deque[anyio.Event] = deque()
+        self._closed = False
+
+    def put(self, job: _Job) -> None:
+        self._items.append(job)
+        if self._waiters:
+            self._waiters.popleft().set()
+
+    def close(self) -> None:
+        """No more jobs: every waiter gets None once the queued jobs are taken."""
+        self._closed = True
+        while self._waiters:
+            self._waiters.popleft().set()
+
+    async def get(self) -> _Job | None:
+        while not self._items:
+            if self._closed:
+                return None
+            woken = anyio.Event()
+            self._waiters.append(woken)
+            try:
+                await woken.wait()
+            except BaseException:
+                if woken in self._waiters:
+                    self._waiters.remove(woken)
+                elif self._items and self._waiters:
+                    self._waiters.popleft().set()  # we were handed a job: pass the wake-up on
+                raise
+        return self._items.popleft()
+
+
+class _Runner:
+    """The per-queue half of a worker: its claim loop, reclaimer and active jobs."""
+
+    def __init__(self, worker: Worker[Any], queue: Queue) -> None:
+        self.worker = worker
+        self.queue = queue
+        # Every job this worker holds a lease on, until its transition is written.
+        self.active: dict[str, _Job] = {}
+        # Jobs whose handler is still running: what `concurrency` limits.
+        self.busy = 0
+        self.poke = anyio.Event()
+        self.idle = False
+        # Claimed jobs on their way to the slot tasks (made anew by each run()).
+        self.inbox = _Inbox()
+        # Set to cut an idle wait short (shutdown; the last job of an
+        # until_idle run finishing): pushes onto this worker's stop list.
+        self.interrupt = anyio.Event()
+        self.stop_key = queue.keys.wake_stop(worker.id)
+        # The connection idle claims block on (None until the first one, and
+        # after a failure). Not from the pool: it is held for seconds at a time.
+        self._conn: Any = None
+
+    async def slot(self) -> None:
+        """One long-lived task that runs claimed jobs one after another.
+
+        Cheaper than a task per job (a task group spawn costs more than a
+        no-op job's whole run). A run's slot is given back to the claim loop
+        once its handler is done, while this task still waits for the run's
+        transition, so a runner has twice ``concurrency`` of these.
+        """
+        while (job := await self.inbox.get()) is not None:
+            await self.worker._run_job(self, job)
+
+    def wake(self) -> None:
+        self.poke.set()
+
+    def release_slot(self, job: _Job) -> None:
+        """The job's handler is done: its slot can take another job."""
+        if job.holds_slot:
+            job.holds_slot = False
+            self.busy -= 1
+            self.poke.set()
+
+    def _claim_args(self, count: int) -> list[ScriptArg]:
+        q, w = self.queue, self.worker
+        return [q.keys.prefix, q.client.now_arg(), count, w.id, secrets.token_hex(8), w.lease_ms]
+
+    async def claim(self, count: int) -> tuple[int, int, list[_Job]]:
+        q, w = self.queue, self.worker
+        keys, args = q.keys.claim, self._claim_args(count)
+        committer = w._committers.get(id(q.client)) if w._running else None
+        if committer is not None:
+            # In the same round trip as the transitions that freed the slots.
+            reply = await committer.claim(keys, args)
+        else:
+            reply = await q.client.scripts.call(q.client.redis, "claim", keys, args)
+        return _parse_claim(q, reply)
+
+    async def idle_claim(self, want: int, seconds: float) -> tuple[int, int, list[_Job]] | None:
+        """Wait for a wake-up token (at most ``seconds``), then claim up to ``want`` jobs.
+
+        On a plain Redis the claim is pipelined behind ``BLPOP wake stop`` on
+        a connection of its own: Redis runs it the moment a token unblocks the
+        BLPOP (or the BLPOP times out), so a job enqueued for an idle worker
+        reaches it in one round trip, not a wake-up and then a claim. On
+        Redis Cluster and in durable mode (whose claims must be followed by
+        WAIT) the BLPOP goes through the client and the claim follows it.
+
+        Returns None when ``interrupt`` cut the wait short and nothing was claimed.
+        """
+        block = min(seconds, self.worker.idle_block)
+        if block < _MIN_BLOCK:
+            await self._wait(block)
+            return await self.claim(want)
+        interrupted = False
+        result: tuple[int, int, list[_Job]] | None = None
+
+        async def watch() -> None:
+            nonlocal interrupted
+            await self.interrupt.wait()
+            interrupted = True
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_BLOCK_MARGIN):
+                await self._push_stop()
+
+        error: Exception | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch)
+                try:
+                    if _can_arm(self.queue.client):
+                        result = await self._armed_claim(want, block)
+                    else:
+                        result = await self._blpop_then_claim(want, block)
+                except Exception as exc:  # noqa: BLE001 - re-raised below, not as an ExceptionGroup
+                    error = exc
+                finally:
+                    tg.cancel_scope.cancel()
+            if error is not None:
+                if isinstance(error, _TRANSIENT):
+                    await self._drop_idle_connections()
+                raise error
+        finally:
+            if interrupted:
+                # Our stop tokens, if the claim did not take them (it ran before they came).
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(_BLOCK_MARGIN),
+                    contextlib.suppress(*_SURVIVABLE),
+                ):
+                    await self.queue.client.redis.delete(self.stop_key)
+        if result is None or (interrupted and not result[2]):
+            return None
+        return result
+
+    async def _drop_idle_connections(self) -> None:
+        # The idle pooled connections likely went the same way as this one (a
+        # restarted server, a dropped network path): close them now, so the
+        # next claim opens a fresh one instead of first waiting out a socket
+        # timeout on a dead one. Connections in use are left to their own
+        # calls' timeouts.
+        pool = getattr(self.queue.client.redis, "connection_pool", None)
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.disconnect(inuse_connections=False)
+
+    async def _push_stop(self) -> None:
+        # Two tokens: BLPOP takes one, the claim behind it finds the other
+        # (and claims nothing). The expiry cleans up after a worker that died here.
+        pipe = self.queue.client.redis.pipeline(transaction=False)
+        pipe.rpush(self.stop_key, "1", "1")
+        pipe.pexpire(self.stop_key, 60_000)
+        with contextlib.suppress(*_SURVIVABLE):
+            await pipe.execute()
+
+    async def _armed_claim(self, want: int, block: float) -> tuple[int, int, list[_Job]]:
+        q = self.queue
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = q.client.redis.connection_pool.make_connection()
+            # The deadline below bounds the whole exchange instead. (redis-py's
+            # per-read timeout is no use here: when it expires, read_response
+            # returns None, which is also BLPOP's reply when it times out.)
+            conn.socket_timeout = None
+        keys = [*q.keys.claim, self.stop_key]
+        commands = [
+            ("BLPOP", q.keys.wake, self.stop_key, f"{block:.3f}"),
+            ("EVALSHA", q.client.scripts["claim"].sha, len(keys), *keys, *self._claim_args(want)),
+        ]
+        limit = block + _BLOCK_MARGIN
+        try:
+            with anyio.fail_after(limit):
+                await conn.send_packed_command(conn.pack_commands(commands))
+                await conn.read_response()  # a token, a stop, or nil (timed out)
+                reply = await conn.read_response()
+        except TimeoutError:
+            self._conn = None
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await conn.disconnect()
+            raise RedisTimeoutError(f"no reply to BLPOP on {q.keys.wake} in {limit:.2f}s") from None
+        except NoScriptError:
+            # Both replies are read; the script cache was flushed (a restart,
+            # SCRIPT FLUSH). The claim did not run: run it the ordinary way.
+            return await self.claim(want)
+        except ResponseError:
+            raise  # an error reply: the connection is fine
+        except BaseException:
+            # A reply may be unread (a timeout, a cancel): the connection is unusable.
+            self._conn = None
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await conn.disconnect()
+            raise
+        return _parse_claim(q, reply)
+
+    async def _blpop_then_claim(self, want: int, block: float) -> tuple[int, int, list[_Job]] | None:
+        q = self.queue
+        redis = q.client.redis
+        # The read must outlast the block under the client's own socket timeout.
+        socket_timeout = _socket_timeout(redis)
+        if socket_timeout:
+            block = max(_MIN_BLOCK, min(block, socket_timeout - _BLOCK_MARGIN))
+        try:
+            with anyio.fail_after(block + _BLOCK_MARGIN):
+                await redis.blpop([q.keys.wake, self.stop_key], timeout=block)
+        except TimeoutError:
+            limit = block + _BLOCK_MARGIN
+            raise RedisTimeoutError(f"no reply to BLPOP on {q.keys.wake} in {limit:.2f}s") from None
+        if self.interrupt.is_set():
+            return None
+        return await self.claim(want)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.disconnect()
+
+    async def claim_loop(self, until_idle: bool) -> None:
+        w = self.worker
+        failures = 0
+        # After a claim that came back short: how long the next one may wait
+        # for a wake-up before it claims anyway (None: claim now).
+        idle_for: float | None = None
+        while not w.stopping:
+            free = w.concurrency - self.busy
+            if free <= 0:
+                self.poke = anyio.Event()
+                await self._wait(None)
+                idle_for = None
+                continue
+            # Fresh events before the claim: a wake-up or an interrupt that
+            # lands while the claim is in flight is kept, not lost.
+            self.poke = anyio.Event()
+            self.interrupt = anyio.Event()
+            want = min(free, w.batch_size)
+            try:
+                if idle_for is None:
+                    now, nxt, jobs = await self.claim(want)
+                else:
+                    got = await self.idle_claim(want, idle_for)
+                    idle_for = None
+                    if got is None:
+                        continue
+                    now, nxt, jobs = got
+                failures = 0
+            except _SURVIVABLE as exc:
+                failures += 1
+                delay = min(0.05 * 2**failures, 5.0)
+                log.warning("queue %s: claim failed (%s); retrying in %.2fs", self.queue.name, exc, delay)
+                await self._wait(delay)
+                idle_for = None
+                continue
+            for job in jobs:
+                self.active[job.id] = job
+                job.runner, job.holds_slot = self, True
+                self.busy += 1
+                if w.observer is not None:
+                    w.observer.job_claimed(self.queue.name, w._kind_label(job.kind))
+                self.inbox.put(job)
+            if len(jobs) == want:
+                continue
+            if until_idle and not self.active and await self.queue.is_drained():
+                self.idle = True
+                return
+            idle_for = w.poll_interval
+            if nxt > 0:
+                idle_for = min(idle_for, max(0.0, (nxt - now) / 1000))
+
+    async def _wait(self, seconds: float | None) -> None:
+        with anyio.move_on_after(seconds if seconds is not None else math.inf):
+            await self.poke.wait()
+
+    async def reclaim_once(self) -> int:
+        q, w = self.queue, self.worker
+        total = 0
+        while True:
+            reply = await q.client.scripts.call(
+                q.client.redis,
+                "reclaim",
+                [q.keys.running, q.keys.dead, q.keys.dedup],
+                [q.keys.prefix, q.client.now_arg(), _RECLAIM_BATCH, w.max_failures_arg, q.keys.wake],
+            )
+            requeued, died = int(reply[0]), int(reply[1])
+            ids = [_text(x) for x in reply[2:]]
+            if ids:
+                log.warning(
+                    "queue %s: reclaimed %d expired lease(s) (%d requeued, %d dead): %s",
+                    q.name,
+                    len(ids),
+                    requeued,
+                    died,
+                    ", ".join(ids[:10]),
+                )
+            total += len(ids)
+            if len(ids) < _RECLAIM_BATCH:
+                return total
+
+    async def reclaim_loop(self) -> None:
+        w = self.worker
+        trimmed_at = -math.inf
+        while True:
+            try:
+                await self.reclaim_once()
+                if w.retention is not None and time.monotonic() - trimmed_at >= w.trim_interval:
+                    # Retention rides on the reclaim tick: bounded batches, idempotent
+                    # across pods (a job removed by one is skipped by the others).
+                    trimmed_at = time.monotonic()
+                    await _ops.trim(self.queue, w.retention)
+            except _SURVIVABLE as exc:
+                log.warning("queue %s: reclaim failed (%s)", self.queue.name, exc)
+            # Jitter spreads many pods' reclaims instead of having them collide.
+            await anyio.sleep(w.reclaim_interval * random.uniform(0.8, 1.2))
+
+    async def extend(self) -> None:
+        jobs = [j for j in self.active.values() if not j.lost]
+        if not jobs:
+            return
+        q = self.queue
+        args: list[Any] = [q.keys.prefix, q.client.now_arg()]
+        for j in jobs:
+            args += [j.id, j.token, j.lease_ms]
+        lost = await q.client.scripts.call(q.client.redis, "extend", [q.keys.running], args)
+        for raw in lost:
+            text = _text(raw)
+            if text.startswith("cancel:"):
+                job = self.active.get(text[7:])
+                if job is not None and not job.cancel_requested:
+                    job.cancel_requested = True
+                    log.info("queue %s: job %s (%s) was cancelled; stopping it", q.name, job.id, job.kind)
+                    if job.ctx is not None:
+                        job.ctx._cancel("cancelled by an operator")
+                continue
+            job = self.active.get(text)
+            if job is not None and not job.lost and not job.committing:
+                job.lost = True
+                log.error(
+                    "queue %s: lease on job %s (%s) was lost; its outcome will be refused",
+                    q.name,
+                    job.id,
+                    job.kind,
+                )
+                if job.ctx is not None:
+                    job.ctx._cancel("lease lost")
