@@ -36,10 +36,26 @@ def unpack(raw: bytes) -> Any:
         raise PayloadError(f"stored value is not valid msgpack ({len(raw)} bytes): {exc}") from exc
 
 
+_MODEL_DUMP = BaseModel.model_dump
+
+
+def _dump_json(model: BaseModel) -> Any:
+    """``model.model_dump(mode="json")``, straight from the class's serializer.
+
+    ``model_dump`` only forwards its defaults to ``__pydantic_serializer__``;
+    calling that directly is the same result for well under half the time, the
+    larger share of encoding a small task. A class that overrides
+    ``model_dump`` still gets its own.
+    """
+    if type(model).model_dump is _MODEL_DUMP:
+        return model.__pydantic_serializer__.to_python(model, mode="json")
+    return model.model_dump(mode="json")
+
+
 def pack_model(model: BaseModel) -> bytes:
     """Encode a pydantic model (a task payload or a carry)."""
     try:
-        packed: bytes = msgpack.packb(model.model_dump(mode="json"), use_bin_type=True)
+        packed: bytes = msgpack.packb(_dump_json(model), use_bin_type=True)
         return packed
     except (PydanticSerializationError, TypeError, ValueError, OverflowError) as exc:
         raise PayloadError(f"cannot encode {type(model).__name__}: {exc}") from exc
