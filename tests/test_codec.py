@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel, Field, computed_field, field_serializer
 
 import venturi_redis as vr
-from venturi_redis._codec import pack_model, unpack_model
+from venturi_redis._codec import model_packer, pack_model, unpack_model
 
 
 class Colour(enum.Enum):
@@ -88,3 +88,25 @@ def test_an_unencodable_value_is_a_payload_error() -> None:
     bad = Rich(id=uuid.uuid4(), colour=Colour.RED, inner=Inner(at=datetime.now(UTC)), anything=object())
     with pytest.raises(vr.PayloadError, match="cannot encode Rich"):
         pack_model(bad)
+
+
+def test_a_model_packer_encodes_as_pack_model_one_after_another() -> None:
+    pack = model_packer()
+    assert [pack(m) for m in SAMPLES * 2] == [pack_model(m) for m in SAMPLES * 2]
+
+
+def test_a_model_packer_raises_as_pack_model_and_goes_on() -> None:
+    class Big(BaseModel):
+        n: int
+
+    pack = model_packer()
+    unserializable = Rich(
+        id=uuid.uuid4(), colour=Colour.RED, inner=Inner(at=datetime.now(UTC)), anything=object()
+    )
+    for bad in (Big(n=1 << 70), unserializable):  # msgpack's error (half-way through a map), then pydantic's
+        with pytest.raises(vr.PayloadError) as raised:
+            pack(bad)
+        with pytest.raises(vr.PayloadError) as expected:
+            pack_model(bad)
+        assert str(raised.value) == str(expected.value)
+    assert pack(SAMPLES[0]) == pack_model(SAMPLES[0])  # nothing left over from the failed calls

@@ -86,6 +86,80 @@ async def test_enqueue_validates_before_writing(client: vr.Client, queue: vr.Que
     assert (await queue.counts())["pending"] == 0
 
 
+class Urgent(vr.Task):
+    KIND: ClassVar[str] = "urgent"
+    level: Any = "high"
+    key: Any = None
+
+    def priority(self) -> vr.Priority:
+        return self.level  # type: ignore[no-any-return]
+
+    def dedup_key(self) -> str | None:
+        return self.key  # type: ignore[no-any-return]
+
+
+async def test_enqueue_many_takes_each_tasks_own_kind_priority_and_dedup_key(
+    client: vr.Client, queue: vr.Queue
+) -> None:
+    ids = await queue.enqueue_many(
+        [Echo(text="a"), Urgent(level="critical", key="k"), Urgent(level=0), Echo(text="b")]
+    )
+    assert ids == sorted(ids) and len(set(ids)) == 4
+    infos = [await queue.get(i) for i in ids]
+    assert [(i.kind, i.priority, i.dedup) for i in infos if i is not None] == [
+        ("echo", vr.Priority.NORMAL, None),
+        ("urgent", vr.Priority.CRITICAL, "6:urgent:k"),
+        ("urgent", vr.Priority.LOW, None),
+        ("echo", vr.Priority.NORMAL, None),
+    ]
+    # an explicit priority overrides every task's own, and the options apply to all
+    batch = [Echo(text="c"), Urgent(level="critical"), Urgent(level=0)]
+    ids = await queue.enqueue_many(batch, priority=vr.Priority.HIGH, lease=30, max_failures=None)
+    for job_id in ids:
+        raw = await client.redis.hgetall(queue.keys.job(job_id))
+        assert (raw[b"priority"], raw[b"lease_ms"], raw[b"max_failures"]) == (b"high", b"30000", b"none")
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "match"),
+    [
+        ({"text": "x"}, vr.TaskDefinitionError, r"vr\.Task instance, got dict"),
+        (Urgent(level="urgent"), ValueError, "unknown priority 'urgent'"),
+        (Urgent(key=7), vr.TaskDefinitionError, "urgent.dedup_key.. must return str or None, got int"),
+        (Urgent(key=""), vr.ConfigurationError, "urgent dedup key must be 1 to 1024 bytes"),
+        (Urgent(key="x" * 2000), vr.ConfigurationError, "got 2000 bytes"),
+        (Urgent(level="x" * (1 << 20)), vr.PayloadTooLarge, "urgent payload is .* over the cap"),
+    ],
+)
+@pytest.mark.parametrize("position", [0, 1, 2])
+async def test_enqueue_many_checks_every_task_as_enqueue_does(
+    queue: vr.Queue, bad: Any, error: type[Exception], match: str, position: int
+) -> None:
+    with pytest.raises(error, match=match):
+        await queue.enqueue(bad)
+    tasks: list[Any] = [Echo(text="ok"), Urgent(), Echo(text="ok")]
+    tasks[position] = bad
+    with pytest.raises(error, match=match):
+        await queue.enqueue_many(tasks)
+    assert (await queue.counts())["pending"] == 0
+
+
+async def test_enqueue_many_checks_its_arguments_with_the_first_task(queue: vr.Queue) -> None:
+    # The first task's own errors come first, as from enqueue; then the call's arguments.
+    with pytest.raises(vr.TaskDefinitionError, match=r"vr\.Task"):
+        await queue.enqueue_many([{"text": "x"}, Echo(text="ok")], priority="urgent")  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="unknown priority"):
+        await queue.enqueue_many([Echo(text="ok"), {"text": "x"}], priority="urgent")  # type: ignore[list-item]
+    with pytest.raises(vr.ConfigurationError, match="max_failures"):
+        await queue.enqueue_many([Echo(text="ok")] * 3, max_failures=0)
+    with pytest.raises(vr.ConfigurationError, match="lease must be positive"):
+        await queue.enqueue_many([Echo(text="ok")] * 3, lease=0.0001)
+    with pytest.raises(ValueError, match="delay"):
+        await queue.enqueue_many([Echo(text="ok")] * 3, delay=float("nan"))
+    assert await queue.enqueue_many([], priority="urgent", max_failures=0) == []  # nothing to check them with
+    assert (await queue.counts())["pending"] == 0
+
+
 async def test_payload_cap_is_checked_before_redis(url: str, queue_name: str) -> None:
     client = vr.Client.from_url(url, max_payload_bytes=100)
     try:

@@ -17,11 +17,11 @@ from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._backoff import to_ms
-from ._codec import pack, pack_model
+from ._codec import model_packer, pack, pack_model
 from ._durable import Durability, DurableRedis, as_durability
 from ._enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from ._errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
-from ._ids import new_job_id
+from ._ids import new_job_id, new_job_ids
 from ._keys import QueueKeys, dedup_field
 from ._outcome import UNSET
 from ._records import ENQUEUED_FIELDS, JobInfo, JournalEntry, journal_from
@@ -323,10 +323,7 @@ class Queue:
         payload = pack_model(task)
         cap = self.client.max_payload_bytes
         if len(payload) > cap:
-            raise PayloadTooLarge(
-                f"{kind} payload is {len(payload)} bytes encoded, over the cap of {cap} "
-                "(Client(max_payload_bytes=...)); store large data elsewhere and enqueue a reference"
-            )
+            raise _payload_too_large(kind, len(payload), cap)
         carry_bytes = b""
         if carry is not None:
             carry_cls = type(task).carry_type()
@@ -368,6 +365,64 @@ class Queue:
             dedup=field,
             explicit_priority=priority is not None,
         )
+
+    def _prepare_many(
+        self,
+        tasks: Sequence[Task[Any]],
+        *,
+        delay: float | timedelta,
+        priority: Priority | int | str | None,
+        lease: float | timedelta | None,
+        max_failures: int | None,
+    ) -> list[_Prepared]:
+        """``_prepare`` of each task (no carry), with the per-call work done once.
+
+        The first task goes through ``_prepare`` itself, so the call's arguments
+        are checked there, in its order, raising what ``enqueue`` would. The
+        others reuse what it worked out and check only what is their own, in the
+        same order: the type, KIND (once per class), payload size, priority and
+        dedup key. Their ids come from one ``new_job_ids`` call, after the first.
+        """
+        if not tasks:
+            return []
+        first = self._prepare(
+            tasks[0], delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=None
+        )
+        jobs = [first]
+        kinds: dict[type[Task[Any]], str] = {}
+        pack = model_packer()
+        cap = self.client.max_payload_bytes
+        prio = first.priority
+        explicit = first.explicit_priority
+        for job_id, task in zip(new_job_ids(len(tasks) - 1), tasks[1:], strict=True):
+            if not isinstance(task, Task):
+                raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
+            cls = type(task)
+            kind = kinds.get(cls)
+            if kind is None:
+                kind = kinds[cls] = cls.kind()
+            payload = pack(task)
+            if len(payload) > cap:
+                raise _payload_too_large(kind, len(payload), cap)
+            if not explicit:
+                prio = Priority.parse(task.priority())
+            key = task.dedup_key()
+            field = "" if key is None else self._dedup_field(kind, key)
+            jobs.append(
+                _Prepared(
+                    id=job_id,
+                    kind=kind,
+                    priority=prio,
+                    delay_ms=first.delay_ms,
+                    payload=payload,
+                    carry=b"",
+                    lease_ms=first.lease_ms,
+                    max_failures=first.max_failures,
+                    dedup=field,
+                    explicit_priority=explicit,
+                )
+            )
+        return jobs
 
     @staticmethod
     def _dedup_field(kind: str, key: object) -> str:
@@ -471,12 +526,9 @@ class Queue:
         whose dedup key collides (with a pending job, or with an earlier task of
         the same batch) are merged afterwards, in order, as if enqueued one by one.
         """
-        jobs = [
-            self._prepare(
-                t, delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=None
-            )
-            for t in tasks
-        ]
+        jobs = self._prepare_many(
+            tasks, delay=delay, priority=priority, lease=lease, max_failures=max_failures
+        )
         if not jobs:
             return []
         calls = [
@@ -621,6 +673,13 @@ class Queue:
         from . import _ops
 
         return await _ops.purge(self, state, older_than=older_than)
+
+
+def _payload_too_large(kind: str, size: int, cap: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"{kind} payload is {size} bytes encoded, over the cap of {cap} "
+        "(Client(max_payload_bytes=...)); store large data elsewhere and enqueue a reference"
+    )
 
 
 def _text(value: Any) -> str:

@@ -8,6 +8,7 @@ unpickled, and no name read from Redis is ever imported or called.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgpack
@@ -59,6 +60,24 @@ def pack_model(model: BaseModel) -> bytes:
         return packed
     except (PydanticSerializationError, TypeError, ValueError, OverflowError) as exc:
         raise PayloadError(f"cannot encode {type(model).__name__}: {exc}") from exc
+
+
+def model_packer() -> Callable[[BaseModel], bytes]:
+    """``pack_model`` for many models in a row, in one thread (``enqueue_many``).
+
+    ``msgpack.packb`` builds a Packer per call, a third of its cost for a small
+    payload; this one Packer serves them all. Not for sharing across threads.
+    """
+    packb = msgpack.Packer(use_bin_type=True).pack
+
+    def pack_one(model: BaseModel) -> bytes:
+        try:
+            packed: bytes = packb(_dump_json(model))
+            return packed
+        except (PydanticSerializationError, TypeError, ValueError, OverflowError) as exc:
+            raise PayloadError(f"cannot encode {type(model).__name__}: {exc}") from exc
+
+    return pack_one
 
 
 def unpack_model(cls: type[M], raw: bytes) -> M:
