@@ -382,6 +382,13 @@ async def test_priority_then_eligibility_then_creation_order(queue: vr.Queue) ->
     assert ran == ["critical", "high", "normal-0", "normal-1", "normal-2", "low"]
 
 
+async def test_priority_labels_are_the_lowercase_names(queue: vr.Queue) -> None:
+    assert [p.label for p in sorted(vr.Priority)] == ["low", "normal", "high", "critical"]
+    for p in vr.Priority:
+        assert p.label == p.name.lower() and vr.Priority.parse(p.label) is p
+        assert queue.keys.pending(p).endswith(f":pending:{p.name.lower()}")
+
+
 async def test_delayed_job_waits_for_its_time(queue: vr.Queue) -> None:
     later = await queue.enqueue(Echo(text="later"), delay=0.6)
     now = await queue.enqueue(Echo(text="now"))

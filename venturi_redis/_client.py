@@ -35,8 +35,6 @@ DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of encoded payload (or carry) per job
 _DEDUP_KEY_MAX = 1024
 # Jobs per enqueue script call; batches of chunks go out in one pipeline.
 _ENQUEUE_CHUNK = 500
-# Priority labels by value (``Priority.label`` is a property computed per call).
-_LABELS: tuple[str, ...] = tuple(p.label for p in sorted(Priority))
 
 
 def _default_url() -> str:
@@ -172,7 +170,7 @@ class _Prepared(NamedTuple):
         return [
             self.id,
             self.kind,
-            _LABELS[self.priority],
+            self.priority.label,
             self.delay_ms,
             self.payload,
             self.carry,
