@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import anyio
+import msgpack
 import pytest
 from pydantic import BaseModel
 
@@ -114,10 +115,17 @@ async def test_enqueue_many_takes_each_tasks_own_kind_priority_and_dedup_key(
     ]
     # an explicit priority overrides every task's own, and the options apply to all
     batch = [Echo(text="c"), Urgent(level="critical"), Urgent(level=0)]
-    ids = await queue.enqueue_many(batch, priority=vr.Priority.HIGH, lease=30, max_failures=None)
-    for job_id in ids:
+    ids = await queue.enqueue_many(batch, priority=vr.Priority.HIGH, delay=7, lease=30, max_failures=None)
+    for job_id, task in zip(ids, batch, strict=True):
         raw = await client.redis.hgetall(queue.keys.job(job_id))
-        assert (raw[b"priority"], raw[b"lease_ms"], raw[b"max_failures"]) == (b"high", b"30000", b"none")
+        assert (raw[b"id"].decode(), raw[b"kind"].decode(), raw[b"priority"]) == (
+            job_id,
+            task.kind(),
+            b"high",
+        )
+        assert (raw[b"lease_ms"], raw[b"max_failures"], raw.get(b"carry")) == (b"30000", b"none", None)
+        assert int(raw[b"eligible_at"]) - int(raw[b"created_at"]) == 7_000
+        assert raw[b"payload"] == msgpack.packb(task.model_dump(mode="json"))
 
 
 @pytest.mark.parametrize(
