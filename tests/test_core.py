@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import anyio
+import msgpack
 import pytest
 from pydantic import BaseModel
 
@@ -141,6 +142,87 @@ async def test_enqueue_many_says_which_tasks_were_written_when_a_merge_raises(qu
     with pytest.raises(ValueError, match="k is already queued"):
         await queue.enqueue_many([Unique(key="k")])
     assert (await queue.counts())["pending"] == 3
+
+
+class Urgent(vr.Task):
+    KIND: ClassVar[str] = "urgent"
+    level: Any = "high"
+    key: Any = None
+
+    def priority(self) -> vr.Priority:
+        return self.level  # type: ignore[no-any-return]
+
+    def dedup_key(self) -> str | None:
+        return self.key  # type: ignore[no-any-return]
+
+
+async def test_enqueue_many_takes_each_tasks_own_kind_priority_and_dedup_key(
+    client: vr.Client, queue: vr.Queue
+) -> None:
+    ids = await queue.enqueue_many(
+        [Echo(text="a"), Urgent(level="critical", key="k"), Urgent(level=0), Echo(text="b")]
+    )
+    assert ids == sorted(ids) and len(set(ids)) == 4
+    infos = [await queue.get(i) for i in ids]
+    assert [(i.kind, i.priority, i.dedup) for i in infos if i is not None] == [
+        ("echo", vr.Priority.NORMAL, None),
+        ("urgent", vr.Priority.CRITICAL, "6:urgent:k"),
+        ("urgent", vr.Priority.LOW, None),
+        ("echo", vr.Priority.NORMAL, None),
+    ]
+    # an explicit priority overrides every task's own, and the options apply to all
+    batch = [Echo(text="c"), Urgent(level="critical"), Urgent(level=0)]
+    ids = await queue.enqueue_many(batch, priority=vr.Priority.HIGH, delay=7, lease=30, max_failures=None)
+    for job_id, task in zip(ids, batch, strict=True):
+        raw = await client.redis.hgetall(queue.keys.job(job_id))
+        assert (raw[b"id"].decode(), raw[b"kind"].decode(), raw[b"priority"]) == (
+            job_id,
+            task.kind(),
+            b"high",
+        )
+        assert (raw[b"lease_ms"], raw[b"max_failures"], raw.get(b"carry")) == (b"30000", b"none", None)
+        assert int(raw[b"eligible_at"]) - int(raw[b"created_at"]) == 7_000
+        assert raw[b"payload"] == msgpack.packb(task.model_dump(mode="json"))
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "match"),
+    [
+        ({"text": "x"}, vr.TaskDefinitionError, r"vr\.Task instance, got dict"),
+        (Urgent(level="urgent"), ValueError, "unknown priority 'urgent'"),
+        (Urgent(key=7), vr.TaskDefinitionError, "urgent.dedup_key.. must return str or None, got int"),
+        (Urgent(key=""), vr.ConfigurationError, "urgent dedup key must be 1 to 1024 bytes"),
+        (Urgent(key="x" * 2000), vr.ConfigurationError, "got 2000 bytes"),
+        (Urgent(level="x" * (1 << 20)), vr.PayloadTooLarge, "urgent payload is .* over the cap"),
+    ],
+)
+@pytest.mark.parametrize("position", [0, 1, 2])
+async def test_enqueue_many_checks_every_task_as_enqueue_does(
+    queue: vr.Queue, bad: Any, error: type[Exception], match: str, position: int
+) -> None:
+    with pytest.raises(error, match=match):
+        await queue.enqueue(bad)
+    tasks: list[Any] = [Echo(text="ok"), Urgent(), Echo(text="ok")]
+    tasks[position] = bad
+    with pytest.raises(error, match=match):
+        await queue.enqueue_many(tasks)
+    assert (await queue.counts())["pending"] == 0
+
+
+async def test_enqueue_many_checks_its_arguments_with_the_first_task(queue: vr.Queue) -> None:
+    # The first task's own errors come first, as from enqueue; then the call's arguments.
+    with pytest.raises(vr.TaskDefinitionError, match=r"vr\.Task"):
+        await queue.enqueue_many([{"text": "x"}, Echo(text="ok")], priority="urgent")  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="unknown priority"):
+        await queue.enqueue_many([Echo(text="ok"), {"text": "x"}], priority="urgent")  # type: ignore[list-item]
+    with pytest.raises(vr.ConfigurationError, match="max_failures"):
+        await queue.enqueue_many([Echo(text="ok")] * 3, max_failures=0)
+    with pytest.raises(vr.ConfigurationError, match="lease must be positive"):
+        await queue.enqueue_many([Echo(text="ok")] * 3, lease=0.0001)
+    with pytest.raises(ValueError, match="delay"):
+        await queue.enqueue_many([Echo(text="ok")] * 3, delay=float("nan"))
+    assert await queue.enqueue_many([], priority="urgent", max_failures=0) == []  # nothing to check them with
+    assert (await queue.counts())["pending"] == 0
 
 
 async def test_payload_cap_is_checked_before_redis(url: str, queue_name: str) -> None:
@@ -363,6 +445,13 @@ async def test_priority_then_eligibility_then_creation_order(queue: vr.Queue) ->
     await queue.enqueue(Mark(label="high"), priority="high")
     await drain(queue, MarkJob, concurrency=1)
     assert ran == ["critical", "high", "normal-0", "normal-1", "normal-2", "low"]
+
+
+async def test_priority_labels_are_the_lowercase_names(queue: vr.Queue) -> None:
+    assert [p.label for p in sorted(vr.Priority)] == ["low", "normal", "high", "critical"]
+    for p in vr.Priority:
+        assert p.label == p.name.lower() and vr.Priority.parse(p.label) is p
+        assert queue.keys.pending(p).endswith(f":pending:{p.name.lower()}")
 
 
 async def test_delayed_job_waits_for_its_time(queue: vr.Queue) -> None:

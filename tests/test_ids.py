@@ -1,32 +1,59 @@
-"""Job ids: ULIDs from our base32-based encoder, identical to python-ulid's."""
+"""Job ids: ULIDs from our table-driven encoder, identical to python-ulid's."""
 
 from __future__ import annotations
 
+import base64
 import os
 
 import pytest
 from ulid import ULID
 
-from venturi_redis._ids import _encode, new_job_id, ulid_ms
+from venturi_redis import _ids
+from venturi_redis._ids import _RAND_MAX, _encode, _encode_run, new_job_id, new_job_ids, ulid_ms
 
 
 def _reference(ms: int, rand: int) -> str:
     return str(ULID.from_bytes(ms.to_bytes(6, "big") + rand.to_bytes(10, "big")))
 
 
+def _parts(job_id: str) -> tuple[int, int]:
+    raw = ULID.from_str(job_id).bytes
+    return int.from_bytes(raw[:6], "big"), int.from_bytes(raw[6:], "big")
+
+
 @pytest.mark.parametrize(
     ("ms", "rand"),
-    [(0, 0), (0, 1), (1, 0), ((1 << 48) - 1, (1 << 80) - 1), (1_764_000_000_000, 1 << 79)],
+    [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        ((1 << 48) - 1, (1 << 80) - 1),
+        (1_764_000_000_000, 1 << 79),
+        (1_764_000_000_000, (1 << 30) - 1),
+        (1_764_000_000_000, 1 << 30),
+    ],
 )
 def test_encoding_matches_python_ulid_at_the_edges(ms: int, rand: int) -> None:
     assert _encode(ms, rand) == _reference(ms, rand)
 
 
-def test_encoding_matches_python_ulid_on_random_values() -> None:
+def test_encoding_matches_python_ulid_and_base32_on_random_values() -> None:
+    crockford = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789ABCDEFGHJKMNPQRSTVWXYZ")
     for _ in range(20_000):
         ms = int.from_bytes(os.urandom(6), "big")
         rand = int.from_bytes(os.urandom(10), "big")
-        assert _encode(ms, rand) == _reference(ms, rand)
+        # The standard library's RFC 4648 encoder of the 128 bits shifted to fill 130.
+        b32 = base64.b32encode((((ms << 80) | rand) << 30).to_bytes(20, "big"))[:26].translate(crockford)
+        assert _encode(ms, rand) == _reference(ms, rand) == b32.decode()
+
+
+@pytest.mark.parametrize(
+    ("first", "count"),
+    [(0, 1), (5, 300), ((1 << 30) - 7, 20), ((3 << 30) - 1, 2), (_RAND_MAX - 9, 10), (1 << 79, 2_000)],
+)
+def test_a_run_encodes_each_value(first: int, count: int) -> None:
+    ms = 1_764_000_000_000
+    assert _encode_run(ms, first, count) == [_reference(ms, first + i) for i in range(count)]
 
 
 def test_new_ids_increase_and_parse() -> None:
@@ -34,3 +61,54 @@ def test_new_ids_increase_and_parse() -> None:
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert all(len(i) == 26 for i in ids)
     assert ULID.from_str(ids[-1]).milliseconds == ulid_ms(ids[-1])
+
+
+def test_batches_and_single_ids_interleave_in_order() -> None:
+    ids: list[str] = []
+    for n in (1, 0, 7, 1, 1_000, 3, 1):
+        ids += new_job_ids(n)
+        ids.append(new_job_id())
+    assert len(ids) == 7 + 1_013
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    for job_id in ids:
+        assert str(ULID.from_str(job_id)) == job_id
+
+
+def test_a_batch_is_consecutive_values_of_one_millisecond() -> None:
+    ids = new_job_ids(500)
+    parts = [_parts(i) for i in ids]
+    ms, first = parts[0]
+    assert parts == [(ms, first + i) for i in range(500)]
+
+
+def test_same_millisecond_counts_up_from_the_last_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A clock that stepped back (or a burst within one ms) continues from the last id.
+    future = 1 << 47
+    monkeypatch.setattr(_ids, "_last_ms", future)
+    monkeypatch.setattr(_ids, "_last_rand", 41)
+    assert _parts(new_job_id()) == (future, 42)
+    assert [_parts(i) for i in new_job_ids(3)] == [(future, 43), (future, 44), (future, 45)]
+    assert _parts(new_job_id()) == (future, 46)
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_rand_overflow_borrows_the_next_millisecond(monkeypatch: pytest.MonkeyPatch, batch: bool) -> None:
+    future = 1 << 47
+    monkeypatch.setattr(_ids, "_last_ms", future)
+    monkeypatch.setattr(_ids, "_last_rand", _RAND_MAX - 2)
+    ids = new_job_ids(5) if batch else [new_job_id() for _ in range(5)]
+    ids.append(new_job_id())
+    parts = [_parts(i) for i in ids]
+    assert parts[:2] == [(future, _RAND_MAX - 1), (future, _RAND_MAX)]
+    ms, rand = parts[2]
+    assert ms == future + 1 and rand >> 79 == 0
+    assert parts[2:] == [(future + 1, rand + i) for i in range(4)]
+    assert ids == sorted(ids)
+
+
+def test_a_batch_that_exactly_fills_rand_does_not_roll_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    future = 1 << 47
+    monkeypatch.setattr(_ids, "_last_ms", future)
+    monkeypatch.setattr(_ids, "_last_rand", _RAND_MAX - 3)
+    assert [_parts(i) for i in new_job_ids(3)] == [(future, _RAND_MAX - 2 + i) for i in range(3)]
+    assert _parts(new_job_id())[0] == future + 1

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 import anyio
 from pydantic import BaseModel
@@ -18,11 +18,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._backoff import to_ms
-from ._codec import pack, pack_model
+from ._codec import model_packer, pack, pack_model
 from ._durable import Durability, DurableRedis, NotDurableError, as_durability
 from ._enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from ._errors import ConfigurationError, PartialEnqueueError, PayloadTooLarge, TaskDefinitionError
-from ._ids import new_job_id
+from ._ids import new_job_id, new_job_ids
 from ._keys import QueueKeys, dedup_field
 from ._outcome import UNSET
 from ._records import ENQUEUED_FIELDS, JobInfo, JournalEntry, journal_from
@@ -149,8 +149,13 @@ class Client:
         await self.aclose()
 
 
-@dataclass(frozen=True, slots=True)
-class _Prepared:
+class _Prepared(NamedTuple):
+    """One job, checked and encoded, ready for ``enqueue.lua``.
+
+    Immutable; a NamedTuple rather than a frozen dataclass because it is built
+    once per job and a frozen dataclass's ``__init__`` costs five times as much.
+    """
+
     id: str
     kind: str
     priority: Priority
@@ -317,10 +322,7 @@ class Queue:
         payload = pack_model(task)
         cap = self.client.max_payload_bytes
         if len(payload) > cap:
-            raise PayloadTooLarge(
-                f"{kind} payload is {len(payload)} bytes encoded, over the cap of {cap} "
-                "(Client(max_payload_bytes=...)); store large data elsewhere and enqueue a reference"
-            )
+            raise _payload_too_large(kind, len(payload), cap)
         carry_bytes = b""
         if carry is not None:
             carry_cls = type(task).carry_type()
@@ -362,6 +364,65 @@ class Queue:
             dedup=field,
             explicit_priority=priority is not None,
         )
+
+    def _prepare_many(
+        self,
+        tasks: Sequence[Task[Any]],
+        *,
+        delay: float | timedelta,
+        priority: Priority | int | str | None,
+        lease: float | timedelta | None,
+        max_failures: int | None,
+    ) -> list[_Prepared]:
+        """``_prepare`` of each task (no carry), with the per-call work done once.
+
+        The first task goes through ``_prepare`` itself, so the call's arguments
+        are checked there, in its order, raising what ``enqueue`` would. The
+        others reuse what it worked out and check only what is their own, in the
+        same order: the type, KIND (once per class), payload size, priority and
+        dedup key. Their ids come from one ``new_job_ids`` call, after the first.
+        """
+        if not tasks:
+            return []
+        first = self._prepare(
+            tasks[0], delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=None
+        )
+        jobs = [first]
+        kinds: dict[type[Task[Any]], str] = {}
+        pack = model_packer()
+        cap = self.client.max_payload_bytes
+        prio, delay_ms, explicit = first.priority, first.delay_ms, first.explicit_priority
+        for job_id, task in zip(new_job_ids(len(tasks) - 1), tasks[1:], strict=True):
+            if not isinstance(task, Task):
+                raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
+            cls = type(task)
+            kind = kinds.get(cls)
+            if kind is None:
+                kind = kinds[cls] = cls.kind()
+            payload = pack(task)
+            if len(payload) > cap:
+                raise _payload_too_large(kind, len(payload), cap)
+            if not explicit:
+                prio = Priority.parse(task.priority())
+            key = task.dedup_key()
+            field = "" if key is None else self._dedup_field(kind, key)
+            # Positional, in _Prepared's field order: keywords double the cost
+            # of this line. The tests read every field back from Redis.
+            jobs.append(
+                _Prepared(
+                    job_id,
+                    kind,
+                    prio,
+                    delay_ms,
+                    payload,
+                    b"",
+                    first.lease_ms,
+                    first.max_failures,
+                    field,
+                    explicit,
+                )
+            )
+        return jobs
 
     @staticmethod
     def _dedup_field(kind: str, key: object) -> str:
@@ -484,12 +545,9 @@ class Queue:
                 ``unknown`` which ones nobody can tell; the original error is
                 its ``__cause__``.
         """
-        jobs = [
-            self._prepare(
-                t, delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=None
-            )
-            for t in tasks
-        ]
+        jobs = self._prepare_many(
+            tasks, delay=delay, priority=priority, lease=lease, max_failures=max_failures
+        )
         if not jobs:
             return []
         chunks = [jobs[i : i + _ENQUEUE_CHUNK] for i in range(0, len(jobs), _ENQUEUE_CHUNK)]
@@ -697,6 +755,13 @@ def _lost_in_flight(exc: Exception) -> bool:
     if isinstance(exc, NotDurableError):
         return False  # applied: only the replicas' acknowledgement is missing
     return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
+
+
+def _payload_too_large(kind: str, size: int, cap: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"{kind} payload is {size} bytes encoded, over the cap of {cap} "
+        "(Client(max_payload_bytes=...)); store large data elsewhere and enqueue a reference"
+    )
 
 
 def _text(value: Any) -> str:

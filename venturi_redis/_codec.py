@@ -8,6 +8,7 @@ unpickled, and no name read from Redis is ever imported or called.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgpack
@@ -36,13 +37,47 @@ def unpack(raw: bytes) -> Any:
         raise PayloadError(f"stored value is not valid msgpack ({len(raw)} bytes): {exc}") from exc
 
 
+_MODEL_DUMP = BaseModel.model_dump
+
+
+def _dump_json(model: BaseModel) -> Any:
+    """``model.model_dump(mode="json")``, straight from the class's serializer.
+
+    ``model_dump`` only forwards its defaults to ``__pydantic_serializer__``;
+    calling that directly is the same result for well under half the time, the
+    larger share of encoding a small task. A class that overrides
+    ``model_dump`` still gets its own.
+    """
+    if type(model).model_dump is _MODEL_DUMP:
+        return model.__pydantic_serializer__.to_python(model, mode="json")
+    return model.model_dump(mode="json")
+
+
 def pack_model(model: BaseModel) -> bytes:
     """Encode a pydantic model (a task payload or a carry)."""
     try:
-        packed: bytes = msgpack.packb(model.model_dump(mode="json"), use_bin_type=True)
+        packed: bytes = msgpack.packb(_dump_json(model), use_bin_type=True)
         return packed
     except (PydanticSerializationError, TypeError, ValueError, OverflowError) as exc:
         raise PayloadError(f"cannot encode {type(model).__name__}: {exc}") from exc
+
+
+def model_packer() -> Callable[[BaseModel], bytes]:
+    """``pack_model`` for many models in a row, in one thread (``enqueue_many``).
+
+    ``msgpack.packb`` builds a Packer per call, a third of its cost for a small
+    payload; this one Packer serves them all. Not for sharing across threads.
+    """
+    packb = msgpack.Packer(use_bin_type=True).pack
+
+    def pack_one(model: BaseModel) -> bytes:
+        try:
+            packed: bytes = packb(_dump_json(model))
+            return packed
+        except (PydanticSerializationError, TypeError, ValueError, OverflowError) as exc:
+            raise PayloadError(f"cannot encode {type(model).__name__}: {exc}") from exc
+
+    return pack_one
 
 
 def unpack_model(cls: type[M], raw: bytes) -> M:

@@ -20,7 +20,9 @@ class Priority(enum.IntEnum):
     @property
     def label(self) -> str:
         """The lowercase name stored in the job hash and used in key names."""
-        return self.name.lower()
+        # From a table: ``self.name`` is itself a property, and this is read
+        # once or twice per job enqueued or claimed.
+        return _LABELS[self]
 
     @classmethod
     def parse(cls, value: Priority | int | str) -> Priority:
@@ -50,4 +52,5 @@ class JobState(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+_LABELS: tuple[str, ...] = tuple(p.name.lower() for p in sorted(Priority))  # indexed by value
 PRIORITIES_HIGH_FIRST: tuple[Priority, ...] = tuple(sorted(Priority, reverse=True))

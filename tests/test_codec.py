@@ -1,0 +1,112 @@
+"""The codec: a model encodes exactly as msgpack of ``model_dump(mode="json")``."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import msgpack
+import pytest
+from pydantic import BaseModel, Field, computed_field, field_serializer
+
+import venturi_redis as vr
+from venturi_redis._codec import model_packer, pack_model, unpack_model
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+class Inner(BaseModel):
+    at: datetime
+    tags: set[str] = Field(default_factory=set)
+
+
+class Rich(BaseModel):
+    id: uuid.UUID
+    colour: Colour
+    inner: Inner
+    secret: str = Field(default="s", exclude=True)
+    aliased: int = Field(default=1, serialization_alias="al")
+    raw: bytes = b"\x00\xff"
+    anything: Any = None
+
+    @field_serializer("raw")
+    def _hex(self, value: bytes) -> str:
+        return value.hex()
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def double(self) -> int:
+        return self.aliased * 2
+
+
+class Custom(BaseModel):
+    x: int = 1
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        return {"x": self.x, "custom": True}
+
+
+def _reference(model: BaseModel) -> bytes:
+    packed: bytes = msgpack.packb(model.model_dump(mode="json"), use_bin_type=True)
+    return packed
+
+
+SAMPLES: list[BaseModel] = [
+    Rich(
+        id=uuid.UUID(int=7),
+        colour=Colour.RED,
+        inner=Inner(at=datetime(2025, 1, 2, tzinfo=UTC), tags={"a"}),
+        aliased=4,
+    ),
+    Rich(id=uuid.uuid4(), colour=Colour.RED, inner=Inner(at=datetime.now(UTC)), anything=[1, {"k": 2.5}]),
+    Custom(x=3),
+    vr.NoCarry(),
+]
+
+
+@pytest.mark.parametrize("model", SAMPLES)
+def test_pack_model_is_msgpack_of_model_dump_json(model: BaseModel) -> None:
+    assert pack_model(model) == _reference(model)
+
+
+def test_an_overridden_model_dump_is_used() -> None:
+    assert msgpack.unpackb(pack_model(Custom(x=3))) == {"x": 3, "custom": True}
+
+
+def test_a_model_round_trips() -> None:
+    model = SAMPLES[0]
+    assert isinstance(model, Rich)
+    back = unpack_model(Inner, pack_model(model.inner))
+    assert back == model.inner
+
+
+def test_an_unencodable_value_is_a_payload_error() -> None:
+    bad = Rich(id=uuid.uuid4(), colour=Colour.RED, inner=Inner(at=datetime.now(UTC)), anything=object())
+    with pytest.raises(vr.PayloadError, match="cannot encode Rich"):
+        pack_model(bad)
+
+
+def test_a_model_packer_encodes_as_pack_model_one_after_another() -> None:
+    pack = model_packer()
+    assert [pack(m) for m in SAMPLES * 2] == [pack_model(m) for m in SAMPLES * 2]
+
+
+def test_a_model_packer_raises_as_pack_model_and_goes_on() -> None:
+    class Big(BaseModel):
+        n: int
+
+    pack = model_packer()
+    unserializable = Rich(
+        id=uuid.uuid4(), colour=Colour.RED, inner=Inner(at=datetime.now(UTC)), anything=object()
+    )
+    for bad in (Big(n=1 << 70), unserializable):  # msgpack's error (half-way through a map), then pydantic's
+        with pytest.raises(vr.PayloadError) as raised:
+            pack(bad)
+        with pytest.raises(vr.PayloadError) as expected:
+            pack_model(bad)
+        assert str(raised.value) == str(expected.value)
+    assert pack(SAMPLES[0]) == pack_model(SAMPLES[0])  # nothing left over from the failed calls
