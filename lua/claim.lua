@@ -47,6 +47,13 @@ if redis.call('HGET', KEYS[7], 'paused') == '1' then
   return {now, -1}
 end
 
+-- An idle queue (every pending set empty; Redis deletes an empty set) is
+-- answered with one EXISTS instead of a ZRANGE per level.
+if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 then
+  redis.call('DEL', KEYS[8])
+  return {now, 0}
+end
+
 -- One command per level: the first k members by rank (k = jobs still
 -- wanted). A pending zset is scored by eligible_at, so they hold, in the same
 -- order, every member `ZRANGEBYSCORE -inf now LIMIT 0 k` would return; the

@@ -115,3 +115,17 @@ async def test_an_idle_claim_is_one_zrange_per_level(redis_server: RedisServer, 
     calls = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
     assert calls.get("zrange") == 4
     assert "zrangebyscore" not in calls
+
+
+async def test_a_claim_on_an_empty_queue_reads_no_level(redis_server: RedisServer, queue_name: str) -> None:
+    """An idle worker's periodic claim: one EXISTS over the four pending sets."""
+    async with vr.Client.from_url(redis_server.url, clock=Clock(T0)) as c:
+        q = c.queue(queue_name)
+        job_id = await q.enqueue(Echo(text="x"))
+        assert await claim(q, 4) == (0, [job_id])  # the queue's last job: the sets are gone
+        await c.redis.config_resetstat()
+        assert await claim(q, 4) == (0, [])
+        stats = await c.redis.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
+    assert calls.get("exists") == 1
+    assert "zrange" not in calls
