@@ -6,25 +6,22 @@ Nothing here imports the worker: a web process that only enqueues stays light.
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import anyio
 from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._backoff import to_ms
-from ._codec import model_packer, pack, pack_model
+from ._coalesce import Coalescer
+from ._codec import pack
 from ._durable import Durability, DurableRedis, NotDurableError, as_durability
 from ._enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from ._errors import ConfigurationError, PartialEnqueueError, PayloadTooLarge, TaskDefinitionError
-from ._ids import new_job_id, new_job_ids
-from ._keys import QueueKeys, dedup_field
+from ._keys import QueueKeys
 from ._outcome import UNSET
+from ._prepare import ENQUEUE_CHUNK, Prepared, prepare, prepare_many
 from ._records import ENQUEUED_FIELDS, JobInfo, JournalEntry, journal_from
 from ._scripts import ScriptArg, ScriptSet, scripts
 from ._task import Task
@@ -33,9 +30,6 @@ if TYPE_CHECKING:
     from ._ops import QueueStats
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of encoded payload (or carry) per job
-_DEDUP_KEY_MAX = 1024
-# Jobs per enqueue script call; the chunks of a batch go out in one MULTI/EXEC.
-_ENQUEUE_CHUNK = 500
 
 
 def _default_url() -> str:
@@ -149,141 +143,6 @@ class Client:
         await self.aclose()
 
 
-class _Prepared(NamedTuple):
-    """One job, checked and encoded, ready for ``enqueue.lua``.
-
-    Immutable; a NamedTuple rather than a frozen dataclass because it is built
-    once per job and a frozen dataclass's ``__init__`` costs five times as much.
-    """
-
-    id: str
-    kind: str
-    priority: Priority
-    delay_ms: int
-    payload: bytes
-    carry: bytes
-    lease_ms: str
-    max_failures: str
-    dedup: str
-    explicit_priority: bool
-
-    def args(self) -> list[ScriptArg]:
-        return [
-            self.id,
-            self.kind,
-            self.priority.label,
-            self.delay_ms,
-            self.payload,
-            self.carry,
-            self.lease_ms,
-            self.max_failures,
-            self.dedup,
-        ]
-
-
-@dataclass(eq=False, slots=True)
-class _Waiting:
-    """One ``enqueue`` call waiting for (or leading) a shared script call."""
-
-    job: _Prepared
-    done: anyio.Event
-    lead: bool = False  # this call sends the next batch
-    sent: bool = False  # its job is in a batch on its way (it can no longer be withdrawn)
-    settled: bool = False
-    holder: str = ""
-    error: Exception | None = None
-
-
-class _Coalescer:
-    """Concurrent single enqueues of one queue share script calls.
-
-    A call made while no enqueue of this queue is in flight goes out at once,
-    alone: a sequential producer pays nothing extra. Calls made while one is
-    in flight wait, and the first of them then sends all of them (up to 500)
-    as one ``enqueue.lua`` call: one round trip and one script for a burst of
-    a web server's requests, with each call's own result (its job created, or
-    the holder of its dedup key for it to merge into) and each call's own
-    error. A call that sends a batch for the others is shielded from
-    cancellation until the reply is in, because they depend on it; a call
-    cancelled while it still waits is withdrawn, with nothing written.
-    """
-
-    __slots__ = ("_queue", "_sending", "_waiting")
-
-    def __init__(self, queue: Queue) -> None:
-        self._queue = queue
-        self._sending = False
-        self._waiting: deque[_Waiting] = deque()
-
-    async def enqueue(self, job: _Prepared) -> str:
-        """Enqueue ``job``; returns '' when it was created, else the holder of its dedup key."""
-        if not self._sending:
-            # Nothing in flight: this call goes out alone, at once. Calls made
-            # meanwhile queue up, and the first of them is handed the lead.
-            self._sending = True
-            try:
-                q = self._queue
-                name, keys, args = q._enqueue_call([job])
-                res = await q.client.scripts.call(q.client.redis, name, keys, args)
-                return _text(res[1])
-            finally:
-                self._pass_lead()
-        me = _Waiting(job, anyio.Event())
-        self._waiting.append(me)
-        try:
-            await me.done.wait()
-        except BaseException:
-            if not me.sent:  # never left this process: withdraw it
-                if me in self._waiting:
-                    self._waiting.remove(me)
-                if me.lead:
-                    self._pass_lead()
-            raise
-        if me.lead:
-            try:
-                while not me.settled:
-                    await self._send_batch()
-            finally:
-                self._pass_lead()
-        if me.error is not None:
-            raise me.error
-        return me.holder
-
-    async def _send_batch(self) -> None:
-        batch = [self._waiting.popleft() for _ in range(min(len(self._waiting), _ENQUEUE_CHUNK))]
-        for w in batch:
-            w.sent = True
-        q = self._queue
-        name, keys, args = q._enqueue_call([w.job for w in batch])
-        try:
-            with anyio.CancelScope(shield=True):
-                res = await q.client.scripts.call(q.client.redis, name, keys, args)
-            for w, holder in zip(batch, res[1:], strict=True):
-                w.holder = _text(holder)
-        except Exception as exc:  # noqa: BLE001 - each call of the batch raises what it would have alone
-            for w in batch:
-                w.error = exc
-        except BaseException:  # KeyboardInterrupt and the like, in the sender: the others must not hang
-            for w in batch:
-                w.error = RedisConnectionError(
-                    "the enqueue call carrying this job was interrupted in another caller; "
-                    "whether the job was created is unknown"
-                )
-            raise
-        finally:
-            for w in batch:
-                w.settled = True
-                w.done.set()
-
-    def _pass_lead(self) -> None:
-        if self._waiting:
-            nxt = self._waiting[0]
-            nxt.lead = True
-            nxt.done.set()
-        else:
-            self._sending = False
-
-
 class Queue:
     """One named queue: enqueue tasks, read jobs and their journals.
 
@@ -294,7 +153,7 @@ class Queue:
         self.client = client
         self.keys = QueueKeys.for_queue(name, client.namespace)
         self.name = name
-        self._coalescer = _Coalescer(self)
+        self._coalescer = Coalescer(self)
 
     @classmethod
     def from_url(cls, url: str | None = None, *, name: str = "default", **options: Any) -> Queue:
@@ -306,142 +165,9 @@ class Queue:
 
     # -- enqueue ---------------------------------------------------------------
 
-    def _prepare(
-        self,
-        task: Task[Any],
-        *,
-        delay: float | timedelta,
-        priority: Priority | int | str | None,
-        lease: float | timedelta | None,
-        max_failures: int | None,
-        carry: BaseModel | None,
-    ) -> _Prepared:
-        if not isinstance(task, Task):
-            raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
-        kind = type(task).kind()
-        payload = pack_model(task)
-        cap = self.client.max_payload_bytes
-        if len(payload) > cap:
-            raise _payload_too_large(kind, len(payload), cap)
-        carry_bytes = b""
-        if carry is not None:
-            carry_cls = type(task).carry_type()
-            if not isinstance(carry, carry_cls):
-                raise TaskDefinitionError(
-                    f"carry for {kind} must be a {carry_cls.__name__}, got {type(carry).__name__}"
-                )
-            carry_bytes = pack_model(carry)
-            if len(carry_bytes) > cap:
-                raise PayloadTooLarge(f"{kind} carry is {len(carry_bytes)} bytes, over the cap of {cap}")
-        prio = Priority.parse(priority) if priority is not None else Priority.parse(task.priority())
-        lease_ms = ""
-        if lease is not None:
-            ms = to_ms(lease, "lease")
-            if ms < 1:
-                raise ConfigurationError(f"lease must be positive, got {lease!r}")
-            lease_ms = str(ms)
-        if max_failures is UNSET:
-            maxf = ""
-        elif max_failures is None:
-            maxf = "none"
-        elif isinstance(max_failures, int) and max_failures >= 1:
-            maxf = str(max_failures)
-        else:
-            raise ConfigurationError(f"max_failures must be an int >= 1 or None, got {max_failures!r}")
-        key = task.dedup_key()
-        field = ""
-        if key is not None:
-            field = self._dedup_field(kind, key)
-        return _Prepared(
-            id=new_job_id(),
-            kind=kind,
-            priority=prio,
-            delay_ms=to_ms(delay, "delay"),
-            payload=payload,
-            carry=carry_bytes,
-            lease_ms=lease_ms,
-            max_failures=maxf,
-            dedup=field,
-            explicit_priority=priority is not None,
-        )
-
-    def _prepare_many(
-        self,
-        tasks: Sequence[Task[Any]],
-        *,
-        delay: float | timedelta,
-        priority: Priority | int | str | None,
-        lease: float | timedelta | None,
-        max_failures: int | None,
-    ) -> list[_Prepared]:
-        """``_prepare`` of each task (no carry), with the per-call work done once.
-
-        The first task goes through ``_prepare`` itself, so the call's arguments
-        are checked there, in its order, raising what ``enqueue`` would. The
-        others reuse what it worked out and check only what is their own, in the
-        same order: the type, KIND (once per class), payload size, priority and
-        dedup key. Their ids come from one ``new_job_ids`` call, after the first.
-        """
-        if not tasks:
-            return []
-        first = self._prepare(
-            tasks[0], delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=None
-        )
-        jobs = [first]
-        kinds: dict[type[Task[Any]], str] = {}
-        pack = model_packer()
-        cap = self.client.max_payload_bytes
-        prio, delay_ms, explicit = first.priority, first.delay_ms, first.explicit_priority
-        for job_id, task in zip(new_job_ids(len(tasks) - 1), tasks[1:], strict=True):
-            if not isinstance(task, Task):
-                raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
-            cls = type(task)
-            kind = kinds.get(cls)
-            if kind is None:
-                kind = kinds[cls] = cls.kind()
-            payload = pack(task)
-            if len(payload) > cap:
-                raise _payload_too_large(kind, len(payload), cap)
-            if not explicit:
-                prio = Priority.parse(task.priority())
-            key = task.dedup_key()
-            field = "" if key is None else self._dedup_field(kind, key)
-            # Positional, in _Prepared's field order: keywords double the cost
-            # of this line. The tests read every field back from Redis.
-            jobs.append(
-                _Prepared(
-                    job_id,
-                    kind,
-                    prio,
-                    delay_ms,
-                    payload,
-                    b"",
-                    first.lease_ms,
-                    first.max_failures,
-                    field,
-                    explicit,
-                )
-            )
-        return jobs
-
-    @staticmethod
-    def _dedup_field(kind: str, key: object) -> str:
-        if not isinstance(key, str):
-            raise TaskDefinitionError(f"{kind}.dedup_key() must return str or None, got {type(key).__name__}")
-        try:
-            size = len(key.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise ConfigurationError(f"{kind} dedup key is not valid UTF-8 text: {exc}") from None
-        if not 1 <= size <= _DEDUP_KEY_MAX:
-            raise ConfigurationError(
-                f"{kind} dedup key must be 1 to {_DEDUP_KEY_MAX} bytes of UTF-8, "
-                f"got {size} bytes; hash a longer key yourself"
-            )
-        return dedup_field(kind, key)
-
     def _enqueue_call(
         self,
-        jobs: Sequence[_Prepared],
+        jobs: Sequence[Prepared],
         dedup_mode: str = "nx",
         offload: Sequence[tuple[str, int]] = (),
     ) -> tuple[str, list[str], list[ScriptArg]]:
@@ -468,8 +194,14 @@ class Queue:
         max_failures: int | None,
     ) -> str:
         """Enqueue an ``@vr.offload`` call with its pending snapshot (see ``_offload.py``)."""
-        job = self._prepare(
-            task, delay=0.0, priority=priority, lease=lease, max_failures=max_failures, carry=None
+        job = prepare(
+            task,
+            self.client.max_payload_bytes,
+            delay=0.0,
+            priority=priority,
+            lease=lease,
+            max_failures=max_failures,
+            carry=None,
         )
         if job.dedup:  # a merge would leave the snapshot describing no job
             raise TaskDefinitionError(f"{job.kind}: an offload task cannot have a dedup key")
@@ -500,8 +232,14 @@ class Queue:
         When the task has a dedup key and a pending job holds it, the task's
         ``merge`` decides, and the id returned is the job that holds the work.
         """
-        job = self._prepare(
-            task, delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=carry
+        job = prepare(
+            task,
+            self.client.max_payload_bytes,
+            delay=delay,
+            priority=priority,
+            lease=lease,
+            max_failures=max_failures,
+            carry=carry,
         )
         holder = await self._coalescer.enqueue(job)
         if not holder:
@@ -545,12 +283,17 @@ class Queue:
                 ``unknown`` which ones nobody can tell; the original error is
                 its ``__cause__``.
         """
-        jobs = self._prepare_many(
-            tasks, delay=delay, priority=priority, lease=lease, max_failures=max_failures
+        jobs = prepare_many(
+            tasks,
+            self.client.max_payload_bytes,
+            delay=delay,
+            priority=priority,
+            lease=lease,
+            max_failures=max_failures,
         )
         if not jobs:
             return []
-        chunks = [jobs[i : i + _ENQUEUE_CHUNK] for i in range(0, len(jobs), _ENQUEUE_CHUNK)]
+        chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
         calls = [self._enqueue_call(chunk) for chunk in chunks]
         scripts_, redis = self.client.scripts, self.client.redis
         replies: list[Any]
@@ -567,7 +310,7 @@ class Queue:
         failure: Exception | None = None
         to_probe: list[int] = []
         for c, reply in enumerate(replies):
-            base = c * _ENQUEUE_CHUNK
+            base = c * ENQUEUE_CHUNK
             if isinstance(reply, Exception):
                 failure = failure or reply
                 if _lost_in_flight(reply):
@@ -599,7 +342,7 @@ class Queue:
         return [job_id for job_id in ids if job_id is not None]
 
     async def _probe_created(
-        self, jobs: Sequence[_Prepared], positions: list[int], ids: list[str | None]
+        self, jobs: Sequence[Prepared], positions: list[int], ids: list[str | None]
     ) -> list[int]:
         """Fill ``ids`` for the jobs at ``positions`` that exist; returns the positions left unknown."""
         if not positions:
@@ -755,13 +498,6 @@ def _lost_in_flight(exc: Exception) -> bool:
     if isinstance(exc, NotDurableError):
         return False  # applied: only the replicas' acknowledgement is missing
     return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
-
-
-def _payload_too_large(kind: str, size: int, cap: int) -> PayloadTooLarge:
-    return PayloadTooLarge(
-        f"{kind} payload is {size} bytes encoded, over the cap of {cap} "
-        "(Client(max_payload_bytes=...)); store large data elsewhere and enqueue a reference"
-    )
 
 
 def _text(value: Any) -> str:

@@ -29,7 +29,8 @@ from ._records import ENQUEUED_FIELDS, LazyJournal, journal_from
 from ._task import Merge, Pending, Task
 
 if TYPE_CHECKING:
-    from ._client import Queue, _Prepared
+    from ._client import Queue
+    from ._prepare import Prepared
 
 MAX_MERGE_ATTEMPTS = 64
 
@@ -40,7 +41,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def merge_into(queue: Queue, task: Task[Any], job: _Prepared, holder: str) -> str:
+async def merge_into(queue: Queue, task: Task[Any], job: Prepared, holder: str) -> str:
     """Resolve a dedup collision for ``job``; returns the id that holds the work."""
     client = queue.client
     for attempt in range(MAX_MERGE_ATTEMPTS):
@@ -63,7 +64,7 @@ async def merge_into(queue: Queue, task: Task[Any], job: _Prepared, holder: str)
     )
 
 
-async def _try_merge(queue: Queue, task: Task[Any], job: _Prepared, holder: str) -> str | None:
+async def _try_merge(queue: Queue, task: Task[Any], job: Prepared, holder: str) -> str | None:
     """One optimistic attempt. Returns the resulting job id, or None to retry."""
     client = queue.client
     keys = queue.keys

@@ -59,6 +59,7 @@ from ._enums import PRIORITIES_HIGH_FIRST, Priority
 from ._errors import ConfigurationError
 from ._keys import QueueKeys, validate_name
 from ._outcome import UNSET
+from ._prepare import checked_dedup_field
 from ._records import JobInfo, JournalEntry
 from ._task import Task
 
@@ -171,7 +172,7 @@ class ShardedQueue:
         """The partition a task goes to: by dedup key if it has one, else round-robin."""
         key = task.dedup_key()
         if key is not None:
-            field = Queue._dedup_field(type(task).kind(), key)
+            field = checked_dedup_field(type(task).kind(), key)
             return self.partitions[zlib.crc32(field.encode()) % len(self.partitions)]
         q = self.partitions[self._next]
         self._next = (self._next + 1) % len(self.partitions)

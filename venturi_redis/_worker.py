@@ -4,12 +4,16 @@ Shape of a running worker (one anyio task group)::
 
     run()
     ├── lease keeper       one batched `extend` call per queue per tick
-    ├── per queue:
+    ├── committer          per connection: finished runs' transitions and the
+    │                      claims that refill their slots, many per round trip
+    │                      (_committer.py)
+    ├── per queue (_runner.py):
     │   ├── claim loop     claims up to the free slots; when the queue has
     │   │                  nothing eligible, blocks on its wake list with the
     │   │                  next claim pipelined behind (one round trip per wake-up)
     │   └── reclaimer      periodically takes back jobs whose lease expired
-    └── slot tasks         run the claimed jobs (at most `concurrency` handlers per queue)
+    └── slot tasks         run the claimed jobs (at most `concurrency` handlers
+                           per queue): this module, from the handler to its commit
 
 Every transition is one Lua script that checks the job's lease token, so a
 worker that lost its lease (it hung, its connection dropped, the lease expired
