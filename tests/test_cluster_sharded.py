@@ -176,3 +176,40 @@ def test_cli_stats_shows_a_sharded_queue_as_one_row(redis_cluster: LocalCluster)
     rows = {r["queue"]: r for r in json.loads(res.stdout)}
     assert not [q for q in rows if q.startswith(f"{name}.p")]  # no partition rows
     assert sum(rows[name]["pending"].values()) == 7  # every master's partitions found and summed
+
+
+async def test_a_bad_task_in_any_partition_writes_nothing_anywhere(
+    client: vr.Client, queue_name: str
+) -> None:
+    sq = vr.ShardedQueue(client, f"bad-{queue_name}", partitions=3)
+    tasks: list[Any] = [Echo(text=str(i)) for i in range(8)] + ["not a task"]
+    with pytest.raises(vr.TaskDefinitionError, match=r"vr\.Task instance"):
+        await sq.enqueue_many(tasks)
+    assert (await sq.counts())["pending"] == 0
+
+
+async def test_a_failing_partition_is_reported_with_what_the_others_wrote(
+    client: vr.Client, queue_name: str
+) -> None:
+    sq = vr.ShardedQueue(client, f"part-{queue_name}", partitions=3)
+    broken = Keyed(key="k")
+    bad = sq.partition_for(broken)
+    # Its dedup index is not a hash: that partition's enqueue.lua fails at the
+    # keyed task; the other partitions' batches go through.
+    await client.redis.set(bad.keys.dedup, b"not a hash")
+    tasks: list[vr.Task[Any]] = [Echo(text=str(i)) for i in range(6)]
+    tasks.insert(3, broken)
+    with pytest.raises(vr.PartialEnqueueError) as caught:
+        await sq.enqueue_many(tasks)
+    err = caught.value
+    assert isinstance(err.__cause__, Exception) and "WRONGTYPE" in str(err.__cause__)
+    assert err.unknown == []
+    missing = err.not_enqueued
+    assert 3 in missing and len(missing) < len(tasks)  # the other partitions wrote theirs
+    for i, job_id in enumerate(err.ids):
+        if job_id is not None:
+            info = await sq.get(job_id)
+            assert info is not None and info.payload == {"text": str(i if i < 3 else i - 1)}
+    # (Echo tasks routed to the broken partition ahead of the keyed one were
+    # written before its script failed: reported in .ids like the others.)
+    assert (await sq.counts())["pending"] == len(tasks) - len(missing)

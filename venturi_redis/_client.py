@@ -291,6 +291,10 @@ class Queue:
             lease=lease,
             max_failures=max_failures,
         )
+        return await self._enqueue_prepared(tasks, jobs)
+
+    async def _enqueue_prepared(self, tasks: Sequence[Task[Any]], jobs: list[Prepared]) -> list[str]:
+        """The writing half of ``enqueue_many``: ``jobs`` are ``tasks`` prepared."""
         if not jobs:
             return []
         chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
@@ -313,7 +317,7 @@ class Queue:
             base = c * ENQUEUE_CHUNK
             if isinstance(reply, Exception):
                 failure = failure or reply
-                if _lost_in_flight(reply):
+                if lost_in_flight(reply):
                     unknown += range(base, base + len(chunks[c]))
                 else:
                     to_probe += range(base, base + len(chunks[c]))
@@ -493,7 +497,7 @@ class Queue:
         return await _ops.purge(self, state, older_than=older_than)
 
 
-def _lost_in_flight(exc: Exception) -> bool:
+def lost_in_flight(exc: BaseException) -> bool:
     """A call that failed with no reply from Redis: it may or may not have run."""
     if isinstance(exc, NotDurableError):
         return False  # applied: only the replicas' acknowledgement is missing

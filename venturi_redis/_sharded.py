@@ -54,12 +54,12 @@ import anyio
 from pydantic import BaseModel
 from redis.crc import key_slot
 
-from ._client import Client, Queue
+from ._client import Client, Queue, lost_in_flight
 from ._enums import PRIORITIES_HIGH_FIRST, Priority
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
 from ._keys import QueueKeys, validate_name
 from ._outcome import UNSET
-from ._prepare import checked_dedup_field
+from ._prepare import checked_dedup_field, prepare_many
 from ._records import JobInfo, JournalEntry
 from ._task import Task
 
@@ -170,6 +170,8 @@ class ShardedQueue:
 
     def partition_for(self, task: Task[Any]) -> Queue:
         """The partition a task goes to: by dedup key if it has one, else round-robin."""
+        if not isinstance(task, Task):
+            raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
         key = task.dedup_key()
         if key is not None:
             field = checked_dedup_field(type(task).kind(), key)
@@ -217,31 +219,67 @@ class ShardedQueue:
     ) -> list[str]:
         """Enqueue many tasks: one ``enqueue_many`` per partition, all at once.
 
-        Returns the ids in the order of ``tasks``. Each partition's batch is
-        validated before it is sent, but partitions are independent: a bad task
-        can fail its partition's batch while others have been written.
+        Returns the ids in the order of ``tasks``. Every task of every
+        partition is validated and encoded before anything is sent, so a bad
+        task raises with nothing written. Each partition's batch is then all
+        or nothing, as ``Queue.enqueue_many`` says, but partitions live on
+        different slots (masters) and cannot share a transaction: when some
+        partitions fail and others do not, ``PartialEnqueueError`` says which
+        tasks were enqueued, over the whole of ``tasks``.
         """
         groups: dict[int, list[int]] = {}
         index = {id(p): i for i, p in enumerate(self.partitions)}
         for pos, task in enumerate(tasks):
             groups.setdefault(index[id(self.partition_for(task))], []).append(pos)
-        ids: list[str] = [""] * len(tasks)
-
-        async def one(part: int, positions: list[int]) -> None:
-            got = await self.partitions[part].enqueue_many(
+        batches = {
+            part: prepare_many(
                 [tasks[i] for i in positions],
+                self.partitions[part].client.max_payload_bytes,
                 delay=delay,
                 priority=priority,
                 lease=lease,
                 max_failures=max_failures,
             )
-            for i, job_id in zip(positions, got, strict=True):
-                ids[i] = job_id
+            for part, positions in groups.items()
+        }
+        results: dict[int, list[str] | Exception] = {}
+
+        async def one(part: int, positions: list[int]) -> None:
+            try:
+                results[part] = await self.partitions[part]._enqueue_prepared(
+                    [tasks[i] for i in positions], batches[part]
+                )
+            except Exception as exc:  # noqa: BLE001 - gathered below, with what the others wrote
+                results[part] = exc
 
         async with anyio.create_task_group() as tg:
             for part, positions in groups.items():
                 tg.start_soon(one, part, positions)
-        return ids
+        failed = [r for r in results.values() if isinstance(r, Exception)]
+        if failed and len(groups) == 1:
+            raise failed[0]
+        ids: list[str | None] = [None] * len(tasks)
+        unknown: list[int] = []
+        for part, positions in groups.items():
+            r = results[part]
+            if isinstance(r, PartialEnqueueError):
+                unknown += [positions[i] for i in r.unknown]
+                r_ids = r.ids
+            elif isinstance(r, Exception):
+                if lost_in_flight(r):
+                    unknown += positions
+                continue
+            else:
+                r_ids = list(r)
+            for i, job_id in zip(positions, r_ids, strict=True):
+                ids[i] = job_id
+        if not failed:
+            return [job_id or "" for job_id in ids]
+        first = failed[0]
+        cause = first.__cause__ if isinstance(first, PartialEnqueueError) else first
+        if len(unknown) == len(tasks) or (not unknown and all(job_id is None for job_id in ids)):
+            raise first  # nothing written anywhere, or nobody can tell: the error itself
+        raise PartialEnqueueError(self.name, ids, sorted(unknown), cause or first) from cause
 
     # -- reading -------------------------------------------------------------------
 
