@@ -142,11 +142,12 @@ end
 -- token in it is stale by then); the cap bounds it when no worker runs.
 local WAKE_CAP = 1024
 local function wake_workers(key, n)
+  -- Tokens beyond the cap are not pushed (an LTRIM after the push cost
+  -- more than the rest of a one-job enqueue while no worker drained them).
+  local room = WAKE_CAP - redis.call('LLEN', key)
+  if n > room then n = room end
   if n < 1 then return end
-  if n > WAKE_CAP then n = WAKE_CAP end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
-  if redis.call('RPUSH', key, unpack(tokens)) > WAKE_CAP then
-    redis.call('LTRIM', key, -WAKE_CAP, -1)
-  end
+  redis.call('RPUSH', key, unpack(tokens))
 end
