@@ -109,3 +109,14 @@ def version_of(binary: str | None = None) -> str:
 
 
 __all__ = ["RedisServer", "free_port", "redis_server_binary", "version_of", "os"]
+
+
+async def replicate(replica: RedisServer, master: RedisServer) -> None:
+    """Make ``replica`` a replica of ``master`` and wait until its link is up."""
+    import anyio
+    import redis
+
+    with redis.Redis(port=replica.port) as r:
+        r.execute_command("REPLICAOF", "127.0.0.1", master.port)
+        while r.info("replication")["master_link_status"] != "up":
+            await anyio.sleep(0.05)

@@ -13,13 +13,12 @@ from typing import ClassVar
 
 import anyio
 import pytest
-import redis
 from redis.crc import key_slot
 
 import venturi_redis as vr
 from tests.cluster import LocalCluster
 from tests.helpers import make_worker
-from tests.servers import RedisServer
+from tests.servers import RedisServer, replicate
 from tests.tasks import Echo, EchoJob
 from venturi_redis._cluster import is_cluster, split_cluster_url
 from venturi_redis._durable import Durability
@@ -199,10 +198,7 @@ async def test_durable_mode_needs_a_real_server() -> None:
 
 async def test_durable_mode_on_a_single_redis_with_a_replica() -> None:
     with RedisServer() as master, RedisServer("--repl-diskless-sync-delay", "0") as replica:
-        with redis.Redis(port=replica.port) as r:
-            r.execute_command("REPLICAOF", "127.0.0.1", master.port)
-            while r.info("replication")["master_link_status"] != "up":
-                await anyio.sleep(0.05)
+        await replicate(replica, master)
         async with vr.Client.from_url(master.url, durable=vr.Durability(replicas=1, timeout=0.5)) as c:
             q = c.queue("d")
             job_id = await q.enqueue(Echo(text="x"))

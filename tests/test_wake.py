@@ -9,11 +9,10 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
-import redis
 
 import venturi_redis as vr
 from tests.helpers import claim_raw, drain, make_worker
-from tests.servers import RedisServer
+from tests.servers import RedisServer, replicate
 from tests.tasks import Echo, EchoJob
 from venturi_redis._keys import WAKE_CAP
 
@@ -178,10 +177,7 @@ async def test_in_durable_mode_an_idle_worker_is_woken_and_its_claim_waits_for_t
     """Durable mode cannot pipeline the claim behind BLPOP (WAIT must follow it on
     the same connection): BLPOP goes through the client, then the claim."""
     with RedisServer() as master, RedisServer("--repl-diskless-sync-delay", "0") as replica:
-        with redis.Redis(port=replica.port) as r:
-            r.execute_command("REPLICAOF", "127.0.0.1", master.port)
-            while r.info("replication")["master_link_status"] != "up":
-                await anyio.sleep(0.05)
+        await replicate(replica, master)
         async with vr.Client.from_url(master.url, durable=vr.Durability(replicas=1, timeout=1.0)) as c:
             q = c.queue("durable-wake")
             state: dict[str, Any] = {}

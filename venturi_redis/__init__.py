@@ -58,6 +58,7 @@ def __getattr__(name: str) -> _Any:
         return Worker
     raise AttributeError(f"module 'venturi_redis' has no attribute {name!r}")
 
+
 __all__ = [
     "Backoff",
     "Client",

@@ -15,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._coalesce import Coalescer
-from ._codec import pack
+from ._codec import pack, text
 from ._durable import Durability, DurableRedis, NotDurableError, as_durability
 from ._enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from ._errors import ConfigurationError, PartialEnqueueError, PayloadTooLarge, TaskDefinitionError
@@ -323,7 +323,7 @@ class Queue:
                     to_probe += range(base, base + len(chunks[c]))
                 continue
             for k, raw in enumerate(reply[1:]):
-                holder = _text(raw)
+                holder = text(raw)
                 if holder:
                     holders[base + k] = holder
                 else:
@@ -502,9 +502,3 @@ def lost_in_flight(exc: BaseException) -> bool:
     if isinstance(exc, NotDurableError):
         return False  # applied: only the replicas' acknowledgement is missing
     return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
-
-
-def _text(value: Any) -> str:
-    if value is None or value is False:
-        return ""
-    return value.decode() if isinstance(value, bytes) else value

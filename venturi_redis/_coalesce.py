@@ -4,21 +4,16 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from ._codec import text
 from ._prepare import ENQUEUE_CHUNK, Prepared
 
 if TYPE_CHECKING:
     from ._client import Queue
-
-
-def _text(value: Any) -> str:
-    if value is None or value is False:
-        return ""
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(eq=False, slots=True)
@@ -65,7 +60,7 @@ class Coalescer:
                 q = self._queue
                 name, keys, args = q._enqueue_call([job])
                 res = await q.client.scripts.call(q.client.redis, name, keys, args)
-                return _text(res[1])
+                return text(res[1])
             finally:
                 self._pass_lead()
         me = _Waiting(job, anyio.Event())
@@ -99,7 +94,7 @@ class Coalescer:
             with anyio.CancelScope(shield=True):
                 res = await q.client.scripts.call(q.client.redis, name, keys, args)
             for w, holder in zip(batch, res[1:], strict=True):
-                w.holder = _text(holder)
+                w.holder = text(holder)
         except Exception as exc:  # noqa: BLE001 - each call of the batch raises what it would have alone
             for w in batch:
                 w.error = exc

@@ -96,3 +96,10 @@ def unpack_as(adapter: TypeAdapter[Any], raw: bytes) -> Any:
         return adapter.validate_python(data)
     except ValidationError as exc:
         raise PayloadError(f"stored value does not validate: {exc}") from exc
+
+
+def text(value: Any) -> str:
+    """A Redis reply value as text: bytes decoded, None (and Lua's false) as ''."""
+    if value is None or value is False:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from redis.exceptions import NoScriptError, WatchError
 
-from ._codec import pack_model, unpack_model
+from ._codec import pack_model, text, unpack_model
 from ._enums import Priority
 from ._errors import MergeConflictError, PayloadTooLarge, TaskDefinitionError
 from ._records import ENQUEUED_FIELDS, LazyJournal, journal_from
@@ -35,12 +35,6 @@ if TYPE_CHECKING:
 MAX_MERGE_ATTEMPTS = 64
 
 
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 async def merge_into(queue: Queue, task: Task[Any], job: Prepared, holder: str) -> str:
     """Resolve a dedup collision for ``job``; returns the id that holds the work."""
     client = queue.client
@@ -49,7 +43,7 @@ async def merge_into(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
             # The key was free when we looked: try the atomic create again.
             name, keys, args = queue._enqueue_call([job])
             reply = await client.scripts.call(client.redis, name, keys, args)
-            holder = _text(reply[1])
+            holder = text(reply[1])
             if not holder:
                 return job.id
         result = await _try_merge(queue, task, job, holder)
@@ -57,7 +51,7 @@ async def merge_into(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
             return result
         # Lost the race: back off briefly (jittered, so contenders spread out).
         await anyio.sleep(random.uniform(0, min(0.0005 * 2**attempt, 0.05)))
-        holder = _text(await client.redis.hget(queue.keys.dedup, job.dedup))
+        holder = text(await client.redis.hget(queue.keys.dedup, job.dedup))
     raise MergeConflictError(
         f"queue {queue.name}: gave up merging {job.kind} with dedup field {job.dedup!r} after "
         f"{MAX_MERGE_ATTEMPTS} conflicting attempts; the key is under heavy contention, retry later"
@@ -74,7 +68,7 @@ async def _try_merge(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
         try:
             await pipe.watch(job_key)
             raw = await pipe.hgetall(job_key)
-            if not raw or raw.get(b"state") != b"pending" or _text(raw.get(b"dedup")) != job.dedup:
+            if not raw or raw.get(b"state") != b"pending" or text(raw.get(b"dedup")) != job.dedup:
                 return None  # claimed or replaced under us: the index has moved on
             # No stream yet for a job untouched since enqueue: journal_from
             # gives its `enqueued` entry from the hash just read.
@@ -105,7 +99,7 @@ async def _try_merge(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
                 name, k, args = queue._enqueue_call([job], dedup_mode="force")
                 await client.scripts.call(client.redis, name, k, args)
                 return job.id
-            old_prio = Priority.parse(_text(raw.get(b"priority")) or "normal")
+            old_prio = Priority.parse(text(raw.get(b"priority")) or "normal")
             new_prio, payload, carry_action, carry_bytes = old_prio, b"", "keep", b""
             if decision.decision == "replace":
                 new_prio, payload, carry_action = job.priority, job.payload, "reset"

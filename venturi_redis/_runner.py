@@ -27,6 +27,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from . import _ops
 from ._client import Client, Queue
 from ._cluster import is_cluster
+from ._codec import text
 from ._context import Context
 from ._enums import Priority
 from ._records import JournalEntry, LazyJournal
@@ -72,12 +73,6 @@ def _socket_timeout(redis: Any) -> float | None:
     return float(value) if value else None
 
 
-def _text(value: Any) -> str:
-    if value is None or value is False:
-        return ""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 @dataclass(eq=False, slots=True)
 class _Job:
     """A claimed job, as the claim script returned it."""
@@ -116,16 +111,16 @@ def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
         jobs.append(
             _Job(
                 queue=queue,
-                id=_text(r[0]),
-                kind=_text(r[1]),
+                id=text(r[0]),
+                kind=text(r[1]),
                 payload=r[2] or b"",
                 carry=r[3] or b"",
                 run_count=int(r[4]),
                 failures=int(r[5]),
-                token=_text(r[6]),
+                token=text(r[6]),
                 lease_ms=int(r[7]),
-                priority=Priority.parse(_text(r[8]) or "normal"),
-                max_failures=_text(r[9]),
+                priority=Priority.parse(text(r[8]) or "normal"),
+                max_failures=text(r[9]),
                 resume_input=r[10] or b"",
                 history=LazyJournal(r[11]),  # parsed only if the handler reads it
             )
@@ -433,7 +428,7 @@ class _Runner:
                 [q.keys.prefix, q.client.now_arg(), _RECLAIM_BATCH, w.max_failures_arg, q.keys.wake],
             )
             requeued, died = int(reply[0]), int(reply[1])
-            ids = [_text(x) for x in reply[2:]]
+            ids = [text(x) for x in reply[2:]]
             if ids:
                 log.warning(
                     "queue %s: reclaimed %d expired lease(s) (%d requeued, %d dead): %s",
@@ -473,16 +468,16 @@ class _Runner:
             args += [j.id, j.token, j.lease_ms]
         lost = await q.client.scripts.call(q.client.redis, "extend", [q.keys.running], args)
         for raw in lost:
-            text = _text(raw)
-            if text.startswith("cancel:"):
-                job = self.active.get(text[7:])
+            said = text(raw)
+            if said.startswith("cancel:"):
+                job = self.active.get(said[7:])
                 if job is not None and not job.cancel_requested:
                     job.cancel_requested = True
                     log.info("queue %s: job %s (%s) was cancelled; stopping it", q.name, job.id, job.kind)
                     if job.ctx is not None:
                         job.ctx._cancel("cancelled by an operator")
                 continue
-            job = self.active.get(text)
+            job = self.active.get(said)
             if job is not None and not job.lost and not job.committing:
                 job.lost = True
                 log.error(

@@ -43,7 +43,7 @@ from typing_extensions import TypeVar
 from . import _ops
 from ._backoff import Backoff, to_ms
 from ._client import Client, Queue
-from ._codec import pack, pack_model, unpack, unpack_as, unpack_model
+from ._codec import pack, pack_model, text, unpack, unpack_as, unpack_model
 from ._committer import _Committer
 from ._context import Context
 from ._errors import ConfigurationError, LeaseLostError, PayloadError, TaskDefinitionError, TaskError
@@ -59,7 +59,6 @@ from ._runner import (
     _Inbox,
     _Job,
     _Runner,
-    _text,
 )
 from ._scripts import ScriptArg
 from ._sharded import ShardedQueue, expand_queues
@@ -612,13 +611,13 @@ class Worker(Generic[StateT]):
                 await anyio.sleep(min(0.05 * 2**attempt, 2.0))
         if self.observer is not None and int(reply[0]) == 1:
             outcome = _OUTCOMES.get(action, action)
-            if action == "retry" and _text(reply[1]) == "dead":
+            if action == "retry" and text(reply[1]) == "dead":
                 outcome = "dead"
             self.observer.job_finished(
                 q.name, self._kind_label(job.kind), outcome, time.monotonic() - job.started
             )
         if int(reply[0]) != 1:
-            err = LeaseLostError(job.id, name, _text(reply[1]))
+            err = LeaseLostError(job.id, name, text(reply[1]))
             if attempt:
                 log.warning("%s (after a retried call, so possibly our own earlier success)", err)
             else:
