@@ -20,6 +20,7 @@ from ._durable import Durability, DurableRedis, NotDurableError, as_durability
 from ._enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from ._errors import ConfigurationError, PartialEnqueueError, PayloadTooLarge, TaskDefinitionError
 from ._keys import QueueKeys
+from ._lane import Lane
 from ._outcome import UNSET
 from ._prepare import ENQUEUE_CHUNK, Prepared, prepare, prepare_many
 from ._records import ENQUEUED_FIELDS, JobInfo, JournalEntry, journal_from
@@ -76,6 +77,9 @@ class Client:
         self.url = url
         self.scripts: ScriptSet = scripts()
         self._queues: dict[str, Queue] = {}
+        # The enqueue lane (_lane.py) is only made by from_url, where the client
+        # owns its connections: aclose() is then the one place that closes them.
+        self._lane: Lane | None = None
         QueueKeys.for_queue("probe", namespace)  # validates the namespace now
 
     @classmethod
@@ -115,7 +119,9 @@ class Client:
 
                 if (conn_cls := fast_connection_class()) is not None:
                     extra["connection_class"] = conn_cls
-            return cls(aioredis.Redis.from_url(url, decode_responses=False, **extra), url=url, **options)
+            client = cls(aioredis.Redis.from_url(url, decode_responses=False, **extra), url=url, **options)
+            client._lane = Lane.for_redis(client.redis)
+            return client
         raise ConfigurationError(
             f"unsupported URL {url!r}: use redis://host:port/db, rediss://, unix://, memory:// "
             "or redis+cluster://host:port"
@@ -132,8 +138,17 @@ class Client:
         """The ``now`` argument of every script: '' means Redis TIME."""
         return "" if self.clock is None else str(int(self.clock()))
 
+    def enqueue_lane(self) -> Lane | None:
+        """The enqueue script's own connection when it is free (see _lane.py), else None."""
+        lane = self._lane
+        if lane is None or lane.busy or lane.redis is not self.redis:
+            return None
+        return lane
+
     async def aclose(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pool (and the enqueue lane's connection)."""
+        if self._lane is not None:
+            await self._lane.aclose()
         await self.redis.aclose()
 
     async def __aenter__(self) -> Client:

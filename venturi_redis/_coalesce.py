@@ -4,16 +4,27 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._codec import text
 from ._prepare import ENQUEUE_CHUNK, Prepared
+from ._scripts import ScriptArg
 
 if TYPE_CHECKING:
     from ._client import Queue
+
+
+async def _call(q: Queue, name: str, keys: list[str], args: list[ScriptArg]) -> Any:
+    """One enqueue script call: on the client's lane when it is free, else through the pool."""
+    client = q.client
+    lane = client.enqueue_lane()
+    if lane is None:
+        return await client.scripts.call(client.redis, name, keys, args)
+    async with lane:
+        return await client.scripts.call(lane, name, keys, args)
 
 
 @dataclass(eq=False, slots=True)
@@ -59,8 +70,7 @@ class Coalescer:
             try:
                 q = self._queue
                 name, keys, args = q._enqueue_call([job])
-                res = await q.client.scripts.call(q.client.redis, name, keys, args)
-                return text(res[1])
+                return text((await _call(q, name, keys, args))[1])
             finally:
                 self._pass_lead()
         me = _Waiting(job, anyio.Event())
@@ -92,7 +102,7 @@ class Coalescer:
         name, keys, args = q._enqueue_call([w.job for w in batch])
         try:
             with anyio.CancelScope(shield=True):
-                res = await q.client.scripts.call(q.client.redis, name, keys, args)
+                res = await _call(q, name, keys, args)
             for w, holder in zip(batch, res[1:], strict=True):
                 w.holder = text(holder)
         except Exception as exc:  # noqa: BLE001 - each call of the batch raises what it would have alone

@@ -1,0 +1,208 @@
+"""The enqueue lane: a connection of the client's own for the enqueue script (_lane.py).
+
+It must change speed only: a stale connection is replaced before anything is
+sent, an error or cancellation drops the connection and nothing is resent,
+NOSCRIPT is recovered, and a busy lane leaves the call to the pool.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+import venturi_redis as vr
+from tests.chaos.proxy import Proxy
+from tests.servers import RedisServer
+from tests.tasks import Echo
+from venturi_redis._lane import Lane
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def named(redis_server: RedisServer) -> AsyncIterator[vr.Client]:
+    """A client whose connections carry a name of their own, to find them in CLIENT LIST."""
+    name = f"lane-{uuid.uuid4().hex[:8]}"
+    c = vr.Client.from_url(f"{redis_server.url}?client_name={name}")
+    try:
+        yield c
+    finally:
+        await c.aclose()
+
+
+async def _connections(r: aioredis.Redis, name: str) -> list[dict[str, Any]]:
+    return [c for c in await r.client_list() if c.get("name") == name]
+
+
+def _pool_calls(client: vr.Client, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Record which connection each enqueue script call went out on."""
+    seen: list[Any] = []
+    real = client.scripts.call
+
+    async def call(redis: Any, name: str, keys: Any, args: Any) -> Any:
+        seen.append(redis)
+        return await real(redis, name, keys, args)
+
+    monkeypatch.setattr(client.scripts, "call", call)
+    return seen
+
+
+async def test_only_a_plain_pooled_client_gets_a_lane(redis_server: RedisServer) -> None:
+    plain = vr.Client.from_url(redis_server.url)
+    assert plain.enqueue_lane() is not None
+    await plain.aclose()
+    refused = [
+        vr.Client.from_url("memory://lane-test"),
+        vr.Client.from_url(redis_server.url, durable=1),
+        # The caller's own client (whose pool the caller may close alone).
+        vr.Client(aioredis.Redis.from_url(redis_server.url)),
+    ]
+    for client in refused:
+        assert client.enqueue_lane() is None
+        await client.aclose()
+    # Pools the lane must stay out of.
+    single = aioredis.Redis.from_url(redis_server.url, single_connection_client=True)
+    blocking = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(redis_server.url))
+    for r in (single, blocking):
+        assert Lane.for_redis(r) is None
+        await r.aclose()
+    assert Lane.for_redis(aioredis.Redis.from_url(redis_server.url)) is not None
+
+
+async def test_sequential_enqueues_go_out_on_the_lane(
+    named: vr.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _pool_calls(named, monkeypatch)
+    q = named.queue(f"t-{uuid.uuid4().hex[:8]}")
+    ids = [await q.enqueue(Echo(text=str(i))) for i in range(5)]
+    assert all(isinstance(r, Lane) for r in seen) and len(seen) == 5
+    assert [(await q.get(i)).state for i in ids] == [vr.JobState.PENDING] * 5  # type: ignore[union-attr]
+    # One connection carried them all, and the pool opened none for them.
+    conns = await _connections(named.redis, named.redis.connection_pool.connection_kwargs["client_name"])
+    assert sum(c["cmd"] == "evalsha" for c in conns) == 1
+
+
+async def test_a_connection_killed_while_idle_is_replaced_before_the_next_enqueue(
+    named: vr.Client, redis_server: RedisServer
+) -> None:
+    q = named.queue(f"t-{uuid.uuid4().hex[:8]}")
+    await q.enqueue(Echo(text="first"))
+    name = named.redis.connection_pool.connection_kwargs["client_name"]
+    admin = aioredis.Redis.from_url(redis_server.url)
+    try:
+        (lane_conn,) = [c for c in await _connections(admin, name) if c["cmd"] == "evalsha"]
+        await admin.client_kill_filter(_id=lane_conn["id"])
+        await anyio.sleep(0.05)  # the close reaches the client's event loop
+        second = await q.enqueue(Echo(text="second"))  # no error: the dead connection is noticed first
+        assert (await q.get(second)) is not None
+        assert (await q.stats()).eligible == 2
+    finally:
+        await admin.aclose()
+
+
+async def test_noscript_on_the_lane_runs_the_source(
+    named: vr.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _pool_calls(named, monkeypatch)
+    q = named.queue(f"t-{uuid.uuid4().hex[:8]}")
+    await q.enqueue(Echo(text="a"))
+    await named.redis.script_flush()
+    job = await q.enqueue(Echo(text="b"))
+    assert (await q.get(job)) is not None
+    assert all(isinstance(r, Lane) for r in seen)
+
+
+async def test_a_silent_connection_times_out_drops_the_lane_and_resends_nothing(
+    redis_server: RedisServer,
+) -> None:
+    proxy = await Proxy(redis_server.port).start()
+    client = vr.Client.from_url(f"{proxy.url}?socket_timeout=0.5")
+    direct = vr.Client.from_url(redis_server.url)
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    try:
+        q = client.queue(name)
+        await q.enqueue(Echo(text="before"))
+        proxy.blackhole()  # the lane's connection now swallows everything
+        with pytest.raises(RedisTimeoutError):
+            await q.enqueue(Echo(text="lost"))
+        lane = client.enqueue_lane()
+        assert lane is not None and not lane._conn.is_connected
+        await q.enqueue(Echo(text="after"))  # a new connection, through the proxy again
+        texts = sorted(
+            Echo.model_validate(info.payload).text  # type: ignore[union-attr]
+            for info in [await direct.queue(name).get(i) for i in await _pending_ids(direct, name)]
+        )
+        assert texts == ["after", "before"]  # the swallowed call was not sent again
+    finally:
+        await client.aclose()
+        await direct.aclose()
+        await proxy.aclose()
+
+
+async def _pending_ids(client: vr.Client, name: str) -> list[str]:
+    keys = client.queue(name).keys
+    ids: list[str] = []
+    for priority in vr.Priority:
+        ids += [m.decode() for m in await client.redis.zrange(keys.pending(priority), 0, -1)]
+    return ids
+
+
+async def test_a_cancelled_enqueue_drops_the_lane_connection(redis_server: RedisServer) -> None:
+    proxy = await Proxy(redis_server.port).start()
+    client = vr.Client.from_url(proxy.url)
+    try:
+        q = client.queue(f"t-{uuid.uuid4().hex[:8]}")
+        await q.enqueue(Echo(text="warm"))
+        proxy.pause()
+        with anyio.move_on_after(0.3):
+            await q.enqueue(Echo(text="held"))
+        lane = client.enqueue_lane()
+        assert lane is not None and not lane._conn.is_connected
+        proxy.resume()
+        job = await q.enqueue(Echo(text="next"))
+        assert (await q.get(job)) is not None
+    finally:
+        await client.aclose()
+        await proxy.aclose()
+
+
+async def test_a_busy_lane_leaves_other_queues_to_the_pool(
+    named: vr.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _pool_calls(named, monkeypatch)
+    queues = [named.queue(f"t-{uuid.uuid4().hex[:8]}") for _ in range(3)]
+    ids: list[tuple[vr.Queue, str]] = []
+
+    async def produce(q: vr.Queue) -> None:
+        for i in range(20):
+            ids.append((q, await q.enqueue(Echo(text=str(i)))))
+
+    async with anyio.create_task_group() as tg:
+        for q in queues:
+            tg.start_soon(produce, q)
+    assert len(ids) == 60
+    for q, job in ids:
+        assert (await q.get(job)) is not None
+    assert any(isinstance(r, Lane) for r in seen)
+    assert any(r is named.redis for r in seen)  # the lane was busy at least once
+    lane = named.enqueue_lane()
+    assert lane is not None and not lane.busy
+
+
+async def test_aclose_closes_the_lane_connection(named: vr.Client, redis_server: RedisServer) -> None:
+    await named.queue("t-close").enqueue(Echo(text="x"))
+    name = named.redis.connection_pool.connection_kwargs["client_name"]
+    await named.aclose()
+    admin = aioredis.Redis.from_url(redis_server.url)
+    try:
+        with anyio.fail_after(5):
+            while await _connections(admin, name):
+                await anyio.sleep(0.02)
+    finally:
+        await admin.aclose()

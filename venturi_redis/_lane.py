@@ -1,0 +1,112 @@
+"""A connection of the client's own for the enqueue script.
+
+redis-py sends every command through its pool (take a connection, check it,
+put it back), its retry wrapper and its response callbacks. On a 2-core machine
+that is about 30 µs of CPU per call, a fifth of a sequential enqueue's round
+trip (benchmarks/README.md, "Where a single enqueue's time goes"). A web server
+enqueuing one job per request pays it on every call.
+
+The lane keeps one connection aside, made by the client's own pool (so it has
+the same address, TLS, credentials, database and socket timeout) but never
+handed out by it, and sends the enqueue script on it directly. What it keeps
+from the pool path, so that nothing but speed changes:
+
+- before a call, a connection with unread data or closed by the server while
+  it sat idle is replaced, as the pool checks a connection it hands out;
+- an error or a cancellation while a call is in flight drops the connection
+  (the next call connects again) and the call raises; nothing is resent, so a
+  lost reply never creates a job twice (docs/guarantees.md);
+- ``ScriptSet.call`` drives it like a client (``evalsha``, and ``eval`` after
+  ``NOSCRIPT``), so the script is found again after a flush as on the pool path.
+
+A call that finds the lane busy (another queue's enqueue in flight) takes the
+pool as before. Only ``Client.from_url`` makes a lane, where the client owns
+its connections and ``Client.aclose`` closes them all; a client built around
+a caller's own ``redis.asyncio.Redis`` has none, since the caller may close
+that pool without the client. And only over a plain ``ConnectionPool``: not
+fakeredis, a cluster client, durable mode (whose every script is followed by
+a WAIT), a single-connection client, or a ``BlockingConnectionPool`` (whose
+connection limit the lane would exceed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection, ConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ._scripts import ScriptArg
+
+
+class Lane:
+    """One connection, one script call at a time (see the module docstring).
+
+    ``async with lane:`` marks it busy for a call's duration.
+    """
+
+    __slots__ = ("_conn", "busy", "redis")
+
+    def __init__(self, redis: aioredis.Redis, conn: AbstractConnection) -> None:
+        self.redis = redis  # the client this lane was made from
+        self._conn = conn
+        self.busy = False
+
+    @classmethod
+    def for_redis(cls, redis: Any) -> Lane | None:
+        """A lane over ``redis``'s pool, or None where the pool path must stay the only one."""
+        if type(redis) is not aioredis.Redis or redis.single_connection_client:
+            return None
+        pool = redis.connection_pool
+        if type(pool) is not ConnectionPool:
+            return None
+        return cls(redis, pool.make_connection())  # type: ignore[no-untyped-call]
+
+    async def __aenter__(self) -> Lane:
+        self.busy = True
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.busy = False
+
+    # The two commands ``ScriptSet.call`` sends, so that NOSCRIPT is handled in one place.
+
+    async def evalsha(self, sha: str, numkeys: int, *keys_and_args: ScriptArg) -> Any:
+        return await self._round_trip("EVALSHA", sha, numkeys, *keys_and_args)
+
+    async def eval(self, source: str, numkeys: int, *keys_and_args: ScriptArg) -> Any:
+        return await self._round_trip("EVAL", source, numkeys, *keys_and_args)
+
+    async def _ready(self) -> None:
+        """Connect, or replace a connection that went stale while idle (as the pool does)."""
+        conn = self._conn
+        if conn.is_connected:
+            try:
+                # Unread data, or the server closed it. redis-py 8 renamed the check.
+                check = getattr(conn, "can_read", None) or conn.can_read_destructive
+                stale = await check()
+            except (RedisConnectionError, RedisTimeoutError, OSError):
+                stale = True
+            if not stale:
+                return
+            await conn.disconnect()
+        try:
+            await conn.connect()  # type: ignore[no-untyped-call]
+        except BaseException:
+            # Cancelled or failed mid-handshake: a reply to AUTH or SELECT may
+            # still be on its way, and must not be read as a script's reply.
+            await conn.disconnect(nowait=True)
+            raise
+
+    async def _round_trip(self, *command: Any) -> Any:
+        await self._ready()
+        conn = self._conn
+        # Both halves drop the connection on any error or cancellation, since
+        # part of a command or of its reply may be left on the socket.
+        await conn.send_packed_command(conn.pack_command(*command))
+        return await conn.read_response()
+
+    async def aclose(self) -> None:
+        await self._conn.disconnect()
