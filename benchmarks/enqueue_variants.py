@@ -5,9 +5,10 @@ Usage: ``.venv/bin/python benchmarks/enqueue_variants.py [--n 10000] [--runs 3]`
 Each row is ``n`` sequential single enqueues in this process against the
 script's own redis-server (median of ``runs``):
 
-- venturi as shipped (``Client.from_url``: socket_timeout 5 s, the hiredis packer);
-- venturi on a redis-py client without socket_timeout (redis-py then writes
-  without ``asyncio.wait_for``, which creates a Task per command);
+- venturi as shipped (``Client.from_url``: the enqueue lane, a connection the
+  client keeps aside for the enqueue script, ``venturi_redis/_lane.py``);
+- the same client with the lane switched off: redis-py's per-command path
+  (pool hand-off, retry wrapper, reply callbacks), as before session 4;
 - enqueue.lua by bare EVALSHA (W8's figure), and ``EVALSHA "return 1"``.
 """
 
@@ -24,7 +25,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE / "peers"))
 
-import redis.asyncio as aioredis  # noqa: E402
 import venturi_bench as VB  # noqa: E402
 import venturi_only as VO  # noqa: E402
 
@@ -44,17 +44,18 @@ async def main(a: argparse.Namespace) -> None:
     with RedisServer() as server:
         url = server.url
         shipped = vr.Client.from_url(url)
-        bare = vr.Client(aioredis.Redis.from_url(url, decode_responses=False), url=url)
+        no_lane = vr.Client.from_url(url)
+        no_lane._lane = None  # the pool path
         raw = VO.Raw(url)
         await raw.load()
         sha1 = await raw.r.script_load("return 1")
         rows = {
-            "venturi Queue.enqueue, as shipped (socket_timeout=5)": lambda i: shipped.queue("b").enqueue(
+            "venturi Queue.enqueue, as shipped (the enqueue lane)": lambda i: shipped.queue("b").enqueue(
                 VB.Noop(i=i)
             ),
-            "venturi Queue.enqueue, redis-py client without socket_timeout": lambda i: bare.queue(
-                "b"
-            ).enqueue(VB.Noop(i=i)),
+            "venturi Queue.enqueue, lane off (redis-py's pool path)": lambda i: no_lane.queue("b").enqueue(
+                VB.Noop(i=i)
+            ),
             "enqueue.lua by bare EVALSHA (ids made beforehand)": None,
             'bare EVALSHA "return 1"': lambda i: raw.r.evalsha(sha1, 0),
         }
@@ -71,7 +72,7 @@ async def main(a: argparse.Namespace) -> None:
                     runs.append(await rate(a.n, fn))
             print(f"| {label} | {statistics.median(runs):,.0f} |", flush=True)
         await shipped.aclose()
-        await bare.aclose()
+        await no_lane.aclose()
         await raw.aclose()
 
 
