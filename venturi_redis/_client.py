@@ -141,9 +141,7 @@ class Client:
     def enqueue_lane(self) -> Lane | None:
         """The enqueue script's own connection when it is free (see _lane.py), else None."""
         lane = self._lane
-        if lane is None or lane.busy or lane.redis is not self.redis:
-            return None
-        return lane
+        return None if lane is None or lane.busy else lane
 
     async def aclose(self) -> None:
         """Close the connection pool (and the enqueue lane's connection)."""

@@ -1,10 +1,11 @@
 """A connection of the client's own for the enqueue script.
 
 redis-py sends every command through its pool (take a connection, check it,
-put it back), its retry wrapper and its response callbacks. On a 2-core machine
-that is about 30 µs of CPU per call, a fifth of a sequential enqueue's round
-trip (benchmarks/README.md, "Where a single enqueue's time goes"). A web server
-enqueuing one job per request pays it on every call.
+put it back), its retry wrapper and its response callbacks. A producer that
+enqueues one job at a time pays that on every call: about 17 µs of client CPU
+and 20 µs of wall time per enqueue on the 2-core benchmark machine, where a
+bare redis-py round trip is ~125 µs (benchmarks/README.md, "Where a single
+enqueue's time goes").
 
 The lane keeps one connection aside, made by the client's own pool (so it has
 the same address, TLS, credentials, database and socket timeout) but never
@@ -47,10 +48,9 @@ class Lane:
     ``async with lane:`` marks it busy for a call's duration.
     """
 
-    __slots__ = ("_conn", "busy", "redis")
+    __slots__ = ("_conn", "busy")
 
-    def __init__(self, redis: aioredis.Redis, conn: AbstractConnection) -> None:
-        self.redis = redis  # the client this lane was made from
+    def __init__(self, conn: AbstractConnection) -> None:
         self._conn = conn
         self.busy = False
 
@@ -62,7 +62,7 @@ class Lane:
         pool = redis.connection_pool
         if type(pool) is not ConnectionPool:
             return None
-        return cls(redis, pool.make_connection())  # type: ignore[no-untyped-call]
+        return cls(pool.make_connection())  # type: ignore[no-untyped-call]
 
     async def __aenter__(self) -> Lane:
         self.busy = True
