@@ -180,6 +180,28 @@ async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
             finally:
                 await rec.r.aclose()
 
+        async def worker_empty_handler(concurrency: int) -> float:
+            # The W2 worker process exactly (fill, start, wait for END), but its
+            # handler does no Redis work (peers/_common.EmptyRecorder): how near
+            # venturi's own worker comes to the scripts' ceiling.
+            lib = R.LIBS["venturi"]
+            r.flushall()
+            R.run_adapter(lib, "fill", url, cfg.timeout, n=n, bulk_size=cfg.bulk_size)
+            r.config_resetstat()  # the fill is not part of the figure
+            w = R.Worker(
+                lib,
+                url,
+                f"venturi-w8-empty-c{concurrency}.log",
+                n=n,
+                concurrency=concurrency,
+                handler="empty",
+            )
+            try:
+                end = float(R.wait_key(r, R.END, cfg.drain_timeout, w))
+                return n / (end - float(r.get(R.START) or 0))
+            finally:
+                w.stop()
+
         async def med(fn: Callable[[], Any]) -> dict[str, Any]:
             runs: list[float] = []
             server: list[float] = []
@@ -199,6 +221,7 @@ async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
         for b in (1, 10, 100):
             out[f"drain_claim_{b}"] = await med(lambda b=b: drain(b))
         out["handler_alone_c100"] = await med(lambda: handler_alone(100))
+        out["worker_empty_handler_c100"] = await med(lambda: worker_empty_handler(100))
         best = max((k for k in out if k.startswith("drain_")), key=lambda k: out[k]["median"])
         out["drain_ceiling"] = {"median": out[best]["median"], "variant": best}
         for key, cell in out.items():
@@ -475,6 +498,7 @@ def tables(x: dict[str, Any], cfg: argparse.Namespace, machine: str) -> str:
             ("claim.lua (10), then complete.lua (10 jobs) + next claim per round trip", "drain_claim_10"),
             ("claim.lua (100), then complete.lua (100 jobs) + next claim per round trip", "drain_claim_100"),
             ("the W2 handler alone: its INCR, 100 at a time, no queue", "handler_alone_c100"),
+            ("the W2 worker (c=100) with an empty handler: no INCR", "worker_empty_handler_c100"),
         ]
         lines = [
             "| W8 ceiling (no venturi Python) | ops/s | µs inside Redis per op (EVALSHA time / n) |",
@@ -598,9 +622,12 @@ def targets(report: dict[str, Any]) -> str:
         if "drain_ceiling" in w8:
             ceil = w8["drain_ceiling"]["median"]
             measured = f"{best['median']:,.0f} / {ceil:,.0f} = {best['median'] / ceil:.0%}"
+            if "worker_empty_handler_c100" in w8:
+                empty = w8["worker_empty_handler_c100"]["median"]
+                measured += f"; with an empty handler {empty:,.0f} = {empty / ceil:.0%}"
             if "handler_alone_c100" in w8:
                 alone = w8["handler_alone_c100"]["median"]
-                measured += f" (the handler alone, no queue: {alone:,.0f} = {alone / ceil:.0%})"
+                measured += f"; the INCR handler alone, no queue: {alone:,.0f}"
             rows.append(("W2 drain ≥ 50% of the W8 ceiling", measured, verdict(best["median"] >= 0.5 * ceil)))
     single = cell("venturi", "W1", "single")
     if single:

@@ -48,6 +48,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bulk-size", type=int, default=1000, help="jobs per bulk call")
     p.add_argument("--concurrency", type=int, default=10)
     p.add_argument("--rate", type=float, default=200.0)
+    p.add_argument(
+        "--handler",
+        default="incr",
+        choices=["incr", "empty"],
+        help="worker: 'empty' counts in-process instead of INCRing (venturi's W8 only)",
+    )
     return p.parse_args(argv)
 
 
@@ -100,6 +106,29 @@ class SyncRecorder:
             self.r.rpush(LAT, repr(time.time() - t))
         if self.r.incr(COUNT) == self.n:
             self.r.set(END, repr(time.time()))
+
+
+class EmptyRecorder:
+    """No Redis work per job: counts in the worker process, stamps END at ``n``.
+
+    Only for venturi's W8 row "the worker with an empty handler": how close
+    the worker itself comes to the scripts' ceiling, with no handler cost.
+    """
+
+    def __init__(self, url: str, n: int) -> None:
+        import redis.asyncio as aioredis
+
+        self.r = aioredis.Redis.from_url(url)
+        self.n = n
+        self.count = 0
+
+    async def mark_start(self) -> None:
+        await self.r.set(START, repr(time.time()))
+
+    async def hit(self, t: float = 0.0) -> None:
+        self.count += 1
+        if self.count == self.n:
+            await self.r.set(END, repr(time.time()))
 
 
 class AsyncRecorder:

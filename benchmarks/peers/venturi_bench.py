@@ -22,8 +22,8 @@ class Noop(vr.Task):
     t: float = 0.0
 
 
-class NoopJob(Noop, vr.Handler[c.AsyncRecorder]):
-    async def handle(self, ctx: vr.Context[vr.NoCarry], rec: c.AsyncRecorder) -> vr.Outcome:
+class NoopJob(Noop, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], rec: Any) -> vr.Outcome:
         await rec.hit(self.t)
         return vr.Outcome.completed()
 
@@ -78,7 +78,7 @@ async def main(a: Any) -> None:
             async for i in c.apaced(a.n, a.rate):
                 await q.enqueue(Noop(i=i, t=time.time()))
         else:
-            rec = c.AsyncRecorder(a.url, a.n)
+            rec = (c.EmptyRecorder if a.handler == "empty" else c.AsyncRecorder)(a.url, a.n)
             w = vr.Worker(q, state=rec, concurrency=a.concurrency, handle_signals=True)
             w.register(NoopJob, MixedJob)
             await rec.mark_start()
