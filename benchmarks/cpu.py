@@ -70,16 +70,20 @@ async def main(a: argparse.Namespace) -> None:
         cpu = statistics.median(u for _, u in rounds)
         print(f"| {label} | {rate:,.0f} | {cpu:.1f} |", flush=True)
 
-    for conc in (10, 100):
+    # The W2 handler (one INCR from its own client), and an empty one that
+    # counts in-process (W8's "worker with an empty handler"): the difference
+    # is what the handler costs inside the worker's process.
+    for conc, recorder in ((10, c.AsyncRecorder), (100, c.AsyncRecorder), (100, c.EmptyRecorder)):
         with RedisServer() as server:
             client = vr.Client.from_url(server.url)
             q = client.queue("bench")
             await bulk(q)
-            rec = c.AsyncRecorder(server.url, a.n)
+            rec = recorder(server.url, a.n)
             w = vr.Worker(q, state=rec, concurrency=conc, handle_signals=False)
             w.register(VB.NoopJob)
             rate, cpu = await timed(a.n, w.run(until_idle=True))
-            label = f"worker drain, concurrency {conc} (handler: one INCR)"
+            handler = "one INCR" if recorder is c.AsyncRecorder else "empty"
+            label = f"worker drain, concurrency {conc} (handler: {handler})"
             print(f"| {label} | {rate:,.0f} | {cpu:.1f} |", flush=True)
             await rec.r.aclose()
             await client.aclose()
