@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 import venturi_redis as vr
 from tests.helpers import claim_raw, drain, events
 from tests.tasks import Echo, EchoJob
+from venturi_redis._committer import _Committer
+from venturi_redis._scripts import ScriptArg
 
 pytestmark = pytest.mark.anyio
 
@@ -73,3 +76,52 @@ async def test_a_burst_of_completions_shares_round_trips(
     # The claims that refilled the freed slots rode with the completions.
     assert any({"complete", "claim"} <= {name for name, _ in p} for p in pipelines)
     assert (await queue.counts())["completed"] == n
+
+
+async def test_two_pipelines_go_out_at_once_never_three(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one pipeline is at Redis the next goes out; a third waits for one of them."""
+    client = queue.client
+    scripts = client.scripts
+    real = scripts.run_pipeline
+    gates: list[anyio.Event] = []
+
+    async def held(redis: Any, calls: Any, **kw: Any) -> list[Any]:
+        gate = anyio.Event()
+        gates.append(gate)
+        await gate.wait()
+        return await real(redis, calls, **kw)
+
+    monkeypatch.setattr(scripts, "run_pipeline", held)
+    committer = _Committer(client)
+    keys = queue.keys.claim
+    replies: list[Any] = []
+
+    async def claim() -> None:
+        args: list[ScriptArg] = [queue.keys.prefix, client.now_arg(), 1, "w-test", "tok", 30_000]
+        replies.append(await committer.claim(keys, args))
+
+    async def until(n: int) -> None:
+        with anyio.fail_after(5):
+            while len(gates) < n:
+                await anyio.sleep(0.005)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(committer.run)
+        tg.start_soon(claim)
+        await until(1)
+        tg.start_soon(claim)
+        await until(2)  # the second went out with the first still in flight
+        tg.start_soon(claim)
+        await anyio.sleep(0.1)
+        assert len(gates) == 2  # the third waits for a free place
+        gates[0].set()
+        await until(3)
+        gates[1].set()
+        gates[2].set()
+        with anyio.fail_after(5):
+            while len(replies) < 3:
+                await anyio.sleep(0.005)
+        tg.cancel_scope.cancel()
+    assert [len(r) for r in replies] == [2, 2, 2]  # an empty queue's claim: [now, next]
