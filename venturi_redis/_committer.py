@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 _COMPLETE_BATCH = 200
 # Pipelines in flight at once: while one is at Redis, the worker builds and
 # sends the next, so the worker's CPU and Redis's overlap instead of taking
-# turns (W2 at concurrency 100: about +15%, benchmarks/README.md).
+# turns (in-process drain at concurrency 100: about +15%, benchmarks/README.md).
 _IN_FLIGHT = 2
 _Call = tuple[str, list[str], list[ScriptArg]]
 
@@ -108,26 +108,24 @@ class _Committer:
         return pipeline, places
 
     async def run(self) -> None:
-        in_flight = anyio.Semaphore(_IN_FLIGHT)
+        """Two senders: while one's pipeline is at Redis, the other gathers and sends the next."""
         async with anyio.create_task_group() as tg:
-            while True:
-                await self._kick.wait()
-                # Let the tasks that are ready now (other runs finishing, a claim
-                # loop woken by the slots they freed) add their calls to this batch.
-                await anyio.lowlevel.checkpoint()
-                await in_flight.acquire()  # what arrives meanwhile joins this batch
-                self._kick = anyio.Event()
-                calls, self._calls = self._calls, []
-                replies, self._replies = self._replies, []
-                if not calls:
-                    in_flight.release()
-                    continue
-                tg.start_soon(self._send, calls, replies, in_flight)
+            for _ in range(_IN_FLIGHT):
+                tg.start_soon(self._sender)
 
-    async def _send(
-        self, calls: list[tuple[str, Any]], replies: list[_Reply], in_flight: anyio.Semaphore
-    ) -> None:
-        try:
+    async def _sender(self) -> None:
+        while True:
+            await self._kick.wait()
+            # Let the tasks that are ready now (other runs finishing, a claim
+            # loop woken by the slots they freed) add their calls to this batch.
+            await anyio.lowlevel.checkpoint()
+            # Reset and take in one step (no await between): a call added
+            # before the reset is taken here, one added after sets the new event.
+            self._kick = anyio.Event()
+            calls, self._calls = self._calls, []
+            replies, self._replies = self._replies, []
+            if not calls:
+                continue  # the other sender took them
             pipeline, places = self._plan(calls)
             try:
                 results = await self.client.scripts.run_pipeline(
@@ -142,5 +140,3 @@ class _Committer:
                     value = [1] if one == 1 else [0, one]
                 reply.value = value
                 reply.done.set()
-        finally:
-            in_flight.release()
