@@ -20,10 +20,50 @@ from tests.cluster import LocalCluster
 from tests.helpers import make_worker
 from tests.servers import RedisServer, replicate
 from tests.tasks import Echo, EchoJob
-from venturi_redis._cluster import is_cluster, split_cluster_url
+from venturi_redis._cluster import cluster_redis, is_cluster, split_cluster_url
 from venturi_redis._durable import Durability
 
 pytestmark = pytest.mark.anyio
+
+
+# -- a connection cut by the client's own reset --------------------------------------
+
+
+@pytest.mark.parametrize("via", ["command", "pipeline"])
+async def test_a_connection_cut_by_a_client_reset_is_a_connection_error(
+    redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    """redis-py's AttributeError on a connection closed under it is reported as transient."""
+    from redis.asyncio.cluster import ClusterPipeline, RedisCluster
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    target = ClusterPipeline if via == "pipeline" else RedisCluster
+    name = "execute" if via == "pipeline" else "execute_command"
+    message = "'NoneType' object has no attribute 'writelines'"
+
+    async def cut(*args: object, **kwargs: object) -> object:
+        raise AttributeError(message)
+
+    r = cluster_redis(redis_cluster.url)
+    try:
+        await r.initialize()
+        monkeypatch.setattr(target, name, cut)
+
+        async def send() -> object:
+            if via == "pipeline":
+                pipe = r.pipeline(transaction=False)
+                pipe.get("k")
+                return await pipe.execute()
+            return await r.get("k")
+
+        with pytest.raises(RedisConnectionError, match="closed under it"):
+            await send()
+        message = "some other bug"  # any other AttributeError is not disguised
+        with pytest.raises(AttributeError, match="some other bug"):
+            await send()
+    finally:
+        monkeypatch.undo()
+        await r.aclose()
 
 
 # -- URLs ----------------------------------------------------------------------------

@@ -122,16 +122,32 @@ def _cluster_class() -> Any:
     flag check) routes every command by its key from the start.
 
     The client still ``aclose()``s itself on CLUSTERDOWN (a master failed and no
-    replica has taken over yet); a command whose connection that cuts fails
-    with an ``AttributeError`` deep in redis-py. It is reported as the
-    ``redis.exceptions.ConnectionError`` it is, which callers (workers, the
+    replica has taken over yet); a command or a pipeline whose connection that
+    cuts fails with an ``AttributeError`` deep in redis-py. It is reported as
+    the ``redis.exceptions.ConnectionError`` it is, which callers (workers, the
     failover test's producers) already treat as transient: like any connection
-    error, the script may or may not have run.
+    error, the script may or may not have run. Pipelines need it as much as
+    single commands: a worker's committer has two in flight at once.
     """
     global _CLASS
     if _CLASS is None:
-        from redis.asyncio.cluster import RedisCluster
+        from redis.asyncio.cluster import ClusterPipeline, RedisCluster
         from redis.exceptions import ConnectionError as RedisConnectionError
+
+        def cut(what: str, exc: AttributeError) -> RedisConnectionError:
+            return RedisConnectionError(
+                f"{what}: its connection was closed under it by the cluster client "
+                f"resetting itself after a topology change ({exc}); retry"
+            )
+
+        class _Pipeline(ClusterPipeline):
+            async def execute(self, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await super().execute(*args, **kwargs)
+                except AttributeError as exc:
+                    if "NoneType" not in str(exc):
+                        raise
+                    raise cut("a pipeline", exc) from exc
 
         class _InitializedCluster(RedisCluster):
             async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
@@ -142,10 +158,12 @@ def _cluster_class() -> Any:
                 except AttributeError as exc:
                     if "NoneType" not in str(exc):
                         raise
-                    raise RedisConnectionError(
-                        f"{args[0]!r}: its connection was closed under it by the cluster client "
-                        f"resetting itself after a topology change ({exc}); retry"
-                    ) from exc
+                    raise cut(repr(args[0]), exc) from exc
+
+            def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+                if shard_hint:
+                    return super().pipeline(transaction, shard_hint)  # raises, as redis-py does
+                return _Pipeline(self, transaction)  # type: ignore[abstract]
 
         _CLASS = _InitializedCluster
     return _CLASS
