@@ -232,19 +232,29 @@ def w1(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
     return out
 
 
+def drain_once(
+    lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace, conc: int, logname: str, **opts: Any
+) -> float:
+    """One W2 run: fill ``cfg.n`` jobs (untimed), start a worker, jobs/s from its start to END."""
+    r.flushall()
+    run_adapter(lib, "fill", url, cfg.timeout, n=cfg.n, bulk_size=cfg.bulk_size)
+    r.config_resetstat()  # the fill is not part of what the caller reads from commandstats
+    w = Worker(lib, url, logname, n=cfg.n, concurrency=conc, **opts)
+    try:
+        end = float(wait_key(r, END, cfg.drain_timeout, w))
+        return cfg.n / (end - float(r.get(START) or 0))
+    finally:
+        w.stop()
+
+
 def w2(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for conc in cfg.concurrency:
         rates: list[float] = []
         err = None
         for run in range(cfg.runs):
-            r.flushall()
-            run_adapter(lib, "fill", url, cfg.timeout, n=cfg.n, bulk_size=cfg.bulk_size)
-            w = Worker(lib, url, f"{lib.name}-w2-c{conc}-{run}.log", n=cfg.n, concurrency=conc)
             try:
-                end = float(wait_key(r, END, cfg.drain_timeout, w))
-                start = float(r.get(START) or 0)
-                rates.append(cfg.n / (end - start))
+                rates.append(drain_once(lib, url, r, cfg, conc, f"{lib.name}-w2-c{conc}-{run}.log"))
                 log(f"  {lib.name} W2 c={conc} run {run + 1}: {rates[-1]:,.0f} jobs/s")
             except DrainTimeout:
                 start = float(r.get(START) or time.time())
@@ -263,8 +273,6 @@ def w2(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
                 err = str(exc)
                 log(f"  {lib.name} W2 c={conc}: {err[:300]}")
                 break
-            finally:
-                w.stop()
         if str(conc) not in out:
             out[str(conc)] = {"median": statistics.median(rates), "runs": rates} if rates else {"error": err}
     ok = {k: v["median"] for k, v in out.items() if "median" in v}

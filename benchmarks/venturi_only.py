@@ -184,23 +184,15 @@ async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
             # The W2 worker process exactly (fill, start, wait for END), but its
             # handler does no Redis work (peers/_common.EmptyRecorder): how near
             # venturi's own worker comes to the scripts' ceiling.
-            lib = R.LIBS["venturi"]
-            r.flushall()
-            R.run_adapter(lib, "fill", url, cfg.timeout, n=n, bulk_size=cfg.bulk_size)
-            r.config_resetstat()  # the fill is not part of the figure
-            w = R.Worker(
-                lib,
+            return R.drain_once(
+                R.LIBS["venturi"],
                 url,
+                r,
+                cfg,
+                concurrency,
                 f"venturi-w8-empty-c{concurrency}.log",
-                n=n,
-                concurrency=concurrency,
                 handler="empty",
             )
-            try:
-                end = float(R.wait_key(r, R.END, cfg.drain_timeout, w))
-                return n / (end - float(r.get(R.START) or 0))
-            finally:
-                w.stop()
 
         async def med(fn: Callable[[], Any]) -> dict[str, Any]:
             runs: list[float] = []

@@ -48,10 +48,12 @@ class Lane:
     ``async with lane:`` marks it busy for a call's duration.
     """
 
-    __slots__ = ("_conn", "busy")
+    __slots__ = ("_conn", "_stale", "busy")
 
     def __init__(self, conn: AbstractConnection) -> None:
         self._conn = conn
+        # Unread data, or closed by the server: redis-py 8 renamed the check.
+        self._stale = getattr(conn, "can_read", None) or conn.can_read_destructive
         self.busy = False
 
     @classmethod
@@ -84,9 +86,7 @@ class Lane:
         conn = self._conn
         if conn.is_connected:
             try:
-                # Unread data, or the server closed it. redis-py 8 renamed the check.
-                check = getattr(conn, "can_read", None) or conn.can_read_destructive
-                stale = await check()
+                stale = await self._stale()
             except (RedisConnectionError, RedisTimeoutError, OSError):
                 stale = True
             if not stale:

@@ -108,29 +108,6 @@ class SyncRecorder:
             self.r.set(END, repr(time.time()))
 
 
-class EmptyRecorder:
-    """No Redis work per job: counts in the worker process, stamps END at ``n``.
-
-    Only for venturi's W8 row "the worker with an empty handler": how close
-    the worker itself comes to the scripts' ceiling, with no handler cost.
-    """
-
-    def __init__(self, url: str, n: int) -> None:
-        import redis.asyncio as aioredis
-
-        self.r = aioredis.Redis.from_url(url)
-        self.n = n
-        self.count = 0
-
-    async def mark_start(self) -> None:
-        await self.r.set(START, repr(time.time()))
-
-    async def hit(self, t: float = 0.0) -> None:
-        self.count += 1
-        if self.count == self.n:
-            await self.r.set(END, repr(time.time()))
-
-
 class AsyncRecorder:
     """The no-op handler's only work, for asyncio libraries."""
 
@@ -147,6 +124,21 @@ class AsyncRecorder:
         if t:
             await self.r.rpush(LAT, repr(time.time() - t))
         if await self.r.incr(COUNT) == self.n:
+            await self.r.set(END, repr(time.time()))
+
+
+class EmptyRecorder(AsyncRecorder):
+    """No Redis work per job: counts in the worker process, stamps END at ``n``.
+
+    Only for venturi's W8 row "the worker with an empty handler": how close
+    the worker itself comes to the scripts' ceiling, with no handler cost.
+    """
+
+    count = 0
+
+    async def hit(self, t: float = 0.0) -> None:
+        self.count += 1
+        if self.count == self.n:
             await self.r.set(END, repr(time.time()))
 
 
