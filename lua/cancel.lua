@@ -65,6 +65,7 @@ redis.call('HSET', KEYS[1], 'state', 'cancelled', 'note', ARGV[4],
 redis.call('HDEL', KEYS[1], 'eligible_at')
 redis.call('ZADD', KEYS[5], now, id)
 journal(KEYS[2], now, 'cancelled', f[3], ARGV[4], nil, {'from', state})
+compact_journal(KEYS[2])
 -- An offload's caller is waiting in resolve(): settle its snapshot as failed.
 offload_settle(ARGV[3], KEYS[1], id, 'failed', nil, 'cancelled: ' .. ARGV[4], now)
 return {1, 'cancelled'}

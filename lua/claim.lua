@@ -105,6 +105,7 @@ for level = 1, 4 do
         redis.call('ZADD', prefix .. 'cancelled', now, id)
         journal(journal_key, now, 'cancelled', f[4], 'cancel requested while running',
           nil, {'from', 'pending'})
+        compact_journal(journal_key)
         offload_settle(prefix, job_key, id, 'failed', nil, 'cancelled while running', now)
       elseif f[1] and f[11] == 'pending' then
         n = n + 1

@@ -41,6 +41,7 @@ for i = 0, n - 1 do
     set_blob(job_key, 'result', result)
     redis.call('ZADD', KEYS[2], now, id)
     journal(journal_key, now, 'completed', run, note, attachment)
+    compact_journal(journal_key)
     offload_settle(prefix, job_key, id, 'completed', result, nil, now)
     out[#out + 1] = 1
   end

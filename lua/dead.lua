@@ -30,5 +30,6 @@ set_blob(KEYS[1], 'attachment', ARGV[5])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[6]) end
 redis.call('ZADD', KEYS[4], now, id)
 journal(KEYS[2], now, 'dead', run, ARGV[4], ARGV[5], {'reason', ARGV[7]})
+compact_journal(KEYS[2])
 offload_settle(ARGV[8], KEYS[1], id, 'failed', nil, ARGV[4], now)
 return {1}

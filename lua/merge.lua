@@ -45,4 +45,5 @@ if decision ~= 'keep' then
   end
 end
 journal(KEYS[2], now, 'merged', f[2], nil, nil, extra)
+compact_journal(KEYS[2])
 return 1

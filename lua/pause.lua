@@ -27,5 +27,6 @@ if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[7]) end
 redis.call('ZADD', KEYS[4], eligible, id)
 reindex(KEYS[5], KEYS[1], id)
 journal(KEYS[2], now, 'paused', run, ARGV[5], ARGV[6], {'delay_ms', ARGV[4]})
+compact_journal(KEYS[2])
 wake_workers(ARGV[8], 1)
 return {1, eligible}

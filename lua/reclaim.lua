@@ -51,6 +51,7 @@ for _, id in ipairs(ids) do
       reindex(KEYS[3], job_key, id)
       requeued = requeued + 1
     end
+    compact_journal(journal_key)
     out[#out + 1] = id
   end
 end

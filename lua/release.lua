@@ -24,5 +24,6 @@ if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[4]) end
 redis.call('ZADD', KEYS[4], now, id)
 reindex(KEYS[5], KEYS[1], id)
 journal(KEYS[2], now, 'released', run, ARGV[5], nil)
+compact_journal(KEYS[2])
 wake_workers(ARGV[6], 1)
 return {1}

@@ -42,6 +42,7 @@ if limit and failures >= limit then
   journal(KEYS[2], now, 'dead', run,
     'retry backstop: ' .. failures .. ' failed runs (max_failures=' .. limit .. ')', nil,
     {'reason', 'max_failures'})
+  compact_journal(KEYS[2])
   offload_settle(ARGV[12], KEYS[1], id, 'failed', nil, ARGV[4], now)
   return {1, 'dead', 0, failures}
 end
@@ -55,5 +56,6 @@ redis.call('ZADD', KEYS[4], eligible, id)
 reindex(KEYS[6], KEYS[1], id)
 journal(KEYS[2], now, 'failed', run, ARGV[4], ARGV[5],
   {'failures', failures, 'delay_ms', delay})
+compact_journal(KEYS[2])
 wake_workers(ARGV[11], 1)
 return {1, 'pending', delay, failures}

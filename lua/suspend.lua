@@ -26,4 +26,5 @@ if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[6]) end
 set_blob(KEYS[1], 'output', ARGV[7])
 redis.call('ZADD', KEYS[4], now, id)
 journal(KEYS[2], now, 'suspended', run, ARGV[4], ARGV[5])
+compact_journal(KEYS[2])
 return {1}

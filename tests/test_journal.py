@@ -184,3 +184,139 @@ async def test_the_first_run_history_contains_enqueued(queue: vr.Queue) -> None:
 def test_enqueued_entry_matches_the_lua_id_rule() -> None:
     assert enqueued_entry(b"1700000000000", b"normal", b"1700000000005")[0] == "1700000000000-0"
     assert enqueued_entry(b"0", b"normal", b"0")[0] == "0-1"
+
+
+class Parking(vr.Task):
+    """Ends its first run the way ``how`` says; runs again complete."""
+
+    KIND: ClassVar[str] = "parking"
+    how: str
+    key: str | None = None
+
+    def dedup_key(self) -> str | None:
+        return self.key
+
+    def backoff(self) -> vr.Backoff:
+        return vr.Backoff.fibonacci(base=60, cap=60)  # the retried job waits, pending
+
+
+class ParkingJob(Parking, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        if self.how == "pause":
+            return vr.Outcome.pause_in(60)
+        if self.how == "suspend":
+            return vr.Outcome.suspend(note="waiting for input")
+        if self.how == "retry":
+            raise RuntimeError("try again later")
+        if self.how == "dead":
+            raise vr.TaskError.permanent("gone")
+        return vr.Outcome.completed()
+
+
+async def complete_raw(queue: vr.Queue, job_id: str, token: str) -> None:
+    """Run complete.lua for one job (no worker), as its committer would."""
+    k, c = queue.keys, queue.client
+    args = [k.prefix, c.now_arg(), 1, job_id, token, "", "", "", ""]
+    await c.scripts.call(c.redis, "complete", [k.running, k.completed], args)
+
+
+# What each way of leaving the worker journals. A retry's first two waits
+# are 0 (fib(n) - 1), so the job runs three times before it waits, pending.
+PARKED = {
+    "complete": ["completed"],
+    "pause": ["paused"],
+    "suspend": ["suspended"],
+    "retry": ["failed", "claimed", "failed", "claimed", "failed"],
+    "dead": ["dead"],
+}
+
+
+@pytest.mark.parametrize("how", sorted(PARKED))
+async def test_a_job_leaving_its_worker_keeps_a_compact_journal(
+    backend: str, queue: vr.Queue, how: str
+) -> None:
+    """A stream's first node is preallocated at 4 KB on Redis 7; a job that
+    leaves its worker gets its journal rewritten at its exact size, with the
+    same entries and ids, and later entries still append after them."""
+    job_id = await queue.enqueue(Parking(how=how))
+    key = queue.keys.journal(job_id)
+    r = queue.client.redis
+    expected = ["enqueued", "claimed", *PARKED[how]]
+    worker = make_worker(queue, ParkingJob)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(10):
+            while len(entries := await stream(queue, job_id)) < len(expected):
+                await anyio.sleep(0.02)
+        worker.shutdown()
+    assert [e.event for e in entries] == expected
+    info = await r.xinfo_stream(key)
+    assert info["last-generated-id"].decode() == entries[-1].id
+    assert info["entries-added"] == len(expected)
+    if backend != "memory":  # fakeredis has no MEMORY USAGE and no preallocation
+        assert await r.memory_usage(key, samples=0) < 1500  # ~4,700 B before compacting
+    # The stream goes on after the copy: a stale worker's late outcome is
+    # journaled after the last entry, with a greater id.
+    await complete_raw(queue, job_id, "stale-token")
+    after = await stream(queue, job_id)
+    assert [e.event for e in after] == [*expected, "refused"]
+    assert after[:-1] == entries
+
+
+async def test_compacting_keeps_a_journal_ttl(backend: str, queue: vr.Queue) -> None:
+    """An operator's EXPIRE on a journal survives the copy (RESTORE gets the PTTL)."""
+    job_id = await queue.enqueue(Parking(how="complete"))
+    ((claimed, token, _),) = await claim(queue)
+    assert claimed == job_id
+    key = queue.keys.journal(job_id)
+    r = queue.client.redis
+    await r.pexpire(key, 600_000)
+    await complete_raw(queue, job_id, token)
+    assert [e.event for e in await stream(queue, job_id)] == ["enqueued", "claimed", "completed"]
+    if backend != "memory":  # the copy is made on real servers only
+        assert await r.memory_usage(key, samples=0) < 1500
+    assert 590_000 < await r.pttl(key) <= 600_000
+
+
+async def run_until(queue: vr.Queue, job_id: str, event: str) -> None:
+    worker = make_worker(queue, ParkingJob)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(10):
+            while event not in [e.event for e in await stream(queue, job_id)]:
+                await anyio.sleep(0.02)
+        worker.shutdown()
+
+
+@pytest.mark.parametrize("op", ["cancel", "merge", "reclaim", "resume", "retry"])
+async def test_an_operator_transition_keeps_a_compact_journal(backend: str, queue: vr.Queue, op: str) -> None:
+    """The transitions a worker does not make compact the journal too."""
+    r, k = queue.client.redis, queue.keys
+    if op == "cancel":
+        job_id = await queue.enqueue(Parking(how="complete"))
+        assert await queue.cancel(job_id) == "cancelled"
+        last = "cancelled"
+    elif op == "merge":
+        job_id = await queue.enqueue(Parking(how="complete", key="k"))
+        assert await queue.enqueue(Parking(how="complete", key="k")) == job_id
+        last = "merged"
+    elif op == "reclaim":
+        job_id = await queue.enqueue(Parking(how="complete"))
+        await claim_raw(queue, 1, lease_ms=1)
+        await anyio.sleep(0.05)
+        args = [k.prefix, queue.client.now_arg(), 10, "25", k.wake]
+        await queue.client.scripts.call(r, "reclaim", [k.running, k.dead, k.dedup], args)
+        last = "lease_expired"
+    elif op == "resume":
+        job_id = await queue.enqueue(Parking(how="suspend"))
+        await run_until(queue, job_id, "suspended")
+        assert await queue.resume(job_id, 1) == 1
+        last = "resumed"
+    else:
+        job_id = await queue.enqueue(Parking(how="dead"))
+        await run_until(queue, job_id, "dead")
+        assert await queue.retry(job_id)
+        last = "retried"
+    assert [e.event for e in await stream(queue, job_id)][-1] == last
+    if backend != "memory":
+        assert await r.memory_usage(k.journal(job_id), samples=0) < 1500

@@ -34,6 +34,32 @@ local function journal(key, at, event, run, note, attachment, extra)
   return redis.call(unpack(args))
 end
 
+-- A stream's first node is allocated at 4 KB on Redis 7 (t_stream.c
+-- preallocates up to stream-node-max-bytes for the XADDs to come), about six
+-- times what a job's journal holds. A job that leaves a worker for a state it
+-- may keep for long (finished, dead, cancelled, paused, suspended, waiting out
+-- a backoff, pending again) gets its journal rewritten through DUMP and
+-- RESTORE, which loads the node at its exact size: ~4.7 KB -> ~0.8 KB. The
+-- entries, their ids, the stream's last id and its TTL are unchanged; a later
+-- XADD grows the node in place. A journal longer than one node (100 entries by
+-- default) is left alone: its full nodes were shrunk by Redis already, and the
+-- copy would cost more. Skipped where the server does not give its version to
+-- scripts (fakeredis: no preallocation to undo, and its DUMP is not Redis's).
+local JOURNAL_COMPACT_MAX = 100
+local function compact_journal(key)
+  if redis.REDIS_VERSION_NUM == nil then
+    return
+  end
+  local len = redis.call('XLEN', key)
+  if len == 0 or len > JOURNAL_COMPACT_MAX then
+    return
+  end
+  local ttl = redis.call('PTTL', key)
+  local blob = redis.call('DUMP', key)
+  redis.call('DEL', key)
+  redis.call('RESTORE', key, ttl > 0 and ttl or 0, blob)
+end
+
 -- The id of a job's `enqueued` entry: its created_at, sequence 0 (0-0 is not
 -- a valid stream id, so a job created at 0 gets 0-1). _records.py
 -- (enqueued_entry) synthesizes the same id for a job with no stream yet.
@@ -93,6 +119,9 @@ local function check_owner(job_key, journal_key, token, attempted, now)
     -- A stale token for a job never journaled (pending, untouched since enqueue).
     materialize(job_key, journal_key)
     journal(journal_key, now, 'refused', f[3], reason, nil, {'attempted', attempted})
+    if f[1] ~= 'running' then
+      compact_journal(journal_key)
+    end
   end
   return reason, f[3]
 end
