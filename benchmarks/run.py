@@ -217,16 +217,43 @@ def w1(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
     modes = ["single", "concurrent", "bulk"] if lib.is_async else ["single", "bulk"]
     for mode in modes:
         rates: list[float] = []
+        # venturi's single enqueue is compared with a bare EVALSHA round trip (the
+        # targets table). The adapter times that reference in its own process right
+        # beside its enqueue loop, after it in odd runs and before it in even ones:
+        # the machine's speed drifts too much over minutes to take it from W8.
+        paired = lib.name == "venturi" and mode == "single"
+        bare_rates: list[float] = []
+        bare_first: list[bool] = []
         for run in range(cfg.runs):
             r.flushall()
-            res = run_adapter(lib, "enqueue", url, cfg.timeout, n=cfg.n, mode=mode, bulk_size=cfg.bulk_size)
+            opts: dict[str, Any] = {"n": cfg.n, "mode": mode, "bulk_size": cfg.bulk_size}
+            if paired:
+                opts["bare_evalsha"] = "before" if run % 2 else "after"
+            res = run_adapter(lib, "enqueue", url, cfg.timeout, **opts)
             if "unsupported" in res:
                 out[mode] = {"unsupported": res["unsupported"]}
                 break
             rates.append(res["n"] / res["seconds"])
-            log(f"  {lib.name} W1 {mode} run {run + 1}: {rates[-1]:,.0f} jobs/s")
+            if paired:
+                bare_rates.append(res["n"] / res["bare_evalsha_seconds"])
+                bare_first.append(res["bare"] == "before")
+                log(
+                    f"  {lib.name} W1 {mode} run {run + 1}: {rates[-1]:,.0f} jobs/s; bare EVALSHA "
+                    f"{bare_rates[-1]:,.0f}/s {'before' if bare_first[-1] else 'after'} it "
+                    f"({bare_rates[-1] / rates[-1]:.2f}x)"
+                )
+            else:
+                log(f"  {lib.name} W1 {mode} run {run + 1}: {rates[-1]:,.0f} jobs/s")
         else:
             out[mode] = {"median": statistics.median(rates), "runs": rates}
+            if bare_rates:
+                ratios = [b / v for b, v in zip(bare_rates, rates, strict=True)]
+                out[f"{mode}_bare_evalsha"] = {
+                    "median": statistics.median(bare_rates),
+                    "runs": bare_rates,
+                    "bare_first": bare_first,
+                }
+                out[f"{mode}_paired_ratios"] = {"median": statistics.median(ratios), "runs": ratios}
     if not lib.is_async:
         out["concurrent"] = {"unsupported": "synchronous library"}
     return out
@@ -370,6 +397,23 @@ def peer_table(results: dict[str, Any], cfg: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def paired_lines(results: dict[str, Any]) -> str:
+    """Under the W1-W3 table: the bare EVALSHA rate measured beside each W1 single run."""
+    lines = []
+    for name, res in results.items():
+        W1 = res.get("W1") or {}
+        bare, ratios = W1.get("single_bare_evalsha"), W1.get("single_paired_ratios")
+        if not (bare and ratios and "median" in (W1.get("single") or {})):
+            continue
+        runs = ", ".join(f"{x:.2f}" for x in ratios["runs"])
+        lines.append(
+            f"- {name} W1 single {W1['single']['median']:,.0f} jobs/s; a bare redis-py EVALSHA "
+            f"`return 1` round trip timed beside it in the same producer process (order alternating): "
+            f"{bare['median']:,.0f}/s, {ratios['median']:.2f}x (runs: {runs})"
+        )
+    return "\n".join(lines)
+
+
 def brief(text: str) -> str:
     """The gist of an error: its last line (a traceback's exception), shortened."""
     lines = [x.strip() for x in str(text).strip().splitlines() if x.strip()]
@@ -488,10 +532,13 @@ def main() -> None:
                 report["libraries"][name] = res
                 save(report, stamp)
             table = peer_table(report["libraries"], cfg)
+            paired = paired_lines(report["libraries"])
             notes = notes_table(report["libraries"])
             sections.append(
                 f"### W1-W3: every library ({cfg.n:,} jobs, median of {cfg.runs}; jobs/s unless ms)\n\n"
-                f"{machine_line(server_version)}\n\n{table}\n" + (f"\n{notes}\n" if notes else "")
+                f"{machine_line(server_version)}\n\n{table}\n"
+                + (f"\n{paired}\n" if paired else "")
+                + (f"\n{notes}\n" if notes else "")
             )
         venturi_workloads = [w for w in cfg.workloads if w in ("W4", "W5", "W6", "W7", "W8")]
         if venturi_workloads and "venturi" in cfg.libs:

@@ -635,15 +635,21 @@ def targets(report: dict[str, Any]) -> str:
                     verdict(single > top),
                 )
             )
-        if "evalsha_return_1" in w8:
-            rt = w8["evalsha_return_1"]["median"]
-            rows.append(
-                (
-                    "W1 single enqueue within 1.3x of a bare EVALSHA round trip",
-                    f"{rt:,.0f} / {single:,.0f} = {rt / single:.2f}x",
-                    verdict(rt / single <= 1.3),
-                )
-            )
+        # The reference measured beside W1 single in its own process (run.py's w1)
+        # decides; W8's, taken up to half an hour later, is shown for information.
+        # Without the paired figures (an older result) W8's decides, as before.
+        paired = cell("venturi", "W1", "single_paired_ratios")
+        rt = (w8.get("evalsha_return_1") or {}).get("median")
+        later = f"{rt:,.0f} / {single:,.0f} = {rt / single:.2f}x" if rt else ""
+        target = "W1 single enqueue within 1.3x of a bare EVALSHA round trip"
+        if paired is not None:
+            runs = ", ".join(f"{x:.2f}" for x in ven["W1"]["single_paired_ratios"]["runs"])
+            measured = f"{paired:.2f}x paired in W1's process (runs: {runs})"
+            if later:
+                measured += f"; {later} against W8's bare EVALSHA measured later"
+            rows.append((target, measured, verdict(paired <= 1.3)))
+        elif rt:
+            rows.append((target, later, verdict(rt / single <= 1.3)))
     bulk = cell("venturi", "W1", "bulk")
     if bulk:
         pb2 = [(cell(p, "W1", "bulk"), p) for p in peers]

@@ -17,6 +17,11 @@ Actions:
     latency   enqueue ``n`` jobs paced at ``--rate`` per second, each carrying
               ``t = time.time()`` taken just before its enqueue call.
 
+``--bare-evalsha after|before`` (venturi's W1 single only, see
+``time_single_paired``): the enqueue action also times ``n`` bare redis-py
+``EVALSHA`` round trips of ``return 1`` in the same process, right after or
+right before its own loop, and adds ``bare_evalsha_seconds`` to the result.
+
 The handler work is identical for every library: one INCR (plus an RPUSH in
 the latency workload), from a client of the adapter's own.
 """
@@ -53,6 +58,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="incr",
         choices=["incr", "empty"],
         help="worker: 'empty' counts in-process instead of INCRing (venturi's W8 only)",
+    )
+    p.add_argument(
+        "--bare-evalsha",
+        default="off",
+        choices=["off", "after", "before"],
+        help="enqueue --mode single: also time n bare EVALSHA `return 1` round trips in this "
+        "process, after or before the enqueue loop (venturi's W1 only)",
     )
     return p.parse_args(argv)
 
@@ -188,6 +200,51 @@ async def time_async(
         for s in range(0, n, bulk_size):
             await bulk(range(s, min(s + bulk_size, n)))
     emit({"seconds": time.perf_counter() - t0, "n": n})
+
+
+async def time_single_paired(
+    url: str, n: int, single: Callable[[int], Awaitable[Any]], bare: str, warmup: int = 200
+) -> None:
+    """W1 single, and its reference measured beside it; emit both.
+
+    The reference is ``n`` sequential ``EVALSHA`` of the script ``return 1``
+    from a plain ``redis.asyncio`` client (hiredis where installed), the
+    round trip the enqueue is compared with. Both loops run in this process,
+    one right after the other (``bare`` = "after" or "before" the enqueue
+    loop; the runner alternates it across runs), so that the machine's speed,
+    which drifts over minutes, is the same for the two figures. The bare loop
+    gets ``warmup`` untimed calls first (its connection opened, the script
+    loaded); the enqueue loop gets none, as in every library's W1, so any
+    set-up it pays counts against venturi.
+    """
+    import redis.asyncio as aioredis
+
+    r = aioredis.Redis.from_url(url)
+
+    async def enqueues() -> float:
+        t0 = time.perf_counter()
+        for i in range(n):
+            await single(i)
+        return time.perf_counter() - t0
+
+    async def round_trips(count: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(count):
+            await r.evalsha(sha, 0)
+        return time.perf_counter() - t0
+
+    try:
+        sha = await r.script_load("return 1")
+        await round_trips(warmup)
+        if bare == "before":
+            bare_seconds = await round_trips(n)
+            seconds = await enqueues()
+        else:
+            seconds = await enqueues()
+            bare_seconds = await round_trips(n)
+    finally:
+        await r.aclose()
+    emit({"seconds": seconds, "n": n, "bare_evalsha_seconds": bare_seconds, "bare": bare})
 
 
 _SYNC_REC: SyncRecorder | None = None

@@ -70,7 +70,10 @@ async def main(a: Any) -> None:
             async def bulk(r: range) -> None:
                 await q.enqueue_many([Noop(i=i) for i in r])
 
-            await c.time_async(a.mode, a.n, single, bulk, a.chunk, a.bulk_size)
+            if a.mode == "single" and a.bare_evalsha != "off":
+                await c.time_single_paired(a.url, a.n, single, a.bare_evalsha)
+            else:
+                await c.time_async(a.mode, a.n, single, bulk, a.chunk, a.bulk_size)
         elif a.action == "fill":
             for s in range(0, a.n, 1000):
                 await q.enqueue_many([Noop(i=i) for i in range(s, min(s + 1000, a.n))])
