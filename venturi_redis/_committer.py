@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -20,12 +20,6 @@ _COMPLETE_BATCH = 200
 # turns (in-process drain at concurrency 100: about +15%, benchmarks/README.md).
 _IN_FLIGHT = 2
 _Call = tuple[str, list[str], list[ScriptArg]]
-
-
-@dataclass(eq=False, slots=True)
-class _Reply:
-    done: anyio.Event = field(default_factory=anyio.Event)
-    value: Any = None
 
 
 class _Committer:
@@ -48,18 +42,18 @@ class _Committer:
     def __init__(self, client: Any) -> None:
         self.client = client
         self._calls: list[tuple[str, Any]] = []
-        self._replies: list[_Reply] = []
+        # One future per call, resolved by the sender with the call's reply.
+        # A bare asyncio future, not an anyio.Event plus a value: this is per
+        # transition, and the worker runs on asyncio anyway (redis.asyncio).
+        self._replies: list[asyncio.Future[Any]] = []
         self._kick = anyio.Event()
 
     async def _submit(self, kind: str, call: Any) -> Any:
-        reply = _Reply()
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls.append((kind, call))
         self._replies.append(reply)
         self._kick.set()
-        await reply.done.wait()
-        if isinstance(reply.value, BaseException):
-            raise reply.value
-        return reply.value
+        return await reply
 
     async def submit(self, name: str, keys: list[str], args: list[ScriptArg]) -> Any:
         """Run one script in the next round trip: its reply, or its error raised."""
@@ -138,5 +132,9 @@ class _Committer:
                 if sub is not None and not isinstance(value, BaseException):
                     one = value[sub]
                     value = [1] if one == 1 else [0, one]
-                reply.value = value
-                reply.done.set()
+                if reply.done():
+                    continue  # its waiter was cancelled
+                if isinstance(value, BaseException):
+                    reply.set_exception(value)
+                else:
+                    reply.set_result(value)

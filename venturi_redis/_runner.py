@@ -8,6 +8,7 @@ loop blocks on the queue's wake list with the next claim pipelined behind
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -129,39 +130,49 @@ def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
 
 
 class _Inbox:
-    """Claimed jobs waiting for a slot task: a FIFO that wakes one waiter per job."""
+    """Claimed jobs waiting for a slot task: a FIFO that wakes one waiter per job.
+
+    A waiter is a bare asyncio future (a wake-up per job; the worker runs on
+    asyncio, as redis.asyncio does).
+    """
 
     __slots__ = ("_closed", "_items", "_waiters")
 
     def __init__(self) -> None:
         self._items: deque[_Job] = deque()
-        self._waiters: deque[anyio.Event] = deque()
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def put(self, job: _Job) -> None:
         self._items.append(job)
-        if self._waiters:
-            self._waiters.popleft().set()
+        self._wake_one()
 
     def close(self) -> None:
         """No more jobs: every waiter gets None once the queued jobs are taken."""
         self._closed = True
         while self._waiters:
-            self._waiters.popleft().set()
+            self._wake_one()
 
     async def get(self) -> _Job | None:
         while not self._items:
             if self._closed:
                 return None
-            woken = anyio.Event()
+            woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append(woken)
             try:
-                await woken.wait()
+                await woken
             except BaseException:
                 if woken in self._waiters:
                     self._waiters.remove(woken)
-                elif self._items and self._waiters:
-                    self._waiters.popleft().set()  # we were handed a job: pass the wake-up on
+                elif self._items:
+                    self._wake_one()  # we were handed a job: pass the wake-up on
                 raise
         return self._items.popleft()
 
