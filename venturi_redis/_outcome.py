@@ -36,6 +36,8 @@ class Outcome:
     @classmethod
     def completed(cls, *, result: Any = UNSET) -> Outcome:
         """The job is done; ``result`` (any pydantic-serializable value) is stored with it."""
+        if result is UNSET and cls is Outcome:
+            return _COMPLETED  # immutable, so one is enough: the most common outcome costs nothing
         return cls("completed", result=result)
 
     @classmethod
@@ -64,3 +66,6 @@ class Outcome:
         ``queue.get(job_id).output`` while the job waits.
         """
         return cls("suspend", note=note, output=output)
+
+
+_COMPLETED = Outcome("completed")
