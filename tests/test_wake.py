@@ -197,3 +197,46 @@ async def test_in_durable_mode_an_idle_worker_is_woken_and_its_claim_waits_for_t
             assert time.monotonic() - stop < 2.0  # the stop tokens cut the BLPOP short
             assert state["ran"] == ["durable"]
             assert not await c.redis.exists(q.keys.wake_stop(worker.id))
+
+
+async def test_a_job_claimed_while_idle_starts_before_the_next_idle_claim(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pickup latency: the slot task runs the handler first; arming the next
+    BLPOP and claim (or, without one, the next wait) comes after it."""
+    from venturi_redis import _runner
+
+    order: list[str] = []
+    real_idle_claim = _runner._Runner.idle_claim
+
+    async def idle_claim(self: Any, want: int, seconds: float) -> Any:
+        order.append("idle claim")
+        return await real_idle_claim(self, want, seconds)
+
+    monkeypatch.setattr(_runner._Runner, "idle_claim", idle_claim)
+
+    class Mark(vr.Task):
+        KIND: ClassVar[str] = "wake.mark"
+
+    class MarkJob(Mark, vr.Handler[Any]):
+        async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+            order.append("handler")
+            return vr.Outcome.completed()
+
+    worker = make_worker(queue, MarkJob, poll_interval=5)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(10):
+            while "idle claim" not in order:  # the worker is idle, waiting for a wake-up
+                await anyio.sleep(0.01)
+            job_id = await queue.enqueue(Mark())
+            while len(order) < 3:
+                await anyio.sleep(0.01)
+            await wait_done(queue, job_id)
+        worker.shutdown()
+    assert order[:3] == ["idle claim", "handler", "idle claim"]
+
+
+async def wait_done(queue: vr.Queue, job_id: str) -> None:
+    while (info := await queue.get(job_id)) is None or info.state != vr.JobState.COMPLETED:
+        await anyio.sleep(0.01)

@@ -245,12 +245,16 @@ class _Runner:
         Redis Cluster and in durable mode (whose claims must be followed by
         WAIT) the BLPOP goes through the client and the claim follows it.
 
-        Returns None when ``interrupt`` cut the wait short and nothing was claimed.
+        The claimed jobs are handed to the slot tasks here, the moment the
+        reply is in. Returns None when ``interrupt`` cut the wait short and
+        nothing was claimed.
         """
         block = min(seconds, self.worker.idle_block)
         if block < _MIN_BLOCK:
             await self._wait(block)
-            return await self.claim(want)
+            got = await self.claim(want)
+            self._dispatch(got[2])
+            return got
         interrupted = False
         result: tuple[int, int, list[_Job]] | None = None
 
@@ -270,6 +274,10 @@ class _Runner:
                         result = await self._armed_claim(want, block)
                     else:
                         result = await self._blpop_then_claim(want, block)
+                    if result is not None:
+                        # Now, not after the task group is torn down (a
+                        # loop iteration or two): the handlers start sooner.
+                        self._dispatch(result[2])
                 except Exception as exc:  # noqa: BLE001 - re-raised below, not as an ExceptionGroup
                     error = exc
                 finally:
@@ -394,8 +402,9 @@ class _Runner:
             try:
                 if idle_for is None:
                     now, nxt, jobs = await self.claim(want)
+                    self._dispatch(jobs)
                 else:
-                    got = await self.idle_claim(want, idle_for)
+                    got = await self.idle_claim(want, idle_for)  # its jobs are dispatched
                     idle_for = None
                     if got is None:
                         continue
@@ -408,21 +417,30 @@ class _Runner:
                 await self._wait(delay)
                 idle_for = None
                 continue
-            for job in jobs:
-                self.active[job.id] = job
-                job.runner, job.holds_slot = self, True
-                self.busy += 1
-                if w.observer is not None:
-                    w.observer.job_claimed(self.queue.name, w._kind_label(job.kind))
-                self.inbox.put(job)
             if len(jobs) == want:
                 continue
+            if jobs:
+                # Going idle with jobs just handed out: let their slot tasks
+                # start the handlers before this loop spends its time arming
+                # the next idle claim (pickup latency, W3 in benchmarks/).
+                await anyio.lowlevel.checkpoint()
             if until_idle and not self.active and await self.queue.is_drained():
                 self.idle = True
                 return
             idle_for = w.poll_interval
             if nxt > 0:
                 idle_for = min(idle_for, max(0.0, (nxt - now) / 1000))
+
+    def _dispatch(self, jobs: list[_Job]) -> None:
+        """Hand claimed jobs to the slot tasks; each holds a slot until its handler is done."""
+        w = self.worker
+        for job in jobs:
+            self.active[job.id] = job
+            job.runner, job.holds_slot = self, True
+            self.busy += 1
+            if w.observer is not None:
+                w.observer.job_claimed(self.queue.name, w._kind_label(job.kind))
+            self.inbox.put(job)
 
     async def _wait(self, seconds: float | None) -> None:
         with anyio.move_on_after(seconds if seconds is not None else math.inf):
