@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 import venturi_redis as vr
-from tests.helpers import claim_raw, make_worker
+from tests.helpers import claim_raw, make_worker, run_until_event
 from tests.tasks import Echo
 from venturi_redis._records import JournalEntry, enqueued_entry
 
@@ -278,16 +278,6 @@ async def test_compacting_keeps_a_journal_ttl(backend: str, queue: vr.Queue) -> 
     assert 590_000 < await r.pttl(key) <= 600_000
 
 
-async def run_until(queue: vr.Queue, job_id: str, event: str) -> None:
-    worker = make_worker(queue, ParkingJob)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(worker.run)
-        with anyio.fail_after(10):
-            while event not in [e.event for e in await stream(queue, job_id)]:
-                await anyio.sleep(0.02)
-        worker.shutdown()
-
-
 @pytest.mark.parametrize("op", ["cancel", "merge", "reclaim", "resume", "retry"])
 async def test_an_operator_transition_keeps_a_compact_journal(backend: str, queue: vr.Queue, op: str) -> None:
     """The transitions a worker does not make compact the journal too."""
@@ -309,12 +299,12 @@ async def test_an_operator_transition_keeps_a_compact_journal(backend: str, queu
         last = "lease_expired"
     elif op == "resume":
         job_id = await queue.enqueue(Parking(how="suspend"))
-        await run_until(queue, job_id, "suspended")
+        await run_until_event(queue, job_id, "suspended", ParkingJob)
         assert await queue.resume(job_id, 1) == 1
         last = "resumed"
     else:
         job_id = await queue.enqueue(Parking(how="dead"))
-        await run_until(queue, job_id, "dead")
+        await run_until_event(queue, job_id, "dead", ParkingJob)
         assert await queue.retry(job_id)
         last = "retried"
     assert [e.event for e in await stream(queue, job_id)][-1] == last
