@@ -6,8 +6,15 @@ never see each other's keys and could run in parallel.
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import os
+import sys
+import threading
+import traceback
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -72,3 +79,46 @@ def queue_name() -> str:
 @pytest.fixture
 def queue(client: vr.Client, queue_name: str) -> vr.Queue:
     return client.queue(queue_name)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool:
+    """On a test's timeout, print every thread's and every asyncio task's stack, then exit.
+
+    pytest-timeout's own signal method raises inside whatever runs when the
+    alarm fires: inside a task, that only fails the task, and a test stuck in
+    its teardown hangs on (it did once, and the run had to be killed).
+    Exiting is loud and ends the run; the task stacks say where it hung.
+    """
+    timer = threading.Timer(settings.timeout, _dump_and_exit, args=(item, settings.timeout))
+    timer.daemon = True
+    timer.start()
+    item.cancel_timeout = timer.cancel  # type: ignore[attr-defined]  # pytest-timeout's cancel hook reads it
+    return True
+
+
+def _dump_and_exit(item: pytest.Item, timeout: float) -> None:
+    capman = item.config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:  # what the test printed, then the stacks, on the real stderr
+        capman.suspend_global_capture(in_=True)
+        captured_out, captured_err = capman.read_global_capture()
+        sys.stderr.write(captured_out + captured_err)
+    out = sys.stderr
+    print(f"\n+++ Timeout: {item.nodeid} ran over {timeout:g}s +++", file=out)
+    for ident, frame in sys._current_frames().items():
+        if ident != threading.get_ident():
+            print(f"--- thread {ident} ---", file=out)
+            traceback.print_stack(frame, file=out)
+    for obj in gc.get_objects():
+        if isinstance(obj, asyncio.Task) and not obj.done():
+            print(f"--- {obj.get_name()} ---", file=out)
+            # Task.print_stack shows only the outermost frame: follow the awaits down.
+            coro: Any = obj.get_coro()
+            while coro is not None:
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                if frame is not None:
+                    code = frame.f_code
+                    print(f"  {code.co_filename}:{frame.f_lineno} in {code.co_name}", file=out)
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    out.flush()
+    os._exit(1)
