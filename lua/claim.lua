@@ -34,6 +34,7 @@
 
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
+local now_s = str(now)
 local want = tonumber(ARGV[3])
 local worker = ARGV[4]
 local default_lease = tonumber(ARGV[6])
@@ -88,11 +89,12 @@ for level = 1, 4 do
         'failures', 'lease_ms', 'priority', 'max_failures', 'resume_input', 'dedup', 'state',
         'cancel_requested', 'created_at', 'eligible_at')
       local journal_key = prefix .. 'journal:' .. id
+      local first = nil
       if f[1] and f[11] == 'pending' then
         -- A job claimed (or cancelled) for the first time gets the `enqueued`
         -- entry enqueue did not write, before any write to its hash, so the
-        -- history returned below starts with it.
-        materialize(job_key, journal_key, {f[13], f[7], f[14]})
+        -- history returned below starts with it (and is only that entry).
+        first = materialize(job_key, journal_key, {f[13], f[7], f[14]})
       end
       -- A pending id whose hash is gone or not pending (removed by hand) is dropped.
       if f[1] and f[11] == 'pending' and f[12] then
@@ -110,16 +112,17 @@ for level = 1, 4 do
       elseif f[1] and f[11] == 'pending' then
         n = n + 1
         local run = (tonumber(f[4]) or 0) + 1
+        local run_s = str(run)
         local lease = tonumber(f[6]) or default_lease
-        local token = ARGV[5] .. '.' .. n
-        local expires = now + lease
-        local history = redis.call('XRANGE', journal_key, '-', '+')
-        redis.call('HSET', job_key, 'state', 'running', 'run_count', run,
-          'lease_owner', worker, 'lease_token', token, 'lease_expires', expires,
-          'updated_at', now)
-        redis.call('ZADD', KEYS[5], expires, id)
+        local token = ARGV[5] .. '.' .. str(n)
+        local expires_s = str(now + lease)
+        local history = first and {first} or redis.call('XRANGE', journal_key, '-', '+')
+        redis.call('HSET', job_key, 'state', 'running', 'run_count', run_s,
+          'lease_owner', worker, 'lease_token', token, 'lease_expires', expires_s,
+          'updated_at', now_s)
+        redis.call('ZADD', KEYS[5], expires_s, id)
         unindex(KEYS[6], f[10], id)
-        journal(journal_key, now, 'claimed', run, nil, nil, {'worker', worker})
+        journal(journal_key, now_s, 'claimed', run_s, nil, nil, {'worker', worker})
         local o = #out
         out[o + 1] = id
         out[o + 2] = f[1]

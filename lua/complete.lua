@@ -22,6 +22,7 @@
 
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
+local now_s = str(now)
 local n = tonumber(ARGV[3])
 local out = {}
 for i = 0, n - 1 do
@@ -29,18 +30,18 @@ for i = 0, n - 1 do
   local id, token, note, attachment, carry, result =
     ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
   local job_key, journal_key = prefix .. 'job:' .. id, prefix .. 'journal:' .. id
-  local refused, run = check_owner(job_key, journal_key, token, 'complete', now)
+  local refused, run = check_owner(job_key, journal_key, token, 'complete', now_s)
   if refused then
     out[#out + 1] = refused
   else
     redis.call('ZREM', KEYS[1], id)
     redis.call('HSET', job_key, 'state', 'completed', 'note', note,
-      'finished_at', now, 'updated_at', now, 'lease_token', '', 'lease_expires', '')
+      'finished_at', now_s, 'updated_at', now_s, 'lease_token', '', 'lease_expires', '')
     set_blob(job_key, 'attachment', attachment)
     if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
     set_blob(job_key, 'result', result)
-    redis.call('ZADD', KEYS[2], now, id)
-    journal(journal_key, now, 'completed', run, note, attachment)
+    redis.call('ZADD', KEYS[2], now_s, id)
+    journal(journal_key, now_s, 'completed', run, note, attachment)
     compact_journal(journal_key)
     offload_settle(prefix, job_key, id, 'completed', result, nil, now)
     out[#out + 1] = 1

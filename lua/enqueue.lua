@@ -29,6 +29,7 @@
 -- @include offload.lua
 
 local now = now_ms(ARGV[1])
+local now_s = str(now)
 local n = tonumber(ARGV[3])
 local force = ARGV[4] == 'force'
 local with_offload = #KEYS == 1 + 4 * n
@@ -50,16 +51,16 @@ for i = 0, n - 1 do
     end
   end
   if holder == '' then
-    local eligible = now + delay
+    local eligible_s = delay == 0 and now_s or str(now + delay)
     redis.call('HSET', job_key,
       'id', id, 'kind', kind, 'state', 'pending', 'priority', priority,
-      'run_count', 0, 'failures', 0, 'eligible_at', eligible,
-      'created_at', now, 'updated_at', now, 'payload', payload)
+      'run_count', '0', 'failures', '0', 'eligible_at', eligible_s,
+      'created_at', now_s, 'updated_at', now_s, 'payload', payload)
     if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
     if lease ~= '' then redis.call('HSET', job_key, 'lease_ms', lease) end
     if maxf ~= '' then redis.call('HSET', job_key, 'max_failures', maxf) end
     if field ~= '' then redis.call('HSET', job_key, 'dedup', field) end
-    redis.call('ZADD', pending_key, eligible, id)
+    redis.call('ZADD', pending_key, eligible_s, id)
     if with_offload then
       local o = 5 + 9 * n + 2 * i
       offload_pending(KEYS[2 + 3 * n + i], job_key, id, kind, ARGV[o], ARGV[o + 1], now)

@@ -1,0 +1,132 @@
+"""Redis's own cost per job, in instructions: repeatable on a noisy machine.
+
+Usage (from the repository root; needs valgrind)::
+
+    .venv/bin/python benchmarks/redis_cost.py [--n 2000] [--batch 100] [--root PATH]
+
+Starts ``redis-server`` under ``valgrind --tool=callgrind`` and drives the
+Lua scripts bare, as W8 does (``benchmarks/venturi_only.py``, ``Raw``):
+``n`` single enqueues, then a drain in batches of ``batch`` (one claim, then
+per round trip complete.lua over the claimed jobs and the next claim). The
+counters are zeroed before each phase and dumped after it, and the figure is
+the server's instructions per job in that phase: event loop, parsing, Lua and
+the commands the scripts call, everything Redis does for the job.
+
+Wall-clock time on this machine drifts by half within minutes; an
+instruction count of the same command sequence varies by ~0.1% between runs.
+``--root`` takes the scripts from another checkout (``git worktree add``),
+for an A/B of a Lua change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import redis.exceptions
+
+HERE = Path(__file__).resolve().parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _total(path: Path) -> int:
+    m = re.search(r"^(?:summary|totals):\s+(\d+)", path.read_text(), re.M)
+    if m is None:
+        raise RuntimeError(f"no instruction total in {path}")
+    return int(m.group(1))
+
+
+async def measure(port: int, pid: int, out: Path, n: int, batch: int) -> dict[str, int]:
+    """Drive the server on ``port`` (callgrind's pid ``pid``, dumping to ``out``)."""
+    from venturi_only import Raw
+
+    from venturi_redis._ids import new_job_id
+
+    async def control(flag: str) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            "callgrind_control",
+            flag,
+            str(pid),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        if await proc.wait() != 0:
+            raise RuntimeError(f"callgrind_control {flag} {pid} failed")
+
+    raw = Raw(f"redis://127.0.0.1:{port}")
+    try:
+        for _ in range(300):  # valgrind takes a few seconds to start the server
+            try:
+                await raw.r.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                await asyncio.sleep(0.1)
+        await raw.load()
+        ids = [new_job_id() for _ in range(n)]
+        await control("-z")
+        for job_id in ids:
+            await raw.enqueue([job_id])
+        await control("-d")  # dump 1: the enqueues
+        await control("-z")
+        jobs = await raw.claim(batch)
+        done = 0
+        while jobs:
+            pipe = raw.r.pipeline(transaction=False)
+            raw.complete_call(pipe, jobs)
+            raw.claim_call(pipe, batch)
+            _, reply = await pipe.execute()
+            done += len(jobs)
+            jobs = raw.parse_claim(reply)
+        await control("-d")  # dump 2: the drain
+    finally:
+        await raw.aclose()
+    if done != n:
+        raise RuntimeError(f"drained {done} of {n} jobs")
+    return {"enqueue": _total(Path(f"{out}.1")) // n, "drain": _total(Path(f"{out}.2")) // n}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=2000, help="jobs (default 2000)")
+    ap.add_argument("--batch", type=int, default=100, help="claim batch (default 100)")
+    ap.add_argument("--root", type=Path, default=HERE.parent, help="checkout whose scripts to drive")
+    a = ap.parse_args()
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(a.root.resolve()))
+    import venturi_redis
+
+    if not Path(venturi_redis.__file__).resolve().is_relative_to(a.root.resolve()):
+        raise SystemExit(f"venturi_redis came from {venturi_redis.__file__}, not from {a.root}")
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cg"
+        valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        server = subprocess.Popen(
+            [*valgrind, "redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            got = asyncio.run(measure(port, server.pid, out, a.n, a.batch))
+        finally:
+            server.terminate()
+            server.wait()
+    print(
+        f"{a.root}: Redis instructions per job: single enqueue {got['enqueue']:,}; "
+        f"claim + complete (batch {a.batch}) {got['drain']:,}"
+    )
+
+
+if __name__ == "__main__":
+    main()
