@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Any, ClassVar
 
 import anyio
+import anyio.lowlevel
 import pytest
 from pydantic import BaseModel
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ResponseError
 
 import venturi_redis as vr
 from tests.helpers import events, run_until_event
+from venturi_redis._codec import pack_model
+from venturi_redis._fastpack import FastPackConnection
 from venturi_redis._keys import dedup_field
 
 pytestmark = pytest.mark.anyio
@@ -389,3 +397,162 @@ async def test_merge_after_a_script_flush_asks_merge_once(client: vr.Client, que
     info = await queue.get(first)
     assert info is not None and info.payload["n"] == 2
     assert (await events(queue, first))[-1] == "merged"
+
+
+# -- the wire: round trips, WATCH, connections left behind --------------------------------------
+
+
+def _command_names(packed: Any) -> list[str]:
+    """The command names in one write (RESP arrays of bulk strings)."""
+    data = packed if isinstance(packed, bytes) else b"".join(bytes(part) for part in packed)
+    names, i = [], 0
+    while i < len(data):
+        end = data.index(b"\r\n", i)
+        count, i = int(data[i + 1 : end]), end + 2
+        for n in range(count):
+            end = data.index(b"\r\n", i)
+            size, i = int(data[i + 1 : end]), end + 2
+            if n == 0:
+                names.append(data[i : i + size].decode().upper())
+            i += size + 2
+    return names
+
+
+class Wire:
+    """Records every write a connection sends: the connection and the commands in it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.writes: list[tuple[AbstractConnection, list[str]]] = []
+        self._hook: Callable[[], Awaitable[None]] | None = None
+        for cls in (AbstractConnection, FastPackConnection):
+            monkeypatch.setattr(cls, "send_packed_command", self._recording(cls.send_packed_command))
+
+    def names(self) -> list[list[str]]:
+        return [names for _, names in self.writes]
+
+    def watched(self) -> list[AbstractConnection]:
+        return [conn for conn, names in self.writes if names[0] == "WATCH"]
+
+    def once_after_watch_reply(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Await ``hook`` once, just after the next WATCH's reply is read (before any reply behind it)."""
+        self._hook = hook
+
+    def _recording(self, original: Any) -> Any:
+        async def send_packed_command(conn: AbstractConnection, command: Any, *args: Any, **kw: Any) -> Any:
+            # Once per write: a subclass's send may call its base class's.
+            if type(conn).send_packed_command is send_packed_command:
+                names = _command_names(command)
+                self.writes.append((conn, names))
+                if names[0] == "WATCH" and self._hook is not None:
+                    self._hook_next_read(conn, self._hook)
+                    self._hook = None
+            return await original(conn, command, *args, **kw)
+
+        return send_packed_command
+
+    @staticmethod
+    def _hook_next_read(conn: AbstractConnection, hook: Callable[[], Awaitable[None]]) -> None:
+        read_response = conn.read_response
+
+        async def read_then_hook(*args: Any, **kw: Any) -> Any:
+            del conn.read_response
+            reply = await read_response(*args, **kw)
+            await hook()
+            return reply
+
+        conn.read_response = read_then_hook  # type: ignore[method-assign]
+
+
+async def test_a_merge_is_three_round_trips_with_watch_first(
+    queue: vr.Queue, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The enqueue script, WATCH with both reads, MULTI/EXEC (redis-py's own path on a cluster)."""
+    a = await queue.enqueue(Count(key="k"), carry=Tally(n=1))
+    assert await queue.enqueue(Count(key="k"), carry=Tally(n=1)) == a  # connections made, scripts loaded
+    wire = Wire(monkeypatch)
+    assert await queue.enqueue(Count(key="k"), carry=Tally(n=1)) == a
+    watch_and_reads = (
+        [["WATCH"], ["HGETALL"], ["XRANGE"]] if backend == "cluster" else [["WATCH", "HGETALL", "XRANGE"]]
+    )
+    assert wire.names() == [["EVALSHA"], *watch_and_reads, ["MULTI", "EVALSHA", "EXEC"]]
+    # WATCH, the reads and MULTI/EXEC share one connection: that is what makes EXEC see a change.
+    assert len({id(conn) for conn, _ in wire.writes[1:]}) == 1
+    assert (await queue.get(a)).carry == {"n": 3}  # type: ignore[union-attr]
+
+
+def _with_another_client(url: str, work: Callable[[vr.Client], Awaitable[None]]) -> None:
+    """Run ``work`` on a client of its own, on a thread of its own, and wait for it."""
+
+    async def main() -> None:
+        other = vr.Client.from_url(url)
+        try:
+            await work(other)
+        finally:
+            await other.aclose()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(anyio.run, main).result()
+
+
+async def test_a_change_between_the_reads_and_exec_makes_the_merge_retry(queue: vr.Queue, url: str) -> None:
+    seen: list[int] = []
+
+    class Racy(Count):
+        KIND: ClassVar[str] = "count"
+
+        def merge(self, existing: vr.Pending[Count, Tally]) -> vr.Merge[Count, Tally]:
+            seen.append(existing.carry.n)
+            if len(seen) == 1:
+                # Another producer's merge lands after our reads, before our EXEC.
+                async def bump(other: vr.Client) -> None:
+                    await other.redis.hset(queue.keys.job(existing.job_id), "carry", pack_model(Tally(n=10)))
+
+                _with_another_client(url, bump)
+            return super().merge(existing)
+
+    a = await queue.enqueue(Count(key="k"))
+    # merge.lua loaded: a NOSCRIPT retry would re-check the hash and hide a lost WATCH.
+    assert await queue.enqueue(Count(key="k")) == a
+    assert await queue.enqueue(Racy(key="k")) == a
+    assert seen == [1, 10]  # the first decision was not applied; the second saw the change
+    assert (await queue.get(a)).carry == {"n": 11}  # type: ignore[union-attr]
+    assert await events(queue, a) == ["enqueued", "merged", "merged"]
+
+
+@pytest.mark.parametrize("interruption", ["cancelled", "error reply"])
+async def test_a_merge_interrupted_between_two_replies_leaves_none_unread(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch, interruption: str
+) -> None:
+    a = await queue.enqueue(Count(key="k"), carry=Tally(n=1))
+    wire = Wire(monkeypatch)
+    error_reply = interruption == "error reply"
+    expected = pytest.raises(ResponseError, match="NOPERM") if error_reply else nullcontext()
+    with anyio.CancelScope() as scope, expected:
+
+        async def interrupt() -> None:
+            # Here the replies to the reads are still unread.
+            if error_reply:
+                raise ResponseError("NOPERM (injected)")
+            scope.cancel()
+            await anyio.lowlevel.checkpoint()
+
+        wire.once_after_watch_reply(interrupt)
+        await queue.enqueue(Count(key="k"), carry=Tally(n=1))
+    info = await queue.get(a)
+    assert info is not None and info.carry == {"n": 1}  # nothing applied
+    # The connection it used, taken as it is (as a pool that did not check would hand it
+    # out): the next reply read on it is the next command's, not a leftover.
+    (conn,) = wire.watched()
+    await conn.send_command("PING")
+    assert await conn.read_response() == b"PONG"
+    assert await queue.enqueue(Count(key="k"), carry=Tally(n=1)) == a
+    assert (await queue.get(a)).carry == {"n": 2}  # type: ignore[union-attr]
+
+
+async def test_a_merge_that_applies_nothing_leaves_no_watch_behind(queue: vr.Queue) -> None:
+    """A stale WATCH on a pooled connection would fail an unrelated MULTI/EXEC later."""
+    a = await queue.enqueue(Refresh(feed_id="f", urls=["u1"]))
+    b = await queue.enqueue(Refresh(feed_id="f", urls=["u2"], decision="independent"))
+    assert b != a
+    await queue.client.redis.hset(queue.keys.job(a), "note", "touched")
+    assert await events(queue, a) == ["enqueued"]  # a MULTI/EXEC on the pooled connection

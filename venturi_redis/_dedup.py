@@ -12,14 +12,25 @@ If the job changed in between (claimed, merged by another producer, paused
 back) EXEC fails with a WatchError and the loop re-reads, with a short jittered
 backoff, up to a bound; then a MergeConflictError names the key. A ``merge``
 that raises aborts the enqueue with its own exception and nothing written.
+
+Round trips, on a single Redis and ``memory://``: WATCH and the two reads go
+out in one write on the connection that later sends MULTI/EXEC
+(``_watch_and_read``), so a merge costs three: the enqueue script that finds
+the holder, WATCH + reads, MULTI/EVALSHA/EXEC. Redis runs one connection's
+commands in order, so the WATCH still precedes the reads and any later change
+to the hash fails the EXEC. Redis Cluster keeps redis-py's own path, one round
+trip per WATCH and read (five in all): its transaction pipeline keeps the
+WATCH state (slot, node, connection) in private attributes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError, WatchError
 
 from ._codec import pack_model, text, unpack_model
@@ -66,18 +77,14 @@ async def _try_merge(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
     task_cls = type(task)
     async with client.redis.pipeline(transaction=True) as pipe:
         try:
-            await pipe.watch(job_key)
-            raw = await pipe.hgetall(job_key)
+            raw, entries = await _watch_and_read(
+                pipe, job_key, ("HGETALL", job_key), ("XRANGE", keys.journal(holder), "-", "+")
+            )
             if not raw or raw.get(b"state") != b"pending" or text(raw.get(b"dedup")) != job.dedup:
                 return None  # claimed or replaced under us: the index has moved on
             # No stream yet for a job untouched since enqueue: journal_from
             # gives its `enqueued` entry from the hash just read.
-            journal = LazyJournal(
-                journal_from(
-                    await pipe.xrange(keys.journal(holder)),
-                    [raw.get(name.encode()) for name in ENQUEUED_FIELDS],
-                )
-            )
+            journal = LazyJournal(journal_from(entries, [raw.get(name.encode()) for name in ENQUEUED_FIELDS]))
             existing = unpack_model(task_cls, raw[b"payload"])
             carry_cls = task_cls.carry_type()
             carry = unpack_model(carry_cls, raw[b"carry"]) if raw.get(b"carry") else task_cls.default_carry()
@@ -160,8 +167,7 @@ async def _apply_again(queue: Queue, job_key: str, raw: dict[bytes, bytes], comm
     """Run ``command`` in MULTI if the job hash still equals ``raw``; None if it changed."""
     async with queue.client.redis.pipeline(transaction=True) as pipe:
         try:
-            await pipe.watch(job_key)
-            if await pipe.hgetall(job_key) != raw:
+            if await _watch_and_read(pipe, job_key, ("HGETALL", job_key)) != [raw]:
                 return None
             pipe.multi()
             pipe.execute_command(*command)
@@ -169,3 +175,37 @@ async def _apply_again(queue: Queue, job_key: str, raw: dict[bytes, bytes], comm
         except WatchError:
             return None
     return applied
+
+
+async def _watch_and_read(pipe: Any, key: str, *reads: tuple[str, ...]) -> list[Any]:
+    """WATCH ``key`` on ``pipe``'s connection, then send ``reads`` there; their parsed replies.
+
+    On a ``redis.asyncio`` pipeline (a single Redis, ``memory://``) WATCH and the
+    reads go out in one write: one round trip. ``pipe`` is left as ``watch()``
+    leaves it, its connection pinned and ``watching`` set, so ``multi()`` and
+    ``execute()`` follow on the same connection and ``reset()`` unwatches.
+    """
+    if not isinstance(pipe, Pipeline):
+        # A cluster pipeline: redis-py runs each command as it comes.
+        await pipe.watch(key)
+        return [await pipe.execute_command(*read) for read in reads]
+    pool: Any = pipe.connection_pool
+    try:
+        acquire = pool.get_connection()
+    except TypeError:  # redis-py < 5.3 requires the command's name (later ones warn if given it)
+        acquire = pool.get_connection("WATCH")
+    conn = pipe.connection = await acquire
+    try:
+        await conn.send_packed_command(conn.pack_commands([("WATCH", key), *reads]))
+        # The pipeline's own parse_response: redis-py's reply callbacks (a dict
+        # for HGETALL), and WATCH's reply marks the pipeline as watching.
+        await pipe.parse_response(conn, "WATCH")
+        return [await pipe.parse_response(conn, read[0]) for read in reads]
+    except BaseException:
+        # A reply may be left unread (an error reply, a cancellation): the
+        # connection must not go back to the pool as it is. Closing it also
+        # ends the WATCH, so reset() has nothing to send.
+        pipe.watching = False
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await conn.disconnect()
+        raise
