@@ -24,8 +24,9 @@ example: $(STAMP) ## Run examples/bookmarks.py end to end (REDIS_URL, else the e
 test: $(STAMP) ## Run the whole test suite (starts its own redis-server processes)
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff (lint and format)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP) ## mypy --strict on the package
 	$(BIN)/mypy
