@@ -37,9 +37,13 @@ for i = 0, n - 1 do
     redis.call('ZREM', KEYS[1], id)
     redis.call('HSET', job_key, 'state', 'completed', 'note', note,
       'finished_at', now_s, 'updated_at', now_s, 'lease_token', '', 'lease_expires', '')
-    set_blob(job_key, 'attachment', attachment)
+    if attachment == '' and result == '' then
+      redis.call('HDEL', job_key, 'attachment', 'result')  -- the usual case: one call
+    else
+      set_blob(job_key, 'attachment', attachment)
+      set_blob(job_key, 'result', result)
+    end
     if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
-    set_blob(job_key, 'result', result)
     redis.call('ZADD', KEYS[2], now_s, id)
     journal(journal_key, now_s, 'completed', run, note, attachment)
     compact_journal(journal_key)

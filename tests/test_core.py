@@ -272,6 +272,34 @@ async def test_pause_persists_carry_and_is_not_a_failure(queue: vr.Queue) -> Non
     assert [e.run for e in paused] == [1, 2, 3]
 
 
+class Quiet(vr.Task[Counter]):
+    """Pauses once with an attachment, then completes with none."""
+
+    KIND: ClassVar[str] = "quiet"
+
+
+class QuietJob(Quiet, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[Counter], state: Any) -> vr.Outcome:
+        ctx.carry.n += 1
+        if ctx.carry.n == 1:
+            ctx.set_attachment({"first": True})
+            return vr.Outcome.pause_in(0)
+        return vr.Outcome.completed()
+
+
+async def test_the_hash_keeps_the_latest_runs_attachment_the_journal_every_runs(queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Quiet())
+    await drain(queue, QuietJob)
+    info = await queue.get(job_id)
+    assert info is not None and info.state == vr.JobState.COMPLETED
+    assert (info.attachment, info.result) == (None, None)  # run 2 attached nothing
+    journal = await queue.journal(job_id)
+    assert [(e.event, e.attachment) for e in journal if e.event in ("paused", "completed")] == [
+        ("paused", {"first": True}),
+        ("completed", None),
+    ]
+
+
 async def test_initial_carry(queue: vr.Queue) -> None:
     job_id = await queue.enqueue(Steps(steps=3), carry=Counter(n=2))
     await drain(queue, StepsJob)
