@@ -67,7 +67,10 @@ class RedisServer:
         deadline = time.monotonic() + 10
         while True:
             try:
-                redis.Redis(port=self.port, socket_connect_timeout=0.2).ping()
+                # Closed at once: an unclosed client's socket warns whenever a
+                # later collection finds it, failing whichever test runs then.
+                with redis.Redis(port=self.port, socket_connect_timeout=0.2) as r:
+                    r.ping()
                 return self
             except redis.ConnectionError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -113,13 +113,15 @@ async def test_pause_stops_claims_enqueues_still_land_resume_wakes(queue: vr.Que
 async def test_running_jobs_finish_after_pause(queue: vr.Queue) -> None:
     state: dict[str, Any] = {"started": anyio.Event()}
     jid = await queue.enqueue(Waits())
-    other = await queue.enqueue(Echo(text="x"), delay=0.2)
     worker = make_worker(queue, WaitsJob, EchoJob, state=state, lease=0.3, poll_interval=0.05)
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         with anyio.fail_after(10):
             await state["started"].wait()
         await queue.pause()
+        # Enqueued now, not before the worker started: a slow start would let
+        # the first claim take it too. It comes due while the queue is paused.
+        other = await queue.enqueue(Echo(text="x"), delay=0.2)
         # The running job keeps its lease; cancel it so it ends, while paused.
         assert await queue.cancel(jid) == "requested"
         await wait_state(queue, jid, vr.JobState.CANCELLED)
