@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import subprocess
@@ -293,3 +294,63 @@ async def test_queues_by_name(client: vr.Client, queue_name: str) -> None:
     assert sorted(state["ran"]) == ["a", "b"]
     with pytest.raises(vr.ConfigurationError, match="client"):
         vr.Worker("reports", handle_signals=False)
+
+
+# -- the garbage collector ------------------------------------------------------------------
+
+
+class GcProbe(vr.Task):
+    KIND: ClassVar[str] = "worker.gc_probe"
+
+
+class GcProbeJob(GcProbe, vr.Handler[dict[str, Any]]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: dict[str, Any]) -> vr.Outcome:
+        state["frozen while running"] = gc.get_freeze_count()
+        return vr.Outcome.completed()
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """The process's collector as a test found it, put back whatever the test did."""
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+@pytest.mark.usefixtures("collector")
+async def test_a_running_worker_keeps_the_objects_it_started_with_out_of_full_collections(
+    queue: vr.Queue,
+) -> None:
+    await queue.enqueue(GcProbe())
+    state: dict[str, Any] = {}
+    await drain(queue, GcProbeJob, state=state)
+    assert state["frozen while running"] > 1000  # imports, the test process, the worker itself
+    assert gc.get_freeze_count() == 0  # unfrozen when it stopped
+
+
+@pytest.mark.usefixtures("collector")
+@pytest.mark.parametrize("process", ["freeze_gc=False", "gc disabled", "already frozen"])
+async def test_a_worker_leaves_the_collector_alone_when_told_or_when_the_process_runs_its_own(
+    queue: vr.Queue, process: str
+) -> None:
+    options: dict[str, Any] = {}
+    if process == "freeze_gc=False":
+        options["freeze_gc"] = False
+    elif process == "gc disabled":
+        gc.disable()
+    else:
+        gc.freeze()
+    before = gc.get_freeze_count()
+    await queue.enqueue(GcProbe())
+    state: dict[str, Any] = {}
+    await drain(queue, GcProbeJob, state=state, **options)
+    # Nothing frozen by the worker (frozen objects that die leave the count), nothing unfrozen.
+    assert state["frozen while running"] <= before
+    if process == "already frozen":
+        assert gc.get_freeze_count() > 0
+    else:
+        assert before == state["frozen while running"] == gc.get_freeze_count() == 0
+    assert gc.isenabled() == (process != "gc disabled")

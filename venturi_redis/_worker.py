@@ -23,6 +23,8 @@ a job it no longer owns: its late outcome is refused, journaled and logged.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import math
 import os
@@ -31,7 +33,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
@@ -83,6 +85,20 @@ _OUTCOMES = {
 StateT = TypeVar("StateT", default=None)
 
 
+@contextlib.contextmanager
+def _startup_objects_frozen(enabled: bool) -> Iterator[None]:
+    """``gc.freeze()`` what exists now, for the duration (see ``Worker(freeze_gc=...)``)."""
+    if not enabled or not gc.isenabled() or gc.get_freeze_count():
+        yield  # off, or the process runs its collector its own way
+        return
+    gc.collect()  # what is garbage already is collected, not frozen
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 class Worker(Generic[StateT]):
     """Runs the handlers registered with it on jobs from one or more queues.
 
@@ -119,6 +135,15 @@ class Worker(Generic[StateT]):
             drop jobs). ``False`` skips that check; the version check stays.
         observer: Told of every claim and every finished run (for metrics:
             ``venturi_redis._metrics.PrometheusMetrics``).
+        freeze_gc: While running, keep the objects that existed when the
+            worker started (imports, the application's setup) out of the
+            garbage collector's full collections: ``gc.collect()`` then
+            ``gc.freeze()`` at start, ``gc.unfreeze()`` at the end. A full
+            collection walks every tracked object, and in a worker process
+            that stalled the event loop for 20-30 ms about once per thousand
+            jobs (the tail of pickup latency, docs/design.md). Left alone when
+            the process manages its collector itself (``gc`` disabled, or
+            objects already frozen); ``False`` never touches it.
     """
 
     def __init__(
@@ -141,6 +166,7 @@ class Worker(Generic[StateT]):
         retention: Retention | None = _DEFAULT_RETENTION,
         check_eviction_policy: bool = True,
         observer: WorkerObserver | None = None,
+        freeze_gc: bool = True,
     ) -> None:
         items = [queues] if isinstance(queues, (Queue, ShardedQueue, str)) else list(queues)
         if any(isinstance(q, str) for q in items):
@@ -186,6 +212,7 @@ class Worker(Generic[StateT]):
         self.retention = retention
         self.check_eviction_policy = check_eviction_policy
         self.observer = observer
+        self.freeze_gc = freeze_gc
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._registry: dict[str, type[Any]] = {}
         self._runners = [_Runner(self, q) for q in qs]
@@ -324,33 +351,38 @@ class Worker(Generic[StateT]):
             ", ".join(self.kinds),
         )
         try:
-            async with anyio.create_task_group() as service_tg:
-                service_tg.start_soon(self._lease_keeper)
-                for committer in self._committers.values():
-                    service_tg.start_soon(committer.run)
-                for r in self._runners:
-                    service_tg.start_soon(r.reclaim_loop)
-                if self.handle_signals and threading.current_thread() is threading.main_thread():
-                    service_tg.start_soon(self._signal_watcher)
-                async with anyio.create_task_group() as jobs_tg:
-                    for r in self._runners:
-                        r.inbox = _Inbox()
-                        for _ in range(2 * self.concurrency):
-                            jobs_tg.start_soon(r.slot)
-                    async with anyio.create_task_group() as claim_tg:
-                        for r in self._runners:
-                            claim_tg.start_soon(r.claim_loop, until_idle)
-                    # Claiming has stopped (shutdown, or every queue drained).
-                    for r in self._runners:
-                        r.inbox.close()
-                    await self._drain(jobs_tg)
-                service_tg.cancel_scope.cancel()
+            with _startup_objects_frozen(self.freeze_gc):
+                await self._serve(until_idle)
         finally:
             with anyio.CancelScope(shield=True):
                 for r in self._runners:
                     await r.close()
             self._running = False
             log.info("worker %s stopped", self.id)
+
+    async def _serve(self, until_idle: bool) -> None:
+        """The worker's tasks: services, slot tasks, claim loops; returns once all have stopped."""
+        async with anyio.create_task_group() as service_tg:
+            service_tg.start_soon(self._lease_keeper)
+            for committer in self._committers.values():
+                service_tg.start_soon(committer.run)
+            for r in self._runners:
+                service_tg.start_soon(r.reclaim_loop)
+            if self.handle_signals and threading.current_thread() is threading.main_thread():
+                service_tg.start_soon(self._signal_watcher)
+            async with anyio.create_task_group() as jobs_tg:
+                for r in self._runners:
+                    r.inbox = _Inbox()
+                    for _ in range(2 * self.concurrency):
+                        jobs_tg.start_soon(r.slot)
+                async with anyio.create_task_group() as claim_tg:
+                    for r in self._runners:
+                        claim_tg.start_soon(r.claim_loop, until_idle)
+                # Claiming has stopped (shutdown, or every queue drained).
+                for r in self._runners:
+                    r.inbox.close()
+                await self._drain(jobs_tg)
+            service_tg.cancel_scope.cancel()
 
     async def _drain(self, jobs_tg: TaskGroup) -> None:
         with anyio.move_on_after(self.shutdown_grace):
