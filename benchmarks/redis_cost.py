@@ -79,15 +79,7 @@ async def measure(port: int, pid: int, out: Path, n: int, batch: int) -> dict[st
             await raw.enqueue([job_id])
         await control("-d")  # dump 1: the enqueues
         await control("-z")
-        jobs = await raw.claim(batch)
-        done = 0
-        while jobs:
-            pipe = raw.r.pipeline(transaction=False)
-            raw.complete_call(pipe, jobs)
-            raw.claim_call(pipe, batch)
-            _, reply = await pipe.execute()
-            done += len(jobs)
-            jobs = raw.parse_claim(reply)
+        done = await raw.drain(batch)
         await control("-d")  # dump 2: the drain
     finally:
         await raw.aclose()

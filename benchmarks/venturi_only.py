@@ -95,6 +95,23 @@ class Raw:
     def parse_claim(reply: list[Any]) -> list[tuple[str, str]]:
         return [(reply[i].decode(), reply[i + 6].decode()) for i in range(2, len(reply), 12)]
 
+    async def drain(self, batch: int) -> int:
+        """Claim and complete until the queue is empty; the number of jobs done.
+
+        The worker's own shape: one claim, then per round trip one
+        complete.lua over the previous claim's jobs and the next claim.
+        """
+        jobs = await self.claim(batch)
+        done = 0
+        while jobs:
+            pipe = self.r.pipeline(transaction=False)
+            self.complete_call(pipe, jobs)
+            self.claim_call(pipe, batch)
+            _, reply = await pipe.execute()
+            done += len(jobs)
+            jobs = self.parse_claim(reply)
+        return done
+
     async def aclose(self) -> None:
         await self.r.aclose()
 
@@ -144,18 +161,8 @@ async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
             for s in range(0, n, 500):
                 await raw.enqueue(ids[s : s + 500])
             r.config_resetstat()  # the fill above is not part of the figure
-            # The worker's own shape: one claim, then per round trip one
-            # complete.lua over the previous claim's jobs and the next claim.
             t0 = time.perf_counter()
-            jobs = await raw.claim(batch)
-            done = 0
-            while jobs:
-                pipe = raw.r.pipeline(transaction=False)
-                raw.complete_call(pipe, jobs)
-                raw.claim_call(pipe, batch)
-                _, reply = await pipe.execute()
-                done += len(jobs)
-                jobs = raw.parse_claim(reply)
+            done = await raw.drain(batch)
             return done / (time.perf_counter() - t0)
 
         async def handler_alone(concurrency: int) -> float:
