@@ -109,6 +109,7 @@ def _dump_and_exit(item: pytest.Item, timeout: float) -> None:
         if ident != threading.get_ident():
             print(f"--- thread {ident} ---", file=out)
             traceback.print_stack(frame, file=out)
+    gc.unfreeze()  # a running worker froze its start-up objects: get_objects() skips frozen ones
     for obj in gc.get_objects():
         if isinstance(obj, asyncio.Task) and not obj.done():
             print(f"--- {obj.get_name()} ---", file=out)
