@@ -15,7 +15,8 @@ the commands the scripts call, everything Redis does for the job.
 Wall-clock time on this machine drifts by half within minutes; an
 instruction count of the same command sequence varies by ~0.1% between runs.
 ``--root`` takes the scripts from another checkout (``git worktree add``),
-for an A/B of a Lua change.
+for an A/B of a Lua change. ``--keep DIR`` keeps the dumps (``DIR/cg.1``, the
+enqueues; ``DIR/cg.2``, the drain) for ``callgrind_annotate --inclusive=yes``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000, help="jobs (default 2000)")
     ap.add_argument("--batch", type=int, default=100, help="claim batch (default 100)")
     ap.add_argument("--root", type=Path, default=HERE.parent, help="checkout whose scripts to drive")
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        help="directory to keep callgrind's dumps in (cg.1: enqueues, cg.2: drain), for callgrind_annotate",
+    )
     a = ap.parse_args()
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(a.root.resolve()))
@@ -102,7 +108,9 @@ def main() -> None:
         raise SystemExit(f"venturi_redis came from {venturi_redis.__file__}, not from {a.root}")
     port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cg"
+        if a.keep is not None:
+            a.keep.mkdir(parents=True, exist_ok=True)
+        out = (a.keep.resolve() if a.keep is not None else Path(tmp)) / "cg"
         valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
         server = subprocess.Popen(
             [*valgrind, "redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],

@@ -30,7 +30,8 @@ for i = 0, n - 1 do
   local id, token, note, attachment, carry, result =
     ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
   local job_key, journal_key = prefix .. 'job:' .. id, prefix .. 'journal:' .. id
-  local refused, run = check_owner(job_key, journal_key, token, 'complete', now_s)
+  local refused, run, f = check_owner(job_key, journal_key, token, 'complete', now_s,
+    OFFLOAD_FIELDS)
   if refused then
     out[#out + 1] = refused
   else
@@ -47,7 +48,7 @@ for i = 0, n - 1 do
     redis.call('ZADD', KEYS[2], now_s, id)
     journal(journal_key, now_s, 'completed', run, note, attachment)
     compact_journal(journal_key)
-    offload_settle(prefix, job_key, id, 'completed', result, nil, now)
+    offload_settle(prefix, job_key, id, 'completed', result, nil, now, {f[4], f[5]})
     out[#out + 1] = 1
   end
 end

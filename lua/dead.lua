@@ -17,7 +17,7 @@
 
 local id = ARGV[1]
 local now = now_ms(ARGV[3])
-local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[2], 'dead', now)
+local refused, run, f = check_owner(KEYS[1], KEYS[2], ARGV[2], 'dead', now, OFFLOAD_FIELDS)
 if refused then
   return {0, refused}
 end
@@ -31,5 +31,5 @@ if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[6]) end
 redis.call('ZADD', KEYS[4], now, id)
 journal(KEYS[2], now, 'dead', run, ARGV[4], ARGV[5], {'reason', ARGV[7]})
 compact_journal(KEYS[2])
-offload_settle(ARGV[8], KEYS[1], id, 'failed', nil, ARGV[4], now)
+offload_settle(ARGV[8], KEYS[1], id, 'failed', nil, ARGV[4], now, {f[4], f[5]})
 return {1}

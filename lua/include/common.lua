@@ -124,8 +124,15 @@ end
 -- current lease token. Returns (nil, run_count) when allowed, or a reason.
 -- A refusal is journaled so `venturi job show` explains why a late outcome
 -- left no trace. This is the only write before the precondition fails.
-local function check_owner(job_key, journal_key, token, attempted, now)
-  local f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count')
+-- `more` (optional): further fields the caller needs, read in the same HMGET
+-- and returned third, as f[4], f[5], ... (the job's fields, whatever the verdict).
+local function check_owner(job_key, journal_key, token, attempted, now, more)
+  local f
+  if more then
+    f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count', unpack(more))
+  else
+    f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count')
+  end
   if not f[1] then
     return 'job does not exist', 0
   end
@@ -143,7 +150,7 @@ local function check_owner(job_key, journal_key, token, attempted, now)
       compact_journal(journal_key)
     end
   end
-  return reason, f[3]
+  return reason, f[3], f
 end
 
 -- Dedup policy when a job comes back to pending (pause, retry, release,

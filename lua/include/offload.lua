@@ -42,15 +42,20 @@ local function offload_repend(prefix, job_key, id)
   offload_write_pending(prefix .. 'offload:' .. f[1], id, f[2], f[3])
 end
 
+-- The job fields offload_settle reads: a caller that reads the job hash
+-- anyway (check_owner's `more`) passes them in as `pre`, saving a call.
+local OFFLOAD_FIELDS = {'offload', 'offload_ttl'}
+
 -- Write the authoritative snapshot of a job that settled and publish the
 -- redacted wake-up. A no-op for jobs that are not offloads, and for callers
 -- that pass no prefix. status: 'completed' (with `value`, msgpack or '') or
--- 'failed' (with `err`, the raw error text).
-local function offload_settle(prefix, job_key, id, status, value, err, now)
+-- 'failed' (with `err`, the raw error text). `pre` is optional: the
+-- OFFLOAD_FIELDS values, in that order, read before this run's writes.
+local function offload_settle(prefix, job_key, id, status, value, err, now, pre)
   if prefix == nil or prefix == '' then
     return
   end
-  local f = redis.call('HMGET', job_key, 'offload', 'offload_ttl')
+  local f = pre or redis.call('HMGET', job_key, unpack(OFFLOAD_FIELDS))
   if not f[1] or f[1] == '' then
     return
   end
