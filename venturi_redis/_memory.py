@@ -28,14 +28,3 @@ def memory_redis(url: str) -> Any:
             server = _servers[name] = fakeredis.FakeServer()
     return aioredis.FakeRedis(server=server)
 
-
-def memory_redis_sync(url: str) -> Any:
-    """A blocking fakeredis client on the shared server named by ``url``."""
-    import fakeredis
-
-    name = url.split("://", 1)[1].strip("/") or "default"
-    with _lock:
-        server = _servers.get(name)
-        if server is None:
-            server = _servers[name] = fakeredis.FakeServer()
-    return fakeredis.FakeRedis(server=server)
