@@ -55,12 +55,13 @@ end
 -- times what a job's journal holds. A job that leaves a worker for a state it
 -- may keep for long (finished, dead, cancelled, paused, suspended, waiting out
 -- a backoff, pending again) gets its journal rewritten through DUMP and
--- RESTORE, which loads the node at its exact size: ~4.7 KB -> ~0.8 KB. The
--- entries, their ids, the stream's last id and its TTL are unchanged; a later
--- XADD grows the node in place. A journal longer than one node (100 entries by
--- default) is left alone: its full nodes were shrunk by Redis already, and the
--- copy would cost more. Skipped where the server does not give its version to
--- scripts (fakeredis: no preallocation to undo, and its DUMP is not Redis's).
+-- RESTORE ... REPLACE, which loads the node at its exact size: ~4.7 KB ->
+-- ~0.8 KB. The entries, their ids, the stream's last id and its TTL are
+-- unchanged; a later XADD grows the node in place. A journal longer than one
+-- node (100 entries by default) is left alone: its full nodes were shrunk by
+-- Redis already, and the copy would cost more. Skipped where the server does
+-- not give its version to scripts (fakeredis: no preallocation to undo, and
+-- its DUMP is not Redis's).
 local JOURNAL_COMPACT_MAX = 100
 local function compact_journal(key)
   if redis.REDIS_VERSION_NUM == nil then
@@ -72,8 +73,7 @@ local function compact_journal(key)
   end
   local ttl = redis.call('PTTL', key)
   local blob = redis.call('DUMP', key)
-  redis.call('DEL', key)
-  redis.call('RESTORE', key, ttl > 0 and str(ttl) or '0', blob)
+  redis.call('RESTORE', key, ttl > 0 and str(ttl) or '0', blob, 'REPLACE')
 end
 
 -- The id of a job's `enqueued` entry: its created_at, sequence 0 (0-0 is not
