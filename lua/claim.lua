@@ -25,7 +25,10 @@
 -- pending when fewer than `count` jobs were claimed (0 = none; -1 = the queue
 -- is paused). Each job is 12 values: id, kind, payload, carry, run_count,
 -- failures, token, lease_ms, priority, max_failures, resume_input, history
--- (the journal before this claim, as XRANGE returns it).
+-- (the journal before this claim, as XRANGE returns it; for a first claim,
+-- whose journal is only the `enqueued` entry it has just written, that
+-- entry's values instead: {created_at, priority, eligible_at}, which the
+-- client turns into the same entry, _records.py claim_history).
 -- A pending job whose cancel was requested while it ran (cancel.lua) is
 -- moved to the cancelled zset (prefix .. 'cancelled') instead of claimed.
 
@@ -93,7 +96,8 @@ for level = 1, 4 do
       if f[1] and f[11] == 'pending' then
         -- A job claimed (or cancelled) for the first time gets the `enqueued`
         -- entry enqueue did not write, before any write to its hash, so the
-        -- history returned below starts with it (and is only that entry).
+        -- history returned below starts with it (and is only that entry,
+        -- sent as its three values: a nested reply costs Redis more to build).
         first = materialize(job_key, journal_key, {f[13], f[7], f[14]})
       end
       -- A pending id whose hash is gone or not pending (removed by hand) is dropped.
@@ -116,7 +120,8 @@ for level = 1, 4 do
         local lease = tonumber(f[6]) or default_lease
         local token = ARGV[5] .. '.' .. str(n)
         local expires_s = str(now + lease)
-        local history = first and {first} or redis.call('XRANGE', journal_key, '-', '+')
+        local history = first and {f[13], f[7] or '', f[14] or ''}
+          or redis.call('XRANGE', journal_key, '-', '+')
         redis.call('HSET', job_key, 'state', 'running', 'run_count', run_s,
           'lease_owner', worker, 'lease_token', token, 'lease_expires', expires_s,
           'updated_at', now_s)

@@ -11,7 +11,7 @@ import pytest
 import venturi_redis as vr
 from tests.helpers import claim_raw, make_worker, run_until_event
 from tests.tasks import Echo
-from venturi_redis._records import JournalEntry, enqueued_entry
+from venturi_redis._records import JournalEntry, claim_history, enqueued_entry
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +30,7 @@ async def claim(queue: vr.Queue, count: int = 10) -> list[tuple[str, str, list[J
     out = []
     for i in range(2, len(reply), 12):
         job = reply[i : i + 12]
-        out.append((job[0].decode(), job[6].decode(), JournalEntry.from_xrange(job[11])))
+        out.append((job[0].decode(), job[6].decode(), JournalEntry.from_xrange(claim_history(job[11]))))
     return out
 
 
@@ -65,6 +65,30 @@ async def test_claim_writes_enqueued_first_with_the_same_values(queue: vr.Queue)
     assert raw[0] == synthesized[0]
     assert raw[1].id > raw[0].id
     assert await queue.journal(job_id) == raw
+
+
+async def test_a_first_claim_sends_the_enqueued_values_a_later_claim_the_journal(queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Echo(text="x"), priority="high")
+    info = await queue.get(job_id)
+    assert info is not None and info.eligible_at is not None
+    created, eligible = (str(int(t.timestamp() * 1000)).encode() for t in (info.created_at, info.eligible_at))
+    reply = await claim_raw(queue, 1)
+    first = reply[2 + 11]
+    # The entry's values, not the entry: what the stream holds is rebuilt from them.
+    assert [bytes(v) for v in first] == [created, b"high", eligible]
+    assert JournalEntry.from_xrange(claim_history(first)) == (await stream(queue, job_id))[:1]
+    c, k = queue.client, queue.keys
+    token = reply[2 + 6]
+    res = await c.scripts.call(
+        c.redis,
+        "release",
+        [k.job(job_id), k.journal(job_id), k.running, k.pending(vr.Priority.HIGH), k.dedup],
+        [job_id, token, c.now_arg(), "", "bye", k.wake],
+    )
+    assert list(res) == [1]
+    later = (await claim_raw(queue, 1))[2 + 11]
+    assert claim_history(later) is later  # an XRANGE reply, passed through
+    assert [e.event for e in JournalEntry.from_xrange(later)] == ["enqueued", "claimed", "released"]
 
 
 @pytest.mark.parametrize("offset_ms", [10 * 365 * 86_400_000, -10 * 365 * 86_400_000])

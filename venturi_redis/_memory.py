@@ -27,4 +27,3 @@ def memory_redis(url: str) -> Any:
         if server is None:
             server = _servers[name] = fakeredis.FakeServer()
     return aioredis.FakeRedis(server=server)
-

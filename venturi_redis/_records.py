@@ -103,6 +103,19 @@ def enqueued_entry(created_at: Any, priority: Any, eligible_at: Any) -> tuple[st
     return entry_id, fields
 
 
+def claim_history(raw: list[Any]) -> list[Any]:
+    """The history a claim returns for one job, as XRANGE gives it.
+
+    A first claim's journal is only the `enqueued` entry the claim has just
+    written, and claim.lua sends that entry's values (created_at, priority,
+    eligible_at) instead of the entry: a nested reply costs Redis more to
+    build. Any other claim sends the XRANGE reply, returned as it is.
+    """
+    if raw and isinstance(raw[0], (bytes, str)):
+        return [enqueued_entry(*raw)]
+    return raw
+
+
 def journal_from(raw: list[Any], job_fields: Sequence[Any] | None) -> list[Any]:
     """An XRANGE reply, or the synthesized `enqueued` entry when it is empty.
 
@@ -119,7 +132,9 @@ class LazyJournal(Sequence[JournalEntry]):
 
     A dedup merge hands the pending job's journal to ``Task.merge``; most merges
     never look at it, and a busy job's journal can hold hundreds of entries, so
-    parsing waits until someone reads it.
+    parsing waits until someone reads it. So does a claimed job's history,
+    which most handlers never read. ``raw`` is an XRANGE reply or a claim's
+    history (``claim_history``).
     """
 
     __slots__ = ("_entries", "_raw")
@@ -130,7 +145,7 @@ class LazyJournal(Sequence[JournalEntry]):
 
     def _parsed(self) -> list[JournalEntry]:
         if self._entries is None:
-            self._entries = JournalEntry.from_xrange(self._raw)
+            self._entries = JournalEntry.from_xrange(claim_history(self._raw))
             self._raw = []
         return self._entries
 

@@ -94,8 +94,8 @@ end
 -- eligible_at, so their enqueue-time values). `pre` is optional: those three
 -- fields already read by the caller, in that order. A stream that exists is
 -- never touched, so the explicit id cannot collide; later `*` ids are greater.
--- Returns the entry written, shaped as XRANGE returns it (the whole journal
--- then), or nil when it wrote nothing.
+-- Returns true when it wrote the entry (the stream is then that entry
+-- alone), nil when it wrote nothing.
 local function materialize(job_key, journal_key, pre)
   if redis.call('EXISTS', journal_key) == 1 then
     return nil
@@ -108,7 +108,7 @@ local function materialize(job_key, journal_key, pre)
   local fields = {'event', 'enqueued', 'at', f[1], 'run', '0', 'priority', f[2] or '',
     'eligible_at', f[3] or ''}
   redis.call('XADD', journal_key, 'MAXLEN', '~', JOURNAL_MAXLEN, id, unpack(fields))
-  return {id, fields}
+  return true
 end
 
 -- Set a msgpack blob field, or drop it when the caller sent nothing.
