@@ -11,6 +11,8 @@
 -- ARGV[4] new payload (msgpack; ignored for keep)
 -- ARGV[5] carry action: keep | reset | set   ARGV[6] carry (msgpack, for set)
 -- ARGV[7] new priority label   ARGV[8] wake list
+-- ARGV[9] the id the merging enqueue generated (journaled as `by`: after a
+--         lost EXEC reply, the client finds it and does not merge again)
 --
 -- Returns 1, or 0 when the job is no longer pending (nothing written).
 
@@ -26,7 +28,7 @@ end
 materialize(KEYS[1], KEYS[2])
 local now = now_ms(ARGV[2])
 local decision = ARGV[3]
-local extra = {'decision', decision}
+local extra = {'decision', decision, 'by', ARGV[9]}
 if decision ~= 'keep' then
   redis.call('HSET', KEYS[1], 'payload', ARGV[4], 'updated_at', now)
   if ARGV[5] == 'reset' then

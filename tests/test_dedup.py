@@ -13,6 +13,7 @@ import anyio.lowlevel
 import pytest
 from pydantic import BaseModel
 from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 import venturi_redis as vr
@@ -110,7 +111,11 @@ async def test_replace_swaps_payload_and_resets_carry(client: vr.Client, queue: 
     assert await client.redis.zscore(queue.keys.pending(vr.Priority.HIGH), a) is not None
     assert await client.redis.zscore(queue.keys.pending(vr.Priority.NORMAL), a) is None
     journal = await queue.journal(a)
-    assert journal[-1].details == {"decision": "replace", "priority": "high"}
+    details = journal[-1].details
+    by = details.pop("by")
+    assert details == {"decision": "replace", "priority": "high"}
+    assert len(by) == 26 and by != a  # the merging enqueue's own id, not the job's
+    assert await queue.get(by) is None  # a merge creates no job
 
 
 async def test_with_computes_payload_and_carry_and_moves_priority(client: vr.Client, queue: vr.Queue) -> None:
@@ -424,6 +429,7 @@ class Wire:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.writes: list[tuple[AbstractConnection, list[str]]] = []
         self._hook: Callable[[], Awaitable[None]] | None = None
+        self._lose_exec = ""
         for cls in (AbstractConnection, FastPackConnection):
             monkeypatch.setattr(cls, "send_packed_command", self._recording(cls.send_packed_command))
 
@@ -437,6 +443,11 @@ class Wire:
         """Await ``hook`` once, just after the next WATCH's reply is read (before any reply behind it)."""
         self._hook = hook
 
+    def once_lose_exec(self, when: str) -> None:
+        """Fail the connection of the next MULTI/EXEC write: ``before`` it is sent, or ``after``
+        (the server runs it, its reply is lost)."""
+        self._lose_exec = when
+
     def _recording(self, original: Any) -> Any:
         async def send_packed_command(conn: AbstractConnection, command: Any, *args: Any, **kw: Any) -> Any:
             # Once per write: a subclass's send may call its base class's.
@@ -446,9 +457,22 @@ class Wire:
                 if names[0] == "WATCH" and self._hook is not None:
                     self._hook_next_read(conn, self._hook)
                     self._hook = None
+                if names[-1] == "EXEC" and self._lose_exec:
+                    when, self._lose_exec = self._lose_exec, ""
+                    if when == "before":
+                        raise RedisConnectionError("injected: the connection failed before EXEC went out")
+                    self._fail_next_read(conn)
             return await original(conn, command, *args, **kw)
 
         return send_packed_command
+
+    @staticmethod
+    def _fail_next_read(conn: AbstractConnection) -> None:
+        async def lost(*args: Any, **kw: Any) -> Any:
+            del conn.read_response
+            raise RedisConnectionError("injected: the connection failed before EXEC's reply came back")
+
+        conn.read_response = lost  # type: ignore[method-assign]
 
     @staticmethod
     def _hook_next_read(conn: AbstractConnection, hook: Callable[[], Awaitable[None]]) -> None:
@@ -478,6 +502,25 @@ async def test_a_merge_is_three_round_trips_with_watch_first(
     # WATCH, the reads and MULTI/EXEC share one connection: that is what makes EXEC see a change.
     assert len({id(conn) for conn, _ in wire.writes[1:]}) == 1
     assert (await queue.get(a)).carry == {"n": 3}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_a_merge_whose_exec_reply_is_lost_is_applied_once(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """``after``: the server ran EXEC and the reply was lost; asking ``merge`` again would count twice."""
+    a = await queue.enqueue(Count(key="k"), carry=Tally(n=1))
+    assert await queue.enqueue(Count(key="k"), carry=Tally(n=1)) == a  # merge.lua loaded
+    wire = Wire(monkeypatch)
+    wire.once_lose_exec(when)
+    assert await queue.enqueue(Count(key="k"), carry=Tally(n=1)) == a
+    assert not wire._lose_exec  # the fault was injected
+    sent = [names for names in wire.names() if names[-1] == "EXEC"]
+    assert len(sent) == (2 if when == "before" else 1)  # no second EXEC when the first went in
+    assert (await queue.get(a)).carry == {"n": 3}  # type: ignore[union-attr]
+    journal = await queue.journal(a)
+    assert [e.event for e in journal] == ["enqueued", "merged", "merged"]
+    assert journal[1].details["by"] != journal[2].details["by"]  # one entry per enqueue call
 
 
 def _with_another_client(url: str, work: Callable[[vr.Client], Awaitable[None]]) -> None:

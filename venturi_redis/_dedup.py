@@ -13,6 +13,15 @@ back) EXEC fails with a WatchError and the loop re-reads, with a short jittered
 backoff, up to a bound; then a MergeConflictError names the key. A ``merge``
 that raises aborts the enqueue with its own exception and nothing written.
 
+A connection lost after EXEC was sent is not a lost race: the merge may have
+been applied, its reply lost. redis-py reports it as a WatchError too (the
+WATCH died with the connection). The ``merged`` journal entry names the id
+the merging enqueue generated (``by``), so the loop looks for it before
+deciding again: a merge is applied at most once per enqueue call. A late EXEC
+(a reply timed out while the server still held the command) cannot land after
+the loop has read the job again: its WATCH, still alive on the server until
+that connection is closed, fails it once anything wrote the hash.
+
 Round trips, on a single Redis and ``memory://``: WATCH and the two reads go
 out in one write on the connection that later sends MULTI/EXEC
 (``_watch_and_read``), so a merge costs three: the enqueue script that finds
@@ -31,7 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from redis.asyncio.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, WatchError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._codec import pack_model, text, unpack_model
 from ._enums import Priority
@@ -46,9 +57,17 @@ if TYPE_CHECKING:
 MAX_MERGE_ATTEMPTS = 64
 
 
+class _ReplyLost:
+    """An attempt's EXEC went out and its connection failed: applied or not, unknown."""
+
+
+REPLY_LOST = _ReplyLost()
+
+
 async def merge_into(queue: Queue, task: Task[Any], job: Prepared, holder: str) -> str:
     """Resolve a dedup collision for ``job``; returns the id that holds the work."""
     client = queue.client
+    unsure = False  # an EXEC of ours may have been applied without our seeing it
     for attempt in range(MAX_MERGE_ATTEMPTS):
         if not holder:
             # The key was free when we looked: try the atomic create again.
@@ -57,8 +76,15 @@ async def merge_into(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
             holder = text(reply[1])
             if not holder:
                 return job.id
-        result = await _try_merge(queue, task, job, holder)
-        if result is not None:
+        result = await _try_merge(queue, task, job, holder, unsure=unsure)
+        if result is REPLY_LOST:
+            unsure = True
+            # The job may have moved on since (claimed, so out of the index):
+            # its journal still says whether our merge went in.
+            entries = await client.redis.xrange(queue.keys.journal(holder), "-", "+")
+            if merged_by(entries, job.id):
+                return holder
+        elif isinstance(result, str):
             return result
         # Lost the race: back off briefly (jittered, so contenders spread out).
         await anyio.sleep(random.uniform(0, min(0.0005 * 2**attempt, 0.05)))
@@ -69,8 +95,30 @@ async def merge_into(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
     )
 
 
-async def _try_merge(queue: Queue, task: Task[Any], job: Prepared, holder: str) -> str | None:
-    """One optimistic attempt. Returns the resulting job id, or None to retry."""
+def merged_by(entries: list[Any], by: str) -> bool:
+    """Whether XRANGE ``entries`` of a journal hold a ``merged`` entry made by enqueue ``by``."""
+    mark = by.encode()
+    return any(f.get(b"event") == b"merged" and f.get(b"by") == mark for _, f in entries)
+
+
+def _reply_lost(exc: WatchError) -> bool:
+    """Whether redis-py raised ``exc`` for a connection that failed while watching.
+
+    redis-py raises the WatchError from inside its handler of the connection
+    error (a single Redis: the error is the context) or ``from`` it (a cluster).
+    """
+    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return isinstance(cause, (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError))
+
+
+async def _try_merge(
+    queue: Queue, task: Task[Any], job: Prepared, holder: str, *, unsure: bool = False
+) -> str | _ReplyLost | None:
+    """One optimistic attempt: the resulting job id, None to retry, or REPLY_LOST.
+
+    ``unsure``: an earlier attempt's EXEC may have been applied; the journal
+    read here is checked for it before anything is decided again.
+    """
     client = queue.client
     keys = queue.keys
     job_key = keys.job(holder)
@@ -80,6 +128,8 @@ async def _try_merge(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
             raw, entries = await _watch_and_read(
                 pipe, job_key, ("HGETALL", job_key), ("XRANGE", keys.journal(holder), "-", "+")
             )
+            if unsure and merged_by(entries, job.id):
+                return holder  # our earlier EXEC went in after all
             if not raw or raw.get(b"state") != b"pending" or text(raw.get(b"dedup")) != job.dedup:
                 return None  # claimed or replaced under us: the index has moved on
             # No stream yet for a job untouched since enqueue: journal_from
@@ -148,18 +198,21 @@ async def _try_merge(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
                 carry_bytes,
                 new_prio.label,
                 keys.wake,
+                job.id,
             )
             pipe.multi()
             pipe.execute_command(*command)
             (applied,) = await pipe.execute()
-        except WatchError:
-            return None
+        except WatchError as exc:
+            return REPLY_LOST if _reply_lost(exc) else None
         except NoScriptError:
             # The server lost (or never had) merge.lua: nothing was applied. Load
             # it and apply the same decision if the job is still as we read it,
             # so the task's merge() is not asked twice about one state.
             await client.redis.script_load(client.scripts["merge"].source)
             applied = await _apply_again(queue, job_key, raw, command)
+            if isinstance(applied, _ReplyLost):
+                return applied
     return holder if applied is not None and int(applied) == 1 else None
 
 
@@ -172,8 +225,8 @@ async def _apply_again(queue: Queue, job_key: str, raw: dict[bytes, bytes], comm
             pipe.multi()
             pipe.execute_command(*command)
             (applied,) = await pipe.execute()
-        except WatchError:
-            return None
+        except WatchError as exc:
+            return REPLY_LOST if _reply_lost(exc) else None
     return applied
 
 
