@@ -24,6 +24,15 @@
 -- the pending job already holding its dedup field (nothing written for i).
 -- Errors: none; every precondition is the dedup check, made before any write
 -- for that job.
+--
+-- A resend is a no-op. Job ids are fresh per enqueue call, so a job hash
+-- that already exists, or a dedup field that already names this very id,
+-- was written by an earlier send of the same call: a client that resends a
+-- command whose reply it lost (redis-py's cluster client does by default)
+-- must not put a claimed job back to pending, nor merge a job into itself.
+-- Such a job is reported created ('') and nothing is written for it, except
+-- that a dedup field this send took again is given back when the job has
+-- left pending since (it was freed at claim).
 
 -- @include common.lua
 -- @include offload.lua
@@ -48,12 +57,22 @@ for i = 0, n - 1 do
       redis.call('HSET', KEYS[1], field, id)
     elseif redis.call('HSETNX', KEYS[1], field, id) == 0 then
       holder = redis.call('HGET', KEYS[1], field)
+      if holder == id then
+        holder = false -- a resend: the job is ours and exists
+      end
+    end
+  end
+  if holder == '' and redis.call('HSETNX', job_key, 'id', id) == 0 then
+    -- A resend whose job exists (without a dedup key, or after it was claimed).
+    holder = false
+    if field ~= '' and redis.call('HGET', job_key, 'state') ~= 'pending' then
+      unindex(KEYS[1], field, id)
     end
   end
   if holder == '' then
     local eligible_s = delay == 0 and now_s or str(now + delay)
     redis.call('HSET', job_key,
-      'id', id, 'kind', kind, 'state', 'pending', 'priority', priority,
+      'kind', kind, 'state', 'pending', 'priority', priority,
       'run_count', '0', 'failures', '0', 'eligible_at', eligible_s,
       'created_at', now_s, 'updated_at', now_s, 'payload', payload)
     if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
@@ -67,7 +86,7 @@ for i = 0, n - 1 do
     end
     created = created + 1
   end
-  out[#out + 1] = holder
+  out[#out + 1] = holder or ''
 end
 if created > 0 then
   wake_workers(ARGV[2], created)
