@@ -18,9 +18,10 @@ been applied, its reply lost. redis-py reports it as a WatchError too (the
 WATCH died with the connection). The ``merged`` journal entry names the id
 the merging enqueue generated (``by``), so the loop looks for it before
 deciding again: a merge is applied at most once per enqueue call. A late EXEC
-(a reply timed out while the server still held the command) cannot land after
-the loop has read the job again: its WATCH, still alive on the server until
-that connection is closed, fails it once anything wrote the hash.
+(a reply timed out while the server still held the command) is covered too:
+its WATCH stays alive on the server until that connection is closed, so it
+fails if anything wrote the hash first, and if it lands first, the loop's next
+EXEC fails instead and the read after it finds the entry.
 
 Round trips, on a single Redis and ``memory://``: WATCH and the two reads go
 out in one write on the connection that later sends MULTI/EXEC
