@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,54 @@ def test_include_expands_once_in_order() -> None:
     out = expand("-- @include a.lua\n-- @include c.lua\n-- @include b.lua\nMAIN", files.__getitem__)
     body = [line for line in out.splitlines() if not line.startswith("--")]
     assert body == ["B", "A", "C", "MAIN"]
+
+
+def test_an_include_keeps_only_the_definitions_the_script_uses() -> None:
+    helpers = "\n".join(
+        [
+            "-- helpers",
+            "local LIMIT = 10",
+            "-- a, which needs LIMIT",
+            "local function a(x)",
+            "  return x < LIMIT",
+            "end",
+            "local function b(x)",
+            "  return a(x) -- c( in a comment keeps nothing",
+            "end",
+            "local function c()",
+            "  return 'b(' .. \"a\"",
+            "end",
+            "local function d() return c() end",
+        ]
+    )
+    script = "-- d() is not called here\n-- @include h.lua\nlocal s = 'd()'\nreturn b(1)"
+    out = expand(script, {"h.lua": helpers}.__getitem__)
+    kept = [line for line in out.splitlines() if line.startswith("local")]
+    # b uses a, a uses LIMIT; c and d are named only in strings and comments.
+    assert kept == ["local LIMIT = 10", "local function a(x)", "local function b(x)", "local s = 'd()'"]
+    assert "-- a, which needs LIMIT" in out  # a definition keeps the comment above it
+    assert "-- (not used here: c)" in out and "-- (not used here: d)" in out
+    assert out.splitlines()[-1] == "return b(1)"
+
+
+def test_every_helper_a_script_names_is_in_its_source() -> None:
+    """Checked against the shipped scripts, with a plainer reading than the loader's own."""
+    lua = Path(vr.__file__).resolve().parent.parent / "lua"
+    helpers = {
+        m.group(1)
+        for inc in (lua / "include").glob("*.lua")
+        for m in re.finditer(r"^local\s+(?:function\s+)?(\w+)", inc.read_text(), re.M)
+    }
+    s = ScriptSet()
+    for name in s.names():
+        text = re.sub(r"'[^']*'|\"[^\"]*\"", "''", (lua / f"{name}.lua").read_text())  # strings out
+        own = "\n".join(line.split("--")[0] for line in text.splitlines())  # comments out
+        src = s[name].source
+        for helper in helpers:
+            if re.search(rf"\b{helper}\b", own):
+                assert re.search(rf"^local\s+(function\s+)?{helper}\b", src, re.M), (name, helper)
+    assert "local function check_owner" not in s["enqueue"].source
+    assert "local function check_owner" in s["complete"].source
 
 
 def test_include_cycle_is_rejected() -> None:
