@@ -10,6 +10,12 @@ script's own redis-server (median of ``runs``):
 - the same client with the lane switched off: redis-py's per-command path
   (pool hand-off, retry wrapper, reply callbacks), as before session 4;
 - enqueue.lua by bare EVALSHA (W8's figure), and ``EVALSHA "return 1"``.
+
+The rows take turns within each run (run 1 of every row, then run 2, ...),
+so a drift of the machine's speed falls on all of them alike. Beside the
+rate, the CPU time per call of this process (``time.process_time``) and of
+the server (``INFO cpu``, user + system): on this machine the two take turns
+on a sequential round trip, and their sum is steadier than the wall clock.
 """
 
 from __future__ import annotations
@@ -33,11 +39,18 @@ from tests.servers import RedisServer  # noqa: E402
 from venturi_redis._ids import new_job_id  # noqa: E402
 
 
-async def rate(n: int, one: object) -> float:
-    t0 = time.perf_counter()
+async def server_cpu(r: object) -> float:
+    info = await r.info("cpu")  # type: ignore[attr-defined]
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def rate(n: int, one: object, r: object) -> tuple[float, float, float]:
+    """Calls/s, then µs of this process's CPU and of the server's per call."""
+    s0, p0, t0 = await server_cpu(r), time.process_time(), time.perf_counter()
     for i in range(n):
         await one(i)  # type: ignore[operator]
-    return n / (time.perf_counter() - t0)
+    t1, p1, s1 = time.perf_counter(), time.process_time(), await server_cpu(r)
+    return n / (t1 - t0), (p1 - p0) / n * 1e6, (s1 - s0) / n * 1e6
 
 
 async def main(a: argparse.Namespace) -> None:
@@ -59,18 +72,23 @@ async def main(a: argparse.Namespace) -> None:
             "enqueue.lua by bare EVALSHA (ids made beforehand)": None,
             'bare EVALSHA "return 1"': lambda i: raw.r.evalsha(sha1, 0),
         }
-        print(f"| {a.n:,} sequential single enqueues, median of {a.runs} | jobs/s |\n|---|---|")
-        for label, fn in rows.items():
-            runs = []
-            for _ in range(a.runs):
+        results: dict[str, list[tuple[float, float, float]]] = {label: [] for label in rows}
+        for _ in range(a.runs):
+            for label, fn in rows.items():
                 await raw.r.flushall()
                 await raw.load()
                 if fn is None:
                     ids = [new_job_id() for _ in range(a.n)]
-                    runs.append(await rate(a.n, lambda i, ids=ids: raw.enqueue([ids[i]])))
+                    results[label].append(await rate(a.n, lambda i, ids=ids: raw.enqueue([ids[i]]), raw.r))
                 else:
-                    runs.append(await rate(a.n, fn))
-            print(f"| {label} | {statistics.median(runs):,.0f} |", flush=True)
+                    results[label].append(await rate(a.n, fn, raw.r))
+        print(
+            f"| {a.n:,} sequential single enqueues, median of {a.runs} | jobs/s "
+            "| µs of client CPU per call | µs of Redis CPU per call |\n|---|---|---|---|"
+        )
+        for label, runs in results.items():
+            rate_, client, redis_ = (statistics.median(r[j] for r in runs) for j in range(3))
+            print(f"| {label} | {rate_:,.0f} | {client:.1f} | {redis_:.1f} |", flush=True)
         await shipped.aclose()
         await no_lane.aclose()
         await raw.aclose()
