@@ -228,7 +228,7 @@ def w1(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
             r.flushall()
             opts: dict[str, Any] = {"n": cfg.n, "mode": mode, "bulk_size": cfg.bulk_size}
             if paired:
-                opts["bare_evalsha"] = "before" if run % 2 else "after"
+                opts["bare_evalsha"] = "before" if (run + getattr(cfg, "round", 0)) % 2 else "after"
             res = run_adapter(lib, "enqueue", url, cfg.timeout, **opts)
             if "unsupported" in res:
                 out[mode] = {"unsupported": res["unsupported"]}
@@ -277,6 +277,8 @@ def drain_once(
 def w2(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for conc in cfg.concurrency:
+        if conc in getattr(cfg, "w2_skip", {}).get(lib.name, ()):
+            continue  # failed or timed out in an earlier round: not run again
         rates: list[float] = []
         err = None
         for run in range(cfg.runs):
@@ -455,6 +457,40 @@ def machine_line(server_version: str) -> str:
 # -- main ------------------------------------------------------------------------------------
 
 
+def merge_rounds(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One library's results of one workload, a dict per round, as one: every run kept, medians over them.
+
+    A figure that has runs in some round keeps them; one that has none (an API
+    the library lacks, an error, a timeout) keeps the first round's reason.
+    """
+    out: dict[str, Any] = {}
+    for part in parts:
+        for key, val in part.items():
+            if key == "runs" and isinstance(val, dict):  # W3: {"p50": [...], "p99": [...]}
+                runs = out.setdefault("runs", {})
+                for q, values in val.items():
+                    runs.setdefault(q, []).extend(values)
+            elif isinstance(val, dict) and isinstance(val.get("runs"), list):
+                slot = out.get(key)
+                if not isinstance(slot, dict) or "runs" not in slot:
+                    slot = out[key] = {**val, "runs": []}
+                    slot.pop("bare_first", None)
+                slot["runs"].extend(val["runs"])
+                if "bare_first" in val:
+                    slot.setdefault("bare_first", []).extend(val["bare_first"])
+                slot["median"] = statistics.median(slot["runs"])
+            elif key not in out and key != "best":
+                out[key] = val
+    if isinstance(out.get("runs"), dict):
+        for q in ("p50", "p99"):
+            out[q] = statistics.median(out["runs"][q])
+    ok = {k: v["median"] for k, v in out.items() if k.isdigit() and isinstance(v, dict) and "median" in v}
+    if ok:
+        best = max(ok, key=lambda k: ok[k])
+        out["best"] = {"concurrency": int(best), "median": ok[best]}
+    return out
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="2,000 jobs, 1 run, 200 latency jobs")
@@ -512,6 +548,7 @@ def main() -> None:
         r = redis.Redis.from_url(url)
         peer_workloads = [w for w in cfg.workloads if w in ("W1", "W2", "W3")]
         if peer_workloads:
+            libs: list[Lib] = []
             for name in cfg.libs:
                 lib = LIBS[name]
                 err = setup_lib(lib)
@@ -519,18 +556,37 @@ def main() -> None:
                     log(f"{name}: {err}")
                     report["libraries"][name] = {"skipped": err}
                     continue
-                res: dict[str, Any] = {"version": lib_version(lib), "load_before": os.getloadavg()}
-                log(f"{name} {res['version']}")
-                for w, fn in (("W1", w1), ("W2", w2), ("W3", w3)):
-                    if w in peer_workloads:
+                libs.append(lib)
+                report["libraries"][name] = {"version": lib_version(lib), "load_before": os.getloadavg()}
+            # Rounds: run 1 of every library, then run 2 of every library, ... The
+            # machine's speed drifts by half within the half hour a run takes; in
+            # rounds, each library's median is taken over three slots spread across
+            # it, instead of one library measured in a fast stretch, another in a
+            # slow one.
+            one = argparse.Namespace(**vars(cfg))
+            one.runs, one.w2_skip = 1, {}
+            parts: dict[str, dict[str, list[dict[str, Any]]]] = {lib.name: {} for lib in libs}
+            for rnd in range(cfg.runs):
+                one.round = rnd
+                for lib in libs:
+                    res = report["libraries"][lib.name]
+                    log(f"{lib.name} {res['version']} (round {rnd + 1} of {cfg.runs})")
+                    for w, fn in (("W1", w1), ("W2", w2), ("W3", w3)):
+                        if w not in peer_workloads or "error" in res.get(w, {}):
+                            continue
                         try:
-                            res[w] = fn(lib, url, r, cfg)
+                            part = fn(lib, url, r, one)
                         except AdapterError as exc:
-                            log(f"  {name} {w}: {str(exc)[:500]}")
+                            log(f"  {lib.name} {w}: {str(exc)[:500]}")
                             res[w] = {"error": str(exc)}
-                res["load_after"] = os.getloadavg()
-                report["libraries"][name] = res
-                save(report, stamp)
+                            continue
+                        if w == "W2":
+                            failed = {int(c) for c, v in part.items() if c.isdigit() and "median" not in v}
+                            one.w2_skip.setdefault(lib.name, set()).update(failed)
+                        parts[lib.name].setdefault(w, []).append(part)
+                        res[w] = merge_rounds(parts[lib.name][w])
+                    res["load_after"] = os.getloadavg()
+                    save(report, stamp)
             table = peer_table(report["libraries"], cfg)
             paired = paired_lines(report["libraries"])
             notes = notes_table(report["libraries"])
