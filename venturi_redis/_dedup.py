@@ -78,15 +78,14 @@ async def merge_into(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
             if not holder:
                 return job.id
         result = await _try_merge(queue, task, job, holder, unsure=unsure)
-        if result is REPLY_LOST:
-            unsure = True
-            # The job may have moved on since (claimed, so out of the index):
-            # its journal still says whether our merge went in.
-            entries = await client.redis.xrange(queue.keys.journal(holder), "-", "+")
-            if merged_by(entries, job.id):
-                return holder
-        elif isinstance(result, str):
+        if isinstance(result, str):
             return result
+        if result is REPLY_LOST:
+            # Read the same job again at once, not the index: the job may have
+            # left it since (claimed), and its journal still says whether our
+            # merge went in (_try_merge checks that first when unsure).
+            unsure = True
+            continue
         # Lost the race: back off briefly (jittered, so contenders spread out).
         await anyio.sleep(random.uniform(0, min(0.0005 * 2**attempt, 0.05)))
         holder = text(await client.redis.hget(queue.keys.dedup, job.dedup))
@@ -96,7 +95,7 @@ async def merge_into(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
     )
 
 
-def merged_by(entries: list[Any], by: str) -> bool:
+def _merged_by(entries: list[Any], by: str) -> bool:
     """Whether XRANGE ``entries`` of a journal hold a ``merged`` entry made by enqueue ``by``."""
     mark = by.encode()
     return any(f.get(b"event") == b"merged" and f.get(b"by") == mark for _, f in entries)
@@ -129,7 +128,7 @@ async def _try_merge(
             raw, entries = await _watch_and_read(
                 pipe, job_key, ("HGETALL", job_key), ("XRANGE", keys.journal(holder), "-", "+")
             )
-            if unsure and merged_by(entries, job.id):
+            if unsure and _merged_by(entries, job.id):
                 return holder  # our earlier EXEC went in after all
             if not raw or raw.get(b"state") != b"pending" or text(raw.get(b"dedup")) != job.dedup:
                 return None  # claimed or replaced under us: the index has moved on
