@@ -10,6 +10,7 @@ from redis.exceptions import ResponseError
 
 import venturi_redis as vr
 from tests.tasks import Echo
+from venturi_redis import _coalesce
 
 pytestmark = pytest.mark.anyio
 
@@ -22,10 +23,9 @@ class _Spy:
         self.hold: anyio.Event | None = None
         self.entered = anyio.Event()
         self.fail_with: Exception | None = None
-        scripts = queue.client.scripts
-        real = scripts.call
+        real = _coalesce._call  # every enqueue script call, on the lane or the pool
 
-        async def call(redis: Any, name: str, keys: Any, args: Any) -> Any:
+        async def call(q: vr.Queue, name: str, keys: Any, args: Any) -> Any:
             if name == "enqueue":
                 self.sizes.append(int(args[2]))
                 self.entered.set()
@@ -34,9 +34,9 @@ class _Spy:
                     await hold.wait()
                 if self.fail_with is not None:
                     raise self.fail_with
-            return await real(redis, name, keys, args)
+            return await real(q, name, keys, args)
 
-        monkeypatch.setattr(scripts, "call", call)
+        monkeypatch.setattr(_coalesce, "_call", call)
 
 
 async def test_sequential_enqueues_go_out_one_by_one(

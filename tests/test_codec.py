@@ -110,3 +110,42 @@ def test_a_model_packer_raises_as_pack_model_and_goes_on() -> None:
             pack_model(bad)
         assert str(raised.value) == str(expected.value)
     assert pack(SAMPLES[0]) == pack_model(SAMPLES[0])  # nothing left over from the failed calls
+
+
+def test_pack_model_after_a_failure_half_way_through_a_map_leaves_nothing_behind() -> None:
+    # pack_model keeps one msgpack Packer per thread: a failed call must not
+    # leave its half-written map in front of the next call's bytes.
+    class Big(BaseModel):
+        first: str = "a"
+        n: int
+
+    with pytest.raises(vr.PayloadError):
+        pack_model(Big(n=1 << 70))
+    for m in SAMPLES:
+        assert pack_model(m) == msgpack.packb(m.model_dump(mode="json"), use_bin_type=True)
+
+
+def test_pack_model_from_many_threads_at_once_encodes_each_model_alone() -> None:
+    import threading
+
+    class Row(BaseModel):
+        thread: int
+        i: int
+        text: str
+
+    errors: list[str] = []
+    start = threading.Barrier(4)
+
+    def work(t: int) -> None:
+        start.wait()
+        for i in range(2_000):
+            m = Row(thread=t, i=i, text="x" * (i % 50))
+            if msgpack.unpackb(pack_model(m)) != m.model_dump():
+                errors.append(f"thread {t}, row {i}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import anyio
@@ -154,6 +155,50 @@ class Urgent(vr.Task):
 
     def dedup_key(self) -> str | None:
         return self.key  # type: ignore[no-any-return]
+
+
+async def test_a_single_enqueue_takes_the_tasks_priority_as_a_name_an_int_or_a_priority(
+    queue: vr.Queue,
+) -> None:
+    ids = [await queue.enqueue(Urgent(level=level)) for level in ("critical", 0, vr.Priority.HIGH)]
+    infos = [await queue.get(i) for i in ids]
+    assert [i.priority for i in infos if i is not None] == [
+        vr.Priority.CRITICAL,
+        vr.Priority.LOW,
+        vr.Priority.HIGH,
+    ]
+    for bad in ("urgent", 7):
+        with pytest.raises(ValueError, match=r"[Pp]riority"):
+            await queue.enqueue(Urgent(level=bad))
+    assert (await queue.counts())["pending"] == 3
+
+
+async def test_a_single_enqueue_takes_a_zero_delay_in_any_form_and_refuses_nan(queue: vr.Queue) -> None:
+    for delay in (0, 0.0, -0.0, timedelta(0), False):
+        info = await queue.get(await queue.enqueue(Echo(text="now"), delay=delay))
+        assert info is not None and info.eligible_at == info.created_at
+    info = await queue.get(await queue.enqueue(Echo(text="later"), delay=timedelta(seconds=2)))
+    assert info is not None and info.eligible_at - info.created_at == timedelta(seconds=2)
+    for bad in (float("nan"), float("inf"), -0.001, timedelta(seconds=-1)):
+        with pytest.raises(ValueError, match="delay"):
+            await queue.enqueue(Echo(text="x"), delay=bad)
+    assert (await queue.counts())["pending"] == 6
+
+
+async def test_a_kind_reassigned_on_the_class_is_the_one_enqueued(queue: vr.Queue) -> None:
+    class Renamed(vr.Task):
+        KIND: ClassVar[str] = "renamed-v1"
+
+    first = await queue.enqueue(Renamed())
+    Renamed.KIND = "renamed-v2"
+    second = await queue.enqueue(Renamed())
+    Renamed.KIND = ""
+    with pytest.raises(vr.TaskDefinitionError, match="KIND"):
+        await queue.enqueue(Renamed())
+    with pytest.raises(vr.TaskDefinitionError, match="KIND"):  # refused every time, not once
+        await queue.enqueue(Renamed())
+    kinds = [(await queue.get(i)).kind for i in (first, second)]  # type: ignore[union-attr]
+    assert kinds == ["renamed-v1", "renamed-v2"]
 
 
 async def test_enqueue_many_takes_each_tasks_own_kind_priority_and_dedup_key(

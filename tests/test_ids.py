@@ -112,3 +112,42 @@ def test_a_batch_that_exactly_fills_rand_does_not_roll_over(monkeypatch: pytest.
     monkeypatch.setattr(_ids, "_last_rand", _RAND_MAX - 3)
     assert [_parts(i) for i in new_job_ids(3)] == [(future, _RAND_MAX - 2 + i) for i in range(3)]
     assert _parts(new_job_id())[0] == future + 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_forked_child_never_repeats_the_parents_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Random bits are read from the OS in a pool of draws; a child forked with
+    # that pool (and the last id) copied must start afresh, or parent and child
+    # would make the same ids in the same millisecond (a preforking web server).
+    new_job_id()  # the pool now holds unused draws
+    future = 1 << 47
+    monkeypatch.setattr(_ids.time, "time_ns", lambda: future * 1_000_000)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.write(write, " ".join([new_job_id(), *new_job_ids(3)]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = pipe.read().split()
+    os.waitpid(pid, 0)
+    parent = [new_job_id(), *new_job_ids(3)]
+    assert len(child) == 4 and all(_parts(i)[0] == future for i in child + parent)
+    assert not set(child) & set(parent)
+
+
+def test_fresh_draws_come_from_the_pool_in_order_and_refill_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[int] = []
+
+    def urandom(n: int) -> bytes:
+        reads.append(n)
+        return b"".join(i.to_bytes(10, "big") for i in range(len(reads) * 1000, len(reads) * 1000 + n // 10))
+
+    monkeypatch.setattr(_ids.os, "urandom", urandom)
+    monkeypatch.setattr(_ids, "_pool", b"")
+    monkeypatch.setattr(_ids, "_pool_at", 0)
+    draws = [_ids._fresh_rand() for _ in range(70)]
+    assert reads == [_ids._POOL_BYTES, _ids._POOL_BYTES]  # 64 draws per read
+    assert draws == [i >> 1 for i in [*range(1000, 1064), *range(2000, 2006)]]

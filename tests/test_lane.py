@@ -50,6 +50,13 @@ def _pool_calls(client: vr.Client, monkeypatch: pytest.MonkeyPatch) -> list[Any]
         return await real(redis, name, keys, args)
 
     monkeypatch.setattr(client.scripts, "call", call)
+    real_script = Lane.script
+
+    async def script(lane: Lane, script: Any, keys: Any, args: Any) -> Any:
+        seen.append(lane)
+        return await real_script(lane, script, keys, args)
+
+    monkeypatch.setattr(Lane, "script", script)
     return seen
 
 

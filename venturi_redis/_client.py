@@ -167,6 +167,9 @@ class Queue:
         self.keys = QueueKeys.for_queue(name, client.namespace)
         self.name = name
         self._coalescer = Coalescer(self)
+        # Read on every single enqueue (_enqueue_one); QueueKeys formats them per access.
+        self._dedup_key, self._wake_key = self.keys.dedup, self.keys.wake
+        self._pending_keys = {p: self.keys.pending(p) for p in Priority}
 
     @classmethod
     def from_url(cls, url: str | None = None, *, name: str = "default", **options: Any) -> Queue:
@@ -195,6 +198,29 @@ class Queue:
             keys.append(self.keys.offload(token))
             args += [token, retention_ms]
         return ("enqueue", keys, args)
+
+    def _enqueue_one(self, job: Prepared) -> tuple[str, list[str], list[ScriptArg]]:
+        """``_enqueue_call([job])``, built directly: a single enqueue's call."""
+        k = self.keys
+        return (
+            "enqueue",
+            [self._dedup_key, k.job(job.id), k.journal(job.id), self._pending_keys[job.priority]],
+            [
+                self.client.now_arg(),
+                self._wake_key,
+                1,
+                "nx",
+                job.id,
+                job.kind,
+                job.priority.label,
+                job.delay_ms,
+                job.payload,
+                job.carry,
+                job.lease_ms,
+                job.max_failures,
+                job.dedup,
+            ],
+        )
 
     async def _enqueue_offload(
         self,

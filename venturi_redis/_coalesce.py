@@ -23,8 +23,7 @@ async def _call(q: Queue, name: str, keys: list[str], args: list[ScriptArg]) -> 
     lane = client.enqueue_lane()
     if lane is None:
         return await client.scripts.call(client.redis, name, keys, args)
-    async with lane:
-        return await client.scripts.call(lane, name, keys, args)
+    return await lane.script(client.scripts[name], keys, args)
 
 
 @dataclass(eq=False, slots=True)
@@ -69,7 +68,7 @@ class Coalescer:
             self._sending = True
             try:
                 q = self._queue
-                name, keys, args = q._enqueue_call([job])
+                name, keys, args = q._enqueue_one(job)
                 return text((await _call(q, name, keys, args))[1])
             finally:
                 self._pass_lead()

@@ -8,6 +8,7 @@ unpickled, and no name read from Redis is ever imported or called.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -53,11 +54,22 @@ def _dump_json(model: BaseModel) -> Any:
     return model.model_dump(mode="json")
 
 
+_local = threading.local()
+
+
+def _packer() -> Callable[[Any], bytes]:
+    """This thread's msgpack packer (``msgpack.packb`` builds one per call)."""
+    try:
+        packer: Callable[[Any], bytes] = _local.pack
+    except AttributeError:
+        packer = _local.pack = msgpack.Packer(use_bin_type=True).pack
+    return packer
+
+
 def pack_model(model: BaseModel) -> bytes:
     """Encode a pydantic model (a task payload or a carry)."""
     try:
-        packed: bytes = msgpack.packb(_dump_json(model), use_bin_type=True)
-        return packed
+        return _packer()(_dump_json(model))
     except (PydanticSerializationError, TypeError, ValueError, OverflowError) as exc:
         raise PayloadError(f"cannot encode {type(model).__name__}: {exc}") from exc
 

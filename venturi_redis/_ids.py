@@ -74,9 +74,35 @@ def _encode_run(ms: int, first: int, count: int) -> list[str]:
     return out
 
 
+# Random bytes are read from the OS 64 draws at a time (one getrandom call, not
+# one per millisecond of enqueues); the caller of _fresh_rand holds _lock.
+_POOL_BYTES = 10 * 64
+_pool = b""
+_pool_at = 0
+
+
 def _fresh_rand() -> int:
+    global _pool, _pool_at
+    at = _pool_at
+    if at >= len(_pool):
+        _pool, at = os.urandom(_POOL_BYTES), 0
+    _pool_at = at + 10
     # Keep the top bit clear so a run of increments never overflows.
-    return int.from_bytes(os.urandom(10), "big") >> 1
+    return int.from_bytes(_pool[at : at + 10], "big") >> 1
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts afresh: it must not draw the parent's pooled bytes,
+    nor count up from the parent's last id (both would repeat the parent's ids),
+    nor inherit a lock another thread of the parent held at the fork."""
+    global _lock, _last_ms, _last_rand, _pool, _pool_at
+    _lock = threading.Lock()
+    _last_ms, _last_rand = -1, 0
+    _pool, _pool_at = b"", 0
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _next_locked(now_ms: int) -> tuple[int, int]:

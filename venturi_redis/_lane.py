@@ -17,8 +17,9 @@ from the pool path, so that nothing but speed changes:
 - an error or a cancellation while a call is in flight drops the connection
   (the next call connects again) and the call raises; nothing is resent, so a
   lost reply never creates a job twice (docs/guarantees.md);
-- ``ScriptSet.call`` drives it like a client (``evalsha``, and ``eval`` after
-  ``NOSCRIPT``), so the script is found again after a flush as on the pool path.
+- ``script`` sends ``EVALSHA``, and ``EVAL`` after ``NOSCRIPT`` (as
+  ``ScriptSet.call`` does on the pool path), so the script is found again
+  after a flush.
 
 A call that finds the lane busy (another queue's enqueue in flight) takes the
 pool as before. Only ``Client.from_url`` makes a lane, where the client owns
@@ -32,20 +33,22 @@ connection limit the lane would exceed).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._scripts import ScriptArg
+from ._scripts import Script, ScriptArg
 
 
 class Lane:
     """One connection, one script call at a time (see the module docstring).
 
-    ``async with lane:`` marks it busy for a call's duration.
+    ``script`` marks it busy for the call's duration.
     """
 
     __slots__ = ("_conn", "_stale", "busy")
@@ -66,20 +69,24 @@ class Lane:
             return None
         return cls(pool.make_connection())  # type: ignore[no-untyped-call]
 
-    async def __aenter__(self) -> Lane:
+    async def script(self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
+        """Run ``script`` on the lane: its reply, or its error raised.
+
+        ``ScriptSet.call`` in one coroutine: a single enqueue's whole client
+        path is short, and on a sequential producer every frame of it is paid
+        between one reply and the next command.
+        """
         self.busy = True
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.busy = False
-
-    # The two commands ``ScriptSet.call`` sends, so that NOSCRIPT is handled in one place.
-
-    async def evalsha(self, sha: str, numkeys: int, *keys_and_args: ScriptArg) -> Any:
-        return await self._round_trip("EVALSHA", sha, numkeys, *keys_and_args)
-
-    async def eval(self, source: str, numkeys: int, *keys_and_args: ScriptArg) -> Any:
-        return await self._round_trip("EVAL", source, numkeys, *keys_and_args)
+        try:
+            await self._ready()
+            try:
+                return await self._round_trip("EVALSHA", script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                # The script did not run: send the source (which caches it),
+                # in one command, as ScriptSet.call does.
+                return await self._round_trip("EVAL", script.source, len(keys), *keys, *args)
+        finally:
+            self.busy = False
 
     async def _ready(self) -> None:
         """Connect, or replace a connection that went stale while idle (as the pool does)."""
@@ -101,7 +108,6 @@ class Lane:
             raise
 
     async def _round_trip(self, *command: Any) -> Any:
-        await self._ready()
         conn = self._conn
         # Both halves drop the connection on any error or cancellation, since
         # part of a command or of its reply may be left on the socket.

@@ -22,7 +22,7 @@ from ._ids import new_job_id, new_job_ids
 from ._keys import dedup_field
 from ._outcome import UNSET
 from ._scripts import ScriptArg
-from ._task import Task
+from ._task import Task, task_kind
 
 DEDUP_KEY_MAX = 1024
 # Jobs per enqueue script call (a batch's chunks, a coalesced burst).
@@ -73,7 +73,7 @@ def prepare(
 ) -> Prepared:
     if not isinstance(task, Task):
         raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
-    kind = type(task).kind()
+    kind = task_kind(type(task))
     payload = pack_model(task)
     if len(payload) > cap:
         raise payload_too_large(kind, len(payload), cap)
@@ -87,7 +87,12 @@ def prepare(
         carry_bytes = pack_model(carry)
         if len(carry_bytes) > cap:
             raise PayloadTooLarge(f"{kind} carry is {len(carry_bytes)} bytes, over the cap of {cap}")
-    prio = Priority.parse(priority) if priority is not None else Priority.parse(task.priority())
+    if priority is None:
+        prio = task.priority()
+        if type(prio) is not Priority:
+            prio = Priority.parse(prio)
+    else:
+        prio = Priority.parse(priority)
     lease_ms = ""
     if lease is not None:
         ms = to_ms(lease, "lease")
@@ -106,17 +111,13 @@ def prepare(
     field = ""
     if key is not None:
         field = checked_dedup_field(kind, key)
+    # ``delay == 0`` is only true of a number zero (not NaN, not a timedelta).
+    delay_ms = 0 if delay == 0 else to_ms(delay, "delay")
+    # Positional, in Prepared's field order (id, kind, priority, delay_ms,
+    # payload, carry, lease_ms, max_failures, dedup, explicit_priority):
+    # keywords double the cost of this line.
     return Prepared(
-        id=new_job_id(),
-        kind=kind,
-        priority=prio,
-        delay_ms=to_ms(delay, "delay"),
-        payload=payload,
-        carry=carry_bytes,
-        lease_ms=lease_ms,
-        max_failures=maxf,
-        dedup=field,
-        explicit_priority=priority is not None,
+        new_job_id(), kind, prio, delay_ms, payload, carry_bytes, lease_ms, maxf, field, priority is not None
     )
 
 

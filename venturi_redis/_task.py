@@ -52,6 +52,21 @@ def validate_kind(kind: object, owner: str) -> str:
     return kind
 
 
+# KIND as validated, per class, with the value it was validated from.
+_KINDS: dict[type, tuple[object, str]] = {}
+
+
+def task_kind(cls: type[Task[Any]]) -> str:
+    """``cls.kind()``, validated once per class (again only if ``KIND`` is reassigned)."""
+    raw = getattr(cls, "KIND", None)
+    cached = _KINDS.get(cls)
+    if cached is not None and cached[0] is raw:
+        return cached[1]
+    kind = cls.kind()
+    _KINDS[cls] = (raw, kind)
+    return kind
+
+
 class Task(BaseModel, Generic[CarryT]):
     """Base class of every task: subclass it, declare ``KIND`` and the payload fields.
 
