@@ -92,10 +92,20 @@ def model_packer() -> Callable[[BaseModel], bytes]:
     return pack_one
 
 
+_MODEL_VALIDATE = BaseModel.model_validate.__func__  # type: ignore[attr-defined]
+
+
 def unpack_model(cls: type[M], raw: bytes) -> M:
-    """Decode and validate bytes into ``cls``; any failure is a PayloadError."""
+    """Decode and validate bytes into ``cls``; any failure is a PayloadError.
+
+    Straight to the class's validator, as ``model_validate`` does with its
+    defaults (once per job run); a class that overrides ``model_validate``
+    still gets its own.
+    """
     data = unpack(raw)
     try:
+        if cls.model_validate.__func__ is _MODEL_VALIDATE:  # type: ignore[attr-defined]
+            return cls.__pydantic_validator__.validate_python(data)  # type: ignore[no-any-return]
         return cls.model_validate(data)
     except ValidationError as exc:
         raise PayloadError(f"stored value does not validate as {cls.__name__}: {exc}") from exc

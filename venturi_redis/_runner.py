@@ -104,26 +104,41 @@ class _Job:
     holds_slot: bool = False
 
 
+# A job hash's `priority` field, as claim.lua returns it (an empty one is NORMAL).
+_PRIORITY_OF: dict[Any, Priority] = {p.label.encode(): p for p in Priority}
+_PRIORITY_OF[b""] = _PRIORITY_OF[None] = _PRIORITY_OF[False] = Priority.NORMAL
+
+
+def _priority(raw: Any) -> Priority:
+    p = _PRIORITY_OF.get(raw)
+    return p if p is not None else Priority.parse(text(raw))
+
+
 def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
     now, nxt = int(reply[0]), int(reply[1])
     jobs: list[_Job] = []
+    started = time.monotonic()
+    # Positional, in _Job's field order (keywords cost more): once per claimed job.
     for i in range(2, len(reply), 12):
-        r = reply[i : i + 12]
+        job_id, kind, payload, carry, runs, failures, token, lease, prio, maxf, resume, history = reply[
+            i : i + 12
+        ]
         jobs.append(
             _Job(
-                queue=queue,
-                id=text(r[0]),
-                kind=text(r[1]),
-                payload=r[2] or b"",
-                carry=r[3] or b"",
-                run_count=int(r[4]),
-                failures=int(r[5]),
-                token=text(r[6]),
-                lease_ms=int(r[7]),
-                priority=Priority.parse(text(r[8]) or "normal"),
-                max_failures=text(r[9]),
-                resume_input=r[10] or b"",
-                history=LazyJournal(r[11]),  # parsed only if the handler reads it
+                queue,
+                text(job_id),
+                text(kind),
+                payload or b"",
+                carry or b"",
+                int(runs),
+                int(failures),
+                text(token),
+                int(lease),
+                _priority(prio),
+                text(maxf),
+                resume or b"",
+                LazyJournal(history),  # parsed only if the handler reads it
+                started=started,
             )
         )
     return now, nxt, jobs

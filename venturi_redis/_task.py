@@ -34,6 +34,8 @@ class NoCarry(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+_NO_CARRY = NoCarry()
+
 CarryT = TypeVar("CarryT", bound=BaseModel, default=NoCarry)
 TaskT = TypeVar("TaskT", bound="Task[Any]", default="Task[Any]")
 
@@ -164,6 +166,8 @@ class Task(BaseModel, Generic[CarryT]):
     def default_carry(cls) -> BaseModel:
         """A fresh carry with every field at its default."""
         carry_cls = cls.carry_type()
+        if carry_cls is NoCarry:
+            return _NO_CARRY  # frozen and field-less: one instance serves every run
         try:
             return carry_cls()
         except Exception as exc:

@@ -457,7 +457,7 @@ class Worker(Generic[StateT]):
             await self._commit(job, "dead", note=f"carry does not decode: {exc}", reason="bad_payload")
             return
         try:
-            resume_input = _decode_resume(handler_cls, job.resume_input)
+            resume_input = _decode_resume(handler_cls, job.resume_input) if job.resume_input else None
         except PayloadError as exc:
             # The value came from queue.resume(); no retry can change it.
             await self._commit(
@@ -552,11 +552,11 @@ class Worker(Generic[StateT]):
             # decided, it ends cancelled (a completion or a death stands).
             action = "cancel"
             note_s = "cancelled by an operator" + (f" (the run ended with: {note_s})" if note_s else "")
-        call: tuple[str, list[str], list[ScriptArg]]
+        call: tuple[str, list[str], list[ScriptArg]] | None
         completion: list[ScriptArg] = []  # complete.lua takes many jobs: this one's values
         if action == "complete":
             completion = [job.id, job.token, note_s, attachment, carry, blob]
-            call = ("complete", [k.running, k.completed], [k.prefix, now(), 1, *completion])
+            call = None  # the committer batches it; a direct call builds it below
         elif action == "pause":
             call = (
                 "pause",
@@ -609,7 +609,7 @@ class Worker(Generic[StateT]):
             )
         else:  # pragma: no cover - internal misuse
             raise ValueError(action)
-        name, keys, args = call
+        name, keys, args = call if call is not None else ("complete", [], [])
         attempt = 0
         job.committing = True
         if job.runner is not None:
@@ -624,6 +624,8 @@ class Worker(Generic[StateT]):
                 elif committer is not None:
                     reply = await committer.submit(name, keys, args)
                 else:  # not running (a direct call in a test): no batching
+                    if name == "complete":
+                        keys, args = [k.running, k.completed], [k.prefix, now(), 1, *completion]
                     reply = await q.client.scripts.call(q.client.redis, name, keys, args)
                     if name == "complete":
                         reply = [1] if reply[0] == 1 else [0, reply[0]]
