@@ -280,11 +280,24 @@ def w2(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
         if conc in getattr(cfg, "w2_skip", {}).get(lib.name, ()):
             continue  # failed or timed out in an earlier round: not run again
         rates: list[float] = []
+        # venturi's drain against its W8 ceiling (the targets table): the
+        # ceiling is measured right after each drain, at the same speed of the
+        # machine, as W1 single's bare EVALSHA is.
+        ceilings: list[float] = []
         err = None
         for run in range(cfg.runs):
             try:
                 rates.append(drain_once(lib, url, r, cfg, conc, f"{lib.name}-w2-c{conc}-{run}.log"))
-                log(f"  {lib.name} W2 c={conc} run {run + 1}: {rates[-1]:,.0f} jobs/s")
+                if lib.name == "venturi":
+                    import venturi_only
+
+                    ceilings.append(asyncio.run(venturi_only.ceiling_once(url, r, cfg.n)))
+                    log(
+                        f"  {lib.name} W2 c={conc} run {run + 1}: {rates[-1]:,.0f} jobs/s; W8 ceiling "
+                        f"right after it {ceilings[-1]:,.0f}/s ({rates[-1] / ceilings[-1]:.0%})"
+                    )
+                else:
+                    log(f"  {lib.name} W2 c={conc} run {run + 1}: {rates[-1]:,.0f} jobs/s")
             except DrainTimeout:
                 start = float(r.get(START) or time.time())
                 done = int(r.get(COUNT) or 0)
@@ -304,7 +317,11 @@ def w2(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
                 break
         if str(conc) not in out:
             out[str(conc)] = {"median": statistics.median(rates), "runs": rates} if rates else {"error": err}
-    ok = {k: v["median"] for k, v in out.items() if "median" in v}
+        if ceilings:
+            ratios = [d / c for d, c in zip(rates, ceilings, strict=False)]
+            out[f"{conc}_paired_ceiling"] = {"median": statistics.median(ceilings), "runs": ceilings}
+            out[f"{conc}_paired_ratios"] = {"median": statistics.median(ratios), "runs": ratios}
+    ok = {k: v["median"] for k, v in out.items() if k.isdigit() and "median" in v}
     if ok:
         best = max(ok, key=lambda k: ok[k])
         out["best"] = {"concurrency": int(best), "median": ok[best]}
