@@ -125,3 +125,63 @@ async def test_two_pipelines_go_out_at_once_never_three(
                 await anyio.sleep(0.005)
         tg.cancel_scope.cancel()
     assert [len(r) for r in replies] == [2, 2, 2]  # an empty queue's claim: [now, next]
+
+
+def _failing_completes(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch, error: Exception, times: int
+) -> list[int]:
+    """The committer's pipelines that carry a complete call fail with ``error``, ``times`` times.
+
+    Returns the list of jobs each failed pipeline carried (its complete calls' ARGV[3]).
+    """
+    scripts = queue.client.scripts
+    real = scripts.run_pipeline
+    failed: list[int] = []
+
+    async def flaky(redis: Any, calls: Any, **kw: Any) -> list[Any]:
+        carried = sum(int(args[2]) for name, _, args in calls if name == "complete")
+        if carried and len(failed) < times:
+            failed.append(carried)
+            raise error
+        return await real(redis, calls, **kw)
+
+    monkeypatch.setattr(scripts, "run_pipeline", flaky)
+    return failed
+
+
+async def test_a_completion_whose_round_trip_fails_is_sent_again_and_lands_once(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A slot task hands its completion to the committer and goes on to its next
+    # job; a connection error on the way is the committer's to retry, and the
+    # job stays on the worker's books (its lease renewed) until it lands.
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    failed = _failing_completes(queue, monkeypatch, RedisConnectionError("connection lost"), times=2)
+    state: dict[str, Any] = {}
+    ids = await queue.enqueue_many([Echo(text=str(i)) for i in range(30)])
+    worker = await drain(queue, EchoJob, state=state, concurrency=10)
+
+    assert len(failed) == 2 and sum(failed) >= 2
+    assert sorted(state["ran"], key=int) == [str(i) for i in range(30)]  # each ran once
+    for job_id in ids:
+        assert (await events(queue, job_id)).count("completed") == 1
+    assert (await queue.counts())["completed"] == 30
+    assert not any(r.active for r in worker._runners)
+
+
+async def test_a_completion_refused_by_an_error_reply_leaves_the_job_to_its_lease(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Not a connection error: nothing is resent, the error is logged, and the
+    # worker does not wait for the job (its lease expires and reclaim retries it).
+    from redis.exceptions import ResponseError
+
+    _failing_completes(queue, monkeypatch, ResponseError("OOM command not allowed"), times=1)
+    job_id = await queue.enqueue(Echo(text="x"))
+    with caplog.at_level("ERROR", logger="venturi_redis.worker"):
+        worker = await drain(queue, EchoJob, state={}, concurrency=1, lease=0.5, reclaim_interval=0.1)
+    assert "internal error completing job" in caplog.text
+    assert not any(r.active for r in worker._runners)
+    info = await queue.get(job_id)
+    assert info is not None and info.state == vr.JobState.COMPLETED and info.run_count == 2

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -12,6 +14,9 @@ from ._scripts import ScriptArg
 
 if TYPE_CHECKING:
     from ._client import Queue
+
+log = logging.getLogger("venturi_redis.worker")
+_J = TypeVar("_J")
 
 # Most completions in one complete.lua call (a longer burst takes several calls).
 _COMPLETE_BATCH = 200
@@ -45,7 +50,8 @@ class _Committer:
         # One future per call, resolved by the sender with the call's reply.
         # A bare asyncio future, not an anyio.Event plus a value: this is per
         # transition, and the worker runs on asyncio anyway (redis.asyncio).
-        self._replies: list[asyncio.Future[Any]] = []
+        # Or (callback, job) for a completion that nobody awaits (complete_soon).
+        self._replies: list[asyncio.Future[Any] | tuple[Callable[[Any, Any], None], Any]] = []
         self._kick = anyio.Event()
 
     async def _submit(self, kind: str, call: Any) -> Any:
@@ -62,6 +68,15 @@ class _Committer:
     async def claim(self, keys: list[str], args: list[ScriptArg]) -> Any:
         """Run a claim in the next round trip, after that round trip's transitions."""
         return await self._submit("claim", ("claim", keys, args))
+
+    def complete_soon(
+        self, queue: Queue, job_args: list[ScriptArg], done: Callable[[_J, Any], None], job: _J
+    ) -> None:
+        """``complete`` without waiting: the sender calls ``done(job, reply)`` with the
+        reply (``[1]`` or ``[0, reason]``) or the exception, from its own task."""
+        self._calls.append(("complete", (queue, job_args)))
+        self._replies.append((done, job))
+        self._kick.set()
 
     async def complete(self, queue: Queue, job_args: list[ScriptArg]) -> Any:
         """Complete one job (its six complete.lua values) in the next round trip.
@@ -132,6 +147,13 @@ class _Committer:
                 if sub is not None and not isinstance(value, BaseException):
                     one = value[sub]
                     value = [1] if one == 1 else [0, one]
+                if isinstance(reply, tuple):
+                    done, job = reply
+                    try:
+                        done(job, value)
+                    except Exception:
+                        log.exception("internal error handling a completion's reply")
+                    continue
                 if reply.done():
                     continue  # its waiter was cancelled
                 if isinstance(value, BaseException):

@@ -102,6 +102,10 @@ class _Job:
     # outcome is on its way (the commit itself no longer needs the slot).
     runner: _Runner | None = None
     holds_slot: bool = False
+    # A completion handed to the committer with a callback (Worker._completed):
+    # the slot task no longer waits for it, and the job is finished from there.
+    deferred: bool = False
+    completion: list[ScriptArg] | None = None
 
 
 # A job hash's `priority` field, as claim.lua returns it (an empty one is NORMAL).

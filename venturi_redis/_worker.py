@@ -224,6 +224,8 @@ class Worker(Generic[StateT]):
         self._running = False
         self._changed = anyio.Event()  # set whenever a job ends or shutdown escalates
         self._until_idle = False
+        # The slot tasks' task group while run() runs (a deferred completion's retry runs there).
+        self._jobs_tg: TaskGroup | None = None
 
     # -- registration --------------------------------------------------------------
 
@@ -371,6 +373,7 @@ class Worker(Generic[StateT]):
             if self.handle_signals and threading.current_thread() is threading.main_thread():
                 service_tg.start_soon(self._signal_watcher)
             async with anyio.create_task_group() as jobs_tg:
+                self._jobs_tg = jobs_tg
                 for r in self._runners:
                     r.inbox = _Inbox()
                     for _ in range(2 * self.concurrency):
@@ -382,6 +385,7 @@ class Worker(Generic[StateT]):
                 for r in self._runners:
                     r.inbox.close()
                 await self._drain(jobs_tg)
+            self._jobs_tg = None
             service_tg.cancel_scope.cancel()
 
     async def _drain(self, jobs_tg: TaskGroup) -> None:
@@ -425,12 +429,17 @@ class Worker(Generic[StateT]):
         except Exception:
             log.exception("queue %s: internal error running job %s", job.queue.name, job.id)
         finally:
-            runner.release_slot(job)
-            runner.active.pop(job.id, None)
-            runner.wake()
-            if self._until_idle and not runner.active:
-                runner.interrupt.set()  # an idle wait is cut short to check whether all is done
-            self._changed.set()
+            if not job.deferred:  # else the committer finishes it when its reply is in
+                self._finish(runner, job)
+
+    def _finish(self, runner: _Runner, job: _Job) -> None:
+        """The job's transition is written (or given up on): it leaves the worker's books."""
+        runner.release_slot(job)
+        runner.active.pop(job.id, None)
+        runner.wake()
+        if self._until_idle and not runner.active:
+            runner.interrupt.set()  # an idle wait is cut short to check whether all is done
+        self._changed.set()
 
     async def _execute(self, job: _Job) -> None:
         handler_cls = self._registry.get(job.kind)
@@ -610,10 +619,69 @@ class Worker(Generic[StateT]):
         else:  # pragma: no cover - internal misuse
             raise ValueError(action)
         name, keys, args = call if call is not None else ("complete", [], [])
-        attempt = 0
         job.committing = True
         if job.runner is not None:
             job.runner.release_slot(job)
+        if name == "complete" and self._jobs_tg is not None and job.runner is not None:
+            committer = self._committers.get(id(q.client))
+            if committer is not None:
+                # The slot task goes on to its next job at once; the committer
+                # calls _completed with the reply (no task wake-up per job).
+                job.deferred, job.completion = True, completion
+                committer.complete_soon(q, completion, self._completed, job)
+                return
+        reply, attempt = await self._send(job, name, keys, args, completion)
+        if reply is not None:
+            self._committed(job, action, name, reply, attempt)
+
+    def _completed(self, job: _Job, reply: Any) -> None:
+        """A deferred completion's reply (or error), from the committer; the job is then finished."""
+        runner = job.runner
+        assert runner is not None
+        if isinstance(reply, _TRANSIENT) and self._jobs_tg is not None:
+            # Try again as _commit does, in a task of its own (it sleeps between attempts).
+            self._jobs_tg.start_soon(self._complete_again, job)
+            return
+        try:
+            if isinstance(reply, BaseException):
+                log.error(
+                    "queue %s: internal error completing job %s", job.queue.name, job.id, exc_info=reply
+                )
+            else:
+                self._committed(job, "complete", "complete", reply, 0)
+        finally:
+            self._finish(runner, job)
+
+    async def _complete_again(self, job: _Job) -> None:
+        runner = job.runner
+        assert runner is not None
+        assert job.completion is not None
+        try:
+            await anyio.sleep(0.1)
+            reply, attempt = await self._send(job, "complete", [], [], job.completion, attempt=1)
+            if reply is not None:
+                self._committed(job, "complete", "complete", reply, attempt)
+        except Exception:
+            log.exception("queue %s: internal error completing job %s", job.queue.name, job.id)
+        finally:
+            self._finish(runner, job)
+
+    async def _send(
+        self,
+        job: _Job,
+        name: str,
+        keys: list[str],
+        args: list[ScriptArg],
+        completion: list[ScriptArg],
+        attempt: int = 0,
+    ) -> tuple[Any, int]:
+        """Send a transition, retrying transient errors: (its reply, the attempts it took).
+
+        The reply is None when it gave up (the lease will expire and the job be reclaimed).
+        """
+        q = job.queue
+        k = q.keys
+        now = q.client.now_arg
         while True:
             try:
                 # The committers only send while run() runs them: a direct call
@@ -641,8 +709,13 @@ class Worker(Generic[StateT]):
                         attempt,
                         exc,
                     )
-                    return
+                    return None, attempt
                 await anyio.sleep(min(0.05 * 2**attempt, 2.0))
+        return reply, attempt
+
+    def _committed(self, job: _Job, action: str, name: str, reply: Any, attempt: int) -> None:
+        """After a transition's reply: the observer, and a lost lease logged."""
+        q = job.queue
         if self.observer is not None and int(reply[0]) == 1:
             outcome = _OUTCOMES.get(action, action)
             if action == "retry" and text(reply[1]) == "dead":
