@@ -47,9 +47,9 @@ def _median_of(cfg: argparse.Namespace, fn: Callable[[], float]) -> tuple[float,
 class Raw:
     """The venturi Lua scripts driven with bare redis.asyncio (hiredis), no venturi Python."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, queue: str = QUEUE) -> None:
         self.r = aioredis.Redis.from_url(url)
-        self.k = QueueKeys.for_queue(QUEUE)
+        self.k = QueueKeys.for_queue(queue)
         self.s = scripts()
         self.payload = msgpack.packb({"i": 0, "t": 0.0})
 
@@ -376,20 +376,32 @@ async def w6(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
 
 
 async def w5(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dict[str, Any]:
-    raw = Raw(url)
-    client = vr.Client.from_url(url)
-    q = client.queue(QUEUE)
+    """Enqueue, claim and merge cost with 10k, 100k and 1M jobs pending, measured side by side.
+
+    Every size is a queue of its own, all filled first (in one Redis), and
+    then measured in rounds (round 1 of every size, then round 2, ...): the
+    machine's speed drifts by half within minutes, and one size measured
+    after the others would carry that drift in its ratio. A size's ratio to
+    the smallest is taken within each round, and the table shows medians.
+    """
+    sizes = sorted(cfg.w5_sizes)
     ops = 1000
-    out: dict[str, Any] = {"ops_per_measure": ops, "sizes": {}}
+    rounds = max(cfg.runs, 1)
+    out: dict[str, Any] = {"ops_per_measure": ops, "rounds": rounds, "sizes": {}}
+    client = vr.Client.from_url(url)
+    raws = {size: Raw(url, f"{QUEUE}-w5-{size}") for size in sizes}
+    queues = {size: client.queue(f"{QUEUE}-w5-{size}") for size in sizes}
+    runs: dict[int, dict[str, list[float]]] = {size: {} for size in sizes}
     try:
         r.flushall()
-        await raw.load()
-        # Jobs holding dedup keys, so that merges have pending candidates; delayed
-        # an hour so that the claims below never take them.
-        await q.enqueue_many([VB.Mixed(i=i, key=f"k{i}") for i in range(ops)], delay=3600)
-        filled = ops
-        for size in sorted(cfg.w5_sizes):
+        for size in sizes:
+            raw, q = raws[size], queues[size]
+            await raw.load()
             t_fill = time.perf_counter()
+            # Jobs holding dedup keys, so that merges have pending candidates;
+            # delayed an hour so that the claims below never take them.
+            await q.enqueue_many([VB.Mixed(i=i, key=f"k{i}") for i in range(ops)], delay=3600)
+            filled = ops
             while filled < size:
                 step = min(5000, size - filled)
                 ids = [new_job_id() for _ in range(step)]
@@ -399,37 +411,52 @@ async def w5(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
                     pipe.evalsha(raw.s["enqueue"].sha, len(keys), *keys, *args)
                 await pipe.execute()
                 filled += step
-            log(f"  venturi W5: {filled:,} pending (filled in {time.perf_counter() - t_fill:.0f} s)")
-            cell: dict[str, float] = {}
             for i in range(100):  # warm up connections and caches
                 await q.enqueue(VB.Noop(i=i))
                 await raw.claim(1)
                 await q.enqueue(VB.Mixed(i=i, key=f"k{i}"))
-            t0 = time.perf_counter()
-            for i in range(ops):
-                await q.enqueue(VB.Noop(i=i))
-            cell["enqueue_us"] = (time.perf_counter() - t0) / ops * 1e6
-            t0 = time.perf_counter()
-            for _ in range(ops):
-                await raw.claim(1)
-            cell["claim_us"] = (time.perf_counter() - t0) / ops * 1e6
-            t0 = time.perf_counter()
-            for i in range(ops):
-                await q.enqueue(VB.Mixed(i=i, key=f"k{i}"))
-            cell["merge_us"] = (time.perf_counter() - t0) / ops * 1e6
-            cell["pending"] = int(sum(r.zcard(k) for k in q.keys.pending_high_first))
-            cell["used_memory_mb"] = used_memory(r) / 2**20
+            log(f"  venturi W5: {filled:,} pending (filled in {time.perf_counter() - t_fill:.0f} s)")
+        for rnd in range(rounds):
+            for size in sizes:
+                raw, q = raws[size], queues[size]
+                cell = runs[size]
+                t0 = time.perf_counter()
+                for i in range(ops):
+                    await q.enqueue(VB.Noop(i=i))
+                cell.setdefault("enqueue_us", []).append((time.perf_counter() - t0) / ops * 1e6)
+                t0 = time.perf_counter()
+                for _ in range(ops):
+                    await raw.claim(1)
+                cell.setdefault("claim_us", []).append((time.perf_counter() - t0) / ops * 1e6)
+                t0 = time.perf_counter()
+                for i in range(ops):
+                    await q.enqueue(VB.Mixed(i=i, key=f"k{i}"))
+                cell.setdefault("merge_us", []).append((time.perf_counter() - t0) / ops * 1e6)
+                log(
+                    f"  venturi W5 @ {size:,} (round {rnd + 1} of {rounds}): enqueue "
+                    f"{cell['enqueue_us'][-1]:.0f} µs, claim {cell['claim_us'][-1]:.0f} µs, "
+                    f"merge {cell['merge_us'][-1]:.0f} µs"
+                )
+        smallest = runs[sizes[0]]
+        for size in sizes:
+            cell_runs = runs[size]
+            cell: dict[str, Any] = {k: statistics.median(v) for k, v in cell_runs.items()}
+            cell["runs"] = cell_runs
+            # Paired: each round's figure against the smallest size's in the same round.
+            cell["ratios"] = {
+                k: statistics.median(a / b for a, b in zip(v, smallest[k], strict=True))
+                for k, v in cell_runs.items()
+            }
+            cell["pending"] = int(sum(r.zcard(k) for k in queues[size].keys.pending_high_first))
             out["sizes"][str(size)] = cell
-            log(
-                f"  venturi W5 @ {size:,}: enqueue {cell['enqueue_us']:.0f} µs, "
-                f"claim {cell['claim_us']:.0f} µs, merge {cell['merge_us']:.0f} µs"
-            )
+        out["used_memory_mb"] = used_memory(r) / 2**20
     except Exception as exc:  # noqa: BLE001 - keep the sizes measured so far
         log(f"  venturi W5 stopped: {exc!r}")
         out["error"] = repr(exc)
     finally:
         await client.aclose()
-        await raw.aclose()
+        for raw in raws.values():
+            await raw.aclose()
         # A million jobs take seconds to free: let Redis do it in the background.
         r.execute_command("FLUSHALL", "ASYNC")
     return out
@@ -598,12 +625,21 @@ def tables(x: dict[str, Any], cfg: argparse.Namespace, machine: str) -> str:
         ]
         for s in sizes:
             c = w["sizes"][s]
-            ratios = " / ".join(f"{c[k] / base[k]:.2f}" for k in ("enqueue_us", "claim_us", "merge_us"))
+            if "ratios" in c:
+                ratios = " / ".join(f"{c['ratios'][k]:.2f}" for k in ("enqueue_us", "claim_us", "merge_us"))
+            else:
+                ratios = " / ".join(f"{c[k] / base[k]:.2f}" for k in ("enqueue_us", "claim_us", "merge_us"))
             us = " | ".join(f"{c[k]:.0f}" for k in ("enqueue_us", "claim_us", "merge_us"))
             lines.append(f"| {int(s):,} | {us} | {ratios} |")
+        how = (
+            f"every size filled first, one queue each, then measured in {w['rounds']} rounds; "
+            "medians, ratios taken within each round"
+            if "rounds" in w
+            else f"sizes run: {', '.join(f'{int(s):,}' for s in sizes)}"
+        )
         parts.append(
             f"### W5: cost against the pending-set size ({w['ops_per_measure']:,} sequential ops each; "
-            f"sizes run: {', '.join(f'{int(s):,}' for s in sizes)})\n\n{machine}\n\n" + "\n".join(lines)
+            f"{how})\n\n{machine}\n\n" + "\n".join(lines)
         )
     return "\n\n".join(parts) + "\n"
 
@@ -718,7 +754,10 @@ def targets(report: dict[str, Any]) -> str:
     if w5.get("sizes"):
         sizes = list(w5["sizes"])
         lo, hi = w5["sizes"][sizes[0]], w5["sizes"][sizes[-1]]
-        worst = max(hi[k] / lo[k] for k in ("enqueue_us", "claim_us", "merge_us"))
+        if "ratios" in hi:  # paired within rounds
+            worst = max(hi["ratios"].values())
+        else:
+            worst = max(hi[k] / lo[k] for k in ("enqueue_us", "claim_us", "merge_us"))
         rows.append(
             (
                 f"W5 cost at {int(sizes[-1]):,} pending within 1.2x of {int(sizes[0]):,}",
