@@ -74,24 +74,6 @@ def pack_model(model: BaseModel) -> bytes:
         raise PayloadError(f"cannot encode {type(model).__name__}: {exc}") from exc
 
 
-def model_packer() -> Callable[[BaseModel], bytes]:
-    """``pack_model`` for many models in a row, in one thread (``enqueue_many``).
-
-    ``msgpack.packb`` builds a Packer per call, a third of its cost for a small
-    payload; this one Packer serves them all. Not for sharing across threads.
-    """
-    packb = msgpack.Packer(use_bin_type=True).pack
-
-    def pack_one(model: BaseModel) -> bytes:
-        try:
-            packed: bytes = packb(_dump_json(model))
-            return packed
-        except (PydanticSerializationError, TypeError, ValueError, OverflowError) as exc:
-            raise PayloadError(f"cannot encode {type(model).__name__}: {exc}") from exc
-
-    return pack_one
-
-
 _MODEL_VALIDATE = BaseModel.model_validate.__func__  # type: ignore[attr-defined]
 
 

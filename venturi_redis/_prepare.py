@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel
 
 from ._backoff import to_ms
-from ._codec import model_packer, pack_model
+from ._codec import pack_model
 from ._enums import Priority
 from ._errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
 from ._ids import new_job_id, new_job_ids
@@ -145,7 +145,7 @@ def prepare_many(
     )
     jobs = [first]
     kinds: dict[type[Task[Any]], str] = {}
-    pack = model_packer()
+    pack = pack_model  # one msgpack packer per thread, reused
     prio, delay_ms, explicit = first.priority, first.delay_ms, first.explicit_priority
     for job_id, task in zip(new_job_ids(len(tasks) - 1), tasks[1:], strict=True):
         if not isinstance(task, Task):
