@@ -632,7 +632,7 @@ class Worker(Generic[StateT]):
                 return
         reply, attempt = await self._send(job, name, keys, args, completion)
         if reply is not None:
-            self._committed(job, action, name, reply, attempt)
+            self._committed(job, action, reply, attempt)
 
     def _completed(self, job: _Job, reply: Any) -> None:
         """A deferred completion's reply (or error), from the committer; the job is then finished."""
@@ -648,7 +648,7 @@ class Worker(Generic[StateT]):
                     "queue %s: internal error completing job %s", job.queue.name, job.id, exc_info=reply
                 )
             else:
-                self._committed(job, "complete", "complete", reply, 0)
+                self._committed(job, "complete", reply, 0)
         finally:
             self._finish(runner, job)
 
@@ -660,7 +660,7 @@ class Worker(Generic[StateT]):
             await anyio.sleep(0.1)
             reply, attempt = await self._send(job, "complete", [], [], job.completion, attempt=1)
             if reply is not None:
-                self._committed(job, "complete", "complete", reply, attempt)
+                self._committed(job, "complete", reply, attempt)
         except Exception:
             log.exception("queue %s: internal error completing job %s", job.queue.name, job.id)
         finally:
@@ -713,8 +713,11 @@ class Worker(Generic[StateT]):
                 await anyio.sleep(min(0.05 * 2**attempt, 2.0))
         return reply, attempt
 
-    def _committed(self, job: _Job, action: str, name: str, reply: Any, attempt: int) -> None:
-        """After a transition's reply: the observer, and a lost lease logged."""
+    def _committed(self, job: _Job, action: str, reply: Any, attempt: int) -> None:
+        """After a transition's reply: the observer, and a lost lease logged.
+
+        ``action`` is also the script's name (every transition's call is named after it).
+        """
         q = job.queue
         if self.observer is not None and int(reply[0]) == 1:
             outcome = _OUTCOMES.get(action, action)
@@ -724,7 +727,7 @@ class Worker(Generic[StateT]):
                 q.name, self._kind_label(job.kind), outcome, time.monotonic() - job.started
             )
         if int(reply[0]) != 1:
-            err = LeaseLostError(job.id, name, text(reply[1]))
+            err = LeaseLostError(job.id, action, text(reply[1]))
             if attempt:
                 log.warning("%s (after a retried call, so possibly our own earlier success)", err)
             else:
