@@ -56,6 +56,35 @@ async def test_metadata_is_plain_text_in_the_hash(client: vr.Client, queue: vr.Q
     assert await client.redis.zscore(queue.keys.pending(vr.Priority.HIGH), job_id) is not None
 
 
+async def test_a_job_hash_holds_only_what_is_not_derivable(client: vr.Client, queue: vr.Queue) -> None:
+    # Memory per job (benchmarks W6): no id field (the key has it), no zero
+    # counters, no updated_at equal to created_at, no emptied lease fields.
+    job_id = await queue.enqueue(Echo(text=""))  # completes with an empty note
+    key = queue.keys.job(job_id)
+    pending = await client.redis.hgetall(key)
+    assert set(pending) == {b"kind", b"state", b"priority", b"eligible_at", b"created_at", b"payload"}
+    info = await queue.get(job_id)
+    assert info is not None
+    assert (info.id, info.run_count, info.failures) == (job_id, 0, 0)
+    assert info.updated_at == info.created_at
+    await drain(queue, EchoJob)
+    done = await client.redis.hgetall(key)
+    assert done[b"state"] == b"completed" and done[b"run_count"] == b"1"
+    gone = {b"id", b"failures", b"lease_token", b"lease_expires", b"note"}
+    assert not gone & set(done)
+    assert done[b"lease_owner"]  # kept for forensics
+    info = await queue.get(job_id)
+    assert info is not None
+    assert (info.id, info.state, info.failures, info.note, info.lease_expires_at) == (
+        job_id,
+        vr.JobState.COMPLETED,
+        0,
+        None,
+        None,
+    )
+    assert info.updated_at == info.finished_at and info.updated_at >= info.created_at
+
+
 async def test_enqueue_many_keeps_order_and_options(queue: vr.Queue) -> None:
     ids = await queue.enqueue_many([Echo(text=str(i)) for i in range(1200)], priority="low", delay=60)
     assert len(ids) == len(set(ids)) == 1200
@@ -220,11 +249,7 @@ async def test_enqueue_many_takes_each_tasks_own_kind_priority_and_dedup_key(
     ids = await queue.enqueue_many(batch, priority=vr.Priority.HIGH, delay=7, lease=30, max_failures=None)
     for job_id, task in zip(ids, batch, strict=True):
         raw = await client.redis.hgetall(queue.keys.job(job_id))
-        assert (raw[b"id"].decode(), raw[b"kind"].decode(), raw[b"priority"]) == (
-            job_id,
-            task.kind(),
-            b"high",
-        )
+        assert (raw[b"kind"].decode(), raw[b"priority"]) == (task.kind(), b"high")
         assert (raw[b"lease_ms"], raw[b"max_failures"], raw.get(b"carry")) == (b"30000", b"none", None)
         assert int(raw[b"eligible_at"]) - int(raw[b"created_at"]) == 7_000
         assert raw[b"payload"] == msgpack.packb(task.model_dump(mode="json"))

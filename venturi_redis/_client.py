@@ -418,7 +418,7 @@ class Queue:
         raw = await self.client.redis.hgetall(self.keys.job(job_id))
         if not raw:
             return None
-        return JobInfo.from_hash(self.name, raw)
+        return JobInfo.from_hash(self.name, job_id, raw)
 
     async def journal(self, job_id: str) -> list[JournalEntry]:
         """The job's journal, oldest first (empty if the job is unknown)."""

@@ -243,13 +243,14 @@ async def list_jobs(
                 if not page:
                     break
                 pipe = redis.pipeline(transaction=False)
-                for raw_id in page:
-                    pipe.hgetall(queue.keys.job(_text(raw_id)))
-                for raw in await pipe.execute():
+                ids = [_text(raw_id) for raw_id in page]
+                for job_id in ids:
+                    pipe.hgetall(queue.keys.job(job_id))
+                for job_id, raw in zip(ids, await pipe.execute(), strict=True):
                     # A hash may be gone (purged between the two reads): skip it.
                     if not raw or (kind is not None and _text(raw.get(b"kind")) != kind):
                         continue
-                    out.append(JobInfo.from_hash(queue.name, raw))
+                    out.append(JobInfo.from_hash(queue.name, job_id, raw))
                     if len(out) >= limit:
                         break
                 if len(page) < _PAGE:

@@ -188,7 +188,7 @@ class JobInfo:
     failures: int
     eligible_at: datetime | None
     created_at: datetime
-    updated_at: datetime | None
+    updated_at: datetime
     finished_at: datetime | None
     note: str | None
     attachment: Any
@@ -199,7 +199,10 @@ class JobInfo:
     dedup: str | None
 
     @classmethod
-    def from_hash(cls, queue: str, raw: dict[bytes, bytes]) -> JobInfo:
+    def from_hash(cls, queue: str, job_id: str, raw: dict[bytes, bytes]) -> JobInfo:
+        """Parse ``HGETALL`` of a job hash. The id is the key's, not a field;
+        fields no script has written yet take their defaults (``run_count``
+        and ``failures`` 0, ``updated_at`` the creation time)."""
         f = {_text(k): v for k, v in raw.items()}
 
         def num(name: str) -> int:
@@ -209,8 +212,9 @@ class JobInfo:
             v = _text(f.get(name))
             return ms_to_dt(int(v)) if v else None
 
+        created = when("created_at") or ms_to_dt(0)
         return cls(
-            id=_text(f.get("id")),
+            id=job_id,
             queue=queue,
             kind=_text(f.get("kind")),
             state=JobState(_text(f.get("state"))),
@@ -220,8 +224,8 @@ class JobInfo:
             run_count=num("run_count"),
             failures=num("failures"),
             eligible_at=when("eligible_at"),
-            created_at=when("created_at") or ms_to_dt(0),
-            updated_at=when("updated_at"),
+            created_at=created,
+            updated_at=when("updated_at") or created,
             finished_at=when("finished_at"),
             note=_text(f.get("note")) or None,
             attachment=_blob(f.get("attachment")),
