@@ -221,6 +221,20 @@ async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
                 handler="empty",
             )
 
+        async def worker_uvloop(concurrency: int) -> float:
+            # The W2 worker process exactly, INCR handler included, on uvloop
+            # (`venturi worker --loop uvloop`): for information, the W2 table
+            # keeps the default loop.
+            return R.drain_once(
+                R.LIBS["venturi"],
+                url,
+                r,
+                cfg,
+                concurrency,
+                f"venturi-w8-uvloop-c{concurrency}.log",
+                loop="uvloop",
+            )
+
         async def med(fn: Callable[[], Any]) -> dict[str, Any]:
             runs: list[float] = []
             server: list[float] = []
@@ -241,6 +255,7 @@ async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
             out[f"drain_claim_{b}"] = await med(lambda b=b: drain(b))
         out["handler_alone_c100"] = await med(lambda: handler_alone(100))
         out["worker_empty_handler_c100"] = await med(lambda: worker_empty_handler(100))
+        out["worker_uvloop_c100"] = await med(lambda: worker_uvloop(100))
         best = max((k for k in out if k.startswith("drain_")), key=lambda k: out[k]["median"])
         out["drain_ceiling"] = {"median": out[best]["median"], "variant": best}
         for key, cell in out.items():
@@ -545,6 +560,7 @@ def tables(x: dict[str, Any], cfg: argparse.Namespace, machine: str) -> str:
             ("claim.lua (100), then complete.lua (100 jobs) + next claim per round trip", "drain_claim_100"),
             ("the W2 handler alone: its INCR, 100 at a time, no queue", "handler_alone_c100"),
             ("the W2 worker (c=100) with an empty handler: no INCR", "worker_empty_handler_c100"),
+            ("the W2 worker (c=100), INCR handler, on uvloop (`--loop uvloop`)", "worker_uvloop_c100"),
         ]
         lines = [
             "| W8 ceiling (no venturi Python) | ops/s | µs inside Redis per op (EVALSHA time / n) |",

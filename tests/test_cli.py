@@ -344,6 +344,44 @@ def test_worker_narrowed_to_one_queue_and_sigterm_is_graceful(app_dir: Path, rur
         assert b.counts()["pending"] == 1  # --queue narrowed the worker to queue a
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_worker_runs_on_the_event_loop_asked_for(app_dir: Path, rurl: str, qname: str, loop: str) -> None:
+    with vr.SyncClient(rurl) as sc:
+        a = sc.queue(qname + "-a")
+        a.enqueue_many([Echo(text=str(i)) for i in range(3)])
+        args = ["--loop", loop] if loop != "asyncio" else []  # asyncio is the default
+        proc = start_worker(app_dir, "myapp:worker", "--redis", rurl, *args)
+        try:
+            deadline = time.monotonic() + 30
+            while a.counts()["completed"] < 3:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, err
+    expected = "event loop: uvloop.Loop" if loop == "uvloop" else "event loop: asyncio."
+    assert expected in err, err
+
+
+def test_worker_loop_option_errors_are_usage_errors(app_dir: Path, rurl: str) -> None:
+    res = run_worker(app_dir, "myapp:worker", "--redis", rurl, "--loop", "trio")
+    assert res.returncode == 2
+    assert res.stderr.strip() == "venturi: --loop must be asyncio or uvloop, not 'trio'"
+    # uvloop not installed (shadowed by a module that fails to import, as when it is absent)
+    (app_dir / "uvloop.py").write_text("raise ImportError('No module named uvloop')\n")
+    res = run_worker(app_dir, "myapp:worker", "--redis", rurl, "--loop", "uvloop")
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("venturi: --loop uvloop needs the uvloop package"), res.stderr
+    assert lines[0].endswith("pip install 'venturi_redis[uvloop]'")
+
+
 def test_worker_unknown_queue_is_refused(app_dir: Path, rurl: str) -> None:
     res = run_worker(app_dir, "myapp:worker", "--redis", rurl, "--queue", "elsewhere")
     assert res.returncode == 1

@@ -14,6 +14,7 @@ Conventions every command follows:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import enum
@@ -599,6 +600,19 @@ def _load_target(target: str) -> Any:
     return obj
 
 
+def _loop_options(loop: str) -> dict[str, Any]:
+    """anyio's asyncio backend options for ``--loop`` (a usage error when unusable)."""
+    if loop == "asyncio":
+        return {}
+    if loop != "uvloop":
+        _die(f"--loop must be asyncio or uvloop, not {loop!r}", 2)
+    try:
+        import uvloop  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        _die(f"--loop uvloop needs the uvloop package ({exc}): pip install 'venturi_redis[uvloop]'", 2)
+    return {"loop_factory": uvloop.new_event_loop}
+
+
 class _JsonLogFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc = {
@@ -653,9 +667,19 @@ def worker(
     ] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error.")] = "info",
     json_out: Annotated[bool, typer.Option("--json", help="Log JSON lines instead of text.")] = False,
+    loop: Annotated[
+        str,
+        typer.Option(
+            "--loop",
+            metavar="asyncio|uvloop",
+            help="The event loop. uvloop: pip install 'venturi_redis[uvloop]' (benchmarks/README.md).",
+        ),
+    ] = "asyncio",
 ) -> None:
     """Run a worker until SIGTERM / SIGINT (graceful: running jobs get their grace period)."""
     from ._worker import Worker
+
+    backend_options = _loop_options(loop)
 
     handler = logging.StreamHandler()
     handler.setFormatter(
@@ -695,6 +719,10 @@ def worker(
             w.batch_size = min(w.batch_size, concurrency)
         if no_eviction_check:
             w.check_eviction_policy = False
+        running = type(asyncio.get_running_loop())
+        logging.getLogger("venturi_redis.cli").info(
+            "event loop: %s.%s", running.__module__, running.__qualname__
+        )
         if metrics_port is None:
             await w.run()
             return 0
@@ -717,7 +745,7 @@ def worker(
         return 0
 
     try:
-        code = anyio.run(main)
+        code = anyio.run(main, backend_options=backend_options)
     except _Fail as exc:
         _die(str(exc), exc.code)
     except VenturiError as exc:

@@ -60,6 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="worker: 'empty' counts in-process instead of INCRing (venturi's W8 only)",
     )
     p.add_argument(
+        "--loop",
+        default="asyncio",
+        choices=["asyncio", "uvloop"],
+        help="worker: the event loop (venturi's W8 uvloop row only; `venturi worker --loop`)",
+    )
+    p.add_argument(
         "--bare-evalsha",
         default="off",
         choices=["off", "after", "before"],

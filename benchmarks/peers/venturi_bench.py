@@ -91,4 +91,10 @@ async def main(a: Any) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(c.parse_args()))
+    args = c.parse_args()
+    if args.action == "worker" and args.loop == "uvloop":
+        import uvloop  # the project's `uvloop` extra (installed with `dev`)
+
+        uvloop.run(main(args))
+    else:
+        asyncio.run(main(args))
