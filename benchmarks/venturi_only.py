@@ -207,32 +207,14 @@ async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
             finally:
                 await rec.r.aclose()
 
-        async def worker_empty_handler(concurrency: int) -> float:
-            # The W2 worker process exactly (fill, start, wait for END), but its
-            # handler does no Redis work (peers/_common.EmptyRecorder): how near
-            # venturi's own worker comes to the scripts' ceiling.
+        async def worker_variant(concurrency: int, tag: str, **opts: Any) -> float:
+            # The W2 worker process exactly (fill, start, wait for END), with one
+            # option changed: handler="empty" (no Redis work in the handler,
+            # peers/_common.EmptyRecorder: how near venturi's own worker comes
+            # to the scripts' ceiling) or loop="uvloop" (`venturi worker --loop
+            # uvloop`, for information; the W2 table keeps the default loop).
             return R.drain_once(
-                R.LIBS["venturi"],
-                url,
-                r,
-                cfg,
-                concurrency,
-                f"venturi-w8-empty-c{concurrency}.log",
-                handler="empty",
-            )
-
-        async def worker_uvloop(concurrency: int) -> float:
-            # The W2 worker process exactly, INCR handler included, on uvloop
-            # (`venturi worker --loop uvloop`): for information, the W2 table
-            # keeps the default loop.
-            return R.drain_once(
-                R.LIBS["venturi"],
-                url,
-                r,
-                cfg,
-                concurrency,
-                f"venturi-w8-uvloop-c{concurrency}.log",
-                loop="uvloop",
+                R.LIBS["venturi"], url, r, cfg, concurrency, f"venturi-w8-{tag}-c{concurrency}.log", **opts
             )
 
         async def med(fn: Callable[[], Any]) -> dict[str, Any]:
@@ -254,8 +236,8 @@ async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
         for b in (1, 10, 100):
             out[f"drain_claim_{b}"] = await med(lambda b=b: drain(b))
         out["handler_alone_c100"] = await med(lambda: handler_alone(100))
-        out["worker_empty_handler_c100"] = await med(lambda: worker_empty_handler(100))
-        out["worker_uvloop_c100"] = await med(lambda: worker_uvloop(100))
+        out["worker_empty_handler_c100"] = await med(lambda: worker_variant(100, "empty", handler="empty"))
+        out["worker_uvloop_c100"] = await med(lambda: worker_variant(100, "uvloop", loop="uvloop"))
         best = max((k for k in out if k.startswith("drain_")), key=lambda k: out[k]["median"])
         out["drain_ceiling"] = {"median": out[best]["median"], "variant": best}
         for key, cell in out.items():
