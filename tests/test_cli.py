@@ -298,6 +298,23 @@ def run_worker(app_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def stop_after_completed(proc: subprocess.Popen[str], queue: vr.SyncQueue, n: int) -> str:
+    """Wait until ``queue`` has ``n`` completed jobs, SIGTERM the worker, return its stderr."""
+    try:
+        deadline = time.monotonic() + 30
+        while queue.counts()["completed"] < n:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return err
+
+
 @pytest.mark.parametrize(
     ("target", "code", "message"),
     [
@@ -327,18 +344,7 @@ def test_worker_narrowed_to_one_queue_and_sigterm_is_graceful(app_dir: Path, rur
         proc = start_worker(
             app_dir, "myapp:make", "--redis", rurl, "--queue", qname + "-a", "--concurrency", "2"
         )
-        try:
-            deadline = time.monotonic() + 30
-            while a.counts()["completed"] < 5:
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        err = stop_after_completed(proc, a, 5)
         assert proc.returncode == 0, err
         assert "SIGTERM received, shutting down" in err
         assert b.counts()["pending"] == 1  # --queue narrowed the worker to queue a
@@ -351,18 +357,7 @@ def test_worker_runs_on_the_event_loop_asked_for(app_dir: Path, rurl: str, qname
         a.enqueue_many([Echo(text=str(i)) for i in range(3)])
         args = ["--loop", loop] if loop != "asyncio" else []  # asyncio is the default
         proc = start_worker(app_dir, "myapp:worker", "--redis", rurl, *args)
-        try:
-            deadline = time.monotonic() + 30
-            while a.counts()["completed"] < 3:
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        err = stop_after_completed(proc, a, 3)
     assert proc.returncode == 0, err
     expected = "event loop: uvloop.Loop" if loop == "uvloop" else "event loop: asyncio."
     assert expected in err, err
