@@ -11,7 +11,7 @@ import textwrap
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -298,11 +298,11 @@ def run_worker(app_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def stop_after_completed(proc: subprocess.Popen[str], queue: vr.SyncQueue, n: int) -> str:
-    """Wait until ``queue`` has ``n`` completed jobs, SIGTERM the worker, return its stderr."""
+def stop_when(proc: subprocess.Popen[str], done: Callable[[], bool]) -> str:
+    """Wait until ``done()``, SIGTERM the worker, return its stderr."""
     try:
         deadline = time.monotonic() + 30
-        while queue.counts()["completed"] < n:
+        while not done():
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -344,7 +344,7 @@ def test_worker_narrowed_to_one_queue_and_sigterm_is_graceful(app_dir: Path, rur
         proc = start_worker(
             app_dir, "myapp:make", "--redis", rurl, "--queue", qname + "-a", "--concurrency", "2"
         )
-        err = stop_after_completed(proc, a, 5)
+        err = stop_when(proc, lambda: a.counts()["completed"] >= 5)
         assert proc.returncode == 0, err
         assert "SIGTERM received, shutting down" in err
         assert b.counts()["pending"] == 1  # --queue narrowed the worker to queue a
@@ -357,7 +357,7 @@ def test_worker_runs_on_the_event_loop_asked_for(app_dir: Path, rurl: str, qname
         a.enqueue_many([Echo(text=str(i)) for i in range(3)])
         args = ["--loop", loop] if loop != "asyncio" else []  # asyncio is the default
         proc = start_worker(app_dir, "myapp:worker", "--redis", rurl, *args)
-        err = stop_after_completed(proc, a, 3)
+        err = stop_when(proc, lambda: a.counts()["completed"] >= 3)
     assert proc.returncode == 0, err
     expected = "event loop: uvloop.Loop" if loop == "uvloop" else "event loop: asyncio."
     assert expected in err, err
@@ -394,18 +394,7 @@ def test_worker_queue_option_takes_a_sharded_queue_or_one_partition(
         b.enqueue(Echo(text="not mine"))
         # The sharded queue's own name: every partition.
         proc = start_worker(app_dir, "myapp:sharded", "--redis", rurl, "--queue", qname + "-a")
-        try:
-            deadline = time.monotonic() + 30
-            while any(sc.queue(part).counts()["completed"] < 1 for part in parts):
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        err = stop_when(proc, lambda: all(sc.queue(part).counts()["completed"] >= 1 for part in parts))
         assert proc.returncode == 0, err
         assert b.counts()["pending"] == 1
         # One partition's name: that partition only.
