@@ -16,6 +16,7 @@ import venturi_redis as vr
 from tests.helpers import claim_raw, drain, events
 from tests.tasks import Echo, EchoJob
 from venturi_redis._committer import _Committer
+from venturi_redis._runner import _Runner
 from venturi_redis._scripts import ScriptArg
 
 pytestmark = pytest.mark.anyio
@@ -76,6 +77,43 @@ async def test_a_burst_of_completions_shares_round_trips(
     # The claims that refilled the freed slots rode with the completions.
     assert any({"complete", "claim"} <= {name for name, _ in p} for p in pipelines)
     assert (await queue.counts())["completed"] == n
+
+
+@pytest.mark.parametrize(("batch_size", "largest"), [(None, 10), (20, 20), (3, 3)])
+async def test_a_claim_takes_half_the_slots_unless_batch_size_says(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch, batch_size: int | None, largest: int
+) -> None:
+    asked: list[int] = []
+    real = _Runner._claim_args
+
+    def spy(self: _Runner, count: int) -> list[ScriptArg]:
+        asked.append(count)  # every claim's count (ARGV[3]), on every claim path
+        return real(self, count)
+
+    monkeypatch.setattr(_Runner, "_claim_args", spy)
+    n = 60
+    state: dict[str, Any] = {}
+    await queue.enqueue_many([Echo(text=str(i)) for i in range(n)])
+    await drain(queue, EchoJob, state=state, concurrency=20, batch_size=batch_size)
+
+    assert sorted(state["ran"], key=int) == [str(i) for i in range(n)]
+    # The first claim finds all 20 slots free; none asks for more than the batch.
+    assert asked[0] == largest and max(asked) == largest
+
+
+async def test_the_default_batch_size_follows_concurrency(queue: vr.Queue) -> None:
+    w = vr.Worker(queue, concurrency=7)
+    assert w.batch_size == 4
+    w.concurrency = 2  # as `venturi worker --concurrency 2` does
+    assert w.batch_size == 1
+    given = vr.Worker(queue, concurrency=7, batch_size=5)
+    given.concurrency = 2
+    assert given.batch_size == 5  # a claim still never takes more than the free slots
+    for bad in (0, -1):
+        with pytest.raises(vr.ConfigurationError, match="batch_size must be >= 1"):
+            vr.Worker(queue, batch_size=bad)
+    with pytest.raises(vr.ConfigurationError, match="batch_size must be >= 1"):
+        given.batch_size = 0
 
 
 async def test_two_pipelines_go_out_at_once_never_three(

@@ -715,8 +715,7 @@ def worker(
         if queue:
             w.only_queues(queue)
         if concurrency is not None:
-            w.concurrency = concurrency
-            w.batch_size = min(w.batch_size, concurrency)
+            w.concurrency = concurrency  # a default batch_size follows it
         if no_eviction_check:
             w.check_eviction_policy = False
         running = type(asyncio.get_running_loop())

@@ -118,7 +118,8 @@ class Worker(Generic[StateT]):
         backoff: Default retry backoff (``Task.backoff()`` overrides it).
         jitter: Fraction of each retry delay shaved off, deterministically per
             job and attempt, so that retries of a burst spread out.
-        batch_size: Most jobs taken by one claim (default: ``concurrency``).
+        batch_size: Most jobs taken by one claim (default: half of
+            ``concurrency``, rounded up; docs/design.md, "The worker runtime").
         poll_interval: Longest an idle worker sleeps without a wake-up.
         reclaim_interval: Seconds between expired-lease sweeps
             (default ``min(lease / 2, 15)``).
@@ -181,6 +182,8 @@ class Worker(Generic[StateT]):
             raise ConfigurationError("Worker was given the same queue twice")
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
+        if batch_size is not None and batch_size < 1:
+            raise ConfigurationError(f"batch_size must be >= 1 or None, got {batch_size}")
         if not (lease > 0 and math.isfinite(lease)):
             raise ConfigurationError(f"lease must be a positive number of seconds, got {lease!r}")
         if max_failures is not None and max_failures < 1:
@@ -195,7 +198,7 @@ class Worker(Generic[StateT]):
         self.max_failures = max_failures
         self.backoff = backoff or Backoff.fibonacci(1.0, 600.0)
         self.jitter = jitter
-        self.batch_size = batch_size or concurrency
+        self._batch_size = batch_size
         self.poll_interval = poll_interval
         # Longest single block of an idle claim on its queue's wake list: a
         # reply overdue by _BLOCK_MARGIN after it is how a dead connection (a
@@ -258,6 +261,26 @@ class Worker(Generic[StateT]):
         # Metrics labels: only registered kinds, so junk enqueued with random
         # KINDs cannot blow up the label cardinality.
         return kind if kind in self._registry else "unregistered"
+
+    @property
+    def batch_size(self) -> int:
+        """Most jobs one claim takes: the ``batch_size`` given, else half of ``concurrency``.
+
+        Half, not all: a claim of every free slot at once makes the slots
+        start, call out and finish in step, and the worker then waits while
+        Redis runs the whole batch's scripts. Claims of half keep one half
+        of the slots running while the other half is refilled (W2 at
+        concurrency 100 with the benchmark's ``INCR`` handler: +10%, the
+        worker's CPU busy 95% of the drain instead of 86%; unchanged with an
+        empty handler; benchmarks/README.md, "What changed in session 11").
+        """
+        return self._batch_size or (self.concurrency + 1) // 2
+
+    @batch_size.setter
+    def batch_size(self, value: int | None) -> None:
+        if value is not None and value < 1:
+            raise ConfigurationError(f"batch_size must be >= 1 or None, got {value}")
+        self._batch_size = value
 
     def only_queues(self, names: Sequence[str]) -> Worker[StateT]:
         """Consume only the queues called ``names`` (``venturi worker --queue``).
