@@ -306,6 +306,7 @@ class GcProbe(vr.Task):
 class GcProbeJob(GcProbe, vr.Handler[dict[str, Any]]):
     async def handle(self, ctx: vr.Context[vr.NoCarry], state: dict[str, Any]) -> vr.Outcome:
         state["frozen while running"] = gc.get_freeze_count()
+        state["threshold while running"] = gc.get_threshold()
         return vr.Outcome.completed()
 
 
@@ -313,11 +314,13 @@ class GcProbeJob(GcProbe, vr.Handler[dict[str, Any]]):
 def collector() -> Iterator[None]:
     """The process's collector as a test found it, put back whatever the test did."""
     assert gc.get_freeze_count() == 0 and gc.isenabled()
+    thresholds = gc.get_threshold()
     try:
         yield
     finally:
         gc.unfreeze()
         gc.enable()
+        gc.set_threshold(*thresholds)
 
 
 @pytest.mark.usefixtures("collector")
@@ -354,3 +357,36 @@ async def test_a_worker_leaves_the_collector_alone_when_told_or_when_the_process
     else:
         assert before == state["frozen while running"] == gc.get_freeze_count() == 0
     assert gc.isenabled() == (process != "gc disabled")
+
+
+@pytest.mark.usefixtures("collector")
+@pytest.mark.parametrize(
+    ("process", "option", "while_running"),
+    [
+        ("default thresholds", 5_000, 5_000),
+        ("default thresholds", 2_000, 2_000),
+        ("default thresholds", None, 700),  # told to leave it
+        ("threshold of its own, higher", 5_000, 20_000),  # never lowered
+        ("gc disabled", 5_000, 700),
+    ],
+)
+async def test_a_running_worker_raises_the_young_generation_threshold_and_puts_it_back(
+    queue: vr.Queue, process: str, option: int | None, while_running: int
+) -> None:
+    gc.set_threshold(700, 10, 10)  # CPython 3.11's defaults
+    if process == "threshold of its own, higher":
+        gc.set_threshold(20_000, 10, 10)
+    elif process == "gc disabled":
+        gc.disable()
+    before = gc.get_threshold()
+    await queue.enqueue(GcProbe())
+    state: dict[str, Any] = {}
+    await drain(queue, GcProbeJob, state=state, gc_threshold=option)
+    assert state["threshold while running"] == (while_running, 10, 10)
+    assert gc.get_threshold() == before  # put back when it stopped
+
+
+@pytest.mark.parametrize("bad", [0, -5])
+async def test_a_gc_threshold_below_one_is_refused(queue: vr.Queue, bad: int) -> None:
+    with pytest.raises(vr.ConfigurationError, match="gc_threshold must be >= 1"):
+        vr.Worker(queue, gc_threshold=bad)
