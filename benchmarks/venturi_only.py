@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import statistics
 import sys
 import time
@@ -136,6 +137,41 @@ async def ceiling_once(url: str, r: redis.Redis, n: int, batch: int = 100) -> fl
         await raw.aclose()
 
 
+async def handler_alone(url: str, n: int, concurrency: int = 100) -> dict[str, float]:
+    """The W2 handler's own work with no queue: jobs/s, CPU µs per job, busy share.
+
+    ``n`` INCRs from the handler's client (peers/_common.AsyncRecorder),
+    ``concurrency`` at a time. No library's drain can beat this figure on
+    this machine. CPU is this process's (``getrusage``).
+    """
+    rec = C.AsyncRecorder(url, 10 * n)  # never reaches 10n: no END stamp
+    left = concurrency  # first, untimed: open the pool's connections
+
+    async def slot() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await rec.hit()
+
+    def cpu() -> float:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return ru.ru_utime + ru.ru_stime
+
+    try:
+        await asyncio.gather(*(slot() for _ in range(concurrency)))
+        left = n
+        c0, t0 = cpu(), time.perf_counter()
+        await asyncio.gather(*(slot() for _ in range(concurrency)))
+        t, used = time.perf_counter() - t0, cpu() - c0
+    finally:
+        await rec.r.aclose()
+    return {"jobs_s": n / t, "cpu_us_per_job": used / n * 1e6, "busy": used / t}
+
+
+async def handler_alone_rate(url: str, n: int, concurrency: int) -> float:
+    return (await handler_alone(url, n, concurrency))["jobs_s"]
+
+
 async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dict[str, Any]:
     raw = Raw(url)
     out: dict[str, Any] = {}
@@ -185,28 +221,6 @@ async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
             done = await raw.drain(batch)
             return done / (time.perf_counter() - t0)
 
-        async def handler_alone(concurrency: int) -> float:
-            # The W2 handler's own work with no queue at all: n INCRs from the
-            # handler's client (peers/_common.AsyncRecorder), `concurrency` at a
-            # time. No library's drain can beat this figure on this machine.
-            rec = C.AsyncRecorder(url, 10 * n)  # never reaches 10n: no END stamp
-            left = concurrency  # first, untimed: open the pool's connections
-
-            async def slot() -> None:
-                nonlocal left
-                while left > 0:
-                    left -= 1
-                    await rec.hit()
-
-            try:
-                await asyncio.gather(*(slot() for _ in range(concurrency)))
-                left = n
-                t0 = time.perf_counter()
-                await asyncio.gather(*(slot() for _ in range(concurrency)))
-                return n / (time.perf_counter() - t0)
-            finally:
-                await rec.r.aclose()
-
         async def worker_variant(concurrency: int, tag: str, **opts: Any) -> float:
             # The W2 worker process exactly (fill, start, wait for END), with one
             # option changed: handler="empty" (no Redis work in the handler,
@@ -235,7 +249,7 @@ async def w8(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
         out["enqueue_500_per_call"] = await med(lambda: enqueue_batch(500))
         for b in (1, 10, 100):
             out[f"drain_claim_{b}"] = await med(lambda b=b: drain(b))
-        out["handler_alone_c100"] = await med(lambda: handler_alone(100))
+        out["handler_alone_c100"] = await med(lambda: handler_alone_rate(url, n, 100))
         out["worker_empty_handler_c100"] = await med(lambda: worker_variant(100, "empty", handler="empty"))
         out["worker_uvloop_c100"] = await med(lambda: worker_variant(100, "uvloop", loop="uvloop"))
         best = max((k for k in out if k.startswith("drain_")), key=lambda k: out[k]["median"])

@@ -29,10 +29,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,43 +40,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE / "peers"))
 
-import _common as C  # noqa: E402
 import drain_loop  # noqa: E402
 import venturi_only  # noqa: E402
 
 from tests.servers import RedisServer  # noqa: E402
 
 
-def _cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-async def handler_alone(url: str, n: int, concurrency: int = 100) -> dict[str, float]:
-    """The W2 handler's work with no queue: ``n`` INCRs, ``concurrency`` at a time."""
-    rec = C.AsyncRecorder(url, 10 * n)  # never reaches 10n: no END stamp
-    left = concurrency  # first, untimed: open the pool's connections
-
-    async def slot() -> None:
-        nonlocal left
-        while left > 0:
-            left -= 1
-            await rec.hit()
-
-    try:
-        await asyncio.gather(*(slot() for _ in range(concurrency)))
-        left = n
-        c0, t0 = _cpu(), time.perf_counter()
-        await asyncio.gather(*(slot() for _ in range(concurrency)))
-        t, cpu = time.perf_counter() - t0, _cpu() - c0
-    finally:
-        await rec.r.aclose()
-    return {"jobs_s": n / t, "cpu_us_per_job": cpu / n * 1e6, "busy": cpu / t}
-
-
 def one_round(url: str, r: redis.Redis, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {"ceiling_jobs_s": asyncio.run(venturi_only.ceiling_once(url, r, n))}
-    out["handler_alone"] = asyncio.run(handler_alone(url, n))
+    out["handler_alone"] = asyncio.run(venturi_only.handler_alone(url, n))
     for name, incr in (("drain_empty", False), ("drain_incr", True)):
         res = asyncio.run(drain_loop.main(url, n, incr))
         res["busy"] = res["jobs_s"] * res["cpu_us_per_job"] / 1e6
