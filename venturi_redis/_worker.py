@@ -212,8 +212,8 @@ class Worker(Generic[StateT]):
             raise ConfigurationError("Worker was given the same queue twice")
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
-        if batch_size is not None and batch_size < 1:
-            raise ConfigurationError(f"batch_size must be >= 1 or None, got {batch_size}")
+        if gc_threshold is not None and gc_threshold < 1:
+            raise ConfigurationError(f"gc_threshold must be >= 1 or None, got {gc_threshold}")
         if not (lease > 0 and math.isfinite(lease)):
             raise ConfigurationError(f"lease must be a positive number of seconds, got {lease!r}")
         if max_failures is not None and max_failures < 1:
@@ -228,7 +228,7 @@ class Worker(Generic[StateT]):
         self.max_failures = max_failures
         self.backoff = backoff or Backoff.fibonacci(1.0, 600.0)
         self.jitter = jitter
-        self._batch_size = batch_size
+        self.batch_size = batch_size  # validated by the setter
         self.poll_interval = poll_interval
         # Longest single block of an idle claim on its queue's wake list: a
         # reply overdue by _BLOCK_MARGIN after it is how a dead connection (a
@@ -245,8 +245,6 @@ class Worker(Generic[StateT]):
         self.retention = retention
         self.check_eviction_policy = check_eviction_policy
         self.observer = observer
-        if gc_threshold is not None and gc_threshold < 1:
-            raise ConfigurationError(f"gc_threshold must be >= 1 or None, got {gc_threshold}")
         self.freeze_gc = freeze_gc
         self.gc_threshold = gc_threshold
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
