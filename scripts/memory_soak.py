@@ -145,10 +145,15 @@ async def soak(url: str, rounds: int, jobs: int) -> None:
         elapsed = time.monotonic() - t0
         end_mem, end_keys = used_memory(url)
         first, last = samples[: len(samples) // 2], samples[len(samples) // 2 :]
+        halves = (
+            f"first half of the rounds {min(first) / 1e6:.2f}-{max(first) / 1e6:.2f} MB, "
+            f"second half {min(last) / 1e6:.2f}-{max(last) / 1e6:.2f} MB"
+            if first
+            else f"{min(last) / 1e6:.2f} MB"  # one round: no halves to compare
+        )
         print(
             f"summary: {done} jobs in {elapsed:.0f}s; used_memory at start {start_mem / 1e6:.2f} MB; "
-            f"after retention: first half of the rounds {min(first) / 1e6:.2f}-{max(first) / 1e6:.2f} MB, "
-            f"second half {min(last) / 1e6:.2f}-{max(last) / 1e6:.2f} MB; "
+            f"after retention: {halves}; "
             f"after drain (retained jobs included) at most {max(peaks) / 1e6:.2f} MB; "
             f"at the end {end_mem / 1e6:.2f} MB with {end_keys} keys"
         )
