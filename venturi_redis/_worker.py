@@ -297,13 +297,8 @@ class Worker(Generic[StateT]):
     def batch_size(self) -> int:
         """Most jobs one claim takes: the ``batch_size`` given, else half of ``concurrency``.
 
-        Half, not all: a claim of every free slot at once makes the slots
-        start, call out and finish in step, and the worker then waits while
-        Redis runs the whole batch's scripts. Claims of half keep one half
-        of the slots running while the other half is refilled (W2 at
-        concurrency 100 with the benchmark's ``INCR`` handler: +10%, the
-        worker's CPU busy 95% of the drain instead of 86%; unchanged with an
-        empty handler; benchmarks/README.md, "What changed in session 11").
+        Half, not all, so that the slots do not run in step (docs/design.md,
+        "The worker runtime", has the reason and the figures).
         """
         return self._batch_size or (self.concurrency + 1) // 2
 
