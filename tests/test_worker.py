@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -357,6 +358,62 @@ async def test_a_worker_leaves_the_collector_alone_when_told_or_when_the_process
     else:
         assert before == state["frozen while running"] == gc.get_freeze_count() == 0
     assert gc.isenabled() == (process != "gc disabled")
+
+
+class _Cycle:
+    """An object only the cycle collector frees."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+class FirstJob(vr.Task):
+    KIND: ClassVar[str] = "worker.first_job"
+
+
+class FirstJobProbe(FirstJob, vr.Handler[dict[str, Any]]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: dict[str, Any]) -> vr.Outcome:
+        state["old garbage there at the first job"] = state["old garbage"]() is not None
+        state["full collections before the first job"] = len(state["full collections"])
+        return vr.Outcome.completed()
+
+
+@pytest.mark.usefixtures("collector")
+async def test_a_worker_starts_on_its_backlog_and_collects_old_garbage_once_it_is_idle(
+    queue: vr.Queue,
+) -> None:
+    # No collection during the test but the worker's own.
+    gc.set_threshold(1_000_000, 1_000, 1_000)
+    old = _Cycle()
+    gc.collect()  # it survives: now in the oldest generation...
+    state: dict[str, Any] = {"old garbage": weakref.ref(old), "full collections": []}
+    del old  # ... and garbage there, which only a full collection frees
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            state["full collections"].append(info)
+
+    await queue.enqueue(FirstJob())
+    worker = make_worker(queue, FirstJobProbe, state=state)
+    gc.callbacks.append(seen)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            with anyio.fail_after(10):
+                while state["old garbage"]() is not None:
+                    await anyio.sleep(0.01)
+            frozen_after_the_collection = gc.get_freeze_count()
+            worker.shutdown()
+    finally:
+        gc.callbacks.remove(seen)
+    # The backlog's first job ran before any full collection (a young one
+    # only, at the start), and the old garbage was collected, not frozen, as
+    # soon as the worker had nothing to run: once.
+    assert state["old garbage there at the first job"] is True
+    assert state["full collections before the first job"] == 0
+    assert len(state["full collections"]) == 1
+    assert frozen_after_the_collection > 1000  # frozen again after it
+    assert gc.get_freeze_count() == 0
 
 
 @pytest.mark.usefixtures("collector")

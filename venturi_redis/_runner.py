@@ -446,6 +446,7 @@ class _Runner:
             if until_idle and not self.active and await self.queue.is_drained():
                 self.idle = True
                 return
+            w._idle()
             idle_for = w.poll_interval
             if nxt > 0:
                 idle_for = min(idle_for, max(0.0, (nxt - now) / 1000))

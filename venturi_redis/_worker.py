@@ -104,18 +104,42 @@ def _young_threshold_raised(threshold: int | None) -> Iterator[None]:
             gc.set_threshold(*before)
 
 
-@contextlib.contextmanager
-def _startup_objects_frozen(enabled: bool) -> Iterator[None]:
-    """``gc.freeze()`` what exists now, for the duration (see ``Worker(freeze_gc=...)``)."""
-    if not enabled or not gc.isenabled() or gc.get_freeze_count():
-        yield  # off, or the process runs its collector its own way
-        return
-    gc.collect()  # what is garbage already is collected, not frozen
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
+class _FrozenStart:
+    """``gc.freeze()`` what exists when the worker starts, for as long as it runs.
+
+    See ``Worker(freeze_gc=...)``. At the start only the young generations
+    are collected before the freeze (well under a millisecond); the full
+    collection, which walks every object the process holds (10-15 ms in the
+    benchmark's worker), waits for ``idle()``: the first moment the worker
+    has nothing to run. It unfreezes, collects and freezes again then, so
+    old garbage from before the start is reclaimed, not kept until the stop,
+    without delaying the first jobs of a worker that starts on a backlog.
+    """
+
+    __slots__ = ("_frozen", "_full_collection_due")
+
+    def __init__(self, enabled: bool) -> None:
+        # Off, or the process runs its collector its own way.
+        self._frozen = enabled and gc.isenabled() and not gc.get_freeze_count()
+        self._full_collection_due = self._frozen
+
+    def __enter__(self) -> _FrozenStart:
+        if self._frozen:
+            gc.collect(1)  # young garbage is collected, not frozen
+            gc.freeze()
+        return self
+
+    def idle(self) -> None:
+        """The worker has nothing to run: the full collection the start skipped, once."""
+        if self._full_collection_due:
+            self._full_collection_due = False
+            gc.unfreeze()
+            gc.collect()
+            gc.freeze()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._frozen:
+            gc.unfreeze()
 
 
 class Worker(Generic[StateT]):
@@ -157,11 +181,14 @@ class Worker(Generic[StateT]):
             ``venturi_redis._metrics.PrometheusMetrics``).
         freeze_gc: While running, keep the objects that existed when the
             worker started (imports, the application's setup) out of the
-            garbage collector's full collections: ``gc.collect()`` then
-            ``gc.freeze()`` at start, ``gc.unfreeze()`` at the end. A full
-            collection walks every tracked object, and in a worker process
-            that stalled the event loop for 20-30 ms about once per thousand
-            jobs (the tail of pickup latency, docs/design.md). Left alone when
+            garbage collector's full collections: the young generations
+            collected and ``gc.freeze()`` at start, ``gc.unfreeze()`` at the
+            end. A full collection walks every tracked object, and in a
+            worker process that stalled the event loop for 20-30 ms about
+            once per thousand jobs (the tail of pickup latency,
+            docs/design.md). The one full collection that keeps old garbage
+            from being frozen runs the first time the worker has nothing to
+            run, not before its first jobs. Left alone when
             the process manages its collector itself (``gc`` disabled, or
             objects already frozen); ``False`` never touches it.
         gc_threshold: While running, the collector's young-generation
@@ -258,6 +285,7 @@ class Worker(Generic[StateT]):
         self._running = False
         self._changed = anyio.Event()  # set whenever a job ends or shutdown escalates
         self._until_idle = False
+        self._frozen_start = _FrozenStart(False)  # made anew by each run()
         # The slot tasks' task group while run() runs (a deferred completion's retry runs there).
         self._jobs_tg: TaskGroup | None = None
 
@@ -402,7 +430,8 @@ class Worker(Generic[StateT]):
             ", ".join(self.kinds),
         )
         try:
-            with _startup_objects_frozen(self.freeze_gc), _young_threshold_raised(self.gc_threshold):
+            self._frozen_start = _FrozenStart(self.freeze_gc)
+            with self._frozen_start, _young_threshold_raised(self.gc_threshold):
                 await self._serve(until_idle)
         finally:
             with anyio.CancelScope(shield=True):
@@ -436,6 +465,11 @@ class Worker(Generic[StateT]):
                 await self._drain(jobs_tg)
             self._jobs_tg = None
             service_tg.cancel_scope.cancel()
+
+    def _idle(self) -> None:
+        """A claim loop is going to wait for work: if nothing runs anywhere, housekeeping."""
+        if not any(r.active for r in self._runners):
+            self._frozen_start.idle()
 
     async def _drain(self, jobs_tg: TaskGroup) -> None:
         with anyio.move_on_after(self.shutdown_grace):
