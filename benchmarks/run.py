@@ -521,6 +521,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=200.0, help="W3 enqueue rate (jobs/s)")
     p.add_argument("--lat-concurrency", type=int, default=10, help="W3 worker concurrency")
     p.add_argument("--w5-sizes", default="10000,100000,1000000", help="W5 pending-set sizes")
+    p.add_argument(
+        "--w5-rounds", type=int, default=7, help="W5 rounds (each measures every size; ratios within a round)"
+    )
     p.add_argument("--idle-seconds", type=float, default=30.0, help="W7 idle window")
     p.add_argument("--timeout", type=float, default=600.0, help="per-process timeout (s)")
     p.add_argument("--drain-timeout", type=float, default=120.0, help="W2/W3 give-up time per run (s)")
@@ -534,6 +537,7 @@ def parse_args() -> argparse.Namespace:
     if cfg.quick:
         cfg.n, cfg.runs, cfg.lat_n = 2000, 1, 200
         cfg.w5_sizes = "2000,20000"
+        cfg.w5_rounds = 2
         cfg.idle_seconds = 10.0
     cfg.concurrency = [int(x) for x in cfg.concurrency.split(",")]
     cfg.w5_sizes = [int(x) for x in cfg.w5_sizes.split(",")]

@@ -394,10 +394,14 @@ async def w5(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
     machine's speed drifts by half within minutes, and one size measured
     after the others would carry that drift in its ratio. A size's ratio to
     the smallest is taken within each round, and the table shows medians.
+    Odd rounds run the sizes largest first, so that neither end of a round
+    always lands on the same size. A round takes a few seconds, and one
+    slow second still moves one round's ratio by a quarter: hence
+    ``--w5-rounds`` (7) rather than ``--runs``.
     """
     sizes = sorted(cfg.w5_sizes)
     ops = 1000
-    rounds = max(cfg.runs, 1)
+    rounds = max(cfg.w5_rounds, 1)
     out: dict[str, Any] = {"ops_per_measure": ops, "rounds": rounds, "sizes": {}}
     client = vr.Client.from_url(url)
     raws = {size: Raw(url, f"{QUEUE}-w5-{size}") for size in sizes}
@@ -428,7 +432,7 @@ async def w5(url: str, r: redis.Redis, cfg: argparse.Namespace, log: Log) -> dic
                 await q.enqueue(VB.Mixed(i=i, key=f"k{i}"))
             log(f"  venturi W5: {filled:,} pending (filled in {time.perf_counter() - t_fill:.0f} s)")
         for rnd in range(rounds):
-            for size in sizes:
+            for size in sizes if rnd % 2 == 0 else sizes[::-1]:
                 raw, q = raws[size], queues[size]
                 cell = runs[size]
                 t0 = time.perf_counter()
@@ -644,8 +648,8 @@ def tables(x: dict[str, Any], cfg: argparse.Namespace, machine: str) -> str:
             us = " | ".join(f"{c[k]:.0f}" for k in ("enqueue_us", "claim_us", "merge_us"))
             lines.append(f"| {int(s):,} | {us} | {ratios} |")
         how = (
-            f"every size filled first, one queue each, then measured in {w['rounds']} rounds; "
-            "medians, ratios taken within each round"
+            f"every size filled first, one queue each, then measured in {w['rounds']} rounds, "
+            "odd rounds largest first; medians, ratios taken within each round"
             if "rounds" in w
             else f"sizes run: {', '.join(f'{int(s):,}' for s in sizes)}"
         )
