@@ -26,7 +26,7 @@ async def main(a: Any) -> None:
         rec = c.AsyncRecorder(a.url, a.n)
         # Library defaults except concurrency (max_jobs); arq polls every poll_delay (0.5 s).
         w = Worker(functions=[noop], redis_settings=settings, max_jobs=a.concurrency, ctx={"rec": rec})
-        await rec.mark_start()
+        await rec.mark_start(c.handler_connections(a))
         await w.main()
         return
     pool = await create_pool(settings)

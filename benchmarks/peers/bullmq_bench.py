@@ -21,7 +21,7 @@ async def main(a: Any) -> None:
         async def process(job: Any, token: str) -> None:
             await rec.hit(job.data.get("t", 0.0))
 
-        await rec.mark_start()
+        await rec.mark_start(c.handler_connections(a))
         w = Worker(a.queue, process, {"connection": a.url, "concurrency": a.concurrency})
         try:
             await asyncio.Event().wait()

@@ -29,7 +29,7 @@ def main(a: Any) -> None:
     if a.action == "worker":
         rec = c.sync_worker_env(a)
         # Start the clock when Celery's bootsteps are done and it consumes.
-        worker_ready.connect(lambda **_: rec.mark_start(), weak=False)
+        worker_ready.connect(lambda **_: rec.mark_start(c.handler_connections(a)), weak=False)
         # The threads pool keeps "one worker process"; prefork would add a child per slot.
         app.worker_main(
             [

@@ -27,7 +27,7 @@ def main(a: Any) -> None:
     if a.action == "worker":
         rec = c.sync_worker_env(a)
         w = dramatiq.Worker(broker, worker_threads=a.concurrency)
-        rec.mark_start()
+        rec.mark_start(c.handler_connections(a))
         w.start()
         try:
             while True:

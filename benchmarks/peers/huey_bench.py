@@ -27,7 +27,7 @@ def main(a: Any) -> None:
         logging.basicConfig(level=logging.WARNING)
         rec = c.sync_worker_env(a)
         consumer = huey.create_consumer(workers=a.concurrency, worker_type="thread")
-        rec.mark_start()
+        rec.mark_start(c.handler_connections(a))
         consumer.run()
     elif a.action == "enqueue":
         # huey's TaskWrapper.map() enqueues one by one: no bulk API.

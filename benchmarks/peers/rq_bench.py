@@ -33,7 +33,7 @@ def main(a: Any) -> None:
             c.unsupported("one job at a time per RQ worker process")
         rec = c.sync_worker_env(a)
         w = SimpleWorker([q], connection=conn)
-        rec.mark_start()
+        rec.mark_start(c.handler_connections(a))
         w.work(logging_level="WARNING")
     elif a.action == "enqueue":
 

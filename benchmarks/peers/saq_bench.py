@@ -29,7 +29,7 @@ async def main(a: Any) -> None:
         if a.action == "worker":
             REC = c.AsyncRecorder(a.url, a.n)
             w = Worker(q, functions=[noop], concurrency=a.concurrency)
-            await REC.mark_start()
+            await REC.mark_start(c.handler_connections(a))
             await w.start()
         elif a.action == "enqueue":
 

@@ -28,7 +28,7 @@ async def main(a: Any) -> None:
     global REC
     if a.action == "worker":
         REC = c.AsyncRecorder(a.url, a.n)
-        await REC.mark_start()
+        await REC.mark_start(c.handler_connections(a))
         await worker.run_async()
         return
     async with worker:

@@ -32,7 +32,7 @@ async def main(a: Any) -> None:
         broker.is_worker_process = True
         await broker.startup()
         receiver = Receiver(broker, max_async_tasks=a.concurrency, run_startup=False)
-        await REC.mark_start()
+        await REC.mark_start(c.handler_connections(a))
         await receiver.listen(asyncio.Event())
         return
     await broker.startup()

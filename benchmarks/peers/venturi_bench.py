@@ -84,7 +84,7 @@ async def main(a: Any) -> None:
             rec = (c.EmptyRecorder if a.handler == "empty" else c.AsyncRecorder)(a.url, a.n)
             w = vr.Worker(q, state=rec, concurrency=a.concurrency, handle_signals=True)
             w.register(NoopJob, MixedJob)
-            await rec.mark_start()
+            await rec.mark_start(c.handler_connections(a))
             await w.run()
     finally:
         await client.aclose()
