@@ -583,17 +583,23 @@ def main() -> None:
             # machine's speed drifts by half within the half hour a run takes; in
             # rounds, each library's median is taken over three slots spread across
             # it, instead of one library measured in a fast stretch, another in a
-            # slow one.
+            # slow one. Within a round, workload by workload (every library's W1,
+            # then every library's W2, then W3), the order of the libraries
+            # reversed in odd rounds: two libraries' W1 are seconds apart, not the
+            # minutes of every W2 and W3 between them.
             one = argparse.Namespace(**vars(cfg))
             one.runs, one.w2_skip = 1, {}
             parts: dict[str, dict[str, list[dict[str, Any]]]] = {lib.name: {} for lib in libs}
             for rnd in range(cfg.runs):
                 one.round = rnd
-                for lib in libs:
-                    res = report["libraries"][lib.name]
-                    log(f"{lib.name} {res['version']} (round {rnd + 1} of {cfg.runs})")
-                    for w, fn in (("W1", w1), ("W2", w2), ("W3", w3)):
-                        if w not in peer_workloads or "error" in res.get(w, {}):
+                order = libs if rnd % 2 == 0 else libs[::-1]
+                for w, fn in (("W1", w1), ("W2", w2), ("W3", w3)):
+                    if w not in peer_workloads:
+                        continue
+                    log(f"{w} (round {rnd + 1} of {cfg.runs})")
+                    for lib in order:
+                        res = report["libraries"][lib.name]
+                        if "error" in res.get(w, {}):
                             continue
                         try:
                             part = fn(lib, url, r, one)
@@ -606,8 +612,8 @@ def main() -> None:
                             one.w2_skip.setdefault(lib.name, set()).update(failed)
                         parts[lib.name].setdefault(w, []).append(part)
                         res[w] = merge_rounds(parts[lib.name][w])
-                    res["load_after"] = os.getloadavg()
-                    save(report, stamp)
+                        res["load_after"] = os.getloadavg()
+                        save(report, stamp)
             table = peer_table(report["libraries"], cfg)
             paired = paired_lines(report["libraries"])
             notes = notes_table(report["libraries"])
