@@ -212,6 +212,11 @@ def wait_key(r: redis.Redis, key: str, timeout: float, worker: Worker | None = N
 # -- workloads W1..W3 (every library) ----------------------------------------------------
 
 
+def nth(cfg: argparse.Namespace, run: int) -> int:
+    """A run's number in the log: its round's, when the runner runs one per round."""
+    return run + 1 + int(getattr(cfg, "round", 0))
+
+
 def w1(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     modes = ["single", "concurrent", "bulk"] if lib.is_async else ["single", "bulk"]
@@ -238,12 +243,12 @@ def w1(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
                 bare_rates.append(res["n"] / res["bare_evalsha_seconds"])
                 bare_first.append(res["bare"] == "before")
                 log(
-                    f"  {lib.name} W1 {mode} run {run + 1}: {rates[-1]:,.0f} jobs/s; bare EVALSHA "
+                    f"  {lib.name} W1 {mode} run {nth(cfg, run)}: {rates[-1]:,.0f} jobs/s; bare EVALSHA "
                     f"{bare_rates[-1]:,.0f}/s {'before' if bare_first[-1] else 'after'} it "
                     f"({bare_rates[-1] / rates[-1]:.2f}x)"
                 )
             else:
-                log(f"  {lib.name} W1 {mode} run {run + 1}: {rates[-1]:,.0f} jobs/s")
+                log(f"  {lib.name} W1 {mode} run {nth(cfg, run)}: {rates[-1]:,.0f} jobs/s")
         else:
             out[mode] = {"median": statistics.median(rates), "runs": rates}
             if bare_rates:
@@ -293,11 +298,11 @@ def w2(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
 
                     ceilings.append(asyncio.run(venturi_only.ceiling_once(url, r, cfg.n)))
                     log(
-                        f"  {lib.name} W2 c={conc} run {run + 1}: {rates[-1]:,.0f} jobs/s; W8 ceiling "
+                        f"  {lib.name} W2 c={conc} run {nth(cfg, run)}: {rates[-1]:,.0f} jobs/s; W8 ceiling "
                         f"right after it {ceilings[-1]:,.0f}/s ({rates[-1] / ceilings[-1]:.0%})"
                     )
                 else:
-                    log(f"  {lib.name} W2 c={conc} run {run + 1}: {rates[-1]:,.0f} jobs/s")
+                    log(f"  {lib.name} W2 c={conc} run {nth(cfg, run)}: {rates[-1]:,.0f} jobs/s")
             except DrainTimeout:
                 start = float(r.get(START) or time.time())
                 done = int(r.get(COUNT) or 0)
@@ -356,7 +361,10 @@ def w3(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str,
         lat = sorted(float(x) * 1000 for x in r.lrange(LAT, 0, -1))
         p50s.append(percentile(lat, 50))
         p99s.append(percentile(lat, 99))
-        log(f"  {lib.name} W3 run {run + 1}: p50 {p50s[-1]:.2f} ms, p99 {p99s[-1]:.2f} ms ({len(lat)} jobs)")
+        log(
+            f"  {lib.name} W3 run {nth(cfg, run)}: p50 {p50s[-1]:.2f} ms, p99 {p99s[-1]:.2f} ms "
+            f"({len(lat)} jobs)"
+        )
         run += 1
     return {
         "p50": statistics.median(p50s),
