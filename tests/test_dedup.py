@@ -21,6 +21,7 @@ from tests.helpers import events, run_until_event
 from venturi_redis._codec import pack_model
 from venturi_redis._fastpack import FastPackConnection
 from venturi_redis._keys import dedup_field
+from venturi_redis._lane import Lane
 
 pytestmark = pytest.mark.anyio
 
@@ -432,6 +433,14 @@ class Wire:
         self._lose_exec = ""
         for cls in (AbstractConnection, FastPackConnection):
             monkeypatch.setattr(cls, "send_packed_command", self._recording(cls.send_packed_command))
+        # The enqueue lane writes to its transport itself once it reads its own replies.
+        lane_send = Lane._send
+
+        async def send(lane: Lane, data: bytes) -> Any:
+            self.writes.append((lane._conn, _command_names(data)))
+            return await lane_send(lane, data)
+
+        monkeypatch.setattr(Lane, "_send", send)
 
     def names(self) -> list[list[str]]:
         return [names for _, names in self.writes]

@@ -7,6 +7,7 @@ NOSCRIPT is recovered, and a busy lane leaves the call to the pool.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,13 +15,15 @@ from typing import Any
 import anyio
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import venturi_redis as vr
 from tests.chaos.proxy import Proxy
 from tests.servers import RedisServer
 from tests.tasks import Echo
-from venturi_redis._lane import Lane
+from venturi_redis._lane import Lane, _Wire
 
 pytestmark = pytest.mark.anyio
 
@@ -213,3 +216,137 @@ async def test_aclose_closes_the_lane_connection(named: vr.Client, redis_server:
                 await anyio.sleep(0.02)
     finally:
         await admin.aclose()
+
+
+# -- the direct read path (_Wire): redis-py connects, the lane reads its own replies --
+
+
+async def test_a_url_clients_lane_reads_its_replies_itself(named: vr.Client) -> None:
+    """On the redis-py this project is tested with, the takeover applies (else it is only slower)."""
+    await named.queue(f"t-{uuid.uuid4().hex[:8]}").enqueue(Echo(text="x"))
+    lane = named.enqueue_lane()
+    assert lane is not None and lane.direct
+
+
+async def test_calls_spanning_many_socket_timeouts_do_not_time_out(redis_server: RedisServer) -> None:
+    """One timer serves every call: each call's own deadline counts, never the first one's."""
+    client = vr.Client.from_url(f"{redis_server.url}?socket_timeout=0.05")
+    try:
+        q = client.queue(f"t-{uuid.uuid4().hex[:8]}")
+        n = 0
+        with anyio.fail_after(10):
+            start = anyio.current_time()
+            while anyio.current_time() - start < 0.4:  # eight timeouts' worth of calls
+                await q.enqueue(Echo(text=str(n)))
+                n += 1  # back to back: a call is in flight when the timer fires
+        lane = client.enqueue_lane()
+        assert lane is not None and lane.direct
+        assert (await q.stats()).eligible == n
+    finally:
+        await client.aclose()
+
+
+async def test_a_health_check_pings_an_idle_lane_before_the_next_call(redis_server: RedisServer) -> None:
+    name = f"lane-{uuid.uuid4().hex[:8]}"
+    client = vr.Client.from_url(f"{redis_server.url}?health_check_interval=1&client_name={name}")
+    admin = aioredis.Redis.from_url(redis_server.url)
+    try:
+        q = client.queue(f"t-{uuid.uuid4().hex[:8]}")
+        await q.enqueue(Echo(text="first"))
+        (lane_conn,) = [c for c in await _connections(admin, name) if c["cmd"] == "evalsha"]
+        await q.enqueue(Echo(text="at once"))  # within the interval: no PING
+        (after,) = [c for c in await _connections(admin, name) if c["id"] == lane_conn["id"]]
+        assert after["cmd"] == "evalsha"
+        await anyio.sleep(1.1)
+        pings = (await admin.info("commandstats")).get("cmdstat_ping", {}).get("calls", 0)
+        await q.enqueue(Echo(text="after idling"))
+        assert (await admin.info("commandstats"))["cmdstat_ping"]["calls"] == pings + 1
+        (same,) = [c for c in await _connections(admin, name) if c["id"] == lane_conn["id"]]
+        assert same["cmd"] == "evalsha"  # the PING went out on the lane, which then sent the script
+        assert (await q.stats()).eligible == 3
+    finally:
+        await client.aclose()
+        await admin.aclose()
+
+
+async def test_resp3_push_messages_on_the_lane_are_not_taken_for_replies(named: vr.Client) -> None:
+    """Invalidation pushes (CLIENT TRACKING BCAST) arrive on the lane mid-call; replies still match."""
+    q = named.queue(f"t-{uuid.uuid4().hex[:8]}")
+    await q.enqueue(Echo(text="warm"))
+    lane = named.enqueue_lane()
+    assert lane is not None and lane.direct
+    conn = lane._conn
+    assert str(conn.protocol) == "3"  # redis-py's default here: pushes can arrive
+    assert await lane._send(b"".join(conn.pack_command("CLIENT", "TRACKING", "ON", "BCAST"))) == b"OK"
+    wire = lane._wire
+    ids = [await q.enqueue(Echo(text=str(i))) for i in range(20)]  # each write pushes an invalidation
+    await anyio.sleep(0.05)  # and some arrive between calls
+    ids.append(await q.enqueue(Echo(text="last")))
+    assert lane._wire is wire and not wire.unusable  # the same connection throughout
+    for job_id in ids:
+        assert (await q.get(job_id)) is not None
+
+
+class _Transport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Previous(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.lost: list[Exception | None] = []
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost.append(exc)
+
+
+def _wire() -> tuple[_Wire, _Previous]:
+    prev = _Previous()
+    return _Wire(_Transport(), prev, lambda msg: ResponseError(msg)), prev
+
+
+async def test_wire_matches_one_reply_to_one_call_and_distrusts_the_rest() -> None:
+    loop = asyncio.get_running_loop()
+    wire, prev = _wire()
+    # A reply in two pieces, a push before it: the call gets the reply.
+    wire.waiter = fut = loop.create_future()
+    wire.data_received(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n*2\r\n:1\r\n$")
+    assert not fut.done()
+    wire.data_received(b"0\r\n\r\n")
+    assert fut.result() == [1, b""] and wire.waiter is None and not wire.unusable
+    # A push between calls changes nothing.
+    wire.data_received(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n")
+    assert not wire.unusable
+    # A reply nobody asked for: the stream is out of step.
+    wire.data_received(b"+OK\r\n")
+    assert wire.unusable
+    # Two replies to one call: the second is out of step.
+    wire, prev = _wire()
+    wire.waiter = fut = loop.create_future()
+    wire.data_received(b":1\r\n:2\r\n")
+    assert fut.result() == 1 and wire.unusable
+    # Bytes that are not RESP: the call fails with them.
+    wire, prev = _wire()
+    wire.waiter = fut = loop.create_future()
+    wire.data_received(b"?what\r\n")
+    with pytest.raises(InvalidResponse):
+        fut.result()
+    assert wire.unusable
+    # An error reply is a value: the caller raises it, the connection stays usable.
+    wire, prev = _wire()
+    wire.waiter = fut = loop.create_future()
+    wire.data_received(b"-NOSCRIPT No matching script\r\n")
+    assert isinstance(fut.result(), ResponseError) and not wire.unusable
+    # The connection's end fails the call in flight and reaches the stream protocol.
+    wire.waiter = fut = loop.create_future()
+    wire.connection_lost(None)
+    with pytest.raises(RedisConnectionError):
+        fut.result()
+    assert wire.unusable and prev.lost == [None]
