@@ -47,7 +47,7 @@ local created = 0
 for i = 0, n - 1 do
   local a = 5 + i * 9
   local id, kind, priority = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  local delay = tonumber(ARGV[a + 3])
+  local delay = ARGV[a + 3] -- '0' for most jobs: compared as a string, no tonumber
   local payload, carry, lease, maxf, field =
     ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
   local job_key, pending_key = KEYS[2 + i * 3], KEYS[4 + i * 3]
@@ -70,7 +70,7 @@ for i = 0, n - 1 do
     end
   end
   if holder == '' then
-    local eligible_s = delay == 0 and now_s or str(now + delay)
+    local eligible_s = delay == '0' and now_s or str(now + tonumber(delay))
     -- Only what is not derivable: the id is in the key, and run_count,
     -- failures (absent = 0) and updated_at (absent = created_at) are written
     -- by the first script that changes them: ~90 B less per pending job (W6).

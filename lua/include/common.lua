@@ -23,7 +23,8 @@ local function now_ms(arg)
     return tonumber(arg)
   end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  -- Lua turns TIME's two strings into numbers for the arithmetic itself.
+  return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
 -- Journals are capped so a job that pauses forever cannot grow without bound.
