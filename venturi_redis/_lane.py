@@ -20,7 +20,7 @@ What it keeps from the pool path, so that nothing but speed changes:
   hands out; with ``health_check_interval`` set, a connection idle longer is
   sent a ``PING`` first, and replaced if that fails;
 - the socket timeout bounds each call (write and reply): one timer per
-  timeout period, not one per call (``_Deadline``);
+  timeout period, not one per call (``Lane._check_deadline``);
 - an error or a cancellation while a call is in flight drops the connection
   (the next call connects again) and the call raises; nothing is resent, so a
   lost reply never creates a job twice (docs/guarantees.md);
