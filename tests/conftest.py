@@ -20,7 +20,7 @@ import pytest
 
 import venturi_redis as vr
 from tests.cluster import LocalCluster
-from tests.servers import RedisServer
+from tests.servers import RedisServer, make_tls_files
 
 # "cluster": a real three-master Redis Cluster (tests/cluster.py), started once
 # per session on first use; the whole contract suite runs on it too.
@@ -36,6 +36,13 @@ def anyio_backend() -> str:
 def redis_server() -> Iterator[RedisServer]:
     """A real redis-server for the whole session, on a free port."""
     with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real redis-server that speaks TLS only (``rediss://``), with a throwaway CA."""
+    with RedisServer(tls=make_tls_files(tmp_path_factory.mktemp("tls"))) as server:
         yield server
 
 

@@ -13,6 +13,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import quote, urlencode
 
 import redis
 
@@ -33,24 +35,103 @@ def redis_server_binary() -> str:
     return path
 
 
-class RedisServer:
-    """One redis-server child process that a test may kill and restart."""
+class TlsFiles(NamedTuple):
+    """A throwaway certificate authority and a server certificate for 127.0.0.1 (not for localhost)."""
 
-    def __init__(self, *extra: str, port: int | None = None, directory: Path | None = None) -> None:
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def make_tls_files(directory: Path) -> TlsFiles:
+    """Make a CA and a server certificate signed by it with the ``openssl`` CLI (EC P-256, two days).
+
+    Missing ``openssl`` is a failure, as a missing ``redis-server`` is.
+    """
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError(
+            "openssl is not on PATH: the TLS tests make their certificates with it "
+            "(apt-get install -y openssl); .ci/run installs it"
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    files = TlsFiles(ca=directory / "ca.crt", cert=directory / "server.crt", key=directory / "server.key")
+    ca_key, csr, ext = directory / "ca.key", directory / "server.csr", directory / "server.ext"
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def run(*args: str | Path) -> None:
+        subprocess.run([openssl, *map(str, args)], check=True, capture_output=True)
+
+    run("req", "-x509", *ec, "-keyout", ca_key, "-out", files.ca, "-days", "2",
+        "-subj", "/CN=venturi-redis test CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
+    run("req", *ec, "-keyout", files.key, "-out", csr, "-subj", "/CN=127.0.0.1")
+    ext.write_text(
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\n"
+        "extendedKeyUsage=serverAuth\n"
+        "subjectAltName=IP:127.0.0.1\n"
+        "authorityKeyIdentifier=keyid\n"
+        "subjectKeyIdentifier=hash\n"
+    )
+    run("x509", "-req", "-in", csr, "-CA", files.ca, "-CAkey", ca_key, "-CAcreateserial",
+        "-out", files.cert, "-days", "2", "-extfile", ext)  # fmt: skip
+    return files
+
+
+class RedisServer:
+    """One redis-server child process that a test may kill and restart.
+
+    With ``tls``, it listens for TLS only (``rediss://``), and checks no client
+    certificate; its ``url`` carries the CA for the client to verify it with.
+    """
+
+    def __init__(
+        self,
+        *extra: str,
+        port: int | None = None,
+        directory: Path | None = None,
+        tls: TlsFiles | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.extra = list(extra)
         self.dir = directory or Path(tempfile.mkdtemp(prefix="venturi-redis-"))
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return self.url_with()
+
+    def url_with(self, port: int | None = None, **query: str | float) -> str:
+        """This server's URL, through ``port`` if given (a proxy in front), with ``query`` added."""
+        scheme = "rediss" if self.tls else "redis"
+        params: dict[str, str | float] = {}
+        if self.tls is not None:
+            params["ssl_ca_certs"] = str(self.tls.ca)
+        params.update(query)
+        tail = f"?{urlencode(params, quote_via=quote, safe='/')}" if params else ""
+        return f"{scheme}://127.0.0.1:{port or self.port}/0{tail}"
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """What a ``redis.Redis`` needs, beside the port, to talk to this server."""
+        if self.tls is None:
+            return {}
+        return {"ssl": True, "ssl_ca_certs": str(self.tls.ca)}
 
     def start(self) -> RedisServer:
+        if self.tls is None:
+            listen = ["--port", str(self.port)]
+        else:
+            listen = [
+                "--port", "0", "--tls-port", str(self.port),
+                "--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key),
+                "--tls-ca-cert-file", str(self.tls.ca), "--tls-auth-clients", "no",
+            ]  # fmt: skip
         args = [
             redis_server_binary(),
-            "--port",
-            str(self.port),
+            *listen,
             "--bind",
             "127.0.0.1",
             "--save",
@@ -63,17 +144,20 @@ class RedisServer:
             str(self.dir / "redis.log"),
             *self.extra,
         ]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:
             try:
                 # Closed at once: an unclosed client's socket warns whenever a
                 # later collection finds it, failing whichever test runs then.
-                with redis.Redis(port=self.port, socket_connect_timeout=0.2) as r:
+                with redis.Redis(
+                    host="127.0.0.1", port=self.port, socket_connect_timeout=0.2, **self.connect_kwargs()
+                ) as r:
                     r.ping()
                 return self
             except redis.ConnectionError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    self.kill()  # not left running behind the failure
                     log = self.dir / "redis.log"
                     err = log.read_text()[-2000:] if log.exists() else ""
                     raise RuntimeError(f"redis-server on port {self.port} did not start: {err}") from None
@@ -111,7 +195,15 @@ def version_of(binary: str | None = None) -> str:
     return out.stdout.strip()
 
 
-__all__ = ["RedisServer", "free_port", "redis_server_binary", "version_of", "os"]
+__all__ = [
+    "RedisServer",
+    "TlsFiles",
+    "free_port",
+    "make_tls_files",
+    "os",
+    "redis_server_binary",
+    "version_of",
+]
 
 
 async def replicate(replica: RedisServer, master: RedisServer) -> None:

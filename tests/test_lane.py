@@ -28,11 +28,30 @@ from venturi_redis._lane import Lane, _Wire
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture(params=["asyncio", "uvloop"], scope="module")
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    """Every lane test on asyncio's own loop and on uvloop, whose transports are not asyncio's.
+
+    A web app under uvicorn runs on uvloop when it is installed, and enqueues from there.
+    """
+    if request.param == "uvloop":
+        return ("asyncio", {"use_uvloop": True})
+    return "asyncio"
+
+
+@pytest.fixture(params=["plain", "tls"])
+def server(request: pytest.FixtureRequest) -> RedisServer:
+    """Each lane test runs over plain TCP and over TLS (``rediss://``)."""
+    name = "redis_server" if request.param == "plain" else "tls_server"
+    server: RedisServer = request.getfixturevalue(name)
+    return server
+
+
 @pytest.fixture
-async def named(redis_server: RedisServer) -> AsyncIterator[vr.Client]:
+async def named(server: RedisServer) -> AsyncIterator[vr.Client]:
     """A client whose connections carry a name of their own, to find them in CLIENT LIST."""
     name = f"lane-{uuid.uuid4().hex[:8]}"
-    c = vr.Client.from_url(f"{redis_server.url}?client_name={name}")
+    c = vr.Client.from_url(server.url_with(client_name=name))
     try:
         yield c
     finally:
@@ -99,12 +118,12 @@ async def test_sequential_enqueues_go_out_on_the_lane(
 
 
 async def test_a_connection_killed_while_idle_is_replaced_before_the_next_enqueue(
-    named: vr.Client, redis_server: RedisServer
+    named: vr.Client, server: RedisServer
 ) -> None:
     q = named.queue(f"t-{uuid.uuid4().hex[:8]}")
     await q.enqueue(Echo(text="first"))
     name = named.redis.connection_pool.connection_kwargs["client_name"]
-    admin = aioredis.Redis.from_url(redis_server.url)
+    admin = aioredis.Redis.from_url(server.url)
     try:
         (lane_conn,) = [c for c in await _connections(admin, name) if c["cmd"] == "evalsha"]
         await admin.client_kill_filter(_id=lane_conn["id"])
@@ -129,11 +148,11 @@ async def test_noscript_on_the_lane_runs_the_source(
 
 
 async def test_a_silent_connection_times_out_drops_the_lane_and_resends_nothing(
-    redis_server: RedisServer,
+    server: RedisServer,
 ) -> None:
-    proxy = await Proxy(redis_server.port).start()
-    client = vr.Client.from_url(f"{proxy.url}?socket_timeout=0.5")
-    direct = vr.Client.from_url(redis_server.url)
+    proxy = await Proxy(server.port).start()
+    client = vr.Client.from_url(server.url_with(proxy.port, socket_timeout=0.5))
+    direct = vr.Client.from_url(server.url)
     name = f"t-{uuid.uuid4().hex[:8]}"
     try:
         q = client.queue(name)
@@ -163,9 +182,9 @@ async def _pending_ids(client: vr.Client, name: str) -> list[str]:
     return ids
 
 
-async def test_a_cancelled_enqueue_drops_the_lane_connection(redis_server: RedisServer) -> None:
-    proxy = await Proxy(redis_server.port).start()
-    client = vr.Client.from_url(proxy.url)
+async def test_a_cancelled_enqueue_drops_the_lane_connection(server: RedisServer) -> None:
+    proxy = await Proxy(server.port).start()
+    client = vr.Client.from_url(server.url_with(proxy.port))
     try:
         q = client.queue(f"t-{uuid.uuid4().hex[:8]}")
         await q.enqueue(Echo(text="warm"))
@@ -205,11 +224,11 @@ async def test_a_busy_lane_leaves_other_queues_to_the_pool(
     assert lane is not None and not lane.busy
 
 
-async def test_aclose_closes_the_lane_connection(named: vr.Client, redis_server: RedisServer) -> None:
+async def test_aclose_closes_the_lane_connection(named: vr.Client, server: RedisServer) -> None:
     await named.queue("t-close").enqueue(Echo(text="x"))
     name = named.redis.connection_pool.connection_kwargs["client_name"]
     await named.aclose()
-    admin = aioredis.Redis.from_url(redis_server.url)
+    admin = aioredis.Redis.from_url(server.url)
     try:
         with anyio.fail_after(5):
             while await _connections(admin, name):
@@ -221,16 +240,18 @@ async def test_aclose_closes_the_lane_connection(named: vr.Client, redis_server:
 # -- the direct read path (_Wire): redis-py connects, the lane reads its own replies --
 
 
-async def test_a_url_clients_lane_reads_its_replies_itself(named: vr.Client) -> None:
+async def test_a_url_clients_lane_reads_its_replies_itself(named: vr.Client, anyio_backend: Any) -> None:
     """On the redis-py this project is tested with, the takeover applies (else it is only slower)."""
+    on_uvloop = type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+    assert on_uvloop == (anyio_backend != "asyncio")  # the loop parametrization is real
     await named.queue(f"t-{uuid.uuid4().hex[:8]}").enqueue(Echo(text="x"))
     lane = named.enqueue_lane()
     assert lane is not None and lane.direct
 
 
-async def test_calls_spanning_many_socket_timeouts_do_not_time_out(redis_server: RedisServer) -> None:
+async def test_calls_spanning_many_socket_timeouts_do_not_time_out(server: RedisServer) -> None:
     """One timer serves every call: each call's own deadline counts, never the first one's."""
-    client = vr.Client.from_url(f"{redis_server.url}?socket_timeout=0.05")
+    client = vr.Client.from_url(server.url_with(socket_timeout=0.05))
     try:
         q = client.queue(f"t-{uuid.uuid4().hex[:8]}")
         n = 0
@@ -246,10 +267,10 @@ async def test_calls_spanning_many_socket_timeouts_do_not_time_out(redis_server:
         await client.aclose()
 
 
-async def test_a_health_check_pings_an_idle_lane_before_the_next_call(redis_server: RedisServer) -> None:
+async def test_a_health_check_pings_an_idle_lane_before_the_next_call(server: RedisServer) -> None:
     name = f"lane-{uuid.uuid4().hex[:8]}"
-    client = vr.Client.from_url(f"{redis_server.url}?health_check_interval=1&client_name={name}")
-    admin = aioredis.Redis.from_url(redis_server.url)
+    client = vr.Client.from_url(server.url_with(health_check_interval=1, client_name=name))
+    admin = aioredis.Redis.from_url(server.url)
     try:
         q = client.queue(f"t-{uuid.uuid4().hex[:8]}")
         await q.enqueue(Echo(text="first"))

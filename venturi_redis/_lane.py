@@ -28,11 +28,14 @@ What it keeps from the pool path, so that nothing but speed changes:
   ``ScriptSet.call`` does on the pool path), so the script is found again
   after a flush.
 
-Where the takeover does not apply (TLS, decoded replies, RESP3 with a hiredis
-older than 3.2 (whose push messages look like replies), or a redis-py
-whose connection lacks the stream it needs), the lane sends on redis-py's
-connection as before (``send_packed_command``, ``read_response``): slower,
-the same behaviour.
+Over TLS the lane's protocol takes the place of the stream protocol above
+the TLS layer (``set_protocol`` on the TLS transport), so it reads the
+decrypted replies the same way; on uvloop, whose transports have the same
+methods without subclassing asyncio's, likewise. Where the takeover does not apply (decoded
+replies, RESP3 with a hiredis older than 3.2 (whose push messages look like
+replies), or a redis-py whose connection lacks the stream it needs), the
+lane sends on redis-py's connection as before (``send_packed_command``,
+``read_response``): slower, the same behaviour.
 
 A call that finds the lane busy (another queue's enqueue in flight) takes the
 pool as before. Only ``Client.from_url`` makes a lane, where the client owns
@@ -62,6 +65,18 @@ from ._scripts import Script, ScriptArg
 _PING = b"*1\r\n$4\r\nPING\r\n"
 # RESP3 push messages, which hiredis >= 3.2 parses into their own type (None before).
 _PUSH: type | None = getattr(hiredis, "PushNotification", None)
+
+
+def _swappable(transport: Any) -> bool:
+    """Whether the lane can put its protocol on ``transport``.
+
+    By what it does, not its class: uvloop's transports (which a web app under
+    uvicorn often runs on) have the methods but do not subclass asyncio's.
+    """
+    return all(
+        callable(getattr(transport, name, None))
+        for name in ("get_protocol", "set_protocol", "write", "is_closing", "close")
+    )
 
 
 class _Wire(asyncio.Protocol):
@@ -217,13 +232,12 @@ class Lane:
         if (
             conn.encoder.decode_responses
             or (str(getattr(conn, "protocol", 2) or 2) != "2" and _PUSH is None)
-            or transport.get_extra_info("sslcontext") is not None
-            or not isinstance(transport, asyncio.Transport)
+            or not _swappable(transport)
             or not hasattr(parser, "parse_error")
             or getattr(reader, "_buffer", b"")  # unread bytes after the handshake
         ):
             return None
-        wire = _Wire(transport, transport.get_protocol(), parser.parse_error)  # type: ignore[union-attr]
+        wire = _Wire(transport, transport.get_protocol(), parser.parse_error)  # type: ignore[arg-type, union-attr]
         transport.set_protocol(wire)
         return wire
 

@@ -1,0 +1,134 @@
+"""``rediss://``: the whole queue over TLS, against a redis-server that speaks only TLS.
+
+Managed Redis services mostly require TLS. The lane tests (tests/test_lane.py)
+run over TLS too; these cover the rest of the path a user takes: enqueue one
+and many, a worker draining with pauses and carry, the journal, an offloaded
+function's result by ``resolve``, and the blocking ``SyncClient``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+import venturi_redis as vr
+from tests.helpers import drain, events
+from tests.servers import RedisServer
+from tests.tasks import Echo, EchoJob, Steps, StepsJob
+from tests.test_offload import Report, on, run_until_idle
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "uvloop"], scope="module")
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    """On asyncio's own loop and on uvloop, which has a TLS layer of its own."""
+    if request.param == "uvloop":
+        return ("asyncio", {"use_uvloop": True})
+    return "asyncio"
+
+
+async def test_a_queue_runs_end_to_end_over_tls(tls_server: RedisServer) -> None:
+    client = vr.Client.from_url(tls_server.url)
+    try:
+        q = client.queue(f"tls-{uuid.uuid4().hex[:8]}")
+        one = await q.enqueue(Echo(text="one"))
+        many = await q.enqueue_many([Echo(text=str(i)) for i in range(50)])
+        stepped = await q.enqueue(Steps(steps=3))
+        await drain(q, EchoJob, StepsJob)
+        for job_id in [one, *many, stepped]:
+            info = await q.get(job_id)
+            assert info is not None and info.state == vr.JobState.COMPLETED
+        info = await q.get(stepped)
+        assert info is not None and info.run_count == 3 and info.note == "done"
+        assert (await events(q, stepped)).count("paused") == 2
+        lane = client.enqueue_lane()
+        assert lane is not None and lane.direct  # the single enqueue's fast path holds on TLS
+        conn = await client.redis.connection_pool.get_connection()
+        try:
+            assert conn._writer.transport.get_extra_info("sslcontext") is not None  # really TLS
+        finally:
+            await client.redis.connection_pool.release(conn)
+    finally:
+        await client.aclose()
+
+
+async def test_an_offloaded_result_resolves_over_tls(tls_server: RedisServer) -> None:
+    client = vr.Client.from_url(tls_server.url)
+    try:
+        q = client.queue(f"tls-{uuid.uuid4().hex[:8]}")
+        fn = on(q)
+        handle = await fn.offload(client, tenant_id=4, month=9)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_until_idle, q, fn)
+            res = await vr.resolve(client, handle, timeout=10)  # blocks on the TLS socket
+        assert res == vr.OffloadResult(
+            "completed", value=Report(tenant_id=4, month=9, total=6.0), job_id=handle.job_id
+        )
+    finally:
+        await client.aclose()
+
+
+def test_the_sync_client_enqueues_over_tls(tls_server: RedisServer) -> None:
+    name = f"tls-{uuid.uuid4().hex[:8]}"
+    with vr.SyncClient(tls_server.url) as client:
+        job_id = client.queue(name).enqueue(Echo(text="from a script"))
+        info = client.queue(name).get(job_id)
+    assert info is not None and info.state == vr.JobState.PENDING
+
+
+async def test_a_server_certificate_the_client_cannot_verify_is_refused(tls_server: RedisServer) -> None:
+    """No silent downgrade: without the CA, the handshake fails and nothing is written."""
+    client = vr.Client.from_url(f"rediss://127.0.0.1:{tls_server.port}/0")
+    name = f"tls-{uuid.uuid4().hex[:8]}"
+    try:
+        with pytest.raises(RedisConnectionError, match="certificate verify failed: self-signed"):
+            await client.queue(name).enqueue(Echo(text="x"))
+    finally:
+        await client.aclose()
+    assert await _keys_of(tls_server, name) == []
+
+
+async def test_a_server_certificate_for_another_host_name_is_refused(tls_server: RedisServer) -> None:
+    """The certificate names 127.0.0.1 only: reached as localhost, it is refused though its CA is trusted."""
+    url = tls_server.url.replace("127.0.0.1", "localhost")
+    client = vr.Client.from_url(url)
+    name = f"tls-{uuid.uuid4().hex[:8]}"
+    try:
+        with pytest.raises(RedisConnectionError, match="Hostname mismatch"):
+            await client.queue(name).enqueue(Echo(text="x"))
+    finally:
+        await client.aclose()
+    assert await _keys_of(tls_server, name) == []
+
+
+async def _keys_of(server: RedisServer, name: str) -> list[bytes]:
+    admin = aioredis.Redis(host="127.0.0.1", port=server.port, **server.connect_kwargs())
+    try:
+        return list(await admin.keys(f"*{name}*"))
+    finally:
+        await admin.aclose()
+
+
+def test_the_cli_reads_a_queue_over_tls(tls_server: RedisServer) -> None:
+    from typer.testing import CliRunner
+
+    from venturi_redis._cli import app
+
+    name = f"tls-{uuid.uuid4().hex[:8]}"
+    with vr.SyncClient(tls_server.url) as client:
+        job_id = client.queue(name).enqueue(Echo(text="seen by the CLI"), priority="high")
+    res = CliRunner().invoke(app, ["stats", "--redis", tls_server.url, "--queue", name, "--json"])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)
+    assert row["queue"] == name and row["pending"]["high"] == 1
+    shown = CliRunner().invoke(app, ["job", "show", job_id, "--redis", tls_server.url, "--json"])
+    assert shown.exit_code == 0, shown.output  # found by SCAN, over TLS
+    doc = json.loads(shown.stdout)
+    assert doc["job"]["queue"] == name and doc["job"]["payload"] == {"text": "seen by the CLI"}
