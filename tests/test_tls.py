@@ -9,6 +9,7 @@ function's result by ``resolve``, and the blocking ``SyncClient``.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
@@ -18,7 +19,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import venturi_redis as vr
-from tests.helpers import drain, events
+from tests.helpers import drain, events, make_worker
 from tests.servers import RedisServer
 from tests.tasks import Echo, EchoJob, Steps, StepsJob
 from tests.test_offload import Report, on, run_until_idle
@@ -55,6 +56,30 @@ async def test_a_queue_runs_end_to_end_over_tls(tls_server: RedisServer) -> None
             assert conn._writer.transport.get_extra_info("sslcontext") is not None  # really TLS
         finally:
             await client.redis.connection_pool.release(conn)
+    finally:
+        await client.aclose()
+
+
+async def test_an_idle_worker_is_woken_over_tls_and_stops_at_once(tls_server: RedisServer) -> None:
+    """The idle worker's BLPOP on the wake list, with its claim pipelined behind, on a TLS socket."""
+    client = vr.Client.from_url(tls_server.url)
+    try:
+        q = client.queue(f"tls-{uuid.uuid4().hex[:8]}")
+        worker = make_worker(q, EchoJob, poll_interval=60, state={})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            await anyio.sleep(0.3)  # idle, blocked on the wake list, a minute from its next poll
+            start = time.monotonic()
+            job_id = await q.enqueue(Echo(text="wake"))
+            with anyio.fail_after(5):
+                while (await q.counts())["completed"] < 1:
+                    await anyio.sleep(0.01)
+            woken = time.monotonic() - start
+            await anyio.sleep(0.3)  # idle again
+            start = time.monotonic()
+            worker.shutdown()
+        assert woken < 2.0 and time.monotonic() - start < 2.0
+        assert (await q.get(job_id)).state == vr.JobState.COMPLETED  # type: ignore[union-attr]
     finally:
         await client.aclose()
 
