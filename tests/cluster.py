@@ -23,10 +23,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 import redis
 
-from tests.servers import RedisServer, free_port
+from tests.servers import RedisServer, TlsFiles, free_port
 
 SLOTS = 16384
 
@@ -52,7 +53,13 @@ class ClusterNode:
 
     def conn(self, timeout: float = 1.0) -> redis.Redis:
         """A short-lived blocking client on this node (close it)."""
-        return redis.Redis(port=self.port, socket_timeout=timeout, socket_connect_timeout=timeout)
+        return redis.Redis(
+            host="127.0.0.1",
+            port=self.port,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            **self.server.connect_kwargs(),
+        )
 
     def info(self, section: str) -> dict[str, str]:
         with self.conn() as r:
@@ -73,12 +80,16 @@ class LocalCluster:
     ``node_timeout_ms`` is Redis' ``cluster-node-timeout``: how long a node must
     be unreachable before it is flagged as failing. It bounds how fast a
     failover starts; tests of failover use a short one.
+
+    With ``tls``, every node speaks only TLS, to clients, on the cluster bus
+    and for replication; ``url`` is then ``rediss+cluster://`` with the CA.
     """
 
     masters: int = 3
     replicas: int = 0
     node_timeout_ms: int = 2000
     extra: tuple[str, ...] = ()
+    tls: TlsFiles | None = None
     nodes: list[ClusterNode] = field(default_factory=list)
 
     # -- addresses -------------------------------------------------------------
@@ -87,7 +98,9 @@ class LocalCluster:
     def url(self) -> str:
         """``redis+cluster://`` with every master as a seed (survives a dead seed)."""
         seeds = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes if n.role == "master")
-        return f"redis+cluster://{seeds}"
+        if self.tls is None:
+            return f"redis+cluster://{seeds}"
+        return f"rediss+cluster://{seeds}?ssl_ca_certs={quote(str(self.tls.ca), safe='/')}"
 
     @property
     def master_nodes(self) -> list[ClusterNode]:
@@ -167,7 +180,9 @@ class LocalCluster:
                 # the default 5 s diskless-sync delay.
                 "--repl-diskless-sync-delay",
                 "0",
+                *(("--tls-cluster", "yes", "--tls-replication", "yes") if self.tls else ()),
                 *self.extra,
+                tls=self.tls,
             )
             try:
                 server.start()

@@ -70,7 +70,7 @@ def make_tls_files(directory: Path) -> TlsFiles:
     ext.write_text(
         "basicConstraints=critical,CA:FALSE\n"
         "keyUsage=critical,digitalSignature\n"
-        "extendedKeyUsage=serverAuth\n"
+        "extendedKeyUsage=serverAuth,clientAuth\n"
         "subjectAltName=IP:127.0.0.1\n"
         "authorityKeyIdentifier=keyid\n"
         "subjectKeyIdentifier=hash\n"

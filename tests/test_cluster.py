@@ -75,6 +75,11 @@ def test_cluster_urls_parse_into_seeds() -> None:
     assert seeds == [("h1", 7000), ("h2", 7001), ("h3", 6379)]
     single, seeds = split_cluster_url("rediss+cluster://h:6380?x=1")
     assert (single, seeds) == ("rediss://h:6380/?x=1", [("h", 6380)])
+    # Query values with slashes, with and without a path (a CA file, as TLS needs).
+    single, seeds = split_cluster_url("rediss+cluster://h1:1,h2:2?ssl_ca_certs=/etc/ssl/ca.pem&x=a/b")
+    assert (single, seeds) == ("rediss://h1:1/?ssl_ca_certs=/etc/ssl/ca.pem&x=a/b", [("h1", 1), ("h2", 2)])
+    single, seeds = split_cluster_url("rediss+cluster://h1:1,h2:2/0?ssl_ca_certs=/etc/ssl/ca.pem")
+    assert (single, seeds) == ("rediss://h1:1/0?ssl_ca_certs=/etc/ssl/ca.pem", [("h1", 1), ("h2", 2)])
     assert split_cluster_url("redis://h:1")[1] == [("h", 1)]  # the cluster=True form
 
 

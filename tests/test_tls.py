@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,8 +21,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import venturi_redis as vr
+from tests.cluster import LocalCluster
 from tests.helpers import drain, events, make_worker
-from tests.servers import RedisServer
+from tests.servers import RedisServer, make_tls_files
 from tests.tasks import Echo, EchoJob, Steps, StepsJob
 from tests.test_offload import Report, on, run_until_idle
 
@@ -157,3 +160,29 @@ def test_the_cli_reads_a_queue_over_tls(tls_server: RedisServer) -> None:
     assert shown.exit_code == 0, shown.output  # found by SCAN, over TLS
     doc = json.loads(shown.stdout)
     assert doc["job"]["queue"] == name and doc["job"]["payload"] == {"text": "seen by the CLI"}
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Three masters that speak only TLS, to clients and on the cluster bus."""
+    files = make_tls_files(Path(tmp_path_factory.mktemp("tls-cluster")))
+    with LocalCluster(masters=3, tls=files) as cluster:
+        yield cluster
+
+
+async def test_a_queue_runs_on_redis_cluster_over_tls(tls_cluster: LocalCluster) -> None:
+    assert tls_cluster.url.startswith("rediss+cluster://")
+    client = vr.Client.from_url(tls_cluster.url)
+    try:
+        queues = [client.queue(f"tls-{uuid.uuid4().hex[:8]}") for _ in range(3)]  # spread over slots
+        ids = {q.name: [await q.enqueue(Echo(text=str(i))) for i in range(5)] for q in queues}
+        fn = on(queues[0])
+        handle = await fn.offload(client, tenant_id=2, month=1)
+        await drain(queues, EchoJob, fn)
+        for q in queues:
+            for job_id in ids[q.name]:
+                assert (await q.get(job_id)).state == vr.JobState.COMPLETED  # type: ignore[union-attr]
+        res = await vr.resolve(client, handle, timeout=5)
+        assert res.status == "completed" and res.value == Report(tenant_id=2, month=1, total=3.0)
+    finally:
+        await client.aclose()

@@ -60,12 +60,9 @@ def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
         raise ConfigurationError(
             f"cluster URL {url!r}: Redis Cluster needs redis+cluster:// or rediss+cluster:// (TCP)"
         )
-    netloc, slash, tail = rest.partition("/")
-    query = ""
-    if "?" in netloc:  # redis+cluster://h:p?opt=1 (no path)
-        netloc, _, query = netloc.partition("?")
-        tail = "?" + query
-        slash = "/"
+    # The query first: its values may hold slashes (ssl_ca_certs=/etc/ssl/ca.pem).
+    body, qmark, query = rest.partition("?")
+    netloc, _, path = body.partition("/")
     userinfo, at, hosts = netloc.rpartition("@")
     seeds: list[tuple[str, int]] = []
     for part in hosts.split(","):
@@ -77,13 +74,12 @@ def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
         except ValueError:
             raise ConfigurationError(f"cluster URL {url!r}: bad port in seed {part!r}") from None
         seeds.append((unquote(parsed.hostname), port))
-    path = tail.split("?", 1)[0]
     if path.strip("/") not in ("", "0"):
         raise ConfigurationError(
             f"cluster URL {url!r} selects database {path.strip('/')!r}: Redis Cluster has only database 0"
         )
     first = hosts.split(",", 1)[0]
-    single = f"{base}://{userinfo}{at}{first}{slash}{tail}"
+    single = f"{base}://{userinfo}{at}{first}/{path}{qmark}{query}"
     return single, seeds
 
 
