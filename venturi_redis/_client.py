@@ -114,10 +114,10 @@ class Client:
             # redis-py >= 6 has this default; 5.x waits forever. A
             # ``?socket_timeout=`` in the URL wins.
             extra: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
-            if scheme == "redis":
+            if scheme in ("redis", "rediss"):
                 from ._fastpack import fast_connection_class
 
-                if (conn_cls := fast_connection_class()) is not None:
+                if (conn_cls := fast_connection_class(scheme)) is not None:
                     extra["connection_class"] = conn_cls
             client = cls(aioredis.Redis.from_url(url, decode_responses=False, **extra), url=url, **options)
             client._lane = Lane.for_redis(client.redis)

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from redis.asyncio.connection import Connection
+from redis.asyncio.connection import Connection, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -23,8 +23,14 @@ except ImportError:  # pragma: no cover - hiredis is a dependency
     _hiredis_pack = None
 
 
-class FastPackConnection(Connection):
-    """A plain TCP connection whose commands are packed by hiredis."""
+class _FastPack(Connection):
+    """Commands packed by hiredis; mixed into redis-py's TCP and TLS connection classes."""
+
+    # Whether a write skips asyncio.wait_for when the transport took the bytes
+    # (send_packed_command). Not over TLS: the TLS layer hands its bytes on to
+    # the socket's transport, so its own buffer reads empty while that one is
+    # full and the stream is paused.
+    _direct_write = True
 
     def pack_command(self, *args: Any) -> list[bytes]:
         if _hiredis_pack is None:
@@ -54,7 +60,7 @@ class FastPackConnection(Connection):
         health checks, errors) is redis-py's own path.
         """
         writer = self._writer
-        if writer is None or not self.is_connected or not self.socket_timeout:
+        if writer is None or not self.is_connected or not self.socket_timeout or not self._direct_write:
             return await super().send_packed_command(command, check_health)
         if check_health and self.health_check_interval:
             await self.check_health()  # type: ignore[no-untyped-call]
@@ -79,7 +85,33 @@ class FastPackConnection(Connection):
             await self.disconnect(nowait=True)
             raise
 
+    async def disconnect(self, nowait: bool = False, *args: Any, **kwargs: Any) -> None:
+        """With ``nowait`` (redis-py's way out after an error), drop the connection at once.
 
-def fast_connection_class() -> type[Connection] | None:
-    """The connection class to use for ``redis://`` URLs, or None for redis-py's own."""
-    return FastPackConnection if _hiredis_pack is not None else None
+        A plain close first flushes what the transport holds: to a server that
+        stopped reading, never; over TLS it also waits for the server's
+        ``close_notify`` (up to 30 s). Either way the socket and its buffer
+        outlive a connection that is given up. ``abort`` closes it now, and
+        the rest of a half-sent command never reaches the server.
+        """
+        writer = self._writer
+        if nowait and writer is not None:
+            writer.transport.abort()
+        await super().disconnect(nowait, *args, **kwargs)
+
+
+class FastPackConnection(_FastPack, Connection):
+    """A plain TCP connection whose commands are packed by hiredis."""
+
+
+class FastPackSSLConnection(_FastPack, SSLConnection):
+    """A TLS connection whose commands are packed by hiredis (written by redis-py's own path)."""
+
+    _direct_write = False
+
+
+def fast_connection_class(scheme: str = "redis") -> type[Connection] | None:
+    """The connection class for a ``redis://`` or ``rediss://`` URL, or None for redis-py's own."""
+    if _hiredis_pack is None:
+        return None
+    return FastPackSSLConnection if scheme == "rediss" else FastPackConnection
