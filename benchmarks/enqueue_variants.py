@@ -1,18 +1,23 @@
 """Where a single enqueue's time goes: venturi as shipped vs. two variants.
 
-Usage: ``.venv/bin/python benchmarks/enqueue_variants.py [--n 10000] [--runs 3]``
+Usage: ``.venv/bin/python benchmarks/enqueue_variants.py [--n 10000] [--runs 3] [--loop uvloop] [--tls]``
 
 Each row is ``n`` sequential single enqueues in this process against the
 script's own redis-server (median of ``runs``):
 
 - venturi as shipped (``Client.from_url``: the enqueue lane, a connection the
   client keeps aside for the enqueue script, ``venturi_redis/_lane.py``);
+- the lane reading its replies through redis-py (``read_response``), as the
+  lane did before session 14, and over TLS or on uvloop until session 15;
 - the same client with the lane switched off: redis-py's per-command path
   (pool hand-off, retry wrapper, reply callbacks), as before session 4;
 - enqueue.lua by bare EVALSHA (W8's figure), and ``EVALSHA "return 1"``.
 
 The rows take turns within each run (run 1 of every row, then run 2, ...),
-so a drift of the machine's speed falls on all of them alike. Beside the
+so a drift of the machine's speed falls on all of them alike. ``--loop
+uvloop`` runs it all on uvloop (a web app under uvicorn enqueues there);
+``--tls`` against a redis-server that speaks only TLS (``rediss://``, a
+throwaway CA made by ``openssl``). Beside the
 rate, the CPU time per call of this process (``time.process_time``) and of
 the server (``INFO cpu``, user + system): on this machine the two take turns
 on a sequential round trip, and their sum is steadier than the wall clock.
@@ -24,6 +29,7 @@ import argparse
 import asyncio
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,8 +41,17 @@ import venturi_bench as VB  # noqa: E402
 import venturi_only as VO  # noqa: E402
 
 import venturi_redis as vr  # noqa: E402
-from tests.servers import RedisServer  # noqa: E402
+from tests.servers import RedisServer, make_tls_files  # noqa: E402
 from venturi_redis._ids import new_job_id  # noqa: E402
+from venturi_redis._lane import Lane  # noqa: E402
+
+
+class RedisPyRead(Lane):
+    """The lane, reading its replies through redis-py instead of its own protocol."""
+
+    @staticmethod
+    def _take_over(conn: object) -> None:
+        return None
 
 
 async def server_cpu(r: object) -> float:
@@ -54,9 +69,14 @@ async def rate(n: int, one: object, r: object) -> tuple[float, float, float]:
 
 
 async def main(a: argparse.Namespace) -> None:
-    with RedisServer() as server:
+    tls = make_tls_files(Path(tempfile.mkdtemp(prefix="venturi-tls-"))) if a.tls else None
+    with RedisServer(tls=tls) as server:
         url = server.url
+        loop = type(asyncio.get_running_loop())
+        print(f"{loop.__module__}.{loop.__name__}, {url.split(':', 1)[0]}://", flush=True)
         shipped = vr.Client.from_url(url)
+        redis_py_read = vr.Client.from_url(url)
+        redis_py_read._lane = RedisPyRead(redis_py_read.redis.connection_pool.make_connection())
         no_lane = vr.Client.from_url(url)
         no_lane._lane = None  # the pool path
         raw = VO.Raw(url)
@@ -66,6 +86,9 @@ async def main(a: argparse.Namespace) -> None:
             "venturi Queue.enqueue, as shipped (the enqueue lane)": lambda i: shipped.queue("b").enqueue(
                 VB.Noop(i=i)
             ),
+            "venturi Queue.enqueue, the lane reading through redis-py": lambda i: redis_py_read.queue(
+                "b"
+            ).enqueue(VB.Noop(i=i)),
             "venturi Queue.enqueue, lane off (redis-py's pool path)": lambda i: no_lane.queue("b").enqueue(
                 VB.Noop(i=i)
             ),
@@ -89,7 +112,11 @@ async def main(a: argparse.Namespace) -> None:
         for label, runs in results.items():
             rate_, client, redis_ = (statistics.median(r[j] for r in runs) for j in range(3))
             print(f"| {label} | {rate_:,.0f} | {client:.1f} | {redis_:.1f} |", flush=True)
+        lane = shipped.enqueue_lane()
+        if lane is None or not lane.direct:
+            raise SystemExit("the shipped client's lane did not take the direct path")
         await shipped.aclose()
+        await redis_py_read.aclose()
         await no_lane.aclose()
         await raw.aclose()
 
@@ -98,4 +125,12 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=3)
-    asyncio.run(main(ap.parse_args()))
+    ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    ap.add_argument("--tls", action="store_true", help="rediss:// against a TLS-only redis-server")
+    args = ap.parse_args()
+    if args.loop == "uvloop":
+        import uvloop
+
+        uvloop.run(main(args))
+    else:
+        asyncio.run(main(args))
