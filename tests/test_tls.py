@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,69 +38,67 @@ def anyio_backend(request: pytest.FixtureRequest) -> Any:
     return "asyncio"
 
 
-async def test_a_queue_runs_end_to_end_over_tls(tls_server: RedisServer) -> None:
+@pytest.fixture
+async def client(tls_server: RedisServer) -> AsyncIterator[vr.Client]:
+    """A client over ``rediss://`` (this module's own ``client``)."""
     client = vr.Client.from_url(tls_server.url)
     try:
-        q = client.queue(f"tls-{uuid.uuid4().hex[:8]}")
-        one = await q.enqueue(Echo(text="one"))
-        many = await q.enqueue_many([Echo(text=str(i)) for i in range(50)])
-        stepped = await q.enqueue(Steps(steps=3))
-        await drain(q, EchoJob, StepsJob)
-        for job_id in [one, *many, stepped]:
-            info = await q.get(job_id)
-            assert info is not None and info.state == vr.JobState.COMPLETED
-        info = await q.get(stepped)
-        assert info is not None and info.run_count == 3 and info.note == "done"
-        assert (await events(q, stepped)).count("paused") == 2
-        lane = client.enqueue_lane()
-        assert lane is not None and lane.direct  # the single enqueue's fast path holds on TLS
-        conn = await client.redis.connection_pool.get_connection()
-        try:
-            assert conn._writer.transport.get_extra_info("sslcontext") is not None  # really TLS
-        finally:
-            await client.redis.connection_pool.release(conn)
+        yield client
     finally:
         await client.aclose()
 
 
-async def test_an_idle_worker_is_woken_over_tls_and_stops_at_once(tls_server: RedisServer) -> None:
+async def test_a_queue_runs_end_to_end_over_tls(client: vr.Client) -> None:
+    q = client.queue(f"tls-{uuid.uuid4().hex[:8]}")
+    one = await q.enqueue(Echo(text="one"))
+    many = await q.enqueue_many([Echo(text=str(i)) for i in range(50)])
+    stepped = await q.enqueue(Steps(steps=3))
+    await drain(q, EchoJob, StepsJob)
+    for job_id in [one, *many, stepped]:
+        info = await q.get(job_id)
+        assert info is not None and info.state == vr.JobState.COMPLETED
+    info = await q.get(stepped)
+    assert info is not None and info.run_count == 3 and info.note == "done"
+    assert (await events(q, stepped)).count("paused") == 2
+    lane = client.enqueue_lane()
+    assert lane is not None and lane.direct  # the single enqueue's fast path holds on TLS
+    conn = await client.redis.connection_pool.get_connection()
+    try:
+        assert conn._writer.transport.get_extra_info("sslcontext") is not None  # really TLS
+    finally:
+        await client.redis.connection_pool.release(conn)
+
+
+async def test_an_idle_worker_is_woken_over_tls_and_stops_at_once(client: vr.Client) -> None:
     """The idle worker's BLPOP on the wake list, with its claim pipelined behind, on a TLS socket."""
-    client = vr.Client.from_url(tls_server.url)
-    try:
-        q = client.queue(f"tls-{uuid.uuid4().hex[:8]}")
-        worker = make_worker(q, EchoJob, poll_interval=60, state={})
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(worker.run)
-            await anyio.sleep(0.3)  # idle, blocked on the wake list, a minute from its next poll
-            start = time.monotonic()
-            job_id = await q.enqueue(Echo(text="wake"))
-            with anyio.fail_after(5):
-                while (await q.counts())["completed"] < 1:
-                    await anyio.sleep(0.01)
-            woken = time.monotonic() - start
-            await anyio.sleep(0.3)  # idle again
-            start = time.monotonic()
-            worker.shutdown()
-        assert woken < 2.0 and time.monotonic() - start < 2.0
-        assert (await q.get(job_id)).state == vr.JobState.COMPLETED  # type: ignore[union-attr]
-    finally:
-        await client.aclose()
+    q = client.queue(f"tls-{uuid.uuid4().hex[:8]}")
+    worker = make_worker(q, EchoJob, poll_interval=60, state={})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await anyio.sleep(0.3)  # idle, blocked on the wake list, a minute from its next poll
+        start = time.monotonic()
+        job_id = await q.enqueue(Echo(text="wake"))
+        with anyio.fail_after(5):
+            while (await q.counts())["completed"] < 1:
+                await anyio.sleep(0.01)
+        woken = time.monotonic() - start
+        await anyio.sleep(0.3)  # idle again
+        start = time.monotonic()
+        worker.shutdown()
+    assert woken < 2.0 and time.monotonic() - start < 2.0
+    assert (await q.get(job_id)).state == vr.JobState.COMPLETED  # type: ignore[union-attr]
 
 
-async def test_an_offloaded_result_resolves_over_tls(tls_server: RedisServer) -> None:
-    client = vr.Client.from_url(tls_server.url)
-    try:
-        q = client.queue(f"tls-{uuid.uuid4().hex[:8]}")
-        fn = on(q)
-        handle = await fn.offload(client, tenant_id=4, month=9)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_until_idle, q, fn)
-            res = await vr.resolve(client, handle, timeout=10)  # blocks on the TLS socket
-        assert res == vr.OffloadResult(
-            "completed", value=Report(tenant_id=4, month=9, total=6.0), job_id=handle.job_id
-        )
-    finally:
-        await client.aclose()
+async def test_an_offloaded_result_resolves_over_tls(client: vr.Client) -> None:
+    q = client.queue(f"tls-{uuid.uuid4().hex[:8]}")
+    fn = on(q)
+    handle = await fn.offload(client, tenant_id=4, month=9)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_until_idle, q, fn)
+        res = await vr.resolve(client, handle, timeout=10)  # blocks on the TLS socket
+    assert res == vr.OffloadResult(
+        "completed", value=Report(tenant_id=4, month=9, total=6.0), job_id=handle.job_id
+    )
 
 
 def test_the_sync_client_enqueues_over_tls(tls_server: RedisServer) -> None:
