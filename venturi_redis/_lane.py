@@ -31,11 +31,11 @@ What it keeps from the pool path, so that nothing but speed changes:
 Over TLS the lane's protocol takes the place of the stream protocol above
 the TLS layer (``set_protocol`` on the TLS transport), so it reads the
 decrypted replies the same way; on uvloop, whose transports have the same
-methods without subclassing asyncio's, likewise. Where the takeover does not apply (decoded
-replies, RESP3 with a hiredis older than 3.2 (whose push messages look like
-replies), or a redis-py whose connection lacks the stream it needs), the
-lane sends on redis-py's connection as before (``send_packed_command``,
-``read_response``): slower, the same behaviour.
+methods without subclassing asyncio's, likewise. Where the takeover does
+not apply (decoded replies, RESP3 with a hiredis older than 3.2 (whose push
+messages look like replies), or a redis-py whose connection lacks the
+stream it needs), the lane sends on redis-py's connection as before
+(``send_packed_command``, ``read_response``): slower, the same behaviour.
 
 A call that finds the lane busy (another queue's enqueue in flight) takes the
 pool as before. Only ``Client.from_url`` makes a lane, where the client owns

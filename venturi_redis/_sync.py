@@ -10,16 +10,17 @@ enqueue lane (``redis://``, ``rediss://`` or ``unix://``, not durable mode)
 is checked, encoded and sent from the calling thread, on a blocking redis-py
 connection of the ``SyncClient``'s own: the same ``prepare``, the same
 ``enqueue.lua`` call with the same keys and arguments, and no hand-off to the
-loop thread and back (about 150 µs of a ~180 µs call on the benchmark
-machine). Only a dedup collision, whose ``merge`` needs the async merge loop,
-goes on to the loop thread, with the holder the script reported (nothing was
-written for the new job). Everything else, and every other call, takes the
-portal.
+loop thread and back (about 130 µs of client CPU of a ~170 µs call on the
+benchmark machine, benchmarks/sync_enqueue.py). Only a dedup collision,
+whose ``merge`` needs the async merge loop, goes on to the loop thread, with
+the holder the script reported (nothing was written for the new job).
+Everything else, and every other call, takes the portal.
 
 One ``SyncClient`` is safe to share between threads (each call is handed to
-the loop thread). After ``os.fork`` (gunicorn with preload, celery prefork)
-the child's first call starts a fresh loop and connection pool of its own:
-the parent's thread and sockets do not exist in the child.
+the loop thread, or, for a direct enqueue, takes a connection of its own
+from a thread-safe pool). After ``os.fork`` (gunicorn with preload, celery
+prefork) the child's first call starts a fresh loop and connection pools of
+its own: the parent's thread and sockets do not exist in the child.
 """
 
 from __future__ import annotations
