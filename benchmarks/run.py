@@ -220,6 +220,8 @@ def nth(cfg: argparse.Namespace, run: int) -> int:
 def w1(lib: Lib, url: str, r: redis.Redis, cfg: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     modes = ["single", "concurrent", "bulk"] if lib.is_async else ["single", "bulk"]
+    if lib.name == "venturi":
+        modes.append("blocking")  # vr.SyncClient's single enqueue, beside the synchronous peers
     for mode in modes:
         rates: list[float] = []
         # venturi's single enqueue is compared with a bare EVALSHA round trip (the
@@ -425,8 +427,23 @@ def peer_table(results: dict[str, Any], cfg: argparse.Namespace) -> str:
 
 
 def paired_lines(results: dict[str, Any]) -> str:
-    """Under the W1-W3 table: the bare EVALSHA rate measured beside each W1 single run."""
+    """Under the W1-W3 table: the bare EVALSHA rate measured beside each W1 single run,
+    and venturi's blocking producer (``vr.SyncClient``) beside the synchronous peers."""
     lines = []
+    blocking = ((results.get("venturi") or {}).get("W1") or {}).get("blocking") or {}
+    if "median" in blocking:
+        sync_peers = [
+            f"{name} {res['W1']['single']['median']:,.0f}"
+            for name, res in results.items()
+            if name in LIBS
+            and not LIBS[name].is_async
+            and "median" in ((res.get("W1") or {}).get("single") or {})
+        ]
+        lines.append(
+            f"- venturi W1 single through `vr.SyncClient` (a blocking producer: Django, Flask, scripts): "
+            f"{blocking['median']:,.0f} jobs/s"
+            + (f"; the synchronous peers' single enqueue: {', '.join(sync_peers)}" if sync_peers else "")
+        )
     for name, res in results.items():
         W1 = res.get("W1") or {}
         bare, ratios = W1.get("single_bare_evalsha"), W1.get("single_paired_ratios")

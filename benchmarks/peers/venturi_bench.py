@@ -90,9 +90,18 @@ async def main(a: Any) -> None:
         await client.aclose()
 
 
+def blocking_enqueues(a: Any) -> None:
+    """W1 through ``vr.SyncClient``: what a Django or Flask view pays per ``enqueue``."""
+    with vr.SyncClient(a.url) as sc:
+        q = sc.queue(a.queue)
+        c.time_sync("single", a.n, lambda i: q.enqueue(Noop(i=i)), None, a.bulk_size)
+
+
 if __name__ == "__main__":
     args = c.parse_args()
-    if args.action == "worker" and args.loop == "uvloop":
+    if args.action == "enqueue" and args.mode == "blocking":
+        blocking_enqueues(args)
+    elif args.action == "worker" and args.loop == "uvloop":
         import uvloop  # the project's `uvloop` extra (installed with `dev`)
 
         uvloop.run(main(args))
