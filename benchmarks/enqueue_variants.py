@@ -42,8 +42,8 @@ import venturi_only as VO  # noqa: E402
 
 import venturi_redis as vr  # noqa: E402
 from tests.servers import RedisServer, make_tls_files  # noqa: E402
-from venturi_redis._ids import new_job_id  # noqa: E402
-from venturi_redis._lane import Lane  # noqa: E402
+from venturi_redis._model.ids import new_job_id  # noqa: E402
+from venturi_redis._transport.lane import Lane  # noqa: E402
 
 
 class RedisPyRead(Lane):

@@ -52,7 +52,7 @@ async def measure(port: int, pid: int, out: Path, n: int, batch: int) -> dict[st
     """Drive the server on ``port`` (callgrind's pid ``pid``, dumping to ``out``)."""
     from venturi_only import Raw
 
-    from venturi_redis._ids import new_job_id
+    from venturi_redis._model.ids import new_job_id
 
     async def control(flag: str) -> None:
         proc = await asyncio.create_subprocess_exec(

@@ -29,9 +29,9 @@ import run as R  # noqa: E402
 import venturi_bench as VB  # noqa: E402
 
 import venturi_redis as vr  # noqa: E402
-from venturi_redis._ids import new_job_id  # noqa: E402
-from venturi_redis._keys import QueueKeys  # noqa: E402
-from venturi_redis._scripts import scripts  # noqa: E402
+from venturi_redis._model.ids import new_job_id  # noqa: E402
+from venturi_redis._store.keys import QueueKeys  # noqa: E402
+from venturi_redis._store.scripts import scripts  # noqa: E402
 
 Log = Callable[[str], None]
 QUEUE = "bench"

@@ -36,8 +36,8 @@ import venturi_bench as VB  # noqa: E402
 
 import venturi_redis as vr  # noqa: E402
 from tests.servers import RedisServer  # noqa: E402
-from venturi_redis._ids import new_job_id  # noqa: E402
-from venturi_redis._keys import QueueKeys  # noqa: E402
+from venturi_redis._model.ids import new_job_id  # noqa: E402
+from venturi_redis._store.keys import QueueKeys  # noqa: E402
 
 
 def used(r: redis.Redis) -> int:

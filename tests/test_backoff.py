@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 import venturi_redis as vr
-from venturi_redis._backoff import delay_ms, fib_multiplier
-from venturi_redis._ids import new_job_id
-from venturi_redis._scripts import expand
+from venturi_redis._model.backoff import delay_ms, fib_multiplier
+from venturi_redis._model.ids import new_job_id
+from venturi_redis._store.scripts import expand
 
 pytestmark = pytest.mark.anyio
 

@@ -15,9 +15,9 @@ import pytest
 import venturi_redis as vr
 from tests.helpers import claim_raw, drain, events
 from tests.tasks import Echo, EchoJob
-from venturi_redis._committer import _Committer
-from venturi_redis._runner import _Runner
-from venturi_redis._scripts import ScriptArg
+from venturi_redis._store.scripts import ScriptArg
+from venturi_redis._worker.committer import _Committer
+from venturi_redis._worker.runner import _Runner
 
 pytestmark = pytest.mark.anyio
 

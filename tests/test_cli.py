@@ -23,8 +23,8 @@ import venturi_redis as vr
 from tests.helpers import make_worker
 from tests.servers import RedisServer, free_port
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob
-from venturi_redis._cli import app, clean
-from venturi_redis._sharded import partition_names
+from venturi_redis._producer.sharded import partition_names
+from venturi_redis.cli.commands import app, clean
 
 runner = CliRunner()
 

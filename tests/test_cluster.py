@@ -20,8 +20,8 @@ from tests.cluster import LocalCluster
 from tests.helpers import make_worker
 from tests.servers import RedisServer, replicate
 from tests.tasks import Echo, EchoJob
-from venturi_redis._cluster import cluster_redis, is_cluster, split_cluster_url
-from venturi_redis._durable import Durability
+from venturi_redis._transport.cluster import cluster_redis, is_cluster, split_cluster_url
+from venturi_redis._transport.durable import Durability
 
 pytestmark = pytest.mark.anyio
 

@@ -15,8 +15,8 @@ import venturi_redis as vr
 from tests.cluster import LocalCluster
 from tests.helpers import make_worker
 from tests.tasks import Echo, EchoJob
-from venturi_redis._keys import dedup_field
-from venturi_redis._sharded import group_partitions, parse_partition, partition_names
+from venturi_redis._producer.sharded import group_partitions, parse_partition, partition_names
+from venturi_redis._store.keys import dedup_field
 
 pytestmark = pytest.mark.anyio
 
@@ -161,7 +161,7 @@ async def test_partitions_use_every_master(redis_cluster: LocalCluster) -> None:
 def test_cli_stats_shows_a_sharded_queue_as_one_row(redis_cluster: LocalCluster) -> None:
     from typer.testing import CliRunner
 
-    from venturi_redis._cli import app
+    from venturi_redis.cli.commands import app
 
     url, name = redis_cluster.url, f"cli-{uuid.uuid4().hex[:8]}"
 

@@ -10,7 +10,7 @@ from redis.exceptions import ResponseError
 
 import venturi_redis as vr
 from tests.tasks import Echo
-from venturi_redis import _coalesce
+from venturi_redis._producer import coalesce as _coalesce
 
 pytestmark = pytest.mark.anyio
 

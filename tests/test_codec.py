@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel, Field, computed_field, field_serializer
 
 import venturi_redis as vr
-from venturi_redis._codec import pack_model, unpack_model
+from venturi_redis._model.codec import pack_model, unpack_model
 
 
 class Colour(enum.Enum):

@@ -18,10 +18,10 @@ from redis.exceptions import ResponseError
 
 import venturi_redis as vr
 from tests.helpers import events, run_until_event
-from venturi_redis._codec import pack_model
-from venturi_redis._fastpack import FastPackConnection
-from venturi_redis._keys import dedup_field
-from venturi_redis._lane import Lane
+from venturi_redis._model.codec import pack_model
+from venturi_redis._store.keys import dedup_field
+from venturi_redis._transport.fastpack import FastPackConnection
+from venturi_redis._transport.lane import Lane
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import venturi_redis as vr
 from tests.servers import RedisServer, make_tls_files
-from venturi_redis._fastpack import FastPackConnection, FastPackSSLConnection
+from venturi_redis._transport.fastpack import FastPackConnection, FastPackSSLConnection
 
 
 @pytest.mark.parametrize(

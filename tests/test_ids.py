@@ -8,8 +8,8 @@ import os
 import pytest
 from ulid import ULID
 
-from venturi_redis import _ids
-from venturi_redis._ids import _RAND_MAX, _encode, _encode_run, new_job_id, new_job_ids, ulid_ms
+from venturi_redis._model import ids as _ids
+from venturi_redis._model.ids import _RAND_MAX, _encode, _encode_run, new_job_id, new_job_ids, ulid_ms
 
 
 def _reference(ms: int, rand: int) -> str:

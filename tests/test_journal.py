@@ -11,7 +11,7 @@ import pytest
 import venturi_redis as vr
 from tests.helpers import claim_raw, make_worker, run_until_event
 from tests.tasks import Echo
-from venturi_redis._records import JournalEntry, claim_history, enqueued_entry
+from venturi_redis._model.records import JournalEntry, claim_history, enqueued_entry
 
 pytestmark = pytest.mark.anyio
 

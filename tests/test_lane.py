@@ -23,7 +23,7 @@ import venturi_redis as vr
 from tests.chaos.proxy import Proxy
 from tests.servers import RedisServer
 from tests.tasks import Echo
-from venturi_redis._lane import Lane, _Wire
+from venturi_redis._transport.lane import Lane, _Wire
 
 pytestmark = pytest.mark.anyio
 

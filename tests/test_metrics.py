@@ -12,7 +12,7 @@ import pytest
 import venturi_redis as vr
 from tests.helpers import drain
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob, Flaky, FlakyJob
-from venturi_redis._metrics import PrometheusMetrics
+from venturi_redis._worker.metrics import PrometheusMetrics
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +73,7 @@ def test_no_metrics_dependency_unless_asked() -> None:
         import sys
         import anyio
         import venturi_redis as vr
-        import venturi_redis.cli, venturi_redis._cli  # the CLI itself, without --metrics-port
+        import venturi_redis.cli, venturi_redis.cli.commands  # the CLI itself, without --metrics-port
         from tests.tasks import Echo, EchoJob
 
         async def main():
@@ -84,7 +84,8 @@ def test_no_metrics_dependency_unless_asked() -> None:
             await q.client.aclose()
 
         anyio.run(main)
-        print([m for m in sys.modules if m.startswith("prometheus_client") or m == "venturi_redis._metrics"])
+        wanted = ("prometheus_client", "venturi_redis._worker.metrics")
+        print([m for m in sys.modules if m.startswith(wanted)])
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -14,9 +14,9 @@ from pydantic import BaseModel
 
 import venturi_redis as vr
 from tests.servers import RedisServer
-from venturi_redis import _offload
-from venturi_redis._offload import _resolve
-from venturi_redis._scripts import ScriptArg
+from venturi_redis._producer import offload as _offload
+from venturi_redis._producer.offload import _resolve
+from venturi_redis._store.scripts import ScriptArg
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ import venturi_redis as vr
 from tests.helpers import drain, events, make_worker
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob, Steps, StepsJob
-from venturi_redis import _ops
+from venturi_redis._producer import ops as _ops
 
 pytestmark = pytest.mark.anyio
 

@@ -32,8 +32,8 @@ def test_errors_form_one_tree() -> None:
 def test_producer_modules_never_import_the_worker() -> None:
     code = (
         "import sys; import venturi_redis as vr; vr.Client, vr.Task, vr.Queue, vr.offload; "
-        "bad = [m for m in sys.modules if m in ('venturi_redis._worker', 'venturi_redis._metrics', "
-        "'prometheus_client', 'typer', 'rich')]; print(bad)"
+        "bad = [m for m in sys.modules if m in ('venturi_redis._worker.worker', "
+        "'venturi_redis._worker.metrics', 'prometheus_client', 'typer', 'rich')]; print(bad)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -53,7 +53,7 @@ def test_wheel_ships_the_lua_scripts(tmp_path: Path) -> None:
     # and the unpacked wheel's loader reads its own copy, not the checkout's
     unpacked = tmp_path / "unpacked"
     zipfile.ZipFile(wheel).extractall(unpacked)
-    probe = "import venturi_redis._scripts as s; print(s._lua_dir()); print(len(s.ScriptSet().names()))"
+    probe = "import venturi_redis._store.scripts as s; print(s._lua_dir()); print(len(s.ScriptSet().names()))"
     out = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,

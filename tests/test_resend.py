@@ -19,9 +19,9 @@ import venturi_redis as vr
 from tests.cluster import LocalCluster
 from tests.helpers import claim_raw, events
 from tests.test_dedup import Count, Tally
-from venturi_redis._fastpack import FastPackConnection
-from venturi_redis._keys import dedup_field
-from venturi_redis._prepare import prepare
+from venturi_redis._store.keys import dedup_field
+from venturi_redis._store.prepare import prepare
+from venturi_redis._transport.fastpack import FastPackConnection
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import venturi_redis as vr
-from venturi_redis._scripts import ScriptSet, expand
+from venturi_redis._store.scripts import ScriptSet, expand
 
 pytestmark = pytest.mark.anyio
 

@@ -145,7 +145,7 @@ async def _keys_of(server: RedisServer, name: str) -> list[bytes]:
 def test_the_cli_reads_a_queue_over_tls(tls_server: RedisServer) -> None:
     from typer.testing import CliRunner
 
-    from venturi_redis._cli import app
+    from venturi_redis.cli.commands import app
 
     name = f"tls-{uuid.uuid4().hex[:8]}"
     with vr.SyncClient(tls_server.url) as client:

@@ -14,7 +14,7 @@ import venturi_redis as vr
 from tests.helpers import claim_raw, drain, make_worker
 from tests.servers import RedisServer, replicate
 from tests.tasks import Echo, EchoJob
-from venturi_redis._keys import WAKE_CAP
+from venturi_redis._store.keys import WAKE_CAP
 
 pytestmark = pytest.mark.anyio
 
@@ -204,7 +204,7 @@ async def test_a_job_claimed_while_idle_starts_before_the_next_idle_claim(
 ) -> None:
     """Pickup latency: the slot task runs the handler first; arming the next
     BLPOP and claim (or, without one, the next wait) comes after it."""
-    from venturi_redis import _runner
+    from venturi_redis._worker import runner as _runner
 
     order: list[str] = []
     real_idle_claim = _runner._Runner.idle_claim

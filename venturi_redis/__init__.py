@@ -8,12 +8,9 @@ are private.
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from ._backoff import Backoff, backoff_delay
-from ._client import Client, Queue
-from ._context import Context
-from ._durable import Durability, NotDurableError
-from ._enums import JobState, Priority
-from ._errors import (
+from ._model.backoff import Backoff, backoff_delay
+from ._model.enums import JobState, Priority
+from ._model.errors import (
     ConfigurationError,
     LeaseLostError,
     MergeConflictError,
@@ -24,8 +21,11 @@ from ._errors import (
     TaskError,
     VenturiError,
 )
-from ._handler import Handler
-from ._offload import (
+from ._model.outcome import Outcome
+from ._model.records import JobInfo, JournalEntry
+from ._model.task import Merge, NoCarry, Pending, Task
+from ._producer.client import Client, Queue
+from ._producer.offload import (
     OffloadFunction,
     OffloadHandle,
     OffloadNotFound,
@@ -35,15 +35,15 @@ from ._offload import (
     read_result_redacted,
     resolve,
 )
-from ._ops import QueueStats, Retention
-from ._outcome import Outcome
-from ._records import JobInfo, JournalEntry
-from ._sharded import ShardedQueue
-from ._sync import SyncClient, SyncQueue
-from ._task import Merge, NoCarry, Pending, Task
+from ._producer.ops import QueueStats, Retention
+from ._producer.sharded import ShardedQueue
+from ._producer.sync import SyncClient, SyncQueue
+from ._transport.durable import Durability, NotDurableError
+from ._worker.context import Context
+from ._worker.handler import Handler
 
 if _TYPE_CHECKING:
-    from ._worker import Worker
+    from ._worker.worker import Worker
 
 __version__ = "0.1.0"
 
@@ -52,7 +52,7 @@ def __getattr__(name: str) -> _Any:
     # The worker side loads on first use, so a web process that only enqueues
     # never imports it (tests/test_package.py checks this).
     if name == "Worker":
-        from ._worker import Worker
+        from ._worker.worker import Worker
 
         globals()["Worker"] = Worker
         return Worker

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import venturi_redis as vr
-from venturi_redis._enums import Priority
-from venturi_redis._runner import _parse_claim
+from venturi_redis._model.enums import Priority
+from venturi_redis._worker.runner import _parse_claim
 
 
 class Clock:

@@ -20,7 +20,7 @@ import venturi_redis as vr
 from tests.chaos.chaos_tasks import Stale, gate_key
 from tests.chaos.conftest import Fleet, figures
 from tests.servers import RedisServer
-from venturi_redis._codec import unpack
+from venturi_redis._model.codec import unpack
 
 pytestmark = pytest.mark.anyio
 

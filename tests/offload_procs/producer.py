@@ -26,7 +26,7 @@ async def main(url: str, tenant: int, month: int) -> None:
             "status": res.status,
             "value": res.value.model_dump() if res.value is not None else None,
             "is_report": type(res.value).__name__,
-            "worker_loaded": "venturi_redis._worker" in sys.modules,
+            "worker_loaded": "venturi_redis._worker.worker" in sys.modules,
         }
         print(json.dumps(out), flush=True)
 

@@ -44,7 +44,7 @@ from hypothesis.stateful import (
 import venturi_redis as vr
 from tests.chaos.driver import Clock, Driver
 from tests.servers import RedisServer
-from venturi_redis._keys import dedup_field
+from venturi_redis._store.keys import dedup_field
 
 LONG = os.environ.get("VENTURI_LONG", "") not in ("", "0")
 LEASE_MS = 1000

@@ -14,21 +14,21 @@ from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._coalesce import Coalescer
-from ._codec import pack, text
-from ._durable import Durability, DurableRedis, NotDurableError, as_durability
-from ._enums import PRIORITIES_HIGH_FIRST, JobState, Priority
-from ._errors import ConfigurationError, PartialEnqueueError, PayloadTooLarge, TaskDefinitionError
-from ._keys import QueueKeys
-from ._lane import Lane
-from ._outcome import UNSET
-from ._prepare import ENQUEUE_CHUNK, Prepared, prepare, prepare_many
-from ._records import ENQUEUED_FIELDS, JobInfo, JournalEntry, journal_from
-from ._scripts import ScriptArg, ScriptSet, scripts
-from ._task import Task
+from .._model.codec import pack, text
+from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
+from .._model.errors import ConfigurationError, PartialEnqueueError, PayloadTooLarge, TaskDefinitionError
+from .._model.outcome import UNSET
+from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, journal_from
+from .._model.task import Task
+from .._store.keys import QueueKeys
+from .._store.prepare import ENQUEUE_CHUNK, Prepared, prepare, prepare_many
+from .._store.scripts import ScriptArg, ScriptSet, scripts
+from .._transport.durable import Durability, DurableRedis, NotDurableError, as_durability
+from .._transport.lane import Lane
+from .coalesce import Coalescer
 
 if TYPE_CHECKING:
-    from ._ops import QueueStats
+    from .ops import QueueStats
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of encoded payload (or carry) per job
 
@@ -98,11 +98,11 @@ class Client:
         # Redis Cluster (docs/cluster.md): a RedisCluster client; each queue's
         # keys share the hash tag {queue}, so every script stays in one slot.
         if options.pop("cluster", False) or scheme.endswith("+cluster"):
-            from ._cluster import cluster_redis
+            from .._transport.cluster import cluster_redis
 
             return cls(cluster_redis(url), url=url, **options)
         if scheme == "memory":
-            from ._memory import memory_redis
+            from .._transport.memory import memory_redis
 
             return cls(memory_redis(url), url=url, **options)
         if scheme in ("redis", "rediss", "unix"):
@@ -115,7 +115,7 @@ class Client:
             # ``?socket_timeout=`` in the URL wins.
             extra: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
             if scheme in ("redis", "rediss"):
-                from ._fastpack import fast_connection_class
+                from .._transport.fastpack import fast_connection_class
 
                 if (conn_cls := fast_connection_class(scheme)) is not None:
                     extra["connection_class"] = conn_cls
@@ -283,7 +283,7 @@ class Queue:
         holder = await self._coalescer.enqueue(job)
         if not holder:
             return job.id
-        from ._dedup import merge_into
+        from .dedup import merge_into
 
         return await merge_into(self, task, job, holder)
 
@@ -375,7 +375,7 @@ class Queue:
             self._raise_partial(ids, unknown, failure)
         collided = [i for i, h in enumerate(holders) if h]
         if collided:
-            from ._dedup import merge_into
+            from .dedup import merge_into
 
             for i in collided:
                 try:
@@ -484,7 +484,7 @@ class Queue:
 
     async def stats(self) -> QueueStats:
         """Counts per state and priority, lag and completions in the last minute."""
-        from . import _ops
+        from . import ops as _ops
 
         return await _ops.stats(self)
 
@@ -492,19 +492,19 @@ class Queue:
         self, *, state: JobState | str | None = None, kind: str | None = None, limit: int = 50
     ) -> list[JobInfo]:
         """Jobs read from the index zsets, optionally of one state and KIND (see ``_ops.list_jobs``)."""
-        from . import _ops
+        from . import ops as _ops
 
         return await _ops.list_jobs(self, state=state, kind=kind, limit=limit)
 
     async def retry(self, job_id: str) -> bool:
         """Move a dead job back to pending with its failures reset; False if it is not dead."""
-        from . import _ops
+        from . import ops as _ops
 
         return await _ops.retry(self, job_id)
 
     async def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]:
         """Move dead jobs (all, or of one KIND, at most ``limit``) back to pending; returns their ids."""
-        from . import _ops
+        from . import ops as _ops
 
         return await _ops.retry_dead(self, kind=kind, limit=limit)
 
@@ -512,26 +512,26 @@ class Queue:
         """Cancel a job: ``"cancelled"`` (it was pending or suspended), ``"requested"``
         (it is running: its handler is asked to stop and the run ends cancelled),
         ``"not_found"`` or ``"finished"`` (nothing done)."""
-        from . import _ops
+        from . import ops as _ops
 
         result, _ = await _ops.cancel(self, job_id)
         return result
 
     async def pause(self) -> None:
         """Pause claims on this queue (atomic; running jobs finish, enqueues still land)."""
-        from . import _ops
+        from . import ops as _ops
 
         await _ops.pause(self)
 
     async def resume_queue(self) -> None:
         """Let workers claim from this queue again (and wake them)."""
-        from . import _ops
+        from . import ops as _ops
 
         await _ops.resume_queue(self)
 
     async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
         """Remove finished jobs (``completed``, ``dead`` or ``cancelled``) and their journals."""
-        from . import _ops
+        from . import ops as _ops
 
         return await _ops.purge(self, state, older_than=older_than)
 

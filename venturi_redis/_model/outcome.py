@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from ._backoff import to_ms
+from .backoff import to_ms
 
 
 class _Unset:

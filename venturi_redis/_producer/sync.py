@@ -38,15 +38,15 @@ from anyio.from_thread import BlockingPortal
 from pydantic import BaseModel
 from redis.exceptions import NoScriptError, ResponseError
 
-from ._client import Client, Queue
-from ._codec import text
-from ._enums import Priority
-from ._errors import ConfigurationError
-from ._outcome import UNSET
-from ._prepare import prepare
-from ._records import JobInfo, JournalEntry
-from ._scripts import Script, ScriptArg
-from ._task import Task
+from .._model.codec import text
+from .._model.enums import Priority
+from .._model.errors import ConfigurationError
+from .._model.outcome import UNSET
+from .._model.records import JobInfo, JournalEntry
+from .._model.task import Task
+from .._store.prepare import prepare
+from .._store.scripts import Script, ScriptArg
+from .client import Client, Queue
 
 
 class _LoopThread:
@@ -258,7 +258,7 @@ class SyncQueue:
         holder = text(_run_script(direct, client.scripts[name], keys, args)[1])
         if not holder:
             return job.id
-        from ._dedup import merge_into
+        from .dedup import merge_into
 
         merged: str = portal.call(merge_into, q, task, job, holder)
         return merged

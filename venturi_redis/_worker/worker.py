@@ -42,18 +42,21 @@ from anyio.abc import TaskGroup
 from pydantic import BaseModel
 from typing_extensions import TypeVar
 
-from . import _ops
-from ._backoff import Backoff, to_ms
-from ._client import Client, Queue
-from ._codec import pack, pack_model, text, unpack, unpack_as, unpack_model
-from ._committer import _Committer
-from ._context import Context
-from ._errors import ConfigurationError, LeaseLostError, PayloadError, TaskDefinitionError, TaskError
-from ._handler import Handler
-from ._offload import OffloadFunction
-from ._ops import Retention
-from ._outcome import UNSET, Outcome
-from ._runner import (
+from .._model.backoff import Backoff, to_ms
+from .._model.codec import pack, pack_model, text, unpack, unpack_as, unpack_model
+from .._model.errors import ConfigurationError, LeaseLostError, PayloadError, TaskDefinitionError, TaskError
+from .._model.outcome import UNSET, Outcome
+from .._model.task import NoCarry, Task
+from .._producer import ops as _ops
+from .._producer.client import Client, Queue
+from .._producer.offload import OffloadFunction
+from .._producer.ops import Retention
+from .._producer.sharded import ShardedQueue, expand_queues
+from .._store.scripts import ScriptArg
+from .committer import _Committer
+from .context import Context
+from .handler import Handler
+from .runner import (
     _IDLE_BLOCK_MAX,
     _MIN_BLOCK,
     _SURVIVABLE,
@@ -62,12 +65,9 @@ from ._runner import (
     _Job,
     _Runner,
 )
-from ._scripts import ScriptArg
-from ._sharded import ShardedQueue, expand_queues
-from ._task import NoCarry, Task
 
 if TYPE_CHECKING:
-    from ._metrics import WorkerObserver
+    from .metrics import WorkerObserver
 
 log = logging.getLogger("venturi_redis.worker")
 _DEFAULT_RETENTION = Retention()
@@ -178,7 +178,7 @@ class Worker(Generic[StateT]):
             ``maxmemory-policy`` is ``noeviction`` (an eviction could silently
             drop jobs). ``False`` skips that check; the version check stays.
         observer: Told of every claim and every finished run (for metrics:
-            ``venturi_redis._metrics.PrometheusMetrics``).
+            ``venturi_redis._worker.metrics.PrometheusMetrics``).
         freeze_gc: While running, keep the objects that existed when the
             worker started (imports, the application's setup) out of the
             garbage collector's full collections: the young generations
@@ -342,7 +342,7 @@ class Worker(Generic[StateT]):
         A name is a queue this worker consumes, a sharded queue it consumes
         (meaning all its partitions), or one partition of it.
         """
-        from ._sharded import parse_partition
+        from .._producer.sharded import parse_partition
 
         # The worker holds a ShardedQueue as its partitions (in index order);
         # their names give the sharded queue's name back.

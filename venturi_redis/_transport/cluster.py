@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ._errors import ConfigurationError
+from .._model.errors import ConfigurationError
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 

@@ -45,15 +45,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._codec import pack_model, text, unpack_model
-from ._enums import Priority
-from ._errors import MergeConflictError, PayloadTooLarge, TaskDefinitionError
-from ._records import ENQUEUED_FIELDS, LazyJournal, journal_from
-from ._task import Merge, Pending, Task
+from .._model.codec import pack_model, text, unpack_model
+from .._model.enums import Priority
+from .._model.errors import MergeConflictError, PayloadTooLarge, TaskDefinitionError
+from .._model.records import ENQUEUED_FIELDS, LazyJournal, journal_from
+from .._model.task import Merge, Pending, Task
 
 if TYPE_CHECKING:
-    from ._client import Queue
-    from ._prepare import Prepared
+    from .._store.prepare import Prepared
+    from .client import Queue
 
 MAX_MERGE_ATTEMPTS = 64
 

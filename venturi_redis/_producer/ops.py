@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._backoff import to_ms
-from ._enums import PRIORITIES_HIGH_FIRST, JobState
-from ._errors import ConfigurationError
-from ._keys import WAKE_CAP
-from ._records import JobInfo, ms_to_dt
+from .._model.backoff import to_ms
+from .._model.enums import PRIORITIES_HIGH_FIRST, JobState
+from .._model.errors import ConfigurationError
+from .._model.records import JobInfo, ms_to_dt
+from .._store.keys import WAKE_CAP
 
 if TYPE_CHECKING:
-    from ._client import Client, Queue
+    from .client import Client, Queue
 
 FinishedState = Literal["completed", "dead", "cancelled"]
 CancelResult = Literal["cancelled", "requested", "not_found", "finished"]

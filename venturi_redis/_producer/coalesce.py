@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._codec import text
-from ._prepare import ENQUEUE_CHUNK, Prepared
-from ._scripts import ScriptArg
+from .._model.codec import text
+from .._store.prepare import ENQUEUE_CHUNK, Prepared
+from .._store.scripts import ScriptArg
 
 if TYPE_CHECKING:
-    from ._client import Queue
+    from .client import Queue
 
 
 async def _call(q: Queue, name: str, keys: list[str], args: list[ScriptArg]) -> Any:

@@ -38,8 +38,8 @@ from typing import Any
 from redis.exceptions import AskError, MovedError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._cluster import is_cluster
-from ._errors import ConfigurationError, VenturiError
+from .._model.errors import ConfigurationError, VenturiError
+from .cluster import is_cluster
 
 _REDIRECT_RETRIES = 3
 

@@ -43,14 +43,14 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._backoff import to_ms
-from ._client import Client
-from ._codec import unpack_as
-from ._enums import Priority
-from ._errors import ConfigurationError, PayloadError, TaskError, VenturiError
-from ._keys import QueueKeys, validate_name
-from ._outcome import UNSET, Outcome
-from ._task import Task, validate_kind
+from .._model.backoff import to_ms
+from .._model.codec import unpack_as
+from .._model.enums import Priority
+from .._model.errors import ConfigurationError, PayloadError, TaskError, VenturiError
+from .._model.outcome import UNSET, Outcome
+from .._model.task import Task, validate_kind
+from .._store.keys import QueueKeys, validate_name
+from .client import Client
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -477,8 +477,8 @@ def _task_class(fn: Callable[..., Any], kind: str, fields: dict[str, tuple[Any, 
 
 
 def _handler_class(entry: OffloadFunction[Any, Any]) -> type[Any]:
-    from ._context import Context
-    from ._handler import Handler
+    from .._worker.context import Context
+    from .._worker.handler import Handler
 
     class OffloadHandler(entry.task_type, Handler[Any]):  # type: ignore[misc,name-defined]
         __venturi_offload__: ClassVar[OffloadFunction[Any, Any]] = entry

@@ -60,7 +60,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._scripts import Script, ScriptArg
+from .._store.scripts import Script, ScriptArg
 
 _PING = b"*1\r\n$4\r\nPING\r\n"
 # RESP3 push messages, which hiredis >= 3.2 parses into their own type (None before).

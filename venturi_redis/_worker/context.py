@@ -10,10 +10,10 @@ import anyio.lowlevel
 from pydantic import BaseModel
 from typing_extensions import TypeVar
 
-from ._codec import pack
-from ._outcome import UNSET
-from ._records import JournalEntry
-from ._task import NoCarry
+from .._model.codec import pack
+from .._model.outcome import UNSET
+from .._model.records import JournalEntry
+from .._model.task import NoCarry
 
 CarryT = TypeVar("CarryT", bound=BaseModel, default=NoCarry)
 

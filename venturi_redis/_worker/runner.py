@@ -25,17 +25,17 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import _ops
-from ._client import Client, Queue
-from ._cluster import is_cluster
-from ._codec import text
-from ._context import Context
-from ._enums import Priority
-from ._records import JournalEntry, LazyJournal
-from ._scripts import ScriptArg
+from .._model.codec import text
+from .._model.enums import Priority
+from .._model.records import JournalEntry, LazyJournal
+from .._producer import ops as _ops
+from .._producer.client import Client, Queue
+from .._store.scripts import ScriptArg
+from .._transport.cluster import is_cluster
+from .context import Context
 
 if TYPE_CHECKING:
-    from ._worker import Worker
+    from .worker import Worker
 
 log = logging.getLogger("venturi_redis.worker")
 

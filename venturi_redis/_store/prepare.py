@@ -14,15 +14,15 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from ._backoff import to_ms
-from ._codec import pack_model
-from ._enums import Priority
-from ._errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
-from ._ids import new_job_id, new_job_ids
-from ._keys import dedup_field
-from ._outcome import UNSET
-from ._scripts import ScriptArg
-from ._task import Task, task_kind
+from .._model.backoff import to_ms
+from .._model.codec import pack_model
+from .._model.enums import Priority
+from .._model.errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
+from .._model.ids import new_job_id, new_job_ids
+from .._model.outcome import UNSET
+from .._model.task import Task, task_kind
+from .keys import dedup_field
+from .scripts import ScriptArg
 
 DEDUP_KEY_MAX = 1024
 # Jobs per enqueue script call (a batch's chunks, a coalesced burst).

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from typing_extensions import TypeVar
 
-from ._backoff import Backoff
-from ._enums import Priority
-from ._errors import TaskDefinitionError
+from .backoff import Backoff
+from .enums import Priority
+from .errors import TaskDefinitionError
 
 if TYPE_CHECKING:
-    from ._records import JournalEntry
+    from .records import JournalEntry
 
 _KIND_MAX = 256
 # Validators of declared RESUME types, built once per task class.

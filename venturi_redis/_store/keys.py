@@ -32,8 +32,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ._enums import PRIORITIES_HIGH_FIRST, Priority
-from ._errors import ConfigurationError
+from .._model.enums import PRIORITIES_HIGH_FIRST, Priority
+from .._model.errors import ConfigurationError
 
 # Queue names become part of every key. They are restricted to characters that
 # can neither break the hash tag (``{`` / ``}``) nor be mistaken for our own

@@ -10,8 +10,8 @@ from typing import Any, Generic
 
 from typing_extensions import TypeVar
 
-from ._context import Context
-from ._outcome import Outcome
+from .._model.outcome import Outcome
+from .context import Context
 
 StateT = TypeVar("StateT", default=None)
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ._codec import unpack
-from ._enums import JobState, Priority
-from ._errors import PayloadError
+from .codec import unpack
+from .enums import JobState, Priority
+from .errors import PayloadError
 
 _JOURNAL_CORE = {"event", "at", "run", "note", "attachment"}
 

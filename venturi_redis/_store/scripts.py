@@ -39,7 +39,7 @@ def _lua_dir() -> Path:
     packaged = resources.files("venturi_redis") / "lua"
     if packaged.is_dir():
         return Path(str(packaged))
-    return Path(__file__).resolve().parent.parent / "lua"
+    return Path(__file__).resolve().parents[2] / "lua"
 
 
 def expand(source: str, read_include: Callable[[str], str], *, name: str = "<script>") -> str:

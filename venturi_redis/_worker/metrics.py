@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 if TYPE_CHECKING:
-    from ._client import Queue
+    from .._producer.client import Queue
 
 log = logging.getLogger("venturi_redis.metrics")
 

@@ -1,6 +1,6 @@
 """The ``venturi`` command (console script ``venturi_redis.cli:main``).
 
-The commands live in ``_cli.py``; this module only makes sure the CLI's own
+The commands live in ``commands.py``; this module only makes sure the CLI's own
 dependencies (typer, rich) are installed, so that a missing one is one clear
 line instead of a traceback.
 """
@@ -23,10 +23,6 @@ def main() -> None:
             file=sys.stderr,
         )
         raise SystemExit(1) from None
-    from ._cli import app
+    from .commands import app
 
     app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.lowlevel
 
-from ._scripts import ScriptArg
+from .._store.scripts import ScriptArg
 
 if TYPE_CHECKING:
-    from ._client import Queue
+    from .._producer.client import Queue
 
 log = logging.getLogger("venturi_redis.worker")
 _J = TypeVar("_J")

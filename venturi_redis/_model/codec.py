@@ -16,7 +16,7 @@ import msgpack
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from ._errors import PayloadError
+from .errors import PayloadError
 
 M = TypeVar("M", bound=BaseModel)
 

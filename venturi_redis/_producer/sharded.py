@@ -54,17 +54,17 @@ import anyio
 from pydantic import BaseModel
 from redis.crc import key_slot
 
-from ._client import Client, Queue, lost_in_flight
-from ._enums import PRIORITIES_HIGH_FIRST, Priority
-from ._errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
-from ._keys import QueueKeys, validate_name
-from ._outcome import UNSET
-from ._prepare import checked_dedup_field, prepare_many
-from ._records import JobInfo, JournalEntry
-from ._task import Task
+from .._model.enums import PRIORITIES_HIGH_FIRST, Priority
+from .._model.errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
+from .._model.outcome import UNSET
+from .._model.records import JobInfo, JournalEntry
+from .._model.task import Task
+from .._store.keys import QueueKeys, validate_name
+from .._store.prepare import checked_dedup_field, prepare_many
+from .client import Client, Queue, lost_in_flight
 
 if TYPE_CHECKING:
-    from ._ops import QueueStats
+    from .ops import QueueStats
 
 SLOTS = 16384
 MAX_PARTITIONS = 1024
@@ -353,7 +353,7 @@ def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:
     Counts and throughput add up; ``lag_seconds`` is the worst partition's;
     ``paused`` is true when any partition is paused (claims stop there).
     """
-    from ._ops import QueueStats
+    from .ops import QueueStats
 
     if not parts:
         raise ValueError(f"sharded queue {name}: no partition stats to merge")

@@ -41,12 +41,12 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from . import _ops
-from ._client import Client, Queue
-from ._enums import JobState
-from ._errors import ConfigurationError, VenturiError
-from ._records import JobInfo, JournalEntry
-from ._sharded import grouped_stats
+from .._model.enums import JobState
+from .._model.errors import ConfigurationError, VenturiError
+from .._model.records import JobInfo, JournalEntry
+from .._producer import ops as _ops
+from .._producer.client import Client, Queue
+from .._producer.sharded import grouped_stats
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -677,7 +677,7 @@ def worker(
     ] = "asyncio",
 ) -> None:
     """Run a worker until SIGTERM / SIGINT (graceful: running jobs get their grace period)."""
-    from ._worker import Worker
+    from .._worker.worker import Worker
 
     backend_options = _loop_options(loop)
 
@@ -725,7 +725,7 @@ def worker(
         if metrics_port is None:
             await w.run()
             return 0
-        from ._metrics import PrometheusMetrics
+        from .._worker.metrics import PrometheusMetrics
 
         metrics = PrometheusMetrics()
         w.observer = metrics
