@@ -6,7 +6,11 @@ Run it with ``make example`` (or ``python examples/bookmarks.py``). It uses
 A producer enqueues one fetch per bookmark (deduplicated per bookmark: a newer
 enqueue replaces a pending one); a worker fetches the pages. One URL is gone
 (410: a permanent error, the job goes to dead), one is flaky (fails twice,
-then succeeds after backoff).
+then succeeds on its third run; the first two retries of the Fibonacci
+schedule wait 0 s, see docs/design.md, "Outcomes").
+
+It prints one line per job (its URL, final state, runs, failed runs and last
+note) and, under it, the job's journal, oldest event first.
 """
 
 from __future__ import annotations
@@ -118,6 +122,7 @@ async def main() -> dict[str, vr.JobInfo]:
     await worker.run(until_idle=True)
 
     results: dict[str, vr.JobInfo] = {}
+    print("url, final state, runs, failed runs, last note; then the journal, oldest first")
     for job_id in ids:
         info = await queue.get(job_id)
         assert info is not None

@@ -76,3 +76,23 @@ async def test_lua_and_python_agree_exactly(client: vr.Client) -> None:
         got = await client.redis.eval(src, 0, *args)
         want = [delay_ms(j, a, base_ms, cap_ms, jitter) for j, a in cases]
         assert [int(x) for x in got] == want
+
+
+def test_the_retry_schedule_table_in_the_docs_is_the_default_schedule() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "design.md").read_text()
+    block = text.split("<!-- retry-schedule -->", 1)[1].strip().splitlines()
+    header, _, plain, jittered = (row.strip().strip("|").split("|") for row in block[:4])
+    retries = [int(c.strip().rstrip("+")) for c in header[1:]]
+    assert retries == list(range(1, len(retries) + 1))
+    worker = vr.Worker(vr.Client.from_url("memory://schedule").queue("q"), handle_signals=False)
+    policy, worker_jitter = worker.backoff, worker.jitter  # the defaults the table must show
+    for n, plain_cell, jitter_cell in zip(retries, plain[1:], jittered[1:], strict=True):
+        d = policy.delay("01JOB", n)
+        assert float(plain_cell) == d
+        low, _, high = jitter_cell.strip().partition("\N{EN DASH}")
+        assert (float(low), float(high or low)) == (d * (1 - worker_jitter), d)
+        # every id lands inside the stated range
+        for job_id in ("01A", "01B", "01C", "01D"):
+            got = policy.delay(job_id, n, jitter=worker_jitter)
+            assert d * (1 - worker_jitter) - 0.001 <= got <= d
+    assert policy.delay("01JOB", retries[-1] + 10) == float(plain[-1])  # "15+": the cap
