@@ -13,21 +13,50 @@ import math
 from dataclasses import dataclass
 from datetime import timedelta
 
+from .errors import ConfigurationError
+
 # A Lehmer (MINSTD) hash of the job id: every intermediate value stays below
 # 2**53, so Lua doubles and Python ints agree exactly.
 _MODULUS = 2147483647
 _MULTIPLIER = 48271
 
+# The longest duration venturi accepts anywhere (a delay, a lease, a pause, a
+# retention, a backoff): 100 years. Scripts add durations to the clock in Lua
+# doubles and Redis turns numbers into 64-bit integers: 1e16 seconds wrapped to
+# an eligible_at of -9.2e18 (run at once, ahead of everything) and a lease
+# that had expired before it began. Under this bound ``now + duration`` stays
+# an exact integer far below 2**53.
+MAX_SECONDS = 100 * 365 * 86400
+
 
 def _seconds(value: float | timedelta, what: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (bool, str, bytes)):  # True is not one second here
+        raise ConfigurationError(f"{what} must be a number of seconds or a timedelta, got {value!r}")
+    else:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigurationError(
+                f"{what} must be a number of seconds or a timedelta, got {value!r}"
+            ) from None
+    # One chained comparison: False for NaN as for a negative or a huge value.
+    if not 0 <= seconds <= MAX_SECONDS:
+        raise ConfigurationError(
+            f"{what} must be a finite number of seconds from 0 to {MAX_SECONDS} (100 years), got {value!r}"
+        )
     return seconds
 
 
 def to_ms(value: float | timedelta, what: str = "delay") -> int:
-    """Seconds (or a timedelta) to whole milliseconds, rejecting negatives and NaN."""
+    """Seconds (or a timedelta) to whole milliseconds.
+
+    Raises:
+        ConfigurationError: ``value`` is not a number of seconds or a
+            timedelta (a bool is not), or is negative, NaN, infinite or over
+            ``MAX_SECONDS`` (100 years).
+    """
     return round(_seconds(value, what) * 1000)
 
 
@@ -77,8 +106,8 @@ def backoff_delay(job_id: str, attempt: int, *, base: float, cap: float, jitter:
     ``[d * (1 - jitter), d]``, at a point derived from the job's id and the
     attempt, so the schedule is reproducible and needs no random numbers.
     """
-    if not 0.0 <= jitter <= 1.0:
-        raise ValueError(f"jitter must be within [0, 1], got {jitter!r}")
+    if isinstance(jitter, bool) or not 0.0 <= jitter <= 1.0:
+        raise ConfigurationError(f"jitter must be a number within [0, 1], got {jitter!r}")
     return delay_ms(job_id, attempt, to_ms(base, "base"), to_ms(cap, "cap"), jitter) / 1000
 
 
@@ -88,6 +117,11 @@ class Backoff:
 
     base: float
     cap: float
+
+    def __post_init__(self) -> None:
+        # ``Backoff(base=..., cap=...)`` built directly is checked as ``fibonacci`` checks.
+        _seconds(self.base, "backoff base")
+        _seconds(self.cap, "backoff cap")
 
     @classmethod
     def fibonacci(cls, base: float | timedelta = 1.0, cap: float | timedelta = 600.0) -> Backoff:

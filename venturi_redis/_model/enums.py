@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 
+from .errors import ConfigurationError
+
 
 class Priority(enum.IntEnum):
     """How urgently a job is claimed: a higher level is always claimed first.
@@ -26,15 +28,28 @@ class Priority(enum.IntEnum):
 
     @classmethod
     def parse(cls, value: Priority | int | str) -> Priority:
-        """Accept a Priority, its integer value or its (case-insensitive) name."""
+        """Accept a Priority, its integer value or its (case-insensitive) name.
+
+        Raises:
+            ConfigurationError: Anything else, a bool included (``True`` is
+                not ``NORMAL``).
+        """
         if isinstance(value, Priority):
             return value
         if isinstance(value, str):
             try:
                 return cls[value.upper()]
             except KeyError:
-                raise ValueError(f"unknown priority {value!r}; use one of {[p.label for p in cls]}") from None
-        return cls(value)
+                pass
+        elif isinstance(value, int) and not isinstance(value, bool):
+            try:
+                return cls(value)
+            except ValueError:
+                pass
+        raise ConfigurationError(
+            f"unknown priority {value!r}: use a vr.Priority, one of {[p.label for p in cls]} "
+            f"or an int from {min(cls).value} to {max(cls).value}"
+        )
 
 
 class JobState(enum.StrEnum):

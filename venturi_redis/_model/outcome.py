@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from .backoff import to_ms
+from .backoff import MAX_SECONDS, to_ms
+from .errors import ConfigurationError
 
 
 class _Unset:
@@ -22,6 +23,9 @@ class _Unset:
 
 UNSET: Any = _Unset()
 
+_KINDS = frozenset({"completed", "pause", "suspend"})
+_MAX_DELAY_MS = MAX_SECONDS * 1000
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -32,6 +36,24 @@ class Outcome:
     delay_ms: int = 0
     result: Any = UNSET
     output: Any = UNSET
+
+    def __post_init__(self) -> None:
+        # Built directly (``vr.Outcome("bogus")``) as well as by the class
+        # methods: a kind the worker does not know would suspend the job, and
+        # a delay that is not a whole number of milliseconds would reach the
+        # scripts (NaN left a job in no set).
+        if self.kind not in _KINDS:
+            raise ConfigurationError(
+                f"Outcome kind {self.kind!r} is not one of {sorted(_KINDS)}: build outcomes with "
+                "Outcome.completed(), Outcome.pause_in(...) or Outcome.suspend(...)"
+            )
+        delay = self.delay_ms
+        if type(delay) is not int or not 0 <= delay <= _MAX_DELAY_MS:
+            raise ConfigurationError(
+                f"Outcome delay_ms must be an int from 0 to {_MAX_DELAY_MS} (100 years), got {delay!r}"
+            )
+        if self.note is not None and not isinstance(self.note, str):
+            raise ConfigurationError(f"Outcome note must be a str or None, got {type(self.note).__name__}")
 
     @classmethod
     def completed(cls, *, result: Any = UNSET) -> Outcome:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Secret, SecretBytes, SecretStr, TypeAdapter
 from typing_extensions import TypeVar
 
 from .backoff import Backoff
@@ -65,8 +65,67 @@ def task_kind(cls: type[Task[Any]]) -> str:
     if cached is not None and cached[0] is raw:
         return cached[1]
     kind = cls.kind()
+    # A class whose schema was not complete when it was defined (a forward
+    # reference) is checked here, at its first enqueue, before anything is sent.
+    refuse_secrets(cls, cls.__qualname__)
     _KINDS[cls] = (raw, kind)
     return kind
+
+
+_SECRET_TYPES = (SecretStr, SecretBytes, Secret)
+# The serializers pydantic gives its secret types (the generic ``Secret[T]``
+# shows no class in its schema, only these).
+_SECRET_SERIALIZERS = ("_serialize_secret", "_serialize_secret_field")
+
+
+def _secret_path(schema: Any, path: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The field path to the first secret type in a pydantic core schema, or None."""
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if isinstance(value, type):
+                if issubclass(value, _SECRET_TYPES):
+                    return path
+            elif callable(value):
+                if getattr(value, "__module__", "") == "pydantic.types" and (
+                    getattr(value, "__name__", "") in _SECRET_SERIALIZERS
+                ):
+                    return path
+            elif key == "fields" and isinstance(value, dict):
+                for name, field_schema in value.items():
+                    found = _secret_path(field_schema, (*path, str(name)))
+                    if found is not None:
+                        return found
+            else:
+                found = _secret_path(value, path)
+                if found is not None:
+                    return found
+    elif isinstance(schema, list):
+        for item in schema:
+            found = _secret_path(item, path)
+            if found is not None:
+                return found
+    return None
+
+
+def refuse_secrets(model: type[BaseModel], owner: str) -> None:
+    """Refuse a payload or carry model with a pydantic secret field (``SecretStr``, ...).
+
+    Payloads are stored as msgpack of pydantic's JSON dump, where a secret is
+    the mask ``"**********"``: the handler would get the mask and the value
+    would be gone. Refusing at definition loses nothing silently.
+    """
+    if not getattr(model, "__pydantic_complete__", False):
+        return  # forward references unresolved: task_kind checks at the first enqueue
+    path = _secret_path(model.__pydantic_core_schema__, ())
+    if path is not None:
+        where = ".".join(path) or "a field"
+        raise TaskDefinitionError(
+            f"{owner}: field {where!r} is a pydantic secret type (SecretStr, SecretBytes, Secret[...]); "
+            "venturi stores payloads and carries in Redis through pydantic's JSON dump, which masks "
+            "secrets as '**********', so the handler would get the mask. Keep secrets out of the "
+            "queue (enqueue a reference the handler looks up), or declare the field as str/bytes "
+            "if storing it in Redis in plain text is acceptable"
+        )
 
 
 class Task(BaseModel, Generic[CarryT]):
@@ -89,6 +148,18 @@ class Task(BaseModel, Generic[CarryT]):
     # Optional: the type ``queue.resume(job_id, value)`` values are validated
     # into before the next run sees them as ``ctx.resume_input``.
     RESUME: ClassVar[Any]
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        refuse_secrets(cls, cls.__qualname__)
+        for klass in cls.__mro__:  # the carry of ``Task[Carry]``, stored the same way
+            meta = getattr(klass, "__pydantic_generic_metadata__", None)
+            if meta and meta["origin"] is Task and meta["args"]:
+                carry = meta["args"][0]
+                if isinstance(carry, type) and issubclass(carry, BaseModel):
+                    refuse_secrets(carry, f"{cls.__name__} carry {carry.__name__}")
+                break
 
     def priority(self) -> Priority:
         """Claim priority of this job; ``enqueue(priority=...)`` overrides it."""

@@ -103,7 +103,7 @@ def prepare(
         maxf = ""
     elif max_failures is None:
         maxf = "none"
-    elif isinstance(max_failures, int) and max_failures >= 1:
+    elif type(max_failures) is int and max_failures >= 1:  # not a bool: True is not 1 here
         maxf = str(max_failures)
     else:
         raise ConfigurationError(f"max_failures must be an int >= 1 or None, got {max_failures!r}")
@@ -111,8 +111,9 @@ def prepare(
     field = ""
     if key is not None:
         field = checked_dedup_field(kind, key)
-    # ``delay == 0`` is only true of a number zero (not NaN, not a timedelta).
-    delay_ms = 0 if delay == 0 else to_ms(delay, "delay")
+    # ``delay == 0`` is only true of a number zero (not NaN, not a timedelta),
+    # and of False, which to_ms refuses as it refuses True.
+    delay_ms = 0 if delay == 0 and delay is not False else to_ms(delay, "delay")
     # Positional, in Prepared's field order (id, kind, priority, delay_ms,
     # payload, carry, lease_ms, max_failures, dedup, explicit_priority):
     # keywords double the cost of this line.
