@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
+import redis
 from typer.testing import CliRunner
 
 import venturi_redis as vr
@@ -24,6 +25,7 @@ from tests.helpers import make_worker
 from tests.servers import RedisServer, free_port
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob
 from venturi_redis._producer.sharded import partition_names
+from venturi_redis._store.keys import QueueKeys
 from venturi_redis.cli.commands import app, clean
 
 runner = CliRunner()
@@ -161,6 +163,114 @@ def test_user_strings_cannot_drive_the_terminal(rurl: str, qname: str, sq: vr.Sy
         assert "\x1b" not in res.stdout and "\x07" not in res.stdout and "\u202e" not in res.stdout
         assert "[bold red]markup[/]" in res.stdout  # shown literally, not as rich markup
     assert clean("a\x1bb\nc\u200bd") == "a\\x1bb\\x0ac\\u200bd"
+
+
+# -- corrupt data: every listing and show command still answers ------------------------------------
+
+# One bad value of each kind of field a job hash holds: counts, times, enums, msgpack documents.
+CORRUPT = [
+    ("failures", b"xyz"),
+    ("run_count", b"1.5"),
+    ("state", b"zombie"),
+    ("priority", b"urgent"),
+    ("created_at", b"yesterday"),
+    ("updated_at", b"nan"),
+    ("eligible_at", b"1e16"),
+    ("finished_at", b"99999999999999999999"),
+    ("lease_expires", b"soon"),
+    ("payload", b"\xc1\xff garbage"),
+    ("carry", b"\xc1"),
+    ("attachment", b"\xc1"),
+    ("result", b"\xc1"),
+    ("output", b"\xc1"),
+]
+
+
+def no_traceback(res: Any) -> None:
+    """The command ended by itself (exit status), not by an exception escaping it."""
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert "Traceback" not in res.output
+
+
+def job_key(qname: str, job_id: str) -> str:
+    return QueueKeys.for_queue(qname).job(job_id)
+
+
+@pytest.mark.parametrize(("field", "raw"), CORRUPT, ids=[f for f, _ in CORRUPT])
+def test_one_corrupt_field_is_shown_marked_and_breaks_nothing(
+    rurl: str, qname: str, sq: vr.SyncQueue, field: str, raw: bytes
+) -> None:
+    bad, other = sq.enqueue_many([Doomed(), Doomed()])
+    drain(rurl, qname, DoomedJob)
+    fine = sq.enqueue(Echo(text="fine"))
+    with redis.Redis.from_url(rurl) as r:
+        r.hset(job_key(qname, bad), field, raw)
+    shown = repr(raw.decode("utf-8", "replace"))
+
+    res = venturi("jobs", "--redis", rurl, "-q", qname, "--json")
+    no_traceback(res)
+    docs = {d["id"]: d for d in json.loads(res.stdout)}
+    assert set(docs) == {bad, other, fine}
+    assert docs[bad]["corrupt"] == {field: raw.decode("utf-8", "replace")}
+    assert docs[other]["corrupt"] == {} and docs[fine]["corrupt"] == {}
+    assert docs[bad]["state"] == "dead"  # a corrupt state: the index it was listed from
+
+    res = venturi("jobs", "--redis", rurl, "-q", qname)
+    no_traceback(res)
+    assert res.exit_code == 0 and bad in res.stdout and fine in res.stdout
+    assert f"{bad} ({field})" in res.stderr
+    if field in ("failures", "run_count", "state", "priority", "updated_at"):
+        assert f"corrupt:{shown}" in res.stdout  # in its column
+
+    res = venturi("job", "show", bad, "--redis", rurl, "-q", qname)
+    no_traceback(res)
+    assert res.exit_code == 0 and "corrupt" in res.stdout and "journal (3 entries)" in res.stdout
+    assert shown in res.stdout
+    doc = json.loads(venturi("job", "show", bad, "--redis", rurl, "--json").stdout)
+    assert doc["job"]["corrupt"] == {field: raw.decode("utf-8", "replace")}
+
+    for args in (
+        ["stats", "-q", qname],
+        ["job", "cancel", bad, "-q", qname],
+        ["job", "retry", bad, "-q", qname],
+        ["dead", "retry", "-q", qname, "--all"],
+        ["purge", "-q", qname, "--state", "dead"],
+    ):
+        res = venturi(*args, "--redis", rurl)
+        no_traceback(res)
+        assert res.exit_code in (0, 1), (args, res.output)
+
+
+def test_unreadable_keys_are_reported_not_raised(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    bad, other = sq.enqueue_many([Doomed(), Doomed()])
+    drain(rurl, qname, DoomedJob)
+    with redis.Redis.from_url(rurl) as r:
+        r.delete(job_key(qname, bad))
+        r.set(job_key(qname, bad), "not a hash")  # a wrong-type job key
+        journal = job_key(qname, other).replace(":job:", ":journal:")
+        r.xadd(journal, {"event": "failed", "at": "noon", "run": "two"})  # a hand-written entry
+
+    res = venturi("jobs", "--redis", rurl, "-q", qname, "--json")
+    no_traceback(res)
+    docs = {d["id"]: d for d in json.loads(res.stdout)}
+    assert set(docs) == {bad, other} and "WRONGTYPE" in docs[bad]["corrupt"]["key"]
+    assert docs[bad]["state"] == "dead"
+    res = venturi("jobs", "--redis", rurl, "-q", qname)
+    assert res.exit_code == 0 and f"{bad} (key)" in res.stderr
+    # --kind reads each hash's kind: the unreadable one is not of any kind
+    res = venturi("jobs", "--redis", rurl, "-q", qname, "--kind", "doomed", "--json")
+    assert [d["id"] for d in json.loads(res.stdout)] == [other]
+
+    res = venturi("job", "show", bad, "--redis", rurl, "-q", qname)
+    no_traceback(res)
+    assert res.exit_code == 1 and "cannot be read" in res.stderr and "WRONGTYPE" in res.stderr
+
+    res = venturi("job", "show", other, "--redis", rurl, "-q", qname)
+    no_traceback(res)
+    assert res.exit_code == 0 and "journal (4 entries)" in res.stdout
+    assert "corrupt:'noon'" in res.stdout and "corrupt:'two'" in res.stdout
+    doc = json.loads(venturi("job", "show", other, "--redis", rurl, "-q", qname, "--json").stdout)
+    assert doc["journal"][-1]["corrupt"] == {"at": "noon", "run": "two"}
 
 
 # -- retry, cancel, dead retry, purge, pause ------------------------------------------------------------

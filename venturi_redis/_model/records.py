@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +35,62 @@ def _blob(value: bytes | None) -> Any:
         return value
 
 
+# How much of a corrupt field's stored value a record keeps, for display.
+_SHOWN = 64
+
+
+class _Fields:
+    """The fields of one hash or stream entry, parsed tolerantly for reading.
+
+    A value that does not parse (``failures=xyz``, ``state=zombie``, a
+    payload that is not msgpack) takes a neutral default and is recorded in
+    ``corrupt`` (field name -> the stored text, cut to 64 characters), so that
+    one hand-edited or damaged field is shown as such and never makes a
+    listing fail. Only the read side parses this way; the worker's claim path
+    has its own strict checks (a corrupt job is quarantined there).
+    """
+
+    __slots__ = ("corrupt", "f")
+
+    def __init__(self, raw: dict[bytes, bytes] | dict[Any, Any]) -> None:
+        self.f = {_text(k): v for k, v in raw.items()}
+        self.corrupt: dict[str, str] = {}
+
+    def text(self, name: str) -> str:
+        return _text(self.f.get(name))
+
+    def bad(self, name: str) -> None:
+        self.corrupt[name] = self.text(name)[:_SHOWN]
+
+    def num(self, name: str) -> int:
+        v = self.text(name)
+        if not v:
+            return 0
+        try:
+            return int(v)
+        except ValueError:
+            self.bad(name)
+            return 0
+
+    def when(self, name: str) -> datetime | None:
+        v = self.text(name)
+        if not v:
+            return None
+        try:
+            return ms_to_dt(int(v))
+        except (ValueError, OverflowError, OSError):
+            self.bad(name)
+            return None
+
+    def blob(self, name: str) -> Any:
+        value = self.f.get(name)
+        decoded = _blob(value)
+        if value and decoded is value:
+            self.bad(name)
+            return None
+        return decoded
+
+
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
     """One event in a job's journal (a Redis stream entry).
@@ -53,19 +109,22 @@ class JournalEntry:
     note: str | None = None
     attachment: Any = None
     details: dict[str, str] = field(default_factory=dict)
+    corrupt: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_stream(cls, entry_id: bytes | str, fields: dict[bytes, bytes]) -> JournalEntry:
-        f = {_text(k): v for k, v in fields.items()}
-        note = _text(f.get("note")) or None
+        """Parse one stream entry; a field that does not parse is in ``corrupt``
+        (its stored text), and takes its default (``at`` the epoch, ``run`` 0)."""
+        p = _Fields(fields)
         return cls(
             id=_text(entry_id),
-            at=ms_to_dt(int(_text(f.get("at")) or 0)),
-            event=_text(f.get("event")),
-            run=int(_text(f.get("run")) or 0),
-            note=note,
-            attachment=_blob(f.get("attachment")),
-            details={k: _text(v) for k, v in f.items() if k not in _JOURNAL_CORE},
+            at=p.when("at") or ms_to_dt(0),
+            event=p.text("event"),
+            run=p.num("run"),
+            note=p.text("note") or None,
+            attachment=p.blob("attachment"),
+            details={k: _text(v) for k, v in p.f.items() if k not in _JOURNAL_CORE},
+            corrupt=p.corrupt,
         )
 
     @classmethod
@@ -175,6 +234,13 @@ class JobInfo:
 
     ``payload`` and ``carry`` are the decoded msgpack documents (dicts); use
     ``YourTask.model_validate(info.payload)`` for the typed task.
+
+    ``corrupt`` names the fields whose stored value does not parse (a hash
+    edited by hand, or damaged), each with its stored text; those fields hold
+    a neutral default here: 0 for counts, ``None`` for times and documents,
+    ``NORMAL`` for the priority, and for the state the state of the index the
+    job was read from (``list_jobs``), else ``PENDING``. A snapshot is always
+    returned, never an exception: reading must show what is wrong.
     """
 
     id: str
@@ -197,41 +263,56 @@ class JobInfo:
     lease_owner: str | None
     lease_expires_at: datetime | None
     dedup: str | None
+    corrupt: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_hash(cls, queue: str, job_id: str, raw: dict[bytes, bytes]) -> JobInfo:
+    def from_hash(
+        cls, queue: str, job_id: str, raw: dict[bytes, bytes], *, indexed_as: JobState | None = None
+    ) -> JobInfo:
         """Parse ``HGETALL`` of a job hash. The id is the key's, not a field;
         fields no script has written yet take their defaults (``run_count``
-        and ``failures`` 0, ``updated_at`` the creation time)."""
-        f = {_text(k): v for k, v in raw.items()}
-
-        def num(name: str) -> int:
-            return int(_text(f.get(name)) or 0)
-
-        def when(name: str) -> datetime | None:
-            v = _text(f.get(name))
-            return ms_to_dt(int(v)) if v else None
-
-        created = when("created_at") or ms_to_dt(0)
+        and ``failures`` 0, ``updated_at`` the creation time). ``indexed_as``
+        is the state of the index the id was read from, the state shown when
+        the ``state`` field itself is corrupt."""
+        p = _Fields(raw)
+        try:
+            state = JobState(p.text("state"))
+        except ValueError:
+            p.bad("state")
+            state = indexed_as or JobState.PENDING
+        try:
+            priority = Priority.parse(p.text("priority") or "normal")
+        except ValueError:
+            p.bad("priority")
+            priority = Priority.NORMAL
+        created = p.when("created_at") or ms_to_dt(0)
         return cls(
             id=job_id,
             queue=queue,
-            kind=_text(f.get("kind")),
-            state=JobState(_text(f.get("state"))),
-            priority=Priority.parse(_text(f.get("priority")) or "normal"),
-            payload=_blob(f.get("payload")),
-            carry=_blob(f.get("carry")),
-            run_count=num("run_count"),
-            failures=num("failures"),
-            eligible_at=when("eligible_at"),
+            kind=p.text("kind"),
+            state=state,
+            priority=priority,
+            payload=p.blob("payload"),
+            carry=p.blob("carry"),
+            run_count=p.num("run_count"),
+            failures=p.num("failures"),
+            eligible_at=p.when("eligible_at"),
             created_at=created,
-            updated_at=when("updated_at") or created,
-            finished_at=when("finished_at"),
-            note=_text(f.get("note")) or None,
-            attachment=_blob(f.get("attachment")),
-            result=_blob(f.get("result")),
-            output=_blob(f.get("output")),
-            lease_owner=_text(f.get("lease_owner")) or None,
-            lease_expires_at=when("lease_expires"),
-            dedup=_text(f.get("dedup")) or None,
+            updated_at=p.when("updated_at") or created,
+            finished_at=p.when("finished_at"),
+            note=p.text("note") or None,
+            attachment=p.blob("attachment"),
+            result=p.blob("result"),
+            output=p.blob("output"),
+            lease_owner=p.text("lease_owner") or None,
+            lease_expires_at=p.when("lease_expires"),
+            dedup=p.text("dedup") or None,
+            corrupt=p.corrupt,
         )
+
+    @classmethod
+    def unreadable(cls, queue: str, job_id: str, state: JobState, why: str) -> JobInfo:
+        """A job whose key is listed in an index but cannot be read as a hash
+        (a wrong-type key): shown with ``corrupt = {"key": why}``."""
+        blank = cls.from_hash(queue, job_id, {}, indexed_as=state)
+        return replace(blank, state=state, corrupt={"key": why[:_SHOWN]})

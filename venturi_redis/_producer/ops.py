@@ -246,11 +246,14 @@ async def list_jobs(
                 ids = [_text(raw_id) for raw_id in page]
                 for job_id in ids:
                     pipe.hgetall(queue.keys.job(job_id))
-                for job_id, raw in zip(ids, await pipe.execute(), strict=True):
+                # One unreadable job key (wrong type) must not fail the listing.
+                for job_id, raw in zip(ids, await pipe.execute(raise_on_error=False), strict=True):
+                    if isinstance(raw, Exception):
+                        if kind is None:
+                            out.append(JobInfo.unreadable(queue.name, job_id, st, str(raw)))
                     # A hash may be gone (purged between the two reads): skip it.
-                    if not raw or (kind is not None and _text(raw.get(b"kind")) != kind):
-                        continue
-                    out.append(JobInfo.from_hash(queue.name, job_id, raw))
+                    elif raw and (kind is None or _text(raw.get(b"kind")) == kind):
+                        out.append(JobInfo.from_hash(queue.name, job_id, raw, indexed_as=st))
                     if len(out) >= limit:
                         break
                 if len(page) < _PAGE:

@@ -33,7 +33,7 @@ from typing import Annotated, Any, NoReturn
 import anyio
 import typer
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rich import box
 from rich.console import Console
@@ -164,6 +164,13 @@ def _when(value: datetime | None) -> str:
     return value.isoformat(timespec="milliseconds").replace("+00:00", "Z") if value else "-"
 
 
+def _shown(info: JobInfo | JournalEntry, name: str, value: object) -> object:
+    """``value``, or the field's stored text marked as corrupt when it did not parse."""
+    if name in info.corrupt:
+        return f"corrupt:{info.corrupt[name]!r}"
+    return value
+
+
 def _job_dict(info: JobInfo) -> dict[str, Any]:
     d = dataclasses.asdict(info)
     d["state"] = info.state.value
@@ -180,6 +187,7 @@ def _entry_dict(e: JournalEntry) -> dict[str, Any]:
         "note": e.note,
         "attachment": e.attachment,
         "details": e.details,
+        "corrupt": e.corrupt,
     }
 
 
@@ -331,15 +339,23 @@ def jobs(
         for j in found:
             table.add_row(
                 j.id,
-                j.state.value,
+                _t(_shown(j, "state", j.state.value)),
                 _t(j.kind),
-                j.priority.label,
-                str(j.run_count),
-                str(j.failures),
-                _when(j.updated_at),
+                _t(_shown(j, "priority", j.priority.label)),
+                _t(_shown(j, "run_count", j.run_count)),
+                _t(_shown(j, "failures", j.failures)),
+                _t(_shown(j, "updated_at", _when(j.updated_at))),
                 _t(j.note or ""),
             )
         _print(table)
+        damaged = [j for j in found if j.corrupt]
+        if damaged:
+            typer.echo(
+                f"{len(damaged)} job(s) with corrupt fields (marked corrupt:'stored value'): "
+                + ", ".join(f"{j.id} ({', '.join(sorted(j.corrupt))})" for j in damaged)
+                + "; see venturi job show ID",
+                err=True,
+            )
         return 0
 
     _run(redis, go)
@@ -356,44 +372,51 @@ def job_show(
 
     async def go(client: Client) -> int:
         q = await _job_queue(client, job_id, queue)
-        info = await q.get(job_id)
+        try:
+            info = await q.get(job_id)
+            journal = await q.journal(job_id)
+        except ResponseError as exc:  # a wrong-type job or journal key
+            raise _Fail(f"job {job_id} in queue {q.name} cannot be read: {exc}") from None
         if info is None:
             raise _Fail(f"job {job_id} not found in queue {q.name}")
-        journal = await q.journal(job_id)
         if json_out:
             _print_json({"job": _job_dict(info), "journal": [_entry_dict(e) for e in journal]})
             return 0
         meta = Table.grid(padding=(0, 2))
         meta.add_column(style="bold")
         meta.add_column()
-        rows: list[tuple[str, object]] = [
-            ("id", info.id),
-            ("queue", info.queue),
-            ("kind", info.kind),
-            ("state", info.state.value),
-            ("priority", info.priority.label),
-            ("runs", info.run_count),
-            ("failures", info.failures),
-            ("created", _when(info.created_at)),
-            ("updated", _when(info.updated_at)),
-            ("eligible", _when(info.eligible_at)),
-            ("finished", _when(info.finished_at)),
-            ("lease owner", info.lease_owner or "-"),
-            ("lease expires", _when(info.lease_expires_at)),
-            ("dedup", info.dedup or "-"),
-            ("note", info.note or "-"),
+        rows: list[tuple[str, str, object]] = [
+            ("id", "", info.id),
+            ("queue", "", info.queue),
+            ("kind", "", info.kind),
+            ("state", "state", info.state.value),
+            ("priority", "priority", info.priority.label),
+            ("runs", "run_count", info.run_count),
+            ("failures", "failures", info.failures),
+            ("created", "created_at", _when(info.created_at)),
+            ("updated", "updated_at", _when(info.updated_at)),
+            ("eligible", "eligible_at", _when(info.eligible_at)),
+            ("finished", "finished_at", _when(info.finished_at)),
+            ("lease owner", "", info.lease_owner or "-"),
+            ("lease expires", "lease_expires", _when(info.lease_expires_at)),
+            ("dedup", "", info.dedup or "-"),
+            ("note", "", info.note or "-"),
         ]
-        for label, value in rows:
-            meta.add_row(label, _t(value))
-        for label, blob in (
+        for label, name, value in rows:
+            meta.add_row(label, _t(_shown(info, name, value)))
+        for name, blob in (
             ("payload", info.payload),
             ("carry", info.carry),
             ("attachment", info.attachment),
             ("result", info.result),
             ("output", info.output),
         ):
-            if blob is not None:
-                meta.add_row(label, _t(json.dumps(blob, default=_json_default, ensure_ascii=False)))
+            if name in info.corrupt:
+                meta.add_row(name, _t(f"corrupt: not msgpack: {info.corrupt[name]!r}"))
+            elif blob is not None:
+                meta.add_row(name, _t(json.dumps(blob, default=_json_default, ensure_ascii=False)))
+        if info.corrupt:
+            meta.add_row("corrupt", _t(", ".join(sorted(info.corrupt))))
         _print(meta)
         table = Table(title=f"journal ({len(journal)} entries)", box=box.SIMPLE_HEAD)
         for col in ("at", "event", "run"):
@@ -406,7 +429,13 @@ def job_show(
                 details += " attachment=" + json.dumps(
                     e.attachment, default=_json_default, ensure_ascii=False
                 )
-            table.add_row(_when(e.at), _t(e.event), str(e.run), _t(e.note or ""), _t(details.strip()))
+            table.add_row(
+                _t(_shown(e, "at", _when(e.at))),
+                _t(e.event),
+                _t(_shown(e, "run", e.run)),
+                _t(e.note or ""),
+                _t(details.strip()),
+            )
         _print(table)
         return 0
 
