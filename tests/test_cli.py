@@ -13,11 +13,12 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import pytest
 import redis
+from pydantic import Field
 from typer.testing import CliRunner
 
 import venturi_redis as vr
@@ -271,6 +272,85 @@ def test_unreadable_keys_are_reported_not_raised(rurl: str, qname: str, sq: vr.S
     assert "corrupt:'noon'" in res.stdout and "corrupt:'two'" in res.stdout
     doc = json.loads(venturi("job", "show", other, "--redis", rurl, "-q", qname, "--json").stdout)
     assert doc["journal"][-1]["corrupt"] == {"at": "noon", "run": "two"}
+
+
+# -- redaction ------------------------------------------------------------------------------------
+
+
+class Login(vr.Task):
+    KIND: ClassVar[str] = "login"
+    user: str
+    token: str = Field(json_schema_extra={"sensitive": True})
+
+
+class LoginJob(Login, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        if self.user == "bob":
+            raise RuntimeError(f"401 for {self.user}: token {self.token} refused")
+        raise vr.TaskError.permanent(f"login {self.user}/{self.token} revoked")
+
+
+TOKEN = "tok-s3cr3t-42"
+
+
+class Sign(vr.Task):
+    KIND: ClassVar[str] = "sign"
+    key: str
+
+
+class SignJob(Sign, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        return vr.Outcome.completed_with("signed", result={"signature": self.key[::-1]})
+
+
+def test_payload_values_are_masked_unless_asked_for(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    jid = sq.enqueue(Sign(key=TOKEN))
+    drain(rurl, qname, SignJob)
+    pend = sq.enqueue(Sign(key=TOKEN))
+    for args in (["job", "show", jid], ["job", "show", jid, "--json"], ["jobs", "--json"]):
+        res = venturi(*args, "--redis", rurl, "-q", qname)
+        assert res.exit_code == 0 and TOKEN not in res.stdout and TOKEN[::-1] not in res.stdout, args
+    doc = json.loads(venturi("jobs", "--redis", rurl, "-q", qname, "--json").stdout)
+    assert [(d["id"], d["payload"], d["result"]) for d in doc] == [
+        (pend, {"key": "***"}, None),
+        (jid, {"key": "***"}, {"signature": "***"}),
+    ]
+    table = venturi("job", "show", jid, "--redis", rurl, "-q", qname).stdout
+    assert '{"key": "***"}' in table and "--show-payload shows them" in table
+
+    shown = venturi("jobs", "--redis", rurl, "-q", qname, "--json", "--show-payload")
+    assert [d["payload"]["key"] for d in json.loads(shown.stdout)] == [TOKEN, TOKEN]
+    shown = venturi("job", "show", jid, "--redis", rurl, "-q", qname, "--show-payload")
+    assert shown.exit_code == 0 and TOKEN in shown.stdout and TOKEN[::-1] in shown.stdout
+    assert "--show-payload shows" not in shown.stdout
+    doc = json.loads(venturi("job", "show", pend, "--redis", rurl, "--json", "--show-payload").stdout)
+    assert doc["job"]["payload"] == {"key": TOKEN}
+
+
+def test_sensitive_fields_never_reach_a_note(
+    rurl: str, qname: str, sq: vr.SyncQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="venturi_redis")
+    assert Login.sensitive_fields() == {"token"}
+    ann, bob = sq.enqueue_many([Login(user="ann", token=TOKEN), Login(user="bob", token=TOKEN)])
+
+    async def go() -> None:
+        async with vr.Client.from_url(rurl) as c:
+            w = make_worker(c.queue(qname), LoginJob, max_failures=2)
+            with anyio.fail_after(30):
+                await w.run(until_idle=True)
+
+    anyio.run(go)
+    assert sq.get(ann).note == "login ann/*** revoked"  # type: ignore[union-attr]
+    notes = [e.note for e in sq.journal(bob) if e.event == "failed"]
+    assert notes == ["401 for bob: token *** refused"] * 2
+    assert TOKEN not in caplog.text and "token *** refused" in caplog.text  # nor in the worker's log
+    for args in (["jobs", "-q", qname, "--json", "--show-payload"], ["job", "show", bob, "-q", qname]):
+        res = venturi(*args, "--redis", rurl)
+        assert res.exit_code == 0 and "*** refused" in res.stdout
+    # only the payload itself holds the secret, and only --show-payload prints it
+    assert TOKEN not in venturi("job", "show", bob, "--redis", rurl, "--json").stdout
+    assert TOKEN in venturi("job", "show", bob, "--redis", rurl, "--json", "--show-payload").stdout
 
 
 # -- retry, cancel, dead retry, purge, pause ------------------------------------------------------------

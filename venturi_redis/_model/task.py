@@ -18,6 +18,7 @@ from typing_extensions import TypeVar
 from .backoff import Backoff
 from .enums import Priority
 from .errors import TaskDefinitionError
+from .redact import marked_fields
 
 if TYPE_CHECKING:
     from .records import JournalEntry
@@ -179,6 +180,16 @@ class Task(BaseModel, Generic[CarryT]):
     def backoff(self) -> Backoff | None:
         """Per-task retry backoff; ``None`` (the default) uses the worker's."""
         return None
+
+    @classmethod
+    def sensitive_fields(cls) -> frozenset[str]:
+        """Payload fields whose values are never shown: masked in the notes the worker
+        stores and logs, and by any reader that knows the task (docs/operations.md).
+
+        The default: fields typed ``SecretStr`` / ``SecretBytes`` and fields declared
+        ``Field(json_schema_extra={"sensitive": True})``. Override to name others.
+        """
+        return marked_fields(cls)
 
     @classmethod
     def kind(cls) -> str:

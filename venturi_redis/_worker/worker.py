@@ -46,6 +46,7 @@ from .._model.backoff import Backoff, to_ms
 from .._model.codec import pack, pack_model, text, unpack, unpack_as, unpack_model
 from .._model.errors import ConfigurationError, LeaseLostError, PayloadError, TaskDefinitionError, TaskError
 from .._model.outcome import UNSET, Outcome
+from .._model.redact import scrub, secret_values
 from .._model.task import NoCarry, Task
 from .._producer import ops as _ops
 from .._producer.client import Client, Queue
@@ -579,13 +580,15 @@ class Worker(Generic[StateT]):
                 await self._commit(job, "release", ctx=ctx, note="released on worker shutdown")
             raise
         except TaskError as exc:
+            # A raised message may quote the task's secrets: never stored, never logged.
+            note = scrub(exc.message, secret_values(task, ctx.carry))
             if exc.is_permanent:
-                await self._commit(job, "dead", ctx=ctx, note=exc.message, reason="permanent")
+                await self._commit(job, "dead", ctx=ctx, note=note, reason="permanent")
             else:
-                await self._commit(job, "retry", ctx=ctx, note=exc.message, task=task)
+                await self._commit(job, "retry", ctx=ctx, note=note, task=task)
             return
         except Exception as exc:
-            note = str(exc) or type(exc).__name__
+            note = scrub(str(exc) or type(exc).__name__, secret_values(task, ctx.carry))
             log.info(
                 "job %s (%s) failed: %s", job.id, job.kind, note, exc_info=log.isEnabledFor(logging.DEBUG)
             )

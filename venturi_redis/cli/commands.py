@@ -44,6 +44,7 @@ from rich.text import Text
 from .._model.enums import JobState
 from .._model.errors import ConfigurationError, VenturiError
 from .._model.records import JobInfo, JournalEntry
+from .._model.redact import redact
 from .._producer import ops as _ops
 from .._producer.client import Client, Queue
 from .._producer.sharded import grouped_stats
@@ -75,6 +76,13 @@ RedisOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 QueueOpt = Annotated[str, typer.Option("--queue", "-q", metavar="NAME", help="Queue name.")]
+ShowPayloadOpt = Annotated[
+    bool,
+    typer.Option(
+        "--show-payload",
+        help="Show the values of payload, carry, result and output (masked as *** by default).",
+    ),
+]
 JobQueueOpt = Annotated[
     str | None,
     typer.Option("--queue", "-q", metavar="NAME", help="Queue of the job (found by SCAN when omitted)."),
@@ -171,10 +179,18 @@ def _shown(info: JobInfo | JournalEntry, name: str, value: object) -> object:
     return value
 
 
-def _job_dict(info: JobInfo) -> dict[str, Any]:
+# The job's own data: masked unless --show-payload (docs/operations.md, "What the CLI shows").
+# Notes and attachments are what a run reports to operators: always shown.
+_DOCUMENTS = ("payload", "carry", "result", "output")
+
+
+def _job_dict(info: JobInfo, show_payload: bool = False) -> dict[str, Any]:
     d = dataclasses.asdict(info)
     d["state"] = info.state.value
     d["priority"] = info.priority.label
+    if not show_payload:
+        for name in _DOCUMENTS:
+            d[name] = redact(d[name])
     return d
 
 
@@ -323,13 +339,14 @@ def jobs(
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many jobs.")] = 50,
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
+    show_payload: ShowPayloadOpt = False,
 ) -> None:
     """List jobs of a queue (pending by priority, finished newest first)."""
 
     async def go(client: Client) -> int:
         found = await client.queue(queue).list_jobs(state=_state(state), kind=kind, limit=limit)
         if json_out:
-            _print_json([_job_dict(j) for j in found])
+            _print_json([_job_dict(j, show_payload) for j in found])
             return 0
         table = Table(title=f"queue {clean(queue)}: {len(found)} job(s)", box=box.SIMPLE_HEAD)
         # Ids and times are copied by operators: never truncated; the note wraps.
@@ -367,8 +384,9 @@ def job_show(
     queue: JobQueueOpt = None,
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
+    show_payload: ShowPayloadOpt = False,
 ) -> None:
-    """A job's metadata, decoded payload and carry, and its whole journal."""
+    """A job's metadata, payload and carry (values masked unless --show-payload), and its journal."""
 
     async def go(client: Client) -> int:
         q = await _job_queue(client, job_id, queue)
@@ -380,7 +398,7 @@ def job_show(
         if info is None:
             raise _Fail(f"job {job_id} not found in queue {q.name}")
         if json_out:
-            _print_json({"job": _job_dict(info), "journal": [_entry_dict(e) for e in journal]})
+            _print_json({"job": _job_dict(info, show_payload), "journal": [_entry_dict(e) for e in journal]})
             return 0
         meta = Table.grid(padding=(0, 2))
         meta.add_column(style="bold")
@@ -404,6 +422,7 @@ def job_show(
         ]
         for label, name, value in rows:
             meta.add_row(label, _t(_shown(info, name, value)))
+        masked = False
         for name, blob in (
             ("payload", info.payload),
             ("carry", info.carry),
@@ -414,9 +433,14 @@ def job_show(
             if name in info.corrupt:
                 meta.add_row(name, _t(f"corrupt: not msgpack: {info.corrupt[name]!r}"))
             elif blob is not None:
+                if name in _DOCUMENTS and not show_payload:
+                    blob = redact(blob)
+                    masked = True
                 meta.add_row(name, _t(json.dumps(blob, default=_json_default, ensure_ascii=False)))
         if info.corrupt:
             meta.add_row("corrupt", _t(", ".join(sorted(info.corrupt))))
+        if masked:
+            meta.add_row("", Text("values masked as ***; --show-payload shows them"))
         _print(meta)
         table = Table(title=f"journal ({len(journal)} entries)", box=box.SIMPLE_HEAD)
         for col in ("at", "event", "run"):

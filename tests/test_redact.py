@@ -1,0 +1,63 @@
+"""The redaction helpers (venturi_redis._model.redact): which fields are sensitive, how values are masked."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, Field, SecretBytes, SecretStr
+
+import venturi_redis as vr
+from venturi_redis._model.redact import MASK, marked_fields, redact, scrub, secret_values
+
+
+class Creds(vr.Task):
+    KIND: ClassVar[str] = "creds"
+    user: str
+    password: SecretStr
+    maybe_key: SecretBytes | None = None
+    annotated: Annotated[SecretStr, "doc"] = SecretStr("")
+    api_token: str = Field(default="", json_schema_extra={"sensitive": True})
+    other_extra: str = Field(default="", json_schema_extra={"example": "x"})
+
+
+class Custom(vr.Task):
+    KIND: ClassVar[str] = "custom"
+    pin: str
+
+    @classmethod
+    def sensitive_fields(cls) -> frozenset[str]:
+        return frozenset({"pin"})
+
+
+class Progress(BaseModel):
+    cursor: int = 0
+    session: str = Field(default="", json_schema_extra={"sensitive": True})
+
+
+def test_marked_fields_by_type_and_by_field() -> None:
+    assert marked_fields(Creds) == {"password", "maybe_key", "annotated", "api_token"}
+    assert Creds.sensitive_fields() == marked_fields(Creds)
+    assert Custom.sensitive_fields() == {"pin"} and marked_fields(Custom) == set()
+    assert marked_fields(Progress) == {"session"}
+
+
+def test_secret_values_follow_the_hook_and_skip_short_ones() -> None:
+    task = Creds(
+        user="ann", password=SecretStr("hunter22"), maybe_key=SecretBytes(b"k3y-bytes"), api_token="ab"
+    )
+    assert sorted(secret_values(task)) == ["hunter22", "k3y-bytes"]  # "ab" and "" are too short to scrub
+    assert secret_values(Custom(pin="123456"), Progress(session="sess-1"), None) == ["123456", "sess-1"]
+    assert secret_values(Progress()) == []
+
+
+def test_scrub_masks_longest_first() -> None:
+    assert scrub("a hunter22 and hunter2 b", ["hunter2", "hunter22"]) == f"a {MASK} and {MASK} b"
+    assert scrub("nothing", []) == "nothing"
+
+
+def test_redact_keeps_structure_or_named_keys() -> None:
+    doc: dict[str, Any] = {"user": "ann", "nested": {"a": 1, "b": [1, 2]}, "n": None}
+    assert redact(doc) == {"user": MASK, "nested": {"a": MASK, "b": MASK}, "n": None}
+    assert redact(doc, ["user"]) == {**doc, "user": MASK}
+    assert redact("plain") == MASK and redact(None) is None
+    assert redact([1, 2], ["x"]) == [1, 2]  # named keys: only a mapping has any

@@ -1,0 +1,111 @@
+"""Redaction: which task fields are sensitive, and values with them masked.
+
+One definition for every reader that shows job data to a person: the CLI,
+the worker's notes and logs, and any dashboard (they import this module; it
+sits below them all and imports nothing of theirs).
+
+A field of a task (or of its carry) is *sensitive* when
+
+- its type is pydantic's ``SecretStr`` or ``SecretBytes`` (optional or not), or
+- it is declared ``Field(json_schema_extra={"sensitive": True})``, or
+- the task's ``sensitive_fields()`` hook names it (the hook's default returns
+  the two kinds above; override it to add names).
+
+Who honours the marker: the worker masks the values of a job's sensitive
+fields in the notes it stores and logs (an exception message that quotes a
+token is stored with ``***``), so no reader of Redis ever sees them in a note.
+Readers that cannot import the user's task classes (the CLI reads Redis
+alone) cannot know the marker; they mask every value of a stored document
+by default (``redact(doc)``), see docs/operations.md, "What the CLI shows".
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, SecretBytes, SecretStr
+
+MASK = "***"
+"""What a redacted value is shown as."""
+
+# Shorter secrets are not scrubbed out of notes: masking every "1" or "ab" in
+# a message would hide what the note says and protect nothing.
+_MIN_SCRUB = 4
+
+_SENSITIVE: dict[type[BaseModel], frozenset[str]] = {}
+
+
+def _is_secret_type(tp: Any) -> bool:
+    if tp in (SecretStr, SecretBytes):
+        return True
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _is_secret_type(typing.get_args(tp)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_is_secret_type(arg) for arg in typing.get_args(tp))
+    return False
+
+
+def marked_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of ``model`` marked sensitive by their type or their ``Field``, cached per class."""
+    cached = _SENSITIVE.get(model)
+    if cached is None:
+        names = set()
+        for name, info in model.model_fields.items():
+            extra = info.json_schema_extra
+            if _is_secret_type(info.annotation) or (isinstance(extra, Mapping) and extra.get("sensitive")):
+                names.add(name)
+        cached = _SENSITIVE[model] = frozenset(names)
+    return cached
+
+
+def redact(doc: Any, fields: Iterable[str] | None = None) -> Any:
+    """``doc`` (a decoded payload, carry or result) with values masked.
+
+    With ``fields``, only those top-level keys of a mapping are masked (what a
+    reader that knows the task's sensitive fields shows). Without, every value
+    is masked and only the structure stays: the keys of mappings, at every
+    depth (what a reader shows that cannot know which fields are sensitive).
+    ``None`` stays ``None``: there is nothing to hide.
+    """
+    if doc is None:
+        return None
+    if fields is not None:
+        if not isinstance(doc, Mapping):
+            return doc
+        hidden = set(fields)
+        return {k: (MASK if k in hidden else v) for k, v in doc.items()}
+    if isinstance(doc, Mapping):
+        return {k: redact(v) for k, v in doc.items()}
+    return MASK
+
+
+def secret_values(*models: BaseModel | None) -> list[str]:
+    """The values of the sensitive fields of ``models`` (a task, its carry) as text,
+    for ``scrub``; empty (and cheap) for a model with no sensitive field."""
+    out: list[str] = []
+    for model in models:
+        if model is None:
+            continue
+        hook = getattr(type(model), "sensitive_fields", None)
+        names = hook() if callable(hook) else marked_fields(type(model))
+        for name in names:
+            value = getattr(model, name, None)
+            if isinstance(value, (SecretStr, SecretBytes)):
+                value = value.get_secret_value()
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            if value is not None and len(text := str(value)) >= _MIN_SCRUB:
+                out.append(text)
+    return out
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of each secret replaced by ``***`` (longest first,
+    so a secret that contains another is masked whole)."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
