@@ -154,7 +154,9 @@ def test_the_cli_reads_a_queue_over_tls(tls_server: RedisServer) -> None:
     assert res.exit_code == 0, res.output
     (row,) = json.loads(res.stdout)
     assert row["queue"] == name and row["pending"]["high"] == 1
-    shown = CliRunner().invoke(app, ["job", "show", job_id, "--redis", tls_server.url, "--json"])
+    shown = CliRunner().invoke(
+        app, ["job", "show", job_id, "--redis", tls_server.url, "--json", "--show-payload"]
+    )
     assert shown.exit_code == 0, shown.output  # found by SCAN, over TLS
     doc = json.loads(shown.stdout)
     assert doc["job"]["queue"] == name and doc["job"]["payload"] == {"text": "seen by the CLI"}
