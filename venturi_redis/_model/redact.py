@@ -4,12 +4,13 @@ One definition for every reader that shows job data to a person: the CLI,
 the worker's notes and logs, and any dashboard (they import this module; it
 sits below them all and imports nothing of theirs).
 
-A field of a task (or of its carry) is *sensitive* when
-
-- its type is pydantic's ``SecretStr`` or ``SecretBytes`` (optional or not), or
-- it is declared ``Field(json_schema_extra={"sensitive": True})``, or
-- the task's ``sensitive_fields()`` hook names it (the hook's default returns
-  the two kinds above; override it to add names).
+A field of a task (or of its carry) is *sensitive* when it is declared
+``Field(json_schema_extra={"sensitive": True})``, or when the task's
+``sensitive_fields()`` hook names it (the hook's default returns the declared
+ones; override it to name others). pydantic's ``SecretStr`` is no marker here:
+a task may not hold one at all (it would be stored as its mask; ``Task``
+refuses it at definition), so a secret the queue must carry is a plain
+``str`` marked sensitive.
 
 Who honours the marker: the worker masks the values of a job's sensitive
 fields in the notes it stores and logs (an exception message that quotes a
@@ -21,12 +22,10 @@ by default (``redact(doc)``), see docs/operations.md, "What the CLI shows".
 
 from __future__ import annotations
 
-import types
-import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, SecretBytes, SecretStr
+from pydantic import BaseModel
 
 MASK = "***"
 """What a redacted value is shown as."""
@@ -38,25 +37,14 @@ _MIN_SCRUB = 4
 _SENSITIVE: dict[type[BaseModel], frozenset[str]] = {}
 
 
-def _is_secret_type(tp: Any) -> bool:
-    if tp in (SecretStr, SecretBytes):
-        return True
-    origin = typing.get_origin(tp)
-    if origin is typing.Annotated:
-        return _is_secret_type(typing.get_args(tp)[0])
-    if origin is typing.Union or origin is types.UnionType:
-        return any(_is_secret_type(arg) for arg in typing.get_args(tp))
-    return False
-
-
 def marked_fields(model: type[BaseModel]) -> frozenset[str]:
-    """The fields of ``model`` marked sensitive by their type or their ``Field``, cached per class."""
+    """The fields of ``model`` declared ``Field(json_schema_extra={"sensitive": True})``, cached per class."""
     cached = _SENSITIVE.get(model)
     if cached is None:
         names = set()
         for name, info in model.model_fields.items():
             extra = info.json_schema_extra
-            if _is_secret_type(info.annotation) or (isinstance(extra, Mapping) and extra.get("sensitive")):
+            if isinstance(extra, Mapping) and extra.get("sensitive"):
                 names.add(name)
         cached = _SENSITIVE[model] = frozenset(names)
     return cached
@@ -94,8 +82,6 @@ def secret_values(*models: BaseModel | None) -> list[str]:
         names = hook() if callable(hook) else marked_fields(type(model))
         for name in names:
             value = getattr(model, name, None)
-            if isinstance(value, (SecretStr, SecretBytes)):
-                value = value.get_secret_value()
             if isinstance(value, bytes):
                 value = value.decode("utf-8", "replace")
             if value is not None and len(text := str(value)) >= _MIN_SCRUB:

@@ -186,8 +186,8 @@ class Task(BaseModel, Generic[CarryT]):
         """Payload fields whose values are never shown: masked in the notes the worker
         stores and logs, and by any reader that knows the task (docs/operations.md).
 
-        The default: fields typed ``SecretStr`` / ``SecretBytes`` and fields declared
-        ``Field(json_schema_extra={"sensitive": True})``. Override to name others.
+        The default: the fields declared ``Field(json_schema_extra={"sensitive": True})``.
+        Override to name others.
         """
         return marked_fields(cls)
 
