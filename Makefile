@@ -24,9 +24,10 @@ example: $(STAMP) ## Run examples/bookmarks.py end to end (REDIS_URL, else the e
 test: $(STAMP) ## Run the whole test suite (starts its own redis-server processes)
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP) ## ruff (lint and format)
+lint: $(STAMP) ## ruff (lint and format), and the import contracts (lint-imports)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP) ## mypy --strict on the package
 	$(BIN)/mypy

@@ -14,9 +14,10 @@ from pydantic import BaseModel
 
 import venturi_redis as vr
 from tests.servers import RedisServer
-from venturi_redis._producer import offload as _offload
-from venturi_redis._producer.offload import _resolve
+from venturi_redis._producer import results as _results
+from venturi_redis._producer.results import _resolve
 from venturi_redis._store.scripts import ScriptArg
+from venturi_redis._worker.offload import offload_handler
 
 pytestmark = pytest.mark.anyio
 
@@ -133,7 +134,8 @@ async def test_kind_is_module_and_qualified_name_unless_given() -> None:
     assert derived.queue == "default"
     assert vr.offload(kind="reports.monthly", queue="reports")(build_monthly).kind == "reports.monthly"
     assert derived.task_type.kind() == derived.kind
-    assert derived.__venturi_handler__.kind() == derived.kind
+    assert offload_handler(derived).kind() == derived.kind
+    assert offload_handler(derived) is offload_handler(derived)  # one class per function
     assert derived.__name__ == "build_monthly"
 
 
@@ -382,7 +384,7 @@ async def test_resolve_times_out_as_pending(client: vr.Client, queue: vr.Queue) 
 @pytest.fixture
 def subscription_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """No quiet-slice re-read within a test's timeout: only the wake-up can end the wait."""
-    monkeypatch.setattr(_offload, "_WAIT_SLICE", 600.0)
+    monkeypatch.setattr(_results, "_WAIT_SLICE", 600.0)
 
 
 @pytest.mark.usefixtures("subscription_only")

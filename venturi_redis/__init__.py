@@ -25,17 +25,16 @@ from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.client import Client, Queue
-from ._producer.offload import (
-    OffloadFunction,
+from ._producer.offload import OffloadFunction, offload
+from ._producer.ops import QueueStats, Retention
+from ._producer.results import (
     OffloadHandle,
     OffloadNotFound,
     OffloadResult,
-    offload,
     read_result,
     read_result_redacted,
     resolve,
 )
-from ._producer.ops import QueueStats, Retention
 from ._producer.sharded import ShardedQueue
 from ._producer.sync import SyncClient, SyncQueue
 from ._transport.durable import Durability, NotDurableError

@@ -10,7 +10,7 @@
     ├── LeaseLostError            a worker's lease on a job is gone (fencing)
     ├── MergeConflictError        a dedup merge kept losing its optimistic race
     ├── PartialEnqueueError       an ``enqueue_many`` wrote some of its tasks, not all
-    ├── OffloadNotFound           no snapshot under an offload key (_offload.py)
+    ├── OffloadNotFound           no snapshot under an offload key (_producer/results.py)
     ├── NotDurableError           too few replicas acknowledged in time (_durable.py)
     └── TaskError                 raised by a handler; ``TaskError.permanent`` kills the job
 

@@ -232,7 +232,7 @@ class Queue:
         lease: float | timedelta | None,
         max_failures: int | None,
     ) -> str:
-        """Enqueue an ``@vr.offload`` call with its pending snapshot (see ``_offload.py``)."""
+        """Enqueue an ``@vr.offload`` call with its pending snapshot (see ``offload.py``)."""
         job = prepare(
             task,
             self.client.max_payload_bytes,

@@ -57,6 +57,7 @@ from .._store.scripts import ScriptArg
 from .committer import _Committer
 from .context import Context
 from .handler import Handler
+from .offload import offload_handler
 from .runner import (
     _IDLE_BLOCK_MAX,
     _MIN_BLOCK,
@@ -295,7 +296,7 @@ class Worker(Generic[StateT]):
     def register(self, *handlers: type[Any] | OffloadFunction[Any, Any]) -> Worker[StateT]:
         """Register Task+Handler classes (or ``@vr.offload`` functions) by their KIND."""
         for h in handlers:
-            entry = getattr(h, "__venturi_handler__", h)
+            entry = offload_handler(h) if isinstance(h, OffloadFunction) else h
             if not (isinstance(entry, type) and issubclass(entry, Task) and issubclass(entry, Handler)):
                 raise TaskDefinitionError(
                     f"register() expects a class deriving from both vr.Task and vr.Handler, got {h!r}"
