@@ -12,13 +12,12 @@ import pytest
 import venturi_redis as vr
 from tests.helpers import drain
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob, Flaky, FlakyJob
-from venturi_redis._worker.metrics import PrometheusMetrics
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_counters_and_histogram_follow_the_runs(queue: vr.Queue) -> None:
-    m = PrometheusMetrics()
+    m = vr.PrometheusMetrics()
     await queue.enqueue_many([Echo(text="a"), Echo(text="b")])
     await queue.enqueue(Doomed())
     await queue.enqueue(Flaky(fail_times=2))
@@ -53,7 +52,7 @@ async def test_counters_and_histogram_follow_the_runs(queue: vr.Queue) -> None:
 
 
 async def test_gauges_read_queue_stats(queue: vr.Queue) -> None:
-    m = PrometheusMetrics()
+    m = vr.PrometheusMetrics()
     await queue.enqueue(Echo(text="a"), priority="high")
     await queue.enqueue(Echo(text="b"), delay=3600)
     await queue.pause()

@@ -39,6 +39,19 @@ def test_producer_modules_never_import_the_worker() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_worker_side_names_load_on_first_use() -> None:
+    """``vr.PrometheusMetrics`` (the docs' import) and ``vr.Worker`` load the worker side only when named."""
+    code = (
+        "import sys; import venturi_redis as vr; "
+        "assert {'Worker', 'PrometheusMetrics', 'WorkerObserver'} <= set(dir(vr)); "
+        "before = 'venturi_redis._worker.metrics' in sys.modules; "
+        "from venturi_redis._worker.metrics import PrometheusMetrics; "
+        "print(before, vr.PrometheusMetrics is PrometheusMetrics)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
 def test_wheel_ships_the_lua_scripts(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],

@@ -42,20 +42,33 @@ from ._worker.context import Context
 from ._worker.handler import Handler
 
 if _TYPE_CHECKING:
+    from ._worker.metrics import PrometheusMetrics, WorkerObserver
     from ._worker.worker import Worker
 
 __version__ = "0.1.0"
 
+# The worker side loads on first use, so a web process that only enqueues
+# never imports it (tests/test_package.py checks this): name -> its module.
+_LAZY = {
+    "PrometheusMetrics": "._worker.metrics",
+    "Worker": "._worker.worker",
+    "WorkerObserver": "._worker.metrics",
+}
+
 
 def __getattr__(name: str) -> _Any:
-    # The worker side loads on first use, so a web process that only enqueues
-    # never imports it (tests/test_package.py checks this).
-    if name == "Worker":
-        from ._worker.worker import Worker
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'venturi_redis' has no attribute {name!r}")
+    from importlib import import_module
 
-        globals()["Worker"] = Worker
-        return Worker
-    raise AttributeError(f"module 'venturi_redis' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 __all__ = [
@@ -83,6 +96,7 @@ __all__ = [
     "PayloadTooLarge",
     "Pending",
     "Priority",
+    "PrometheusMetrics",
     "Queue",
     "QueueStats",
     "Retention",
@@ -94,6 +108,7 @@ __all__ = [
     "TaskError",
     "VenturiError",
     "Worker",
+    "WorkerObserver",
     "backoff_delay",
     "offload",
     "read_result",

@@ -54,7 +54,7 @@ import anyio
 from pydantic import BaseModel
 from redis.crc import key_slot
 
-from .._model.enums import PRIORITIES_HIGH_FIRST, Priority
+from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from .._model.errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
 from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry
@@ -345,6 +345,40 @@ class ShardedQueue:
         """Let workers claim from every partition again."""
         for p in self.partitions:
             await p.resume_queue()
+
+    async def list_jobs(
+        self, *, state: JobState | str | None = None, kind: str | None = None, limit: int = 50
+    ) -> list[JobInfo]:
+        """Jobs of every partition (see ``Queue.list_jobs``), at most ``limit`` in all.
+
+        Partition after partition, each in ``Queue.list_jobs``'s order; each
+        job's ``queue`` is the partition that holds it.
+        """
+        out: list[JobInfo] = []
+        for p in self.partitions:
+            out += await p.list_jobs(state=state, kind=kind, limit=limit - len(out))
+            if len(out) >= limit:
+                break
+        return out
+
+    async def retry(self, job_id: str) -> bool:
+        """Move a dead job back to pending (see ``Queue.retry``); False if no partition holds it dead."""
+        p = await self.partition_of(job_id)
+        return False if p is None else await p.retry(job_id)
+
+    async def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]:
+        """Move dead jobs of every partition back to pending, at most ``limit`` in all; returns their ids."""
+        moved: list[str] = []
+        for p in self.partitions:
+            left = None if limit is None else limit - len(moved)
+            if left is not None and left <= 0:
+                break
+            moved += await p.retry_dead(kind=kind, limit=left)
+        return moved
+
+    async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
+        """Remove finished jobs of ``state`` from every partition (see ``Queue.purge``); returns how many."""
+        return sum([await p.purge(state, older_than=older_than) for p in self.partitions])
 
 
 def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:

@@ -39,7 +39,7 @@ from pydantic import BaseModel
 from redis.exceptions import NoScriptError, ResponseError
 
 from .._model.codec import text
-from .._model.enums import Priority
+from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError
 from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry
@@ -47,6 +47,7 @@ from .._model.task import Task
 from .._store.prepare import prepare
 from .._store.scripts import Script, ScriptArg
 from .client import Client, Queue
+from .ops import QueueStats
 
 
 class _LoopThread:
@@ -302,4 +303,44 @@ class SyncQueue:
     def counts(self) -> dict[str, int]:
         """Jobs per state (see ``Queue.counts``)."""
         result: dict[str, int] = self._sc._call(self._queue().counts)
+        return result
+
+    def is_drained(self) -> bool:
+        """Nothing pending and nothing running (see ``Queue.is_drained``)."""
+        result: bool = self._sc._call(self._queue().is_drained)
+        return result
+
+    def stats(self) -> QueueStats:
+        """Counts per state and priority, lag and throughput (see ``Queue.stats``)."""
+        result: QueueStats = self._sc._call(self._queue().stats)
+        return result
+
+    def list_jobs(
+        self, *, state: JobState | str | None = None, kind: str | None = None, limit: int = 50
+    ) -> list[JobInfo]:
+        """Jobs read from the index zsets (see ``Queue.list_jobs``)."""
+        result: list[JobInfo] = self._sc._call(self._queue().list_jobs, state=state, kind=kind, limit=limit)
+        return result
+
+    def retry(self, job_id: str) -> bool:
+        """Move a dead job back to pending; False if it is not dead (see ``Queue.retry``)."""
+        result: bool = self._sc._call(self._queue().retry, job_id)
+        return result
+
+    def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]:
+        """Move dead jobs back to pending; returns their ids (see ``Queue.retry_dead``)."""
+        result: list[str] = self._sc._call(self._queue().retry_dead, kind=kind, limit=limit)
+        return result
+
+    def pause(self) -> None:
+        """Pause claims on this queue (see ``Queue.pause``)."""
+        self._sc._call(self._queue().pause)
+
+    def resume_queue(self) -> None:
+        """Let workers claim from this queue again (see ``Queue.resume_queue``)."""
+        self._sc._call(self._queue().resume_queue)
+
+    def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
+        """Remove finished jobs of ``state`` and their journals (see ``Queue.purge``)."""
+        result: int = self._sc._call(self._queue().purge, state, older_than=older_than)
         return result

@@ -1,0 +1,96 @@
+"""The operations every queue face offers, defined once: ``QueueSurface``.
+
+``Queue`` (one named queue), ``ShardedQueue`` (one logical queue over
+partitions) and ``SyncQueue`` (the blocking twin of ``Queue``) offer the same
+operations with the same parameters; ``SyncQueue`` returns the value where
+the others return an awaitable of it. This Protocol is the one definition of
+those signatures: ``tests/test_surface.py`` compares every face's methods
+with it (``inspect.signature``), and mypy checks the two async faces against
+it structurally, so a parameter added to one face and not the others fails
+the suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel
+
+from .._model.enums import JobState, Priority
+from .._model.outcome import UNSET
+from .._model.records import JobInfo, JournalEntry
+from .._model.task import Task
+from .ops import QueueStats
+
+
+class QueueSurface(Protocol):
+    """What ``Queue``, ``ShardedQueue`` and (blocking) ``SyncQueue`` all offer."""
+
+    @property
+    def name(self) -> str: ...
+
+    # -- enqueue ---------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        task: Task[Any],
+        *,
+        delay: float | timedelta = 0.0,
+        priority: Priority | int | str | None = None,
+        lease: float | timedelta | None = None,
+        max_failures: int | None = UNSET,
+        carry: BaseModel | None = None,
+    ) -> str: ...
+
+    async def enqueue_many(
+        self,
+        tasks: Sequence[Task[Any]],
+        *,
+        delay: float | timedelta = 0.0,
+        priority: Priority | int | str | None = None,
+        lease: float | timedelta | None = None,
+        max_failures: int | None = UNSET,
+    ) -> list[str]: ...
+
+    # -- reading ---------------------------------------------------------------
+
+    async def get(self, job_id: str) -> JobInfo | None: ...
+
+    async def journal(self, job_id: str) -> list[JournalEntry]: ...
+
+    async def counts(self) -> dict[str, int]: ...
+
+    async def is_drained(self) -> bool: ...
+
+    async def stats(self) -> QueueStats: ...
+
+    async def list_jobs(
+        self, *, state: JobState | str | None = None, kind: str | None = None, limit: int = 50
+    ) -> list[JobInfo]: ...
+
+    # -- continuations and operations --------------------------------------------
+
+    async def resume(self, job_id: str, value: Any = None) -> int: ...
+
+    async def cancel(self, job_id: str) -> str: ...
+
+    async def retry(self, job_id: str) -> bool: ...
+
+    async def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]: ...
+
+    async def pause(self) -> None: ...
+
+    async def resume_queue(self) -> None: ...
+
+    async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int: ...
+
+
+if TYPE_CHECKING:
+    from .client import Queue
+    from .sharded import ShardedQueue
+
+    def _async_faces(queue: Queue, sharded: ShardedQueue) -> tuple[QueueSurface, QueueSurface]:
+        """mypy's structural check of the two async faces (never called)."""
+        return queue, sharded
