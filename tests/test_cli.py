@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 import redis
+import typer
 from pydantic import Field
 from typer.testing import CliRunner
 
@@ -27,7 +28,9 @@ from tests.servers import RedisServer, free_port
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob
 from venturi_redis._producer.sharded import partition_names
 from venturi_redis._store.keys import QueueKeys
-from venturi_redis.cli.commands import app, clean
+from venturi_redis.cli.app import Fail, one_line_errors
+from venturi_redis.cli.commands import app
+from venturi_redis.cli.output import clean
 
 runner = CliRunner()
 
@@ -435,6 +438,44 @@ def test_cli_reports_missing_typer() -> None:
     assert out.stderr.strip().splitlines() == [
         "venturi: the command line needs typer, which is not installed: pip install 'venturi-redis[cli]'"
     ]
+
+
+def test_python_dash_m_is_the_venturi_command() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "venturi_redis.cli", "jobs", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and "--show-payload" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "line"),
+    [
+        (Fail("job x not found", 1), 1, "venturi: job x not found"),
+        (Fail("bad --loop", 2), 2, "venturi: bad --loop"),
+        (vr.ConfigurationError("limit must be >= 1"), 2, "venturi: thing: limit must be >= 1"),
+        (vr.PayloadError("not msgpack"), 1, "venturi: thing: not msgpack"),
+        (
+            redis.ConnectionError("refused"),
+            1,
+            "venturi: thing: cannot reach Redis at redis://:***@h:1/0: refused",
+        ),
+        (OSError("no route"), 1, "venturi: thing: cannot reach Redis at redis://:***@h:1/0: no route"),
+        (
+            redis.ResponseError("WRONGTYPE x"),
+            1,
+            "venturi: thing: Redis at redis://:***@h:1/0 refused: WRONGTYPE x",
+        ),
+    ],
+)
+def test_every_expected_failure_is_one_line_with_its_status(
+    exc: Exception, status: int, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(typer.Exit) as leaving, one_line_errors(url="redis://:pw@h:1/0", what="thing"):
+        raise exc
+    assert leaving.value.exit_code == status
+    assert capsys.readouterr().err.splitlines() == [line]
+    with pytest.raises(KeyError), one_line_errors():  # a bug keeps its traceback
+        raise KeyError("bug")
 
 
 # -- worker (real processes) --------------------------------------------------------------------------

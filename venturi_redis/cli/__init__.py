@@ -1,6 +1,7 @@
 """The ``venturi`` command (console script ``venturi_redis.cli:main``).
 
-The commands live in ``commands.py``; this module only makes sure the CLI's own
+The commands are assembled in ``commands.py`` (see its docstring for which module
+holds what); this module only makes sure the CLI's own
 dependencies (typer, rich) are installed, so that a missing one is one clear
 line instead of a traceback.
 """

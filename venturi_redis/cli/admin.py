@@ -1,0 +1,180 @@
+"""The commands that change jobs and queues: retry, cancel, dead retry, purge, pause, resume."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .._producer import ops as _ops
+from .._producer.client import Client
+from .app import (
+    JobQueueOpt,
+    JsonOpt,
+    QueueOpt,
+    RedisOpt,
+    app,
+    dead_app,
+    die,
+    job_app,
+    job_queue,
+    queue_app,
+    run_with_client,
+)
+from .output import clean, print_json
+
+
+@job_app.command("retry")
+def job_retry(
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="A dead job's id.")],
+    queue: JobQueueOpt = None,
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Move a dead job back to pending (failures reset; journaled as `retried`)."""
+
+    async def go(client: Client) -> int:
+        q = await job_queue(client, job_id, queue)
+        moved = await q.retry(job_id)
+        info = await q.get(job_id)
+        state = info.state.value if info is not None else None
+        if json_out:
+            print_json({"id": job_id, "queue": q.name, "retried": moved, "state": state})
+        elif moved:
+            typer.echo(
+                f"job {job_id} ({clean(info.kind if info else '?')}): dead -> pending in queue {q.name}"
+            )
+        if moved:
+            return 0
+        if not json_out:
+            why = "does not exist" if state is None else f"is {state}, not dead"
+            typer.echo(f"venturi: job {job_id} {why} in queue {q.name}; nothing done", err=True)
+        return 1
+
+    run_with_client(redis, go)
+
+
+@job_app.command("cancel")
+def job_cancel(
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="The job id.")],
+    queue: JobQueueOpt = None,
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Cancel a job: pending or suspended ends cancelled now; a running one is asked to stop."""
+
+    async def go(client: Client) -> int:
+        q = await job_queue(client, job_id, queue)
+        result, detail = await _ops.cancel(q, job_id)
+        if json_out:
+            print_json({"id": job_id, "queue": q.name, "result": result, "detail": detail})
+        elif result == "cancelled":
+            typer.echo(f"job {job_id}: cancelled")
+        elif result == "requested":
+            typer.echo(
+                f"job {job_id} is running: its worker will ask it to stop at its next lease "
+                "renewal and the run will end cancelled"
+            )
+        else:
+            typer.echo(f"venturi: job {job_id}: {clean(detail)}; nothing done", err=True)
+        return 0 if result in ("cancelled", "requested") else 1
+
+    run_with_client(redis, go)
+
+
+# -- dead letters, purge, pause -------------------------------------------------------------------
+
+
+@dead_app.command("retry")
+def dead_retry(
+    queue: QueueOpt,
+    kind: Annotated[str | None, typer.Option("--kind", "-k", help="Only dead jobs of this KIND.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Retry every (matching) dead job.")] = False,
+    limit: Annotated[
+        int | None, typer.Option("--limit", "-n", min=1, help="Retry at most N, oldest death first.")
+    ] = None,
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Move dead jobs back to pending: `--all`, or `--limit N` (oldest deaths first)."""
+    if not all_ and limit is None:
+        die("say how many: --all retries every dead job (of --kind K if given), --limit N at most N", 2)
+
+    async def go(client: Client) -> int:
+        q = client.queue(queue)
+        moved = await q.retry_dead(kind=kind, limit=limit)
+        if json_out:
+            print_json({"queue": q.name, "kind": kind, "retried": moved})
+        else:
+            what = f" of kind {clean(kind)}" if kind else ""
+            typer.echo(f"queue {q.name}: {len(moved)} dead job(s){what} moved back to pending")
+        return 0
+
+    run_with_client(redis, go)
+
+
+@app.command()
+def purge(
+    queue: QueueOpt,
+    state: Annotated[str, typer.Option("--state", "-s", help="completed, dead or cancelled.")],
+    older_than: Annotated[
+        float,
+        typer.Option("--older-than", min=0, metavar="SECONDS", help="Only jobs finished this long ago."),
+    ] = 0.0,
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Remove finished jobs of one state, with their journals, in short batches."""
+    if state not in ("completed", "dead", "cancelled"):
+        die(f"--state must be completed, dead or cancelled (finished jobs only), got {state!r}", 2)
+
+    async def go(client: Client) -> int:
+        q = client.queue(queue)
+        removed = await q.purge(state, older_than=older_than)
+        if json_out:
+            print_json({"queue": q.name, "state": state, "removed": removed})
+        else:
+            typer.echo(f"queue {q.name}: removed {removed} {state} job(s)")
+        return 0
+
+    run_with_client(redis, go)
+
+
+@queue_app.command("pause")
+def queue_pause(
+    name: Annotated[str, typer.Argument(metavar="QUEUE")],
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Stop every worker from claiming (atomic). Running jobs finish; enqueues still land."""
+
+    async def go(client: Client) -> int:
+        q = client.queue(name)
+        await q.pause()
+        if json_out:
+            print_json({"queue": q.name, "paused": True})
+        else:
+            typer.echo(f"queue {q.name}: paused (no new claims; running jobs finish; enqueues still land)")
+        return 0
+
+    run_with_client(redis, go)
+
+
+@queue_app.command("resume")
+def queue_resume(
+    name: Annotated[str, typer.Argument(metavar="QUEUE")],
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Let workers claim from the queue again (and wake them)."""
+
+    async def go(client: Client) -> int:
+        q = client.queue(name)
+        await q.resume_queue()
+        if json_out:
+            print_json({"queue": q.name, "paused": False})
+        else:
+            typer.echo(f"queue {q.name}: resumed")
+        return 0
+
+    run_with_client(redis, go)

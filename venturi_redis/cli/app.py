@@ -1,0 +1,138 @@
+"""The ``venturi`` typer application, its shared options, and how a command runs.
+
+Every command opens one client, runs, closes, and leaves with an exit status;
+every failure an operator can meet is mapped to one line on stderr in one
+place (``one_line_errors``), for the admin commands and the worker alike.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, NoReturn
+
+import anyio
+import typer
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .._model.errors import ConfigurationError, VenturiError
+from .._producer import ops as _ops
+from .._producer.client import Client, Queue
+from .output import clean, hide_password
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+app = typer.Typer(
+    name="venturi",
+    help="Operate venturi_redis queues: workers, stats, jobs, dead letters, pause, purge.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+job_app = typer.Typer(help="One job: show, retry, cancel.", no_args_is_help=True)
+dead_app = typer.Typer(help="Dead jobs.", no_args_is_help=True)
+queue_app = typer.Typer(help="Queue-wide switches: pause, resume.", no_args_is_help=True)
+app.add_typer(job_app, name="job")
+app.add_typer(dead_app, name="dead")
+app.add_typer(queue_app, name="queue")
+
+RedisOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--redis",
+        metavar="URL",
+        help=f"Redis URL (default: $REDIS_URL, then {DEFAULT_URL}).",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+QueueOpt = Annotated[str, typer.Option("--queue", "-q", metavar="NAME", help="Queue name.")]
+ShowPayloadOpt = Annotated[
+    bool,
+    typer.Option(
+        "--show-payload",
+        help="Show the values of payload, carry, result and output (masked as *** by default).",
+    ),
+]
+JobQueueOpt = Annotated[
+    str | None,
+    typer.Option("--queue", "-q", metavar="NAME", help="Queue of the job (found by SCAN when omitted)."),
+]
+
+
+class Fail(Exception):
+    """A one-line error for the operator, and the exit status to leave with."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- running a command ---------------------------------------------------------------------
+
+
+def redis_url(redis: str | None) -> str:
+    """The URL a command connects to: ``--redis``, else ``$REDIS_URL``, else the default."""
+    return redis or os.environ.get("REDIS_URL") or DEFAULT_URL
+
+
+def die(message: str, code: int) -> NoReturn:
+    """Leave with one line on stderr (control characters escaped) and ``code``."""
+    typer.echo(f"venturi: {clean(message)}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def one_line_errors(*, url: str | None = None, what: str = "", config_status: int = 2) -> Iterator[None]:
+    """Turn every failure an operator can meet into one line and an exit status.
+
+    ``what`` names the thing that failed (``worker app:make cannot start``) and
+    leads the line of a venturi error; ``url`` (its password hidden) says which
+    Redis could not be reached. A ``ConfigurationError`` is a usage error (2)
+    unless ``config_status`` says otherwise. Anything else is a bug and keeps
+    its traceback.
+    """
+    lead = f"{what}: " if what else ""
+    at = f" at {hide_password(url)}" if url else ""
+    try:
+        yield
+    except Fail as exc:
+        die(str(exc), exc.code)
+    except ConfigurationError as exc:
+        die(f"{lead}{exc}", config_status)
+    except VenturiError as exc:
+        die(f"{lead}{exc}", 1)
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        die(f"{lead}cannot reach Redis{at}: {exc}", 1)
+    except RedisError as exc:
+        die(f"{lead}Redis{at} refused: {exc}", 1)
+
+
+def run_with_client(redis: str | None, fn: Callable[[Client], Awaitable[int | None]]) -> None:
+    """Open a client on the URL, run ``fn``, close, and exit with its status."""
+    url = redis_url(redis)
+
+    async def main() -> int | None:
+        client = Client.from_url(url)
+        try:
+            return await fn(client)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+
+    with one_line_errors(url=url):
+        code = anyio.run(main)
+    raise typer.Exit(code or 0)
+
+
+async def job_queue(client: Client, job_id: str, queue: str | None) -> Queue:
+    """The queue of ``job_id``: the one named, else the one SCAN finds it in."""
+    if queue is not None:
+        return client.queue(queue)
+    name = await _ops.find_job_queue(client, job_id)
+    if name is None:
+        raise Fail(f"job {job_id} not found in any queue (namespace {client.namespace!r})")
+    return client.queue(name)

@@ -1,0 +1,141 @@
+"""What the commands print: text made safe for a terminal, tables, JSON, job documents.
+
+Strings that come from users or from Redis (kinds, notes, payloads, ids) are
+printed with control characters escaped, never interpreted, so a job cannot
+rewrite the operator's terminal; a job's own data is masked unless asked for
+(docs/operations.md, "What the CLI shows, and secrets").
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import json
+import os
+import re
+import sys
+import unicodedata
+from datetime import datetime
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+from .._model.records import JobInfo, JournalEntry
+from .._model.redact import redact
+
+_CONTROL_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+def clean(value: object) -> str:
+    """``value`` as text with every control / format character escaped (``\\x1b``, ``\\u202e``).
+
+    Escapes, bidi overrides and zero-width characters in a job's kind, note or
+    payload are shown, not obeyed. Newlines are escaped too: one value, one line.
+    """
+    text = value if isinstance(value, str) else str(value)
+    out: list[str] = []
+    for ch in text:
+        if unicodedata.category(ch) in _CONTROL_CATEGORIES:
+            code = ord(ch)
+            out.append(
+                f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+            )
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def safe_text(value: object) -> Text:
+    """A rich Text of a cleaned value: never parsed as rich markup."""
+    return Text("" if value is None else clean(value))
+
+
+def console() -> Console:
+    # Wide when not a terminal (pipes, CI logs), so tables are not wrapped into noise.
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(highlight=False, soft_wrap=False, width=200 if wide else None)
+
+
+def print_table(renderable: Any) -> None:
+    """Print a table; if it cannot fit without cutting ids or counts, print it wider.
+
+    Columns that must never be cut (ids, names, numbers, times) are ``no_wrap``;
+    when they do not fit the terminal, the lines run long (the terminal wraps
+    them) instead of showing ``01M8VY…`` or ``1…``.
+    """
+    con = console()
+    unbounded = con.options.update(width=100_000)  # measure without the terminal's cap
+    if isinstance(renderable, Table):
+        for col in renderable.columns:
+            if col.no_wrap:
+                cells = [col.header, *col.cells]
+                col.min_width = max(Measurement.get(con, unbounded, c).maximum for c in cells)
+    need = Measurement.get(con, unbounded, renderable).minimum
+    if need > con.width:
+        con = Console(highlight=False, soft_wrap=False, width=need)
+    con.print(renderable)
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def print_json(doc: Any) -> None:
+    typer.echo(json.dumps(doc, default=json_default, indent=2, sort_keys=False))
+
+
+def when(value: datetime | None) -> str:
+    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z") if value else "-"
+
+
+def shown(info: JobInfo | JournalEntry, name: str, value: object) -> object:
+    """``value``, or the field's stored text marked as corrupt when it did not parse."""
+    if name in info.corrupt:
+        return f"corrupt:{info.corrupt[name]!r}"
+    return value
+
+
+# The job's own data: masked unless --show-payload (docs/operations.md, "What the CLI shows").
+# Notes and attachments are what a run reports to operators: always shown.
+DOCUMENTS = ("payload", "carry", "result", "output")
+
+
+def job_dict(info: JobInfo, show_payload: bool = False) -> dict[str, Any]:
+    d = dataclasses.asdict(info)
+    d["state"] = info.state.value
+    d["priority"] = info.priority.label
+    if not show_payload:
+        for name in DOCUMENTS:
+            d[name] = redact(d[name])
+    return d
+
+
+def entry_dict(e: JournalEntry) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "at": e.at,
+        "event": e.event,
+        "run": e.run,
+        "note": e.note,
+        "attachment": e.attachment,
+        "details": e.details,
+        "corrupt": e.corrupt,
+    }
+
+
+def hide_password(url: str) -> str:
+    """A URL fit for an error message: the password replaced by ***."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)

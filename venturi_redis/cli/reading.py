@@ -1,0 +1,239 @@
+"""The reading commands: ``stats``, ``jobs``, ``job show``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from redis.exceptions import ResponseError
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from .._model.enums import JobState
+from .._model.redact import redact
+from .._producer import ops as _ops
+from .._producer.client import Client
+from .._producer.sharded import grouped_stats
+from .app import (
+    Fail,
+    JobQueueOpt,
+    JsonOpt,
+    QueueOpt,
+    RedisOpt,
+    ShowPayloadOpt,
+    app,
+    job_app,
+    job_queue,
+    run_with_client,
+)
+from .output import (
+    DOCUMENTS,
+    clean,
+    console,
+    entry_dict,
+    job_dict,
+    json_default,
+    print_json,
+    print_table,
+    safe_text,
+    shown,
+    when,
+)
+
+
+@app.command()
+def stats(
+    queue: Annotated[
+        list[str] | None,
+        typer.Option("--queue", "-q", metavar="NAME", help="Queue (repeatable); default: every queue found."),
+    ] = None,
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Per queue: eligible per priority, delayed, running, suspended, dead, completed, lag, throughput."""
+
+    async def go(client: Client) -> int:
+        names = list(queue or []) or await _ops.discover_queues(client)
+        # A sharded queue's partitions show as one row (docs/cluster.md).
+        rows = await grouped_stats(client, names)
+        if json_out:
+            print_json([r.to_dict() for r in rows])
+            return 0
+        if not rows:
+            console().print("no queues found")
+            return 0
+        table = Table(title=f"venturi queues at {when(rows[0].at)}", box=box.SIMPLE_HEAD)
+        # Short headers and no wrapping: a queue name or a count is never cut.
+        table.add_column("queue", no_wrap=True)
+        for col in ("paused", "crit", "high", "normal", "low", "delayed", "running", "susp"):
+            table.add_column(col, justify="right", no_wrap=True)
+        for col in ("dead", "compl", "cancel", "lag", "done/1m"):
+            table.add_column(col, justify="right", no_wrap=True)
+        for r in rows:
+            table.add_row(
+                safe_text(r.queue),
+                "yes" if r.paused else "",
+                *(str(r.pending[p]) for p in ("critical", "high", "normal", "low")),
+                str(r.delayed),
+                str(r.running),
+                str(r.suspended),
+                str(r.dead),
+                str(r.completed),
+                str(r.cancelled),
+                f"{r.lag_seconds:.1f}s",
+                str(r.completed_last_minute),
+            )
+        print_table(table)
+        return 0
+
+    run_with_client(redis, go)
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+def _state(value: str | None) -> JobState | None:
+    if value is None:
+        return None
+    try:
+        return JobState(value.lower())
+    except ValueError:
+        raise Fail(f"unknown state {value!r}: use one of {', '.join(s.value for s in JobState)}", 2) from None
+
+
+@app.command()
+def jobs(
+    queue: QueueOpt,
+    state: Annotated[
+        str | None,
+        typer.Option("--state", "-s", help="pending, running, suspended, completed, dead, cancelled."),
+    ] = None,
+    kind: Annotated[str | None, typer.Option("--kind", "-k", help="Only jobs of this KIND.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many jobs.")] = 50,
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+    show_payload: ShowPayloadOpt = False,
+) -> None:
+    """List jobs of a queue (pending by priority, finished newest first)."""
+
+    async def go(client: Client) -> int:
+        found = await client.queue(queue).list_jobs(state=_state(state), kind=kind, limit=limit)
+        if json_out:
+            print_json([job_dict(j, show_payload) for j in found])
+            return 0
+        table = Table(title=f"queue {clean(queue)}: {len(found)} job(s)", box=box.SIMPLE_HEAD)
+        # Ids and times are copied by operators: never truncated; the note wraps.
+        for col in ("id", "state", "kind", "priority", "runs", "failures", "updated"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("note", overflow="fold")
+        for j in found:
+            table.add_row(
+                j.id,
+                safe_text(shown(j, "state", j.state.value)),
+                safe_text(j.kind),
+                safe_text(shown(j, "priority", j.priority.label)),
+                safe_text(shown(j, "run_count", j.run_count)),
+                safe_text(shown(j, "failures", j.failures)),
+                safe_text(shown(j, "updated_at", when(j.updated_at))),
+                safe_text(j.note or ""),
+            )
+        print_table(table)
+        damaged = [j for j in found if j.corrupt]
+        if damaged:
+            typer.echo(
+                f"{len(damaged)} job(s) with corrupt fields (marked corrupt:'stored value'): "
+                + ", ".join(f"{j.id} ({', '.join(sorted(j.corrupt))})" for j in damaged)
+                + "; see venturi job show ID",
+                err=True,
+            )
+        return 0
+
+    run_with_client(redis, go)
+
+
+@job_app.command("show")
+def job_show(
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="The job id.")],
+    queue: JobQueueOpt = None,
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+    show_payload: ShowPayloadOpt = False,
+) -> None:
+    """A job's metadata, payload and carry (values masked unless --show-payload), and its journal."""
+
+    async def go(client: Client) -> int:
+        q = await job_queue(client, job_id, queue)
+        try:
+            info = await q.get(job_id)
+            journal = await q.journal(job_id)
+        except ResponseError as exc:  # a wrong-type job or journal key
+            raise Fail(f"job {job_id} in queue {q.name} cannot be read: {exc}") from None
+        if info is None:
+            raise Fail(f"job {job_id} not found in queue {q.name}")
+        if json_out:
+            print_json({"job": job_dict(info, show_payload), "journal": [entry_dict(e) for e in journal]})
+            return 0
+        meta = Table.grid(padding=(0, 2))
+        meta.add_column(style="bold")
+        meta.add_column()
+        rows: list[tuple[str, str, object]] = [
+            ("id", "", info.id),
+            ("queue", "", info.queue),
+            ("kind", "", info.kind),
+            ("state", "state", info.state.value),
+            ("priority", "priority", info.priority.label),
+            ("runs", "run_count", info.run_count),
+            ("failures", "failures", info.failures),
+            ("created", "created_at", when(info.created_at)),
+            ("updated", "updated_at", when(info.updated_at)),
+            ("eligible", "eligible_at", when(info.eligible_at)),
+            ("finished", "finished_at", when(info.finished_at)),
+            ("lease owner", "", info.lease_owner or "-"),
+            ("lease expires", "lease_expires", when(info.lease_expires_at)),
+            ("dedup", "", info.dedup or "-"),
+            ("note", "", info.note or "-"),
+        ]
+        for label, name, value in rows:
+            meta.add_row(label, safe_text(shown(info, name, value)))
+        masked = False
+        for name, blob in (
+            ("payload", info.payload),
+            ("carry", info.carry),
+            ("attachment", info.attachment),
+            ("result", info.result),
+            ("output", info.output),
+        ):
+            if name in info.corrupt:
+                meta.add_row(name, safe_text(f"corrupt: not msgpack: {info.corrupt[name]!r}"))
+            elif blob is not None:
+                if name in DOCUMENTS and not show_payload:
+                    blob = redact(blob)
+                    masked = True
+                meta.add_row(name, safe_text(json.dumps(blob, default=json_default, ensure_ascii=False)))
+        if info.corrupt:
+            meta.add_row("corrupt", safe_text(", ".join(sorted(info.corrupt))))
+        if masked:
+            meta.add_row("", Text("values masked as ***; --show-payload shows them"))
+        print_table(meta)
+        table = Table(title=f"journal ({len(journal)} entries)", box=box.SIMPLE_HEAD)
+        for col in ("at", "event", "run"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("note", overflow="fold")
+        table.add_column("details", overflow="fold")
+        for e in journal:
+            details = " ".join(f"{k}={v}" for k, v in e.details.items())
+            if e.attachment is not None:
+                details += " attachment=" + json.dumps(e.attachment, default=json_default, ensure_ascii=False)
+            table.add_row(
+                safe_text(shown(e, "at", when(e.at))),
+                safe_text(e.event),
+                safe_text(shown(e, "run", e.run)),
+                safe_text(e.note or ""),
+                safe_text(details.strip()),
+            )
+        print_table(table)
+        return 0
+
+    run_with_client(redis, go)

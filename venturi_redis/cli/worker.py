@@ -1,0 +1,195 @@
+"""``venturi worker MODULE:ATTR``: import the user's worker, run it until a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import logging
+import os
+import sys
+from datetime import datetime
+from typing import Annotated, Any
+
+import anyio
+import typer
+
+from .app import Fail, app, die, one_line_errors
+
+
+def _load_target(target: str) -> Any:
+    """Import ``MODULE:ATTR``; every failure is one line."""
+    mod_name, sep, attr = target.partition(":")
+    if not sep or not mod_name or not attr:
+        raise Fail(f"expected MODULE:ATTR (for example myapp.tasks:worker), got {target!r}", 2)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: the project directory is importable
+    try:
+        module = importlib.import_module(mod_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (mod_name == exc.name or mod_name.startswith(exc.name + ".")):
+            raise Fail(
+                f"cannot import {mod_name!r}: no module named {exc.name!r} "
+                "(run venturi from your project's directory, or install the project)"
+            ) from None
+        raise Fail(f"importing {mod_name!r} failed: ModuleNotFoundError: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises, one line
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise Fail(f"importing {mod_name!r} failed: {type(exc).__name__}: {first}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise Fail(f"module {mod_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _loop_options(loop: str) -> dict[str, Any]:
+    """anyio's asyncio backend options for ``--loop`` (a usage error when unusable)."""
+    if loop == "asyncio":
+        return {}
+    if loop != "uvloop":
+        die(f"--loop must be asyncio or uvloop, not {loop!r}", 2)
+    try:
+        import uvloop  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        die(f"--loop uvloop needs the uvloop package ({exc}): pip install 'venturi_redis[uvloop]'", 2)
+    return {"loop_factory": uvloop.new_event_loop}
+
+
+class _JsonLogFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "at": datetime.fromtimestamp(record.created).astimezone().isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+@app.command()
+def worker(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:ATTR", help="A vr.Worker, or a (sync or async) factory returning one."
+        ),
+    ],
+    queue: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queue",
+            "-q",
+            metavar="NAME",
+            help="Consume only this queue, sharded queue or partition (repeatable).",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", "-c", min=1, help="Handlers at once, per queue.")
+    ] = None,
+    redis: Annotated[
+        str | None,
+        typer.Option(
+            "--redis",
+            metavar="URL",
+            help="Exported as REDIS_URL before MODULE is imported (for Client.from_url()).",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics here.")
+    ] = None,
+    metrics_addr: Annotated[
+        str, typer.Option("--metrics-addr", help="Address for the metrics server.")
+    ] = "0.0.0.0",
+    no_eviction_check: Annotated[
+        bool,
+        typer.Option("--no-eviction-check", help="Start even if maxmemory-policy is not noeviction."),
+    ] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error.")] = "info",
+    json_out: Annotated[bool, typer.Option("--json", help="Log JSON lines instead of text.")] = False,
+    loop: Annotated[
+        str,
+        typer.Option(
+            "--loop",
+            metavar="asyncio|uvloop",
+            help="The event loop. uvloop: pip install 'venturi_redis[uvloop]' (benchmarks/README.md).",
+        ),
+    ] = "asyncio",
+) -> None:
+    """Run a worker until SIGTERM / SIGINT (graceful: running jobs get their grace period)."""
+    from .._worker.worker import Worker
+
+    backend_options = _loop_options(loop)
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        _JsonLogFormatter()
+        if json_out
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(log_level.upper())
+    if redis:
+        os.environ["REDIS_URL"] = redis
+
+    async def main() -> int:
+        obj = _load_target(target)
+        w = obj
+        if not isinstance(w, Worker):
+            if not callable(obj):
+                raise Fail(f"{target} is a {type(obj).__name__}, not a vr.Worker or a factory returning one")
+            if isinstance(obj, type) and not issubclass(obj, Worker):
+                raise Fail(
+                    f"{target} is the class {obj.__name__}, not a vr.Worker or a factory returning one"
+                )
+            try:
+                w = obj()
+                if inspect.isawaitable(w):
+                    w = await w
+            except Exception as exc:  # noqa: BLE001 - the user's factory: report it in one line
+                first = (str(exc).strip().splitlines() or [""])[0]
+                raise Fail(f"calling {target}() failed: {type(exc).__name__}: {first}") from None
+            if not isinstance(w, Worker):
+                raise Fail(f"{target}() returned a {type(w).__name__}, not a vr.Worker")
+        if queue:
+            w.only_queues(queue)
+        if concurrency is not None:
+            w.concurrency = concurrency  # a default batch_size follows it
+        if no_eviction_check:
+            w.check_eviction_policy = False
+        running = type(asyncio.get_running_loop())
+        logging.getLogger("venturi_redis.cli").info(
+            "event loop: %s.%s", running.__module__, running.__qualname__
+        )
+        if metrics_port is None:
+            await w.run()
+            return 0
+        from .._worker.metrics import PrometheusMetrics
+
+        metrics = PrometheusMetrics()
+        w.observer = metrics
+        server = metrics.serve(metrics_port, metrics_addr)
+        logging.getLogger("venturi_redis.metrics").info(
+            "serving Prometheus metrics on http://%s:%d/metrics", metrics_addr, server[0].server_port
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(metrics.refresh_forever, w.queues)
+                await w.run()
+                tg.cancel_scope.cancel()
+        finally:
+            server[0].shutdown()
+            server[0].server_close()
+        return 0
+
+    # What escapes run() is a start that failed: a worker rides out Redis outages once running.
+    with one_line_errors(what=f"worker {target} cannot start", config_status=1):
+        code = anyio.run(main, backend_options=backend_options)
+    raise typer.Exit(code)
