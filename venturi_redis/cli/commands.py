@@ -19,7 +19,7 @@ retry, purge, pause, resume), ``worker.py`` (``venturi worker``).
 
 from __future__ import annotations
 
-from . import admin, reading, worker
+from . import admin, reading, worker  # noqa: F401 - importing a module registers its commands
 from .app import app
 
-__all__ = ["app", "admin", "reading", "worker"]
+__all__ = ["app"]
