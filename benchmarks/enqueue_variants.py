@@ -6,7 +6,7 @@ Each row is ``n`` sequential single enqueues in this process against the
 script's own redis-server (median of ``runs``):
 
 - venturi as shipped (``Client.from_url``: the enqueue lane, a connection the
-  client keeps aside for the enqueue script, ``venturi_redis/_lane.py``);
+  client keeps aside for the enqueue script, ``venturi_redis/_transport/lane.py``);
 - the lane reading its replies through redis-py (``read_response``), as the
   lane did before session 14, and over TLS or on uvloop until session 15;
 - the same client with the lane switched off: redis-py's per-command path
@@ -49,9 +49,7 @@ from venturi_redis._transport.lane import Lane  # noqa: E402
 class RedisPyRead(Lane):
     """The lane, reading its replies through redis-py instead of its own protocol."""
 
-    @staticmethod
-    def _take_over(conn: object) -> None:
-        return None
+    reads_own_replies = False
 
 
 async def server_cpu(r: object) -> float:

@@ -1,8 +1,15 @@
-"""The enqueue lane: a connection of the client's own for the enqueue script (_lane.py).
+"""The enqueue lane: a connection of the client's own for the enqueue script (lane.py).
 
 It must change speed only: a stale connection is replaced before anything is
 sent, an error or cancellation drops the connection and nothing is resent,
 NOSCRIPT is recovered, and a busy lane leaves the call to the pool.
+
+Each test that runs the lane runs both of its read paths (``read_path``): its
+own protocol on the transport (``_Wire``, the path a ``Client.from_url`` takes
+on the redis-py and hiredis this project pins), and reading through redis-py
+(``send_packed_command``, ``read_response``), which a connection the takeover
+does not apply to takes (decoded replies, RESP3 without a hiredis that knows
+push messages, a redis-py without the stream the takeover needs).
 """
 
 from __future__ import annotations
@@ -39,9 +46,16 @@ def anyio_backend(request: pytest.FixtureRequest) -> Any:
     return "asyncio"
 
 
+@pytest.fixture(params=["own", "redis-py"])
+def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How the lanes made during the test read their replies (module docstring)."""
+    monkeypatch.setattr(Lane, "reads_own_replies", request.param == "own")
+    return str(request.param)
+
+
 @pytest.fixture(params=["plain", "tls"])
-def server(request: pytest.FixtureRequest) -> RedisServer:
-    """Each lane test runs over plain TCP and over TLS (``rediss://``)."""
+def server(request: pytest.FixtureRequest, read_path: str) -> RedisServer:
+    """Each lane test runs over plain TCP and over TLS (``rediss://``), on both read paths."""
     name = "redis_server" if request.param == "plain" else "tls_server"
     server: RedisServer = request.getfixturevalue(name)
     return server
@@ -240,16 +254,42 @@ async def test_aclose_closes_the_lane_connection(named: vr.Client, server: Redis
 # -- the direct read path (_Wire): redis-py connects, the lane reads its own replies --
 
 
-async def test_a_url_clients_lane_reads_its_replies_itself(named: vr.Client, anyio_backend: Any) -> None:
+async def test_a_url_clients_lane_reads_its_replies_itself(
+    named: vr.Client, anyio_backend: Any, read_path: str
+) -> None:
     """On the redis-py this project is tested with, the takeover applies (else it is only slower)."""
     on_uvloop = type(asyncio.get_running_loop()).__module__.startswith("uvloop")
     assert on_uvloop == (anyio_backend != "asyncio")  # the loop parametrization is real
     await named.queue(f"t-{uuid.uuid4().hex[:8]}").enqueue(Echo(text="x"))
     lane = named.enqueue_lane()
-    assert lane is not None and lane.direct
+    assert lane is not None and lane.direct == (read_path == "own")  # the read_path switch is real
 
 
-async def test_calls_spanning_many_socket_timeouts_do_not_time_out(server: RedisServer) -> None:
+async def test_a_lane_on_decoded_replies_reads_through_redis_py(server: RedisServer, read_path: str) -> None:
+    """How the fallback is chosen without the switch: a connection whose replies redis-py decodes.
+
+    ``_Wire`` hands on hiredis's bytes; a lane over a caller's
+    ``decode_responses=True`` pool must leave the replies to redis-py.
+    """
+    r = aioredis.Redis.from_url(server.url_with(), decode_responses=True)
+    lane = Lane.for_redis(r)
+    assert lane is not None
+    client = vr.Client.from_url(server.url_with())
+    script = client.scripts["enqueue"]
+    try:
+        with pytest.raises(ResponseError):  # no keys: enqueue.lua refuses (an error reply, raised)
+            await lane.script(script, [], [])
+        assert not lane.direct and lane._conn.is_connected  # an error reply leaves it in step
+        assert await lane._round_trip("ECHO", "décodé") == "décodé"
+    finally:
+        await lane.aclose()
+        await r.aclose()
+        await client.aclose()
+
+
+async def test_calls_spanning_many_socket_timeouts_do_not_time_out(
+    server: RedisServer, read_path: str
+) -> None:
     """One timer serves every call: each call's own deadline counts, never the first one's."""
     client = vr.Client.from_url(server.url_with(socket_timeout=0.05))
     try:
@@ -261,7 +301,7 @@ async def test_calls_spanning_many_socket_timeouts_do_not_time_out(server: Redis
                 await q.enqueue(Echo(text=str(n)))
                 n += 1  # back to back: a call is in flight when the timer fires
         lane = client.enqueue_lane()
-        assert lane is not None and lane.direct
+        assert lane is not None and lane.direct == (read_path == "own")
         assert (await q.stats()).eligible == n
     finally:
         await client.aclose()
@@ -290,22 +330,32 @@ async def test_a_health_check_pings_an_idle_lane_before_the_next_call(server: Re
         await admin.aclose()
 
 
-async def test_resp3_push_messages_on_the_lane_are_not_taken_for_replies(named: vr.Client) -> None:
+async def test_resp3_push_messages_on_the_lane_are_not_taken_for_replies(
+    server: RedisServer, read_path: str
+) -> None:
     """Invalidation pushes (CLIENT TRACKING BCAST) arrive on the lane mid-call; replies still match."""
-    q = named.queue(f"t-{uuid.uuid4().hex[:8]}")
-    await q.enqueue(Echo(text="warm"))
-    lane = named.enqueue_lane()
-    assert lane is not None and lane.direct
-    conn = lane._conn
-    assert str(conn.protocol) == "3"  # redis-py's default here: pushes can arrive
-    assert await lane._send(b"".join(conn.pack_command("CLIENT", "TRACKING", "ON", "BCAST"))) == b"OK"
-    wire = lane._wire
-    ids = [await q.enqueue(Echo(text=str(i))) for i in range(20)]  # each write pushes an invalidation
-    await anyio.sleep(0.05)  # and some arrive between calls
-    ids.append(await q.enqueue(Echo(text="last")))
-    assert lane._wire is wire and not wire.unusable  # the same connection throughout
-    for job_id in ids:
-        assert (await q.get(job_id)) is not None
+    client = vr.Client.from_url(server.url_with(protocol=3))  # RESP3: pushes can arrive
+    try:
+        q = client.queue(f"t-{uuid.uuid4().hex[:8]}")
+        await q.enqueue(Echo(text="warm"))
+        lane = client.enqueue_lane()
+        assert lane is not None and lane.direct == (read_path == "own")
+        conn = lane._conn
+        assert str(conn.protocol) == "3"
+        assert await lane._round_trip("CLIENT", "TRACKING", "ON", "BCAST") in (b"OK", "OK", True)
+        wire = lane._wire
+        ids = [await q.enqueue(Echo(text=str(i))) for i in range(20)]  # each write pushes an invalidation
+        await anyio.sleep(0.05)  # and some arrive between calls
+        ids.append(await q.enqueue(Echo(text="last")))
+        if wire is not None:
+            assert lane._wire is wire and not wire.unusable  # the same connection throughout
+        # (Through redis-py, a push left unread between calls makes the lane
+        # replace the connection before the next call, as the pool would.)
+        assert len(set(ids)) == 21
+        for job_id in ids:
+            assert (await q.get(job_id)) is not None
+    finally:
+        await client.aclose()
 
 
 class _Transport(asyncio.Transport):
@@ -330,7 +380,9 @@ class _Previous(asyncio.Protocol):
 
 def _wire() -> tuple[_Wire, _Previous]:
     prev = _Previous()
-    return _Wire(_Transport(), prev, lambda msg: ResponseError(msg)), prev
+    wire = _Wire(_Transport(), lambda msg: ResponseError(msg))
+    wire.previous = prev
+    return wire, prev
 
 
 async def test_wire_matches_one_reply_to_one_call_and_distrusts_the_rest() -> None:

@@ -30,7 +30,8 @@ the holder, WATCH + reads, MULTI/EVALSHA/EXEC. Redis runs one connection's
 commands in order, so the WATCH still precedes the reads and any later change
 to the hash fails the EXEC. Redis Cluster keeps redis-py's own path, one round
 trip per WATCH and read (five in all): its transaction pipeline keeps the
-WATCH state (slot, node, connection) in private attributes.
+WATCH state (slot, node, connection) in private attributes. What the one-write
+WATCH relies on in redis-py is in ``_transport/redispy.py``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from .._model.enums import Priority
 from .._model.errors import MergeConflictError, PayloadTooLarge, TaskDefinitionError
 from .._model.records import ENQUEUED_FIELDS, LazyJournal, journal_from
 from .._model.task import Merge, Pending, Task
+from .._transport.redispy import forget_watch, pin_connection, pipeline_reply
 
 if TYPE_CHECKING:
     from .._store.prepare import Prepared
@@ -242,23 +244,18 @@ async def _watch_and_read(pipe: Any, key: str, *reads: tuple[str, ...]) -> list[
         # A cluster pipeline: redis-py runs each command as it comes.
         await pipe.watch(key)
         return [await pipe.execute_command(*read) for read in reads]
-    pool: Any = pipe.connection_pool
-    try:
-        acquire = pool.get_connection()
-    except TypeError:  # redis-py < 5.3 requires the command's name (later ones warn if given it)
-        acquire = pool.get_connection("WATCH")
-    conn = pipe.connection = await acquire
+    conn = await pin_connection(pipe)
     try:
         await conn.send_packed_command(conn.pack_commands([("WATCH", key), *reads]))
         # The pipeline's own parse_response: redis-py's reply callbacks (a dict
         # for HGETALL), and WATCH's reply marks the pipeline as watching.
-        await pipe.parse_response(conn, "WATCH")
-        return [await pipe.parse_response(conn, read[0]) for read in reads]
+        await pipeline_reply(pipe, conn, "WATCH")
+        return [await pipeline_reply(pipe, conn, read[0]) for read in reads]
     except BaseException:
         # A reply may be left unread (an error reply, a cancellation): the
         # connection must not go back to the pool as it is. Closing it also
         # ends the WATCH, so reset() has nothing to send.
-        pipe.watching = False
+        forget_watch(pipe)
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             await conn.disconnect()
         raise

@@ -46,6 +46,7 @@ from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.prepare import prepare
 from .._store.scripts import Script, ScriptArg
+from .._transport.redispy import pooled_sync_connection
 from .client import Client, Queue
 from .ops import QueueStats
 
@@ -110,7 +111,7 @@ def _run_script(direct: redis.Redis, script: Script, keys: list[str], args: list
     call raises, so a lost reply never creates a job twice (docs/guarantees.md).
     """
     pool = direct.connection_pool
-    conn: Any = pool.get_connection()
+    conn: Any = pooled_sync_connection(pool)
     try:
         try:
             conn.send_packed_command([_pack("EVALSHA", script.sha, len(keys), *keys, *args)])

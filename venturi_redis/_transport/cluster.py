@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .._model.errors import ConfigurationError
+from .redispy import cluster_uninitialized, is_cut_connection
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
@@ -107,7 +108,7 @@ _CLASS: Any = None
 def _cluster_class() -> Any:
     """``RedisCluster`` that learns the slot map before routing its first command.
 
-    redis-py 8.1's async ``RedisCluster.execute_command`` decides how to route a
+    redis-py 8's async ``RedisCluster.execute_command`` decides how to route a
     command *before* it initializes: on a fresh client (no default node yet) it
     treats even a keyed EVALSHA as keyless and sends it to an arbitrary node.
     Sequentially that costs one MOVED; with many coroutines starting at once
@@ -141,18 +142,18 @@ def _cluster_class() -> Any:
                 try:
                     return await super().execute(*args, **kwargs)
                 except AttributeError as exc:
-                    if "NoneType" not in str(exc):
+                    if not is_cut_connection(exc):
                         raise
                     raise cut("a pipeline", exc) from exc
 
         class _InitializedCluster(RedisCluster):
             async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-                if self._initialize:
+                if cluster_uninitialized(self):
                     await self.initialize()
                 try:
                     return await super().execute_command(*args, **kwargs)
                 except AttributeError as exc:
-                    if "NoneType" not in str(exc):
+                    if not is_cut_connection(exc):
                         raise
                     raise cut(repr(args[0]), exc) from exc
 

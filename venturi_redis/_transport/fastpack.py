@@ -16,6 +16,8 @@ from redis.asyncio.connection import Connection, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .redispy import stream_writer
+
 _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
     from hiredis import pack_command as _hiredis_pack
@@ -59,7 +61,7 @@ class _FastPack(Connection):
         the drain wait, under the same timeout. Everything else (connecting,
         health checks, errors) is redis-py's own path.
         """
-        writer = self._writer
+        writer = stream_writer(self)
         if writer is None or not self.is_connected or not self.socket_timeout or not self._direct_write:
             return await super().send_packed_command(command, check_health)
         if check_health and self.health_check_interval:
@@ -94,7 +96,7 @@ class _FastPack(Connection):
         outlive a connection that is given up. ``abort`` closes it now, and
         the rest of a half-sent command never reaches the server.
         """
-        writer = self._writer
+        writer = stream_writer(self)
         if nowait and writer is not None:
             writer.transport.abort()
         await super().disconnect(nowait, *args, **kwargs)

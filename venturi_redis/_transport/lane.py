@@ -32,10 +32,13 @@ Over TLS the lane's protocol takes the place of the stream protocol above
 the TLS layer (``set_protocol`` on the TLS transport), so it reads the
 decrypted replies the same way; on uvloop, whose transports have the same
 methods without subclassing asyncio's, likewise. Where the takeover does
-not apply (decoded replies, RESP3 with a hiredis older than 3.2 (whose push
-messages look like replies), or a redis-py whose connection lacks the
-stream it needs), the lane sends on redis-py's connection as before
-(``send_packed_command``, ``read_response``): slower, the same behaviour.
+not apply (decoded replies, a transport without ``set_protocol``, or a
+redis-py whose connection no longer has what ``redispy.handshaken_transport``
+relies on), or with ``Lane.reads_own_replies`` off, the lane sends on
+redis-py's connection as before (``send_packed_command``,
+``read_response``): slower, the same behaviour; tests/test_lane.py runs
+every lane test both ways. Every private part of redis-py or asyncio the
+lane relies on is reached through ``redispy.py``, the transport's fence.
 
 A call that finds the lane busy (another queue's enqueue in flight) takes the
 pool as before. Only ``Client.from_url`` makes a lane, where the client owns
@@ -61,10 +64,11 @@ from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._store.scripts import Script, ScriptArg
+from . import redispy
 
 _PING = b"*1\r\n$4\r\nPING\r\n"
-# RESP3 push messages, which hiredis >= 3.2 parses into their own type (None before).
-_PUSH: type | None = getattr(hiredis, "PushNotification", None)
+# RESP3 push messages, which hiredis parses into their own type (3.2 and later; the floor).
+_PUSH = hiredis.PushNotification
 
 
 def _swappable(transport: Any) -> bool:
@@ -87,21 +91,20 @@ class _Wire(asyncio.Protocol):
     redis-py's ``disconnect`` (which waits for it) closes it as usual.
     """
 
-    def __init__(
-        self, transport: asyncio.Transport, previous: asyncio.BaseProtocol, parse_error: Any
-    ) -> None:
+    def __init__(self, transport: asyncio.Transport, parse_error: Any) -> None:
         self.transport = transport
-        self._previous = previous
-        self._reader = hiredis.Reader(protocolError=InvalidResponse, replyError=parse_error)
+        # The stream protocol it took the place of (redispy.swap_protocol).
+        self.previous: asyncio.BaseProtocol | None = None
+        self._replies = hiredis.Reader(protocolError=InvalidResponse, replyError=parse_error)
         self.waiter: asyncio.Future[Any] | None = None
         # Closed by the server, or sent bytes nobody asked for: not to be used again.
         self.unusable = False
 
     def data_received(self, data: bytes) -> None:
         try:
-            self._reader.feed(data)
-            while (reply := self._reader.gets()) is not False:
-                if _PUSH is not None and isinstance(reply, _PUSH):
+            self._replies.feed(data)
+            while (reply := self._replies.gets()) is not False:
+                if isinstance(reply, _PUSH):
                     continue  # RESP3 out-of-band data (redis-py logs and drops it too)
                 waiter, self.waiter = self.waiter, None
                 if waiter is None:  # a reply nobody asked for: the stream is out of step
@@ -123,7 +126,8 @@ class _Wire(asyncio.Protocol):
         waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(RedisConnectionError(f"Connection closed by server or lost: {exc}"))
-        self._previous.connection_lost(exc)
+        if self.previous is not None:
+            self.previous.connection_lost(exc)
 
     def pause_writing(self) -> None:
         # The transport buffers what the socket does not take; the call's
@@ -142,10 +146,14 @@ class Lane:
 
     __slots__ = ("_conn", "_deadline", "_stale", "_timeout", "_timer", "_wire", "busy")
 
+    # False: never take the transport over, always read through redis-py (the
+    # fallback path; the tests and benchmarks/enqueue_variants.py run it so).
+    reads_own_replies = True
+
     def __init__(self, conn: AbstractConnection) -> None:
         self._conn = conn
-        # Unread data, or closed by the server: redis-py 8 renamed the check.
-        self._stale = getattr(conn, "can_read", None) or conn.can_read_destructive
+        # Unread data, or closed by the server.
+        self._stale = redispy.stale_check(conn)
         self._wire: _Wire | None = None
         timeout = getattr(conn, "socket_timeout", None)
         self._timeout: float | None = float(timeout) if timeout else None
@@ -161,7 +169,7 @@ class Lane:
         pool = redis.connection_pool
         if type(pool) is not ConnectionPool:
             return None
-        return cls(pool.make_connection())  # type: ignore[no-untyped-call]
+        return cls(redispy.unpooled_connection(pool))
 
     @property
     def direct(self) -> bool:
@@ -193,10 +201,7 @@ class Lane:
         wire = self._wire
         if wire is not None:
             if not wire.unusable and conn.is_connected:
-                if (
-                    not conn.health_check_interval
-                    or asyncio.get_running_loop().time() < conn.next_health_check
-                ):
+                if not redispy.health_check_due(conn, asyncio.get_running_loop().time()):
                     return
                 try:
                     await self._send(_PING)
@@ -220,25 +225,16 @@ class Lane:
             raise
         self._wire = self._take_over(conn)
 
-    @staticmethod
-    def _take_over(conn: AbstractConnection) -> _Wire | None:
+    def _take_over(self, conn: AbstractConnection) -> _Wire | None:
         """Put a ``_Wire`` on the connection's transport, where that is safe (else None)."""
-        reader = getattr(conn, "_reader", None)
-        writer = getattr(conn, "_writer", None)
-        parser = getattr(conn, "_parser", None)
-        if not isinstance(reader, asyncio.StreamReader) or not isinstance(writer, asyncio.StreamWriter):
+        if not self.reads_own_replies:
             return None
-        transport = writer.transport
-        if (
-            conn.encoder.decode_responses
-            or (str(getattr(conn, "protocol", 2) or 2) != "2" and _PUSH is None)
-            or not _swappable(transport)
-            or not hasattr(parser, "parse_error")
-            or getattr(reader, "_buffer", b"")  # unread bytes after the handshake
-        ):
+        stream = redispy.handshaken_transport(conn)
+        if stream is None or conn.encoder.decode_responses or not _swappable(stream[0]):
             return None
-        wire = _Wire(transport, transport.get_protocol(), parser.parse_error)  # type: ignore[arg-type, union-attr]
-        transport.set_protocol(wire)
+        transport, parse_error = stream
+        wire = _Wire(transport, parse_error)
+        wire.previous = redispy.swap_protocol(transport, wire)
         return wire
 
     async def _round_trip(self, *command: Any) -> Any:
@@ -268,8 +264,7 @@ class Lane:
             # connection is unusable, and the call is never resent.
             await self._drop()
             raise
-        if self._conn.health_check_interval:
-            self._conn.next_health_check = loop.time() + self._conn.health_check_interval
+        redispy.health_checked(self._conn, loop.time())
         if isinstance(reply, ResponseError):
             raise reply
         return reply

@@ -32,6 +32,7 @@ from .._producer import ops as _ops
 from .._producer.client import Client, Queue
 from .._store.scripts import ScriptArg
 from .._transport.cluster import is_cluster
+from .._transport.redispy import unpooled_connection
 from .context import Context
 
 if TYPE_CHECKING:
@@ -342,11 +343,10 @@ class _Runner:
         q = self.queue
         conn = self._conn
         if conn is None:
-            conn = self._conn = q.client.redis.connection_pool.make_connection()
             # The deadline below bounds the whole exchange instead. (redis-py's
             # per-read timeout is no use here: when it expires, read_response
             # returns None, which is also BLPOP's reply when it times out.)
-            conn.socket_timeout = None
+            conn = self._conn = unpooled_connection(q.client.redis.connection_pool, untimed=True)
         keys = [*q.keys.claim, self.stop_key]
         commands = [
             ("BLPOP", q.keys.wake, self.stop_key, f"{block:.3f}"),

@@ -1,0 +1,220 @@
+"""The fence: every use of redis-py's (and asyncio's) private parts, in one place.
+
+The speed work (the enqueue lane, hiredis packing, the blocking direct
+enqueue, a claim pipelined behind its BLPOP, the dedup merge's one-write
+WATCH) and two cluster workarounds reach below redis-py's documented API.
+Each such reach is a function here, and nowhere else, with a comment naming
+what it relies on: the attribute or method, and the redis-py releases it was
+checked on. ``tests/test_redispy.py`` checks each assumption against the
+installed redis-py, and ``.ci/run`` runs it (with the contract suite) on the
+oldest and the newest release ``pyproject.toml`` allows, so a release that
+moves one of them fails there, not in production.
+
+Checked on: redis-py 8.2.0 with hiredis 3.2.0 and 3.5.0 (the pin is
+``redis[hiredis]>=8.2,<9``; redis-py 8.2 requires hiredis 3.2 or later).
+Why not older: docs/operations.md, "Supported redis-py". The version ranges
+quoted below say where each assumption holds as far as it was looked up;
+only the pinned range is tested.
+
+Everything else the package does with redis-py goes through its public API
+(``execute_command``, pipelines, ``send_packed_command`` / ``read_response``,
+``pack_command``, ``make_connection``), which these notes do not repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+# -- redis.asyncio connections -------------------------------------------------
+
+
+def stream_writer(conn: Any) -> asyncio.StreamWriter | None:
+    """The ``asyncio.StreamWriter`` of a connected ``redis.asyncio`` connection, else None.
+
+    Relies on ``AbstractConnection._writer`` (redis-py 4.2 to 8.2: set by
+    ``connect``, None again after ``disconnect``). Used by the hiredis-packed
+    connection (fastpack.py) to write without ``asyncio.wait_for`` and to
+    abort a connection it gives up on.
+    """
+    writer = getattr(conn, "_writer", None)
+    return writer if isinstance(writer, asyncio.StreamWriter) else None
+
+
+def handshaken_transport(conn: Any) -> tuple[Any, Callable[[Any], Exception]] | None:
+    """The transport under a freshly connected ``redis.asyncio`` connection, and its error mapper.
+
+    For the enqueue lane's take-over (lane.py): returns None, and the lane
+    reads through redis-py, unless everything it relies on is there:
+
+    - ``AbstractConnection._reader`` / ``_writer``: the ``StreamReader`` and
+      ``StreamWriter`` redis-py reads and writes through (4.2 to 8.2);
+    - ``AbstractConnection._parser.parse_error``: the classmethod turning an
+      error reply's text into redis-py's exception class (``NoScriptError``,
+      ``ResponseError``, ...) (``BaseParser.parse_error``, 4.2 to 8.2);
+    - ``asyncio.StreamReader._buffer`` (CPython 3.11 to 3.13): the bytes read
+      but not consumed; after the handshake (AUTH, SELECT, HELLO,
+      CLIENT SETNAME) it must be empty, or a reply would be lost in the swap.
+    """
+    reader = getattr(conn, "_reader", None)
+    writer = getattr(conn, "_writer", None)
+    parse_error = getattr(getattr(conn, "_parser", None), "parse_error", None)
+    if not isinstance(reader, asyncio.StreamReader) or not isinstance(writer, asyncio.StreamWriter):
+        return None
+    unread: Any = getattr(reader, "_buffer", b"")
+    if not callable(parse_error) or unread:
+        return None
+    return writer.transport, parse_error
+
+
+def swap_protocol(transport: Any, protocol: asyncio.BaseProtocol) -> asyncio.BaseProtocol:
+    """Put ``protocol`` on ``transport`` in place of redis-py's stream protocol; the one it replaced.
+
+    ``get_protocol`` / ``set_protocol`` are public asyncio API (and uvloop's).
+    What is not documented is that redis-py survives it: after the swap its
+    ``StreamReader`` is never fed again, and its ``disconnect`` waits in
+    ``StreamWriter.wait_closed`` for the replaced ``StreamReaderProtocol`` to
+    hear ``connection_lost``, which the new protocol must forward (the lane's
+    ``_Wire`` does). Checked with redis-py 8.2, asyncio and uvloop, TCP and
+    TLS (tests/test_lane.py).
+    """
+    previous: asyncio.BaseProtocol = transport.get_protocol()
+    transport.set_protocol(protocol)
+    return previous
+
+
+def stale_check(conn: Any) -> Callable[[], Awaitable[bool]]:
+    """The check the pool runs on a connection before handing it out: unread data, or closed.
+
+    ``AbstractConnection.can_read`` (8.0 and later; ``can_read_destructive``
+    before, deprecated since and warning when called).
+    """
+    check: Callable[[], Awaitable[bool]] = conn.can_read
+    return check
+
+
+def health_check_due(conn: Any, now: float) -> bool:
+    """Whether ``conn`` (``health_check_interval`` set) has been idle long enough to be PINGed first.
+
+    Relies on ``AbstractConnection.next_health_check``: the event loop's time
+    after which redis-py's own ``check_health`` PINGs (-1 before the first
+    command), which redis-py moves on after each reply it reads (4.2 to 8.2).
+    """
+    return bool(conn.health_check_interval) and now >= conn.next_health_check
+
+
+def health_checked(conn: Any, now: float) -> None:
+    """A reply just came on ``conn``: its next health check is an interval from ``now``.
+
+    What redis-py's ``read_response`` does to ``next_health_check`` (see
+    ``health_check_due``), for the replies the lane reads itself.
+    """
+    if conn.health_check_interval:
+        conn.next_health_check = now + conn.health_check_interval
+
+
+def unpooled_connection(pool: Any, *, untimed: bool = False) -> Any:
+    """A new connection made by ``pool`` (same address, credentials and options), never handed out by it.
+
+    ``ConnectionPool.make_connection`` is public but undocumented (4.2 to
+    8.2). ``untimed``: no socket timeout on this connection (the caller bounds
+    its calls itself); relies on redis-py reading
+    ``AbstractConnection.socket_timeout`` at each read and write (4.2 to 8.2).
+    """
+    conn = pool.make_connection()
+    if untimed:
+        conn.socket_timeout = None
+    return conn
+
+
+# -- connection pools --------------------------------------------------------
+
+
+async def pooled_connection(pool: Any) -> Any:
+    """A connection from a ``redis.asyncio`` pool, to be given back with ``pool.release``.
+
+    ``ConnectionPool.get_connection`` required a command name before redis-py
+    5.3 and warns when given one since 6.0; here it is given none.
+    """
+    return await pool.get_connection()
+
+
+def pooled_sync_connection(pool: Any) -> Any:
+    """A connection from a blocking ``redis`` pool (``get_connection``: see ``pooled_connection``)."""
+    return pool.get_connection()
+
+
+# -- redis.asyncio pipelines (the dedup merge's WATCH) -------------------------
+
+
+async def pin_connection(pipe: Any) -> Any:
+    """Take a connection from ``pipe``'s pool and pin it to ``pipe``, as ``Pipeline.watch`` does.
+
+    Relies on ``redis.asyncio.client.Pipeline.connection``: once set,
+    ``multi()``, ``execute()`` and ``reset()`` use that connection, and
+    ``reset()`` sends UNWATCH on it and gives it back to the pool (4.2 to 8.2).
+    """
+    conn = pipe.connection = await pooled_connection(pipe.connection_pool)
+    return conn
+
+
+async def pipeline_reply(pipe: Any, conn: Any, command_name: str) -> Any:
+    """Read one reply on ``conn`` through ``pipe``'s own reply parsing.
+
+    ``Pipeline.parse_response`` (4.2 to 8.2) applies redis-py's reply
+    callbacks (a dict for HGETALL) and, for ``WATCH``, marks the pipeline as
+    watching, so that ``multi()`` and ``reset()`` behave as after ``watch()``.
+    """
+    return await pipe.parse_response(conn, command_name)
+
+
+def forget_watch(pipe: Any) -> None:
+    """Tell ``pipe`` its WATCH is gone (its connection was closed): ``reset()`` sends no UNWATCH.
+
+    ``Pipeline.watching`` (4.2 to 8.2).
+    """
+    pipe.watching = False
+
+
+# -- redis.asyncio.cluster -----------------------------------------------------
+
+
+def cluster_uninitialized(client: Any) -> bool:
+    """Whether the async ``RedisCluster`` has not learnt its slot map yet (or must learn it again).
+
+    ``RedisCluster._initialize`` (5.0 to 8.2): True until ``initialize()``
+    has run, and set again by the error paths that need a refresh.
+    """
+    return bool(client._initialize)
+
+
+def is_cut_connection(exc: AttributeError) -> bool:
+    """Whether ``exc`` is how redis-py's async cluster fails a command whose connection it closed.
+
+    When the cluster client resets itself (every ``reinitialize_steps``
+    MOVEDs, or on CLUSTERDOWN) it closes the connections other coroutines are
+    using; their commands then fail deep in redis-py with
+    ``AttributeError: 'NoneType' object has no attribute 'writelines'`` (or
+    ``read``...), the connection's ``_writer`` / ``_reader`` being None
+    (8.1 and 8.2). Recognised by that text alone: there is nothing else.
+    """
+    return "NoneType" in str(exc)
+
+
+__all__ = [
+    "cluster_uninitialized",
+    "forget_watch",
+    "handshaken_transport",
+    "health_check_due",
+    "health_checked",
+    "is_cut_connection",
+    "pin_connection",
+    "pipeline_reply",
+    "pooled_connection",
+    "pooled_sync_connection",
+    "stale_check",
+    "stream_writer",
+    "swap_protocol",
+    "unpooled_connection",
+]
