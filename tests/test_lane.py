@@ -4,12 +4,13 @@ It must change speed only: a stale connection is replaced before anything is
 sent, an error or cancellation drops the connection and nothing is resent,
 NOSCRIPT is recovered, and a busy lane leaves the call to the pool.
 
-Each test that runs the lane runs both of its read paths (``read_path``): its
+The lane's behaviour is tested on both of its read paths (``read_path``): its
 own protocol on the transport (``_Wire``, the path a ``Client.from_url`` takes
 on the redis-py and hiredis this project pins), and reading through redis-py
 (``send_packed_command``, ``read_response``), which a connection the takeover
-does not apply to takes (decoded replies, RESP3 without a hiredis that knows
-push messages, a redis-py without the stream the takeover needs).
+does not apply to takes (decoded replies, a redis-py without what the
+takeover relies on, _transport/redispy.py). Only the one-timer deadline and
+``_Wire`` itself are the own path's alone.
 """
 
 from __future__ import annotations
@@ -54,15 +55,15 @@ def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.fixture(params=["plain", "tls"])
-def server(request: pytest.FixtureRequest, read_path: str) -> RedisServer:
-    """Each lane test runs over plain TCP and over TLS (``rediss://``), on both read paths."""
+def server(request: pytest.FixtureRequest) -> RedisServer:
+    """Each lane test runs over plain TCP and over TLS (``rediss://``)."""
     name = "redis_server" if request.param == "plain" else "tls_server"
     server: RedisServer = request.getfixturevalue(name)
     return server
 
 
 @pytest.fixture
-async def named(server: RedisServer) -> AsyncIterator[vr.Client]:
+async def named(server: RedisServer, read_path: str) -> AsyncIterator[vr.Client]:
     """A client whose connections carry a name of their own, to find them in CLIENT LIST."""
     name = f"lane-{uuid.uuid4().hex[:8]}"
     c = vr.Client.from_url(server.url_with(client_name=name))
@@ -162,7 +163,7 @@ async def test_noscript_on_the_lane_runs_the_source(
 
 
 async def test_a_silent_connection_times_out_drops_the_lane_and_resends_nothing(
-    server: RedisServer,
+    server: RedisServer, read_path: str
 ) -> None:
     proxy = await Proxy(server.port).start()
     client = vr.Client.from_url(server.url_with(proxy.port, socket_timeout=0.5))
@@ -196,7 +197,7 @@ async def _pending_ids(client: vr.Client, name: str) -> list[str]:
     return ids
 
 
-async def test_a_cancelled_enqueue_drops_the_lane_connection(server: RedisServer) -> None:
+async def test_a_cancelled_enqueue_drops_the_lane_connection(server: RedisServer, read_path: str) -> None:
     proxy = await Proxy(server.port).start()
     client = vr.Client.from_url(server.url_with(proxy.port))
     try:
@@ -265,7 +266,7 @@ async def test_a_url_clients_lane_reads_its_replies_itself(
     assert lane is not None and lane.direct == (read_path == "own")  # the read_path switch is real
 
 
-async def test_a_lane_on_decoded_replies_reads_through_redis_py(server: RedisServer, read_path: str) -> None:
+async def test_a_lane_on_decoded_replies_reads_through_redis_py(server: RedisServer) -> None:
     """How the fallback is chosen without the switch: a connection whose replies redis-py decodes.
 
     ``_Wire`` hands on hiredis's bytes; a lane over a caller's
@@ -287,10 +288,11 @@ async def test_a_lane_on_decoded_replies_reads_through_redis_py(server: RedisSer
         await client.aclose()
 
 
-async def test_calls_spanning_many_socket_timeouts_do_not_time_out(
-    server: RedisServer, read_path: str
-) -> None:
-    """One timer serves every call: each call's own deadline counts, never the first one's."""
+async def test_calls_spanning_many_socket_timeouts_do_not_time_out(server: RedisServer) -> None:
+    """One timer serves every call: each call's own deadline counts, never the first one's.
+
+    The lane's own read path only: through redis-py each read has a timeout of its own.
+    """
     client = vr.Client.from_url(server.url_with(socket_timeout=0.05))
     try:
         q = client.queue(f"t-{uuid.uuid4().hex[:8]}")
@@ -301,13 +303,15 @@ async def test_calls_spanning_many_socket_timeouts_do_not_time_out(
                 await q.enqueue(Echo(text=str(n)))
                 n += 1  # back to back: a call is in flight when the timer fires
         lane = client.enqueue_lane()
-        assert lane is not None and lane.direct == (read_path == "own")
+        assert lane is not None and lane.direct
         assert (await q.stats()).eligible == n
     finally:
         await client.aclose()
 
 
-async def test_a_health_check_pings_an_idle_lane_before_the_next_call(server: RedisServer) -> None:
+async def test_a_health_check_pings_an_idle_lane_before_the_next_call(
+    server: RedisServer, read_path: str
+) -> None:
     name = f"lane-{uuid.uuid4().hex[:8]}"
     client = vr.Client.from_url(server.url_with(health_check_interval=1, client_name=name))
     admin = aioredis.Redis.from_url(server.url)
