@@ -105,7 +105,6 @@ async def test_the_health_check_clock_is_redis_pys(conn: Connection) -> None:
     assert redispy.health_check_due(conn, loop.time() + 31)
     redispy.health_checked(conn, loop.time() + 100)
     assert not redispy.health_check_due(conn, loop.time() + 120)
-    assert not redispy.health_check_due(Connection(health_check_interval=0), loop.time())
 
 
 async def test_connections_from_a_pool_and_beside_it(redis_server: RedisServer) -> None:

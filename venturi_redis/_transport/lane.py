@@ -37,7 +37,7 @@ redis-py whose connection no longer has what ``redispy.handshaken_transport``
 relies on), or with ``Lane.reads_own_replies`` off, the lane sends on
 redis-py's connection as before (``send_packed_command``,
 ``read_response``): slower, the same behaviour; tests/test_lane.py runs
-every lane test both ways. Every private part of redis-py or asyncio the
+the lane's tests both ways. Every private part of redis-py or asyncio the
 lane relies on is reached through ``redispy.py``, the transport's fence.
 
 A call that finds the lane busy (another queue's enqueue in flight) takes the
@@ -201,7 +201,9 @@ class Lane:
         wire = self._wire
         if wire is not None:
             if not wire.unusable and conn.is_connected:
-                if not redispy.health_check_due(conn, asyncio.get_running_loop().time()):
+                if not conn.health_check_interval or not redispy.health_check_due(
+                    conn, asyncio.get_running_loop().time()
+                ):
                     return
                 try:
                     await self._send(_PING)
@@ -264,7 +266,8 @@ class Lane:
             # connection is unusable, and the call is never resent.
             await self._drop()
             raise
-        redispy.health_checked(self._conn, loop.time())
+        if self._conn.health_check_interval:
+            redispy.health_checked(self._conn, loop.time())
         if isinstance(reply, ResponseError):
             raise reply
         return reply

@@ -95,13 +95,14 @@ def stale_check(conn: Any) -> Callable[[], Awaitable[bool]]:
 
 
 def health_check_due(conn: Any, now: float) -> bool:
-    """Whether ``conn`` (``health_check_interval`` set) has been idle long enough to be PINGed first.
+    """Whether ``conn`` has been idle long enough to be PINGed first (its ``health_check_interval`` set).
 
     Relies on ``AbstractConnection.next_health_check``: the event loop's time
     after which redis-py's own ``check_health`` PINGs (-1 before the first
     command), which redis-py moves on after each reply it reads (4.2 to 8.2).
+    The caller checks the public ``health_check_interval`` first (0: never).
     """
-    return bool(conn.health_check_interval) and now >= conn.next_health_check
+    return bool(now >= conn.next_health_check)
 
 
 def health_checked(conn: Any, now: float) -> None:
@@ -110,8 +111,7 @@ def health_checked(conn: Any, now: float) -> None:
     What redis-py's ``read_response`` does to ``next_health_check`` (see
     ``health_check_due``), for the replies the lane reads itself.
     """
-    if conn.health_check_interval:
-        conn.next_health_check = now + conn.health_check_interval
+    conn.next_health_check = now + conn.health_check_interval
 
 
 def unpooled_connection(pool: Any, *, untimed: bool = False) -> Any:
