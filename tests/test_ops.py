@@ -12,6 +12,7 @@ from tests.helpers import drain, events, make_worker
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob, Steps, StepsJob
 from venturi_redis._producer import ops as _ops
+from venturi_redis._producer import server as _server
 
 pytestmark = pytest.mark.anyio
 
@@ -397,7 +398,7 @@ async def test_worker_refuses_an_evicting_server_unless_told() -> None:
 async def test_worker_refuses_a_server_below_the_minimum_version(
     redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_ops, "MIN_REDIS_VERSION", (99, 0, 0))
+    monkeypatch.setattr(_server, "MIN_REDIS_VERSION", (99, 0, 0))
     async with vr.Client.from_url(redis_server.url) as c:
         worker = make_worker(c.queue("old"), EchoJob)
         with pytest.raises(vr.ConfigurationError, match=r"needs Redis 99\.0\.0 or newer"):
@@ -405,17 +406,17 @@ async def test_worker_refuses_a_server_below_the_minimum_version(
 
 
 async def test_memory_backend_passes_the_checks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_ops, "MIN_REDIS_VERSION", (99, 0, 0))
+    monkeypatch.setattr(_server, "MIN_REDIS_VERSION", (99, 0, 0))
     async with vr.Client.from_url("memory://checks") as c:
-        await _ops.check_server(c)
+        await _server.check_server(c)
 
 
 async def test_unreadable_policy_is_refused_with_the_override_named() -> None:
     with RedisServer("--rename-command", "CONFIG", "") as server:
         async with vr.Client.from_url(server.url) as c:
             with pytest.raises(vr.ConfigurationError, match="check_eviction_policy=False"):
-                await _ops.check_server(c)
-            await _ops.check_server(c, eviction_policy=False)
+                await _server.check_server(c)
+            await _server.check_server(c, eviction_policy=False)
 
 
 # -- observer ---------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ from ._model.records import JobInfo, JournalEntry
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.client import Client, Queue
 from ._producer.offload import OffloadFunction, offload
-from ._producer.ops import QueueStats, Retention
+from ._producer.ops import Retention
+from ._producer.reads import QueueStats
 from ._producer.results import (
     OffloadHandle,
     OffloadNotFound,

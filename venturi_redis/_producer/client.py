@@ -25,10 +25,12 @@ from .._store.prepare import ENQUEUE_CHUNK, Prepared, prepare, prepare_many
 from .._store.scripts import ScriptArg, ScriptSet, scripts
 from .._transport.durable import Durability, DurableRedis, NotDurableError, as_durability
 from .._transport.lane import Lane
+from . import ops as _ops
+from . import reads as _reads
 from .coalesce import Coalescer
 
 if TYPE_CHECKING:
-    from .ops import QueueStats
+    from .reads import QueueStats
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of encoded payload (or carry) per job
 
@@ -480,59 +482,43 @@ class Queue:
         )
         return int(res)
 
-    # -- operations (issue 5): thin delegations to _ops.py; the CLI calls these -----
+    # -- operations: thin delegations to reads.py and ops.py; the CLI calls these -----
 
     async def stats(self) -> QueueStats:
         """Counts per state and priority, lag and completions in the last minute."""
-        from . import ops as _ops
-
-        return await _ops.stats(self)
+        return await _reads.stats(self)
 
     async def list_jobs(
         self, *, state: JobState | str | None = None, kind: str | None = None, limit: int = 50
     ) -> list[JobInfo]:
-        """Jobs read from the index zsets, optionally of one state and KIND (see ``_ops.list_jobs``)."""
-        from . import ops as _ops
-
-        return await _ops.list_jobs(self, state=state, kind=kind, limit=limit)
+        """Jobs read from the index zsets, optionally of one state and KIND (see ``reads.list_jobs``)."""
+        return await _reads.list_jobs(self, state=state, kind=kind, limit=limit)
 
     async def retry(self, job_id: str) -> bool:
         """Move a dead job back to pending with its failures reset; False if it is not dead."""
-        from . import ops as _ops
-
         return await _ops.retry(self, job_id)
 
     async def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]:
         """Move dead jobs (all, or of one KIND, at most ``limit``) back to pending; returns their ids."""
-        from . import ops as _ops
-
         return await _ops.retry_dead(self, kind=kind, limit=limit)
 
     async def cancel(self, job_id: str) -> str:
         """Cancel a job: ``"cancelled"`` (it was pending or suspended), ``"requested"``
         (it is running: its handler is asked to stop and the run ends cancelled),
         ``"not_found"`` or ``"finished"`` (nothing done)."""
-        from . import ops as _ops
-
         result, _ = await _ops.cancel(self, job_id)
         return result
 
     async def pause(self) -> None:
         """Pause claims on this queue (atomic; running jobs finish, enqueues still land)."""
-        from . import ops as _ops
-
         await _ops.pause(self)
 
     async def resume_queue(self) -> None:
         """Let workers claim from this queue again (and wake them)."""
-        from . import ops as _ops
-
         await _ops.resume_queue(self)
 
     async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
         """Remove finished jobs (``completed``, ``dead`` or ``cancelled``) and their journals."""
-        from . import ops as _ops
-
         return await _ops.purge(self, state, older_than=older_than)
 
 

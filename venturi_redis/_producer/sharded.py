@@ -64,7 +64,7 @@ from .._store.prepare import checked_dedup_field, prepare_many
 from .client import Client, Queue, lost_in_flight
 
 if TYPE_CHECKING:
-    from .ops import QueueStats
+    from .reads import QueueStats
 
 SLOTS = 16384
 MAX_PARTITIONS = 1024
@@ -387,7 +387,7 @@ def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:
     Counts and throughput add up; ``lag_seconds`` is the worst partition's;
     ``paused`` is true when any partition is paused (claims stop there).
     """
-    from .ops import QueueStats
+    from .reads import QueueStats
 
     if not parts:
         raise ValueError(f"sharded queue {name}: no partition stats to merge")

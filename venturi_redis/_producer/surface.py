@@ -22,7 +22,7 @@ from .._model.enums import JobState, Priority
 from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
-from .ops import QueueStats
+from .reads import QueueStats
 
 
 class QueueSurface(Protocol):

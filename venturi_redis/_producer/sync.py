@@ -48,7 +48,7 @@ from .._store.prepare import prepare
 from .._store.scripts import Script, ScriptArg
 from .._transport.redispy import pooled_sync_connection
 from .client import Client, Queue
-from .ops import QueueStats
+from .reads import QueueStats
 
 
 class _LoopThread:

@@ -48,7 +48,7 @@ from .._model.errors import ConfigurationError, LeaseLostError, PayloadError, Ta
 from .._model.outcome import UNSET, Outcome
 from .._model.redact import scrub, secret_values
 from .._model.task import NoCarry, Task
-from .._producer import ops as _ops
+from .._producer import server as _server
 from .._producer.client import Client, Queue
 from .._producer.offload import OffloadFunction
 from .._producer.ops import Retention
@@ -419,7 +419,7 @@ class Worker(Generic[StateT]):
         if self._running:
             raise ConfigurationError("this worker is already running")
         for client in {id(q.client): q.client for q in self.queues}.values():
-            await _ops.check_server(client, eviction_policy=self.check_eviction_policy)
+            await _server.check_server(client, eviction_policy=self.check_eviction_policy)
         self._running = True
         self._until_idle = until_idle
         self._stopping = False

@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.errors import ConfigurationError, VenturiError
-from .._producer import ops as _ops
+from .._producer import discovery as _discovery
 from .._producer.client import Client, Queue
 from .output import clean, hide_password
 
@@ -132,7 +132,7 @@ async def job_queue(client: Client, job_id: str, queue: str | None) -> Queue:
     """The queue of ``job_id``: the one named, else the one SCAN finds it in."""
     if queue is not None:
         return client.queue(queue)
-    name = await _ops.find_job_queue(client, job_id)
+    name = await _discovery.find_job_queue(client, job_id)
     if name is None:
         raise Fail(f"job {job_id} not found in any queue (namespace {client.namespace!r})")
     return client.queue(name)

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from .._model.enums import JobState
 from .._model.redact import redact
-from .._producer import ops as _ops
+from .._producer import discovery as _discovery
 from .._producer.client import Client
 from .._producer.sharded import grouped_stats
 from .app import (
@@ -55,7 +55,7 @@ def stats(
     """Per queue: eligible per priority, delayed, running, suspended, dead, completed, lag, throughput."""
 
     async def go(client: Client) -> int:
-        names = list(queue or []) or await _ops.discover_queues(client)
+        names = list(queue or []) or await _discovery.discover_queues(client)
         # A sharded queue's partitions show as one row (docs/cluster.md).
         rows = await grouped_stats(client, names)
         if json_out:

@@ -1,0 +1,57 @@
+"""What the Queue's helpers need of a client and a queue, as Protocols.
+
+``coalesce``, ``dedup``, ``ops`` and ``batch`` work for ``Queue`` (in
+``client.py``), which imports them; typing their arguments with these
+Protocols instead of ``Client`` and ``Queue`` keeps the imports one way
+(``client.py`` -> helpers -> this module), with no cycle hidden behind
+``TYPE_CHECKING``. ``Client`` and ``Queue`` satisfy them structurally (mypy
+checks it wherever a ``Queue`` is passed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .._store.keys import QueueKeys
+from .._store.scripts import ScriptSet
+from .._transport.lane import Lane
+
+
+class ClientLike(Protocol):
+    """The parts of a ``Client`` the helpers use: the connection, the scripts, the clock."""
+
+    @property
+    def redis(self) -> Any: ...
+
+    @property
+    def scripts(self) -> ScriptSet: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+    @property
+    def clock(self) -> Callable[[], int] | None: ...
+
+    @property
+    def url(self) -> str: ...
+
+    def now_arg(self) -> str: ...
+
+    def enqueue_lane(self) -> Lane | None: ...
+
+
+class QueueLike(Protocol):
+    """The parts of a ``Queue`` the helpers use: its client, its keys, its name."""
+
+    @property
+    def client(self) -> ClientLike: ...
+
+    @property
+    def keys(self) -> QueueKeys: ...
+
+    @property
+    def name(self) -> str: ...

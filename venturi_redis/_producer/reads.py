@@ -1,0 +1,205 @@
+"""Reading a queue: ``QueueStats`` and ``stats``, ``list_jobs``, the server's clock.
+
+The ``Queue`` methods of the same names (and the CLI's ``stats`` and ``jobs``)
+call these. Reads only, pipelines of plain commands anyone can repeat with
+``redis-cli`` (docs/redis-layout.md); writes are ``ops.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .._model.enums import PRIORITIES_HIGH_FIRST, JobState
+from .._model.errors import ConfigurationError
+from .._model.records import JobInfo, ms_to_dt
+
+if TYPE_CHECKING:
+    from .base import ClientLike, QueueLike
+
+
+_PAGE = 200
+
+
+def _atomic_pipeline(client: ClientLike) -> Any:
+    """A MULTI pipeline; on Redis Cluster a plain one (every key of a queue is
+    in one slot, but a cluster client pipelines without MULTI)."""
+    clustered = hasattr(client.redis, "nodes_manager")
+    return client.redis.pipeline(transaction=not clustered)
+
+
+def _text(value: Any) -> str:
+    if value is None or value is False:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue at one instant (read in a single MULTI, so the numbers agree).
+
+    Attributes:
+        queue: The queue name.
+        paused: Whether claims are paused (``queue.pause()``).
+        pending: Jobs eligible now, per priority label, highest first.
+        delayed: Pending jobs eligible later (delayed, retry backoff, paused runs).
+        running: Jobs holding a lease.
+        suspended: Jobs waiting for ``queue.resume``.
+        completed: Completed jobs still retained.
+        dead: Dead jobs still retained.
+        cancelled: Cancelled jobs still retained.
+        lag_seconds: Age of the oldest eligible job (0 when none is waiting).
+        completed_last_minute: Completions within the last 60 seconds.
+        at: The server time the numbers were read at.
+    """
+
+    queue: str
+    paused: bool
+    pending: dict[str, int]
+    delayed: int
+    running: int
+    suspended: int
+    completed: int
+    dead: int
+    cancelled: int
+    lag_seconds: float
+    completed_last_minute: int
+    at: datetime = field(compare=False)
+
+    @property
+    def eligible(self) -> int:
+        """Jobs eligible now, all priorities."""
+        return sum(self.pending.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``venturi stats --json``)."""
+        return {
+            "queue": self.queue,
+            "paused": self.paused,
+            "pending": dict(self.pending),
+            "eligible": self.eligible,
+            "delayed": self.delayed,
+            "running": self.running,
+            "suspended": self.suspended,
+            "completed": self.completed,
+            "dead": self.dead,
+            "cancelled": self.cancelled,
+            "lag_seconds": self.lag_seconds,
+            "completed_last_minute": self.completed_last_minute,
+            "at": self.at.isoformat(),
+        }
+
+
+async def server_now_ms(client: ClientLike) -> int:
+    """The clock the scripts use: the client's own, else Redis TIME."""
+    if client.clock is not None:
+        return int(client.clock())
+    sec, usec = await client.redis.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+async def stats(queue: QueueLike) -> QueueStats:
+    """Counts, lag and throughput of ``queue`` (see ``QueueStats``)."""
+    k = queue.keys
+    now = await server_now_ms(queue.client)
+    pipe = _atomic_pipeline(queue.client)
+    for p in PRIORITIES_HIGH_FIRST:
+        pipe.zcount(k.pending(p), "-inf", now)
+        pipe.zcount(k.pending(p), f"({now}", "+inf")
+        pipe.zrangebyscore(k.pending(p), "-inf", now, start=0, num=1, withscores=True)
+    for key in (k.running, k.suspended, k.completed, k.dead, k.cancelled):
+        pipe.zcard(key)
+    pipe.zcount(k.completed, now - 60_000, "+inf")
+    pipe.hget(k.meta, "paused")
+    res = await pipe.execute()
+    pending: dict[str, int] = {}
+    delayed = 0
+    oldest: float | None = None
+    for i, p in enumerate(PRIORITIES_HIGH_FIRST):
+        eligible, later, head = res[3 * i : 3 * i + 3]
+        pending[p.label] = int(eligible)
+        delayed += int(later)
+        if head:
+            score = float(head[0][1])
+            oldest = score if oldest is None else min(oldest, score)
+    running, suspended, completed, dead, cancelled, last_minute, paused = res[12:]
+    return QueueStats(
+        queue=queue.name,
+        paused=_text(paused) == "1",
+        pending=pending,
+        delayed=delayed,
+        running=int(running),
+        suspended=int(suspended),
+        completed=int(completed),
+        dead=int(dead),
+        cancelled=int(cancelled),
+        lag_seconds=max(0.0, (now - oldest) / 1000) if oldest is not None else 0.0,
+        completed_last_minute=int(last_minute),
+        at=ms_to_dt(now),
+    )
+
+
+def _state_keys(queue: QueueLike, state: JobState) -> list[tuple[str, bool]]:
+    """The index zsets of ``state``, each with whether to list newest first."""
+    k = queue.keys
+    if state is JobState.PENDING:
+        return [(key, False) for key in k.pending_high_first]
+    return {
+        JobState.RUNNING: [(k.running, False)],
+        JobState.SUSPENDED: [(k.suspended, False)],
+        JobState.COMPLETED: [(k.completed, True)],
+        JobState.DEAD: [(k.dead, True)],
+        JobState.CANCELLED: [(k.cancelled, True)],
+    }[state]
+
+
+async def list_jobs(
+    queue: QueueLike,
+    *,
+    state: JobState | str | None = None,
+    kind: str | None = None,
+    limit: int = 50,
+) -> list[JobInfo]:
+    """Jobs of ``queue`` read from its index zsets, at most ``limit``.
+
+    Order: pending by priority then eligibility; running by lease expiry;
+    suspended by suspension time; finished states newest first. Without
+    ``state`` every state is listed in that order (pending first). ``kind``
+    filters on the job's KIND (read from each hash, page by page).
+    """
+    if limit < 1:
+        raise ConfigurationError(f"limit must be >= 1, got {limit}")
+    states = [JobState(state)] if state is not None else list(JobState)
+    redis = queue.client.redis
+    out: list[JobInfo] = []
+    for st in states:
+        for key, newest_first in _state_keys(queue, st):
+            start = 0
+            while len(out) < limit:
+                stop = start + _PAGE - 1
+                page = await (
+                    redis.zrevrange(key, start, stop) if newest_first else redis.zrange(key, start, stop)
+                )
+                if not page:
+                    break
+                pipe = redis.pipeline(transaction=False)
+                ids = [_text(raw_id) for raw_id in page]
+                for job_id in ids:
+                    pipe.hgetall(queue.keys.job(job_id))
+                # One unreadable job key (wrong type) must not fail the listing.
+                for job_id, raw in zip(ids, await pipe.execute(raise_on_error=False), strict=True):
+                    if isinstance(raw, Exception):
+                        if kind is None:
+                            out.append(JobInfo.unreadable(queue.name, job_id, st, str(raw)))
+                    # A hash may be gone (purged between the two reads): skip it.
+                    elif raw and (kind is None or _text(raw.get(b"kind")) == kind):
+                        out.append(JobInfo.from_hash(queue.name, job_id, raw, indexed_as=st))
+                    if len(out) >= limit:
+                        break
+                if len(page) < _PAGE:
+                    break
+                start += _PAGE
+            if len(out) >= limit:
+                return out
+    return out
