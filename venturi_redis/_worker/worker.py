@@ -23,6 +23,7 @@ a job it no longer owns: its late outcome is refused, journaled and logged.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -288,6 +289,9 @@ class Worker(Generic[StateT]):
         self._changed = anyio.Event()  # set whenever a job ends or shutdown escalates
         self._until_idle = False
         self._frozen_start = _FrozenStart(False)  # made anew by each run()
+        # What a handler raised that stops the worker (KeyboardInterrupt, SystemExit):
+        # run() raises it once the other jobs are released.
+        self._fatal: KeyboardInterrupt | SystemExit | None = None
         # The slot tasks' task group while run() runs (a deferred completion's retry runs there).
         self._jobs_tg: TaskGroup | None = None
 
@@ -431,6 +435,7 @@ class Worker(Generic[StateT]):
             ", ".join(q.name for q in self.queues),
             ", ".join(self.kinds),
         )
+        self._fatal = None
         try:
             self._frozen_start = _FrozenStart(self.freeze_gc)
             with self._frozen_start, _young_threshold_raised(self.gc_threshold):
@@ -441,6 +446,9 @@ class Worker(Generic[StateT]):
                     await r.close()
             self._running = False
             log.info("worker %s stopped", self.id)
+        if self._fatal is not None:
+            fatal, self._fatal = self._fatal, None
+            raise fatal
 
     async def _serve(self, until_idle: bool) -> None:
         """The worker's tasks: services, slot tasks, claim loops; returns once all have stopped."""
@@ -467,6 +475,23 @@ class Worker(Generic[StateT]):
                 await self._drain(jobs_tg)
             self._jobs_tg = None
             service_tg.cancel_scope.cancel()
+
+    def _crash(self, exc: KeyboardInterrupt | SystemExit, job: _Job) -> None:
+        """A handler raised ``exc``: stop now, and have run() raise it once the other jobs are released."""
+        if self._fatal is None:
+            exc.add_note(f"raised by the handler of job {job.id} ({job.kind}) on queue {job.queue.name}")
+            self._fatal = exc
+            log.critical(
+                "worker %s: the handler of job %s (%s) raised %r; stopping (its other running jobs "
+                "are released)",
+                self.id,
+                job.id,
+                job.kind,
+                exc,
+            )
+        self.shutdown()
+        self._force = True  # no grace: the process is asked to stop
+        self._changed.set()
 
     def _idle(self) -> None:
         """A claim loop is going to wait for work: if nothing runs anywhere, housekeeping."""
@@ -577,9 +602,30 @@ class Worker(Generic[StateT]):
                 got = type(outcome).__name__
                 raise TypeError(f"{handler_cls.__qualname__}.handle() must return a vr.Outcome, got {got}")
         except anyio.get_cancelled_exc_class():
+            if not _cancel_was_asked():
+                # The handler's own CancelledError (it awaited a task it cancelled,
+                # or raised it): a failed run like any other error, and the worker
+                # goes on. Released instead, it would run again after every restart,
+                # and the backstop would never end it.
+                note = "the handler raised CancelledError, which the worker did not ask for"
+                await self._commit(job, "retry", ctx=ctx, note=note, task=task)
+                return
+            # Sent directly, not through the committer: when run() itself is
+            # cancelled, the committer's tasks are being cancelled too.
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await self._commit(job, "release", ctx=ctx, note="released on worker shutdown")
+                await self._commit(job, "release", ctx=ctx, note="released on worker shutdown", direct=True)
             raise
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # Meant for the process, not the job: the worker stops (its other
+            # running jobs are released, as at a shutdown past its grace) and
+            # run() raises it once they are. The culprit's run counts as failed:
+            # a handler that calls sys.exit() does it again on every worker, and
+            # the backstop ends it (docs/guarantees.md, "Handlers that raise").
+            self._crash(exc, job)
+            note = f"the handler raised {exc!r}; the worker stopped"
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self._commit(job, "retry", ctx=ctx, note=note, task=task, direct=True)
+            return
         except TaskError as exc:
             # A raised message may quote the task's secrets: never stored, never logged.
             note = scrub(exc.message, secret_values(task, ctx.carry))
@@ -619,11 +665,14 @@ class Worker(Generic[StateT]):
         task: Any = None,
         delay_ms: int = 0,
         blob: bytes = b"",
+        direct: bool = False,
     ) -> None:
         """Run the transition script for ``action``, retrying transient errors.
 
         A refusal after a retried call may be our own first attempt having
         succeeded with its reply lost; it is logged, never re-applied.
+        ``direct`` sends it on the client's pool instead of the committer's
+        next round trip (the worker is on its way out).
         """
         q = job.queue
         k = q.keys
@@ -709,7 +758,7 @@ class Worker(Generic[StateT]):
         job.committing = True
         if job.runner is not None:
             job.runner.release_slot(job)
-        if name == "complete" and self._jobs_tg is not None and job.runner is not None:
+        if name == "complete" and self._jobs_tg is not None and job.runner is not None and not direct:
             committer = self._committers.get(id(q.client))
             if committer is not None:
                 # The slot task goes on to its next job at once; the committer
@@ -717,7 +766,7 @@ class Worker(Generic[StateT]):
                 job.deferred, job.completion = True, completion
                 committer.complete_soon(q, completion, self._completed, job)
                 return
-        reply, attempt = await self._send(job, name, keys, args, completion)
+        reply, attempt = await self._send(job, name, keys, args, completion, direct=direct)
         if reply is not None:
             self._committed(job, action, reply, attempt)
 
@@ -761,6 +810,8 @@ class Worker(Generic[StateT]):
         args: list[ScriptArg],
         completion: list[ScriptArg],
         attempt: int = 0,
+        *,
+        direct: bool = False,
     ) -> tuple[Any, int]:
         """Send a transition, retrying transient errors: (its reply, the attempts it took).
 
@@ -773,7 +824,7 @@ class Worker(Generic[StateT]):
             try:
                 # The committers only send while run() runs them: a direct call
                 # outside run() (a test) goes straight to Redis instead of waiting.
-                committer = self._committers.get(id(q.client)) if self._running else None
+                committer = self._committers.get(id(q.client)) if self._running and not direct else None
                 if committer is not None and name == "complete":
                     reply = await committer.complete(q, completion)
                 elif committer is not None:
@@ -819,6 +870,20 @@ class Worker(Generic[StateT]):
                 log.warning("%s (after a retried call, so possibly our own earlier success)", err)
             else:
                 log.error("%s", err)
+
+
+def _cancel_was_asked() -> bool:
+    """Whether the CancelledError being handled was asked of this task.
+
+    By the worker (the shutdown grace ran out) or by whoever cancelled
+    ``run()``: either cancels a scope around the slot task, which asyncio
+    delivers with ``task.cancel()``. A handler that awaits a task it cancelled
+    itself, or raises CancelledError, gets one that nobody asked for.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        return True
+    return anyio.current_effective_deadline() == -math.inf
 
 
 def _decode_resume(handler_cls: type[Any], raw: bytes) -> Any:

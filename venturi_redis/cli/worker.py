@@ -190,6 +190,16 @@ def worker(
         return 0
 
     # What escapes run() is a start that failed: a worker rides out Redis outages once running.
-    with one_line_errors(what=f"worker {target} cannot start", config_status=1):
-        code = anyio.run(main, backend_options=backend_options)
+    try:
+        with one_line_errors(what=f"worker {target} cannot start", config_status=1):
+            code = anyio.run(main, backend_options=backend_options)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        # A handler raised it: the worker released its other jobs and stopped
+        # (docs/guarantees.md). Never status 0, so a supervisor restarts it.
+        status = 130 if isinstance(exc, KeyboardInterrupt) else exc.code
+        where = " ".join(getattr(exc, "__notes__", ()))
+        die(
+            f"worker {target} stopped: {exc!r} {where}".rstrip(),
+            status if isinstance(status, int) and status else 1,
+        )
     raise typer.Exit(code)

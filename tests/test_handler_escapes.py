@@ -1,0 +1,172 @@
+"""Handlers that raise what ``except Exception`` does not catch (issue 26, items 1 and 10).
+
+A ``CancelledError`` the worker did not cause is a failed run, and the worker
+goes on. ``KeyboardInterrupt`` / ``SystemExit`` stop the worker, but only after
+its other running jobs are released (not charged) and the culprit's run is
+recorded as failed; ``venturi worker`` then exits non-zero.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import events, make_worker
+from tests.procs.escapes import HANDLERS, Bail, SelfCancel, Sleeper
+from tests.servers import RedisServer
+from tests.tasks import Echo, EchoJob
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def test_a_handlers_own_cancelled_error_is_a_failed_run_and_the_worker_goes_on(queue: vr.Queue) -> None:
+    culprit = await queue.enqueue(SelfCancel(), max_failures=2)
+    others = await queue.enqueue_many([Echo(text=str(i)) for i in range(5)])
+    # One slot: the culprit runs first, so the others only complete if the worker went on.
+    worker = make_worker(queue, *HANDLERS, EchoJob, concurrency=1, state=queue)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    info = await queue.get(culprit)
+    assert info is not None
+    assert (info.state, info.failures, info.run_count) == (vr.JobState.DEAD, 2, 2)
+    journal = await queue.journal(culprit)
+    assert [e.event for e in journal] == ["enqueued", "claimed", "failed", "claimed", "failed", "dead"]
+    assert "CancelledError" in (journal[2].note or "")
+    assert "the worker did not ask for" in (journal[2].note or "")
+    assert journal[-1].details["reason"] == "max_failures"
+    for job_id in others:
+        done = await queue.get(job_id)
+        assert done is not None and done.state == vr.JobState.COMPLETED
+    assert (await queue.counts())["running"] == 0
+
+
+async def test_a_cancellation_from_outside_run_still_releases_the_job(queue: vr.Queue) -> None:
+    """The caller cancelling ``run()`` is the worker's own cancellation: released, not failed."""
+    job_id = await queue.enqueue(Sleeper())
+    worker = make_worker(queue, *HANDLERS, state=queue)
+    with anyio.move_on_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            with anyio.fail_after(10):
+                while (await queue.counts())["running"] < 1:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    info = await queue.get(job_id)
+    assert info is not None and info.failures == 0
+    # Only the first run is checked: the release wakes workers, and the claim
+    # loop being cancelled beside it may claim the job again before it stops.
+    assert (await events(queue, job_id))[:3] == ["enqueued", "claimed", "released"]
+
+
+@pytest.mark.parametrize(
+    ("how", "raised"), [("exit", SystemExit), ("interrupt", KeyboardInterrupt)], ids=["exit", "interrupt"]
+)
+async def test_system_exit_in_a_handler_stops_the_worker_and_releases_the_others(
+    queue: vr.Queue, how: str, raised: type[BaseException]
+) -> None:
+    innocent = await queue.enqueue_many([Sleeper() for _ in range(3)])
+    culprit = await queue.enqueue(Bail(how=how, running=4))
+    # A long grace: the worker must not wait it out when it is on its way out for a crash.
+    worker = make_worker(queue, *HANDLERS, concurrency=4, state=queue, shutdown_grace=60)
+    with pytest.raises(raised), anyio.fail_after(20):
+        await worker.run()
+    for job_id in innocent:
+        info = await queue.get(job_id)
+        assert info is not None
+        assert (info.state, info.failures, info.carry) == (vr.JobState.PENDING, 0, {"n": 1})
+        assert (await events(queue, job_id))[-1] == "released"
+    info = await queue.get(culprit)
+    assert info is not None
+    assert (info.state, info.failures) == (vr.JobState.PENDING, 1)
+    last = (await queue.journal(culprit))[-1]
+    assert last.event == "failed"
+    assert raised.__name__ in (last.note or "") and "worker stopped" in (last.note or "")
+    assert (await queue.counts())["running"] == 0
+
+
+# -- `venturi worker`, as a supervisor sees it ------------------------------------------------------
+
+
+def start_cli_worker(url: str, queue_name: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ESCAPES_QUEUE": queue_name}
+    return subprocess.Popen(
+        [sys.executable, "-m", "venturi_redis.cli", "worker", "tests.procs.escapes:make", "--redis", url],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_until(proc: subprocess.Popen[str], done: Callable[[], bool], *, alive: bool = True) -> None:
+    deadline = time.monotonic() + 30
+    while not done():
+        if alive:
+            assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_venturi_worker_survives_cancelled_errors_it_did_not_cause(redis_server: RedisServer) -> None:
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    with vr.SyncClient(redis_server.url) as sc:
+        q = sc.queue(name)
+        for _ in range(5):
+            q.enqueue(SelfCancel(), max_failures=1)
+        q.enqueue_many([Echo(text=str(i)) for i in range(5)])
+        proc = start_cli_worker(redis_server.url, name)
+        try:
+            wait_until(proc, lambda: (c := q.counts())["dead"] == 5 and c["completed"] == 5)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 0, err
+        assert q.counts()["running"] == 0
+
+
+@pytest.mark.parametrize(
+    ("how", "code", "status"),
+    [("exit", 0, 1), ("exit", 3, 3), ("interrupt", None, 130)],
+    ids=["exit-0", "exit-3", "interrupt"],
+)
+def test_venturi_worker_exits_non_zero_when_a_handler_raises_system_exit(
+    redis_server: RedisServer, how: str, code: int | None, status: int
+) -> None:
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    with vr.SyncClient(redis_server.url) as sc:
+        q = sc.queue(name)
+        innocent = q.enqueue_many([Sleeper() for _ in range(2)])
+        culprit = q.enqueue(Bail(how=how, code=code, running=3))
+        proc = start_cli_worker(redis_server.url, name)
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == status, err
+        last_line = err.strip().splitlines()[-1]
+        assert "stopped: " in last_line and f"raised by the handler of job {culprit}" in last_line, err
+        for job_id in innocent:
+            info: Any = q.get(job_id)
+            assert (info.state, info.failures) == (vr.JobState.PENDING, 0)
+        info = q.get(culprit)
+        assert (info.state, info.failures) == (vr.JobState.PENDING, 1)
+        assert q.counts()["running"] == 0
