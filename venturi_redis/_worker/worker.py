@@ -55,6 +55,7 @@ from .._producer.offload import OffloadFunction
 from .._producer.ops import Retention
 from .._producer.sharded import ShardedQueue, expand_queues
 from .._store.scripts import ScriptArg
+from . import options as _opt
 from .committer import _Committer
 from .context import Context
 from .handler import Handler
@@ -204,6 +205,10 @@ class Worker(Generic[StateT]):
             ~1.6 µs at 5,000, whose young collections take ~0.1 ms each
             (docs/design.md, "The worker runtime"). Put back when the worker
             stops; never lowered; ``None`` leaves it as the process set it.
+
+    Raises:
+        ConfigurationError: An argument is out of range or of the wrong type
+            (a bool is not a number here); the message names it.
     """
 
     def __init__(
@@ -229,6 +234,8 @@ class Worker(Generic[StateT]):
         freeze_gc: bool = True,
         gc_threshold: int | None = 5_000,
     ) -> None:
+        if client is not None and not isinstance(client, Client):
+            raise ConfigurationError(f"client must be a vr.Client, got {client!r}")
         items = [queues] if isinstance(queues, (Queue, ShardedQueue, str)) else list(queues)
         if any(isinstance(q, str) for q in items):
             # Queues by name (``Worker(["reports", "default"], client=client)``).
@@ -240,21 +247,37 @@ class Worker(Generic[StateT]):
             raise ConfigurationError("Worker needs at least one vr.Queue")
         if len({(id(q.client), q.name) for q in qs}) != len(qs):
             raise ConfigurationError("Worker was given the same queue twice")
-        if concurrency < 1:
-            raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
-        if gc_threshold is not None and gc_threshold < 1:
-            raise ConfigurationError(f"gc_threshold must be >= 1 or None, got {gc_threshold}")
-        if not (lease > 0 and math.isfinite(lease)):
-            raise ConfigurationError(f"lease must be a positive number of seconds, got {lease!r}")
-        if max_failures is not None and max_failures < 1:
-            raise ConfigurationError(f"max_failures must be >= 1 or None, got {max_failures}")
-        if not 0.0 <= jitter <= 1.0:
-            raise ConfigurationError(f"jitter must be within [0, 1], got {jitter!r}")
+        # Every other argument is checked here, where it is given, not when
+        # run() first uses it (docs/guarantees.md, "Bad input").
+        concurrency = _opt.count(concurrency, "concurrency")
+        lease = _opt.seconds(lease, "lease")
+        max_failures = _opt.optional_count(max_failures, "max_failures")
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise ConfigurationError(f"backoff must be a vr.Backoff or None, got {backoff!r}")
+        jitter = _opt.fraction(jitter, "jitter")
+        poll_interval = _opt.seconds(poll_interval, "poll_interval")
+        reclaim_interval = _opt.optional_seconds(reclaim_interval, "reclaim_interval")
+        shutdown_grace = _opt.seconds(shutdown_grace, "shutdown_grace", zero=True)
+        handle_signals = _opt.flag(handle_signals, "handle_signals")
+        name = _opt.worker_name(name)
+        if retention is not None and not isinstance(retention, Retention):
+            raise ConfigurationError(f"retention must be a vr.Retention or None, got {retention!r}")
+        check_eviction_policy = _opt.flag(check_eviction_policy, "check_eviction_policy")
+        if observer is not None and not all(
+            callable(getattr(observer, m, None)) for m in ("job_claimed", "job_finished")
+        ):
+            raise ConfigurationError(
+                f"observer must have job_claimed() and job_finished() (a WorkerObserver), got {observer!r}"
+            )
+        freeze_gc = _opt.flag(freeze_gc, "freeze_gc")
+        gc_threshold = _opt.optional_count(gc_threshold, "gc_threshold")
         self.queues = qs
         self.state = state
         self.concurrency = concurrency
-        self.lease = float(lease)
+        self.lease = lease
         self.lease_ms = to_ms(lease, "lease")
+        if self.lease_ms < 1:
+            raise ConfigurationError(f"lease must be at least 0.001 seconds, got {lease!r}")
         self.max_failures = max_failures
         self.backoff = backoff or Backoff.fibonacci(1.0, 600.0)
         self.jitter = jitter
@@ -265,7 +288,9 @@ class Worker(Generic[StateT]):
         # half-open one a NAT dropped, a server that stopped answering) shows,
         # so it is no longer than the lease renewal tick.
         self.idle_block = max(min(poll_interval, self.lease / 3, _IDLE_BLOCK_MAX), _MIN_BLOCK)
-        self.reclaim_interval = reclaim_interval or min(self.lease / 2, 15.0)
+        if reclaim_interval is None:
+            reclaim_interval = min(self.lease / 2, 15.0)
+        self.reclaim_interval = reclaim_interval
         # Retention is trimmed on a reclaim tick, but not more often than the
         # shortest period needs (default periods are days: once a minute).
         shortest = min((retention.periods_ms() if retention else {}).values(), default=0) / 1000
@@ -338,9 +363,7 @@ class Worker(Generic[StateT]):
 
     @batch_size.setter
     def batch_size(self, value: int | None) -> None:
-        if value is not None and value < 1:
-            raise ConfigurationError(f"batch_size must be >= 1 or None, got {value}")
-        self._batch_size = value
+        self._batch_size = _opt.optional_count(value, "batch_size")
 
     def only_queues(self, names: Sequence[str]) -> Worker[StateT]:
         """Consume only the queues called ``names`` (``venturi worker --queue``).
@@ -397,7 +420,7 @@ class Worker(Generic[StateT]):
         with their carry (journaled as ``released``, not a failure).
         """
         if grace is not None:
-            self.shutdown_grace = grace
+            self.shutdown_grace = _opt.seconds(grace, "grace", zero=True)
         if self._stopping:
             self._force = True
             self._changed.set()
