@@ -43,6 +43,7 @@ BAD: list[tuple[str, Any]] = [
     ("lease", True),
     ("lease", "30"),
     ("lease", 1e-6),  # rounds to a lease of 0 ms
+    ("lease", 1e16),  # over 100 years: Redis would wrap now + lease
     ("max_failures", 0),
     ("max_failures", True),
     ("max_failures", 2.0),
@@ -59,6 +60,7 @@ BAD: list[tuple[str, Any]] = [
     ("poll_interval", INF),
     ("poll_interval", 0),
     ("poll_interval", -1),
+    ("poll_interval", 1e16),
     ("poll_interval", False),
     ("reclaim_interval", -1),
     ("reclaim_interval", 0),
@@ -69,6 +71,7 @@ BAD: list[tuple[str, Any]] = [
     ("shutdown_grace", NAN),
     ("shutdown_grace", INF),
     ("shutdown_grace", True),
+    ("shutdown_grace", 1e10),
     ("handle_signals", "no"),
     ("handle_signals", 0),
     ("name", ""),
