@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -30,13 +30,15 @@ from .._model.enums import Priority
 from .._model.records import JournalEntry, LazyJournal
 from .._producer import ops as _ops
 from .._producer.client import Client, Queue
+from .._producer.ops import Retention
 from .._store.scripts import ScriptArg
 from .._transport.cluster import is_cluster
 from .._transport.redispy import unpooled_connection
 from .context import Context
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .committer import _Committer
+    from .metrics import WorkerObserver
 
 log = logging.getLogger("venturi_redis.worker")
 
@@ -149,6 +151,50 @@ def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
     return now, nxt, jobs
 
 
+@dataclass(frozen=True, slots=True)
+class RunnerSettings:
+    """The worker's settings its runners read, fixed when the Worker is built."""
+
+    worker_id: str
+    lease_ms: int
+    # Longest single block of an idle claim (Worker.__init__ says why).
+    idle_block: float
+    poll_interval: float
+    reclaim_interval: float
+    trim_interval: float
+    retention: Retention | None
+    max_failures: str  # as the scripts take it: a number, or "none"
+
+
+class RunnerHost(Protocol):
+    """What a runner asks of its worker as it runs (the ``Worker`` is one).
+
+    The runner knows its worker only through this and ``RunnerSettings``:
+    runner.py never imports worker.py.
+    """
+
+    concurrency: int
+    observer: WorkerObserver | None
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def _committer_for(self, client: Client) -> _Committer | None:
+        """The connection's committer while the worker runs, else None (a direct call)."""
+
+    async def _run_job(self, runner: _Runner, job: _Job) -> None:
+        """Run a claimed job from the handler to its transition."""
+
+    def _idle(self) -> None:
+        """A claim loop is about to wait for work."""
+
+    def _kind_label(self, kind: str) -> str:
+        """The metrics label for a KIND."""
+
+
 class _Inbox:
     """Claimed jobs waiting for a slot task: a FIFO that wakes one waiter per job.
 
@@ -200,8 +246,9 @@ class _Inbox:
 class _Runner:
     """The per-queue half of a worker: its claim loop, reclaimer and active jobs."""
 
-    def __init__(self, worker: Worker[Any], queue: Queue) -> None:
-        self.worker = worker
+    def __init__(self, host: RunnerHost, settings: RunnerSettings, queue: Queue) -> None:
+        self.host = host
+        self.settings = settings
         self.queue = queue
         # Every job this worker holds a lease on, until its transition is written.
         self.active: dict[str, _Job] = {}
@@ -214,7 +261,7 @@ class _Runner:
         # Set to cut an idle wait short (shutdown; the last job of an
         # until_idle run finishing): pushes onto this worker's stop list.
         self.interrupt = anyio.Event()
-        self.stop_key = queue.keys.wake_stop(worker.id)
+        self.stop_key = queue.keys.wake_stop(settings.worker_id)
         # The connection idle claims block on (None until the first one, and
         # after a failure). Not from the pool: it is held for seconds at a time.
         self._conn: Any = None
@@ -228,7 +275,7 @@ class _Runner:
         transition, so a runner has twice ``concurrency`` of these.
         """
         while (job := await self.inbox.get()) is not None:
-            await self.worker._run_job(self, job)
+            await self.host._run_job(self, job)
 
     def wake(self) -> None:
         self.poke.set()
@@ -241,13 +288,13 @@ class _Runner:
             self.poke.set()
 
     def _claim_args(self, count: int) -> list[ScriptArg]:
-        q, w = self.queue, self.worker
-        return [q.keys.prefix, q.client.now_arg(), count, w.id, secrets.token_hex(8), w.lease_ms]
+        q, s = self.queue, self.settings
+        return [q.keys.prefix, q.client.now_arg(), count, s.worker_id, secrets.token_hex(8), s.lease_ms]
 
     async def claim(self, count: int) -> tuple[int, int, list[_Job]]:
-        q, w = self.queue, self.worker
+        q = self.queue
         keys, args = q.keys.claim, self._claim_args(count)
-        committer = w._committers.get(id(q.client)) if w._running else None
+        committer = self.host._committer_for(q.client)
         if committer is not None:
             # In the same round trip as the transitions that freed the slots.
             reply = await committer.claim(keys, args)
@@ -269,7 +316,7 @@ class _Runner:
         reply is in. Returns None when ``interrupt`` cut the wait short and
         nothing was claimed.
         """
-        block = min(seconds, self.worker.idle_block)
+        block = min(seconds, self.settings.idle_block)
         if block < _MIN_BLOCK:
             await self._wait(block)
             got = await self.claim(want)
@@ -401,7 +448,7 @@ class _Runner:
                 await conn.disconnect()
 
     async def claim_loop(self, until_idle: bool) -> None:
-        w = self.worker
+        w = self.host
         failures = 0
         # After a claim that came back short: how long the next one may wait
         # for a wake-up before it claims anyway (None: claim now).
@@ -447,13 +494,13 @@ class _Runner:
                 self.idle = True
                 return
             w._idle()
-            idle_for = w.poll_interval
+            idle_for = self.settings.poll_interval
             if nxt > 0:
                 idle_for = min(idle_for, max(0.0, (nxt - now) / 1000))
 
     def _dispatch(self, jobs: list[_Job]) -> None:
         """Hand claimed jobs to the slot tasks; each holds a slot until its handler is done."""
-        w = self.worker
+        w = self.host
         for job in jobs:
             self.active[job.id] = job
             job.runner, job.holds_slot = self, True
@@ -467,14 +514,14 @@ class _Runner:
             await self.poke.wait()
 
     async def reclaim_once(self) -> int:
-        q, w = self.queue, self.worker
+        q, s = self.queue, self.settings
         total = 0
         while True:
             reply = await q.client.scripts.call(
                 q.client.redis,
                 "reclaim",
                 [q.keys.running, q.keys.dead, q.keys.dedup],
-                [q.keys.prefix, q.client.now_arg(), _RECLAIM_BATCH, w.max_failures_arg, q.keys.wake],
+                [q.keys.prefix, q.client.now_arg(), _RECLAIM_BATCH, s.max_failures, q.keys.wake],
             )
             requeued, died = int(reply[0]), int(reply[1])
             ids = [text(x) for x in reply[2:]]
@@ -492,20 +539,20 @@ class _Runner:
                 return total
 
     async def reclaim_loop(self) -> None:
-        w = self.worker
+        s = self.settings
         trimmed_at = -math.inf
         while True:
             try:
                 await self.reclaim_once()
-                if w.retention is not None and time.monotonic() - trimmed_at >= w.trim_interval:
+                if s.retention is not None and time.monotonic() - trimmed_at >= s.trim_interval:
                     # Retention rides on the reclaim tick: bounded batches, idempotent
                     # across pods (a job removed by one is skipped by the others).
                     trimmed_at = time.monotonic()
-                    await _ops.trim(self.queue, w.retention)
+                    await _ops.trim(self.queue, s.retention)
             except _SURVIVABLE as exc:
                 log.warning("queue %s: reclaim failed (%s)", self.queue.name, exc)
             # Jitter spreads many pods' reclaims instead of having them collide.
-            await anyio.sleep(w.reclaim_interval * random.uniform(0.8, 1.2))
+            await anyio.sleep(s.reclaim_interval * random.uniform(0.8, 1.2))
 
     async def extend(self) -> None:
         jobs = [j for j in self.active.values() if not j.lost]

@@ -24,8 +24,6 @@ a job it no longer owns: its late outcome is refused, journaled and logged.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import logging
 import math
 import os
@@ -34,7 +32,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
@@ -58,6 +56,7 @@ from .._store.scripts import ScriptArg
 from . import options as _opt
 from .committer import _Committer
 from .context import Context
+from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import Handler
 from .offload import offload_handler
 from .runner import (
@@ -65,6 +64,7 @@ from .runner import (
     _MIN_BLOCK,
     _SURVIVABLE,
     _TRANSIENT,
+    RunnerSettings,
     _Inbox,
     _Job,
     _Runner,
@@ -87,63 +87,6 @@ _OUTCOMES = {
 }
 
 StateT = TypeVar("StateT", default=None)
-
-
-@contextlib.contextmanager
-def _young_threshold_raised(threshold: int | None) -> Iterator[None]:
-    """The collector's young-generation threshold at least ``threshold``, for the duration.
-
-    See ``Worker(gc_threshold=...)``. Never lowered; put back at the end
-    unless someone changed it meanwhile.
-    """
-    before = gc.get_threshold()
-    if threshold is None or not gc.isenabled() or before[0] >= threshold:
-        yield
-        return
-    gc.set_threshold(threshold, *before[1:])
-    try:
-        yield
-    finally:
-        if gc.get_threshold()[0] == threshold:
-            gc.set_threshold(*before)
-
-
-class _FrozenStart:
-    """``gc.freeze()`` what exists when the worker starts, for as long as it runs.
-
-    See ``Worker(freeze_gc=...)``. At the start only the young generations
-    are collected before the freeze (well under a millisecond); the full
-    collection, which walks every object the process holds (10-15 ms in the
-    benchmark's worker), waits for ``idle()``: the first moment the worker
-    has nothing to run. It unfreezes, collects and freezes again then, so
-    old garbage from before the start is reclaimed, not kept until the stop,
-    without delaying the first jobs of a worker that starts on a backlog.
-    """
-
-    __slots__ = ("_frozen", "_full_collection_due")
-
-    def __init__(self, enabled: bool) -> None:
-        # Off, or the process runs its collector its own way.
-        self._frozen = enabled and gc.isenabled() and not gc.get_freeze_count()
-        self._full_collection_due = self._frozen
-
-    def __enter__(self) -> _FrozenStart:
-        if self._frozen:
-            gc.collect(1)  # young garbage is collected, not frozen
-            gc.freeze()
-        return self
-
-    def idle(self) -> None:
-        """The worker has nothing to run: the full collection the start skipped, once."""
-        if self._full_collection_due:
-            self._full_collection_due = False
-            gc.unfreeze()
-            gc.collect()
-            gc.freeze()
-
-    def __exit__(self, *exc: object) -> None:
-        if self._frozen:
-            gc.unfreeze()
 
 
 class Worker(Generic[StateT]):
@@ -304,7 +247,17 @@ class Worker(Generic[StateT]):
         self.gc_threshold = gc_threshold
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._registry: dict[str, type[Any]] = {}
-        self._runners = [_Runner(self, q) for q in qs]
+        settings = RunnerSettings(
+            worker_id=self.id,
+            lease_ms=self.lease_ms,
+            idle_block=self.idle_block,
+            poll_interval=self.poll_interval,
+            reclaim_interval=self.reclaim_interval,
+            trim_interval=self.trim_interval,
+            retention=self.retention,
+            max_failures=self.max_failures_arg,
+        )
+        self._runners = [_Runner(self, settings, q) for q in qs]
         # One committer per connection: transitions of finished runs share round trips.
         self._committers: dict[int, _Committer] = {id(q.client): _Committer(q.client) for q in qs}
         self._stop: anyio.Event | None = None
@@ -313,7 +266,7 @@ class Worker(Generic[StateT]):
         self._running = False
         self._changed = anyio.Event()  # set whenever a job ends or shutdown escalates
         self._until_idle = False
-        self._frozen_start = _FrozenStart(False)  # made anew by each run()
+        self._frozen_start = FrozenStart(False)  # made anew by each run()
         # What a handler raised that stops the worker (KeyboardInterrupt, SystemExit):
         # run() raises it once the other jobs are released.
         self._fatal: KeyboardInterrupt | SystemExit | None = None
@@ -346,6 +299,11 @@ class Worker(Generic[StateT]):
     def kinds(self) -> list[str]:
         """The registered KINDs."""
         return sorted(self._registry)
+
+    def _committer_for(self, client: Client) -> _Committer | None:
+        # The committers only send while run() runs them: outside run() (a
+        # test's direct call) a call goes straight to Redis instead of waiting.
+        return self._committers.get(id(client)) if self._running else None
 
     def _kind_label(self, kind: str) -> str:
         # Metrics labels: only registered kinds, so junk enqueued with random
@@ -460,8 +418,8 @@ class Worker(Generic[StateT]):
         )
         self._fatal = None
         try:
-            self._frozen_start = _FrozenStart(self.freeze_gc)
-            with self._frozen_start, _young_threshold_raised(self.gc_threshold):
+            self._frozen_start = FrozenStart(self.freeze_gc)
+            with self._frozen_start, young_threshold_raised(self.gc_threshold):
                 await self._serve(until_idle)
         finally:
             with anyio.CancelScope(shield=True):
@@ -847,7 +805,7 @@ class Worker(Generic[StateT]):
             try:
                 # The committers only send while run() runs them: a direct call
                 # outside run() (a test) goes straight to Redis instead of waiting.
-                committer = self._committers.get(id(q.client)) if self._running and not direct else None
+                committer = None if direct else self._committer_for(q.client)
                 if committer is not None and name == "complete":
                     reply = await committer.complete(q, completion)
                 elif committer is not None:
