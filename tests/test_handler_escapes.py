@@ -36,7 +36,7 @@ async def test_a_handlers_own_cancelled_error_is_a_failed_run_and_the_worker_goe
     culprit = await queue.enqueue(SelfCancel(), max_failures=2)
     others = await queue.enqueue_many([Echo(text=str(i)) for i in range(5)])
     # One slot: the culprit runs first, so the others only complete if the worker went on.
-    worker = make_worker(queue, *HANDLERS, EchoJob, concurrency=1, state=queue)
+    worker = make_worker(queue, *HANDLERS, EchoJob, concurrency=1, state={"queue": queue})
     with anyio.fail_after(30):
         await worker.run(until_idle=True)
     info = await queue.get(culprit)
@@ -56,13 +56,13 @@ async def test_a_handlers_own_cancelled_error_is_a_failed_run_and_the_worker_goe
 async def test_a_cancellation_from_outside_run_still_releases_the_job(queue: vr.Queue) -> None:
     """The caller cancelling ``run()`` is the worker's own cancellation: released, not failed."""
     job_id = await queue.enqueue(Sleeper())
-    worker = make_worker(queue, *HANDLERS, state=queue)
+    started = anyio.Event()
+    worker = make_worker(queue, *HANDLERS, state={"queue": queue, "started": started})
     with anyio.move_on_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker.run)
             with anyio.fail_after(10):
-                while (await queue.counts())["running"] < 1:
-                    await anyio.sleep(0.01)
+                await started.wait()  # the handler runs (a claimed job not yet started is not released)
             tg.cancel_scope.cancel()
     info = await queue.get(job_id)
     assert info is not None and info.failures == 0
@@ -80,7 +80,7 @@ async def test_system_exit_in_a_handler_stops_the_worker_and_releases_the_others
     innocent = await queue.enqueue_many([Sleeper() for _ in range(3)])
     culprit = await queue.enqueue(Bail(how=how, running=4))
     # A long grace: the worker must not wait it out when it is on its way out for a crash.
-    worker = make_worker(queue, *HANDLERS, concurrency=4, state=queue, shutdown_grace=60)
+    worker = make_worker(queue, *HANDLERS, concurrency=4, state={"queue": queue}, shutdown_grace=60)
     with pytest.raises(raised), anyio.fail_after(20):
         await worker.run()
     for job_id in innocent:

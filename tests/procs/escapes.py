@@ -38,7 +38,7 @@ class SelfCancelJob(SelfCancel, vr.Handler[Any]):
 
 
 class Sleeper(vr.Task[Runs]):
-    """Counts its runs in the carry, then sleeps for an hour (an innocent bystander)."""
+    """Counts its runs in the carry, sets ``state["started"]`` if any, sleeps an hour (a bystander)."""
 
     KIND: ClassVar[str] = "sleeper"
 
@@ -46,6 +46,8 @@ class Sleeper(vr.Task[Runs]):
 class SleeperJob(Sleeper, vr.Handler[Any]):
     async def handle(self, ctx: vr.Context[Runs], state: Any) -> vr.Outcome:
         ctx.carry.n += 1
+        if "started" in state:
+            state["started"].set()
         await anyio.sleep(3600)
         return vr.Outcome.completed()
 
@@ -61,7 +63,7 @@ class Bail(vr.Task):
 
 class BailJob(Bail, vr.Handler[Any]):
     async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
-        queue: vr.Queue = state
+        queue: vr.Queue = state["queue"]
         while (await queue.counts())["running"] < self.running:
             await anyio.sleep(0.01)
         if self.how == "interrupt":
@@ -75,4 +77,6 @@ HANDLERS = (SelfCancelJob, SleeperJob, BailJob)
 def make() -> vr.Worker[Any]:
     client = vr.Client.from_url()
     queue = client.queue(os.environ["ESCAPES_QUEUE"])
-    return vr.Worker(queue, state=queue, poll_interval=0.2, shutdown_grace=30).register(*HANDLERS, EchoJob)
+    return vr.Worker(queue, state={"queue": queue}, poll_interval=0.2, shutdown_grace=30).register(
+        *HANDLERS, EchoJob
+    )
