@@ -441,21 +441,42 @@ class Worker(Generic[StateT]):
                 service_tg.start_soon(r.reclaim_loop)
             if self.handle_signals and threading.current_thread() is threading.main_thread():
                 service_tg.start_soon(self._signal_watcher)
-            async with anyio.create_task_group() as jobs_tg:
-                self._jobs_tg = jobs_tg
-                for r in self._runners:
-                    r.inbox = _Inbox()
-                    for _ in range(2 * self.concurrency):
-                        jobs_tg.start_soon(r.slot)
-                async with anyio.create_task_group() as claim_tg:
+            try:
+                async with anyio.create_task_group() as jobs_tg:
+                    self._jobs_tg = jobs_tg
                     for r in self._runners:
-                        claim_tg.start_soon(r.claim_loop, until_idle)
-                # Claiming has stopped (shutdown, or every queue drained).
-                for r in self._runners:
-                    r.inbox.close()
-                await self._drain(jobs_tg)
-            self._jobs_tg = None
+                        r.inbox = _Inbox()
+                        for _ in range(2 * self.concurrency):
+                            jobs_tg.start_soon(r.slot)
+                    async with anyio.create_task_group() as claim_tg:
+                        for r in self._runners:
+                            claim_tg.start_soon(r.claim_loop, until_idle)
+                    # Claiming has stopped (shutdown, or every queue drained).
+                    for r in self._runners:
+                        r.inbox.close()
+                    await self._drain(jobs_tg)
+            finally:
+                self._jobs_tg = None
+                await self._release_unstarted()
             service_tg.cancel_scope.cancel()
+
+    async def _release_unstarted(self) -> None:
+        """Jobs claimed but not started when the slots were cancelled go back to pending.
+
+        A forced stop (or run() cancelled) can catch a job between its claim
+        and its handler, in an inbox. It is released as a started one is,
+        instead of waiting out its lease to be charged a failure.
+        """
+        left = [
+            (r, j) for r in self._runners for j in r.active.values() if j.ctx is None and not j.committing
+        ]
+        if not left:
+            return
+        note = "released on worker shutdown (not started)"
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            for r, job in left:
+                await self._commit(job, "release", note=note, direct=True)
+                self._finish(r, job)
 
     def _crash(self, exc: KeyboardInterrupt | SystemExit, job: _Job) -> None:
         """A handler raised ``exc``: stop now, and have run() raise it once the other jobs are released."""
