@@ -23,9 +23,7 @@ a job it no longer owns: its late outcome is refused, journaled and logged.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import math
 import os
 import secrets
 import signal
@@ -38,14 +36,11 @@ from typing import TYPE_CHECKING, Any, Generic
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
-from pydantic import BaseModel
 from typing_extensions import TypeVar
 
 from .._model.backoff import Backoff, to_ms
-from .._model.codec import pack, pack_model, text, unpack, unpack_as, unpack_model
-from .._model.errors import ConfigurationError, LeaseLostError, PayloadError, TaskDefinitionError, TaskError
-from .._model.outcome import UNSET, Outcome
-from .._model.redact import scrub, secret_values
+from .._model.codec import pack, pack_model, text
+from .._model.errors import ConfigurationError, LeaseLostError, PayloadError, TaskDefinitionError
 from .._model.task import NoCarry, Task
 from .._producer import server as _server
 from .._producer.client import Client, Queue
@@ -56,6 +51,7 @@ from .._store.scripts import ScriptArg
 from . import options as _opt
 from .committer import _Committer
 from .context import Context
+from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import Handler
 from .offload import offload_handler
@@ -535,7 +531,7 @@ class Worker(Generic[StateT]):
 
     async def _run_job(self, runner: _Runner, job: _Job) -> None:
         try:
-            await self._execute(job)
+            await execute(self, job)
         except anyio.get_cancelled_exc_class():
             raise
         except Exception:
@@ -552,109 +548,6 @@ class Worker(Generic[StateT]):
         if self._until_idle and not runner.active:
             runner.interrupt.set()  # an idle wait is cut short to check whether all is done
         self._changed.set()
-
-    async def _execute(self, job: _Job) -> None:
-        handler_cls = self._registry.get(job.kind)
-        if handler_cls is None:
-            await self._commit(
-                job,
-                "dead",
-                note=f"no handler for kind {job.kind!r} on worker {self.id}",
-                reason="unknown_kind",
-            )
-            return
-        try:
-            task = unpack_model(handler_cls, job.payload)
-        except PayloadError as exc:
-            await self._commit(job, "dead", note=f"payload does not decode: {exc}", reason="bad_payload")
-            return
-        try:
-            carry: BaseModel = (
-                unpack_model(handler_cls.carry_type(), job.carry)
-                if job.carry
-                else handler_cls.default_carry()
-            )
-        except (PayloadError, TaskDefinitionError) as exc:
-            await self._commit(job, "dead", note=f"carry does not decode: {exc}", reason="bad_payload")
-            return
-        try:
-            resume_input = _decode_resume(handler_cls, job.resume_input) if job.resume_input else None
-        except PayloadError as exc:
-            # The value came from queue.resume(); no retry can change it.
-            await self._commit(
-                job, "dead", note=f"resume input does not validate: {exc}", reason="bad_payload"
-            )
-            return
-        ctx: Context[Any] = Context(
-            job_id=job.id,
-            queue=job.queue.name,
-            kind=job.kind,
-            run_count=job.run_count,
-            failures=job.failures,
-            history=job.history,
-            carry=carry,
-            resume_input=resume_input,
-        )
-        job.ctx = ctx
-        if self._stopping:
-            ctx._cancel("worker shutting down")
-        try:
-            outcome = await task.handle(ctx, self.state)
-            if not isinstance(outcome, Outcome):
-                got = type(outcome).__name__
-                raise TypeError(f"{handler_cls.__qualname__}.handle() must return a vr.Outcome, got {got}")
-        except anyio.get_cancelled_exc_class():
-            if not _cancel_was_asked():
-                # The handler's own CancelledError (it awaited a task it cancelled,
-                # or raised it): a failed run like any other error, and the worker
-                # goes on. Released instead, it would run again after every restart,
-                # and the backstop would never end it.
-                note = "the handler raised CancelledError, which the worker did not ask for"
-                await self._commit(job, "retry", ctx=ctx, note=note, task=task)
-                return
-            # Sent directly, not through the committer: when run() itself is
-            # cancelled, the committer's tasks are being cancelled too.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await self._commit(job, "release", ctx=ctx, note="released on worker shutdown", direct=True)
-            raise
-        except (KeyboardInterrupt, SystemExit) as exc:
-            # Meant for the process, not the job: the worker stops (its other
-            # running jobs are released, as at a shutdown past its grace) and
-            # run() raises it once they are. The culprit's run counts as failed:
-            # a handler that calls sys.exit() does it again on every worker, and
-            # the backstop ends it (docs/guarantees.md, "Handlers that raise").
-            self._crash(exc, job)
-            note = f"the handler raised {exc!r}; the worker stopped"
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await self._commit(job, "retry", ctx=ctx, note=note, task=task, direct=True)
-            return
-        except TaskError as exc:
-            # A raised message may quote the task's secrets: never stored, never logged.
-            note = scrub(exc.message, secret_values(task, ctx.carry))
-            if exc.is_permanent:
-                await self._commit(job, "dead", ctx=ctx, note=note, reason="permanent")
-            else:
-                await self._commit(job, "retry", ctx=ctx, note=note, task=task)
-            return
-        except Exception as exc:
-            note = scrub(str(exc) or type(exc).__name__, secret_values(task, ctx.carry))
-            log.info(
-                "job %s (%s) failed: %s", job.id, job.kind, note, exc_info=log.isEnabledFor(logging.DEBUG)
-            )
-            await self._commit(job, "retry", ctx=ctx, note=note, task=task)
-            return
-        try:
-            blob = _pack_optional(outcome.result if outcome.kind == "completed" else outcome.output)
-        except PayloadError as exc:
-            what = "result" if outcome.kind == "completed" else "output"
-            await self._commit(job, "retry", ctx=ctx, note=f"{what} cannot be stored: {exc}", task=task)
-            return
-        if outcome.kind == "completed":
-            await self._commit(job, "complete", ctx=ctx, note=outcome.note, blob=blob)
-        elif outcome.kind == "pause":
-            await self._commit(job, "pause", ctx=ctx, note=outcome.note, delay_ms=outcome.delay_ms)
-        else:
-            await self._commit(job, "suspend", ctx=ctx, note=outcome.note, blob=blob)
 
     async def _commit(
         self,
@@ -872,29 +765,3 @@ class Worker(Generic[StateT]):
                 log.warning("%s (after a retried call, so possibly our own earlier success)", err)
             else:
                 log.error("%s", err)
-
-
-def _cancel_was_asked() -> bool:
-    """Whether the CancelledError being handled was asked of this task.
-
-    By the worker (the shutdown grace ran out) or by whoever cancelled
-    ``run()``: either cancels a scope around the slot task, which asyncio
-    delivers with ``task.cancel()``. A handler that awaits a task it cancelled
-    itself, or raises CancelledError, gets one that nobody asked for.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        return True
-    return anyio.current_effective_deadline() == -math.inf
-
-
-def _decode_resume(handler_cls: type[Any], raw: bytes) -> Any:
-    """``ctx.resume_input``: None on a first run, typed when the task declares ``RESUME``."""
-    if not raw:
-        return None
-    adapter = handler_cls.resume_adapter()
-    return unpack(raw) if adapter is None else unpack_as(adapter, raw)
-
-
-def _pack_optional(value: Any) -> bytes:
-    return b"" if value is UNSET or value is None else pack(value)
