@@ -6,14 +6,18 @@ Shape of a running worker (one anyio task group)::
     ├── lease keeper       one batched `extend` call per queue per tick
     ├── committer          per connection: finished runs' transitions and the
     │                      claims that refill their slots, many per round trip
-    │                      (_committer.py)
-    ├── per queue (_runner.py):
+    │                      (committer.py)
+    ├── per queue (runner.py):
     │   ├── claim loop     claims up to the free slots; when the queue has
     │   │                  nothing eligible, blocks on its wake list with the
     │   │                  next claim pipelined behind (one round trip per wake-up)
     │   └── reclaimer      periodically takes back jobs whose lease expired
     └── slot tasks         run the claimed jobs (at most `concurrency` handlers
-                           per queue): this module, from the handler to its commit
+                           per queue): execute.py runs one, transitions.py
+                           writes what came of it
+
+This module is the ``Worker`` itself: its arguments (checked by options.py),
+registration, and the lifecycle (run, shutdown, drain, signals, leases).
 
 Every transition is one Lua script that checks the job's lease token, so a
 worker that lost its lease (it hung, its connection dropped, the lease expired
@@ -29,7 +33,6 @@ import secrets
 import signal
 import socket
 import threading
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -39,18 +42,15 @@ from anyio.abc import TaskGroup
 from typing_extensions import TypeVar
 
 from .._model.backoff import Backoff, to_ms
-from .._model.codec import pack, pack_model, text
-from .._model.errors import ConfigurationError, LeaseLostError, PayloadError, TaskDefinitionError
-from .._model.task import NoCarry, Task
+from .._model.errors import ConfigurationError, TaskDefinitionError
+from .._model.task import Task
 from .._producer import server as _server
 from .._producer.client import Client, Queue
 from .._producer.offload import OffloadFunction
 from .._producer.ops import Retention
 from .._producer.sharded import ShardedQueue, expand_queues
-from .._store.scripts import ScriptArg
 from . import options as _opt
 from .committer import _Committer
-from .context import Context
 from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import Handler
@@ -59,29 +59,18 @@ from .runner import (
     _IDLE_BLOCK_MAX,
     _MIN_BLOCK,
     _SURVIVABLE,
-    _TRANSIENT,
     RunnerSettings,
     _Inbox,
     _Job,
     _Runner,
 )
+from .transitions import Transitions
 
 if TYPE_CHECKING:
     from .metrics import WorkerObserver
 
 log = logging.getLogger("venturi_redis.worker")
 _DEFAULT_RETENTION = Retention()
-# Metrics names of each transition's outcome ("retry" is "failed" or "dead").
-_OUTCOMES = {
-    "complete": "completed",
-    "pause": "paused",
-    "suspend": "suspended",
-    "retry": "failed",
-    "dead": "dead",
-    "release": "released",
-    "cancel": "cancelled",
-}
-
 StateT = TypeVar("StateT", default=None)
 
 
@@ -268,6 +257,8 @@ class Worker(Generic[StateT]):
         self._fatal: KeyboardInterrupt | SystemExit | None = None
         # The slot tasks' task group while run() runs (a deferred completion's retry runs there).
         self._jobs_tg: TaskGroup | None = None
+        # A run's transition, built and sent by transitions.py (for execute.py and the shutdown).
+        self._commit = Transitions(self).commit
 
     # -- registration --------------------------------------------------------------
 
@@ -548,220 +539,3 @@ class Worker(Generic[StateT]):
         if self._until_idle and not runner.active:
             runner.interrupt.set()  # an idle wait is cut short to check whether all is done
         self._changed.set()
-
-    async def _commit(
-        self,
-        job: _Job,
-        action: str,
-        *,
-        ctx: Context[Any] | None = None,
-        note: str | None = None,
-        reason: str = "",
-        task: Any = None,
-        delay_ms: int = 0,
-        blob: bytes = b"",
-        direct: bool = False,
-    ) -> None:
-        """Run the transition script for ``action``, retrying transient errors.
-
-        A refusal after a retried call may be our own first attempt having
-        succeeded with its reply lost; it is logged, never re-applied.
-        ``direct`` sends it on the client's pool instead of the committer's
-        next round trip (the worker is on its way out).
-        """
-        q = job.queue
-        k = q.keys
-        now = q.client.now_arg
-        note_s = note or ""
-        attachment = b""
-        carry = b""
-        if ctx is not None:
-            try:
-                attachment = pack(ctx.attachment) if ctx.attachment is not None else b""
-                carry = b"" if isinstance(ctx.carry, NoCarry) else pack_model(ctx.carry)
-            except PayloadError as exc:
-                action, note_s, reason, attachment, carry = (
-                    "dead",
-                    f"cannot save run state: {exc}",
-                    "bad_payload",
-                    b"",
-                    b"",
-                )
-        if job.cancel_requested and action in ("pause", "suspend", "retry", "release"):
-            # An operator cancelled the job while it ran: whatever else the run
-            # decided, it ends cancelled (a completion or a death stands).
-            action = "cancel"
-            note_s = "cancelled by an operator" + (f" (the run ended with: {note_s})" if note_s else "")
-        call: tuple[str, list[str], list[ScriptArg]] | None
-        completion: list[ScriptArg] = []  # complete.lua takes many jobs: this one's values
-        if action == "complete":
-            completion = [job.id, job.token, note_s, attachment, carry, blob]
-            call = None  # the committer batches it; a direct call builds it below
-        elif action == "pause":
-            call = (
-                "pause",
-                [k.job(job.id), k.journal(job.id), k.running, k.pending(job.priority), k.dedup],
-                [job.id, job.token, now(), delay_ms, note_s, attachment, carry, k.wake],
-            )
-        elif action == "suspend":
-            call = (
-                "suspend",
-                [k.job(job.id), k.journal(job.id), k.running, k.suspended],
-                [job.id, job.token, now(), note_s, attachment, carry, blob],
-            )
-        elif action == "retry":
-            policy = (task.backoff() if task is not None else None) or self.backoff
-            call = (
-                "retry",
-                [k.job(job.id), k.journal(job.id), k.running, k.pending(job.priority), k.dead, k.dedup],
-                [
-                    job.id,
-                    job.token,
-                    now(),
-                    note_s,
-                    attachment,
-                    carry,
-                    policy.base_ms,
-                    policy.cap_ms,
-                    repr(self.jitter),
-                    self.max_failures_arg,
-                    k.wake,
-                    k.prefix,
-                ],
-            )
-        elif action == "dead":
-            call = (
-                "dead",
-                [k.job(job.id), k.journal(job.id), k.running, k.dead],
-                [job.id, job.token, now(), note_s, attachment, carry, reason, k.prefix],
-            )
-        elif action == "cancel":
-            call = (
-                "cancel",
-                [k.job(job.id), k.journal(job.id), k.suspended, k.running, k.cancelled, k.dedup],
-                [job.id, now(), k.prefix, note_s, job.token, attachment, carry],
-            )
-        elif action == "release":
-            call = (
-                "release",
-                [k.job(job.id), k.journal(job.id), k.running, k.pending(job.priority), k.dedup],
-                [job.id, job.token, now(), carry, note_s, k.wake],
-            )
-        else:  # pragma: no cover - internal misuse
-            raise ValueError(action)
-        name, keys, args = call if call is not None else ("complete", [], [])
-        job.committing = True
-        if job.runner is not None:
-            job.runner.release_slot(job)
-        if name == "complete" and self._jobs_tg is not None and job.runner is not None and not direct:
-            committer = self._committers.get(id(q.client))
-            if committer is not None:
-                # The slot task goes on to its next job at once; the committer
-                # calls _completed with the reply (no task wake-up per job).
-                job.deferred, job.completion = True, completion
-                committer.complete_soon(q, completion, self._completed, job)
-                return
-        reply, attempt = await self._send(job, name, keys, args, completion, direct=direct)
-        if reply is not None:
-            self._committed(job, action, reply, attempt)
-
-    def _completed(self, job: _Job, reply: Any) -> None:
-        """A deferred completion's reply (or error), from the committer; the job is then finished."""
-        runner = job.runner
-        assert runner is not None
-        if isinstance(reply, _TRANSIENT) and self._jobs_tg is not None:
-            # Try again as _commit does, in a task of its own (it sleeps between attempts).
-            self._jobs_tg.start_soon(self._complete_again, job)
-            return
-        try:
-            if isinstance(reply, BaseException):
-                log.error(
-                    "queue %s: internal error completing job %s", job.queue.name, job.id, exc_info=reply
-                )
-            else:
-                self._committed(job, "complete", reply, 0)
-        finally:
-            self._finish(runner, job)
-
-    async def _complete_again(self, job: _Job) -> None:
-        runner = job.runner
-        assert runner is not None
-        assert job.completion is not None
-        try:
-            await anyio.sleep(0.1)
-            reply, attempt = await self._send(job, "complete", [], [], job.completion, attempt=1)
-            if reply is not None:
-                self._committed(job, "complete", reply, attempt)
-        except Exception:
-            log.exception("queue %s: internal error completing job %s", job.queue.name, job.id)
-        finally:
-            self._finish(runner, job)
-
-    async def _send(
-        self,
-        job: _Job,
-        name: str,
-        keys: list[str],
-        args: list[ScriptArg],
-        completion: list[ScriptArg],
-        attempt: int = 0,
-        *,
-        direct: bool = False,
-    ) -> tuple[Any, int]:
-        """Send a transition, retrying transient errors: (its reply, the attempts it took).
-
-        The reply is None when it gave up (the lease will expire and the job be reclaimed).
-        """
-        q = job.queue
-        k = q.keys
-        now = q.client.now_arg
-        while True:
-            try:
-                # The committers only send while run() runs them: a direct call
-                # outside run() (a test) goes straight to Redis instead of waiting.
-                committer = None if direct else self._committer_for(q.client)
-                if committer is not None and name == "complete":
-                    reply = await committer.complete(q, completion)
-                elif committer is not None:
-                    reply = await committer.submit(name, keys, args)
-                else:  # not running (a direct call in a test): no batching
-                    if name == "complete":
-                        keys, args = [k.running, k.completed], [k.prefix, now(), 1, *completion]
-                    reply = await q.client.scripts.call(q.client.redis, name, keys, args)
-                    if name == "complete":
-                        reply = [1] if reply[0] == 1 else [0, reply[0]]
-                break
-            except _TRANSIENT as exc:
-                attempt += 1
-                if attempt > 8:
-                    log.error(
-                        "job %s: giving up on %s after %d attempts (%s); its lease will expire "
-                        "and it will be reclaimed",
-                        job.id,
-                        name,
-                        attempt,
-                        exc,
-                    )
-                    return None, attempt
-                await anyio.sleep(min(0.05 * 2**attempt, 2.0))
-        return reply, attempt
-
-    def _committed(self, job: _Job, action: str, reply: Any, attempt: int) -> None:
-        """After a transition's reply: the observer, and a lost lease logged.
-
-        ``action`` is also the script's name (every transition's call is named after it).
-        """
-        q = job.queue
-        if self.observer is not None and int(reply[0]) == 1:
-            outcome = _OUTCOMES.get(action, action)
-            if action == "retry" and text(reply[1]) == "dead":
-                outcome = "dead"
-            self.observer.job_finished(
-                q.name, self._kind_label(job.kind), outcome, time.monotonic() - job.started
-            )
-        if int(reply[0]) != 1:
-            err = LeaseLostError(job.id, action, text(reply[1]))
-            if attempt:
-                log.warning("%s (after a retried call, so possibly our own earlier success)", err)
-            else:
-                log.error("%s", err)
