@@ -4,6 +4,9 @@ A ``_Runner`` claims jobs for one queue and hands them to the worker's slot
 tasks through its ``_Inbox``. When the queue has nothing eligible, its claim
 loop blocks on the queue's wake list with the next claim pipelined behind
 (docs/design.md, "Waking workers").
+
+The runner knows its worker through ``RunnerHost`` and ``RunnerSettings``
+below, never by importing worker.py.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ class Worker(Generic[StateT]):
             ``maxmemory-policy`` is ``noeviction`` (an eviction could silently
             drop jobs). ``False`` skips that check; the version check stays.
         observer: Told of every claim and every finished run (for metrics:
-            ``venturi_redis._worker.metrics.PrometheusMetrics``).
+            ``vr.PrometheusMetrics``).
         freeze_gc: While running, keep the objects that existed when the
             worker started (imports, the application's setup) out of the
             garbage collector's full collections: the young generations
