@@ -8,7 +8,8 @@ dedup merge loop), and there is nothing to keep in step.
 One exception, for speed: a single ``enqueue`` on a client that has an
 enqueue lane (``redis://``, ``rediss://`` or ``unix://``, not durable mode)
 is checked, encoded and sent from the calling thread, on a blocking redis-py
-connection of the ``SyncClient``'s own: the same ``prepare``, the same
+connection of the ``SyncClient``'s own (``_transport/blocking.py``: the
+client and its runner of the script): the same ``prepare``, the same
 ``enqueue.lua`` call with the same keys and arguments, and no hand-off to the
 loop thread and back (about 130 µs of client CPU of a ~170 µs call on the
 benchmark machine, benchmarks/sync_enqueue.py). Only a dedup collision,
@@ -32,11 +33,9 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
-import hiredis
 import redis
 from anyio.from_thread import BlockingPortal
 from pydantic import BaseModel
-from redis.exceptions import NoScriptError, ResponseError
 
 from .._model.codec import text
 from .._model.enums import JobState, Priority
@@ -45,8 +44,7 @@ from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.prepare import prepare
-from .._store.scripts import Script, ScriptArg
-from .._transport.redispy import pooled_sync_connection
+from .._transport.blocking import blocking_redis, run_script
 from .client import Client, Queue
 from .reads import QueueStats
 
@@ -84,48 +82,10 @@ class _LoopThread:
 
 
 def _direct_redis(client: Client) -> redis.Redis | None:
-    """A blocking client for the direct single enqueue, where ``client`` has an enqueue lane.
-
-    Made from the same URL with the same defaults as ``Client.from_url``'s
-    (5 s socket and connect timeouts unless the URL says otherwise), so it
-    reaches the same server, database and credentials.
-    """
+    """A blocking client for the direct single enqueue, where ``client`` has an enqueue lane."""
     if client.enqueue_lane() is None or client.url is None:
         return None
-    return redis.Redis.from_url(
-        client.url, decode_responses=False, socket_timeout=5.0, socket_connect_timeout=5.0
-    )
-
-
-def _pack(*command: ScriptArg) -> bytes:
-    packed: bytes = hiredis.pack_command(command)  # type: ignore[arg-type]
-    return packed
-
-
-def _run_script(direct: redis.Redis, script: Script, keys: list[str], args: list[ScriptArg]) -> Any:
-    """``EVALSHA`` (then ``EVAL`` after ``NOSCRIPT``) on one of ``direct``'s pooled connections.
-
-    Packed by hiredis and sent on the connection itself, as the async enqueue
-    lane does: no command-name lookup, response callbacks or retry wrapper.
-    Nothing is resent: a connection that fails mid-call is dropped and the
-    call raises, so a lost reply never creates a job twice (docs/guarantees.md).
-    """
-    pool = direct.connection_pool
-    conn: Any = pooled_sync_connection(pool)
-    try:
-        try:
-            conn.send_packed_command([_pack("EVALSHA", script.sha, len(keys), *keys, *args)])
-            return conn.read_response()
-        except NoScriptError:  # the script did not run: send its source (which caches it)
-            conn.send_packed_command([_pack("EVAL", script.source, len(keys), *keys, *args)])
-            return conn.read_response()
-    except ResponseError:
-        raise  # an error reply: the connection is in step
-    except BaseException:
-        conn.disconnect()  # part of the command or of its reply may be left on it
-        raise
-    finally:
-        pool.release(conn)
+    return blocking_redis(client.url)
 
 
 class SyncClient:
@@ -257,7 +217,7 @@ class SyncQueue:
             carry=carry,
         )
         name, keys, args = q._enqueue_one(job)
-        holder = text(_run_script(direct, client.scripts[name], keys, args)[1])
+        holder = text(run_script(direct, client.scripts[name], keys, args)[1])
         if not holder:
             return job.id
         from .dedup import merge_into

@@ -35,11 +35,13 @@ def stream_writer(conn: Any) -> asyncio.StreamWriter | None:
 
     Relies on ``AbstractConnection._writer`` (redis-py 4.2 to 8.2: set by
     ``connect``, None again after ``disconnect``). Used by the hiredis-packed
-    connection (fastpack.py) to write without ``asyncio.wait_for`` and to
-    abort a connection it gives up on.
+    connection (fastpack.py) on every write, to write without
+    ``asyncio.wait_for``, and to abort a connection it gives up on: a plain
+    read, no ``getattr`` default or type check on that path (a redis-py
+    without it fails tests/test_redispy.py, not silently).
     """
-    writer = getattr(conn, "_writer", None)
-    return writer if isinstance(writer, asyncio.StreamWriter) else None
+    writer: asyncio.StreamWriter | None = conn._writer
+    return writer
 
 
 def handshaken_transport(conn: Any) -> tuple[Any, Callable[[Any], Exception]] | None:
