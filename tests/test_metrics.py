@@ -5,9 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
+from pydantic import Field
 
 import venturi_redis as vr
 from tests.helpers import drain
@@ -49,6 +50,29 @@ async def test_counters_and_histogram_follow_the_runs(queue: vr.Queue) -> None:
         )
         is None
     )
+
+
+class Signed(vr.Task):
+    KIND: ClassVar[str] = "signed"
+    key: str = Field(json_schema_extra={"sensitive": True})
+
+
+class SignedJob(Signed, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        raise vr.TaskError.permanent(f"key {self.key} revoked")
+
+
+async def test_metrics_carry_no_job_data(queue: vr.Queue) -> None:
+    """The redaction rule holds for the metrics by construction: no payload, note or
+    result value is ever a label or a sample (docs/operations.md)."""
+    m = PrometheusMetrics()
+    secret = "key-0f-the-kingdom"
+    await queue.enqueue(Signed(key=secret))
+    await queue.enqueue(Echo(text=secret))
+    await drain(queue, SignedJob, EchoJob, observer=m)
+    await m.refresh([queue])
+    page = m.render()
+    assert b"venturi_jobs_dead_total" in page and secret.encode() not in page
 
 
 async def test_gauges_read_queue_stats(queue: vr.Queue) -> None:
