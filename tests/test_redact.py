@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import pytest
 from pydantic import BaseModel, Field
 
 import venturi_redis as vr
+from venturi_redis._model.codec import pack, unpack_model
 from venturi_redis._model.redact import MASK, marked_fields, redact, scrub, secret_values
 
 
@@ -58,3 +60,14 @@ def test_redact_keeps_structure_or_named_keys() -> None:
     assert redact(doc, ["user"]) == {**doc, "user": MASK}
     assert redact("plain") == MASK and redact(None) is None
     assert redact([1, 2], ["x"]) == [1, 2]  # named keys: only a mapping has any
+
+
+def test_a_payload_that_does_not_validate_is_named_by_field_not_quoted() -> None:
+    """The note of a job whose stored payload does not validate never quotes the stored values."""
+    raw = pack({"user": ["not", "a", "string"], "password": 12345678})
+    with pytest.raises(vr.PayloadError) as caught:
+        unpack_model(Creds, raw)
+    note = str(caught.value)
+    assert note.startswith("stored value does not validate as Creds: user: Input should be a valid string")
+    assert "password: Input should be a valid string" in note
+    assert "12345678" not in note and "'a'" not in note and "input_value" not in note

@@ -90,7 +90,7 @@ def unpack_model(cls: type[M], raw: bytes) -> M:
             return cls.__pydantic_validator__.validate_python(data)  # type: ignore[no-any-return]
         return cls.model_validate(data)
     except ValidationError as exc:
-        raise PayloadError(f"stored value does not validate as {cls.__name__}: {exc}") from exc
+        raise PayloadError(f"stored value does not validate as {cls.__name__}: {_errors(exc)}") from exc
 
 
 def unpack_as(adapter: TypeAdapter[Any], raw: bytes) -> Any:
@@ -99,7 +99,17 @@ def unpack_as(adapter: TypeAdapter[Any], raw: bytes) -> Any:
     try:
         return adapter.validate_python(data)
     except ValidationError as exc:
-        raise PayloadError(f"stored value does not validate: {exc}") from exc
+        raise PayloadError(f"stored value does not validate: {_errors(exc)}") from exc
+
+
+def _errors(exc: ValidationError) -> str:
+    """What failed validation, by field, without the values: pydantic's own text quotes
+    each input, and this text becomes a job's note (a stored payload may hold secrets)."""
+    parts = [
+        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
+        for e in exc.errors(include_url=False, include_input=False)
+    ]
+    return "; ".join(parts)
 
 
 def text(value: Any) -> str:
