@@ -65,7 +65,7 @@ class SignedJob(Signed, vr.Handler[Any]):
 async def test_metrics_carry_no_job_data(queue: vr.Queue) -> None:
     """The redaction rule holds for the metrics by construction: no payload, note or
     result value is ever a label or a sample (docs/operations.md)."""
-    m = PrometheusMetrics()
+    m = vr.PrometheusMetrics()
     secret = "key-0f-the-kingdom"
     await queue.enqueue(Signed(key=secret))
     await queue.enqueue(Echo(text=secret))
