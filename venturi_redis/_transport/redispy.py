@@ -13,8 +13,9 @@ moves one of them fails there, not in production.
 Checked on: redis-py 8.2.0 with hiredis 3.2.0 and 3.5.0 (the pin is
 ``redis[hiredis]>=8.2,<9``; redis-py 8.2 requires hiredis 3.2 or later).
 Why not older: docs/operations.md, "Supported redis-py". The version ranges
-quoted below say where each assumption holds as far as it was looked up;
-only the pinned range is tested.
+quoted below say where each assumption held when parts of the suite were
+run on redis-py 5.0.8, 6.2, 6.4, 7.0.1, 7.4.1, 8.0, 8.1 and 8.2 (while
+choosing the pin); only the pinned range is tested by CI.
 
 Everything else the package does with redis-py goes through its public API
 (``execute_command``, pipelines, ``send_packed_command`` / ``read_response``,
@@ -33,7 +34,7 @@ from typing import Any
 def stream_writer(conn: Any) -> asyncio.StreamWriter | None:
     """The ``asyncio.StreamWriter`` of a connected ``redis.asyncio`` connection, else None.
 
-    Relies on ``AbstractConnection._writer`` (redis-py 4.2 to 8.2: set by
+    Relies on ``AbstractConnection._writer`` (redis-py 5.0 to 8.2: set by
     ``connect``, None again after ``disconnect``). Used by the hiredis-packed
     connection (fastpack.py) on every write, to write without
     ``asyncio.wait_for``, and to abort a connection it gives up on: a plain
@@ -51,10 +52,10 @@ def handshaken_transport(conn: Any) -> tuple[Any, Callable[[Any], Exception]] | 
     reads through redis-py, unless everything it relies on is there:
 
     - ``AbstractConnection._reader`` / ``_writer``: the ``StreamReader`` and
-      ``StreamWriter`` redis-py reads and writes through (4.2 to 8.2);
+      ``StreamWriter`` redis-py reads and writes through (5.0 to 8.2);
     - ``AbstractConnection._parser.parse_error``: the classmethod turning an
       error reply's text into redis-py's exception class (``NoScriptError``,
-      ``ResponseError``, ...) (``BaseParser.parse_error``, 4.2 to 8.2);
+      ``ResponseError``, ...) (``BaseParser.parse_error``, 5.0 to 8.2);
     - ``asyncio.StreamReader._buffer`` (CPython 3.11 to 3.13): the bytes read
       but not consumed; after the handshake (AUTH, SELECT, HELLO,
       CLIENT SETNAME) it must be empty, or a reply would be lost in the swap.
@@ -101,7 +102,7 @@ def health_check_due(conn: Any, now: float) -> bool:
 
     Relies on ``AbstractConnection.next_health_check``: the event loop's time
     after which redis-py's own ``check_health`` PINGs (-1 before the first
-    command), which redis-py moves on after each reply it reads (4.2 to 8.2).
+    command), which redis-py moves on after each reply it reads (5.0 to 8.2).
     The caller checks the public ``health_check_interval`` first (0: never).
     """
     return bool(now >= conn.next_health_check)
@@ -122,7 +123,7 @@ def unpooled_connection(pool: Any, *, untimed: bool = False) -> Any:
     ``ConnectionPool.make_connection`` is public but undocumented (4.2 to
     8.2). ``untimed``: no socket timeout on this connection (the caller bounds
     its calls itself); relies on redis-py reading
-    ``AbstractConnection.socket_timeout`` at each read and write (4.2 to 8.2).
+    ``AbstractConnection.socket_timeout`` at each read and write (5.0 to 8.2).
     """
     conn = pool.make_connection()
     if untimed:
@@ -155,7 +156,7 @@ async def pin_connection(pipe: Any) -> Any:
 
     Relies on ``redis.asyncio.client.Pipeline.connection``: once set,
     ``multi()``, ``execute()`` and ``reset()`` use that connection, and
-    ``reset()`` sends UNWATCH on it and gives it back to the pool (4.2 to 8.2).
+    ``reset()`` sends UNWATCH on it and gives it back to the pool (5.0 to 8.2).
     """
     conn = pipe.connection = await pooled_connection(pipe.connection_pool)
     return conn
@@ -164,7 +165,7 @@ async def pin_connection(pipe: Any) -> Any:
 async def pipeline_reply(pipe: Any, conn: Any, command_name: str) -> Any:
     """Read one reply on ``conn`` through ``pipe``'s own reply parsing.
 
-    ``Pipeline.parse_response`` (4.2 to 8.2) applies redis-py's reply
+    ``Pipeline.parse_response`` (5.0 to 8.2) applies redis-py's reply
     callbacks (a dict for HGETALL) and, for ``WATCH``, marks the pipeline as
     watching, so that ``multi()`` and ``reset()`` behave as after ``watch()``.
     """
@@ -174,7 +175,7 @@ async def pipeline_reply(pipe: Any, conn: Any, command_name: str) -> Any:
 def forget_watch(pipe: Any) -> None:
     """Tell ``pipe`` its WATCH is gone (its connection was closed): ``reset()`` sends no UNWATCH.
 
-    ``Pipeline.watching`` (4.2 to 8.2).
+    ``Pipeline.watching`` (5.0 to 8.2).
     """
     pipe.watching = False
 
