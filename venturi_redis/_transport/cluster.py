@@ -108,7 +108,7 @@ _CLASS: Any = None
 def _cluster_class() -> Any:
     """``RedisCluster`` that learns the slot map before routing its first command.
 
-    redis-py 8's async ``RedisCluster.execute_command`` decides how to route a
+    redis-py 8.1's async ``RedisCluster.execute_command`` decides how to route a
     command *before* it initializes: on a fresh client (no default node yet) it
     treats even a keyed EVALSHA as keyless and sends it to an arbitrary node.
     Sequentially that costs one MOVED; with many coroutines starting at once
