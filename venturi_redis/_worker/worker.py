@@ -385,6 +385,14 @@ class Worker(Generic[StateT]):
         With ``until_idle=True``, return once every queue has nothing running or
         pending (delayed and retry-waiting jobs included; suspended jobs don't
         count): for tests and batch jobs.
+
+        Raises:
+            KeyboardInterrupt: A handler raised it (so does ``SystemExit``):
+                the worker stopped at once, released its other running jobs,
+                recorded the culprit's run as failed, and re-raises it with a
+                note naming the job (docs/guarantees.md).
+            ConfigurationError: No handler is registered, or the worker is
+                already running.
         """
         if not self._registry:
             raise ConfigurationError("no handlers registered: call worker.register(MyTaskHandler) first")
