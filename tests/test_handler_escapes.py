@@ -36,7 +36,7 @@ async def test_a_handlers_own_cancelled_error_is_a_failed_run_and_the_worker_goe
     culprit = await queue.enqueue(SelfCancel(), max_failures=2)
     others = await queue.enqueue_many([Echo(text=str(i)) for i in range(5)])
     # One slot: the culprit runs first, so the others only complete if the worker went on.
-    worker = make_worker(queue, *HANDLERS, EchoJob, concurrency=1, state={"queue": queue})
+    worker = make_worker(queue, *HANDLERS, EchoJob, concurrency=1, state={})
     with anyio.fail_after(30):
         await worker.run(until_idle=True)
     info = await queue.get(culprit)
@@ -57,7 +57,7 @@ async def test_a_cancellation_from_outside_run_still_releases_the_job(queue: vr.
     """The caller cancelling ``run()`` is the worker's own cancellation: released, not failed."""
     job_id = await queue.enqueue(Sleeper())
     started = anyio.Event()
-    worker = make_worker(queue, *HANDLERS, state={"queue": queue, "started": started})
+    worker = make_worker(queue, *HANDLERS, state={"started": started})
     with anyio.move_on_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker.run)
@@ -78,9 +78,9 @@ async def test_system_exit_in_a_handler_stops_the_worker_and_releases_the_others
     queue: vr.Queue, how: str, raised: type[BaseException]
 ) -> None:
     innocent = await queue.enqueue_many([Sleeper() for _ in range(3)])
-    culprit = await queue.enqueue(Bail(how=how, running=4))
+    culprit = await queue.enqueue(Bail(how=how, sleepers=3))
     # A long grace: the worker must not wait it out when it is on its way out for a crash.
-    worker = make_worker(queue, *HANDLERS, concurrency=4, state={"queue": queue}, shutdown_grace=60)
+    worker = make_worker(queue, *HANDLERS, concurrency=4, state={}, shutdown_grace=60)
     with pytest.raises(raised), anyio.fail_after(20):
         await worker.run()
     for job_id in innocent:
@@ -153,7 +153,7 @@ def test_venturi_worker_exits_non_zero_when_a_handler_raises_system_exit(
     with vr.SyncClient(redis_server.url) as sc:
         q = sc.queue(name)
         innocent = q.enqueue_many([Sleeper() for _ in range(2)])
-        culprit = q.enqueue(Bail(how=how, code=code, running=3))
+        culprit = q.enqueue(Bail(how=how, code=code, sleepers=2))
         proc = start_cli_worker(redis_server.url, name)
         try:
             _, err = proc.communicate(timeout=60)

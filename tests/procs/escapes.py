@@ -38,7 +38,7 @@ class SelfCancelJob(SelfCancel, vr.Handler[Any]):
 
 
 class Sleeper(vr.Task[Runs]):
-    """Counts its runs in the carry, sets ``state["started"]`` if any, sleeps an hour (a bystander)."""
+    """Counts its runs in the carry and in ``state["sleeping"]``, then sleeps an hour (a bystander)."""
 
     KIND: ClassVar[str] = "sleeper"
 
@@ -46,6 +46,7 @@ class Sleeper(vr.Task[Runs]):
 class SleeperJob(Sleeper, vr.Handler[Any]):
     async def handle(self, ctx: vr.Context[Runs], state: Any) -> vr.Outcome:
         ctx.carry.n += 1
+        state.setdefault("sleeping", []).append(ctx.job_id)
         if "started" in state:
             state["started"].set()
         await anyio.sleep(3600)
@@ -53,18 +54,17 @@ class SleeperJob(Sleeper, vr.Handler[Any]):
 
 
 class Bail(vr.Task):
-    """Raises KeyboardInterrupt or SystemExit once ``running`` jobs run (itself included)."""
+    """Raises KeyboardInterrupt or SystemExit once ``sleepers`` Sleeper handlers run in this process."""
 
     KIND: ClassVar[str] = "bail"
     how: str = "exit"
     code: int | None = 0
-    running: int = 1
+    sleepers: int = 0
 
 
 class BailJob(Bail, vr.Handler[Any]):
     async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
-        queue: vr.Queue = state["queue"]
-        while (await queue.counts())["running"] < self.running:
+        while len(state.setdefault("sleeping", [])) < self.sleepers:
             await anyio.sleep(0.01)
         if self.how == "interrupt":
             raise KeyboardInterrupt
@@ -77,6 +77,4 @@ HANDLERS = (SelfCancelJob, SleeperJob, BailJob)
 def make() -> vr.Worker[Any]:
     client = vr.Client.from_url()
     queue = client.queue(os.environ["ESCAPES_QUEUE"])
-    return vr.Worker(queue, state={"queue": queue}, poll_interval=0.2, shutdown_grace=30).register(
-        *HANDLERS, EchoJob
-    )
+    return vr.Worker(queue, state={}, poll_interval=0.2, shutdown_grace=30).register(*HANDLERS, EchoJob)
