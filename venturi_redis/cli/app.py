@@ -35,6 +35,28 @@ app = typer.Typer(
 job_app = typer.Typer(help="One job: show, retry, cancel.", no_args_is_help=True)
 dead_app = typer.Typer(help="Dead jobs.", no_args_is_help=True)
 queue_app = typer.Typer(help="Queue-wide switches: pause, resume.", no_args_is_help=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"venturi {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Operate venturi_redis queues: workers, stats, jobs, dead letters, pause, purge."""
+
+
 app.add_typer(job_app, name="job")
 app.add_typer(dead_app, name="dead")
 app.add_typer(queue_app, name="queue")
