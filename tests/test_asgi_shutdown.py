@@ -20,6 +20,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import pytest
+
 import venturi_redis as vr
 from tests.servers import RedisServer, free_port
 
@@ -29,11 +31,17 @@ ROOT = Path(__file__).resolve().parent.parent
 def _lines(stream: object, out: queue.Queue[str]) -> None:
     for line in stream:  # type: ignore[attr-defined]
         out.put(line)
+    out.put("")  # the process closed its output: it has exited
 
 
-def wait_for(lines: queue.Queue[str], seen: list[str], needle: str, timeout: float = 30.0) -> str:
+def wait_for(lines: queue.Queue[str], seen: list[str], needle: str, timeout: float = 60.0) -> str:
     while True:
-        line = lines.get(timeout=timeout)
+        try:
+            line = lines.get(timeout=timeout)
+        except queue.Empty:
+            pytest.fail(f"no {needle!r} from uvicorn within {timeout} s; it printed:\n{''.join(seen)}")
+        if not line:
+            pytest.fail(f"uvicorn exited before {needle!r}; it printed:\n{''.join(seen)}")
         seen.append(line)
         if needle in line:
             return line
