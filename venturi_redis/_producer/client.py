@@ -5,7 +5,6 @@ Nothing here imports the worker: a web process that only enqueues stays light.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -23,6 +22,7 @@ from .._model.task import Task
 from .._store.keys import QueueKeys
 from .._store.prepare import ENQUEUE_CHUNK, Prepared, prepare, prepare_many
 from .._store.scripts import ScriptArg, ScriptSet, scripts
+from .._transport.connect import connect, default_url
 from .._transport.durable import Durability, DurableRedis, NotDurableError, as_durability
 from .._transport.lane import Lane
 from . import ops as _ops
@@ -33,10 +33,6 @@ if TYPE_CHECKING:
     from .reads import QueueStats
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of encoded payload (or carry) per job
-
-
-def _default_url() -> str:
-    return os.environ.get("REDIS_URL") or "memory://"
 
 
 class Client:
@@ -94,40 +90,17 @@ class Client:
         Redis Cluster: ``redis+cluster://host:port[,host:port...]`` (or
         ``rediss+cluster://``), or any ``redis://`` URL with ``cluster=True``.
         Everything else is unchanged; see docs/cluster.md.
+
+        Redis Sentinel: ``redis+sentinel://host:port[,host:port...]/SERVICE[/DB]``
+        (or ``rediss+sentinel://``): the service's master, followed across
+        failovers; see docs/operations.md.
         """
-        url = url or _default_url()
-        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-        # Redis Cluster (docs/cluster.md): a RedisCluster client; each queue's
-        # keys share the hash tag {queue}, so every script stays in one slot.
-        if options.pop("cluster", False) or scheme.endswith("+cluster"):
-            from .._transport.cluster import cluster_redis
-
-            return cls(cluster_redis(url), url=url, **options)
-        if scheme == "memory":
-            from .._transport.memory import memory_redis
-
-            return cls(memory_redis(url), url=url, **options)
-        if scheme in ("redis", "rediss", "unix"):
-            import redis.asyncio as aioredis
-
-            # Every command waits at most 5 s for its reply: a connection that
-            # went silent (a half-open TCP connection, a hung server) then fails
-            # and is replaced instead of hanging a worker's claim loop forever.
-            # redis-py >= 6 has this default; 5.x waits forever. A
-            # ``?socket_timeout=`` in the URL wins.
-            extra: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
-            if scheme in ("redis", "rediss"):
-                from .._transport.fastpack import fast_connection_class
-
-                if (conn_cls := fast_connection_class(scheme)) is not None:
-                    extra["connection_class"] = conn_cls
-            client = cls(aioredis.Redis.from_url(url, decode_responses=False, **extra), url=url, **options)
-            client._lane = Lane.for_redis(client.redis)
-            return client
-        raise ConfigurationError(
-            f"unsupported URL {url!r}: use redis://host:port/db, rediss://, unix://, memory:// "
-            "or redis+cluster://host:port"
-        )
+        url = url or default_url()
+        client = cls(connect(url, cluster=options.pop("cluster", False)), url=url, **options)
+        # The client owns this connection: the enqueue lane may take one of its
+        # own (only over a plain pool; see Lane.for_redis).
+        client._lane = Lane.for_redis(client.redis)
+        return client
 
     def queue(self, name: str = "default") -> Queue:
         """The queue called ``name`` (one object per name per client)."""
