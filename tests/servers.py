@@ -85,6 +85,8 @@ class RedisServer:
 
     With ``tls``, it listens for TLS only (``rediss://``), and checks no client
     certificate; its ``url`` carries the CA for the client to verify it with.
+    With ``password``, it requires it (``requirepass``) and, as a replica,
+    gives it to its master (``masterauth``).
     """
 
     def __init__(
@@ -93,11 +95,13 @@ class RedisServer:
         port: int | None = None,
         directory: Path | None = None,
         tls: TlsFiles | None = None,
+        password: str | None = None,
     ) -> None:
         self.port = port or free_port()
         self.extra = list(extra)
         self.dir = directory or Path(tempfile.mkdtemp(prefix="venturi-redis-"))
         self.tls = tls
+        self.password = password
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -112,13 +116,17 @@ class RedisServer:
             params["ssl_ca_certs"] = str(self.tls.ca)
         params.update(query)
         tail = f"?{urlencode(params, quote_via=quote, safe='/')}" if params else ""
-        return f"{scheme}://127.0.0.1:{port or self.port}/0{tail}"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"{scheme}://{auth}127.0.0.1:{port or self.port}/0{tail}"
 
     def connect_kwargs(self) -> dict[str, Any]:
         """What a ``redis.Redis`` needs, beside the port, to talk to this server."""
-        if self.tls is None:
-            return {}
-        return {"ssl": True, "ssl_ca_certs": str(self.tls.ca)}
+        kwargs: dict[str, Any] = {}
+        if self.password:
+            kwargs["password"] = self.password
+        if self.tls is not None:
+            kwargs.update(ssl=True, ssl_ca_certs=str(self.tls.ca))
+        return kwargs
 
     def start(self) -> RedisServer:
         if self.tls is None:
@@ -129,6 +137,8 @@ class RedisServer:
                 "--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key),
                 "--tls-ca-cert-file", str(self.tls.ca), "--tls-auth-clients", "no",
             ]  # fmt: skip
+        if self.password:
+            listen += ["--requirepass", self.password, "--masterauth", self.password]
         args = [
             redis_server_binary(),
             *listen,
@@ -196,6 +206,7 @@ def version_of(binary: str | None = None) -> str:
 
 
 __all__ = [
+    "LocalSentinel",
     "RedisServer",
     "TlsFiles",
     "free_port",
@@ -215,3 +226,259 @@ async def replicate(replica: RedisServer, master: RedisServer) -> None:
         r.execute_command("REPLICAOF", "127.0.0.1", master.port)
         while r.info("replication")["master_link_status"] != "up":
             await anyio.sleep(0.05)
+
+
+def _blocking(server: RedisServer) -> redis.Redis:
+    """A short-lived blocking client on ``server`` (close it)."""
+    return redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=1, **server.connect_kwargs())
+
+
+class LocalSentinel:
+    """A Redis Sentinel deployment on free ports: one master, its replicas, three sentinels.
+
+    The master and replicas are ``RedisServer``s (the replicas started with
+    ``--replicaof``); each sentinel is ``redis-server sentinel.conf --sentinel``
+    with a generated config (sentinels rewrite it, so each has its own
+    directory) monitoring ``service`` with a quorum of two, a master declared
+    down after ``down_after_ms``. ``start`` returns once every replica's link
+    is up and every sentinel knows the master and all its replicas (a forced
+    failover needs a replica the sentinel knows).
+
+    ``password`` protects the master and replicas (the sentinels are told it by
+    ``sentinel auth-pass``); ``sentinel_password`` protects the sentinels
+    themselves (``requirepass``, and ``sentinel sentinel-pass`` between them).
+    With ``tls``, every process speaks TLS only, replication and the
+    sentinels' own links included.
+    """
+
+    def __init__(
+        self,
+        *,
+        service: str = "mymaster",
+        replicas: int = 1,
+        sentinels: int = 3,
+        down_after_ms: int = 1000,
+        password: str | None = None,
+        sentinel_password: str | None = None,
+        tls: TlsFiles | None = None,
+    ) -> None:
+        self.service = service
+        self.password = password
+        self.sentinel_password = sentinel_password
+        self.tls = tls
+        self.down_after_ms = down_after_ms
+        tls_extra = ("--tls-replication", "yes") if tls is not None else ()
+        self.master = RedisServer(*tls_extra, "--repl-diskless-sync-delay", "0", tls=tls, password=password)
+        self.replicas = [
+            RedisServer(
+                *tls_extra,
+                "--repl-diskless-sync-delay",
+                "0",
+                "--replicaof",
+                "127.0.0.1",
+                str(self.master.port),
+                tls=tls,
+                password=password,
+            )
+            for _ in range(replicas)
+        ]
+        self.sentinel_ports = [free_port() for _ in range(sentinels)]
+        self.dir = Path(tempfile.mkdtemp(prefix="venturi-sentinel-"))
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def servers(self) -> list[RedisServer]:
+        """The master and the replicas, as started (a failover swaps their roles)."""
+        return [self.master, *self.replicas]
+
+    @property
+    def url(self) -> str:
+        return self.url_with()
+
+    def url_with(self, **query: str | float) -> str:
+        """``redis+sentinel://`` (``rediss+`` with TLS) naming every sentinel, the service and db 0."""
+        scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
+        params: dict[str, str | float] = {}
+        if self.tls is not None:
+            params["ssl_ca_certs"] = str(self.tls.ca)
+        if self.sentinel_password:
+            params["sentinel_password"] = self.sentinel_password
+        params.update(query)
+        tail = f"?{urlencode(params, quote_via=quote, safe='/')}" if params else ""
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+        return f"{scheme}://{auth}{hosts}/{self.service}/0{tail}"
+
+    def sentinel(self, index: int = 0, timeout: float = 1.0) -> redis.Redis:
+        """A short-lived blocking client on sentinel ``index`` (close it)."""
+        kwargs: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        if self.sentinel_password:
+            kwargs["password"] = self.sentinel_password
+        if self.tls is not None:
+            kwargs.update(ssl=True, ssl_ca_certs=str(self.tls.ca))
+        return redis.Redis(host="127.0.0.1", port=self.sentinel_ports[index], **kwargs)
+
+    def server(self, port: int) -> RedisServer:
+        return next(s for s in self.servers if s.port == port)
+
+    def _config(self, port: int) -> str:
+        lines = ["bind 127.0.0.1", f"dir {self.dir}", f"logfile {self.dir / f'sentinel-{port}.log'}"]
+        if self.tls is None:
+            lines.append(f"port {port}")
+        else:
+            lines += [
+                "port 0",
+                f"tls-port {port}",
+                f"tls-cert-file {self.tls.cert}",
+                f"tls-key-file {self.tls.key}",
+                f"tls-ca-cert-file {self.tls.ca}",
+                "tls-auth-clients no",
+                "tls-replication yes",  # the sentinels reach masters and replicas over TLS
+            ]
+        if self.sentinel_password:
+            lines += [
+                f"requirepass {self.sentinel_password}",
+                f"sentinel sentinel-pass {self.sentinel_password}",
+            ]
+        s = self.service
+        lines += [
+            f"sentinel monitor {s} 127.0.0.1 {self.master.port} 2",
+            f"sentinel down-after-milliseconds {s} {self.down_after_ms}",
+            f"sentinel failover-timeout {s} 10000",
+            f"sentinel parallel-syncs {s} 1",
+        ]
+        if self.password:
+            lines.append(f"sentinel auth-pass {s} {self.password}")
+        return "\n".join(lines) + "\n"
+
+    def start(self) -> LocalSentinel:
+        try:
+            self.master.start()
+            for replica in self.replicas:
+                replica.start()
+            self._wait(self._replicas_linked, "replicas linked to the master")
+            for port in self.sentinel_ports:
+                conf = self.dir / f"sentinel-{port}.conf"
+                conf.write_text(self._config(port))
+                self.procs.append(
+                    subprocess.Popen(
+                        [redis_server_binary(), str(conf), "--sentinel"],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+            self._wait(self._sentinels_ready, "sentinels knowing the master and its replicas")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _replicas_linked(self) -> bool:
+        for replica in self.replicas:
+            with redis.Redis(
+                host="127.0.0.1", port=replica.port, socket_timeout=1, **replica.connect_kwargs()
+            ) as r:
+                if r.info("replication").get("master_link_status") != "up":
+                    return False
+        return True
+
+    def _sentinels_ready(self) -> bool:
+        want = {s.port for s in self.replicas}
+        for i in range(len(self.sentinel_ports)):
+            try:
+                with self.sentinel(i) as r:
+                    known = {int(x["port"]) for x in r.sentinel_slaves(self.service)}
+                    if not want <= known:
+                        return False
+            except redis.RedisError:
+                return False
+        return True
+
+    def master_port(self) -> set[int]:
+        """The master's port as each reachable sentinel reports it (one value once they agree)."""
+        ports: set[int] = set()
+        for i in range(len(self.sentinel_ports)):
+            try:
+                with self.sentinel(i) as r:
+                    _, port = r.sentinel_get_master_addr_by_name(self.service)
+                    ports.add(int(port))
+            except redis.RedisError:
+                continue
+        return ports
+
+    def failover(self) -> int:
+        """``SENTINEL FAILOVER`` on the first sentinel; returns the port of the master it replaces."""
+        (old,) = self.master_port()
+        with self.sentinel(0) as r:
+            r.execute_command("SENTINEL", "FAILOVER", self.service)
+        return old
+
+    def wait_for_new_master(self, old: int, timeout: float = 30.0) -> RedisServer:
+        """Wait until every sentinel reports a master other than ``old`` and it says it is one."""
+
+        def moved() -> bool:
+            ports = self.master_port()
+            if len(ports) != 1 or old in ports:
+                return False
+            new = self.server(next(iter(ports)))
+            with _blocking(new) as r:
+                return bool(r.info("replication")["role"] == "master")
+
+        self._wait(moved, f"a master other than port {old}", timeout)
+        (port,) = self.master_port()
+        return self.server(port)
+
+    def wait_for_replica(self, port: int, master: RedisServer, timeout: float = 30.0) -> None:
+        """Wait until the server on ``port`` replicates ``master`` with its link up.
+
+        After a switchover the sentinels turn the old master into a replica of
+        the new one, about eight seconds later (Sentinel waits four publish
+        periods before it reconfigures a replica that reports itself master).
+        """
+
+        def linked() -> bool:
+            with _blocking(self.server(port)) as r:
+                info = r.info("replication")
+            return bool(
+                info["role"] == "slave"
+                and int(info["master_port"]) == master.port
+                and info["master_link_status"] == "up"
+            )
+
+        self._wait(linked, f"port {port} replicating port {master.port}", timeout)
+
+    def _wait(self, check: Any, what: str, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if check():
+                    return
+            except redis.RedisError:
+                pass
+            if time.monotonic() > deadline:
+                logs = "".join(p.read_text()[-1500:] for p in sorted(self.dir.glob("*.log")))
+                raise RuntimeError(f"sentinel setup: timed out waiting for {what}\n{logs}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs = []
+        for server in self.servers:
+            server.stop()
+
+    def __enter__(self) -> LocalSentinel:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        for server in self.servers:
+            shutil.rmtree(server.dir, ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
