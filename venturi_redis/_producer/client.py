@@ -84,8 +84,9 @@ class Client:
     def from_url(cls, url: str | None = None, **options: Any) -> Client:
         """Connect to ``redis://``, ``rediss://``, ``unix://`` or ``memory://[name]``.
 
-        ``url=None`` reads ``REDIS_URL`` and falls back to ``memory://``, the
-        embedded in-process server (nothing survives the process).
+        ``url=None`` reads ``REDIS_URL``, else ``redis://127.0.0.1:6379/0``.
+        The embedded in-process server (nothing survives the process) is
+        only ever used when asked for by name, ``memory://``.
 
         Redis Cluster: ``redis+cluster://host:port[,host:port...]`` (or
         ``rediss+cluster://``), or any ``redis://`` URL with ``cluster=True``.

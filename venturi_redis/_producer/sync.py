@@ -93,7 +93,8 @@ class SyncClient:
 
     Args:
         url: ``redis://``, ``rediss://``, ``unix://`` or ``memory://``; ``None``
-            reads ``REDIS_URL`` (then ``memory://``), like ``Client.from_url``.
+            reads ``REDIS_URL`` (then ``redis://127.0.0.1:6379/0``), like
+            ``Client.from_url``.
         **options: Passed to ``Client.from_url`` (``namespace``,
             ``max_payload_bytes``, ``clock``).
 

@@ -11,7 +11,11 @@ schemes, each with its own module where it needs more than redis-py's
   ``cluster=True``: Redis Cluster (``cluster.py``);
 * ``redis+sentinel://`` / ``rediss+sentinel://``: the master of a service
   monitored by Redis Sentinel (``sentinel.py``);
-* ``memory://[name]``: the embedded in-process server (``memory.py``).
+* ``memory://[name]``: the embedded in-process server (``memory.py``), only
+  when asked for by name.
+
+No URL means ``REDIS_URL``, else ``redis://127.0.0.1:6379/0``, as everywhere
+in the Redis ecosystem (and as the CLI's ``--redis``).
 """
 
 from __future__ import annotations
@@ -28,9 +32,16 @@ from .._model.errors import ConfigurationError
 SOCKET_TIMEOUTS: dict[str, float] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
 def default_url() -> str:
-    """The URL used when none is given: ``REDIS_URL``, else the embedded ``memory://``."""
-    return os.environ.get("REDIS_URL") or "memory://"
+    """The URL used when none is given: ``REDIS_URL``, else ``redis://127.0.0.1:6379/0``.
+
+    Never ``memory://`` by itself: a producer that silently enqueued into a
+    throwaway in-process server would lose every job at exit.
+    """
+    return os.environ.get("REDIS_URL") or DEFAULT_URL
 
 
 def scheme_of(url: str) -> str:
@@ -79,4 +90,4 @@ def connect(url: str, *, cluster: bool = False) -> Any:
     )
 
 
-__all__ = ["SOCKET_TIMEOUTS", "connect", "default_url", "scheme_of"]
+__all__ = ["DEFAULT_URL", "SOCKET_TIMEOUTS", "connect", "default_url", "scheme_of"]

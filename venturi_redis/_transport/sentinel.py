@@ -47,7 +47,6 @@ command goes through redis-py's ``SentinelManagedConnection``.
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
@@ -62,6 +61,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.errors import ConfigurationError
+from .urls import redact_url
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 DEFAULT_SENTINEL_PORT = 26379
@@ -158,7 +158,7 @@ class SentinelURL:
         scheme = scheme.lower()
         if not sep or scheme not in SENTINEL_SCHEMES:
             raise ConfigurationError(
-                f"sentinel URL {_redact(url)!r}: use redis+sentinel:// or rediss+sentinel://"
+                f"sentinel URL {redact_url(url)!r}: use redis+sentinel:// or rediss+sentinel://"
             )
         self.tls = scheme == "rediss+sentinel"
         # The query first: its values may hold slashes (ssl_ca_certs=/etc/ssl/ca.pem).
@@ -170,33 +170,33 @@ class SentinelURL:
             parsed = urlsplit(f"//{part}")
             if not parsed.hostname:
                 raise ConfigurationError(
-                    f"sentinel URL {_redact(url)!r}: empty sentinel address in {hosts!r} "
+                    f"sentinel URL {redact_url(url)!r}: empty sentinel address in {hosts!r} "
                     "(use host:port[,host:port...])"
                 )
             try:
                 port = parsed.port or DEFAULT_SENTINEL_PORT
             except ValueError:
-                raise ConfigurationError(f"sentinel URL {_redact(url)!r}: bad port in {part!r}") from None
+                raise ConfigurationError(f"sentinel URL {redact_url(url)!r}: bad port in {part!r}") from None
             self.sentinels.append((unquote(parsed.hostname), port))
         parts = path.split("/")
         if parts and parts[-1] == "":
             parts.pop()  # a trailing slash
         if not parts or not parts[0]:
             raise ConfigurationError(
-                f"sentinel URL {_redact(url)!r} names no service: use "
+                f"sentinel URL {redact_url(url)!r} names no service: use "
                 "redis+sentinel://host:26379[,host:port...]/SERVICE[/DB] (SERVICE as in "
                 "'sentinel monitor SERVICE ...')"
             )
         if len(parts) > 2:
             raise ConfigurationError(
-                f"sentinel URL {_redact(url)!r}: too many path parts in {path!r}, expected /SERVICE[/DB]"
+                f"sentinel URL {redact_url(url)!r}: too many path parts in {path!r}, expected /SERVICE[/DB]"
             )
         self.service = unquote(parts[0])
         db: int | None = None
         if len(parts) == 2:
             if not parts[1].isdigit():
                 raise ConfigurationError(
-                    f"sentinel URL {_redact(url)!r}: the database {parts[1]!r} is not a number "
+                    f"sentinel URL {redact_url(url)!r}: the database {parts[1]!r} is not a number "
                     "(use /SERVICE/DB, DB >= 0)"
                 )
             db = int(parts[1])
@@ -211,7 +211,7 @@ class SentinelURL:
                 aioredis.connection.parse_url(f"{base}://{userinfo}{at}sentinel/?{rest_query}")
             )
         except ValueError as exc:
-            raise ConfigurationError(f"sentinel URL {_redact(url)!r}: {exc}") from None
+            raise ConfigurationError(f"sentinel URL {redact_url(url)!r}: {exc}") from None
         kwargs.pop("host", None)
         kwargs.pop("port", None)
         # SentinelConnectionPool picks its connection class from ``ssl``.
@@ -251,14 +251,6 @@ def sentinel_redis(url: str, **defaults: Any) -> SentinelRedis:
         decode_responses=False,
     )
     return client
-
-
-def _redact(url: str) -> str:
-    """``url`` with its passwords (the master's, the sentinels') replaced by ``***``."""
-    head, qmark, query = url.partition("?")
-    head = re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", head)
-    query = re.sub(r"((?:^|&)sentinel_password=)[^&]*", r"\1***", query)
-    return f"{head}{qmark}{query}"
 
 
 __all__ = ["SENTINEL_SCHEMES", "SentinelRedis", "SentinelURL", "sentinel_redis"]

@@ -49,6 +49,7 @@ from .._producer.client import Client, Queue
 from .._producer.offload import OffloadFunction
 from .._producer.ops import Retention
 from .._producer.sharded import ShardedQueue, expand_queues
+from .._transport.urls import redact_url
 from . import options as _opt
 from .committer import _Committer
 from .execute import execute
@@ -72,6 +73,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("venturi_redis.worker")
 _DEFAULT_RETENTION = Retention()
 StateT = TypeVar("StateT", default=None)
+
+
+def _server_of(client: Client) -> str:
+    """The server ``client`` talks to, for the start-up log line (passwords masked)."""
+    if client.url:
+        return redact_url(client.url)
+    # A client built around the caller's own redis-py client: its repr names
+    # host, port and db (never the password).
+    return repr(getattr(client.redis, "venturi_inner", client.redis))
 
 
 class Worker(Generic[StateT]):
@@ -406,9 +416,10 @@ class Worker(Generic[StateT]):
         self._force = False
         self._stop = anyio.Event()
         log.info(
-            "worker %s starting on %s (kinds: %s)",
+            "worker %s starting on %s at %s (kinds: %s)",
             self.id,
             ", ".join(q.name for q in self.queues),
+            ", ".join(sorted({_server_of(q.client) for q in self.queues})),
             ", ".join(self.kinds),
         )
         self._fatal = None

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from .app import Fail, app, die, one_line_errors
+from .app import DEFAULT_URL, Fail, app, die, one_line_errors, redis_url
 
 
 def _load_target(target: str) -> Any:
@@ -97,7 +97,8 @@ def worker(
         typer.Option(
             "--redis",
             metavar="URL",
-            help="Exported as REDIS_URL before MODULE is imported (for Client.from_url()).",
+            help=f"Exported as REDIS_URL before MODULE is imported, for Client.from_url() "
+            f"(default: $REDIS_URL, then {DEFAULT_URL}).",
             show_default=False,
         ),
     ] = None,
@@ -136,8 +137,9 @@ def worker(
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(log_level.upper())
-    if redis:
-        os.environ["REDIS_URL"] = redis
+    # The resolved URL, given or not: a factory calling Client.from_url() then
+    # reaches the server every other command here reaches.
+    os.environ["REDIS_URL"] = redis_url(redis)
 
     async def main() -> int:
         obj = _load_target(target)
