@@ -75,6 +75,7 @@ def test_redact_url_masks_every_password() -> None:
     assert redact_url("redis+sentinel://:a@s1,s2/m/0?x=1&sentinel_password=b") == (
         "redis+sentinel://:***@s1,s2/m/0?x=1&sentinel_password=***"
     )
+    assert redact_url("redis://u:p@s/s@h:6379/0") == "redis://u:***@h:6379/0"
     assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
     assert redact_url("memory://") == "memory://"
 

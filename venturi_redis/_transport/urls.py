@@ -11,7 +11,8 @@ def redact_url(url: str) -> str:
     The userinfo's password, and a Sentinel URL's ``sentinel_password`` option.
     """
     head, qmark, query = url.partition("?")
-    head = re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", head)
+    # Up to the last '@': a password with an unencoded '@' or '/' is still all masked.
+    head = re.sub(r"(://[^:/@]*:).*@", r"\1***@", head)
     query = re.sub(r"((?:^|&)sentinel_password=)[^&]*", r"\1***", query)
     return f"{head}{qmark}{query}"
 

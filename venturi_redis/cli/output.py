@@ -13,7 +13,6 @@ import dataclasses
 import enum
 import json
 import os
-import re
 import sys
 import unicodedata
 from datetime import datetime
@@ -27,6 +26,7 @@ from rich.text import Text
 
 from .._model.records import JobInfo, JournalEntry
 from .._model.redact import redact
+from .._transport.urls import redact_url
 
 _CONTROL_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 
@@ -137,5 +137,5 @@ def entry_dict(e: JournalEntry) -> dict[str, Any]:
 
 
 def hide_password(url: str) -> str:
-    """A URL fit for an error message: the password replaced by ***."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    """A URL fit for an error message: the password (and a Sentinel URL's ``sentinel_password``) as ***."""
+    return redact_url(url)
