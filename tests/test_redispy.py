@@ -14,13 +14,15 @@ import itertools
 import tokenize
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError, WatchError
 
 import venturi_redis
 from tests.servers import RedisServer
@@ -165,6 +167,40 @@ async def test_a_pinned_pipeline_watches_on_its_connection_and_unwatches_on_rese
         await pipe.reset()
     finally:
         await r.aclose()
+
+
+def test_a_watch_lost_with_its_connection_is_told_from_a_lost_race() -> None:
+    """The shapes redis-py raises a WatchError in (the dedup merge's lost-EXEC tests run the real ones)."""
+
+    def raised(make: Any) -> BaseException:
+        try:
+            make()
+        except WatchError as exc:
+            return exc
+        raise AssertionError("no WatchError")
+
+    def inside_handler() -> None:
+        try:
+            raise RedisConnectionError("gone")
+        except RedisConnectionError:
+            raise WatchError("A ConnectionError occurred on while watching one or more keys") from None
+
+    def inside_handler_keeping_context() -> None:
+        try:
+            raise RedisConnectionError("gone")
+        except RedisConnectionError:
+            raise WatchError("A ConnectionError occurred on while watching one or more keys")  # noqa: B904
+
+    def from_it() -> None:
+        raise WatchError("watched key changed") from RedisConnectionError("gone")
+
+    def a_lost_race() -> None:
+        raise WatchError("Watched variable changed.")
+
+    assert redispy.watch_lost_with_connection(raised(inside_handler_keeping_context))
+    assert redispy.watch_lost_with_connection(raised(from_it))
+    assert not redispy.watch_lost_with_connection(raised(a_lost_race))
+    assert not redispy.watch_lost_with_connection(raised(inside_handler))  # context suppressed: unknown
 
 
 def test_a_fresh_cluster_client_says_it_has_no_slot_map() -> None:

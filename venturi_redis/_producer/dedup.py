@@ -42,16 +42,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from redis.asyncio.client import Pipeline
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, WatchError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.codec import pack_model, text, unpack_model
 from .._model.enums import Priority
 from .._model.errors import MergeConflictError, PayloadTooLarge, TaskDefinitionError
 from .._model.records import ENQUEUED_FIELDS, LazyJournal, journal_from
 from .._model.task import Merge, Pending, Task
-from .._transport.redispy import forget_watch, pin_connection, pipeline_reply
+from .._transport.redispy import forget_watch, pin_connection, pipeline_reply, watch_lost_with_connection
 
 if TYPE_CHECKING:
     from .._store.prepare import Prepared
@@ -106,11 +104,9 @@ def _merged_by(entries: list[Any], by: str) -> bool:
 def _reply_lost(exc: WatchError) -> bool:
     """Whether redis-py raised ``exc`` for a connection that failed while watching.
 
-    redis-py raises the WatchError from inside its handler of the connection
-    error (a single Redis: the error is the context) or ``from`` it (a cluster).
+    How redis-py tells it is in the fence (``watch_lost_with_connection``).
     """
-    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
-    return isinstance(cause, (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError))
+    return watch_lost_with_connection(exc)
 
 
 async def _try_merge(

@@ -28,6 +28,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 # -- redis.asyncio connections -------------------------------------------------
 
 
@@ -172,6 +175,18 @@ async def pipeline_reply(pipe: Any, conn: Any, command_name: str) -> Any:
     return await pipe.parse_response(conn, command_name)
 
 
+def watch_lost_with_connection(exc: BaseException) -> bool:
+    """Whether redis-py raised the ``WatchError`` ``exc`` because the watching connection failed.
+
+    redis-py says so only by where it raises it: from inside its handler of
+    the connection error (a single Redis, ``Pipeline._disconnect_raise_on_watching``:
+    the error is the context) or ``from`` it (a cluster transaction), 5.0 to
+    8.2. A connection lost after EXEC went out: applied or not, unknown.
+    """
+    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return isinstance(cause, (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError))
+
+
 def forget_watch(pipe: Any) -> None:
     """Tell ``pipe`` its WATCH is gone (its connection was closed): ``reset()`` sends no UNWATCH.
 
@@ -220,4 +235,5 @@ __all__ = [
     "stream_writer",
     "swap_protocol",
     "unpooled_connection",
+    "watch_lost_with_connection",
 ]
