@@ -49,9 +49,7 @@ def _print_version(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option(
-            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
-        ),
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
     """Operate venturi_redis queues: workers, stats, jobs, dead letters, pause, purge."""
