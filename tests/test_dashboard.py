@@ -1,0 +1,501 @@
+"""The web dashboard over HTTP (httpx's ASGI transport) against a real Redis holding jobs in every state.
+
+Each test's client has a namespace of its own, so the overview (which finds
+queues by SCAN) shows only that test's queues.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+from pydantic import Field
+
+import venturi_redis as vr
+import venturi_redis.dashboard
+from tests.helpers import drain, run_until_event
+from tests.servers import RedisServer
+from tests.tasks import Doomed, DoomedJob, Echo, EchoJob
+from venturi_redis.dashboard import create_app
+
+pytestmark = pytest.mark.anyio
+
+XSS = "<script>alert(1)</script>"
+
+
+class Login(vr.Task):
+    """A task with a field declared sensitive (masked even when payloads are shown)."""
+
+    KIND: ClassVar[str] = "login"
+    user: str
+    password: str = Field(json_schema_extra={"sensitive": True})
+
+    def dedup_key(self) -> str | None:
+        return f"{self.user}-login"
+
+
+class Asks(vr.Task):
+    KIND: ClassVar[str] = "asks"
+
+
+class AsksJob(Asks, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        return vr.Outcome.suspend(output={"q": "approve?"})
+
+
+class Hostile(vr.Task):
+    KIND: ClassVar[str] = "hostile"
+    text: str
+
+
+class HostileJob(Hostile, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        raise vr.TaskError.permanent(f"bad input {self.text}")
+
+
+@dataclass
+class World:
+    client: vr.Client
+    queue: vr.Queue
+    ids: dict[str, str]
+
+
+@pytest.fixture
+async def world(redis_server: RedisServer) -> AsyncIterator[World]:
+    """One queue with a job in every state: pending, delayed, running, suspended,
+    completed, dead (one with a hostile note), cancelled."""
+    client = vr.Client.from_url(redis_server.url, namespace=f"d{uuid.uuid4().hex[:10]}")
+    queue = client.queue("mail")
+    ids: dict[str, str] = {}
+    ids["completed"] = await queue.enqueue(Echo(text="done"))
+    ids["dead"] = await queue.enqueue(Doomed())
+    ids["hostile"] = await queue.enqueue(Hostile(text=XSS))
+    ids["suspended"] = await queue.enqueue(Asks())
+    await drain(queue, EchoJob, DoomedJob, AsksJob, HostileJob)
+    ids["running"] = await queue.enqueue(Echo(text="runs"))
+    k = queue.keys
+    await client.scripts.call(
+        client.redis, "claim", k.claim, [k.prefix, client.now_arg(), 1, "w-test", "tok", 60_000]
+    )
+    ids["pending"] = await queue.enqueue(Login(user="ann", password="hunter22"))
+    ids["delayed"] = await queue.enqueue(Echo(text="later"), delay=3600)
+    ids["cancelled"] = await queue.enqueue(Echo(text="never"))
+    assert await queue.cancel(ids["cancelled"]) == "cancelled"
+    try:
+        yield World(client, queue, ids)
+    finally:
+        await client.aclose()
+
+
+def http(app: Any, **headers: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://dash", headers=headers)
+
+
+def csrf_of(html: str) -> str:
+    m = re.search(r'name="csrf_token" value="([0-9a-f]+)"', html)
+    assert m, "no CSRF token in the page"
+    return m.group(1)
+
+
+# -- pages -------------------------------------------------------------------------
+
+
+async def test_overview_lists_the_queue_with_counts_and_workers(world: World) -> None:
+    async with http(create_app(world.client)) as h:
+        r = await h.get("/")
+        assert r.status_code == 200
+        assert 'data-queue="mail"' in r.text
+        # running holds w-test's lease; the drained jobs were run by the test worker
+        assert "w-test" in r.text
+        api = (await h.get("/api/queues")).json()
+    (q,) = api["queues"]
+    assert q["queue"] == "mail"
+    assert (q["eligible"], q["delayed"], q["running"], q["suspended"]) == (1, 1, 1, 1)
+    assert (q["completed"], q["dead"], q["cancelled"]) == (1, 2, 1)
+    assert sum(q["throughput_per_minute"]["completed"]) == 1
+    assert sum(q["throughput_per_minute"]["dead"]) == 2
+    assert len(q["throughput_per_minute"]["completed"]) == 60
+    assert "w-test" in q["workers"] and len(q["workers"]) == 2
+
+
+async def test_queue_page_filters_by_state_and_kind(world: World) -> None:
+    async with http(create_app(world.client)) as h:
+        page = await h.get("/queues/mail")
+        assert page.status_code == 200
+        for job_id in world.ids.values():
+            assert f'data-job="{job_id}"' in page.text
+        dead = (await h.get("/api/queues/mail/jobs", params={"state": "dead"})).json()
+        assert {j["id"] for j in dead["jobs"]} == {world.ids["dead"], world.ids["hostile"]}
+        assert dead["next_cursor"] is None
+        echo = (await h.get("/api/queues/mail/jobs", params={"kind": "echo"})).json()
+        assert {j["id"] for j in echo["jobs"]} == {
+            world.ids[s] for s in ("completed", "running", "delayed", "cancelled")
+        }
+        assert all(j["kind"] == "echo" for j in echo["jobs"])
+        html = await h.get("/queues/mail", params={"state": "dead", "kind": "doomed"})
+        assert f'data-job="{world.ids["dead"]}"' in html.text
+        assert world.ids["hostile"] not in html.text
+        assert (await h.get("/queues/mail", params={"state": "zombie"})).status_code == 400
+
+
+async def test_search_by_job_id_and_dedup_key(world: World) -> None:
+    async with http(create_app(world.client)) as h:
+        by_id = (await h.get("/api/queues/mail/jobs", params={"q": world.ids["dead"]})).json()
+        assert by_id["found"] == [world.ids["dead"]]
+        by_key = (await h.get("/api/queues/mail/jobs", params={"q": "ann-login"})).json()
+        assert by_key["found"] == [world.ids["pending"]]
+        by_kind = (await h.get("/api/queues/mail/jobs", params={"q": "ann-login", "kind": "login"})).json()
+        assert by_kind["found"] == [world.ids["pending"]]
+        page = await h.get("/queues/mail", params={"q": "no-such-thing"})
+        assert page.status_code == 200 and "No job with that id" in page.text
+
+
+async def test_job_page_shows_fields_and_journal_timeline(world: World) -> None:
+    async with http(create_app(world.client, show_payloads=True)) as h:
+        r = await h.get(f"/queues/mail/jobs/{world.ids['dead']}")
+        assert r.status_code == 200
+        assert "resource gone" in r.text and "410" in r.text  # note, attachment
+        for event in ("enqueued", "claimed", "dead"):
+            assert f'class="event {event}"' in r.text
+        doc = (await h.get(f"/api/queues/mail/jobs/{world.ids['dead']}")).json()
+    assert doc["job"]["state"] == "dead"
+    assert doc["job"]["attachment"] == {"status": 410}
+    assert [e["event"] for e in doc["journal"]][:2] == ["enqueued", "claimed"]
+    assert doc["journal"][1]["details"]["worker"]
+
+
+async def test_payloads_masked_by_default_and_sensitive_fields_always(world: World) -> None:
+    pending = world.ids["pending"]
+    async with http(create_app(world.client)) as h:
+        masked = (await h.get(f"/api/queues/mail/jobs/{pending}")).json()["job"]["payload"]
+        page = await h.get(f"/queues/mail/jobs/{pending}")
+    assert masked == {"user": "***", "password": "***"}
+    assert "hunter22" not in page.text and "ann" not in page.text.replace("ann-login", "")
+    async with http(create_app(world.client, show_payloads=True, tasks=[Login])) as h:
+        shown = (await h.get(f"/api/queues/mail/jobs/{pending}")).json()["job"]["payload"]
+        page = await h.get(f"/queues/mail/jobs/{pending}")
+    assert shown == {"user": "ann", "password": "***"}
+    assert "hunter22" not in page.text
+
+
+async def test_hostile_text_is_escaped(world: World) -> None:
+    async with http(create_app(world.client, show_payloads=True)) as h:
+        job = await h.get(f"/queues/mail/jobs/{world.ids['hostile']}")
+        listing = await h.get("/queues/mail", params={"state": "dead"})
+    for r in (job, listing):
+        assert XSS not in r.text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
+
+
+async def test_unknown_queue_missing_job_and_malformed_id_are_404_pages(world: World) -> None:
+    async with http(create_app(world.client)) as h:
+        for path in (
+            "/queues/nope",
+            "/queues/bad%7Bname",
+            "/queues/mail/jobs/01J9ZQ4K8V3M0S5B2N7XWYQ1RT",
+            "/queues/mail/jobs/not-an-id!",
+        ):
+            r = await h.get(path)
+            assert r.status_code == 404, path
+            assert "Traceback" not in r.text and 'class="error"' in r.text
+        api = await h.get("/api/queues/mail/jobs/01J9ZQ4K8V3M0S5B2N7XWYQ1RT")
+        assert api.status_code == 404 and "error" in api.json()
+        assert (await h.get("/queues/mail", params={"cursor": "garbage"})).status_code == 400
+
+
+async def test_corrupt_hash_shows_an_error_row_not_a_traceback(world: World) -> None:
+    redis, k = world.client.redis, world.queue.keys
+    bad = world.ids["completed"]
+    await redis.hset(k.job(bad), mapping={"state": "zombie", "failures": "xyz", "payload": b"\xc1"})
+    wrong_type = "01J9ZQ4K8V3M0S5B2N7XWYQ1RT"
+    await redis.zadd(k.dead, {wrong_type: 1})
+    await redis.set(k.job(wrong_type), "not a hash")
+    async with http(create_app(world.client)) as h:
+        listing = await h.get("/queues/mail")
+        assert listing.status_code == 200
+        assert f'<tr class="corrupt" data-job="{bad}">' in listing.text
+        assert f'<tr class="corrupt" data-job="{wrong_type}">' in listing.text
+        assert "failures=xyz" in listing.text
+        job = await h.get(f"/queues/mail/jobs/{bad}")
+        assert job.status_code == 200 and "Corrupt fields" in job.text
+        broken = await h.get(f"/queues/mail/jobs/{wrong_type}")
+        assert broken.status_code in (404, 503) and "Traceback" not in broken.text
+
+
+async def test_mounted_under_a_path(world: World) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    outer = Starlette(routes=[Mount("/ops/venturi", app=create_app(world.client))])
+    async with http(outer) as h:
+        r = await h.get("/ops/venturi/")
+        assert r.status_code == 200
+        assert 'href="/ops/venturi/queues/mail"' in r.text
+        assert 'src="/ops/venturi/static/htmx.min.js"' in r.text
+        assert "/ops/venturi" in r.headers["set-cookie"]
+        js = await h.get("/ops/venturi/static/htmx.min.js")
+        assert js.status_code == 200 and "htmx" in js.text[:200]
+        page = await h.get("/ops/venturi/queues/mail")
+        token = csrf_of(page.text)
+        done = await h.post("/ops/venturi/queues/mail/pause", data={"csrf_token": token})
+        assert done.status_code == 303 and done.headers["location"].startswith("/ops/venturi/queues/mail")
+    assert (await world.queue.stats()).paused
+
+
+# -- actions -------------------------------------------------------------------------
+
+
+async def test_retry_cancel_pause_resume_and_dead_retry(world: World) -> None:
+    q, ids = world.queue, world.ids
+    async with http(create_app(world.client)) as h:
+        token = csrf_of((await h.get("/queues/mail")).text)
+        r = await h.post(f"/queues/mail/jobs/{ids['dead']}/retry", data={"csrf_token": token})
+        assert r.status_code == 303
+        follow = await h.get(r.headers["location"])
+        assert "Job moved back to pending." in follow.text and 'id="job-state">pending<' in follow.text
+        r = await h.post(f"/queues/mail/jobs/{ids['delayed']}/cancel", data={"csrf_token": token})
+        assert r.status_code == 303
+        assert (await q.get(ids["delayed"])).state == vr.JobState.CANCELLED  # type: ignore[union-attr]
+        await h.post("/queues/mail/pause", data={"csrf_token": token})
+        assert (await q.stats()).paused
+        await h.post("/queues/mail/resume", data={"csrf_token": token})
+        assert not (await q.stats()).paused
+        r = await h.post(
+            "/queues/mail/dead/retry", data={"csrf_token": token}, headers={"accept": "application/json"}
+        )
+        assert r.json() == {"done": "dead-retried", "moved": [ids["hostile"]]}
+        again = await h.post(
+            f"/queues/mail/jobs/{ids['hostile']}/retry",
+            data={"csrf_token": token},
+            headers={"accept": "application/json"},
+        )
+        assert again.json() == {"done": "not-dead", "job_id": ids["hostile"]}
+    assert (await q.stats()).dead == 0
+
+
+async def test_dead_retry_of_one_kind(world: World) -> None:
+    async with http(create_app(world.client)) as h:
+        token = csrf_of((await h.get("/queues/mail")).text)
+        r = await h.post(
+            "/queues/mail/dead/retry",
+            data={"csrf_token": token, "kind": "doomed"},
+            headers={"accept": "application/json"},
+        )
+    assert r.json()["moved"] == [world.ids["dead"]]
+    assert (await world.queue.get(world.ids["hostile"])).state == vr.JobState.DEAD  # type: ignore[union-attr]
+
+
+async def _snapshot(world: World) -> tuple[Any, ...]:
+    st = await world.queue.stats()
+    states = [(await world.queue.get(j)).state for j in world.ids.values()]  # type: ignore[union-attr]
+    return st.paused, st.dead, st.cancelled, tuple(states)
+
+
+async def test_csrf_refusals_change_nothing(world: World) -> None:
+    before = await _snapshot(world)
+    ids = world.ids
+    posts = [
+        f"/queues/mail/jobs/{ids['dead']}/retry",
+        f"/queues/mail/jobs/{ids['pending']}/cancel",
+        "/queues/mail/pause",
+        "/queues/mail/dead/retry",
+    ]
+    async with http(create_app(world.client)) as h:
+        page = await h.get("/queues/mail")
+        good = csrf_of(page.text)
+        for path in posts:
+            for data in ({}, {"csrf_token": "0" * 64}, {"csrf_token": good[:-1]}):
+                r = await h.post(path, data=data)
+                assert r.status_code == 403, (path, data)
+                assert "CSRF" in r.text
+    # another browser (no session cookie) with a token lifted from this one's page
+    async with http(create_app(world.client)) as other:
+        r = await other.post("/queues/mail/pause", data={"csrf_token": good})
+        assert r.status_code == 403
+    # a GET never acts
+    async with http(create_app(world.client)) as h:
+        assert (await h.get("/queues/mail/pause")).status_code in (404, 405)
+    assert await _snapshot(world) == before
+
+
+async def test_read_only_has_no_actions(world: World) -> None:
+    before = await _snapshot(world)
+    async with http(create_app(world.client, read_only=True)) as h:
+        page = await h.get("/queues/mail")
+        assert "read-only" in page.text and "pause queue" not in page.text
+        job = await h.get(f"/queues/mail/jobs/{world.ids['dead']}")
+        assert "/retry" not in job.text
+        for path in (f"/queues/mail/jobs/{world.ids['dead']}/retry", "/queues/mail/pause"):
+            r = await h.post(path, data={})
+            assert r.status_code in (404, 405)
+    assert await _snapshot(world) == before
+
+
+# -- authentication and headers -----------------------------------------------------------
+
+
+async def test_token_required_bearer_or_login_cookie(world: World) -> None:
+    before = await _snapshot(world)
+    app = create_app(world.client, token="s3cret-token")
+    async with http(app) as h:
+        r = await h.get("/queues/mail")
+        assert r.status_code == 303 and "/login?next=%2Fqueues%2Fmail" in r.headers["location"]
+        assert (await h.get("/api/queues")).status_code == 401
+        assert (await h.post("/queues/mail/pause", data={})).status_code == 401
+        login = await h.get("/login")
+        token = csrf_of(login.text)
+        wrong = await h.post("/login", data={"csrf_token": token, "token": "nope", "next": "/"})
+        assert wrong.status_code == 401 and "Wrong token" in wrong.text
+        assert (await h.get("/")).status_code == 303
+        ok = await h.post(
+            "/login", data={"csrf_token": token, "token": "s3cret-token", "next": "/queues/mail"}
+        )
+        assert ok.status_code == 303 and ok.headers["location"] == "/queues/mail"
+        assert "SameSite=Strict" in ok.headers["set-cookie"] and "HttpOnly" in ok.headers["set-cookie"]
+        assert (await h.get("/queues/mail")).status_code == 200
+        # an open redirect through next= is refused
+        bad = await h.post("/login", data={"csrf_token": token, "token": "s3cret-token", "next": "//evil"})
+        assert bad.headers["location"] == "/"
+    assert await _snapshot(world) == before
+    async with http(app, authorization="Bearer s3cret-token") as api:
+        assert (await api.get("/api/queues")).status_code == 200
+        # with the bearer header no CSRF token is needed (a browser never adds it by itself)
+        r = await api.post("/queues/mail/pause", headers={"accept": "application/json"})
+        assert r.json() == {"done": "paused"}
+    async with http(app, authorization="Bearer wrong") as api:
+        assert (await api.get("/api/queues")).status_code == 401
+        assert (await api.post("/queues/mail/resume")).status_code == 401
+    assert (await world.queue.stats()).paused
+
+
+async def test_security_headers_on_every_response(world: World) -> None:
+    async with http(create_app(world.client)) as h:
+        for path in ("/", "/queues/mail", "/queues/nope", "/static/htmx.min.js", "/api/queues"):
+            r = await h.get(path)
+            csp = r.headers["content-security-policy"]
+            assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp, path
+            assert "unsafe-inline" not in csp
+            assert r.headers["x-frame-options"] == "DENY"
+            assert r.headers["x-content-type-options"] == "nosniff"
+        first = await h.get("/")
+        assert "<script>" not in first.text  # no inline script: the CSP would block it
+
+
+# -- pagination -------------------------------------------------------------------------
+
+
+async def test_cursor_pagination_over_10000_jobs(redis_server: RedisServer) -> None:
+    client = vr.Client.from_url(redis_server.url, namespace=f"d{uuid.uuid4().hex[:10]}")
+    try:
+        queue = client.queue("big")
+        for start in range(0, 10_000, 1000):
+            await queue.enqueue_many([Echo(text=str(i)) for i in range(start, start + 1000)])
+        await queue.enqueue_many([Echo(text="hi")] * 5, priority="high")
+        seen: list[str] = []
+        cursor: str | None = ""
+        pages = 0
+        async with http(create_app(client)) as h:
+            while cursor is not None:
+                r = await h.get("/api/queues/big/jobs", params={"state": "pending", "cursor": cursor})
+                doc = r.json()
+                seen += [j["id"] for j in doc["jobs"]]
+                cursor = doc["next_cursor"]
+                pages += 1
+                if pages == 3:
+                    # a job claimed between two pages does not shift the next one
+                    k = queue.keys
+                    await client.scripts.call(
+                        client.redis, "claim", k.claim, [k.prefix, client.now_arg(), 1, "w", "tok", 60_000]
+                    )
+            html = await h.get("/queues/big", params={"state": "pending"})
+            assert 'class="next"' in html.text
+        # The claim took a high job, already listed: with an offset the next
+        # page would have started one job too far and skipped one.
+        assert len(seen) == len(set(seen)) == 10_005
+        first_high = seen[:5]
+        infos = [await queue.get(j) for j in first_high]
+        assert all(i is not None and i.priority == vr.Priority.HIGH for i in infos)
+    finally:
+        await client.aclose()
+
+
+async def test_cursor_resumes_when_its_job_left(world: World) -> None:
+    """The cursor's own job is claimed before the next page: the next page starts right after it."""
+    q = world.queue
+    extra = [await q.enqueue(Echo(text=str(i))) for i in range(4)]
+    from venturi_redis.dashboard import _listing
+
+    first = await _listing.page_jobs(q, state=vr.JobState.PENDING, kind="echo", limit=2)
+    assert [j.id for j in first.jobs] == extra[:2]
+    await q.cancel(extra[1])  # the cursor's job leaves the pending index
+    rest = await _listing.page_jobs(q, state=vr.JobState.PENDING, kind="echo", cursor=first.next_cursor)
+    assert [j.id for j in rest.jobs] == [*extra[2:], world.ids["delayed"]]  # eligible later: last
+    assert rest.next_cursor is None
+
+
+async def test_rare_kind_pages_stop_after_a_bounded_scan(world: World) -> None:
+    q = world.queue
+    await q.enqueue_many([Echo(text=str(i)) for i in range(30)])
+    needle = await q.enqueue(Doomed())
+    from venturi_redis.dashboard import _listing
+
+    found: list[str] = []
+    cursor = None
+    rounds = 0
+    while True:
+        page = await _listing.page_jobs(
+            q, state=vr.JobState.PENDING, kind="doomed", cursor=cursor, limit=5, max_scan=10
+        )
+        assert page.scanned <= 10
+        found += [j.id for j in page.jobs]
+        rounds += 1
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert found == [needle] and rounds >= 3
+
+
+async def test_overview_refreshes_after_work(world: World) -> None:
+    """The live part: the page polled by htmx reflects new work (no timing asserted)."""
+    async with http(create_app(world.client)) as h:
+        before = (await h.get("/api/queues")).json()["queues"][0]["completed"]
+        job_id = await world.queue.enqueue(Echo(text="more"), priority="critical")
+        await run_until_event(world.queue, job_id, "completed", EchoJob, AsksJob, DoomedJob, HostileJob)
+        after = (await h.get("/api/queues")).json()["queues"][0]["completed"]
+        page = await h.get("/")
+    assert after > before
+    assert 'hx-trigger="every 5s"' in page.text and 'hx-select="#queues"' in page.text
+
+
+def test_layering_producer_never_imports_the_dashboard_nor_it_the_worker() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, venturi_redis;"
+        "assert 'venturi_redis.dashboard' not in sys.modules, 'producer imported the dashboard';"
+        "before = set(sys.modules);"
+        "import venturi_redis.dashboard, venturi_redis.dashboard._app;"
+        "bad = sorted(m for m in set(sys.modules) - before if m.startswith('venturi_redis._worker'));"
+        "assert not bad and 'venturi_redis._worker.worker' not in sys.modules, bad"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    sources = Path(venturi_redis.dashboard.__file__).parent.glob("*.py")
+    assert not [p.name for p in sources if "_worker" in p.read_text()]
+
+
+def test_cli_refuses_a_public_bind_without_a_token() -> None:
+    from typer.testing import CliRunner
+
+    from venturi_redis.cli.commands import app
+
+    res = CliRunner().invoke(app, ["dashboard", "--host", "0.0.0.0", "--port", "1"], env={})
+    assert res.exit_code == 2
+    assert "without a token" in res.output

@@ -1,0 +1,75 @@
+"""``venturi dashboard``: serve the web dashboard (venturi_redis.dashboard) with uvicorn.
+
+Importing it registers the command (cli/commands.py does). Binds to 127.0.0.1 unless
+told otherwise; a token (``--token`` or ``VENTURI_DASHBOARD_TOKEN``) is
+required to bind anything but loopback.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated
+
+import typer
+
+from .app import RedisOpt, app, redis_url
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command()
+def dashboard(
+    redis: RedisOpt = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8080,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="No actions: no retry, cancel, pause or resume.")
+    ] = False,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="VENTURI_DASHBOARD_TOKEN",
+            help="Require this token (bearer header or login form); needed to bind beyond loopback.",
+            show_default=False,
+        ),
+    ] = None,
+    show_payload: Annotated[
+        bool,
+        typer.Option(
+            "--show-payload", help="Show payload, carry and result values (masked as *** by default)."
+        ),
+    ] = False,
+) -> None:
+    """Serve the web dashboard: every queue, its jobs, a job's journal; retry, cancel, pause."""
+    if not token and not is_loopback(host):
+        typer.echo(
+            f"venturi: refusing to serve the dashboard on {host} without a token: "
+            "give --token (or VENTURI_DASHBOARD_TOKEN), or bind 127.0.0.1",
+            err=True,
+        )
+        raise typer.Exit(2)
+    try:
+        import uvicorn
+
+        from ..dashboard import create_app
+    except ImportError as exc:
+        typer.echo(f"venturi: {exc}; pip install 'venturi-redis[dashboard]'", err=True)
+        raise typer.Exit(1) from None
+    from .._producer.client import Client
+
+    client = Client.from_url(redis_url(redis))
+    web = create_app(
+        client, read_only=read_only, token=token or None, show_payloads=show_payload, close_client=True
+    )
+    shown = f"[{host}]" if ":" in host else host
+    typer.echo(f"venturi dashboard on http://{shown}:{port}/ (Ctrl-C to stop)", err=True)
+    uvicorn.run(web, host=host, port=port, log_level="warning", proxy_headers=False)

@@ -1,0 +1,407 @@
+"""The dashboard's routes: pages, their JSON twins, and the actions.
+
+Pages are rendered on the server (Jinja2, autoescaped: a payload or note
+holding ``<script>`` shows as text). Live parts poll with htmx, which swaps in
+the same page's fragment (``hx-select``), so there is one renderer per page.
+Every action is a POST carrying the session's CSRF token, answered with a
+redirect to the page it changed (or JSON for an ``Accept: application/json``
+client); ``read_only`` leaves the action routes out altogether.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode
+
+import jinja2
+from redis.exceptions import RedisError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .._model.enums import JobState
+from .._model.errors import VenturiError
+from . import _data, _listing, _render
+from ._security import (
+    AUTH_COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    Guard,
+    Keys,
+    check_csrf,
+    cookie_header,
+    safe_next,
+    wants_json,
+)
+
+if TYPE_CHECKING:
+    from .._model.task import Task
+    from .._producer.client import Client, Queue
+
+log = logging.getLogger("venturi_redis.dashboard")
+_HERE = Path(__file__).parent
+PAGE_SIZE = 50
+
+# What a finished action says on the page it redirects to (a fixed set: the
+# query string never carries text that the page would show as ours).
+MESSAGES = {
+    "retried": "Job moved back to pending.",
+    "not-dead": "Nothing done: the job is not dead.",
+    "cancelled": "Job cancelled.",
+    "requested": "Cancellation requested: the running handler is asked to stop.",
+    "finished": "Nothing done: the job has already finished.",
+    "not_found": "Nothing done: no such job.",
+    "paused": "Queue paused: workers claim nothing from it until it is resumed.",
+    "resumed": "Queue resumed.",
+    "dead-retried": "Dead jobs moved back to pending.",
+}
+
+
+class Dashboard:
+    """The state the routes share: the client, the options, the templates."""
+
+    def __init__(self, client: Client, *, read_only: bool, keys: Keys, redaction: _data.Redaction) -> None:
+        self.client = client
+        self.read_only = read_only
+        self.keys = keys
+        self.redaction = redaction
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(_HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.env.filters.update(_render.FILTERS)
+
+    # -- helpers -----------------------------------------------------------------
+
+    def page(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
+        def url(name: str, **params: Any) -> str:
+            return request.url_for(name, **params).path
+
+        html = self.env.get_template(template).render(
+            url=url,
+            csrf=request.state.csrf,
+            csrf_field=CSRF_FIELD,
+            read_only=self.read_only,
+            login=self.keys.token is not None,
+            message=MESSAGES.get(request.query_params.get("done", "")),
+            **context,
+        )
+        return Response(html, status_code=status, media_type="text/html; charset=utf-8")
+
+    def queue_of(self, name: str) -> Queue:
+        if not _data.valid_queue_name(name):
+            raise HTTPException(404, f"no queue named {name[:80]!r}")
+        return self.client.queue(name)
+
+    async def known_queue(self, name: str) -> Queue:
+        queue = self.queue_of(name)
+        if not await _data.queue_exists(queue):
+            raise HTTPException(404, f"no queue named {name!r} (nothing in Redis under its keys)")
+        return queue
+
+    # -- pages and their JSON ------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        rows = await _data.all_queues(self.client)
+        if request.url.path.endswith("/api/queues") or wants_json(request.scope):
+            return JSONResponse({"queues": [r.to_dict() for r in rows]})
+        return self.page(request, "overview.html", rows=rows)
+
+    async def jobs(self, request: Request) -> Response:
+        queue = await self.known_queue(request.path_params["queue"])
+        q = request.query_params
+        try:
+            state = _data.parse_state(q.get("state"))
+        except ValueError:
+            raise HTTPException(400, f"unknown state {q.get('state', '')[:40]!r}") from None
+        kind = q.get("kind") or None
+        search = (q.get("q") or "").strip()
+        found: list[str] = []
+        page = _listing.Page([], None, 0)
+        if search:
+            found = await self._search(queue, search, kind)
+        else:
+            try:
+                page = await _listing.page_jobs(
+                    queue, state=state, kind=kind, cursor=q.get("cursor") or None, limit=PAGE_SIZE
+                )
+            except _listing.BadCursor as exc:
+                raise HTTPException(400, str(exc)) from None
+        if request.url.path.startswith(_api_prefix(request)):
+            return JSONResponse(
+                {
+                    "queue": queue.name,
+                    "jobs": [_data.job_dict(j, self.redaction) for j in page.jobs],
+                    "next_cursor": page.next_cursor,
+                    "found": found,
+                }
+            )
+        filters = {"state": state.value if state else "", "kind": kind or ""}
+        next_url = None
+        if page.next_cursor:
+            params = {k: v for k, v in filters.items() if v}
+            next_url = "?" + urlencode({**params, "cursor": page.next_cursor})
+        stats = await queue.stats()
+        return self.page(
+            request,
+            "queue.html",
+            queue=queue.name,
+            stats=stats,
+            jobs=page.jobs,
+            scanned=page.scanned,
+            next_url=next_url,
+            first_page=not q.get("cursor"),
+            filters=filters,
+            states=[s.value for s in JobState],
+            search=search,
+            found=found,
+        )
+
+    async def _search(self, queue: Queue, text: str, kind: str | None) -> list[str]:
+        ids: list[str] = []
+        if _data.JOB_ID_RE.fullmatch(text) and await queue.get(text) is not None:
+            ids.append(text)
+        for job_id in await _data.find_by_dedup(queue, text, kind):
+            if job_id not in ids:
+                ids.append(job_id)
+        return ids
+
+    async def job(self, request: Request) -> Response:
+        queue = self.queue_of(request.path_params["queue"])
+        job_id = request.path_params["job_id"]
+        if not _data.JOB_ID_RE.fullmatch(job_id):
+            raise HTTPException(404, "not a job id")
+        info = await queue.get(job_id)
+        if info is None:
+            raise HTTPException(404, f"no job {job_id} in queue {queue.name!r}")
+        journal = await queue.journal(job_id)
+        doc = _data.job_dict(info, self.redaction)
+        entries = [_data.entry_dict(e, info.kind, self.redaction) for e in journal]
+        if request.url.path.startswith(_api_prefix(request)):
+            return JSONResponse({"job": doc, "journal": entries})
+        return self.page(request, "job.html", queue=queue.name, job=doc, journal=entries)
+
+    # -- actions -----------------------------------------------------------------
+
+    async def _guard_post(self, request: Request) -> None:
+        form = await _form(request)
+        ok = check_csrf(
+            request.scope["state"], self.keys, form.get(CSRF_FIELD), request.headers.get(CSRF_HEADER)
+        )
+        if not ok:
+            raise HTTPException(403, "refused: the form's CSRF token is missing or wrong (reload the page)")
+
+    def _answer(self, request: Request, target: str, done: str, **result: Any) -> Response:
+        if "application/json" in request.headers.get("accept", ""):
+            return JSONResponse({"done": done, **result})
+        return RedirectResponse(f"{target}?{urlencode({'done': done})}", status_code=303)
+
+    async def retry(self, request: Request) -> Response:
+        await self._guard_post(request)
+        queue = await self.known_queue(request.path_params["queue"])
+        job_id = self._job_id(request)
+        moved = await queue.retry(job_id)
+        target = request.url_for("job", queue=queue.name, job_id=job_id).path
+        return self._answer(request, target, "retried" if moved else "not-dead", job_id=job_id)
+
+    async def cancel(self, request: Request) -> Response:
+        await self._guard_post(request)
+        queue = await self.known_queue(request.path_params["queue"])
+        job_id = self._job_id(request)
+        result = await queue.cancel(job_id)
+        target = request.url_for("job", queue=queue.name, job_id=job_id).path
+        return self._answer(request, target, result, job_id=job_id)
+
+    async def pause(self, request: Request) -> Response:
+        await self._guard_post(request)
+        queue = await self.known_queue(request.path_params["queue"])
+        await queue.pause()
+        return self._answer(request, self._back(request, queue), "paused")
+
+    async def resume(self, request: Request) -> Response:
+        await self._guard_post(request)
+        queue = await self.known_queue(request.path_params["queue"])
+        await queue.resume_queue()
+        return self._answer(request, self._back(request, queue), "resumed")
+
+    async def retry_dead(self, request: Request) -> Response:
+        await self._guard_post(request)
+        queue = await self.known_queue(request.path_params["queue"])
+        kind = (await _form(request)).get("kind") or None
+        moved = await queue.retry_dead(kind=kind)
+        target = request.url_for("jobs", queue=queue.name).path
+        return self._answer(request, target, "dead-retried", moved=moved)
+
+    def _job_id(self, request: Request) -> str:
+        job_id = str(request.path_params["job_id"])
+        if not _data.JOB_ID_RE.fullmatch(job_id):
+            raise HTTPException(404, "not a job id")
+        return job_id
+
+    def _back(self, request: Request, queue: Queue) -> str:
+        # The overview's buttons come back to the overview; the queue page's to it.
+        target = request.url_for("jobs", queue=queue.name).path
+        referer = request.headers.get("referer", "")
+        overview = request.url_for("overview").path
+        if referer.split("?")[0].endswith(overview) and not referer.split("?")[0].endswith(target):
+            return overview
+        return target
+
+    # -- login -----------------------------------------------------------------------
+
+    async def login_form(self, request: Request) -> Response:
+        if self.keys.token is None:
+            return RedirectResponse(request.url_for("overview").path, status_code=303)
+        return self.page(
+            request, "login.html", next=safe_next(request.query_params.get("next")), failed=False
+        )
+
+    async def login(self, request: Request) -> Response:
+        if self.keys.token is None:
+            raise HTTPException(404, "this dashboard has no token to log in with")
+        await self._guard_post(request)
+        form = await _form(request)
+        token, next_path = form.get("token", ""), safe_next(form.get("next"))
+        if not self.keys.token_ok(token):
+            return self.page(request, "login.html", status=401, next=next_path, failed=True)
+        root = request.scope.get("root_path", "")
+        response = RedirectResponse(root + next_path, status_code=303)
+        name, value = cookie_header(AUTH_COOKIE, self.keys.login_value(request.state.session), request.scope)
+        response.raw_headers.append((name, value))
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        await self._guard_post(request)
+        response = RedirectResponse(request.url_for("login_form").path, status_code=303)
+        name, value = cookie_header(AUTH_COOKIE, "", request.scope, max_age=0)
+        response.raw_headers.append((name, value))
+        return response
+
+    # -- errors --------------------------------------------------------------------
+
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return self.error(request, exc.status_code, str(exc.detail))
+
+    async def bad_request(self, request: Request, exc: Exception) -> Response:
+        return self.error(request, 400, str(exc))
+
+    async def redis_error(self, request: Request, exc: Exception) -> Response:
+        log.warning("dashboard: Redis error on %s: %s", request.url.path, exc)
+        return self.error(request, 503, f"Redis did not answer as expected: {type(exc).__name__}")
+
+    async def server_error(self, request: Request, exc: Exception) -> Response:
+        log.exception("dashboard: error on %s", request.url.path, exc_info=exc)
+        return self.error(request, 500, "the dashboard failed on this page (its log has the details)")
+
+    def error(self, request: Request, status: int, detail: str) -> Response:
+        if wants_json(request.scope):
+            return JSONResponse({"error": detail}, status_code=status)
+        return self.page(request, "error.html", status=status, status_code=status, detail=detail)
+
+
+_MAX_FORM = 16 * 1024
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The POST's url-encoded form fields (first value of each); the dashboard's
+    forms are small, so a larger body is refused rather than parsed."""
+    if "form" not in request.scope["state"]:
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > _MAX_FORM:
+                raise HTTPException(413, "form too large")
+        ctype = request.headers.get("content-type", "")
+        fields: dict[str, str] = {}
+        if not body or ctype.startswith("application/x-www-form-urlencoded"):
+            for name, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
+                fields.setdefault(name, value)
+        request.scope["state"]["form"] = fields
+    form: dict[str, str] = request.scope["state"]["form"]
+    return form
+
+
+def _api_prefix(request: Request) -> str:
+    return request.url_for("api_queues").path
+
+
+def create_app(
+    client: Client,
+    *,
+    read_only: bool = False,
+    token: str | None = None,
+    show_payloads: bool = False,
+    tasks: Sequence[type[Task[Any]]] = (),
+    close_client: bool = False,
+) -> Starlette:
+    """The dashboard as an ASGI application, to serve or to mount under any path.
+
+    Args:
+        client: The client whose queues it shows (its namespace and Redis).
+        read_only: Leave out every action (routes and buttons).
+        token: When set, every request needs it: ``Authorization: Bearer TOKEN``,
+            or the login form's session cookie.
+        show_payloads: Show the values of payloads, carries, results, outputs
+            and attachments (masked as ``***`` by default, keys kept).
+        tasks: Task classes whose sensitive fields stay masked when
+            ``show_payloads`` is on (matched by KIND; nothing is imported by a
+            name read from Redis).
+        close_client: Close ``client`` when the app shuts down (the CLI's case).
+    """
+    dash = Dashboard(
+        client,
+        read_only=read_only,
+        keys=Keys.make(token),
+        redaction=_data.Redaction.build(show_payloads, tasks),
+    )
+    routes: list[Route | Mount] = [
+        Route("/", dash.overview, name="overview"),
+        Route("/queues/{queue}", dash.jobs, name="jobs"),
+        Route("/queues/{queue}/jobs/{job_id}", dash.job, name="job"),
+        Route("/api/queues", dash.overview, name="api_queues"),
+        Route("/api/queues/{queue}/jobs", dash.jobs, name="api_jobs"),
+        Route("/api/queues/{queue}/jobs/{job_id}", dash.job, name="api_job"),
+        Route("/login", dash.login_form, name="login_form"),
+        Route("/login", dash.login, methods=["POST"], name="login"),
+        Route("/logout", dash.logout, methods=["POST"], name="logout"),
+        Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
+    ]
+    if not read_only:
+        routes += [
+            Route("/queues/{queue}/jobs/{job_id}/retry", dash.retry, methods=["POST"], name="retry"),
+            Route("/queues/{queue}/jobs/{job_id}/cancel", dash.cancel, methods=["POST"], name="cancel"),
+            Route("/queues/{queue}/pause", dash.pause, methods=["POST"], name="pause"),
+            Route("/queues/{queue}/resume", dash.resume, methods=["POST"], name="resume"),
+            Route("/queues/{queue}/dead/retry", dash.retry_dead, methods=["POST"], name="retry_dead"),
+        ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if close_client:
+                await client.aclose()
+
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        HTTPException: dash.http_error,
+        VenturiError: dash.bad_request,
+        RedisError: dash.redis_error,
+        Exception: dash.server_error,
+    }
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(Guard, keys=dash.keys)],
+        exception_handlers=handlers,
+        lifespan=lifespan,
+    )

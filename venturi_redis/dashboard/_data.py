@@ -1,0 +1,248 @@
+"""What the dashboard shows, read through the Queue's read API (and plain reads beside it).
+
+Everything here returns plain data (dicts and dataclasses) that both the HTML
+pages and the JSON routes render; nothing here knows about HTTP.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .._model.enums import JobState
+from .._model.records import JobInfo, JournalEntry, ms_to_dt
+from .._model.redact import redact
+from .._producer import ops as _ops
+from .._store.keys import dedup_field, validate_name
+
+if TYPE_CHECKING:
+    from .._model.task import Task
+    from .._producer.client import Client, Queue
+
+JOB_ID_RE = re.compile(r"[0-9A-Za-z]{1,64}")
+
+# The throughput chart: one bar per minute over the last hour.
+CHART_MINUTES = 60
+# Workers are seen through the jobs they hold or held: the lease owner of
+# every running job (up to this many) and of the most recently finished ones.
+_WORKER_SAMPLE = 100
+_DEDUP_SCAN_LIMIT = 100_000
+
+
+def valid_queue_name(name: str) -> bool:
+    try:
+        validate_name(name)
+    except Exception:  # noqa: BLE001 - any refusal means "no such queue"
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Completions and deaths per minute, oldest minute first."""
+
+    completed: list[int]
+    dead: list[int]
+    since: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"since": self.since.isoformat(), "completed": self.completed, "dead": self.dead}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOverview:
+    """One row of the overview: the queue's stats, its last hour, its workers."""
+
+    stats: _ops.QueueStats
+    throughput: Throughput
+    workers: dict[str, datetime] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.stats.to_dict(),
+            "throughput_per_minute": self.throughput.to_dict(),
+            "workers": {w: at.isoformat() for w, at in sorted(self.workers.items())},
+        }
+
+
+async def queue_exists(queue: Queue) -> bool:
+    """Whether ``queue`` has any index zset or a meta hash (what discovery finds)."""
+    from .._store.keys import QueueKeys
+
+    k: QueueKeys = queue.keys
+    keys = [*k.pending_high_first, k.running, k.suspended, k.completed, k.dead, k.cancelled, k.meta]
+    return int(await queue.client.redis.exists(*keys)) > 0
+
+
+async def overview(queue: Queue) -> QueueOverview:
+    """Stats (``queue.stats()``), the last hour per minute, and the workers seen."""
+    stats = await queue.stats()
+    now = int(stats.at.timestamp() * 1000)
+    # Whole minutes, the current one last: bar i covers [t_i, t_i + 60 s).
+    end = now - now % 60_000 + 60_000
+    begin = end - CHART_MINUTES * 60_000
+    redis = queue.client.redis
+    pipe = redis.pipeline(transaction=False)
+    for key in (queue.keys.completed, queue.keys.dead):
+        for i in range(CHART_MINUTES):
+            lo = begin + i * 60_000
+            pipe.zcount(key, lo, f"({lo + 60_000}")
+    pipe.zrange(queue.keys.running, 0, _WORKER_SAMPLE - 1)
+    pipe.zrevrange(queue.keys.completed, 0, _WORKER_SAMPLE - 1, withscores=True)
+    pipe.zrevrange(queue.keys.dead, 0, _WORKER_SAMPLE - 1, withscores=True)
+    res = await pipe.execute()
+    counts = [int(n) for n in res[: 2 * CHART_MINUTES]]
+    running_ids, completed, dead = res[2 * CHART_MINUTES :]
+    seen: dict[str, datetime] = {}
+    ids = [_text(j) for j in running_ids]
+    finished = sorted(((float(s), _text(j)) for j, s in [*completed, *dead]), reverse=True)
+    finished = finished[:_WORKER_SAMPLE]
+    if ids or finished:
+        pipe = redis.pipeline(transaction=False)
+        for job_id in [*ids, *(j for _, j in finished)]:
+            pipe.hget(queue.keys.job(job_id), "lease_owner")
+        owners = await pipe.execute(raise_on_error=False)
+        for i, owner in enumerate(owners):
+            if not owner or isinstance(owner, Exception):
+                continue
+            at = stats.at if i < len(ids) else ms_to_dt(finished[i - len(ids)][0])
+            name = _text(owner)
+            if name not in seen or seen[name] < at:
+                seen[name] = at
+    return QueueOverview(
+        stats=stats,
+        throughput=Throughput(
+            completed=counts[:CHART_MINUTES], dead=counts[CHART_MINUTES:], since=ms_to_dt(begin)
+        ),
+        workers=seen,
+    )
+
+
+async def all_queues(client: Client) -> list[QueueOverview]:
+    """Every queue found by SCAN (as ``venturi stats`` finds them), with its overview."""
+    names = await _ops.discover_queues(client)
+    return [await overview(client.queue(name)) for name in names]
+
+
+async def find_by_dedup(queue: Queue, key: str, kind: str | None) -> list[str]:
+    """Ids of the pending jobs holding dedup key ``key`` (of ``kind``, when given).
+
+    With a kind it is one ``HGET``; without, an ``HSCAN`` of the dedup hash,
+    bounded (the hash holds one field per pending deduplicated job).
+    """
+    redis = queue.client.redis
+    if kind:
+        job_id = await redis.hget(queue.keys.dedup, dedup_field(kind, key))
+        return [_text(job_id)] if job_id else []
+    suffix = ":" + key
+    out: list[str] = []
+    seen = 0
+    async for name, value in redis.hscan_iter(queue.keys.dedup, match="*" + _glob_escape(suffix), count=1000):
+        seen += 1
+        field_name = _text(name)
+        # The field is "<len(kind)>:<kind>:<key>": check the key is the whole rest.
+        head, _, rest = field_name.partition(":")
+        if head.isdigit() and rest[int(head) + 1 :] == key:
+            out.append(_text(value))
+        if seen >= _DEDUP_SCAN_LIMIT or len(out) >= 20:
+            break
+    return out
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    """How stored documents are shown: every value masked (the default), or shown
+    with the sensitive fields of the known task classes masked."""
+
+    show_values: bool = False
+    sensitive: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, show_values: bool, tasks: Sequence[type[Task[Any]]]) -> Redaction:
+        return cls(show_values, {t.kind(): frozenset(t.sensitive_fields()) for t in tasks})
+
+    def doc(self, kind: str, value: Any) -> Any:
+        """``value`` (a payload, carry, result, output or attachment) as it may be shown."""
+        if not self.show_values:
+            return redact(value)
+        hidden = self.sensitive.get(kind)
+        return redact(value, hidden) if hidden else value
+
+
+def job_dict(info: JobInfo, redaction: Redaction) -> dict[str, Any]:
+    """A job as JSON-ready data, documents redacted."""
+    out: dict[str, Any] = {
+        "id": info.id,
+        "queue": info.queue,
+        "kind": info.kind,
+        "state": info.state.value,
+        "priority": info.priority.label,
+        "run_count": info.run_count,
+        "failures": info.failures,
+        "eligible_at": info.eligible_at,
+        "created_at": info.created_at,
+        "updated_at": info.updated_at,
+        "finished_at": info.finished_at,
+        "note": info.note,
+        "lease_owner": info.lease_owner,
+        "lease_expires_at": info.lease_expires_at,
+        "dedup": info.dedup,
+        "corrupt": dict(info.corrupt),
+    }
+    for name in ("payload", "carry", "attachment", "result", "output"):
+        out[name] = redaction.doc(info.kind, getattr(info, name))
+    doc: dict[str, Any] = jsonable(out)
+    return doc
+
+
+def entry_dict(entry: JournalEntry, kind: str, redaction: Redaction) -> dict[str, Any]:
+    doc: dict[str, Any] = jsonable(
+        {
+            "id": entry.id,
+            "at": entry.at,
+            "event": entry.event,
+            "run": entry.run,
+            "note": entry.note,
+            "attachment": redaction.doc(kind, entry.attachment),
+            "details": dict(entry.details),
+            "corrupt": dict(entry.corrupt),
+        }
+    )
+    return doc
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with datetimes, enums and bytes made JSON types (bytes as base64)."""
+    if isinstance(value, Mapping):
+        return {str(k if not isinstance(k, bytes) else _text(k)): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode()}
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def parse_state(value: str | None) -> JobState | None:
+    """``?state=`` as a JobState; empty means every state. Raises ValueError."""
+    if not value:
+        return None
+    return JobState(value)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -1,0 +1,201 @@
+"""A queue's jobs, page by page, with a cursor instead of an offset.
+
+``Queue.list_jobs`` answers "the first N"; a dashboard also needs "the next N
+after the last one I showed", in a queue of a million pending jobs. A cursor
+names the index zset it stopped in and the last job's ``(score, id)``; the
+next page starts right after it, found in O(log N) by ``ZRANK`` (or, when that
+job has left the index meanwhile, by ``ZCOUNT`` of the scores before it). So
+page 5,000 costs what page 1 costs, and a job claimed between two pages does
+not shift the next page by one, as an offset would.
+
+Reads only: plain commands anyone can repeat with ``redis-cli``
+(docs/redis-layout.md); no Lua.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._model.enums import JobState
+from .._model.records import JobInfo
+
+if TYPE_CHECKING:
+    from .._producer.client import Queue
+
+# Ids read per round trip, and the most a page reads before it answers with
+# fewer jobs than asked (a rare KIND in a huge state): the answer then carries
+# a cursor, and the next page goes on from there.
+_BATCH = 200
+MAX_SCAN = 5_000
+
+_CURSOR_RE = re.compile(r"(\d{1,2})~(-?\d+(?:\.\d+)?)~([0-9A-Za-z]{1,64})")
+
+
+class BadCursor(ValueError):
+    """A cursor that this module did not write (or for another filter)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One index zset a listing walks: its state, key and direction."""
+
+    state: JobState
+    key: str
+    newest_first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of jobs, and the cursor of the next (``None`` at the end)."""
+
+    jobs: list[JobInfo]
+    next_cursor: str | None
+    scanned: int
+
+
+def sources(queue: Queue, state: JobState | None) -> list[Source]:
+    """The index zsets of ``state`` (every state when ``None``), in listing order:
+    pending by priority then eligibility, running by lease expiry, suspended by
+    suspension time, finished states newest first (as ``Queue.list_jobs``)."""
+    k = queue.keys
+    out: list[Source] = []
+    for st in [state] if state is not None else list(JobState):
+        if st is JobState.PENDING:
+            out += [Source(st, key, False) for key in k.pending_high_first]
+        else:
+            key, newest = {
+                JobState.RUNNING: (k.running, False),
+                JobState.SUSPENDED: (k.suspended, False),
+                JobState.COMPLETED: (k.completed, True),
+                JobState.DEAD: (k.dead, True),
+                JobState.CANCELLED: (k.cancelled, True),
+            }[st]
+            out.append(Source(st, key, newest))
+    return out
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _score_text(score: float) -> str:
+    return str(int(score)) if score == int(score) else repr(score)
+
+
+def encode_cursor(index: int, score: float, job_id: str) -> str:
+    return f"{index}~{_score_text(score)}~{job_id}"
+
+
+def decode_cursor(cursor: str, n_sources: int) -> tuple[int, float, str]:
+    m = _CURSOR_RE.fullmatch(cursor)
+    if m is None or int(m.group(1)) >= n_sources:
+        raise BadCursor(f"not a cursor of this listing: {cursor[:80]!r}")
+    return int(m.group(1)), float(m.group(2)), m.group(3)
+
+
+async def _start_after(queue: Queue, src: Source, score: float, job_id: str) -> tuple[int, bool]:
+    """The rank to read from after ``(score, job_id)``, and whether ties of
+    ``score`` must still be skipped up to ``job_id`` (it left the index)."""
+    redis = queue.client.redis
+    pipe = redis.pipeline(transaction=False)
+    if src.newest_first:
+        pipe.zrevrank(src.key, job_id)
+        pipe.zcount(src.key, f"({_score_text(score)}", "+inf")
+    else:
+        pipe.zrank(src.key, job_id)
+        pipe.zcount(src.key, "-inf", f"({_score_text(score)}")
+    rank, before = await pipe.execute()
+    if rank is not None:
+        return int(rank) + 1, False
+    return int(before), True
+
+
+async def page_jobs(
+    queue: Queue,
+    *,
+    state: JobState | None = None,
+    kind: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+    max_scan: int = MAX_SCAN,
+) -> Page:
+    """The next ``limit`` jobs of ``queue`` (of ``state`` and ``kind`` when given) after ``cursor``.
+
+    Raises ``BadCursor`` for a cursor this listing did not hand out. A page may
+    hold fewer than ``limit`` jobs and still have a next cursor when ``kind``
+    is rare: it stops after reading ``max_scan`` ids, so no request walks a
+    whole index.
+    """
+    srcs = sources(queue, state)
+    redis = queue.client.redis
+    index, after_score, after_id = 0, 0.0, ""
+    if cursor:
+        index, after_score, after_id = decode_cursor(cursor, len(srcs))
+    out: list[JobInfo] = []
+    scanned = 0
+    last: tuple[int, float, str] | None = None
+    while index < len(srcs):
+        src = srcs[index]
+        skip_ties = False
+        start = 0
+        if after_id:
+            start, skip_ties = await _start_after(queue, src, after_score, after_id)
+        while True:
+            stop = start + _BATCH - 1
+            read = redis.zrevrange if src.newest_first else redis.zrange
+            batch = [(_text(m), float(s)) for m, s in await read(src.key, start, stop, withscores=True)]
+            if not batch:
+                break
+            start += len(batch)
+            full = len(batch) == _BATCH
+            if skip_ties:
+                # The job we stopped after is gone: skip the ids that sorted
+                # before it among equal scores (a zset orders ties by member).
+                batch = [
+                    item for item in batch if not _tie_before(item, after_score, after_id, src.newest_first)
+                ]
+                skip_ties = not batch
+                if not batch:
+                    if full:
+                        continue
+                    break
+            pipe = redis.pipeline(transaction=False)
+            for job_id, _ in batch:
+                pipe.hgetall(queue.keys.job(job_id))
+            hashes = await pipe.execute(raise_on_error=False)
+            for (job_id, score), raw in zip(batch, hashes, strict=True):
+                scanned += 1
+                last = (index, score, job_id)
+                info = _info(queue, src.state, job_id, raw, kind)
+                if info is not None:
+                    out.append(info)
+                if len(out) >= limit or scanned >= max_scan:
+                    return Page(out, encode_cursor(*last), scanned)
+            if not full:
+                break
+        index += 1
+        after_id = ""
+    return Page(out, None, scanned)
+
+
+def _tie_before(item: tuple[str, float], score: float, job_id: str, newest_first: bool) -> bool:
+    """Whether ``item`` sorts at or before ``(score, job_id)`` among equal scores."""
+    if item[1] != score:
+        return False
+    return item[0] >= job_id if newest_first else item[0] <= job_id
+
+
+def _info(queue: Queue, state: JobState, job_id: str, raw: Any, kind: str | None) -> JobInfo | None:
+    """The snapshot to list for one index entry, or ``None`` to skip it."""
+    if isinstance(raw, Exception):
+        # A key of the wrong type where a job hash should be: an error row.
+        if kind is not None:
+            return None
+        return JobInfo.unreadable(queue.name, job_id, state, str(raw))
+    if not raw:
+        return None  # purged between the two reads
+    if kind is not None and _text(raw.get(b"kind", b"")) != kind:
+        return None
+    return JobInfo.from_hash(queue.name, job_id, raw, indexed_as=state)
