@@ -225,7 +225,7 @@ async def test_corrupt_hash_shows_an_error_row_not_a_traceback(world: World) -> 
         job = await h.get(f"/queues/mail/jobs/{bad}")
         assert job.status_code == 200 and "Corrupt fields" in job.text
         broken = await h.get(f"/queues/mail/jobs/{wrong_type}")
-        assert broken.status_code in (404, 503) and "Traceback" not in broken.text
+        assert broken.status_code == 404 and "is corrupt" in broken.text and "Traceback" not in broken.text
 
 
 async def test_mounted_under_a_path(world: World) -> None:
@@ -499,3 +499,15 @@ def test_cli_refuses_a_public_bind_without_a_token() -> None:
     res = CliRunner().invoke(app, ["dashboard", "--host", "0.0.0.0", "--port", "1"], env={})
     assert res.exit_code == 2
     assert "without a token" in res.output
+
+
+async def test_discovery_keeps_names_for_its_interval(world: World) -> None:
+    """SCAN walks the whole keyspace: the overview repeats it only after ``discovery_interval``."""
+    async with http(create_app(world.client, discovery_interval=3600)) as h:
+        assert [q["queue"] for q in (await h.get("/api/queues")).json()["queues"]] == ["mail"]
+        await world.client.queue("other").enqueue(Echo(text="x"))
+        cached = (await h.get("/api/queues")).json()["queues"]
+        assert [q["queue"] for q in cached] == ["mail"]
+    async with http(create_app(world.client, discovery_interval=0)) as h:
+        fresh = (await h.get("/api/queues")).json()["queues"]
+        assert [q["queue"] for q in fresh] == ["mail", "other"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
 
 import jinja2
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -68,8 +68,17 @@ MESSAGES = {
 class Dashboard:
     """The state the routes share: the client, the options, the templates."""
 
-    def __init__(self, client: Client, *, read_only: bool, keys: Keys, redaction: _data.Redaction) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        read_only: bool,
+        keys: Keys,
+        redaction: _data.Redaction,
+        discovery_interval: float,
+    ) -> None:
         self.client = client
+        self.discovery = _data.Discovery(client, discovery_interval)
         self.read_only = read_only
         self.keys = keys
         self.redaction = redaction
@@ -111,7 +120,7 @@ class Dashboard:
     # -- pages and their JSON ------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
-        rows = await _data.all_queues(self.client)
+        rows = await _data.all_queues(self.client, self.discovery)
         if request.url.path.endswith("/api/queues") or wants_json(request.scope):
             return JSONResponse({"queues": [r.to_dict() for r in rows]})
         return self.page(request, "overview.html", rows=rows)
@@ -180,10 +189,14 @@ class Dashboard:
         job_id = request.path_params["job_id"]
         if not _data.JOB_ID_RE.fullmatch(job_id):
             raise HTTPException(404, "not a job id")
-        info = await queue.get(job_id)
+        try:
+            info = await queue.get(job_id)
+            journal = await queue.journal(job_id) if info is not None else []
+        except ResponseError as exc:
+            # WRONGTYPE: the job's key (or journal) holds something else.
+            raise HTTPException(404, f"job {job_id} is corrupt: its keys hold no job ({exc})") from None
         if info is None:
             raise HTTPException(404, f"no job {job_id} in queue {queue.name!r}")
-        journal = await queue.journal(job_id)
         doc = _data.job_dict(info, self.redaction)
         entries = [_data.entry_dict(e, info.kind, self.redaction) for e in journal]
         if request.url.path.startswith(_api_prefix(request)):
@@ -342,6 +355,7 @@ def create_app(
     token: str | None = None,
     show_payloads: bool = False,
     tasks: Sequence[type[Task[Any]]] = (),
+    discovery_interval: float = 30.0,
     close_client: bool = False,
 ) -> Starlette:
     """The dashboard as an ASGI application, to serve or to mount under any path.
@@ -356,6 +370,9 @@ def create_app(
         tasks: Task classes whose sensitive fields stay masked when
             ``show_payloads`` is on (matched by KIND; nothing is imported by a
             name read from Redis).
+        discovery_interval: Seconds the overview keeps the queue names it found
+            by SCAN before it scans again (a SCAN walks every key in Redis);
+            the counts are read fresh on every request. ``0`` scans every time.
         close_client: Close ``client`` when the app shuts down (the CLI's case).
     """
     dash = Dashboard(
@@ -363,6 +380,7 @@ def create_app(
         read_only=read_only,
         keys=Keys.make(token),
         redaction=_data.Redaction.build(show_payloads, tasks),
+        discovery_interval=discovery_interval,
     )
     routes: list[Route | Mount] = [
         Route("/", dash.overview, name="overview"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import enum
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -123,10 +124,32 @@ async def overview(queue: Queue) -> QueueOverview:
     )
 
 
-async def all_queues(client: Client) -> list[QueueOverview]:
-    """Every queue found by SCAN (as ``venturi stats`` finds them), with its overview."""
-    names = await _ops.discover_queues(client)
-    return [await overview(client.queue(name)) for name in names]
+class Discovery:
+    """The queue names, found by SCAN (as ``venturi stats`` finds them), kept ``interval`` seconds.
+
+    SCAN walks the whole keyspace: with a million jobs that is a thousand
+    round trips, too much to repeat on every 5-second refresh of every open
+    overview. Names are found again once ``interval`` has passed; the counts
+    of the known queues are read fresh every time.
+    """
+
+    def __init__(self, client: Client, interval: float) -> None:
+        self.client = client
+        self.interval = interval
+        self._names: list[str] = []
+        self._at: float | None = None
+
+    async def names(self) -> list[str]:
+        now = time.monotonic()
+        if self._at is None or now - self._at >= self.interval:
+            self._names = await _ops.discover_queues(self.client)
+            self._at = now
+        return self._names
+
+
+async def all_queues(client: Client, discovery: Discovery) -> list[QueueOverview]:
+    """Every queue found (``discovery``), with its overview."""
+    return [await overview(client.queue(name)) for name in await discovery.names()]
 
 
 async def find_by_dedup(queue: Queue, key: str, kind: str | None) -> list[str]:
