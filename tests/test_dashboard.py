@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import anyio
 import httpx
 import pytest
 from pydantic import Field
@@ -511,3 +512,15 @@ async def test_discovery_keeps_names_for_its_interval(world: World) -> None:
     async with http(create_app(world.client, discovery_interval=0)) as h:
         fresh = (await h.get("/api/queues")).json()["queues"]
         assert [q["queue"] for q in fresh] == ["mail", "other"]
+
+
+async def test_stale_queue_names_are_found_again_in_the_background(world: World) -> None:
+    async with http(create_app(world.client, discovery_interval=1e-6)) as h:
+        assert [q["queue"] for q in (await h.get("/api/queues")).json()["queues"]] == ["mail"]
+        await world.client.queue("other").enqueue(Echo(text="x"))
+        # The request that finds the names stale answers with them and starts a new SCAN.
+        stale = (await h.get("/api/queues")).json()["queues"]
+        assert [q["queue"] for q in stale] == ["mail"]
+        with anyio.fail_after(10):
+            while len((await h.get("/api/queues")).json()["queues"]) < 2:
+                await anyio.sleep(0.01)

@@ -6,8 +6,10 @@ pages and the JSON routes render; nothing here knows about HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import enum
+import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from .._model.task import Task
     from .._producer.client import Client, Queue
 
+log = logging.getLogger("venturi_redis.dashboard")
 JOB_ID_RE = re.compile(r"[0-9A-Za-z]{1,64}")
 
 # The throughput chart: one bar per minute over the last hour.
@@ -129,7 +132,8 @@ class Discovery:
 
     SCAN walks the whole keyspace: with a million jobs that is a thousand
     round trips, too much to repeat on every 5-second refresh of every open
-    overview. Names are found again once ``interval`` has passed; the counts
+    overview. Names are found again once ``interval`` has passed, in the
+    background (the refresh that notices shows the names it has); the counts
     of the known queues are read fresh every time.
     """
 
@@ -138,13 +142,28 @@ class Discovery:
         self.interval = interval
         self._names: list[str] = []
         self._at: float | None = None
+        self._refresh: asyncio.Task[None] | None = None
 
     async def names(self) -> list[str]:
-        now = time.monotonic()
-        if self._at is None or now - self._at >= self.interval:
-            self._names = await _ops.discover_queues(self.client)
-            self._at = now
+        """The names found last; the first call waits for the SCAN, later ones
+        never do: once stale, the names are found again in the background."""
+        if self._at is None or self.interval <= 0:
+            await self._scan()
+        elif time.monotonic() - self._at >= self.interval and self._refresh is None:
+            self._refresh = asyncio.get_running_loop().create_task(self._scan_in_background())
         return self._names
+
+    async def _scan(self) -> None:
+        self._at = time.monotonic()
+        self._names = await _ops.discover_queues(self.client)
+
+    async def _scan_in_background(self) -> None:
+        try:
+            await self._scan()
+        except Exception as exc:  # noqa: BLE001 - logged; the next refresh tries again
+            log.warning("dashboard: finding the queues failed: %s", exc)
+        finally:
+            self._refresh = None
 
 
 async def all_queues(client: Client, discovery: Discovery) -> list[QueueOverview]:

@@ -143,13 +143,16 @@ async def page_jobs(
         if after_id:
             start, skip_ties = await _start_after(queue, src, after_score, after_id)
         while True:
-            stop = start + _BATCH - 1
+            # Without a KIND filter every id read is shown: read only what the
+            # page still needs (50 hashes, not 200, for a first page).
+            size = _BATCH if kind is not None or skip_ties else min(_BATCH, limit - len(out))
             read = redis.zrevrange if src.newest_first else redis.zrange
-            batch = [(_text(m), float(s)) for m, s in await read(src.key, start, stop, withscores=True)]
+            got = await read(src.key, start, start + size - 1, withscores=True)
+            batch = [(_text(m), float(s)) for m, s in got]
             if not batch:
                 break
             start += len(batch)
-            full = len(batch) == _BATCH
+            full = len(batch) == size
             if skip_ties:
                 # The job we stopped after is gone: skip the ids that sorted
                 # before it among equal scores (a zset orders ties by member).
