@@ -41,4 +41,13 @@ def bars(counts: list[int], height: int = 28, width: int = 3) -> list[dict[str, 
     return out
 
 
-FILTERS = {"when": when, "pretty": pretty, "seconds": seconds, "bars": bars}
+def detail(name: str, value: str) -> str:
+    """A journal detail as a person reads it: stored times (ms) as UTC, ``delay_ms`` in seconds."""
+    if value.isdigit() and (name.endswith("_at") or name == "lease_expires"):
+        return when(datetime.fromtimestamp(int(value) / 1000, tz=UTC))
+    if value.isdigit() and name.endswith("_ms"):
+        return seconds(int(value) / 1000)
+    return value
+
+
+FILTERS = {"detail": detail, "when": when, "pretty": pretty, "seconds": seconds, "bars": bars}
