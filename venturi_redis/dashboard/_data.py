@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from .._model.enums import JobState
 from .._model.records import JobInfo, JournalEntry, ms_to_dt
 from .._model.redact import redact
-from .._producer import ops as _ops
+from .._producer.discovery import discover_queues
+from .._producer.reads import QueueStats
 from .._store.keys import dedup_field, validate_name
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ class Throughput:
 class QueueOverview:
     """One row of the overview: the queue's stats, its last hour, its workers."""
 
-    stats: _ops.QueueStats
+    stats: QueueStats
     throughput: Throughput
     workers: dict[str, datetime] = field(default_factory=dict)
 
@@ -155,7 +156,7 @@ class Discovery:
 
     async def _scan(self) -> None:
         self._at = time.monotonic()
-        self._names = await _ops.discover_queues(self.client)
+        self._names = await discover_queues(self.client)
 
     async def _scan_in_background(self) -> None:
         try:
