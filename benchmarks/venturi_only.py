@@ -30,7 +30,9 @@ import venturi_bench as VB  # noqa: E402
 
 import venturi_redis as vr  # noqa: E402
 from venturi_redis._model.ids import new_job_id  # noqa: E402
+from venturi_redis._store import calls  # noqa: E402
 from venturi_redis._store.keys import QueueKeys  # noqa: E402
+from venturi_redis._store.prepare import Prepared  # noqa: E402
 from venturi_redis._store.scripts import scripts  # noqa: E402
 
 Log = Callable[[str], None]
@@ -59,42 +61,31 @@ class Raw:
             await self.r.script_load(self.s[name].source)
 
     def enqueue_args(self, ids: list[str]) -> tuple[list[str], list[Any]]:
-        keys: list[str] = [self.k.dedup]
-        args: list[Any] = ["", self.k.wake, len(ids), "nx"]
-        pend = self.k.pending(vr.Priority.NORMAL)
-        for i in ids:
-            keys += [self.k.job(i), self.k.journal(i), pend]
-            args += [i, "noop", "normal", 0, self.payload, "", "", "", ""]
-        return keys, args
+        jobs = [Prepared(i, "noop", vr.Priority.NORMAL, 0, self.payload, b"", "", "", "", False) for i in ids]
+        call = calls.enqueue(self.k, "", jobs)
+        return call.keys, call.args
 
     async def enqueue(self, ids: list[str]) -> None:
         keys, args = self.enqueue_args(ids)
         await self.r.evalsha(self.s["enqueue"].sha, len(keys), *keys, *args)
 
     async def claim(self, count: int) -> list[tuple[str, str]]:
-        k = self.k
-        keys = k.claim
-        reply = await self.r.evalsha(
-            self.s["claim"].sha, len(keys), *keys, k.prefix, "", count, "w8", "tok", 30000
-        )
-        return [(reply[i].decode(), reply[i + 6].decode()) for i in range(2, len(reply), 12)]
+        call = calls.claim(self.k, "", count=count, worker="w8", token_base="tok", default_lease_ms=30000)
+        reply = await self.r.evalsha(self.s["claim"].sha, len(call.keys), *call.keys, *call.args)
+        return self.parse_claim(reply)
 
     def complete_call(self, pipe: Any, jobs: list[tuple[str, str]]) -> Any:
         """complete.lua over every job of a claim, in one call."""
-        k = self.k
-        args: list[Any] = [k.prefix, "", len(jobs)]
-        for job_id, token in jobs:
-            args += [job_id, token, "", "", "", ""]
-        return pipe.evalsha(self.s["complete"].sha, 2, k.running, k.completed, *args)
+        call = calls.complete(self.k, "", [calls.completion(j, t, "", b"", b"", b"") for j, t in jobs])
+        return pipe.evalsha(self.s["complete"].sha, len(call.keys), *call.keys, *call.args)
 
     def claim_call(self, pipe: Any, count: int) -> Any:
-        k = self.k
-        keys = k.claim
-        return pipe.evalsha(self.s["claim"].sha, len(keys), *keys, k.prefix, "", count, "w8", "tok", 30000)
+        call = calls.claim(self.k, "", count=count, worker="w8", token_base="tok", default_lease_ms=30000)
+        return pipe.evalsha(self.s["claim"].sha, len(call.keys), *call.keys, *call.args)
 
     @staticmethod
     def parse_claim(reply: list[Any]) -> list[tuple[str, str]]:
-        return [(reply[i].decode(), reply[i + 6].decode()) for i in range(2, len(reply), 12)]
+        return [(job[0], job[6]) for job in calls.claim_reply(reply).jobs()]
 
     async def drain(self, batch: int) -> int:
         """Claim and complete until the queue is empty; the number of jobs done.

@@ -7,6 +7,7 @@ from typing import Any
 import anyio
 
 import venturi_redis as vr
+from venturi_redis._store import calls
 
 
 def make_worker(queue: vr.Queue | list[vr.Queue], *handlers: type[Any], **options: Any) -> vr.Worker[Any]:
@@ -50,12 +51,8 @@ async def claim_raw(queue: vr.Queue, count: int, *, worker: str = "w1", lease_ms
 
     ``[now, next, job...]``, 12 values per job (see lua/claim.lua).
     """
-    c, k = queue.client, queue.keys
-    return list(
-        await c.scripts.call(
-            c.redis,
-            "claim",
-            k.claim,
-            [k.prefix, c.now_arg(), count, worker, "tok", lease_ms],
-        )
+    c = queue.client
+    call = calls.claim(
+        queue.keys, c.now_arg(), count=count, worker=worker, token_base="tok", default_lease_ms=lease_ms
     )
+    return list(await c.scripts.call(c.redis, *call))

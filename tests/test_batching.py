@@ -15,7 +15,7 @@ import pytest
 import venturi_redis as vr
 from tests.helpers import claim_raw, drain, events
 from tests.tasks import Echo, EchoJob
-from venturi_redis._store.scripts import ScriptArg
+from venturi_redis._store import calls
 from venturi_redis._worker.committer import _Committer
 from venturi_redis._worker.runner import _Runner
 
@@ -32,12 +32,16 @@ async def test_one_complete_call_settles_many_jobs_each_fenced(queue: vr.Queue) 
     claimed = await _claim(queue, 3)
     assert sorted(j for j, _ in claimed) == sorted(ids)
     (a, ta), (b, _), (c, tc) = claimed
-    k = queue.keys
-    args: list[Any] = [k.prefix, queue.client.now_arg(), 3]
-    args += [a, ta, "done a", b"", b"", b""]
-    args += [b, "stale-token", "done b", b"", b"", b""]
-    args += [c, tc, "done c", b"", b"", b""]
-    reply = await queue.client.scripts.call(queue.client.redis, "complete", [k.running, k.completed], args)
+    call = calls.complete(
+        queue.keys,
+        queue.client.now_arg(),
+        [
+            calls.completion(a, ta, "done a", b"", b"", b""),
+            calls.completion(b, "stale-token", "done b", b"", b"", b""),
+            calls.completion(c, tc, "done c", b"", b"", b""),
+        ],
+    )
+    reply = await queue.client.scripts.call(queue.client.redis, *call)
 
     assert reply[0] == 1 and reply[2] == 1
     assert b"lease token does not match" in reply[1]
@@ -84,13 +88,13 @@ async def test_a_claim_takes_half_the_slots_unless_batch_size_says(
     queue: vr.Queue, monkeypatch: pytest.MonkeyPatch, batch_size: int | None, largest: int
 ) -> None:
     asked: list[int] = []
-    real = _Runner._claim_args
+    real = _Runner._claim_call
 
-    def spy(self: _Runner, count: int) -> list[ScriptArg]:
-        asked.append(count)  # every claim's count (ARGV[3]), on every claim path
-        return real(self, count)
+    def spy(self: _Runner, count: int, stop_key: str | None = None) -> calls.Call:
+        asked.append(count)  # every claim's count, on every claim path
+        return real(self, count, stop_key)
 
-    monkeypatch.setattr(_Runner, "_claim_args", spy)
+    monkeypatch.setattr(_Runner, "_claim_call", spy)
     n = 60
     state: dict[str, Any] = {}
     await queue.enqueue_many([Echo(text=str(i)) for i in range(n)])
@@ -133,12 +137,13 @@ async def test_two_pipelines_go_out_at_once_never_three(
 
     monkeypatch.setattr(scripts, "run_pipeline", held)
     committer = _Committer(client)
-    keys = queue.keys.claim
     replies: list[Any] = []
 
     async def claim() -> None:
-        args: list[ScriptArg] = [queue.keys.prefix, client.now_arg(), 1, "w-test", "tok", 30_000]
-        replies.append(await committer.claim(keys, args))
+        call = calls.claim(
+            queue.keys, client.now_arg(), count=1, worker="w-test", token_base="tok", default_lease_ms=30_000
+        )
+        replies.append(await committer.claim(call))
 
     async def until(n: int) -> None:
         with anyio.fail_after(5):

@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 import venturi_redis as vr
 from tests.helpers import events, run_until_event
 from venturi_redis._model.codec import pack_model
+from venturi_redis._store import calls
 from venturi_redis._store.keys import dedup_field
 from venturi_redis._transport.fastpack import FastPackConnection
 from venturi_redis._transport.lane import Lane
@@ -153,12 +154,8 @@ async def test_independent_adds_a_row_and_the_index_follows_the_newest(
 
 async def drain_one(queue: vr.Queue, now: str = "") -> None:
     """Claim one job by hand (as a worker would), at ``now`` ms or the server's time."""
-    await queue.client.scripts.call(
-        queue.client.redis,
-        "claim",
-        queue.keys.claim,
-        [queue.keys.prefix, now, 1, "probe", "tok", 60_000],
-    )
+    call = calls.claim(queue.keys, now, count=1, worker="probe", token_base="tok", default_lease_ms=60_000)
+    await queue.client.scripts.call(queue.client.redis, *call)
 
 
 async def test_merge_that_raises_writes_nothing(queue: vr.Queue) -> None:
@@ -221,15 +218,9 @@ async def test_claim_frees_the_key_and_a_returning_job_takes_it_back_only_if_fre
     token = (await client.redis.hget(queue.keys.job(a), "lease_token")).decode()
     await client.scripts.call(
         client.redis,
-        "release",
-        [
-            queue.keys.job(a),
-            queue.keys.journal(a),
-            queue.keys.running,
-            queue.keys.pending(vr.Priority.NORMAL),
-            queue.keys.dedup,
-        ],
-        [a, token, "", b"", "released", queue.keys.wake],
+        *calls.release(
+            queue.keys, "", job_id=a, token=token, priority=vr.Priority.NORMAL, carry=b"", note="released"
+        ),
     )
     assert (await queue.get(a)).state == vr.JobState.PENDING  # type: ignore[union-attr]
     assert await index_of(client, queue, "refresh", "f") == b

@@ -12,6 +12,7 @@ import venturi_redis as vr
 from tests.helpers import claim_raw, make_worker, run_until_event
 from tests.tasks import Echo
 from venturi_redis._model.records import JournalEntry, claim_history, enqueued_entry
+from venturi_redis._store import calls
 
 pytestmark = pytest.mark.anyio
 
@@ -78,13 +79,11 @@ async def test_a_first_claim_sends_the_enqueued_values_a_later_claim_the_journal
     assert [bytes(v) for v in first] == [created, b"high", eligible]
     assert JournalEntry.from_xrange(claim_history(first)) == (await stream(queue, job_id))[:1]
     c, k = queue.client, queue.keys
-    token = reply[2 + 6]
-    res = await c.scripts.call(
-        c.redis,
-        "release",
-        [k.job(job_id), k.journal(job_id), k.running, k.pending(vr.Priority.HIGH), k.dedup],
-        [job_id, token, c.now_arg(), "", "bye", k.wake],
+    token = reply[2 + 6].decode()
+    call = calls.release(
+        k, c.now_arg(), job_id=job_id, token=token, priority=vr.Priority.HIGH, carry=b"", note="bye"
     )
+    res = await c.scripts.call(c.redis, *call)
     assert list(res) == [1]
     later = (await claim_raw(queue, 1))[2 + 11]
     assert claim_history(later) is later  # an XRANGE reply, passed through
@@ -105,12 +104,10 @@ async def test_a_caller_clock_far_from_redis_time_keeps_ids_increasing(url: str,
         assert history[0].id == f"{clock.ms - 5}-0"
         clock.ms += 5
         c2, k = q.client, q.keys
-        res = await c2.scripts.call(
-            c2.redis,
-            "release",
-            [k.job(job_id), k.journal(job_id), k.running, k.pending(vr.Priority.NORMAL), k.dedup],
-            [job_id, token, c2.now_arg(), "", "bye", k.wake],
+        call = calls.release(
+            k, c2.now_arg(), job_id=job_id, token=token, priority=vr.Priority.NORMAL, carry=b"", note="bye"
         )
+        res = await c2.scripts.call(c2.redis, *call)
         assert list(res) == [1]
         raw = await stream(q, job_id)
         assert [e.event for e in raw] == ["enqueued", "claimed", "released"]
@@ -123,12 +120,10 @@ async def test_a_caller_clock_far_from_redis_time_keeps_ids_increasing(url: str,
 async def test_a_refusal_on_a_never_claimed_job_keeps_enqueued_first(queue: vr.Queue) -> None:
     job_id = await queue.enqueue(Echo(text="x"))
     c, k = queue.client, queue.keys
-    res = await c.scripts.call(
-        c.redis,
-        "release",
-        [k.job(job_id), k.journal(job_id), k.running, k.pending(vr.Priority.NORMAL), k.dedup],
-        [job_id, "stale", c.now_arg(), "", "bye", k.wake],
+    call = calls.release(
+        k, c.now_arg(), job_id=job_id, token="stale", priority=vr.Priority.NORMAL, carry=b"", note="bye"
     )
+    res = await c.scripts.call(c.redis, *call)
     assert res[0] == 0
     assert [e.event for e in await stream(queue, job_id)] == ["enqueued", "refused"]
 
@@ -240,9 +235,9 @@ class ParkingJob(Parking, vr.Handler[Any]):
 
 async def complete_raw(queue: vr.Queue, job_id: str, token: str) -> None:
     """Run complete.lua for one job (no worker), as its committer would."""
-    k, c = queue.keys, queue.client
-    args = [k.prefix, c.now_arg(), 1, job_id, token, "", "", "", ""]
-    await c.scripts.call(c.redis, "complete", [k.running, k.completed], args)
+    c = queue.client
+    call = calls.complete(queue.keys, c.now_arg(), [calls.completion(job_id, token, "", b"", b"", b"")])
+    await c.scripts.call(c.redis, *call)
 
 
 # What each way of leaving the worker journals. A retry's first two waits
@@ -319,8 +314,8 @@ async def test_an_operator_transition_keeps_a_compact_journal(backend: str, queu
         job_id = await queue.enqueue(Parking(how="complete"))
         await claim_raw(queue, 1, lease_ms=1)
         await anyio.sleep(0.05)
-        args = [k.prefix, queue.client.now_arg(), 10, "25", k.wake]
-        await queue.client.scripts.call(r, "reclaim", [k.running, k.dead, k.dedup], args)
+        call = calls.reclaim(k, queue.client.now_arg(), batch=10, max_failures="25")
+        await queue.client.scripts.call(r, *call)
         last = "lease_expired"
     elif op == "resume":
         job_id = await queue.enqueue(Parking(how="suspend"))

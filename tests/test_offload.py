@@ -16,7 +16,7 @@ import venturi_redis as vr
 from tests.servers import RedisServer
 from venturi_redis._producer import results as _results
 from venturi_redis._producer.results import _resolve
-from venturi_redis._store.scripts import ScriptArg
+from venturi_redis._store import calls
 from venturi_redis._worker.offload import offload_handler
 
 pytestmark = pytest.mark.anyio
@@ -317,16 +317,13 @@ async def test_the_reclaim_backstop_settles_a_failure(url: str, queue_name: str)
         handle = await fn.offload(client, tenant_id=1)
         k = queue.keys
         # A worker claims the job and dies: nobody ever completes it.
-        claim_args: list[ScriptArg] = [k.prefix, client.now_arg(), 1, "ghost", "tok", 1000]
-        await client.scripts.call(client.redis, "claim", k.claim, claim_args)
-        now[0] += 5000
-        reply = await client.scripts.call(
-            client.redis,
-            "reclaim",
-            [k.running, k.dead, k.dedup],
-            [k.prefix, client.now_arg(), 10, "25", k.wake],
+        claim = calls.claim(
+            k, client.now_arg(), count=1, worker="ghost", token_base="tok", default_lease_ms=1000
         )
-        assert int(reply[1]) == 1  # died
+        await client.scripts.call(client.redis, *claim)
+        now[0] += 5000
+        reclaim = calls.reclaim(k, client.now_arg(), batch=10, max_failures="25")
+        assert calls.reclaimed(await client.scripts.call(client.redis, *reclaim)).dead == 1
         res = await vr.read_result(client, handle)
         assert res is not None and res.status == "failed"
         assert res.error is not None and res.error.startswith("lease expired")

@@ -19,6 +19,7 @@ import venturi_redis as vr
 from tests.cluster import LocalCluster
 from tests.helpers import claim_raw, events
 from tests.test_dedup import Count, Tally
+from venturi_redis._store import calls
 from venturi_redis._store.keys import dedup_field
 from venturi_redis._store.prepare import prepare
 from venturi_redis._transport.fastpack import FastPackConnection
@@ -38,9 +39,9 @@ def _prepared(queue: vr.Queue, task: vr.Task[Any], carry: Any = None) -> Any:
 
 async def _send(queue: vr.Queue, job: Any, dedup_mode: str = "nx") -> list[Any]:
     """One send of the enqueue script for ``job``: its reply after ``now``, as text."""
-    name, keys, args = queue._enqueue_call([job], dedup_mode=dedup_mode)
-    reply = await queue.client.scripts.call(queue.client.redis, name, keys, args)
-    return [r.decode() if isinstance(r, bytes) else r for r in reply[1:]]
+    call = calls.enqueue(queue.keys, queue.client.now_arg(), [job], dedup_mode=dedup_mode)
+    reply = await queue.client.scripts.call(queue.client.redis, *call)
+    return calls.enqueue_holders(reply)
 
 
 async def _state(queue: vr.Queue, job_id: str) -> tuple[Any, ...]:

@@ -14,6 +14,7 @@ import venturi_redis as vr
 from tests.helpers import claim_raw, drain, make_worker
 from tests.servers import RedisServer, replicate
 from tests.tasks import Echo, EchoJob
+from venturi_redis._store import calls
 from venturi_redis._store.keys import WAKE_CAP
 
 pytestmark = pytest.mark.anyio
@@ -82,12 +83,13 @@ async def test_a_stop_token_makes_the_claim_behind_it_claim_nothing(queue: vr.Qu
     c, k = queue.client, queue.keys
     stop = k.wake_stop("w1")
     await c.redis.rpush(stop, "1")
-    reply = await c.scripts.call(c.redis, "claim", [*k.claim, stop], [k.prefix, "", 1, "w1", "tok", 30_000])
+    call = calls.claim(k, "", count=1, worker="w1", token_base="tok", default_lease_ms=30_000, stop_key=stop)
+    reply = await c.scripts.call(c.redis, *call)
     assert list(reply[1:]) == [0]  # nothing claimed
     assert not await c.redis.exists(stop)
     assert (await queue.counts())["pending"] == 1
     # Without a stop token the same call claims.
-    reply = await c.scripts.call(c.redis, "claim", [*k.claim, stop], [k.prefix, "", 1, "w1", "tok", 30_000])
+    reply = await c.scripts.call(c.redis, *call)
     assert len(reply[2:]) == 12
 
 

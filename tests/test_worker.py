@@ -22,6 +22,7 @@ from tests.helpers import drain, events, make_worker
 from tests.procs.worker import Hang, HangJob
 from tests.servers import RedisServer
 from tests.tasks import Echo, EchoJob
+from venturi_redis._store import calls
 
 pytestmark = pytest.mark.anyio
 
@@ -121,12 +122,8 @@ async def test_stale_worker_cannot_complete_a_job_it_lost(
 async def test_periodic_reclaim_of_a_dead_workers_job(client: vr.Client, queue: vr.Queue) -> None:
     job_id = await queue.enqueue(Echo(text="orphan"))
     # A "ghost" worker claims with a short lease and then never comes back.
-    await client.scripts.call(
-        client.redis,
-        "claim",
-        queue.keys.claim,
-        [queue.keys.prefix, "", 1, "ghost", "tok", 200],
-    )
+    call = calls.claim(queue.keys, "", count=1, worker="ghost", token_base="tok", default_lease_ms=200)
+    await client.scripts.call(client.redis, *call)
     assert (await queue.get(job_id)).state == vr.JobState.RUNNING  # type: ignore[union-attr]
     worker = make_worker(queue, EchoJob, reclaim_interval=0.1, poll_interval=0.1)
     async with anyio.create_task_group() as tg:
@@ -144,20 +141,16 @@ async def test_repeated_lease_expiry_reaches_the_backstop(client: vr.Client, que
     clocked = vr.Client(client.redis, clock=lambda: now[0])
     q = clocked.queue(queue.name)
     job_id = await q.enqueue(Echo(text="poison"), max_failures=3)
-    claim_keys = q.keys.claim
     for round_ in range(3):
-        reply = await clocked.scripts.call(
-            client.redis, "claim", claim_keys, [q.keys.prefix, now[0], 1, f"w{round_}", "t", 1000]
+        claim = calls.claim(
+            q.keys, clocked.now_arg(), count=1, worker=f"w{round_}", token_base="t", default_lease_ms=1000
         )
+        reply = await clocked.scripts.call(client.redis, *claim)
         assert reply[2:3] == [job_id.encode()]
         now[0] += 1001  # the worker died: its lease runs out
-        out = await clocked.scripts.call(
-            client.redis,
-            "reclaim",
-            [q.keys.running, q.keys.dead, q.keys.dedup],
-            [q.keys.prefix, now[0], 100, "25", q.keys.wake],
-        )
-        assert out[2:] == [job_id.encode()]
+        reclaim = calls.reclaim(q.keys, clocked.now_arg(), batch=100, max_failures="25")
+        out = calls.reclaimed(await clocked.scripts.call(client.redis, *reclaim))
+        assert out.ids == [job_id]
     info = await q.get(job_id)
     assert info is not None and (info.state, info.failures) == (vr.JobState.DEAD, 3)
     journal = await q.journal(job_id)

@@ -11,6 +11,7 @@ from typing import Any
 
 import venturi_redis as vr
 from venturi_redis._model.enums import Priority
+from venturi_redis._store import calls
 from venturi_redis._worker.runner import _parse_claim
 
 
@@ -41,111 +42,97 @@ class Driver:
         self.c = queue.client
         self.max_failures = max_failures
 
-    async def _call(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        return await self.c.scripts.call(self.c.redis, name, keys, args)
+    async def _call(self, call: calls.Call) -> Any:
+        return await self.c.scripts.call(self.c.redis, *call)
+
+    def _now(self) -> str:
+        return self.c.now_arg()
 
     async def claim(self, count: int, worker: str, token: str, lease_ms: int) -> list[tuple[str, str]]:
         """Claim up to ``count`` jobs; returns (id, token) pairs."""
-        k = self.k
         reply = await self._call(
-            "claim",
-            k.claim,
-            [k.prefix, self.c.now_arg(), count, worker, token, lease_ms],
+            calls.claim(
+                self.k, self._now(), count=count, worker=worker, token_base=token, default_lease_ms=lease_ms
+            )
         )
         _, _, jobs = _parse_claim(self.q, reply)
         return [(j.id, j.token) for j in jobs]
 
     async def complete(self, job_id: str, token: str, note: str = "", carry: bytes = b"") -> list[Any]:
-        k = self.k
-        (one,) = await self._call(
-            "complete",
-            [k.running, k.completed],
-            [k.prefix, self.c.now_arg(), 1, job_id, token, note, b"", carry, b""],
-        )
-        return [1] if one == 1 else [0, one]
+        completion = calls.completion(job_id, token, note, b"", carry, b"")
+        (one,) = calls.completed(await self._call(calls.complete(self.k, self._now(), [completion])))
+        return [1] if one.applied else [0, one.detail]
 
     async def retry(
         self, job_id: str, token: str, note: str = "boom", base_ms: int = 10, cap_ms: int = 50
     ) -> list[Any]:
-        k = self.k
         prio = await self.priority(job_id)
-        return list(
-            await self._call(
-                "retry",
-                [k.job(job_id), k.journal(job_id), k.running, k.pending(prio), k.dead, k.dedup],
-                [
-                    job_id,
-                    token,
-                    self.c.now_arg(),
-                    note,
-                    b"",
-                    b"",
-                    base_ms,
-                    cap_ms,
-                    "0.25",
-                    self.max_failures,
-                    k.wake,
-                ],
-            )
+        call = calls.retry(
+            self.k,
+            self._now(),
+            job_id=job_id,
+            token=token,
+            priority=prio,
+            note=note,
+            attachment=b"",
+            carry=b"",
+            base_ms=base_ms,
+            cap_ms=cap_ms,
+            jitter=0.25,
+            max_failures=self.max_failures,
         )
+        return list(await self._call(call))
 
     async def pause(self, job_id: str, token: str, delay_ms: int = 0) -> list[Any]:
-        k = self.k
         prio = await self.priority(job_id)
-        return list(
-            await self._call(
-                "pause",
-                [k.job(job_id), k.journal(job_id), k.running, k.pending(prio), k.dedup],
-                [job_id, token, self.c.now_arg(), delay_ms, "", b"", b"", k.wake],
-            )
+        call = calls.pause(
+            self.k,
+            self._now(),
+            job_id=job_id,
+            token=token,
+            priority=prio,
+            delay_ms=delay_ms,
+            note="",
+            attachment=b"",
+            carry=b"",
         )
+        return list(await self._call(call))
 
     async def suspend(self, job_id: str, token: str) -> list[Any]:
-        k = self.k
-        return list(
-            await self._call(
-                "suspend",
-                [k.job(job_id), k.journal(job_id), k.running, k.suspended],
-                [job_id, token, self.c.now_arg(), "", b"", b"", b""],
-            )
+        call = calls.suspend(
+            self.k, self._now(), job_id=job_id, token=token, note="", attachment=b"", carry=b"", output=b""
         )
+        return list(await self._call(call))
 
     async def dead(self, job_id: str, token: str, reason: str = "permanent") -> list[Any]:
-        k = self.k
-        return list(
-            await self._call(
-                "dead",
-                [k.job(job_id), k.journal(job_id), k.running, k.dead],
-                [job_id, token, self.c.now_arg(), "gone", b"", b"", reason],
-            )
+        call = calls.dead(
+            self.k,
+            self._now(),
+            job_id=job_id,
+            token=token,
+            note="gone",
+            attachment=b"",
+            carry=b"",
+            reason=reason,
         )
+        return list(await self._call(call))
 
     async def release(self, job_id: str, token: str) -> list[Any]:
-        k = self.k
         prio = await self.priority(job_id)
-        return list(
-            await self._call(
-                "release",
-                [k.job(job_id), k.journal(job_id), k.running, k.pending(prio), k.dedup],
-                [job_id, token, self.c.now_arg(), b"", "", k.wake],
-            )
+        call = calls.release(
+            self.k, self._now(), job_id=job_id, token=token, priority=prio, carry=b"", note=""
         )
+        return list(await self._call(call))
 
     async def extend(self, pairs: list[tuple[str, str]], lease_ms: int) -> list[str]:
         """Renew leases; returns the ids whose lease is no longer ours."""
-        args: list[Any] = [self.k.prefix, self.c.now_arg()]
-        for job_id, token in pairs:
-            args += [job_id, token, lease_ms]
-        return [_t(x) for x in await self._call("extend", [self.k.running], args)]
+        call = calls.extend(self.k, self._now(), [(job_id, token, lease_ms) for job_id, token in pairs])
+        return calls.extended(await self._call(call)).lost
 
     async def reclaim(self, batch: int = 100) -> tuple[int, int, list[str]]:
-        k = self.k
-        reply = await self._call(
-            "reclaim",
-            [k.running, k.dead, k.dedup],
-            [k.prefix, self.c.now_arg(), batch, self.max_failures, k.wake],
-        )
-        return int(reply[0]), int(reply[1]), [_t(x) for x in reply[2:]]
+        call = calls.reclaim(self.k, self._now(), batch=batch, max_failures=self.max_failures)
+        requeued, died, ids = calls.reclaimed(await self._call(call))
+        return requeued, died, ids
 
     async def priority(self, job_id: str) -> Priority:
         raw = await self.c.redis.hget(self.k.job(job_id), "priority")

@@ -26,6 +26,7 @@ from tests.chaos.chaos_tasks import Work
 from tests.chaos.conftest import LONG, Fleet, figures, reconnecting
 from tests.chaos.proxy import Proxy
 from tests.servers import RedisServer
+from venturi_redis._store import calls
 
 pytestmark = pytest.mark.anyio
 
@@ -182,4 +183,4 @@ async def test_noscript_recovery_survives_a_flush_at_the_worst_moment(
     q = qclient.queue(queue_name)
     flaky = _FlushBeforeEvalsha(qclient.redis)
     # Fails with a second NOSCRIPT if the recovery is SCRIPT LOAD then EVALSHA.
-    assert await qclient.scripts.call(flaky, "extend", [q.keys.running], [q.keys.prefix, ""]) == []
+    assert await qclient.scripts.call(flaky, *calls.extend(q.keys, "", [])) == []

@@ -13,15 +13,16 @@ from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._model.codec import pack, text
+from .._model.codec import pack
 from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from .._model.errors import ConfigurationError, PartialEnqueueError, PayloadTooLarge, TaskDefinitionError
 from .._model.outcome import UNSET
 from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, journal_from
 from .._model.task import Task
+from .._store import calls
 from .._store.keys import QueueKeys
 from .._store.prepare import ENQUEUE_CHUNK, Prepared, prepare, prepare_many
-from .._store.scripts import ScriptArg, ScriptSet, scripts
+from .._store.scripts import ScriptSet, scripts
 from .._transport.connect import connect, default_url
 from .._transport.durable import Durability, DurableRedis, NotDurableError, as_durability
 from .._transport.lane import Lane
@@ -143,9 +144,6 @@ class Queue:
         self.keys = QueueKeys.for_queue(name, client.namespace)
         self.name = name
         self._coalescer = Coalescer(self)
-        # Read on every single enqueue (_enqueue_one); QueueKeys formats them per access.
-        self._dedup_key, self._wake_key = self.keys.dedup, self.keys.wake
-        self._pending_keys = {p: self.keys.pending(p) for p in Priority}
 
     @classmethod
     def from_url(cls, url: str | None = None, *, name: str = "default", **options: Any) -> Queue:
@@ -156,47 +154,6 @@ class Queue:
         return f"<Queue {self.name!r} at {self.client.url or 'redis'}>"
 
     # -- enqueue ---------------------------------------------------------------
-
-    def _enqueue_call(
-        self,
-        jobs: Sequence[Prepared],
-        dedup_mode: str = "nx",
-        offload: Sequence[tuple[str, int]] = (),
-    ) -> tuple[str, list[str], list[ScriptArg]]:
-        keys: list[str] = [self.keys.dedup]
-        args: list[ScriptArg] = [self.client.now_arg(), self.keys.wake, len(jobs), dedup_mode]
-        for job in jobs:
-            keys += [self.keys.job(job.id), self.keys.journal(job.id), self.keys.pending(job.priority)]
-            args += job.args()
-        # @vr.offload: one (token, retention ms) per job; the script writes each
-        # job's pending snapshot in the same atomic step as the job.
-        for token, retention_ms in offload:
-            keys.append(self.keys.offload(token))
-            args += [token, retention_ms]
-        return ("enqueue", keys, args)
-
-    def _enqueue_one(self, job: Prepared) -> tuple[str, list[str], list[ScriptArg]]:
-        """``_enqueue_call([job])``, built directly: a single enqueue's call."""
-        k = self.keys
-        return (
-            "enqueue",
-            [self._dedup_key, k.job(job.id), k.journal(job.id), self._pending_keys[job.priority]],
-            [
-                self.client.now_arg(),
-                self._wake_key,
-                1,
-                "nx",
-                job.id,
-                job.kind,
-                job.priority.label,
-                job.delay_ms,
-                job.payload,
-                job.carry,
-                job.lease_ms,
-                job.max_failures,
-                job.dedup,
-            ],
-        )
 
     async def _enqueue_offload(
         self,
@@ -220,8 +177,8 @@ class Queue:
         )
         if job.dedup:  # a merge would leave the snapshot describing no job
             raise TaskDefinitionError(f"{job.kind}: an offload task cannot have a dedup key")
-        name, keys, args = self._enqueue_call([job], offload=[(token, retention_ms)])
-        await self.client.scripts.call(self.client.redis, name, keys, args)
+        call = calls.enqueue(self.keys, self.client.now_arg(), [job], offload=[(token, retention_ms)])
+        await self.client.scripts.call(self.client.redis, *call)
         return job.id
 
     async def enqueue(
@@ -313,16 +270,17 @@ class Queue:
         if not jobs:
             return []
         chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
-        calls = [self._enqueue_call(chunk) for chunk in chunks]
+        now = self.client.now_arg()
+        batch = [calls.enqueue(self.keys, now, chunk) for chunk in chunks]
         scripts_, redis = self.client.scripts, self.client.redis
         replies: list[Any]
-        if len(calls) == 1:
+        if len(batch) == 1:
             try:
-                replies = [await scripts_.call(redis, *calls[0])]
+                replies = [await scripts_.call(redis, *batch[0])]
             except Exception as exc:  # noqa: BLE001 - sorted out below, like an error inside EXEC
                 replies = [exc]
         else:
-            replies = await scripts_.run_transaction(redis, calls)
+            replies = await scripts_.run_transaction(redis, batch)
         ids: list[str | None] = [None] * len(jobs)
         holders = [""] * len(jobs)
         unknown: list[int] = []
@@ -337,8 +295,7 @@ class Queue:
                 else:
                     to_probe += range(base, base + len(chunks[c]))
                 continue
-            for k, raw in enumerate(reply[1:]):
-                holder = text(raw)
+            for k, holder in enumerate(calls.enqueue_holders(reply)):
                 if holder:
                     holders[base + k] = holder
                 else:
@@ -448,13 +405,8 @@ class Queue:
                 f"resume value for job {job_id} is {len(raw)} bytes, over the cap of "
                 f"{self.client.max_payload_bytes}"
             )
-        res = await self.client.scripts.call(
-            self.client.redis,
-            "resume",
-            [self.keys.job(job_id), self.keys.journal(job_id), self.keys.suspended, self.keys.dedup],
-            [job_id, self.client.now_arg(), raw, self.keys.prefix, self.keys.wake],
-        )
-        return int(res)
+        call = calls.resume(self.keys, self.client.now_arg(), job_id=job_id, value=raw)
+        return int(calls.resumed(await self.client.scripts.call(self.client.redis, *call)))
 
     # -- operations: thin delegations to reads.py and ops.py; the CLI calls these -----
 

@@ -9,21 +9,20 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from .._model.codec import text
+from .._store import calls
 from .._store.prepare import ENQUEUE_CHUNK, Prepared
-from .._store.scripts import ScriptArg
 
 if TYPE_CHECKING:
     from .client import Queue
 
 
-async def _call(q: Queue, name: str, keys: list[str], args: list[ScriptArg]) -> Any:
+async def _call(q: Queue, call: calls.Call) -> Any:
     """One enqueue script call: on the client's lane when it is free, else through the pool."""
     client = q.client
     lane = client.enqueue_lane()
     if lane is None:
-        return await client.scripts.call(client.redis, name, keys, args)
-    return await lane.script(client.scripts[name], keys, args)
+        return await client.scripts.call(client.redis, *call)
+    return await lane.script(client.scripts[call.name], call.keys, call.args)
 
 
 @dataclass(eq=False, slots=True)
@@ -68,8 +67,8 @@ class Coalescer:
             self._sending = True
             try:
                 q = self._queue
-                name, keys, args = q._enqueue_one(job)
-                return text((await _call(q, name, keys, args))[1])
+                call = calls.enqueue_one(q.keys, q.client.now_arg(), job)
+                return calls.enqueue_holder(await _call(q, call))
             finally:
                 self._pass_lead()
         me = _Waiting(job, anyio.Event())
@@ -98,12 +97,12 @@ class Coalescer:
         for w in batch:
             w.sent = True
         q = self._queue
-        name, keys, args = q._enqueue_call([w.job for w in batch])
+        call = calls.enqueue(q.keys, q.client.now_arg(), [w.job for w in batch])
         try:
             with anyio.CancelScope(shield=True):
-                res = await _call(q, name, keys, args)
-            for w, holder in zip(batch, res[1:], strict=True):
-                w.holder = text(holder)
+                res = await _call(q, call)
+            for w, holder in zip(batch, calls.enqueue_holders(res), strict=True):
+                w.holder = holder
         except Exception as exc:  # noqa: BLE001 - each call of the batch raises what it would have alone
             for w in batch:
                 w.error = exc

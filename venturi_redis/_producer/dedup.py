@@ -49,6 +49,7 @@ from .._model.enums import Priority
 from .._model.errors import MergeConflictError, PayloadTooLarge, TaskDefinitionError
 from .._model.records import ENQUEUED_FIELDS, LazyJournal, journal_from
 from .._model.task import Merge, Pending, Task
+from .._store import calls
 from .._transport.redispy import forget_watch, pin_connection, pipeline_reply, watch_lost_with_connection
 
 if TYPE_CHECKING:
@@ -72,9 +73,8 @@ async def merge_into(queue: Queue, task: Task[Any], job: Prepared, holder: str) 
     for attempt in range(MAX_MERGE_ATTEMPTS):
         if not holder:
             # The key was free when we looked: try the atomic create again.
-            name, keys, args = queue._enqueue_call([job])
-            reply = await client.scripts.call(client.redis, name, keys, args)
-            holder = text(reply[1])
+            call = calls.enqueue(queue.keys, client.now_arg(), [job])
+            holder = calls.enqueue_holder(await client.scripts.call(client.redis, *call))
             if not holder:
                 return job.id
         result = await _try_merge(queue, task, job, holder, unsure=unsure)
@@ -151,8 +151,8 @@ async def _try_merge(
                 )
             if decision.decision == "independent":
                 await pipe.reset()
-                name, k, args = queue._enqueue_call([job], dedup_mode="force")
-                await client.scripts.call(client.redis, name, k, args)
+                call = calls.enqueue(keys, client.now_arg(), [job], dedup_mode="force")
+                await client.scripts.call(client.redis, *call)
                 return job.id
             old_prio = Priority.parse(text(raw.get(b"priority")) or "normal")
             new_prio, payload, carry_action, carry_bytes = old_prio, b"", "keep", b""
@@ -180,26 +180,20 @@ async def _try_merge(
                         f"merged {job.kind} payload or carry is over the cap of {cap} bytes"
                     )
                 new_prio = job.priority if job.explicit_priority else Priority.parse(new_task.priority())
-            command = (
-                "EVALSHA",
-                client.scripts["merge"].sha,
-                4,
-                job_key,
-                keys.journal(holder),
-                keys.pending(old_prio),
-                keys.pending(new_prio),
-                holder,
+            merge_call = calls.merge(
+                keys,
                 client.now_arg(),
-                decision.decision,
-                payload,
-                carry_action,
-                carry_bytes,
-                new_prio.label,
-                keys.wake,
-                job.id,
+                holder=holder,
+                old_priority=old_prio,
+                new_priority=new_prio,
+                decision=decision.decision,
+                payload=payload,
+                carry_action=carry_action,
+                carry=carry_bytes,
+                by=job.id,
             )
             pipe.multi()
-            pipe.execute_command(*command)
+            client.scripts.queue_call(pipe, *merge_call)
             (applied,) = await pipe.execute()
         except WatchError as exc:
             return REPLY_LOST if _reply_lost(exc) else None
@@ -207,21 +201,21 @@ async def _try_merge(
             # The server lost (or never had) merge.lua: nothing was applied. Load
             # it and apply the same decision if the job is still as we read it,
             # so the task's merge() is not asked twice about one state.
-            await client.redis.script_load(client.scripts["merge"].source)
-            applied = await _apply_again(queue, job_key, raw, command)
+            await client.scripts.load(client.redis, merge_call.name)
+            applied = await _apply_again(queue, job_key, raw, merge_call)
             if isinstance(applied, _ReplyLost):
                 return applied
-    return holder if applied is not None and int(applied) == 1 else None
+    return holder if calls.merged(applied) else None
 
 
-async def _apply_again(queue: Queue, job_key: str, raw: dict[bytes, bytes], command: tuple[Any, ...]) -> Any:
-    """Run ``command`` in MULTI if the job hash still equals ``raw``; None if it changed."""
+async def _apply_again(queue: Queue, job_key: str, raw: dict[bytes, bytes], call: calls.Call) -> Any:
+    """Run ``call`` in MULTI if the job hash still equals ``raw``; None if it changed."""
     async with queue.client.redis.pipeline(transaction=True) as pipe:
         try:
             if await _watch_and_read(pipe, job_key, ("HGETALL", job_key)) != [raw]:
                 return None
             pipe.multi()
-            pipe.execute_command(*command)
+            queue.client.scripts.queue_call(pipe, *call)
             (applied,) = await pipe.execute()
         except WatchError as exc:
             return REPLY_LOST if _reply_lost(exc) else None

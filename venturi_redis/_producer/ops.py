@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .._model.backoff import to_ms
 from .._model.errors import ConfigurationError
+from .._store import calls
 from .._store.keys import WAKE_CAP
 from .reads import _text, server_now_ms
 
@@ -87,14 +88,8 @@ async def retry(queue: Queue, job_id: str, *, note: str = "retried by an operato
 
 
 async def _retry_ids(queue: Queue, ids: list[str], note: str) -> list[str]:
-    k = queue.keys
-    res = await queue.client.scripts.call(
-        queue.client.redis,
-        "retry_dead",
-        [k.dead, k.dedup],
-        [k.prefix, queue.client.now_arg(), k.wake, note, *ids],
-    )
-    return [_text(x) for x in res[1:]]
+    call = calls.retry_dead(queue.keys, queue.client.now_arg(), ids=ids, note=note)
+    return calls.retried(await queue.client.scripts.call(queue.client.redis, *call))
 
 
 async def retry_dead(
@@ -144,15 +139,9 @@ async def cancel(
     the run ends cancelled. ``not_found`` / ``finished``: nothing was done;
     ``detail`` says why.
     """
-    k = queue.keys
-    res = await queue.client.scripts.call(
-        queue.client.redis,
-        "cancel",
-        [k.job(job_id), k.journal(job_id), k.suspended, k.running, k.cancelled, k.dedup],
-        [job_id, queue.client.now_arg(), k.prefix, note, ""],
-    )
-    detail = _text(res[1])
-    if int(res[0]) == 1:
+    call = calls.cancel(queue.keys, queue.client.now_arg(), job_id=job_id, note=note)
+    applied, detail = calls.transition(await queue.client.scripts.call(queue.client.redis, *call))
+    if applied:
         return ("cancelled" if detail == "cancelled" else "requested"), detail
     return ("not_found" if detail == "job does not exist" else "finished"), detail
 
@@ -185,25 +174,18 @@ async def resume_queue(queue: Queue) -> None:
     await pipe.execute()
 
 
-def _finished_key(queue: Queue, state: str) -> str:
-    k = queue.keys
-    keys = {"completed": k.completed, "dead": k.dead, "cancelled": k.cancelled}
-    if state not in keys:
+def _check_finished(state: str) -> None:
+    if state not in calls.FINISHED_STATES:
+        allowed = sorted(calls.FINISHED_STATES)
         raise ConfigurationError(
-            f"can only purge finished jobs: state must be one of {sorted(keys)}, got {state!r}"
+            f"can only purge finished jobs: state must be one of {allowed}, got {state!r}"
         )
-    return keys[state]
 
 
 async def _purge_batch(queue: Queue, state: str, keep_ms: int, batch: int) -> tuple[int, bool]:
-    k = queue.keys
-    res = await queue.client.scripts.call(
-        queue.client.redis,
-        "purge",
-        [_finished_key(queue, state), k.dedup],
-        [k.prefix, queue.client.now_arg(), keep_ms, state, batch],
-    )
-    return int(res[0]), int(res[1]) == 1
+    _check_finished(state)
+    call = calls.purge(queue.keys, queue.client.now_arg(), state=state, keep_ms=keep_ms, batch=batch)
+    return calls.purged(await queue.client.scripts.call(queue.client.redis, *call))
 
 
 async def purge(queue: Queue, state: str, *, older_than: float | timedelta = 0.0) -> int:

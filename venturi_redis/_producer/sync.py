@@ -37,12 +37,12 @@ import redis
 from anyio.from_thread import BlockingPortal
 from pydantic import BaseModel
 
-from .._model.codec import text
 from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError
 from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
+from .._store import calls
 from .._store.prepare import prepare
 from .._transport.blocking import blocking_redis, run_script
 from .client import Client, Queue
@@ -217,8 +217,8 @@ class SyncQueue:
             max_failures=max_failures,
             carry=carry,
         )
-        name, keys, args = q._enqueue_one(job)
-        holder = text(run_script(direct, client.scripts[name], keys, args)[1])
+        call = calls.enqueue_one(q.keys, client.now_arg(), job)
+        holder = calls.enqueue_holder(run_script(direct, client.scripts[call.name], call.keys, call.args))
         if not holder:
             return job.id
         from .dedup import merge_into

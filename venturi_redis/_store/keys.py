@@ -30,7 +30,7 @@ wake-up published when an offload snapshot settles (completed or failed).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._model.enums import PRIORITIES_HIGH_FIRST, Priority
 from .._model.errors import ConfigurationError
@@ -65,10 +65,33 @@ def dedup_field(kind: str, key: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
-    """The key names of one queue. Scripts derive job keys from ``prefix`` only."""
+    """The key names of one queue. Scripts derive job keys from ``prefix`` only.
+
+    The queue-wide keys are plain attributes, formatted once here: a single
+    enqueue reads three of them, and a property would format each per read.
+    """
 
     name: str
     prefix: str  # "venturi:{name}:" -- passed to scripts that discover job ids
+    running: str = field(init=False)
+    suspended: str = field(init=False)
+    completed: str = field(init=False)
+    dead: str = field(init=False)
+    cancelled: str = field(init=False)
+    dedup: str = field(init=False)
+    meta: str = field(init=False)
+    wake: str = field(init=False)
+    # Pending sets by priority, and from CRITICAL down to LOW (the order a claim scans them).
+    pending_by_priority: dict[Priority, str] = field(init=False, compare=False, repr=False)
+    pending_high_first: tuple[str, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        p = self.prefix
+        for suffix in ("running", "suspended", "completed", "dead", "cancelled", "dedup", "meta", "wake"):
+            object.__setattr__(self, suffix, f"{p}{suffix}")
+        by_priority = {prio: f"{p}pending:{prio.label}" for prio in Priority}
+        object.__setattr__(self, "pending_by_priority", by_priority)
+        object.__setattr__(self, "pending_high_first", tuple(by_priority[q] for q in PRIORITIES_HIGH_FIRST))
 
     @classmethod
     def for_queue(cls, name: str, namespace: str = "venturi") -> QueueKeys:
@@ -83,53 +106,11 @@ class QueueKeys:
         return f"{self.prefix}journal:{job_id}"
 
     def pending(self, priority: Priority) -> str:
-        return f"{self.prefix}pending:{priority.label}"
-
-    @property
-    def pending_high_first(self) -> list[str]:
-        """Pending sets from CRITICAL down to LOW: the order a claim scans them."""
-        return [self.pending(p) for p in PRIORITIES_HIGH_FIRST]
-
-    @property
-    def running(self) -> str:
-        return f"{self.prefix}running"
-
-    @property
-    def suspended(self) -> str:
-        return f"{self.prefix}suspended"
-
-    @property
-    def completed(self) -> str:
-        return f"{self.prefix}completed"
-
-    @property
-    def dead(self) -> str:
-        return f"{self.prefix}dead"
-
-    @property
-    def cancelled(self) -> str:
-        return f"{self.prefix}cancelled"
-
-    @property
-    def dedup(self) -> str:
-        return f"{self.prefix}dedup"
-
-    @property
-    def meta(self) -> str:
-        return f"{self.prefix}meta"
-
-    @property
-    def wake(self) -> str:
-        return f"{self.prefix}wake"
+        return self.pending_by_priority[priority]
 
     def wake_stop(self, worker_id: str) -> str:
         """The list a worker pushes onto to interrupt its own idle ``BLPOP``."""
         return f"{self.prefix}wake:{worker_id}"
-
-    @property
-    def claim(self) -> list[str]:
-        """KEYS of claim.lua: the pending sets high first, running, dedup, meta, wake."""
-        return [*self.pending_high_first, self.running, self.dedup, self.meta, self.wake]
 
     # The offload snapshot of a job enqueued by ``@vr.offload``. ``token`` is the
     # random part of the caller's handle key; lua/include/offload.lua derives the

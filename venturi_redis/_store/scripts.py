@@ -197,10 +197,20 @@ class ScriptSet:
             # NOSCRIPT means the script did not run, so running it now is safe.
             return await redis.eval(script.source, len(keys), *keys, *args)
 
+    def command(self, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> tuple[ScriptArg, ...]:
+        """The EVALSHA command of a call, for a caller that packs its own commands.
+
+        A NOSCRIPT reply is then the caller's to handle (the script did not run).
+        """
+        return ("EVALSHA", self._scripts[name].sha, len(keys), *keys, *args)
+
     def queue_call(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> None:
         """Add an EVALSHA to a pipeline (NOSCRIPT is the caller's to handle)."""
-        script = self._scripts[name]
-        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        pipe.execute_command(*self.command(name, keys, args))
+
+    async def load(self, redis: Any, name: str) -> None:
+        """SCRIPT LOAD one script: after a NOSCRIPT inside a caller's own MULTI."""
+        await redis.script_load(self._scripts[name].source)
 
     async def run_pipeline(
         self,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.lowlevel
 
-from .._store.scripts import ScriptArg
+from .._store import calls
 
 if TYPE_CHECKING:
     from .._producer.client import Queue
@@ -24,7 +24,6 @@ _COMPLETE_BATCH = 200
 # sends the next, so the worker's CPU and Redis's overlap instead of taking
 # turns (in-process drain at concurrency 100: about +15%, benchmarks/README.md).
 _IN_FLIGHT = 2
-_Call = tuple[str, list[str], list[ScriptArg]]
 
 
 class _Committer:
@@ -61,40 +60,38 @@ class _Committer:
         self._kick.set()
         return await reply
 
-    async def submit(self, name: str, keys: list[str], args: list[ScriptArg]) -> Any:
+    async def submit(self, call: calls.Call) -> Any:
         """Run one script in the next round trip: its reply, or its error raised."""
-        return await self._submit("script", (name, keys, args))
+        return await self._submit("script", call)
 
-    async def claim(self, keys: list[str], args: list[ScriptArg]) -> Any:
+    async def claim(self, call: calls.Call) -> Any:
         """Run a claim in the next round trip, after that round trip's transitions."""
-        return await self._submit("claim", ("claim", keys, args))
+        return await self._submit("claim", call)
 
     def complete_soon(
-        self, queue: Queue, job_args: list[ScriptArg], done: Callable[[_J, Any], None], job: _J
+        self, queue: Queue, completion: calls.Completion, done: Callable[[_J, Any], None], job: _J
     ) -> None:
-        """``complete`` without waiting: the sender calls ``done(job, reply)`` with the
-        reply (``[1]`` or ``[0, reason]``) or the exception, from its own task."""
-        self._calls.append(("complete", (queue, job_args)))
+        """``complete`` without waiting: the sender calls ``done(job, result)`` with the
+        job's ``calls.Transition`` or the exception, from its own task."""
+        self._calls.append(("complete", (queue, completion)))
         self._replies.append((done, job))
         self._kick.set()
 
-    async def complete(self, queue: Queue, job_args: list[ScriptArg]) -> Any:
-        """Complete one job (its six complete.lua values) in the next round trip.
+    async def complete(self, queue: Queue, completion: calls.Completion) -> calls.Transition:
+        """Complete one job (its ``calls.completion`` values) in the next round trip."""
+        result: calls.Transition = await self._submit("complete", (queue, completion))
+        return result
 
-        Replies ``[1]``, or ``[0, reason]`` when refused, like the other transitions.
-        """
-        return await self._submit("complete", (queue, job_args))
-
-    def _plan(self, calls: list[tuple[str, Any]]) -> tuple[list[_Call], list[tuple[int, int | None]]]:
+    def _plan(self, batch: list[tuple[str, Any]]) -> tuple[list[calls.Call], list[tuple[int, int | None]]]:
         """The pipeline for a batch, and where each call's reply is in it.
 
         A place is (index in the pipeline, index in a multi-job reply or None).
         """
-        pipeline: list[_Call] = []
-        places: list[tuple[int, int | None]] = [(0, None)] * len(calls)
+        pipeline: list[calls.Call] = []
+        places: list[tuple[int, int | None]] = [(0, None)] * len(batch)
         completes: dict[str, tuple[Queue, list[int]]] = {}
         claims: list[int] = []
-        for i, (kind, call) in enumerate(calls):
+        for i, (kind, call) in enumerate(batch):
             if kind == "complete":
                 completes.setdefault(call[0].keys.prefix, (call[0], []))[1].append(i)
             elif kind == "claim":
@@ -103,17 +100,15 @@ class _Committer:
                 places[i] = (len(pipeline), None)
                 pipeline.append(call)
         for queue, indices in completes.values():
-            k = queue.keys
             for start in range(0, len(indices), _COMPLETE_BATCH):
                 chunk = indices[start : start + _COMPLETE_BATCH]
-                args: list[ScriptArg] = [k.prefix, queue.client.now_arg(), len(chunk)]
                 for j, i in enumerate(chunk):
-                    args.extend(calls[i][1][1])
                     places[i] = (len(pipeline), j)
-                pipeline.append(("complete", [k.running, k.completed], args))
+                completions = [batch[i][1][1] for i in chunk]
+                pipeline.append(calls.complete(queue.keys, queue.client.now_arg(), completions))
         for i in claims:
             places[i] = (len(pipeline), None)
-            pipeline.append(calls[i][1])
+            pipeline.append(batch[i][1])
         return pipeline, places
 
     async def run(self) -> None:
@@ -131,11 +126,11 @@ class _Committer:
             # Reset and take in one step (no await between): a call added
             # before the reset is taken here, one added after sets the new event.
             self._kick = anyio.Event()
-            calls, self._calls = self._calls, []
+            batch, self._calls = self._calls, []
             replies, self._replies = self._replies, []
-            if not calls:
+            if not batch:
                 continue  # the other sender took them
-            pipeline, places = self._plan(calls)
+            pipeline, places = self._plan(batch)
             try:
                 results = await self.client.scripts.run_pipeline(
                     self.client.redis, pipeline, return_exceptions=True
@@ -145,8 +140,7 @@ class _Committer:
             for reply, (at, sub) in zip(replies, places, strict=True):
                 value = results[at]
                 if sub is not None and not isinstance(value, BaseException):
-                    one = value[sub]
-                    value = [1] if one == 1 else [0, one]
+                    value = calls.completed_one(value[sub])
                 if isinstance(reply, tuple):
                     done, job = reply
                     try:

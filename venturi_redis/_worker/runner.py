@@ -28,13 +28,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._model.codec import text
 from .._model.enums import Priority
 from .._model.records import JournalEntry, LazyJournal
 from .._producer import ops as _ops
 from .._producer.client import Client, Queue
 from .._producer.ops import Retention
-from .._store.scripts import ScriptArg
+from .._store import calls
 from .._transport.cluster import is_cluster
 from .._transport.redispy import unpooled_connection
 from .context import Context
@@ -111,47 +110,47 @@ class _Job:
     # A completion handed to the committer with a callback (Worker._completed):
     # the slot task no longer waits for it, and the job is finished from there.
     deferred: bool = False
-    completion: list[ScriptArg] | None = None
-
-
-# A job hash's `priority` field, as claim.lua returns it (an empty one is NORMAL).
-_PRIORITY_OF: dict[Any, Priority] = {p.label.encode(): p for p in Priority}
-_PRIORITY_OF[b""] = _PRIORITY_OF[None] = _PRIORITY_OF[False] = Priority.NORMAL
-
-
-def _priority(raw: Any) -> Priority:
-    p = _PRIORITY_OF.get(raw)
-    return p if p is not None else Priority.parse(text(raw))
+    completion: calls.Completion | None = None
 
 
 def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
-    now, nxt = int(reply[0]), int(reply[1])
+    claimed = calls.claim_reply(reply)
     jobs: list[_Job] = []
     started = time.monotonic()
     # Positional, in _Job's field order (keywords cost more): once per claimed job.
-    for i in range(2, len(reply), 12):
-        job_id, kind, payload, carry, runs, failures, token, lease, prio, maxf, resume, history = reply[
-            i : i + 12
-        ]
+    for (
+        job_id,
+        kind,
+        payload,
+        carry,
+        runs,
+        failures,
+        token,
+        lease,
+        prio,
+        maxf,
+        resume,
+        history,
+    ) in claimed.jobs():
         jobs.append(
             _Job(
                 queue,
-                text(job_id),
-                text(kind),
-                payload or b"",
-                carry or b"",
-                int(runs),
-                int(failures),
-                text(token),
-                int(lease),
-                _priority(prio),
-                text(maxf),
-                resume or b"",
+                job_id,
+                kind,
+                payload,
+                carry,
+                runs,
+                failures,
+                token,
+                lease,
+                prio,
+                maxf,
+                resume,
                 LazyJournal(history),  # parsed only if the handler reads it
                 started=started,
             )
         )
-    return now, nxt, jobs
+    return claimed.now, claimed.next, jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,19 +289,27 @@ class _Runner:
             self.busy -= 1
             self.poke.set()
 
-    def _claim_args(self, count: int) -> list[ScriptArg]:
+    def _claim_call(self, count: int, stop_key: str | None = None) -> calls.Call:
         q, s = self.queue, self.settings
-        return [q.keys.prefix, q.client.now_arg(), count, s.worker_id, secrets.token_hex(8), s.lease_ms]
+        return calls.claim(
+            q.keys,
+            q.client.now_arg(),
+            count=count,
+            worker=s.worker_id,
+            token_base=secrets.token_hex(8),
+            default_lease_ms=s.lease_ms,
+            stop_key=stop_key,
+        )
 
     async def claim(self, count: int) -> tuple[int, int, list[_Job]]:
         q = self.queue
-        keys, args = q.keys.claim, self._claim_args(count)
+        call = self._claim_call(count)
         committer = self.host._committer_for(q.client)
         if committer is not None:
             # In the same round trip as the transitions that freed the slots.
-            reply = await committer.claim(keys, args)
+            reply = await committer.claim(call)
         else:
-            reply = await q.client.scripts.call(q.client.redis, "claim", keys, args)
+            reply = await q.client.scripts.call(q.client.redis, *call)
         return _parse_claim(q, reply)
 
     async def idle_claim(self, want: int, seconds: float) -> tuple[int, int, list[_Job]] | None:
@@ -397,10 +404,9 @@ class _Runner:
             # per-read timeout is no use here: when it expires, read_response
             # returns None, which is also BLPOP's reply when it times out.)
             conn = self._conn = unpooled_connection(q.client.redis.connection_pool, untimed=True)
-        keys = [*q.keys.claim, self.stop_key]
         commands = [
             ("BLPOP", q.keys.wake, self.stop_key, f"{block:.3f}"),
-            ("EVALSHA", q.client.scripts["claim"].sha, len(keys), *keys, *self._claim_args(want)),
+            q.client.scripts.command(*self._claim_call(want, self.stop_key)),
         ]
         limit = block + _BLOCK_MARGIN
         try:
@@ -520,14 +526,10 @@ class _Runner:
         q, s = self.queue, self.settings
         total = 0
         while True:
-            reply = await q.client.scripts.call(
-                q.client.redis,
-                "reclaim",
-                [q.keys.running, q.keys.dead, q.keys.dedup],
-                [q.keys.prefix, q.client.now_arg(), _RECLAIM_BATCH, s.max_failures, q.keys.wake],
+            call = calls.reclaim(
+                q.keys, q.client.now_arg(), batch=_RECLAIM_BATCH, max_failures=s.max_failures
             )
-            requeued, died = int(reply[0]), int(reply[1])
-            ids = [text(x) for x in reply[2:]]
+            requeued, died, ids = calls.reclaimed(await q.client.scripts.call(q.client.redis, *call))
             if ids:
                 log.warning(
                     "queue %s: reclaimed %d expired lease(s) (%d requeued, %d dead): %s",
@@ -562,21 +564,17 @@ class _Runner:
         if not jobs:
             return
         q = self.queue
-        args: list[Any] = [q.keys.prefix, q.client.now_arg()]
-        for j in jobs:
-            args += [j.id, j.token, j.lease_ms]
-        lost = await q.client.scripts.call(q.client.redis, "extend", [q.keys.running], args)
-        for raw in lost:
-            said = text(raw)
-            if said.startswith("cancel:"):
-                job = self.active.get(said[7:])
-                if job is not None and not job.cancel_requested:
-                    job.cancel_requested = True
-                    log.info("queue %s: job %s (%s) was cancelled; stopping it", q.name, job.id, job.kind)
-                    if job.ctx is not None:
-                        job.ctx._cancel("cancelled by an operator")
-                continue
-            job = self.active.get(said)
+        call = calls.extend(q.keys, q.client.now_arg(), [(j.id, j.token, j.lease_ms) for j in jobs])
+        lost, cancel = calls.extended(await q.client.scripts.call(q.client.redis, *call))
+        for job_id in cancel:
+            job = self.active.get(job_id)
+            if job is not None and not job.cancel_requested:
+                job.cancel_requested = True
+                log.info("queue %s: job %s (%s) was cancelled; stopping it", q.name, job.id, job.kind)
+                if job.ctx is not None:
+                    job.ctx._cancel("cancelled by an operator")
+        for job_id in lost:
+            job = self.active.get(job_id)
             if job is not None and not job.lost and not job.committing:
                 job.lost = True
                 log.error(

@@ -29,10 +29,10 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._model.backoff import Backoff
-from .._model.codec import pack, pack_model, text
+from .._model.codec import pack, pack_model
 from .._model.errors import LeaseLostError, PayloadError
 from .._model.task import NoCarry
-from .._store.scripts import ScriptArg
+from .._store import calls
 from .context import Context
 from .runner import _TRANSIENT
 
@@ -108,7 +108,6 @@ class Transitions:
         """
         q = job.queue
         k = q.keys
-        now = q.client.now_arg
         note_s = note or ""
         attachment = b""
         carry = b""
@@ -129,68 +128,76 @@ class Transitions:
             # decided, it ends cancelled (a completion or a death stands).
             action = "cancel"
             note_s = "cancelled by an operator" + (f" (the run ended with: {note_s})" if note_s else "")
-        call: tuple[str, list[str], list[ScriptArg]] | None
-        completion: list[ScriptArg] = []  # complete.lua takes many jobs: this one's values
+        call: calls.Call | None
+        completion: calls.Completion = []  # complete.lua takes many jobs: this one's values
+        now_s = q.client.now_arg()
         if action == "complete":
-            completion = [job.id, job.token, note_s, attachment, carry, blob]
-            call = None  # the committer batches it; a direct call builds it below
+            completion = calls.completion(job.id, job.token, note_s, attachment, carry, blob)
+            call = None  # the committer batches it; a direct call builds it in _send
         elif action == "pause":
-            call = (
-                "pause",
-                [k.job(job.id), k.journal(job.id), k.running, k.pending(job.priority), k.dedup],
-                [job.id, job.token, now(), delay_ms, note_s, attachment, carry, k.wake],
+            call = calls.pause(
+                k,
+                now_s,
+                job_id=job.id,
+                token=job.token,
+                priority=job.priority,
+                delay_ms=delay_ms,
+                note=note_s,
+                attachment=attachment,
+                carry=carry,
             )
         elif action == "suspend":
-            call = (
-                "suspend",
-                [k.job(job.id), k.journal(job.id), k.running, k.suspended],
-                [job.id, job.token, now(), note_s, attachment, carry, blob],
+            call = calls.suspend(
+                k,
+                now_s,
+                job_id=job.id,
+                token=job.token,
+                note=note_s,
+                attachment=attachment,
+                carry=carry,
+                output=blob,
             )
         elif action == "retry":
             policy = (task.backoff() if task is not None else None) or self._host.backoff
-            call = (
-                "retry",
-                [k.job(job.id), k.journal(job.id), k.running, k.pending(job.priority), k.dead, k.dedup],
-                [
-                    job.id,
-                    job.token,
-                    now(),
-                    note_s,
-                    attachment,
-                    carry,
-                    policy.base_ms,
-                    policy.cap_ms,
-                    repr(self._host.jitter),
-                    self._host.max_failures_arg,
-                    k.wake,
-                    k.prefix,
-                ],
+            call = calls.retry(
+                k,
+                now_s,
+                job_id=job.id,
+                token=job.token,
+                priority=job.priority,
+                note=note_s,
+                attachment=attachment,
+                carry=carry,
+                base_ms=policy.base_ms,
+                cap_ms=policy.cap_ms,
+                jitter=self._host.jitter,
+                max_failures=self._host.max_failures_arg,
             )
         elif action == "dead":
-            call = (
-                "dead",
-                [k.job(job.id), k.journal(job.id), k.running, k.dead],
-                [job.id, job.token, now(), note_s, attachment, carry, reason, k.prefix],
+            call = calls.dead(
+                k,
+                now_s,
+                job_id=job.id,
+                token=job.token,
+                note=note_s,
+                attachment=attachment,
+                carry=carry,
+                reason=reason,
             )
         elif action == "cancel":
-            call = (
-                "cancel",
-                [k.job(job.id), k.journal(job.id), k.suspended, k.running, k.cancelled, k.dedup],
-                [job.id, now(), k.prefix, note_s, job.token, attachment, carry],
+            call = calls.cancel(
+                k, now_s, job_id=job.id, note=note_s, token=job.token, attachment=attachment, carry=carry
             )
         elif action == "release":
-            call = (
-                "release",
-                [k.job(job.id), k.journal(job.id), k.running, k.pending(job.priority), k.dedup],
-                [job.id, job.token, now(), carry, note_s, k.wake],
+            call = calls.release(
+                k, now_s, job_id=job.id, token=job.token, priority=job.priority, carry=carry, note=note_s
             )
         else:  # pragma: no cover - internal misuse
             raise ValueError(action)
-        name, keys, args = call if call is not None else ("complete", [], [])
         job.committing = True
         if job.runner is not None:
             job.runner.release_slot(job)
-        if name == "complete" and self._host._jobs_tg is not None and job.runner is not None and not direct:
+        if call is None and self._host._jobs_tg is not None and job.runner is not None and not direct:
             committer = self._host._committers.get(id(q.client))
             if committer is not None:
                 # The slot task goes on to its next job at once; the committer
@@ -198,7 +205,7 @@ class Transitions:
                 job.deferred, job.completion = True, completion
                 committer.complete_soon(q, completion, self._completed, job)
                 return
-        reply, attempt = await self._send(job, name, keys, args, completion, direct=direct)
+        reply, attempt = await self._send(job, call, completion, direct=direct)
         if reply is not None:
             self._committed(job, action, reply, attempt)
 
@@ -226,7 +233,7 @@ class Transitions:
         assert job.completion is not None
         try:
             await anyio.sleep(0.1)
-            reply, attempt = await self._send(job, "complete", [], [], job.completion, attempt=1)
+            reply, attempt = await self._send(job, None, job.completion, attempt=1)
             if reply is not None:
                 self._committed(job, "complete", reply, attempt)
         except Exception:
@@ -237,36 +244,34 @@ class Transitions:
     async def _send(
         self,
         job: _Job,
-        name: str,
-        keys: list[str],
-        args: list[ScriptArg],
-        completion: list[ScriptArg],
+        call: calls.Call | None,
+        completion: calls.Completion,
         attempt: int = 0,
         *,
         direct: bool = False,
-    ) -> tuple[Any, int]:
-        """Send a transition, retrying transient errors: (its reply, the attempts it took).
+    ) -> tuple[calls.Transition | None, int]:
+        """Send a transition, retrying transient errors: (its result, the attempts it took).
 
-        The reply is None when it gave up (the lease will expire and the job be reclaimed).
+        ``call`` None: the job's ``completion`` (complete.lua takes many jobs).
+        The result is None when it gave up (the lease will expire and the job be reclaimed).
         """
         q = job.queue
-        k = q.keys
-        now = q.client.now_arg
+        name = "complete" if call is None else call.name
         while True:
             try:
                 # The committers only send while run() runs them: a direct call
                 # outside run() (a test) goes straight to Redis instead of waiting.
                 committer = None if direct else self._host._committer_for(q.client)
-                if committer is not None and name == "complete":
-                    reply = await committer.complete(q, completion)
+                result: calls.Transition
+                if call is None and committer is not None:
+                    result = await committer.complete(q, completion)
+                elif call is None:  # not running (a direct call in a test): no batching
+                    one = calls.complete(q.keys, q.client.now_arg(), [completion])
+                    result = calls.completed(await q.client.scripts.call(q.client.redis, *one))[0]
                 elif committer is not None:
-                    reply = await committer.submit(name, keys, args)
-                else:  # not running (a direct call in a test): no batching
-                    if name == "complete":
-                        keys, args = [k.running, k.completed], [k.prefix, now(), 1, *completion]
-                    reply = await q.client.scripts.call(q.client.redis, name, keys, args)
-                    if name == "complete":
-                        reply = [1] if reply[0] == 1 else [0, reply[0]]
+                    result = calls.transition(await committer.submit(call))
+                else:
+                    result = calls.transition(await q.client.scripts.call(q.client.redis, *call))
                 break
             except _TRANSIENT as exc:
                 attempt += 1
@@ -281,23 +286,23 @@ class Transitions:
                     )
                     return None, attempt
                 await anyio.sleep(min(0.05 * 2**attempt, 2.0))
-        return reply, attempt
+        return result, attempt
 
-    def _committed(self, job: _Job, action: str, reply: Any, attempt: int) -> None:
-        """After a transition's reply: the observer, and a lost lease logged.
+    def _committed(self, job: _Job, action: str, result: calls.Transition, attempt: int) -> None:
+        """After a transition's result: the observer, and a lost lease logged.
 
         ``action`` is also the script's name (every transition's call is named after it).
         """
         q = job.queue
-        if self._host.observer is not None and int(reply[0]) == 1:
+        if self._host.observer is not None and result.applied:
             outcome = _OUTCOMES.get(action, action)
-            if action == "retry" and text(reply[1]) == "dead":
+            if action == "retry" and result.detail == "dead":
                 outcome = "dead"
             self._host.observer.job_finished(
                 q.name, self._host._kind_label(job.kind), outcome, time.monotonic() - job.started
             )
-        if int(reply[0]) != 1:
-            err = LeaseLostError(job.id, action, text(reply[1]))
+        if not result.applied:
+            err = LeaseLostError(job.id, action, result.detail)
             if attempt:
                 log.warning("%s (after a retried call, so possibly our own earlier success)", err)
             else:

@@ -1,0 +1,499 @@
+"""Every call of a Lua script: its KEYS, its ARGV, and what its reply means.
+
+This module is the one owner of the scripts' calling conventions (BullMQ's
+``scripts.ts`` is the model). Each script has a builder that returns a
+``Call`` (the script's name, its KEYS, its ARGV) and, where the reply is more
+than a plain value, a parser that turns it into a typed result. Nothing else
+in the package assembles a script's keys or arguments or reads a raw reply,
+so "where is the claim script called, with which keys" is answered here:
+``claim`` below, and ``lua/claim.lua``'s header for what the script does
+with them.
+
+A ``Call`` is sent by one of the runners of ``scripts.py`` (the pool:
+``ScriptSet.call``; a pipeline: ``ScriptSet.run_pipeline`` or
+``run_transaction``; a command inside the caller's own MULTI:
+``ScriptSet.queue_call``), or by the transport's own runners, which take
+``(script, keys, args)``: the enqueue lane (``_transport/lane.py``) and the
+blocking client's connection (``_producer/sync.py``).
+
+The builders take ``now``: the caller's clock as the scripts want it
+(``Client.now_arg()``: '' for Redis TIME, else integer ms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+from .._model.codec import text
+from .._model.enums import Priority
+from .keys import QueueKeys
+from .prepare import Prepared
+from .scripts import ScriptArg
+
+
+class Call(NamedTuple):
+    """One script call: the script's name (its file in ``lua/``), KEYS and ARGV."""
+
+    name: str
+    keys: list[str]
+    args: list[ScriptArg]
+
+
+class Transition(NamedTuple):
+    """The reply of a transition of one job (a RUNNING job's outcome, a cancel).
+
+    ``applied``: the job moved. ``detail``: when applied, what the script
+    says it did (retry: ``'pending'`` or ``'dead'``; cancel: ``'cancelled'``
+    or ``'requested'``; else ''); when refused, why (the job is unknown, in
+    another state, or the lease token is stale).
+    """
+
+    applied: bool
+    detail: str
+
+
+APPLIED = Transition(True, "")
+
+
+def transition(reply: Any) -> Transition:
+    """``{1, ...}`` or ``{0, reason}``: the reply of pause, suspend, retry, dead, release, cancel."""
+    if int(reply[0]) == 1:
+        return Transition(True, text(reply[1])) if len(reply) > 1 else APPLIED
+    return Transition(False, text(reply[1]))
+
+
+# -- enqueue -------------------------------------------------------------------
+
+
+def enqueue(
+    keys: QueueKeys,
+    now: str,
+    jobs: Sequence[Prepared],
+    *,
+    dedup_mode: str = "nx",
+    offload: Sequence[tuple[str, int]] = (),
+) -> Call:
+    """enqueue.lua for ``jobs`` (of one queue). ``dedup_mode``: 'nx' or 'force'.
+
+    ``offload``: one (snapshot token, retention ms) per job for ``@vr.offload``;
+    the script writes each job's pending snapshot with the job.
+    """
+    call_keys: list[str] = [keys.dedup]
+    args: list[ScriptArg] = [now, keys.wake, len(jobs), dedup_mode]
+    for job in jobs:
+        call_keys += [keys.job(job.id), keys.journal(job.id), keys.pending_by_priority[job.priority]]
+        args += job.args()
+    for token, retention_ms in offload:
+        call_keys.append(keys.offload(token))
+        args += [token, retention_ms]
+    return Call("enqueue", call_keys, args)
+
+
+def enqueue_one(keys: QueueKeys, now: str, job: Prepared) -> Call:
+    """``enqueue(keys, now, [job])``, built directly: a single enqueue's call (the hot path)."""
+    return Call(
+        "enqueue",
+        [keys.dedup, keys.job(job.id), keys.journal(job.id), keys.pending_by_priority[job.priority]],
+        [
+            now,
+            keys.wake,
+            1,
+            "nx",
+            job.id,
+            job.kind,
+            job.priority.label,
+            job.delay_ms,
+            job.payload,
+            job.carry,
+            job.lease_ms,
+            job.max_failures,
+            job.dedup,
+        ],
+    )
+
+
+def enqueue_holders(reply: Any) -> list[str]:
+    """Per job of an enqueue call: '' when created, else the id of the pending job holding its dedup field."""
+    return [text(x) for x in reply[1:]]
+
+
+def enqueue_holder(reply: Any) -> str:
+    """``enqueue_holders`` of a one-job call."""
+    return text(reply[1])
+
+
+def merge(
+    keys: QueueKeys,
+    now: str,
+    *,
+    holder: str,
+    old_priority: Priority,
+    new_priority: Priority,
+    decision: str,
+    payload: bytes,
+    carry_action: str,
+    carry: bytes,
+    by: str,
+) -> Call:
+    """merge.lua: apply a dedup merge ``decision`` to the pending job ``holder``.
+
+    ``by``: the id the merging enqueue generated (journaled, so a lost EXEC
+    reply can be told apart from a merge that did not happen).
+    """
+    return Call(
+        "merge",
+        [
+            keys.job(holder),
+            keys.journal(holder),
+            keys.pending_by_priority[old_priority],
+            keys.pending_by_priority[new_priority],
+        ],
+        [holder, now, decision, payload, carry_action, carry, new_priority.label, keys.wake, by],
+    )
+
+
+def merged(reply: Any) -> bool:
+    """merge.lua's reply: whether the decision was applied (False: the job left pending)."""
+    return reply is not None and int(reply) == 1
+
+
+# -- claim and the worker's upkeep ----------------------------------------------
+
+
+def claim(
+    keys: QueueKeys,
+    now: str,
+    *,
+    count: int,
+    worker: str,
+    token_base: str,
+    default_lease_ms: int,
+    stop_key: str | None = None,
+) -> Call:
+    """claim.lua: move up to ``count`` eligible jobs to running for ``worker``.
+
+    ``stop_key``: the worker's stop list, when the claim rides behind its
+    idle ``BLPOP`` (see the script's header).
+    """
+    call_keys = [*keys.pending_high_first, keys.running, keys.dedup, keys.meta, keys.wake]
+    if stop_key is not None:
+        call_keys.append(stop_key)
+    return Call("claim", call_keys, [keys.prefix, now, count, worker, token_base, default_lease_ms])
+
+
+# One claimed job, decoded: id, kind, payload, carry, run_count, failures,
+# lease token, lease ms, priority, max_failures, resume input, history (the
+# journal as XRANGE returns it, or the `enqueued` entry's three values).
+ClaimedJob = tuple[str, str, bytes, bytes, int, int, str, int, Priority, str, bytes, Any]
+
+# A job hash's `priority` field, as claim.lua returns it (an empty one is NORMAL).
+_PRIORITY_OF: dict[Any, Priority] = {p.label.encode(): p for p in Priority}
+_PRIORITY_OF[b""] = _PRIORITY_OF[None] = _PRIORITY_OF[False] = Priority.NORMAL
+
+
+def _priority(raw: Any) -> Priority:
+    p = _PRIORITY_OF.get(raw)
+    return p if p is not None else Priority.parse(text(raw))
+
+
+class ClaimReply(NamedTuple):
+    """claim.lua's reply: the script's clock, the next eligibility, the raw reply."""
+
+    now: int
+    # Earliest eligible_at still pending when the claim came back short (0:
+    # none, -1: the queue is paused).
+    next: int
+    raw: list[Any]
+
+    def jobs(self) -> Iterator[ClaimedJob]:
+        """The claimed jobs, in claim order (12 values each in the raw reply)."""
+        raw = self.raw
+        for i in range(2, len(raw), 12):
+            job_id, kind, payload, carry, runs, failures, token, lease, prio, maxf, resume, history = raw[
+                i : i + 12
+            ]
+            yield (
+                text(job_id),
+                text(kind),
+                payload or b"",
+                carry or b"",
+                int(runs),
+                int(failures),
+                text(token),
+                int(lease),
+                _priority(prio),
+                text(maxf),
+                resume or b"",
+                history,
+            )
+
+
+def claim_reply(reply: Any) -> ClaimReply:
+    return ClaimReply(int(reply[0]), int(reply[1]), reply)
+
+
+def extend(keys: QueueKeys, now: str, leases: Sequence[tuple[str, str, int]]) -> Call:
+    """extend.lua: renew the leases ``(job id, token, lease ms)`` a worker holds."""
+    args: list[ScriptArg] = [keys.prefix, now]
+    for job_id, token, lease_ms in leases:
+        args += [job_id, token, lease_ms]
+    return Call("extend", [keys.running], args)
+
+
+class Extended(NamedTuple):
+    """extend.lua's reply: leases no longer held, and held jobs an operator asked to cancel."""
+
+    lost: list[str]
+    cancel_requested: list[str]
+
+
+def extended(reply: Any) -> Extended:
+    lost: list[str] = []
+    cancel: list[str] = []
+    for raw in reply:
+        said = text(raw)
+        if said.startswith("cancel:"):
+            cancel.append(said[7:])
+        else:
+            lost.append(said)
+    return Extended(lost, cancel)
+
+
+def reclaim(keys: QueueKeys, now: str, *, batch: int, max_failures: str) -> Call:
+    """reclaim.lua: take back up to ``batch`` jobs whose lease expired.
+
+    ``max_failures``: the worker's default backstop ('none' = off).
+    """
+    return Call(
+        "reclaim",
+        [keys.running, keys.dead, keys.dedup],
+        [keys.prefix, now, batch, max_failures, keys.wake],
+    )
+
+
+class Reclaimed(NamedTuple):
+    requeued: int
+    dead: int
+    ids: list[str]
+
+
+def reclaimed(reply: Any) -> Reclaimed:
+    return Reclaimed(int(reply[0]), int(reply[1]), [text(x) for x in reply[2:]])
+
+
+# -- a running job's outcome -------------------------------------------------------
+
+# complete.lua's six values for one job: id, lease token, note, attachment,
+# carry ('' = unchanged), result.
+Completion = list[ScriptArg]
+
+
+def completion(
+    job_id: str, token: str, note: str, attachment: bytes, carry: bytes, result: bytes
+) -> Completion:
+    return [job_id, token, note, attachment, carry, result]
+
+
+def complete(keys: QueueKeys, now: str, completions: Sequence[Completion]) -> Call:
+    """complete.lua for one or more jobs of one queue (each checked on its own)."""
+    args: list[ScriptArg] = [keys.prefix, now, len(completions)]
+    for values in completions:
+        args.extend(values)
+    return Call("complete", [keys.running, keys.completed], args)
+
+
+def completed(reply: Any) -> list[Transition]:
+    """complete.lua's reply: per job, applied, or refused with its reason."""
+    return [APPLIED if one == 1 else Transition(False, text(one)) for one in reply]
+
+
+def completed_one(one: Any) -> Transition:
+    """One job's value of complete.lua's reply."""
+    return APPLIED if one == 1 else Transition(False, text(one))
+
+
+def pause(
+    keys: QueueKeys,
+    now: str,
+    *,
+    job_id: str,
+    token: str,
+    priority: Priority,
+    delay_ms: int,
+    note: str,
+    attachment: bytes,
+    carry: bytes,
+) -> Call:
+    return Call(
+        "pause",
+        [
+            keys.job(job_id),
+            keys.journal(job_id),
+            keys.running,
+            keys.pending_by_priority[priority],
+            keys.dedup,
+        ],
+        [job_id, token, now, delay_ms, note, attachment, carry, keys.wake],
+    )
+
+
+def suspend(
+    keys: QueueKeys,
+    now: str,
+    *,
+    job_id: str,
+    token: str,
+    note: str,
+    attachment: bytes,
+    carry: bytes,
+    output: bytes,
+) -> Call:
+    return Call(
+        "suspend",
+        [keys.job(job_id), keys.journal(job_id), keys.running, keys.suspended],
+        [job_id, token, now, note, attachment, carry, output],
+    )
+
+
+def retry(
+    keys: QueueKeys,
+    now: str,
+    *,
+    job_id: str,
+    token: str,
+    priority: Priority,
+    note: str,
+    attachment: bytes,
+    carry: bytes,
+    base_ms: int,
+    cap_ms: int,
+    jitter: float,
+    max_failures: str,
+) -> Call:
+    """retry.lua: a failed run goes back to pending after its backoff, or dies at the backstop."""
+    return Call(
+        "retry",
+        [
+            keys.job(job_id),
+            keys.journal(job_id),
+            keys.running,
+            keys.pending_by_priority[priority],
+            keys.dead,
+            keys.dedup,
+        ],
+        [
+            job_id,
+            token,
+            now,
+            note,
+            attachment,
+            carry,
+            base_ms,
+            cap_ms,
+            repr(jitter),
+            max_failures,
+            keys.wake,
+            keys.prefix,
+        ],
+    )
+
+
+def dead(
+    keys: QueueKeys,
+    now: str,
+    *,
+    job_id: str,
+    token: str,
+    note: str,
+    attachment: bytes,
+    carry: bytes,
+    reason: str,
+) -> Call:
+    """dead.lua: a RUNNING job dies at once (``reason``: permanent, unknown_kind, bad_payload)."""
+    return Call(
+        "dead",
+        [keys.job(job_id), keys.journal(job_id), keys.running, keys.dead],
+        [job_id, token, now, note, attachment, carry, reason, keys.prefix],
+    )
+
+
+def release(
+    keys: QueueKeys, now: str, *, job_id: str, token: str, priority: Priority, carry: bytes, note: str
+) -> Call:
+    """release.lua: a RUNNING job goes back to pending, not charged (a graceful shutdown)."""
+    return Call(
+        "release",
+        [
+            keys.job(job_id),
+            keys.journal(job_id),
+            keys.running,
+            keys.pending_by_priority[priority],
+            keys.dedup,
+        ],
+        [job_id, token, now, carry, note, keys.wake],
+    )
+
+
+def cancel(
+    keys: QueueKeys,
+    now: str,
+    *,
+    job_id: str,
+    note: str,
+    token: str = "",
+    attachment: bytes = b"",
+    carry: bytes = b"",
+) -> Call:
+    """cancel.lua: an operator's cancel (``token`` ''), or a worker ending its own run cancelled."""
+    return Call(
+        "cancel",
+        [keys.job(job_id), keys.journal(job_id), keys.suspended, keys.running, keys.cancelled, keys.dedup],
+        [job_id, now, keys.prefix, note, token, attachment, carry],
+    )
+
+
+# -- operators ------------------------------------------------------------------
+
+
+def resume(keys: QueueKeys, now: str, *, job_id: str, value: bytes) -> Call:
+    """resume.lua: a SUSPENDED job goes to pending with ``value`` (msgpack) as its input."""
+    return Call(
+        "resume",
+        [keys.job(job_id), keys.journal(job_id), keys.suspended, keys.dedup],
+        [job_id, now, value, keys.prefix, keys.wake],
+    )
+
+
+def resumed(reply: Any) -> bool:
+    """resume.lua's reply: whether the job was suspended (and is now pending)."""
+    return int(reply) == 1
+
+
+def retry_dead(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) -> Call:
+    """retry_dead.lua: dead jobs back to pending, failures reset."""
+    return Call("retry_dead", [keys.dead, keys.dedup], [keys.prefix, now, keys.wake, note, *ids])
+
+
+def retried(reply: Any) -> list[str]:
+    """retry_dead.lua's reply: the ids moved to pending."""
+    return [text(x) for x in reply[1:]]
+
+
+# Which zset holds the finished jobs of each state purge.lua takes.
+FINISHED_STATES = ("completed", "dead", "cancelled")
+
+
+def purge(keys: QueueKeys, now: str, *, state: str, keep_ms: int, batch: int) -> Call:
+    """purge.lua: remove up to ``batch`` jobs of the finished ``state`` older than ``keep_ms``."""
+    finished = {"completed": keys.completed, "dead": keys.dead, "cancelled": keys.cancelled}[state]
+    return Call("purge", [finished, keys.dedup], [keys.prefix, now, keep_ms, state, batch])
+
+
+class Purged(NamedTuple):
+    removed: int
+    more: bool  # older jobs remain past this batch
+
+
+def purged(reply: Any) -> Purged:
+    return Purged(int(reply[0]), int(reply[1]) == 1)
