@@ -124,10 +124,10 @@ class Driver:
         )
         return list(await self._call(call))
 
-    async def extend(self, pairs: list[tuple[str, str]], lease_ms: int) -> list[str]:
-        """Renew leases; returns the ids whose lease is no longer ours."""
+    async def extend(self, pairs: list[tuple[str, str]], lease_ms: int) -> calls.Extended:
+        """Renew leases: the ids whose lease is no longer ours, and those held whose cancel was asked."""
         call = calls.extend(self.k, self._now(), [(job_id, token, lease_ms) for job_id, token in pairs])
-        return calls.extended(await self._call(call)).lost
+        return calls.extended(await self._call(call))
 
     async def reclaim(self, batch: int = 100) -> tuple[int, int, list[str]]:
         call = calls.reclaim(self.k, self._now(), batch=batch, max_failures=self.max_failures)

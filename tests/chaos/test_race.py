@@ -67,7 +67,7 @@ async def test_reclaim_first_wins(raced: tuple[Clock, Driver, Driver]) -> None:
     assert [e["event"] for e in events] == ["enqueued", "claimed", "lease_expired", "refused"]
     assert events[-1]["attempted"] == "complete"
     # The late extension is refused too: the lease is gone, nothing is renewed.
-    assert await worker.extend([(job, token)], LEASE_MS) == [job]
+    assert (await worker.extend([(job, token)], LEASE_MS)).lost == [job]
     assert await worker.where(job) == ["pending:normal"]
 
 

@@ -318,7 +318,8 @@ class QueueModel(RuleBasedStateMachine):
     @rule()
     def renew_leases(self) -> None:
         held = [(j.id, j.token) for j in self.in_state("running")]
-        lost = self.run(self.d.extend, held + self.stale[-3:], LEASE_MS)
+        renewed = self.run(self.d.extend, held + self.stale[-3:], LEASE_MS)
+        lost = renewed.lost + [f"cancel:{i}" for i in renewed.cancel_requested]
         for job in self.in_state("running"):
             job.expires = self.clock.ms + LEASE_MS
         expect = [i for i, _ in self.stale[-3:]]
