@@ -5,25 +5,28 @@
 --
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] suspended zset
 -- KEYS[4] running zset   KEYS[5] cancelled zset   KEYS[6] dedup index hash
--- ARGV[1] job id   ARGV[2] now in ms or ''
--- ARGV[3] key prefix of the queue (the job's pending set derives from it)
--- ARGV[4] note (who cancelled, why)
+-- KEYS[7..10] pending zsets, CRITICAL first (a pending job leaves them all:
+--         its priority field is not trusted to name its set)
+-- ARGV[1] now in ms or ''
+-- ARGV[2] key prefix of the queue (a cancelled offload job settles its
+--         snapshot as failed, offload.lua)
+-- ARGV[3] job id   ARGV[4] note (who cancelled, why)
 -- ARGV[5] lease token: '' for an operator; the worker's token when the worker
 --         ends its own run cancelled (then ARGV[6] attachment, ARGV[7] carry)
---
--- A cancelled offload job settles its snapshot as failed (offload.lua).
 --
 -- Returns {1, 'cancelled'} (the job is now cancelled), {1, 'requested'} (it
 -- is running; its worker will stop it), or {0, reason} when nothing was done
 -- (unknown job, already finished, or a stale lease token).
 
--- @include common.lua
--- @include offload.lua
+-- @include clock.lua
+-- @include lease.lua
+-- @include dedup.lua
+-- @include finish.lua
 
-local id = ARGV[1]
-local now = now_ms(ARGV[2])
+local now = now_ms(ARGV[1])
+local id = ARGV[3]
 local token = ARGV[5]
-local f = redis.call('HMGET', KEYS[1], 'state', 'priority', 'run_count', 'dedup', 'cancel_requested')
+local f = redis.call('HMGET', KEYS[1], 'state', 'run_count', 'dedup', 'cancel_requested')
 if not f[1] then
   return {0, 'job does not exist'}
 end
@@ -36,9 +39,9 @@ if state == 'running' and token == '' then
   -- Not ours to stop: flag it. The holder's next lease renewal sees the flag;
   -- a run that ends before noticing lands in pending and is cancelled by the
   -- claim that would have picked it up.
-  if not f[5] then
+  if not f[4] then
     redis.call('HSET', KEYS[1], 'cancel_requested', now, 'updated_at', now)
-    journal(KEYS[2], now, 'cancel_requested', f[3], ARGV[4], nil)
+    journal(KEYS[2], now, 'cancel_requested', f[2], ARGV[4], nil)
   end
   return {1, 'requested'}
 end
@@ -48,24 +51,17 @@ if token ~= '' then
   if refused then
     return {0, refused}
   end
-  redis.call('ZREM', KEYS[4], id)
-  clear_lease(KEYS[1])
-  set_blob(KEYS[1], 'attachment', ARGV[6])
-  if ARGV[7] ~= nil and ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[7]) end
+  leave_running(KEYS[4], KEYS[1], id, ARGV[6], ARGV[7])
 elseif state == 'pending' then
-  redis.call('ZREM', ARGV[3] .. 'pending:' .. f[2], id)
-  unindex(KEYS[6], f[4], id)
+  redis.call('ZREM', KEYS[7], id)
+  redis.call('ZREM', KEYS[8], id)
+  redis.call('ZREM', KEYS[9], id)
+  redis.call('ZREM', KEYS[10], id)
+  unindex(KEYS[6], f[3], id)
 elseif state == 'suspended' then
   redis.call('ZREM', KEYS[3], id)
 else
   return {0, 'job is ' .. state}
 end
-redis.call('HSET', KEYS[1], 'state', 'cancelled', 'note', ARGV[4],
-  'finished_at', now, 'updated_at', now)
-redis.call('HDEL', KEYS[1], 'eligible_at')
-redis.call('ZADD', KEYS[5], now, id)
-journal(KEYS[2], now, 'cancelled', f[3], ARGV[4], nil, {'from', state})
-compact_journal(KEYS[2])
--- An offload's caller is waiting in resolve(): settle its snapshot as failed.
-offload_settle(ARGV[3], KEYS[1], id, 'failed', nil, 'cancelled: ' .. ARGV[4], now)
+finish_cancelled(ARGV[2], KEYS[1], KEYS[2], KEYS[5], id, now, f[2], ARGV[4], state)
 return {1, 'cancelled'}

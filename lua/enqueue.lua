@@ -1,13 +1,14 @@
 -- enqueue: create one or more jobs, pending, in one atomic step.
 --
 -- KEYS[1]      dedup index hash
--- KEYS[2+3i..] for job i (0-based): job hash, journal stream, pending zset of its priority.
+-- KEYS[2]      wake list: one token per job created (wake_workers, wake.lua)
+-- KEYS[3+3i..] for job i (0-based): job hash, journal stream, pending zset of its priority.
 --              The journal stream is not written here: the hash holds what its
 --              `enqueued` entry would say, and the job's first journaled event
---              writes that entry first (materialize in common.lua). A one-entry
+--              writes that entry first (materialize, journal.lua). A one-entry
 --              stream costs ~4.7 KB on Redis 7.0, ten times the rest of the job.
 -- ARGV[1]      now in ms, or '' for Redis TIME
--- ARGV[2]      wake list: one token per job created (wake_workers, common.lua)
+-- ARGV[2]      key prefix of the queue (unused here; every script takes it)
 -- ARGV[3]      number of jobs n
 -- ARGV[4]      dedup mode: 'nx' = take a dedup field only if free (a holder
 --              is reported back, nothing written for that job); 'force' = point
@@ -15,10 +16,10 @@
 -- ARGV[5..]    9 fields per job: id, kind, priority, delay_ms, payload, carry,
 --              lease_ms ('' = worker default), max_failures ('' = worker
 --              default, 'none' = no backstop), dedup field ('' = no dedup)
--- Optional offload snapshots (@vr.offload): when #KEYS == 1 + 4n, KEYS[2+3n+i]
+-- Optional offload snapshots (@vr.offload): when #KEYS == 2 + 4n, KEYS[3+3n+i]
 -- is job i's snapshot key and ARGV[5+9n+2i], ARGV[6+9n+2i] are its token and
 -- retention in ms; the pending snapshot is written with the job (include
--- offload.lua), never for a job that collided.
+-- offload_pending.lua), never for a job that collided.
 --
 -- Returns {now, r1, ..., rn}: ri is '' when job i was created, or the id of
 -- the pending job already holding its dedup field (nothing written for i).
@@ -34,14 +35,16 @@
 -- that a dedup field this send took again is given back when the job has
 -- left pending since (it was freed at claim).
 
--- @include common.lua
--- @include offload.lua
+-- @include clock.lua
+-- @include dedup.lua
+-- @include wake.lua
+-- @include offload_pending.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
 local n = tonumber(ARGV[3])
 local force = ARGV[4] == 'force'
-local with_offload = #KEYS == 1 + 4 * n
+local with_offload = #KEYS == 2 + 4 * n
 local out = {now}
 local created = 0
 for i = 0, n - 1 do
@@ -50,7 +53,7 @@ for i = 0, n - 1 do
   local delay = ARGV[a + 3] -- '0' for most jobs: compared as a string, no tonumber
   local payload, carry, lease, maxf, field =
     ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
-  local job_key, pending_key = KEYS[2 + i * 3], KEYS[4 + i * 3]
+  local job_key, pending = KEYS[3 + i * 3], KEYS[5 + i * 3]
   local holder = ''
   if field ~= '' then
     if force then
@@ -81,16 +84,16 @@ for i = 0, n - 1 do
     if lease ~= '' then redis.call('HSET', job_key, 'lease_ms', lease) end
     if maxf ~= '' then redis.call('HSET', job_key, 'max_failures', maxf) end
     if field ~= '' then redis.call('HSET', job_key, 'dedup', field) end
-    redis.call('ZADD', pending_key, eligible_s, id)
+    redis.call('ZADD', pending, eligible_s, id)
     if with_offload then
       local o = 5 + 9 * n + 2 * i
-      offload_pending(KEYS[2 + 3 * n + i], job_key, id, kind, ARGV[o], ARGV[o + 1], now)
+      offload_pending(KEYS[3 + 3 * n + i], job_key, id, kind, ARGV[o], ARGV[o + 1], now)
     end
     created = created + 1
   end
   out[#out + 1] = holder or ''
 end
 if created > 0 then
-  wake_workers(ARGV[2], created)
+  wake_workers(KEYS[2], created)
 end
 return out

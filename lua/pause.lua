@@ -3,30 +3,35 @@
 --
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dedup index hash
--- ARGV[1] job id   ARGV[2] lease token   ARGV[3] now in ms or ''
--- ARGV[4] delay in ms   ARGV[5] note   ARGV[6] attachment (msgpack or '')
--- ARGV[7] carry (msgpack or '')   ARGV[8] wake list
+-- KEYS[6] wake list
+-- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
+-- ARGV[3] job id   ARGV[4] lease token   ARGV[5] delay in ms (an integer >= 0)
+-- ARGV[6] note   ARGV[7] attachment (msgpack or '')   ARGV[8] carry (msgpack or '')
 --
 -- Returns {1, eligible_at} on success, {0, reason} when refused.
+-- Errors: VR_BADARG when the delay is not a whole number of ms (nothing written).
 
--- @include common.lua
+-- @include clock.lua
+-- @include lease.lua
+-- @include dedup.lua
+-- @include wake.lua
 
-local id = ARGV[1]
-local now = now_ms(ARGV[3])
-local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[2], 'pause', now)
+local now = now_ms(ARGV[1])
+local id = ARGV[3]
+local delay = tonumber(ARGV[5])
+if not delay or delay ~= delay or delay < 0 or delay ~= math.floor(delay) or delay >= 2^53 then
+  return redis.error_reply('VR_BADARG pause delay must be a whole number of ms, got ' .. ARGV[5])
+end
+local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[4], 'pause', now)
 if refused then
   return {0, refused}
 end
-local eligible = now + tonumber(ARGV[4])
-redis.call('ZREM', KEYS[3], id)
-redis.call('HSET', KEYS[1], 'state', 'pending', 'note', ARGV[5],
+local eligible = str(now + delay)
+leave_running(KEYS[3], KEYS[1], id, ARGV[7], ARGV[8])
+redis.call('HSET', KEYS[1], 'state', 'pending', 'note', ARGV[6],
   'eligible_at', eligible, 'updated_at', now)
-clear_lease(KEYS[1])
-set_blob(KEYS[1], 'attachment', ARGV[6])
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[7]) end
-redis.call('ZADD', KEYS[4], eligible, id)
-reindex(KEYS[5], KEYS[1], id)
-journal(KEYS[2], now, 'paused', run, ARGV[5], ARGV[6], {'delay_ms', ARGV[4]})
+back_to_pending(KEYS[4], KEYS[5], KEYS[1], id, eligible)
+journal(KEYS[2], now, 'paused', run, ARGV[6], ARGV[7], {'delay_ms', ARGV[5]})
 compact_journal(KEYS[2])
-wake_workers(ARGV[8], 1)
-return {1, eligible}
+wake_workers(KEYS[6], 1)
+return {1, now + delay}

@@ -5,20 +5,23 @@
 --
 -- KEYS[1] the finished zset (completed | dead | cancelled), scored by finish time
 -- KEYS[2] dedup index hash
--- ARGV[1] key prefix of the queue (job hashes and journals derive from it)
--- ARGV[2] now in ms or ''
+-- ARGV[1] now in ms or ''
+-- ARGV[2] key prefix of the queue (job hashes and journals derive from it)
 -- ARGV[3] keep jobs that finished less than this many ms before now (0 = none kept)
 -- ARGV[4] the state the zset holds ('completed', 'dead' or 'cancelled')
 -- ARGV[5] at most this many jobs per call
 --
 -- Returns {removed, more}: more = 1 when older jobs remain past this batch.
 -- An id whose hash is in another state (retried since) is only dropped from
--- the zset; its hash and journal are left alone.
+-- the zset; its hash and journal are left alone. A job key of the wrong type
+-- (a quarantined job's) is removed with its journal.
 
--- @include common.lua
+-- @include clock.lua
+-- @include keys.lua
+-- @include dedup.lua
 
-local prefix = ARGV[1]
-local now = now_ms(ARGV[2])
+local prefix = ARGV[2]
+local now = now_ms(ARGV[1])
 local cutoff = now - tonumber(ARGV[3])
 local limit = tonumber(ARGV[5])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff, 'LIMIT', 0, limit + 1)
@@ -30,11 +33,14 @@ end
 local removed = 0
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
-  local job_key = prefix .. 'job:' .. id
-  local f = redis.call('HMGET', job_key, 'state', 'dedup')
-  if f[1] == ARGV[4] or not f[1] then
+  local job_key, journal_key = job_keys(prefix, id)
+  local f = redis.pcall('HMGET', job_key, 'state', 'dedup')
+  if f.err then
+    redis.call('DEL', job_key, journal_key)
+    removed = removed + 1
+  elseif f[1] == ARGV[4] or not f[1] then
     unindex(KEYS[2], f[2], id)
-    redis.call('DEL', job_key, prefix .. 'journal:' .. id)
+    redis.call('DEL', job_key, journal_key)
     removed = removed + 1
   end
 end

@@ -4,26 +4,30 @@
 --
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dedup index hash
--- ARGV[1] job id   ARGV[2] lease token   ARGV[3] now in ms or ''
--- ARGV[4] carry (msgpack or '')   ARGV[5] note   ARGV[6] wake list
+-- KEYS[6] wake list
+-- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
+-- ARGV[3] job id   ARGV[4] lease token   ARGV[5] carry (msgpack or '')
+-- ARGV[6] note
 --
 -- Returns {1} on success, {0, reason} when refused.
 
--- @include common.lua
+-- @include clock.lua
+-- @include lease.lua
+-- @include dedup.lua
+-- @include wake.lua
 
-local id = ARGV[1]
-local now = now_ms(ARGV[3])
-local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[2], 'release', now)
+local now = now_ms(ARGV[1])
+local id = ARGV[3]
+local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[4], 'release', now)
 if refused then
   return {0, refused}
 end
 redis.call('ZREM', KEYS[3], id)
-redis.call('HSET', KEYS[1], 'state', 'pending', 'eligible_at', now, 'updated_at', now)
 clear_lease(KEYS[1])
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[4]) end
-redis.call('ZADD', KEYS[4], now, id)
-reindex(KEYS[5], KEYS[1], id)
-journal(KEYS[2], now, 'released', run, ARGV[5], nil)
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[5]) end
+redis.call('HSET', KEYS[1], 'state', 'pending', 'eligible_at', now, 'updated_at', now)
+back_to_pending(KEYS[4], KEYS[5], KEYS[1], id, now)
+journal(KEYS[2], now, 'released', run, ARGV[6], nil)
 compact_journal(KEYS[2])
-wake_workers(ARGV[6], 1)
+wake_workers(KEYS[6], 1)
 return {1}

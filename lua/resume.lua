@@ -1,26 +1,37 @@
 -- resume: SUSPENDED -> PENDING with an input for the next run.
 --
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] suspended zset
--- KEYS[4] dedup index hash
--- ARGV[1] job id   ARGV[2] now in ms or ''   ARGV[3] resume input (msgpack)
--- ARGV[4] key prefix of the queue (the job's pending set derives from it)
--- ARGV[5] wake list
+-- KEYS[4] dedup index hash   KEYS[5] wake list
+-- KEYS[6..9] pending zsets, CRITICAL first: the job's priority field picks one
+-- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
+-- ARGV[3] job id   ARGV[4] resume input (msgpack)
 --
--- Returns 1, or 0 when the job is unknown or not suspended (nothing written).
+-- Returns {1}, or {0, reason} when the job is unknown, not suspended, or its
+-- priority field names no pending set (nothing written).
 
--- @include common.lua
+-- @include clock.lua
+-- @include keys.lua
+-- @include journal.lua
+-- @include dedup.lua
+-- @include wake.lua
 
-local id = ARGV[1]
+local id = ARGV[3]
 local f = redis.call('HMGET', KEYS[1], 'state', 'priority', 'run_count')
-if f[1] ~= 'suspended' then
-  return 0
+if not f[1] then
+  return {0, 'job does not exist'}
 end
-local now = now_ms(ARGV[2])
+if f[1] ~= 'suspended' then
+  return {0, 'job is ' .. f[1]}
+end
+local pending = pending_key(6, f[2])
+if not pending then
+  return {0, bad_priority(f[2])}
+end
+local now = now_ms(ARGV[1])
 redis.call('ZREM', KEYS[3], id)
-redis.call('HSET', KEYS[1], 'state', 'pending', 'resume_input', ARGV[3],
+redis.call('HSET', KEYS[1], 'state', 'pending', 'resume_input', ARGV[4],
   'eligible_at', now, 'updated_at', now)
-redis.call('ZADD', ARGV[4] .. 'pending:' .. f[2], now, id)
-reindex(KEYS[4], KEYS[1], id)
-journal(KEYS[2], now, 'resumed', f[3], nil, ARGV[3])
-wake_workers(ARGV[5], 1)
-return 1
+back_to_pending(pending, KEYS[4], KEYS[1], id, now)
+journal(KEYS[2], now, 'resumed', f[3], nil, ARGV[4])
+wake_workers(KEYS[5], 1)
+return {1}

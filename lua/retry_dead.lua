@@ -2,44 +2,51 @@
 -- `venturi dead retry`). The failure count restarts at 0, so the retry
 -- backstop gives the job its full budget again; the old count is journaled.
 --
--- KEYS[1] dead zset   KEYS[2] dedup index hash
--- ARGV[1] key prefix of the queue (job hashes, journals, pending sets and
---         offload snapshots derive from it)
--- ARGV[2] now in ms or ''   ARGV[3] wake list   ARGV[4] note
--- ARGV[5..] job ids
+-- KEYS[1] dead zset   KEYS[2] dedup index hash   KEYS[3] wake list
+-- KEYS[4..7] pending zsets, CRITICAL first: each job's priority field picks one
+-- ARGV[1] now in ms or ''
+-- ARGV[2] key prefix of the queue (job hashes, journals and offload
+--         snapshots derive from it)
+-- ARGV[3] note
+-- ARGV[4..] job ids
 --
--- A retried `@vr.offload` job's snapshot (prefix .. 'offload:' .. token)
--- becomes `pending` again in the same step, without its expiry (include
--- offload.lua), so resolve() and read_result report the rerun, not the old
--- failure.
+-- A retried `@vr.offload` job's snapshot becomes `pending` again in the
+-- same step, without its expiry (include offload.lua), so resolve() and
+-- read_result report the rerun, not the old failure.
 --
 -- Returns {retried, id...}: the ids moved to pending. An id that is not a
--- dead job of this queue (unknown, already retried, purged) is skipped and
--- left untouched.
+-- dead job of this queue (unknown, already retried, purged), or whose own
+-- data is still corrupt (a job key that is not a hash, a priority that names
+-- no pending set: repair it first), is skipped and left untouched.
 
--- @include common.lua
+-- @include clock.lua
+-- @include keys.lua
+-- @include journal.lua
+-- @include dedup.lua
+-- @include wake.lua
 -- @include offload.lua
 
-local prefix = ARGV[1]
-local now = now_ms(ARGV[2])
+local prefix = ARGV[2]
+local now = now_ms(ARGV[1])
 local out = {0}
-for i = 5, #ARGV do
+for i = 4, #ARGV do
   local id = ARGV[i]
-  local job_key = prefix .. 'job:' .. id
-  local f = redis.call('HMGET', job_key, 'state', 'priority', 'run_count', 'failures')
-  if f[1] == 'dead' then
+  local job_key, journal_key = job_keys(prefix, id)
+  local f = redis.pcall('HMGET', job_key, 'state', 'priority', 'run_count', 'failures')
+  local pending = not f.err and f[1] == 'dead' and pending_key(4, f[2])
+  if pending then
     redis.call('ZREM', KEYS[1], id)
+    materialize(job_key, journal_key)
     redis.call('HSET', job_key, 'state', 'pending', 'failures', 0, 'eligible_at', now,
-      'updated_at', now, 'note', ARGV[4])
+      'updated_at', now, 'note', ARGV[3])
     redis.call('HDEL', job_key, 'finished_at', 'cancel_requested')
-    redis.call('ZADD', prefix .. 'pending:' .. f[2], now, id)
-    reindex(KEYS[2], job_key, id)
+    back_to_pending(pending, KEYS[2], job_key, id, now)
     offload_repend(prefix, job_key, id)
-    journal(prefix .. 'journal:' .. id, now, 'retried', f[3], ARGV[4], nil,
+    journal(journal_key, now, 'retried', f[3], ARGV[3], nil,
       {'failures_before', f[4] or '0'})
     out[#out + 1] = id
   end
 end
 out[1] = #out - 1
-wake_workers(ARGV[3], out[1])
+wake_workers(KEYS[3], out[1])
 return out

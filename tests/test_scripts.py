@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import venturi_redis as vr
+from venturi_redis._store import calls
 from venturi_redis._store.scripts import ScriptSet, expand
 
 pytestmark = pytest.mark.anyio
@@ -18,34 +19,6 @@ def test_include_expands_once_in_order() -> None:
     out = expand("-- @include a.lua\n-- @include c.lua\n-- @include b.lua\nMAIN", files.__getitem__)
     body = [line for line in out.splitlines() if not line.startswith("--")]
     assert body == ["B", "A", "C", "MAIN"]
-
-
-def test_an_include_keeps_only_the_definitions_the_script_uses() -> None:
-    helpers = "\n".join(
-        [
-            "-- helpers",
-            "local LIMIT = 10",
-            "-- a, which needs LIMIT",
-            "local function a(x)",
-            "  return x < LIMIT",
-            "end",
-            "local function b(x)",
-            "  return a(x) -- c( in a comment keeps nothing",
-            "end",
-            "local function c()",
-            "  return 'b(' .. \"a\"",
-            "end",
-            "local function d() return c() end",
-        ]
-    )
-    script = "-- d() is not called here\n-- @include h.lua\nlocal s = 'd()'\nreturn b(1)"
-    out = expand(script, {"h.lua": helpers}.__getitem__)
-    kept = [line for line in out.splitlines() if line.startswith("local")]
-    # b uses a, a uses LIMIT; c and d are named only in strings and comments.
-    assert kept == ["local LIMIT = 10", "local function a(x)", "local function b(x)", "local s = 'd()'"]
-    assert "-- a, which needs LIMIT" in out  # a definition keeps the comment above it
-    assert "-- (not used here: c)" in out and "-- (not used here: d)" in out
-    assert out.splitlines()[-1] == "return b(1)"
 
 
 def test_every_helper_a_script_names_is_in_its_source() -> None:
@@ -64,7 +37,7 @@ def test_every_helper_a_script_names_is_in_its_source() -> None:
         for helper in helpers:
             if re.search(rf"\b{helper}\b", own):
                 assert re.search(rf"^local\s+(function\s+)?{helper}\b", src, re.M), (name, helper)
-    assert "local function check_owner" not in s["enqueue"].source
+    assert "local function check_owner" not in s["enqueue"].source  # includes only what it uses
     assert "local function check_owner" in s["complete"].source
 
 
@@ -103,8 +76,5 @@ async def test_noscript_is_recovered(client: vr.Client, queue: vr.Queue) -> None
     jid = await queue.enqueue(Echo(text="hi"))
     assert (await queue.get(jid)) is not None
     await client.redis.script_flush()
-    res = await client.scripts.run_pipeline(
-        client.redis,
-        [("extend", [queue.keys.running], [queue.keys.prefix, ""])] * 3,
-    )
-    assert res == [[], [], []]
+    res = await client.scripts.run_pipeline(client.redis, [calls.extend(queue.keys, "", [])] * 3)
+    assert [calls.extended(r) for r in res] == [calls.Extended([], [])] * 3

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_wake_cap_is_the_same_in_lua_and_python() -> None:
-    lua = (ROOT / "lua" / "include" / "common.lua").read_text()
+    lua = (ROOT / "lua" / "include" / "wake.lua").read_text()
     match = re.search(r"^local WAKE_CAP = (\d+)$", lua, re.MULTILINE)
     assert match is not None and int(match.group(1)) == WAKE_CAP
 

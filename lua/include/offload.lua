@@ -1,4 +1,4 @@
--- Offload snapshots (venturi_redis/_offload.py). A job enqueued by
+-- Offload snapshots (venturi_redis/_producer/offload.py). A job enqueued by
 -- `@vr.offload` carries two extra fields: `offload`, the random token of the
 -- caller's handle, and `offload_ttl`, how long (ms) its settled snapshot is
 -- kept. The snapshot hash lives at prefix .. 'offload:' .. token, derived
@@ -14,19 +14,8 @@
 -- The message published on the channel prefix .. 'offload:' .. token .. ':done'
 -- is redacted: it says how the job settled, never why it failed.
 
--- A fresh pending snapshot: no outcome, no expiry (a pending job's snapshot
--- must outlive any wait for it; the retention starts when the job settles).
-local function offload_write_pending(snapshot_key, id, kind, created)
-  redis.call('DEL', snapshot_key)
-  redis.call('HSET', snapshot_key, 'status', 'pending', 'job_id', id, 'kind', kind,
-    'created_at', created)
-end
-
--- Written by enqueue, atomically with the job it describes.
-local function offload_pending(snapshot_key, job_key, id, kind, token, ttl, now)
-  redis.call('HSET', job_key, 'offload', token, 'offload_ttl', ttl)
-  offload_write_pending(snapshot_key, id, kind, now)
-end
+-- @include keys.lua
+-- @include offload_pending.lua
 
 -- Written by retry_dead, atomically with the job's move back to pending: the
 -- snapshot of the failed run (or none, if its retention already expired it)
@@ -39,7 +28,10 @@ local function offload_repend(prefix, job_key, id)
   if not f[1] or f[1] == '' then
     return
   end
-  offload_write_pending(prefix .. 'offload:' .. f[1], id, f[2], f[3])
+  local key = offload_key(prefix, f[1])
+  if key then
+    offload_write_pending(key, id, f[2], f[3])
+  end
 end
 
 -- The job fields offload_settle reads: a caller that reads the job hash
@@ -56,10 +48,10 @@ local function offload_settle(prefix, job_key, id, status, value, err, now, pre)
     return
   end
   local f = pre or redis.call('HMGET', job_key, unpack(OFFLOAD_FIELDS))
-  if not f[1] or f[1] == '' then
+  local key = offload_key(prefix, f[1])
+  if not key then
     return
   end
-  local key = prefix .. 'offload:' .. f[1]
   redis.call('HDEL', key, 'value', 'error')
   redis.call('HSET', key, 'status', status, 'job_id', id, 'finished_at', now)
   local message

@@ -12,6 +12,7 @@
     ├── PartialEnqueueError       an ``enqueue_many`` wrote some of its tasks, not all
     ├── OffloadNotFound           no snapshot under an offload key (_producer/results.py)
     ├── NotDurableError           too few replicas acknowledged in time (_durable.py)
+    ├── CorruptQueueError         a queue-wide key holds the wrong type (a script moved nothing)
     └── TaskError                 raised by a handler; ``TaskError.permanent`` kills the job
 
 Any other exception a handler raises is a retryable failure whose message becomes
@@ -19,6 +20,8 @@ the run's note.
 """
 
 from __future__ import annotations
+
+from redis.exceptions import ResponseError
 
 
 class VenturiError(Exception):
@@ -52,6 +55,14 @@ class LeaseLostError(VenturiError):
             f"job {job_id}: {attempted} refused ({reason}); another worker owns the job "
             "now or it already finished, so this run's outcome was discarded"
         )
+
+
+class CorruptQueueError(VenturiError, ResponseError):
+    """A key of the queue holds the wrong type of value; the script stopped before moving any job.
+
+    Also a ``redis.exceptions.ResponseError`` (it is Redis's error reply, coded
+    by the script), so code that survives Redis errors survives it too.
+    """
 
 
 class MergeConflictError(VenturiError):

@@ -406,7 +406,7 @@ class Queue:
                 f"{self.client.max_payload_bytes}"
             )
         call = calls.resume(self.keys, self.client.now_arg(), job_id=job_id, value=raw)
-        return int(calls.resumed(await self.client.scripts.call(self.client.redis, *call)))
+        return int(calls.transition(await self.client.scripts.call(self.client.redis, *call)).applied)
 
     # -- operations: thin delegations to reads.py and ops.py; the CLI calls these -----
 

@@ -16,8 +16,20 @@ A ``Call`` is sent by one of the runners of ``scripts.py`` (the pool:
 ``(script, keys, args)``: the enqueue lane (``_transport/lane.py``) and the
 blocking client's connection (``_producer/sync.py``).
 
-The builders take ``now``: the caller's clock as the scripts want it
-(``Client.now_arg()``: '' for Redis TIME, else integer ms).
+The conventions every script follows (CONTRIBUTING.md, "Lua"):
+
+* ARGV[1] is ``now`` (the caller's clock, ``Client.now_arg()``: '' for
+  Redis TIME, else integer ms) and ARGV[2] the queue's key prefix, in every
+  script; the script's own arguments follow from ARGV[3].
+* Every key known before the call is in KEYS (queue-wide keys first, then
+  the job's). Keys of jobs a script discovers as it runs (claim, reclaim,
+  purge, extend, retry_dead, complete) are built from the prefix by
+  ``lua/include/keys.lua``, and no key is built from a value read out of a
+  hash: a script that reads a job's priority takes the four pending sets in
+  KEYS, CRITICAL first, and the field picks one.
+* A reply is a result (a refusal included: ``Transition``); an error the
+  caller must handle comes back as a coded error reply, ``VR_<CODE> message``,
+  turned into an exception by ``script_error``, in one place.
 """
 
 from __future__ import annotations
@@ -25,11 +37,34 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
+from redis.exceptions import ResponseError
+
 from .._model.codec import text
 from .._model.enums import Priority
+from .._model.errors import ConfigurationError, CorruptQueueError
 from .keys import QueueKeys
 from .prepare import Prepared
-from .scripts import ScriptArg
+
+ScriptArg = str | bytes | int | float
+
+
+def script_error(exc: ResponseError) -> Exception:
+    """The exception a script's error reply stands for: ``exc`` itself unless coded.
+
+    The codes, and what they mean for the caller:
+
+    * ``VR_WRONGTYPE``: a queue-wide key (a pending, running or completed set)
+      holds the wrong type; the script stopped before moving any job
+      (``CorruptQueueError``: repair or delete the key).
+    * ``VR_BADARG``: an argument the script cannot use (a NaN delay); nothing
+      was written (``ConfigurationError``).
+    """
+    code, _, rest = str(exc).partition(" ")
+    if code == "VR_WRONGTYPE":
+        return CorruptQueueError(f"{rest}: the script moved no job; repair or delete that key")
+    if code == "VR_BADARG":
+        return ConfigurationError(rest)
+    return exc
 
 
 class Call(NamedTuple):
@@ -54,10 +89,12 @@ class Transition(NamedTuple):
 
 
 APPLIED = Transition(True, "")
+# Largest delay in ms a script takes: Lua numbers are doubles, exact to 2**53.
+_MAX_MS = 2**53
 
 
 def transition(reply: Any) -> Transition:
-    """``{1, ...}`` or ``{0, reason}``: the reply of pause, suspend, retry, dead, release, cancel."""
+    """``{1, ...}`` or ``{0, reason}``: the reply of pause, suspend, retry, dead, release, cancel, resume."""
     if int(reply[0]) == 1:
         return Transition(True, text(reply[1])) if len(reply) > 1 else APPLIED
     return Transition(False, text(reply[1]))
@@ -79,11 +116,21 @@ def enqueue(
     ``offload``: one (snapshot token, retention ms) per job for ``@vr.offload``;
     the script writes each job's pending snapshot with the job.
     """
-    call_keys: list[str] = [keys.dedup]
-    args: list[ScriptArg] = [now, keys.wake, len(jobs), dedup_mode]
+    call_keys: list[str] = [keys.dedup, keys.wake]
+    args: list[ScriptArg] = [now, keys.prefix, len(jobs), dedup_mode]
     for job in jobs:
         call_keys += [keys.job(job.id), keys.journal(job.id), keys.pending_by_priority[job.priority]]
-        args += job.args()
+        args += [
+            job.id,
+            job.kind,
+            job.priority.label,
+            job.delay_ms,
+            job.payload,
+            job.carry,
+            job.lease_ms,
+            job.max_failures,
+            job.dedup,
+        ]
     for token, retention_ms in offload:
         call_keys.append(keys.offload(token))
         args += [token, retention_ms]
@@ -94,10 +141,16 @@ def enqueue_one(keys: QueueKeys, now: str, job: Prepared) -> Call:
     """``enqueue(keys, now, [job])``, built directly: a single enqueue's call (the hot path)."""
     return Call(
         "enqueue",
-        [keys.dedup, keys.job(job.id), keys.journal(job.id), keys.pending_by_priority[job.priority]],
+        [
+            keys.dedup,
+            keys.wake,
+            keys.job(job.id),
+            keys.journal(job.id),
+            keys.pending_by_priority[job.priority],
+        ],
         [
             now,
-            keys.wake,
+            keys.prefix,
             1,
             "nx",
             job.id,
@@ -148,8 +201,9 @@ def merge(
             keys.journal(holder),
             keys.pending_by_priority[old_priority],
             keys.pending_by_priority[new_priority],
+            keys.wake,
         ],
-        [holder, now, decision, payload, carry_action, carry, new_priority.label, keys.wake, by],
+        [now, keys.prefix, holder, decision, payload, carry_action, carry, new_priority.label, by],
     )
 
 
@@ -176,10 +230,18 @@ def claim(
     ``stop_key``: the worker's stop list, when the claim rides behind its
     idle ``BLPOP`` (see the script's header).
     """
-    call_keys = [*keys.pending_high_first, keys.running, keys.dedup, keys.meta, keys.wake]
+    call_keys = [
+        *keys.pending_high_first,
+        keys.running,
+        keys.dedup,
+        keys.meta,
+        keys.wake,
+        keys.cancelled,
+        keys.dead,
+    ]
     if stop_key is not None:
         call_keys.append(stop_key)
-    return Call("claim", call_keys, [keys.prefix, now, count, worker, token_base, default_lease_ms])
+    return Call("claim", call_keys, [now, keys.prefix, count, worker, token_base, default_lease_ms])
 
 
 # One claimed job, decoded: id, kind, payload, carry, run_count, failures,
@@ -235,7 +297,7 @@ def claim_reply(reply: Any) -> ClaimReply:
 
 def extend(keys: QueueKeys, now: str, leases: Sequence[tuple[str, str, int]]) -> Call:
     """extend.lua: renew the leases ``(job id, token, lease ms)`` a worker holds."""
-    args: list[ScriptArg] = [keys.prefix, now]
+    args: list[ScriptArg] = [now, keys.prefix]
     for job_id, token, lease_ms in leases:
         args += [job_id, token, lease_ms]
     return Call("extend", [keys.running], args)
@@ -249,15 +311,8 @@ class Extended(NamedTuple):
 
 
 def extended(reply: Any) -> Extended:
-    lost: list[str] = []
-    cancel: list[str] = []
-    for raw in reply:
-        said = text(raw)
-        if said.startswith("cancel:"):
-            cancel.append(said[7:])
-        else:
-            lost.append(said)
-    return Extended(lost, cancel)
+    lost, cancel = reply
+    return Extended([text(x) for x in lost], [text(x) for x in cancel])
 
 
 def reclaim(keys: QueueKeys, now: str, *, batch: int, max_failures: str) -> Call:
@@ -267,8 +322,8 @@ def reclaim(keys: QueueKeys, now: str, *, batch: int, max_failures: str) -> Call
     """
     return Call(
         "reclaim",
-        [keys.running, keys.dead, keys.dedup],
-        [keys.prefix, now, batch, max_failures, keys.wake],
+        [keys.running, keys.dead, keys.dedup, keys.wake, *keys.pending_high_first],
+        [now, keys.prefix, batch, max_failures],
     )
 
 
@@ -297,7 +352,7 @@ def completion(
 
 def complete(keys: QueueKeys, now: str, completions: Sequence[Completion]) -> Call:
     """complete.lua for one or more jobs of one queue (each checked on its own)."""
-    args: list[ScriptArg] = [keys.prefix, now, len(completions)]
+    args: list[ScriptArg] = [now, keys.prefix, len(completions)]
     for values in completions:
         args.extend(values)
     return Call("complete", [keys.running, keys.completed], args)
@@ -325,6 +380,10 @@ def pause(
     attachment: bytes,
     carry: bytes,
 ) -> Call:
+    """pause.lua: a RUNNING job goes back to pending ``delay_ms`` from now, not charged."""
+    bad = bad_delay(delay_ms)
+    if bad is not None:
+        raise ConfigurationError(bad)
     return Call(
         "pause",
         [
@@ -333,9 +392,21 @@ def pause(
             keys.running,
             keys.pending_by_priority[priority],
             keys.dedup,
+            keys.wake,
         ],
-        [job_id, token, now, delay_ms, note, attachment, carry, keys.wake],
+        [now, keys.prefix, job_id, token, delay_ms, note, attachment, carry],
     )
+
+
+def bad_delay(delay_ms: object) -> str | None:
+    """Why ``delay_ms`` cannot be a pause's delay, or None when it can.
+
+    A NaN or infinite delay (``vr.Outcome("pause", delay_ms=nan)``) never
+    reaches Redis: the worker turns it into a failed run with this note.
+    """
+    if isinstance(delay_ms, int) and not isinstance(delay_ms, bool) and 0 <= delay_ms < _MAX_MS:
+        return None
+    return f"pause delay must be a whole number of ms from 0 to 2**53, got {delay_ms!r}"
 
 
 def suspend(
@@ -349,10 +420,11 @@ def suspend(
     carry: bytes,
     output: bytes,
 ) -> Call:
+    """suspend.lua: a RUNNING job waits, suspended, for ``resume``."""
     return Call(
         "suspend",
         [keys.job(job_id), keys.journal(job_id), keys.running, keys.suspended],
-        [job_id, token, now, note, attachment, carry, output],
+        [now, keys.prefix, job_id, token, note, attachment, carry, output],
     )
 
 
@@ -381,11 +453,13 @@ def retry(
             keys.pending_by_priority[priority],
             keys.dead,
             keys.dedup,
+            keys.wake,
         ],
         [
+            now,
+            keys.prefix,
             job_id,
             token,
-            now,
             note,
             attachment,
             carry,
@@ -393,8 +467,6 @@ def retry(
             cap_ms,
             repr(jitter),
             max_failures,
-            keys.wake,
-            keys.prefix,
         ],
     )
 
@@ -414,7 +486,7 @@ def dead(
     return Call(
         "dead",
         [keys.job(job_id), keys.journal(job_id), keys.running, keys.dead],
-        [job_id, token, now, note, attachment, carry, reason, keys.prefix],
+        [now, keys.prefix, job_id, token, note, attachment, carry, reason],
     )
 
 
@@ -430,8 +502,9 @@ def release(
             keys.running,
             keys.pending_by_priority[priority],
             keys.dedup,
+            keys.wake,
         ],
-        [job_id, token, now, carry, note, keys.wake],
+        [now, keys.prefix, job_id, token, carry, note],
     )
 
 
@@ -448,8 +521,16 @@ def cancel(
     """cancel.lua: an operator's cancel (``token`` ''), or a worker ending its own run cancelled."""
     return Call(
         "cancel",
-        [keys.job(job_id), keys.journal(job_id), keys.suspended, keys.running, keys.cancelled, keys.dedup],
-        [job_id, now, keys.prefix, note, token, attachment, carry],
+        [
+            keys.job(job_id),
+            keys.journal(job_id),
+            keys.suspended,
+            keys.running,
+            keys.cancelled,
+            keys.dedup,
+            *keys.pending_high_first,
+        ],
+        [now, keys.prefix, job_id, note, token, attachment, carry],
     )
 
 
@@ -457,22 +538,32 @@ def cancel(
 
 
 def resume(keys: QueueKeys, now: str, *, job_id: str, value: bytes) -> Call:
-    """resume.lua: a SUSPENDED job goes to pending with ``value`` (msgpack) as its input."""
+    """resume.lua: a SUSPENDED job goes to pending with ``value`` (msgpack) as its input.
+
+    Its reply is a ``transition``: refused when the job is not suspended, or
+    its priority field names no pending set.
+    """
     return Call(
         "resume",
-        [keys.job(job_id), keys.journal(job_id), keys.suspended, keys.dedup],
-        [job_id, now, value, keys.prefix, keys.wake],
+        [
+            keys.job(job_id),
+            keys.journal(job_id),
+            keys.suspended,
+            keys.dedup,
+            keys.wake,
+            *keys.pending_high_first,
+        ],
+        [now, keys.prefix, job_id, value],
     )
-
-
-def resumed(reply: Any) -> bool:
-    """resume.lua's reply: whether the job was suspended (and is now pending)."""
-    return int(reply) == 1
 
 
 def retry_dead(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) -> Call:
     """retry_dead.lua: dead jobs back to pending, failures reset."""
-    return Call("retry_dead", [keys.dead, keys.dedup], [keys.prefix, now, keys.wake, note, *ids])
+    return Call(
+        "retry_dead",
+        [keys.dead, keys.dedup, keys.wake, *keys.pending_high_first],
+        [now, keys.prefix, note, *ids],
+    )
 
 
 def retried(reply: Any) -> list[str]:
@@ -480,14 +571,14 @@ def retried(reply: Any) -> list[str]:
     return [text(x) for x in reply[1:]]
 
 
-# Which zset holds the finished jobs of each state purge.lua takes.
+# The finished states purge.lua takes, each held by its own zset.
 FINISHED_STATES = ("completed", "dead", "cancelled")
 
 
 def purge(keys: QueueKeys, now: str, *, state: str, keep_ms: int, batch: int) -> Call:
     """purge.lua: remove up to ``batch`` jobs of the finished ``state`` older than ``keep_ms``."""
     finished = {"completed": keys.completed, "dead": keys.dead, "cancelled": keys.cancelled}[state]
-    return Call("purge", [finished, keys.dedup], [keys.prefix, now, keep_ms, state, batch])
+    return Call("purge", [finished, keys.dedup], [now, keys.prefix, keep_ms, state, batch])
 
 
 class Purged(NamedTuple):

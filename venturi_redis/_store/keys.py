@@ -42,7 +42,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 NAME_RULE = "1 to 128 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit"
 
 
-# Most wake-up tokens a queue's wake list holds: lua/include/common.lua's
+# Most wake-up tokens a queue's wake list holds: lua/include/wake.lua's
 # WAKE_CAP (tests/test_wake.py checks they agree).
 WAKE_CAP = 1024
 

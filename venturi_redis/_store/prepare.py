@@ -22,7 +22,6 @@ from .._model.ids import new_job_id, new_job_ids
 from .._model.outcome import UNSET
 from .._model.task import Task, task_kind
 from .keys import dedup_field
-from .scripts import ScriptArg
 
 DEDUP_KEY_MAX = 1024
 # Jobs per enqueue script call (a batch's chunks, a coalesced burst).
@@ -30,7 +29,7 @@ ENQUEUE_CHUNK = 500
 
 
 class Prepared(NamedTuple):
-    """One job, checked and encoded, ready for ``enqueue.lua``.
+    """One job, checked and encoded, ready for ``enqueue.lua`` (``calls.enqueue``).
 
     Immutable; a NamedTuple rather than a frozen dataclass because it is built
     once per job and a frozen dataclass's ``__init__`` costs five times as much.
@@ -46,19 +45,6 @@ class Prepared(NamedTuple):
     max_failures: str
     dedup: str
     explicit_priority: bool
-
-    def args(self) -> list[ScriptArg]:
-        return [
-            self.id,
-            self.kind,
-            self.priority.label,
-            self.delay_ms,
-            self.payload,
-            self.carry,
-            self.lease_ms,
-            self.max_failures,
-            self.dedup,
-        ]
 
 
 def prepare(

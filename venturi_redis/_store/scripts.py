@@ -3,11 +3,14 @@
 Each file in ``lua/`` is one atomic transition. A line ``-- @include NAME``
 splices ``lua/include/NAME`` in its place; an include is expanded once per
 script however often it is named (first mention wins, so order is the order
-of first mention), and a cycle is an error. Of an include, a script keeps only
-the top-level ``local`` definitions it uses, directly or through another kept
-one (``prune``): Redis runs a script's whole body on every call, so every
-helper left in would be a closure made and collected per call for nothing.
+of first mention), and a cycle is an error. The includes are small and each
+holds one concern (the clock, the keys, the journal, the lease...): Redis
+runs a script's whole body on every call, so a script includes only what it
+uses, and an include that grew helpers few scripts need should be split.
 The expanded source is what Redis sees and what the SHA is computed from.
+
+The calls themselves (each script's KEYS, ARGV and reply) are built and read
+in ``calls.py``; this module only runs them.
 
 Scripts run by EVALSHA; a ``NOSCRIPT`` reply (a restarted server, a
 ``SCRIPT FLUSH``, a failover to a replica that never saw the script) runs the
@@ -24,14 +27,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
+
+from .calls import ScriptArg as ScriptArg
+from .calls import script_error
 
 _INCLUDE_RE = re.compile(r"^--\s*@include\s+(\S+)\s*$")
-# A top-level definition of an include: `local function name(` or `local name =`.
-_DEFINITION_RE = re.compile(r"^local\s+(?:function\s+)?([A-Za-z_]\w*)")
-_NAME_RE = re.compile(r"[A-Za-z_]\w*")
-
-ScriptArg = str | bytes | int | float
 
 
 def _lua_dir() -> Path:
@@ -43,18 +44,15 @@ def _lua_dir() -> Path:
 
 
 def expand(source: str, read_include: Callable[[str], str], *, name: str = "<script>") -> str:
-    """Splice ``-- @include`` lines, each include once, rejecting cycles; then ``prune``."""
+    """Splice ``-- @include`` lines, each include once, rejecting cycles."""
     seen: set[str] = set()
-    # Each piece: (include name, or None for the script's own lines; its lines).
-    pieces: list[tuple[str | None, list[str]]] = []
+    out: list[str] = []
 
     def walk(text: str, stack: tuple[str, ...]) -> None:
-        own = stack[-1] if len(stack) > 1 else None
-        lines: list[str] = []
         for line in text.splitlines():
             m = _INCLUDE_RE.match(line.strip())
             if not m:
-                lines.append(line)
+                out.append(line)
                 continue
             inc = m.group(1)
             if inc in stack:
@@ -63,88 +61,12 @@ def expand(source: str, read_include: Callable[[str], str], *, name: str = "<scr
             if inc in seen:
                 continue
             seen.add(inc)
-            pieces.append((own, lines))
-            pieces.append((None, [f"-- begin include {inc}"]))
+            out.append(f"-- begin include {inc}")
             walk(read_include(inc), (*stack, inc))
-            pieces.append((None, [f"-- end include {inc}"]))
-            lines = []
-        pieces.append((own, lines))
+            out.append(f"-- end include {inc}")
 
     walk(source, (name,))
-    return "\n".join(prune(pieces)) + "\n"
-
-
-def _code_names(line: str) -> set[str]:
-    """The identifiers of a Lua line outside its strings and its ``--`` comment."""
-    code: list[str] = []
-    quote = ""
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-            code.append(" ")
-        elif line.startswith("--", i):
-            break
-        else:
-            code.append(ch)
-        i += 1
-    return set(_NAME_RE.findall("".join(code)))
-
-
-def prune(pieces: list[tuple[str | None, list[str]]]) -> list[str]:
-    """Keep, of the includes' top-level definitions, those the script's own lines need.
-
-    ``pieces`` are runs of lines, each tagged with the include it comes from
-    (None: the script's own). An include's lines split into units, each a
-    top-level ``local`` definition at column 0 with the comment lines right
-    above it; lines before an include's first definition are kept as they
-    are. A unit is kept when its name is used by the script's own code or by
-    a kept unit; the rest go, leaving a ``-- (not used here: NAME)`` line.
-    """
-    units: list[tuple[str | None, list[str]]] = []  # (defined name or None, lines)
-    for origin, lines in pieces:
-        if origin is None:
-            units.append((None, lines))
-            continue
-        current: tuple[str | None, list[str]] = (None, [])
-        comments: list[str] = []
-        for line in lines:
-            m = _DEFINITION_RE.match(line)
-            if m:
-                units.append(current)
-                current = (m.group(1), [*comments, line])
-                comments = []
-            elif line.startswith("--") or not line.strip():
-                comments.append(line)
-            else:
-                current[1].extend(comments)
-                current[1].append(line)
-                comments = []
-        current[1].extend(comments)
-        units.append(current)
-    defined = {n for n, _ in units if n is not None}
-    uses = [set().union(*map(_code_names, lines)) & defined for _, lines in units]
-    wanted: set[str] = set()
-    todo = [u for (n, _), u in zip(units, uses, strict=True) if n is None]
-    by_name = {n: u for (n, _), u in zip(units, uses, strict=True) if n is not None}
-    while todo:
-        for used in todo.pop():
-            if used not in wanted:
-                wanted.add(used)
-                todo.append(by_name[used])
-    out: list[str] = []
-    for n, lines in units:
-        if n is None or n in wanted:
-            out.extend(lines)
-        else:
-            out.append(f"-- (not used here: {n})")
-    return out
+    return "\n".join(out) + "\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,12 +112,18 @@ class ScriptSet:
         """EVALSHA the script; if the server has lost it, EVAL the source (which caches it)."""
         script = self._scripts[name]
         try:
-            return await redis.evalsha(script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            # EVAL, not SCRIPT LOAD then EVALSHA: a SCRIPT FLUSH (or a restart)
-            # landing between those two would fail the call a second time.
-            # NOSCRIPT means the script did not run, so running it now is safe.
-            return await redis.eval(script.source, len(keys), *keys, *args)
+            try:
+                return await redis.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                # EVAL, not SCRIPT LOAD then EVALSHA: a SCRIPT FLUSH (or a restart)
+                # landing between those two would fail the call a second time.
+                # NOSCRIPT means the script did not run, so running it now is safe.
+                return await redis.eval(script.source, len(keys), *keys, *args)
+        except ResponseError as exc:
+            mapped = script_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from None
 
     def command(self, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> tuple[ScriptArg, ...]:
         """The EVALSHA command of a call, for a caller that packs its own commands.
@@ -251,6 +179,7 @@ class ScriptSet:
                     if not return_exceptions:
                         raise
                     results[i] = exc
+        results = [script_error(res) if isinstance(res, ResponseError) else res for res in results]
         if not return_exceptions:
             for res in results:
                 if isinstance(res, Exception):
@@ -288,7 +217,7 @@ class ScriptSet:
             for name, keys, args in calls:
                 pipe.execute_command("EVAL", self._scripts[name].source, len(keys), *keys, *args)
             results: list[Any] = await pipe.execute(raise_on_error=False)
-        return results
+        return [script_error(res) if isinstance(res, ResponseError) else res for res in results]
 
 
 _default: ScriptSet | None = None

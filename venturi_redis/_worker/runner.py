@@ -423,8 +423,12 @@ class _Runner:
             # Both replies are read; the script cache was flushed (a restart,
             # SCRIPT FLUSH). The claim did not run: run it the ordinary way.
             return await self.claim(want)
-        except ResponseError:
-            raise  # an error reply: the connection is fine
+        except ResponseError as exc:
+            # An error reply: the connection is fine. A coded one is mapped (calls.py).
+            mapped = calls.script_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from None
         except BaseException:
             # A reply may be unread (a timeout, a cancel): the connection is unusable.
             self._conn = None

@@ -123,6 +123,9 @@ class Transitions:
                     b"",
                     b"",
                 )
+        if action == "pause" and (bad := calls.bad_delay(delay_ms)) is not None:
+            # The handler's outcome cannot be stored (a NaN delay): a failed run, never a lost job.
+            action, note_s = "retry", f"the run's outcome cannot be stored: {bad}"
         if job.cancel_requested and action in ("pause", "suspend", "retry", "release"):
             # An operator cancelled the job while it ran: whatever else the run
             # decided, it ends cancelled (a completion or a death stands).

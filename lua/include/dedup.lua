@@ -1,0 +1,27 @@
+-- A job coming back to pending, or leaving it: its dedup index entry.
+
+-- Dedup policy when a job comes back to pending (pause, retry, release,
+-- reclaim, resume, retry_dead): it takes its key back if no other pending
+-- job holds it; otherwise the index keeps pointing at the holder and this job
+-- runs as its own row, no longer a merge candidate.
+local function reindex(dedup_key, job_key, id)
+  local field = redis.call('HGET', job_key, 'dedup')
+  if field and field ~= '' then
+    redis.call('HSETNX', dedup_key, field, id)
+  end
+end
+
+-- Drop the index entry of a job leaving pending, if the entry is its own.
+local function unindex(dedup_key, field, id)
+  if field and field ~= '' and redis.call('HGET', dedup_key, field) == id then
+    redis.call('HDEL', dedup_key, field)
+  end
+end
+
+-- Back to pending: into its pending set at `eligible`, its dedup key taken
+-- back if free. The caller has written the hash (state, eligible_at) and
+-- wakes the workers (once per call: wake_workers).
+local function back_to_pending(pending, dedup_key, job_key, id, eligible)
+  redis.call('ZADD', pending, eligible, id)
+  reindex(dedup_key, job_key, id)
+end

@@ -1,0 +1,43 @@
+-- The keys a script discovers as it runs: the jobs a claim pops, a reclaim
+-- finds expired, a purge trims, an extend renews. They are built here, and
+-- only here, from the queue's prefix (ARGV[2] of every script) and an id read
+-- from one of the queue's own sets or given by the caller. Every other key
+-- arrives in KEYS, and no key name is built from a value read out of a job's
+-- hash: a `priority` field picks one of the pending sets passed in KEYS
+-- (pending_key), it is never spliced into a name. (The one derived name is an
+-- offload's snapshot, whose token is checked to be a token first: offload_key.)
+
+local function job_keys(prefix, id)
+  return prefix .. 'job:' .. id, prefix .. 'journal:' .. id
+end
+
+-- Scripts that read a job's priority from its hash take the four pending sets
+-- in KEYS, CRITICAL first, from index `first`. A priority field that names
+-- none of them gives nil: the job's data is corrupt (see quarantine.lua).
+local PRIORITY_LEVEL = {critical = 0, high = 1, normal = 2, low = 3}
+local function pending_key(first, priority)
+  local level = PRIORITY_LEVEL[priority or '']
+  if level == nil then
+    return nil
+  end
+  return KEYS[first + level]
+end
+
+-- What a corrupt priority field is told (a note of quarantine.lua's).
+local function bad_priority(priority)
+  if not priority then
+    return 'priority field is missing'
+  end
+  return 'priority field ' .. string.format('%q', priority) ..
+    ' is not one of critical, high, normal, low'
+end
+
+-- The snapshot of an offload job (offload.lua): its token, from the job's
+-- `offload` field, must be a token (what venturi mints: 32 URL-safe base64
+-- characters, at most 64 here), else there is no snapshot to settle.
+local function offload_key(prefix, token)
+  if not token or #token > 64 or not string.match(token, '^[%w_%-]+$') then
+    return nil
+  end
+  return prefix .. 'offload:' .. token
+end

@@ -1,0 +1,83 @@
+-- A RUNNING job's lease: who may move it out of RUNNING, and what leaving it
+-- takes. Every outcome script (pause, suspend, retry, dead, release, cancel
+-- by its worker) checks the owner, then leaves running.
+
+-- @include journal.lua
+
+-- Fencing: a transition out of RUNNING is allowed only for the holder of the
+-- current lease token. Returns (nil, run_count) when allowed, or a reason.
+-- A refusal is journaled so `venturi job show` explains why a late outcome
+-- left no trace. This is the only write before the precondition fails.
+-- `more` (optional): further fields the caller needs, read in the same HMGET
+-- and returned third, as f[4], f[5], ... (the job's fields, whatever the verdict).
+local function check_owner(job_key, journal_key, token, attempted, now, more)
+  local f
+  if more then
+    f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count', unpack(more))
+  else
+    f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count')
+  end
+  if not f[1] then
+    return 'job does not exist', 0
+  end
+  local reason = nil
+  if f[1] ~= 'running' then
+    reason = 'job is ' .. f[1]
+  elseif f[2] ~= token then
+    reason = 'lease token does not match (the lease expired and was reclaimed)'
+  end
+  if reason then
+    -- A stale token for a job never journaled (pending, untouched since enqueue).
+    materialize(job_key, journal_key)
+    journal(journal_key, now, 'refused', f[3], reason, nil, {'attempted', attempted})
+    if f[1] ~= 'running' then
+      compact_journal(journal_key)
+    end
+  end
+  return reason, f[3], f
+end
+
+-- Clear the lease fields when a job leaves RUNNING (absent, not empty: a
+-- field costs each retained hash ~15 B); the owner stays for forensics ("who
+-- ran it last").
+local function clear_lease(job_key)
+  redis.call('HDEL', job_key, 'lease_token', 'lease_expires')
+end
+
+-- Leave RUNNING with the run's outcome: out of the running set, the lease
+-- fields dropped, the run's attachment (msgpack; '' = none) set or dropped
+-- and its carry ('' = unchanged) saved. The caller then writes the state.
+local function leave_running(running_key, job_key, id, attachment, carry)
+  redis.call('ZREM', running_key, id)
+  if attachment == nil or attachment == '' then
+    redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'attachment')
+  else
+    clear_lease(job_key)
+    redis.call('HSET', job_key, 'attachment', attachment)
+  end
+  if carry ~= nil and carry ~= '' then
+    redis.call('HSET', job_key, 'carry', carry)
+  end
+end
+
+-- max_failures of a job: its own override, else the worker's default;
+-- 'none' (either side) disables the backstop. Returns nil when disabled.
+local function backstop(job_value, default_value)
+  local v = job_value
+  if v == nil or v == false or v == '' then
+    v = default_value
+  end
+  if v == nil or v == '' or v == 'none' then
+    return nil
+  end
+  return tonumber(v)
+end
+
+-- Set a msgpack blob field, or drop it when the caller sent nothing.
+local function set_blob(job_key, field, value)
+  if value == nil or value == '' then
+    redis.call('HDEL', job_key, field)
+  else
+    redis.call('HSET', job_key, field, value)
+  end
+end
