@@ -1,0 +1,181 @@
+"""The scripts' conventions, read from the sources (CONTRIBUTING.md, "Lua").
+
+* ARGV[1] is ``now`` and ARGV[2] the queue's key prefix, in every script.
+* Keys are never spliced from data: outside ``lua/include/keys.lua`` no
+  script concatenates a key name (``prefix .. 'job:'``, ``.. 'pending:'``,
+  ``.. 'cancelled'``...), so a key a script touches is either in KEYS or
+  comes from keys.lua's helpers, which take the prefix and an id, or, for
+  the pending sets, pick one of KEYS by the priority field.
+* Every KEYS index a script reads is in its header, and the calls that
+  ``calls.py`` builds pass exactly as many keys as the header lists, every
+  one in the queue's hash tag (so the same scripts run on Redis Cluster).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import venturi_redis as vr
+from venturi_redis._store import calls
+from venturi_redis._store.keys import QueueKeys
+from venturi_redis._store.prepare import Prepared
+from venturi_redis._store.scripts import ScriptSet
+
+LUA = Path(vr.__file__).resolve().parent.parent / "lua"
+SCRIPTS = sorted(p.stem for p in LUA.glob("*.lua"))
+# The names keys.py gives a queue's keys; none may follow a `..` outside keys.lua.
+KEY_SUFFIXES = "job:|journal:|pending:|offload:|running|suspended|completed|dead|cancelled|dedup|meta|wake"
+
+
+def _code(text: str) -> str:
+    """``text`` without its ``--`` comments (strings kept)."""
+    return "\n".join(re.sub(r"--.*$", "", line) for line in text.splitlines())
+
+
+def _header(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith("--"))
+
+
+def test_every_script_takes_now_then_the_prefix() -> None:
+    for name in SCRIPTS:
+        header = _header((LUA / f"{name}.lua").read_text())
+        assert re.search(r"ARGV\[1\]\s+now in ms", header), name
+        assert re.search(r"ARGV\[2\]\s+key prefix of the queue", header), name
+
+
+def test_no_key_name_is_spliced_outside_keys_lua() -> None:
+    spliced = re.compile(rf"\.\.\s*'({KEY_SUFFIXES})'|\bprefix\s*\.\.|ARGV\[2\]\s*\.\.")
+    files = [*LUA.glob("*.lua"), *(LUA / "include").glob("*.lua")]
+    for path in files:
+        if path.name == "keys.lua" and path.parent.name == "include":
+            continue
+        found = spliced.search(_code(path.read_text()))
+        assert found is None, f"{path.name} builds a key name: {found.group(0) if found else ''}"
+
+
+def test_keys_lua_derives_names_from_the_prefix_and_an_id_only() -> None:
+    """The helpers' key expressions concatenate the prefix, a literal and their id or token."""
+    code = _code((LUA / "include" / "keys.lua").read_text())
+    for expr in re.findall(r"prefix\s*\.\.[^\n,]*", code):
+        assert re.fullmatch(r"prefix \.\. '(job:|journal:|offload:)' \.\. (id|token)\s*", expr), expr
+
+
+def test_the_pending_set_is_picked_from_keys_never_named() -> None:
+    code = _code((LUA / "include" / "keys.lua").read_text())
+    assert "return KEYS[first + level]" in code
+    for name in SCRIPTS:
+        assert "'pending:" not in (LUA / f"{name}.lua").read_text(), name
+
+
+def _documented_keys(header: str) -> int:
+    """The highest KEYS index a header names (``KEYS[7..10]`` counts as 10)."""
+    top = 0
+    for a, b in re.findall(r"KEYS\[(\d+)(?:\.\.(\d+))?\]", header):
+        top = max(top, int(b or a))
+    return top
+
+
+def _used_keys(code: str) -> int:
+    used = [int(i) for i in re.findall(r"KEYS\[(\d+)\]", code)]
+    return max(used, default=0)
+
+
+@pytest.mark.parametrize("name", [n for n in SCRIPTS if n not in ("enqueue",)])
+def test_the_header_lists_every_key_the_script_reads(name: str) -> None:
+    text = (LUA / f"{name}.lua").read_text()
+    documented = _documented_keys(_header(text))
+    assert _used_keys(_code(text)) <= documented
+    # keys.lua's pending_key(first, ...) reads KEYS[first..first+3].
+    for first in re.findall(r"pending_key\((\d+),", _code(text)):
+        assert int(first) + 3 <= documented, name
+
+
+K = QueueKeys.for_queue("rules")
+JOB = Prepared("01JOB", "k", vr.Priority.NORMAL, 0, b"p", b"", "", "", "", False)
+
+
+def _sample_calls() -> dict[str, calls.Call]:
+    """One call of every script, as calls.py builds it."""
+    now = ""
+    return {
+        "enqueue": calls.enqueue(K, now, [JOB]),
+        "claim": calls.claim(K, now, count=1, worker="w", token_base="t", default_lease_ms=1000),
+        "complete": calls.complete(K, now, [calls.completion("01JOB", "t", "", b"", b"", b"")]),
+        "pause": calls.pause(
+            K,
+            now,
+            job_id="01JOB",
+            token="t",
+            priority=vr.Priority.NORMAL,
+            delay_ms=0,
+            note="",
+            attachment=b"",
+            carry=b"",
+        ),
+        "suspend": calls.suspend(
+            K, now, job_id="01JOB", token="t", note="", attachment=b"", carry=b"", output=b""
+        ),
+        "retry": calls.retry(
+            K,
+            now,
+            job_id="01JOB",
+            token="t",
+            priority=vr.Priority.NORMAL,
+            note="",
+            attachment=b"",
+            carry=b"",
+            base_ms=1,
+            cap_ms=2,
+            jitter=0.1,
+            max_failures="none",
+        ),
+        "dead": calls.dead(
+            K, now, job_id="01JOB", token="t", note="", attachment=b"", carry=b"", reason="permanent"
+        ),
+        "release": calls.release(
+            K, now, job_id="01JOB", token="t", priority=vr.Priority.NORMAL, carry=b"", note=""
+        ),
+        "cancel": calls.cancel(K, now, job_id="01JOB", note="n"),
+        "resume": calls.resume(K, now, job_id="01JOB", value=b"v"),
+        "extend": calls.extend(K, now, [("01JOB", "t", 1000)]),
+        "reclaim": calls.reclaim(K, now, batch=1, max_failures="none"),
+        "purge": calls.purge(K, now, state="dead", keep_ms=0, batch=1),
+        "merge": calls.merge(
+            K,
+            now,
+            holder="01JOB",
+            old_priority=vr.Priority.NORMAL,
+            new_priority=vr.Priority.HIGH,
+            decision="keep",
+            payload=b"",
+            carry_action="keep",
+            carry=b"",
+            by="01NEW",
+        ),
+        "retry_dead": calls.retry_dead(K, now, ids=["01JOB"], note="n"),
+    }
+
+
+def test_calls_py_builds_a_call_for_every_script() -> None:
+    assert sorted(_sample_calls()) == sorted(ScriptSet().names())
+
+
+@pytest.mark.parametrize("name", [n for n in SCRIPTS if n not in ("enqueue",)])
+def test_each_call_passes_the_keys_its_header_lists_in_one_hash_tag(name: str) -> None:
+    call = _sample_calls()[name]
+    assert call.name == name
+    header = _header((LUA / f"{name}.lua").read_text())
+    optional = len(re.findall(r"KEYS\[\d+\]\s+optional", header))
+    assert len(call.keys) == _documented_keys(header) - optional
+    assert all("{rules}" in key for key in call.keys), call.keys
+    assert call.args[:2] == ["", K.prefix]
+
+
+def test_the_enqueue_call_lays_out_its_keys_as_documented() -> None:
+    call = _sample_calls()["enqueue"]
+    assert call.keys == [K.dedup, K.wake, K.job("01JOB"), K.journal("01JOB"), K.pending(vr.Priority.NORMAL)]
+    assert call.args[:2] == ["", K.prefix]
+    assert calls.enqueue_one(K, "", JOB) == call
