@@ -12,6 +12,7 @@ from ._model.backoff import Backoff, backoff_delay
 from ._model.enums import JobState, Priority
 from ._model.errors import (
     ConfigurationError,
+    CorruptQueueError,
     LeaseLostError,
     MergeConflictError,
     PartialEnqueueError,
@@ -77,6 +78,7 @@ __all__ = [
     "Client",
     "ConfigurationError",
     "Context",
+    "CorruptQueueError",
     "Durability",
     "Handler",
     "JobInfo",
