@@ -51,7 +51,8 @@ class Raw:
     """The venturi Lua scripts driven with bare redis.asyncio (hiredis), no venturi Python."""
 
     def __init__(self, url: str, queue: str = QUEUE) -> None:
-        self.r = aioredis.Redis.from_url(url)
+        # No read timeout: under valgrind (redis_cost.py) one claim can take seconds.
+        self.r = aioredis.Redis.from_url(url, socket_timeout=None)
         self.k = QueueKeys.for_queue(queue)
         self.s = scripts()
         self.payload = msgpack.packb({"i": 0, "t": 0.0})
