@@ -11,6 +11,7 @@ from redis.exceptions import ResponseError
 import venturi_redis as vr
 from tests.tasks import Echo
 from venturi_redis._producer import coalesce as _coalesce
+from venturi_redis._store import calls
 
 pytestmark = pytest.mark.anyio
 
@@ -25,16 +26,16 @@ class _Spy:
         self.fail_with: Exception | None = None
         real = _coalesce._call  # every enqueue script call, on the lane or the pool
 
-        async def call(q: vr.Queue, name: str, keys: Any, args: Any) -> Any:
-            if name == "enqueue":
-                self.sizes.append(int(args[2]))
+        async def call(q: vr.Queue, script_call: calls.Call) -> Any:
+            if script_call.name == "enqueue":
+                self.sizes.append(int(script_call.args[2]))  # ARGV[3]: the number of jobs
                 self.entered.set()
                 if self.hold is not None:
                     hold, self.hold = self.hold, None
                     await hold.wait()
                 if self.fail_with is not None:
                     raise self.fail_with
-            return await real(q, name, keys, args)
+            return await real(q, script_call)
 
         monkeypatch.setattr(_coalesce, "_call", call)
 
