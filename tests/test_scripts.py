@@ -21,6 +21,34 @@ def test_include_expands_once_in_order() -> None:
     assert body == ["B", "A", "C", "MAIN"]
 
 
+def test_an_include_keeps_only_the_definitions_the_script_uses() -> None:
+    helpers = "\n".join(
+        [
+            "-- helpers",
+            "local LIMIT = 10",
+            "-- a, which needs LIMIT",
+            "local function a(x)",
+            "  return x < LIMIT",
+            "end",
+            "local function b(x)",
+            "  return a(x) -- c( in a comment keeps nothing",
+            "end",
+            "local function c()",
+            "  return 'b(' .. \"a\"",
+            "end",
+            "local function d() return c() end",
+        ]
+    )
+    script = "-- d() is not called here\n-- @include h.lua\nlocal s = 'd()'\nreturn b(1)"
+    out = expand(script, {"h.lua": helpers}.__getitem__)
+    kept = [line for line in out.splitlines() if line.startswith("local")]
+    # b uses a, a uses LIMIT; c and d are named only in strings and comments.
+    assert kept == ["local LIMIT = 10", "local function a(x)", "local function b(x)", "local s = 'd()'"]
+    assert "-- a, which needs LIMIT" in out  # a definition keeps the comment above it
+    assert "-- (not used here: c)" in out and "-- (not used here: d)" in out
+    assert out.splitlines()[-1] == "return b(1)"
+
+
 def test_every_helper_a_script_names_is_in_its_source() -> None:
     """Checked against the shipped scripts, with a plainer reading than the loader's own."""
     lua = Path(vr.__file__).resolve().parent.parent / "lua"
