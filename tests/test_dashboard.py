@@ -20,7 +20,7 @@ from pydantic import Field
 
 import venturi_redis as vr
 import venturi_redis.dashboard
-from tests.helpers import drain, run_until_event
+from tests.helpers import claim_raw, drain, run_until_event
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob
 from venturi_redis.dashboard import create_app
@@ -80,10 +80,7 @@ async def world(redis_server: RedisServer) -> AsyncIterator[World]:
     ids["suspended"] = await queue.enqueue(Asks())
     await drain(queue, EchoJob, DoomedJob, AsksJob, HostileJob)
     ids["running"] = await queue.enqueue(Echo(text="runs"))
-    k = queue.keys
-    await client.scripts.call(
-        client.redis, "claim", k.claim, [k.prefix, client.now_arg(), 1, "w-test", "tok", 60_000]
-    )
+    await claim_raw(queue, 1, worker="w-test", lease_ms=60_000)
     ids["pending"] = await queue.enqueue(Login(user="ann", password="hunter22"))
     ids["delayed"] = await queue.enqueue(Echo(text="later"), delay=3600)
     ids["cancelled"] = await queue.enqueue(Echo(text="never"))
@@ -410,10 +407,7 @@ async def test_cursor_pagination_over_10000_jobs(redis_server: RedisServer) -> N
                 pages += 1
                 if pages == 3:
                     # a job claimed between two pages does not shift the next one
-                    k = queue.keys
-                    await client.scripts.call(
-                        client.redis, "claim", k.claim, [k.prefix, client.now_arg(), 1, "w", "tok", 60_000]
-                    )
+                    await claim_raw(queue, 1)
             html = await h.get("/queues/big", params={"state": "pending"})
             assert 'class="next"' in html.text
         # The claim took a high job, already listed: with an offset the next
@@ -524,3 +518,27 @@ async def test_stale_queue_names_are_found_again_in_the_background(world: World)
         with anyio.fail_after(10):
             while len((await h.get("/api/queues")).json()["queues"]) < 2:
                 await anyio.sleep(0.01)
+
+
+def test_cli_serves_with_the_token_from_the_environment(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`venturi dashboard` as run by a user, VENTURI_DASHBOARD_TOKEN set: every request needs it."""
+    import importlib.util
+    import urllib.error
+    import urllib.request
+
+    path = Path(__file__).resolve().parent.parent / "scripts/dashboard_screenshots.py"
+    spec = importlib.util.spec_from_file_location("dashboard_screenshots", path)
+    assert spec is not None and spec.loader is not None
+    shots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shots)
+    monkeypatch.setenv("VENTURI_DASHBOARD_TOKEN", "from-the-env")
+    with shots.dashboard(redis_server.url, "--read-only") as base:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(base + "/api/queues", timeout=10)
+        refused.value.close()
+        assert refused.value.code == 401
+        ask = urllib.request.Request(base + "/api/queues", headers={"Authorization": "Bearer from-the-env"})
+        with urllib.request.urlopen(ask, timeout=10) as ok:
+            assert ok.status == 200 and "queues" in ok.read().decode()
