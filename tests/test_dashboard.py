@@ -464,8 +464,15 @@ async def test_overview_refreshes_after_work(world: World) -> None:
         await run_until_event(world.queue, job_id, "completed", EchoJob, AsksJob, DoomedJob, HostileJob)
         after = (await h.get("/api/queues")).json()["queues"][0]["completed"]
         page = await h.get("/")
+        queue_page = await h.get("/queues/mail")
+        running = await h.get(f"/queues/mail/jobs/{world.ids['running']}")
+        finished = await h.get(f"/queues/mail/jobs/{world.ids['dead']}")
     assert after > before
     assert 'hx-trigger="every 5s"' in page.text and 'hx-select="#queues"' in page.text
+    assert 'hx-select="#counts"' in queue_page.text
+    # a job page follows the job while it can still change, and stops once it has finished
+    assert 'hx-select="#job"' in running.text
+    assert 'hx-select="#job"' not in finished.text
 
 
 def test_layering_producer_never_imports_the_dashboard_nor_it_the_worker() -> None:
