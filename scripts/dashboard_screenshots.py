@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import venturi_redis as vr
+from venturi_redis._store import calls
 
 CHROMIUM = os.environ.get("VENTURI_CHROMIUM", "/usr/bin/chromium")
 # The flags of docs/dashboard.md's test notes: without the background-networking
@@ -83,10 +84,17 @@ async def populate(url: str) -> dict[str, str]:
         worker.register(SendEmailJob, ApproveJob)
         await asyncio.wait_for(worker.run(until_idle=True), 60)
         ids["running"] = await q.enqueue(SendEmail(to="slow@mail.example", subject="Report"))
-        k = q.keys
-        await client.scripts.call(
-            client.redis, "claim", k.claim, [k.prefix, client.now_arg(), 1, "web-1:4242:a1b2", "t", 600_000]
+        # A job held by a worker that is not there (a claim with no run behind
+        # it), so the overview shows one running job and its lease owner.
+        claim = calls.claim(
+            q.keys,
+            client.now_arg(),
+            count=1,
+            worker="web-1:4242:a1b2",
+            token_base="t",
+            default_lease_ms=600_000,
         )
+        await client.scripts.call(client.redis, *claim)
         for i in range(40):
             await q.enqueue(SendEmail(to=f"later{i}@mail.example", subject="Digest"))
         ids["pending"] = await q.enqueue(SendEmail(to="vip@mail.example", subject="Hi"), priority="high")
