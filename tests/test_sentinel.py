@@ -123,6 +123,38 @@ async def test_a_queue_runs_end_to_end_through_sentinel(sentinel: LocalSentinel)
     assert _master_keys(sentinel, name)
 
 
+async def test_an_idle_worker_blocks_on_the_master_and_is_woken(sentinel: LocalSentinel) -> None:
+    """The idle worker's BLPOP runs on a connection of its own, made outside the pool.
+
+    redis-py 8 connects such a connection to localhost:6379 on its first
+    command unless it is told to ask the sentinels (``sentinel._Checked``):
+    the BLPOP must be seen blocking on the master, and an enqueue must wake it
+    long before the worker's next poll.
+    """
+    name = f"st-{uuid.uuid4().hex[:8]}"
+    (port,) = sentinel.master_port()
+    master = sentinel.server(port)
+    async with vr.Client.from_url(sentinel.url) as client:
+        q = client.queue(name)
+        worker = make_worker(q, EchoJob, poll_interval=60, state={})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+
+            def blocked_on_wake() -> bool:
+                with redis.Redis(host="127.0.0.1", port=port, **master.connect_kwargs()) as r:
+                    return any(c.get("cmd") == "blpop" for c in r.client_list())
+
+            with anyio.fail_after(10):
+                while not await anyio.to_thread.run_sync(blocked_on_wake):
+                    await anyio.sleep(0.05)
+                job_id = await q.enqueue(Echo(text="wake"))
+                while (await q.counts())["completed"] < 1:  # bounded by the 60 s poll otherwise
+                    await anyio.sleep(0.02)
+            worker.shutdown()
+        info = await q.get(job_id)
+        assert info is not None and info.state == vr.JobState.COMPLETED
+
+
 async def test_closing_the_client_closes_the_sentinel_connections(sentinel: LocalSentinel) -> None:
     client = vr.Client.from_url(sentinel.url)
     await client.queue(f"st-{uuid.uuid4().hex[:8]}").enqueue(Echo(text="x"))
