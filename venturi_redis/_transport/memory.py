@@ -27,3 +27,9 @@ def memory_redis(url: str) -> Any:
         if server is None:
             server = _servers[name] = fakeredis.FakeServer()
     return aioredis.FakeRedis(server=server)
+
+
+def forget(name: str) -> None:
+    """Drop the shared server named ``name`` (and its data); clients still open keep theirs."""
+    with _lock:
+        _servers.pop(name, None)

@@ -1,0 +1,169 @@
+"""venturi_redis.testing: the pytest plugin as a user runs it, and drain() itself.
+
+The user's side is tests/plugin_project: its tasks and a test file that imports
+only the plugin's ``drain`` and those tasks. Each run copies it into a fresh
+directory and runs pytest there in a child process, so nothing of this suite's
+conftest or configuration leaks into it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import redis
+
+import venturi_redis as vr
+from tests.servers import RedisServer
+from venturi_redis.testing import Clock, DrainLimitError, drain
+
+pytestmark = pytest.mark.anyio
+
+PROJECT = Path(__file__).resolve().parent / "plugin_project"
+USER_TESTS = 6  # the tests in plugin_project/user_test_tasks.py
+
+
+def user_project(tmp_path: Path, ini: str = "") -> Path:
+    shutil.copy(PROJECT / "tasks.py", tmp_path / "tasks.py")
+    shutil.copy(PROJECT / "user_test_tasks.py", tmp_path / "test_tasks.py")
+    (tmp_path / "pytest.ini").write_text(f"[pytest]\nfilterwarnings = error\n{ini}")
+    return tmp_path
+
+
+def run_pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.pop("REDIS_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+
+
+def test_the_plugin_is_off_unless_enabled(tmp_path: Path) -> None:
+    # Installed, the package registers an entry point with pytest; it must not
+    # give anyone's suite fixtures it did not ask for.
+    proc = run_pytest(user_project(tmp_path), "test_tasks.py::test_an_unknown_order_dies")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "fixture 'venturi_queue' not found" in proc.stdout
+
+
+def test_a_users_tests_run_with_the_plugin_loaded_by_name(tmp_path: Path) -> None:
+    proc = run_pytest(user_project(tmp_path), "-p", "venturi_redis.testing")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{USER_TESTS} passed" in proc.stdout
+
+
+def test_a_users_tests_run_on_a_real_server_enabled_in_the_ini(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    project = user_project(tmp_path, ini="venturi_redis = true\n")
+    proc = run_pytest(project, f"--venturi-redis-url={redis_server.url}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{USER_TESTS} passed" in proc.stdout
+    # The jobs went to that server (and each test had a queue of its own).
+    with redis.Redis(port=redis_server.port, **redis_server.connect_kwargs()) as r:
+        queues = {k.split(b"{")[1].split(b"}")[0] for k in r.keys(b"venturi:{test-*")}
+    assert len(queues) == USER_TESTS - 1  # the last test enqueues nothing
+
+
+# -- drain() in this suite's own fixtures ---------------------------------------------
+
+
+class Nap(vr.Task):
+    KIND: ClassVar[str] = "plugin-nap"
+    n: int
+
+
+class NapJob(Nap, vr.Handler[list[int]]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: list[int]) -> vr.Outcome:
+        state.append(self.n)
+        return vr.Outcome.completed()
+
+
+class Forever(vr.Task):
+    KIND: ClassVar[str] = "plugin-forever"
+
+
+class ForeverJob(Forever, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        return vr.Outcome.pause_in(60)
+
+
+@pytest.fixture
+async def clocked(url: str) -> Any:
+    c = vr.Client.from_url(url, clock=Clock())
+    try:
+        yield c
+    finally:
+        await c.aclose()
+
+
+@pytest.mark.parametrize("backend", ["redis", "memory"])
+async def test_drain_runs_delayed_jobs_in_due_order_by_moving_the_clock(
+    clocked: vr.Client, queue_name: str
+) -> None:
+    queue = clocked.queue(queue_name)
+    start = clocked.clock()  # type: ignore[misc]
+    for n, delay in [(1, 7200), (2, 60), (3, 0), (4, 86400)]:
+        await queue.enqueue(Nap(n=n), delay=delay)
+    seen: list[int] = []
+
+    report = await drain(queue, NapJob, state=seen)
+
+    assert seen == [3, 2, 1, 4]
+    assert (report.runs, len(report.completed)) == (4, 4)
+    assert report.advanced_ms == 86400 * 1000
+    assert clocked.clock() == start + 86400 * 1000  # type: ignore[misc]
+    assert await queue.is_drained()
+    # A second drain reports nothing new: the four were done before it.
+    again = await drain(queue, NapJob, state=seen)
+    assert (again.runs, again.completed, again.advanced_ms) == (0, [], 0)
+
+
+@pytest.mark.parametrize("backend", ["redis", "memory"])
+async def test_drain_gives_up_after_max_runs(clocked: vr.Client, queue_name: str) -> None:
+    queue = clocked.queue(queue_name)
+    await queue.enqueue(Forever())
+    with pytest.raises(DrainLimitError, match="after 5 runs"):
+        await drain(queue, ForeverJob, max_runs=5)
+
+
+@pytest.mark.parametrize("backend", ["memory"])
+async def test_drain_refuses_to_wait_on_a_client_without_a_test_clock(queue: vr.Queue) -> None:
+    await queue.enqueue(Nap(n=1))
+    await queue.enqueue(Nap(n=2), delay=3600)
+    seen: list[int] = []
+    with pytest.raises(vr.ConfigurationError, match=r"clock=venturi_redis\.testing\.Clock"):
+        await drain(queue, NapJob, state=seen)
+    assert seen == [1]  # what was due ran; the delayed job was not waited for
+
+
+def test_clock_moves_only_forward() -> None:
+    clock = Clock()
+    t = clock()
+    clock.advance(1.5)
+    clock.advance_to(t)
+    assert clock() == t + 1500
+    with pytest.raises(vr.ConfigurationError):
+        clock.advance(-1)
+
+
+def test_docs_testing_md_shows_the_tested_code() -> None:
+    # Every Python block of docs/testing.md's examples is verbatim in the user
+    # project this file runs: the docs cannot drift from what passes.
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "testing.md").read_text()
+    examples = doc.split("## Examples", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in examples.split("```python\n")[1:]]
+    code = (PROJECT / "tasks.py").read_text() + (PROJECT / "user_test_tasks.py").read_text()
+    assert len(blocks) >= 6
+    for block in blocks:
+        assert block in code, block

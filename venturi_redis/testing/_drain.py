@@ -1,0 +1,209 @@
+"""``drain()``: run a queue's jobs in a test until nothing is left to run.
+
+Every job goes through the real scripts and the real codec, run by a real
+``Worker``: a payload that cannot be stored, a carry that does not decode or a
+merge that raises fails the test as it would fail in production. Only time is
+not real: jobs that wait (a delay, a retry's backoff, a pause) are made due by
+moving the client's ``Clock`` forward to the earliest of them, never by sleeping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from .._model.errors import ConfigurationError, VenturiError
+from .._model.records import JobInfo
+from .._model.task import Task
+from .._producer.client import Queue
+from .._producer.offload import OffloadFunction
+from .._producer.ops import server_now_ms
+from .._worker.worker import Worker
+from ._clock import Clock
+
+# How long drain waits for a finished run before it looks at the queue anyway.
+# Every run that ends tells drain at once (the worker's observer); this only
+# bounds the wait when a job leaves the running set without a run ending
+# (a job of a kind nobody registered is buried that way).
+_RECHECK = 0.05
+
+
+class DrainLimitError(VenturiError):
+    """drain() ran ``max_runs`` handler runs and the queue still had jobs to run."""
+
+
+@dataclass
+class DrainReport:
+    """What one ``drain()`` did: its runs and the jobs it left finished or waiting.
+
+    Each list holds the jobs that reached that state during the drain (a job
+    that was already dead before it is not in ``dead``), oldest first.
+    """
+
+    runs: int = 0
+    completed: list[JobInfo] = field(default_factory=list)
+    dead: list[JobInfo] = field(default_factory=list)
+    suspended: list[JobInfo] = field(default_factory=list)
+    # How far drain moved the queue's clock, in milliseconds.
+    advanced_ms: int = 0
+
+    def job(self, job_id: str) -> JobInfo:
+        """The reported job with id ``job_id`` (completed, dead or suspended)."""
+        for info in (*self.completed, *self.dead, *self.suspended):
+            if info.id == job_id:
+                return info
+        raise KeyError(f"job {job_id} did not complete, die or suspend during this drain")
+
+    def notes(self) -> dict[str, str | None]:
+        """Every reported job's note by id: what a test usually asserts on."""
+        return {info.id: info.note for info in (*self.completed, *self.dead, *self.suspended)}
+
+
+class _Runs:
+    """The worker's observer: counts finished runs and wakes drain on each."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.changed = anyio.Event()
+
+    def job_claimed(self, queue: str, kind: str) -> None:
+        pass
+
+    def job_finished(self, queue: str, kind: str, outcome: str, seconds: float) -> None:
+        self.count += 1
+        self.changed.set()
+
+    async def wait(self) -> None:
+        with anyio.move_on_after(_RECHECK):
+            await self.changed.wait()
+        self.changed = anyio.Event()
+
+
+async def drain(
+    queue: Queue,
+    *handlers: type[Task[Any]] | OffloadFunction[Any, Any],
+    state: Any = None,
+    max_runs: int = 1000,
+    concurrency: int = 1,
+    **worker_options: Any,
+) -> DrainReport:
+    """Run every job of ``queue`` that can run, until none is left, and report.
+
+    A ``Worker`` with ``handlers`` registered runs the jobs. Whenever nothing
+    is running and nothing is due, but jobs wait for a later time (a delay, a
+    retry's backoff, a pause), the queue's clock jumps to the earliest of them.
+    Suspended jobs do not keep drain going: they are reported and stay
+    suspended (``queue.resume(...)`` them and drain again).
+
+    Args:
+        queue: The queue to drain; its client's clock must be a ``Clock``
+            (the ``venturi_client`` fixture's is) for drain to move time.
+        *handlers: Task+Handler classes or ``@vr.offload`` functions.
+        state: The worker's state, passed to every handler.
+        max_runs: Most handler runs before drain gives up with
+            ``DrainLimitError`` (a handler that pauses forever).
+        concurrency: Jobs run at once (default 1: a test sees them in order).
+        **worker_options: More ``vr.Worker`` arguments (``max_failures``,
+            ``backoff``, ``lease``...).
+
+    Raises:
+        DrainLimitError: ``max_runs`` runs did not empty the queue.
+        ConfigurationError: jobs wait for a later time and the client's clock
+            is not a ``Clock``.
+    """
+    if max_runs < 1:
+        raise ConfigurationError(f"max_runs must be >= 1, got {max_runs}")
+    before = await _finished(queue)
+    runs = _Runs()
+    report = DrainReport()
+    options: dict[str, Any] = {
+        # A test's worker: no signal handlers, no retention trims, and the
+        # process's collector left alone; a real server's eviction policy is
+        # the operator's business, not the test's.
+        "handle_signals": False,
+        "check_eviction_policy": False,
+        "retention": None,
+        "freeze_gc": False,
+        "gc_threshold": None,
+        **worker_options,
+    }
+    worker: Worker[Any] = Worker(queue, state=state, concurrency=concurrency, observer=runs, **options)
+    worker.register(*handlers)
+    while True:
+        # One worker run per instant of the clock: it runs until nothing is
+        # due and nothing runs, then stops, and the clock moves on.
+        # Only the worker's own runs can settle a queue that is not settled
+        # yet, so shutdown() below always finds run() started (a shutdown
+        # before run() starts would be forgotten by it).
+        if not await _settled(queue):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                while not (await _settled(queue)) and runs.count < max_runs:
+                    await runs.wait()
+                worker.shutdown()
+        report.runs = runs.count
+        next_due = await _next_due(queue)
+        if next_due is None:
+            break
+        if runs.count >= max_runs:
+            raise DrainLimitError(
+                f"drain stopped after {runs.count} runs with jobs still pending on queue {queue.name!r} "
+                "(a handler that pauses or fails forever?): raise max_runs if the work is that long"
+            )
+        clock = queue.client.clock
+        if not isinstance(clock, Clock):
+            raise ConfigurationError(
+                f"queue {queue.name!r} has jobs waiting for a later time and its client reads Redis TIME: "
+                "drain moves time only on a client made with clock=venturi_redis.testing.Clock() "
+                "(the venturi_client fixture's)"
+            )
+        report.advanced_ms += max(0, next_due - clock())
+        clock.advance_to(next_due)
+    after = await _finished(queue)
+    for state_name, target in (
+        ("completed", report.completed),
+        ("dead", report.dead),
+        ("suspended", report.suspended),
+    ):
+        old = before[state_name]
+        for job_id, score in after[state_name]:
+            if dict(old).get(job_id) == score:
+                continue  # there before the drain, untouched
+            info = await queue.get(job_id)
+            if info is not None:
+                target.append(info)
+    return report
+
+
+async def _settled(queue: Queue) -> bool:
+    """Nothing running and nothing due now, read in one MULTI (no claim between the reads)."""
+    now = await server_now_ms(queue.client)
+    pipe = queue.client.redis.pipeline(transaction=True)
+    pipe.zcard(queue.keys.running)
+    for key in queue.keys.pending_high_first:
+        pipe.zrangebyscore(key, "-inf", now, start=0, num=1)
+    running, *due = await pipe.execute()
+    return int(running) == 0 and not any(due)
+
+
+async def _next_due(queue: Queue) -> int | None:
+    """The earliest eligibility time (ms) of any pending job, or None if none is pending."""
+    pipe = queue.client.redis.pipeline(transaction=False)
+    for key in queue.keys.pending_high_first:
+        pipe.zrange(key, 0, 0, withscores=True)
+    firsts = [int(entries[0][1]) for entries in await pipe.execute() if entries]
+    return min(firsts, default=None)
+
+
+async def _finished(queue: Queue) -> dict[str, list[tuple[str, float]]]:
+    """Ids and scores of the completed, dead and suspended jobs, oldest first."""
+    keys = {"completed": queue.keys.completed, "dead": queue.keys.dead, "suspended": queue.keys.suspended}
+    pipe = queue.client.redis.pipeline(transaction=False)
+    for key in keys.values():
+        pipe.zrange(key, 0, -1, withscores=True)
+    out: dict[str, list[tuple[str, float]]] = {}
+    for name, entries in zip(keys, await pipe.execute(), strict=True):
+        out[name] = [(raw.decode() if isinstance(raw, bytes) else str(raw), score) for raw, score in entries]
+    return out
