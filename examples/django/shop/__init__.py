@@ -1,0 +1,1 @@
+"""A Django project whose tasks run on venturi (see docs/integrations.md)."""

@@ -1,0 +1,148 @@
+"""``VenturiBackend``: Django's Tasks framework enqueuing onto venturi queues.
+
+Settings::
+
+    TASKS = {
+        "default": {
+            "BACKEND": "venturi_redis.contrib.django.VenturiBackend",
+            "QUEUES": ["default", "emails"],  # Django's queue names this backend takes
+            "OPTIONS": {"url": "redis://127.0.0.1:6379/0", "queue": "default"},
+        }
+    }
+
+The web process only enqueues and reads results, through a ``vr.SyncClient``
+shared by every backend instance with the same URL (one event-loop thread
+per URL, not per request thread).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from ..._model.errors import ConfigurationError
+from ..._producer.sync import SyncClient, SyncQueue
+from . import _compat
+from ._jobs import DjangoCall, is_job_id, known, priority_of, remember, result_from_job
+
+_clients: dict[str, SyncClient] = {}
+_clients_lock = threading.Lock()
+
+
+def sync_client(url: str) -> SyncClient:
+    """The process's one ``SyncClient`` for ``url``."""
+    with _clients_lock:
+        client = _clients.get(url)
+        if client is None:
+            client = _clients[url] = SyncClient(url)
+        return client
+
+
+class VenturiBackend(_compat.BaseTaskBackend):
+    """A Django Tasks backend whose tasks run as venturi jobs.
+
+    ``OPTIONS``:
+
+    - ``url``: the Redis URL (default: ``REDIS_URL``, then ``redis://127.0.0.1:6379/0``);
+    - ``queue``: the venturi queue for Django's ``"default"`` queue name (default
+      ``"default"``); any other ``queue_name`` is used as the venturi queue's name;
+    - ``max_failures``: failed runs before a task is ``FAILED`` for good (default
+      1: Django's tasks are not retried unless you ask; with more, a failed run is
+      retried after venturi's backoff and the result reads ``READY`` meanwhile,
+      its ``errors`` listing each failure).
+
+    A task's ``priority`` (-100..100) maps onto venturi's levels: above 50
+    critical, 1..50 high, 0 normal, below 0 low. ``run_after`` becomes the
+    job's delay.
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        options: dict[str, Any] = dict(params.get("OPTIONS", {}))
+        self.url: str = options.pop("url", None) or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+        self.default_queue: str = options.pop("queue", "default")
+        self.max_failures: int | None = options.pop("max_failures", 1)
+        if options:
+            raise ConfigurationError(
+                f"TASKS[{alias!r}]['OPTIONS'] has unknown keys {sorted(options)}: "
+                "use url, queue and max_failures"
+            )
+
+    # -- names -------------------------------------------------------------------
+
+    def venturi_queue(self, queue_name: str) -> str:
+        """The venturi queue a Django ``queue_name`` goes to."""
+        return self.default_queue if queue_name == _compat.DEFAULT_TASK_QUEUE_NAME else queue_name
+
+    def venturi_queues(self) -> list[str]:
+        """Every venturi queue of this backend (what its worker consumes)."""
+        names = self.queues or {_compat.DEFAULT_TASK_QUEUE_NAME}
+        return sorted({self.venturi_queue(name) for name in names})
+
+    def _queue(self, queue_name: str) -> SyncQueue:
+        return sync_client(self.url).queue(self.venturi_queue(queue_name))
+
+    # -- the contract ----------------------------------------------------------------
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        self.validate_task(task)
+        remember(task)
+        now = timezone.now()
+        delay = timedelta(0)
+        if task.run_after is not None:
+            delay = max(timedelta(0), task.run_after - now)
+        # A TaskResult first: it normalises args and kwargs to JSON, refusing
+        # what cannot be (the same check Django's own backends make).
+        pending = _compat.TaskResult(
+            task=task,
+            id="",
+            status=_compat.TaskResultStatus.READY,
+            enqueued_at=None,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        call = DjangoCall(task=task.module_path, args=pending.args, kwargs=pending.kwargs, backend=self.alias)
+        job_id = self._queue(task.queue_name).enqueue(
+            call, delay=delay, priority=priority_of(task.priority), max_failures=self.max_failures
+        )
+        object.__setattr__(pending, "id", job_id)
+        object.__setattr__(pending, "enqueued_at", now)
+        _compat.task_enqueued.send(type(self), task_result=pending)
+        return pending
+
+    def get_result(self, result_id: str) -> Any:
+        if is_job_id(result_id):
+            for name in self.venturi_queues():
+                queue = sync_client(self.url).queue(name)
+                info = queue.get(result_id)
+                if info is None or info.kind != DjangoCall.KIND:
+                    continue
+                path = str((info.payload or {}).get("task", ""))
+                task = known(path)
+                if task is None:
+                    from ._discovery import discover
+
+                    discover()  # the app's tasks modules, named by settings, never by Redis
+                    task = known(path)
+                if task is None:
+                    raise _compat.TaskResultDoesNotExist(
+                        f"{result_id}: its task {path!r} is not among this process's tasks"
+                    )
+                journal = queue.journal(result_id)
+                return result_from_job(task, info, journal)
+        raise _compat.TaskResultDoesNotExist(result_id)
