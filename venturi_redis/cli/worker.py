@@ -122,6 +122,14 @@ def worker(
             help="The event loop. uvloop: pip install 'venturi_redis[uvloop]' (benchmarks/README.md).",
         ),
     ] = "asyncio",
+    processes: Annotated[
+        int,
+        typer.Option(
+            "--processes",
+            min=1,
+            help="Worker processes, restarted when they die; signals go to all (cli/processes.py).",
+        ),
+    ] = 1,
 ) -> None:
     """Run a worker until SIGTERM / SIGINT (graceful: running jobs get their grace period)."""
     from .._worker.worker import Worker
@@ -140,6 +148,16 @@ def worker(
     # The resolved URL, given or not: a factory calling Client.from_url() then
     # reaches the server every other command here reaches.
     os.environ["REDIS_URL"] = redis_url(redis)
+    if processes > 1:
+        from .processes import child_commands, supervise
+
+        options = [f"--log-level={log_level}", f"--metrics-addr={metrics_addr}", f"--loop={loop}"]
+        options += [f"--queue={q}" for q in queue or []]
+        options += [f"--concurrency={concurrency}"] if concurrency is not None else []
+        options += ["--no-eviction-check"] if no_eviction_check else []
+        options += ["--json"] if json_out else []
+        commands = child_commands(target, processes, options=options, metrics_port=metrics_port)
+        raise typer.Exit(supervise(commands))
 
     async def main() -> int:
         obj = _load_target(target)

@@ -1,0 +1,119 @@
+"""``venturi worker MODULE:ATTR --processes N`` as a user runs it: real processes, real signals."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import venturi_redis as vr
+from tests.procs.pworker import Stamp
+from tests.servers import RedisServer
+from venturi_redis.cli import processes
+
+ROOT = Path(__file__).resolve().parent.parent
+STARTED = re.compile(r"worker (\d+) started \(pid (\d+)\)")
+
+
+def wait_for(log: Path, pattern: str, count: int = 1, timeout: float = 60.0) -> list[re.Match[str]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = list(re.finditer(pattern, log.read_text()))
+        if len(found) >= count:
+            return found
+        assert time.monotonic() < deadline, f"no {count} x {pattern!r} in:\n{log.read_text()}"
+        time.sleep(0.05)
+
+
+def wait_finished(queue: vr.SyncQueue, ids: list[str], timeout: float = 60.0) -> list[vr.JobInfo]:
+    deadline = time.monotonic() + timeout
+    while True:
+        infos = [queue.get(i) for i in ids]
+        if all(i is not None and i.state == vr.JobState.COMPLETED for i in infos):
+            return [i for i in infos if i is not None]
+        assert time.monotonic() < deadline, [i.state if i else None for i in infos]
+        time.sleep(0.05)
+
+
+def test_two_processes_survive_a_sigkill_and_stop_gracefully_on_sigterm(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    name = f"procs-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "REDIS_URL": redis_server.url, "VENTURI_QUEUE": name, "PYTHONUNBUFFERED": "1"}
+    log = tmp_path / "supervisor.log"
+    cmd = [sys.executable, "-m", "venturi_redis.cli", "worker", "tests.procs.pworker:make_worker"]
+    with log.open("wb") as out:
+        sup = subprocess.Popen(
+            [*cmd, "--processes", "2", "--concurrency", "1"], cwd=ROOT, env=env, stdout=out, stderr=out
+        )
+    try:
+        with vr.SyncClient(redis_server.url) as client:
+            q = client.queue(name)
+            started = {int(m[1]): int(m[2]) for m in wait_for(log, STARTED.pattern, 2)}
+            for pid in started.values():
+                wait_for(log, rf":{pid}:\w+ starting on {name}")
+            # One job at a time per process: two slow jobs run one in each.
+            ids = [q.enqueue(Stamp(seconds=1.0)) for _ in range(2)]
+            assert {i.result for i in wait_finished(q, ids)} == set(started.values())
+
+            os.kill(started[0], signal.SIGKILL)
+            wait_for(log, rf"worker 0 \(pid {started[0]}\) killed by SIGKILL; restarting in")
+            restarted = [m for m in wait_for(log, STARTED.pattern, 3) if int(m[1]) == 0][-1]
+            new_pid = int(restarted[2])
+            assert new_pid != started[0]
+            wait_for(log, rf":{new_pid}:\w+ starting on {name}")
+            ids = [q.enqueue(Stamp(seconds=1.0)) for _ in range(2)]
+            assert {i.result for i in wait_finished(q, ids)} == {new_pid, started[1]}
+
+            # SIGTERM while each process runs a job: both finish, nothing is left running.
+            ids = [q.enqueue(Stamp(seconds=1.5)) for _ in range(2)]
+            deadline = time.monotonic() + 30
+            while q.counts()["running"] < 2:
+                assert time.monotonic() < deadline, q.counts()
+                time.sleep(0.02)
+            sup.send_signal(signal.SIGTERM)
+            assert sup.wait(timeout=60) == 0, log.read_text()
+            infos = [q.get(i) for i in ids]
+            assert [(i.state, i.failures) for i in infos if i] == [(vr.JobState.COMPLETED, 0)] * 2
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
+    text = log.read_text()
+    assert "SIGTERM received, forwarding to 2 worker(s)" in text
+    assert "every worker stopped" in text
+    for pid in (new_pid, started[1]):  # the children are gone too
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_a_usage_error_is_not_restarted(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "venturi_redis.cli", "worker", "no-colon-here", "--processes", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "a usage error, restarting cannot help" in proc.stderr
+
+
+def test_a_child_that_keeps_dying_makes_the_supervisor_give_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(processes, "BACKOFF_FIRST", 0.01)
+    die = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    live = [sys.executable, "-c", "import time; time.sleep(60)"]
+    assert processes.supervise([die, live]) == 1  # and the live one was stopped, not left behind
+
+
+def test_children_get_their_own_metrics_port() -> None:
+    cmds = processes.child_commands("m:w", 3, options=["--json"], metrics_port=9464)
+    assert [c[c.index("--metrics-port") + 1] for c in cmds] == ["9464", "9465", "9466"]
+    assert all(c[1:5] == ["-m", "venturi_redis.cli", "worker", "m:w"] and "--json" in c for c in cmds)

@@ -1,0 +1,186 @@
+"""``venturi worker ... --processes N``: N worker processes under one supervisor.
+
+The supervisor imports nothing of the user's: each child is ``python -m
+venturi_redis.cli worker ...`` with the same options (less ``--processes``),
+in a session of its own, so a Ctrl-C in the terminal reaches the supervisor
+alone and the children get exactly one signal each, forwarded. Then:
+
+- a child that exits while no shutdown was asked for is restarted after a
+  backoff (0.5 s, doubling to 30 s; back to 0.5 s once a child has run a
+  minute), and the death is logged with its exit status;
+- SIGTERM or SIGINT is forwarded to every child; the supervisor waits for all
+  of them (each lets its running jobs finish within its grace) and exits 0
+  when they all stopped cleanly;
+- a child that cannot be kept alive (``MAX_QUICK_DEATHS`` deaths in a row,
+  each within ``STABLE`` seconds of its start, or a usage error, status 2)
+  makes the supervisor stop the others and exit 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import FrameType
+
+log = logging.getLogger("venturi_redis.processes")
+
+BACKOFF_FIRST = 0.5
+BACKOFF_CAP = 30.0
+STABLE = 60.0  # a child that ran this long has its backoff and death count reset
+MAX_QUICK_DEATHS = 5
+_TICK = 0.05
+
+
+@dataclass
+class _Slot:
+    index: int
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    quick_deaths: int = 0
+    restart_at: float | None = None
+    backoff: float = BACKOFF_FIRST
+
+
+def child_commands(
+    target: str,
+    processes: int,
+    *,
+    options: Sequence[str],
+    metrics_port: int | None,
+) -> list[list[str]]:
+    """One command line per child: this Python, the CLI's module, ``worker``, the options.
+
+    Child ``i`` serves metrics on ``metrics_port + i`` (each process counts
+    its own jobs; port 0 lets each pick a free one).
+    """
+    out = []
+    for i in range(processes):
+        argv = [sys.executable, "-m", "venturi_redis.cli", "worker", target, *options]
+        if metrics_port is not None:
+            argv += ["--metrics-port", str(metrics_port + i if metrics_port else 0)]
+        out.append(argv)
+    return out
+
+
+def supervise(
+    commands: Sequence[Sequence[str]],
+    *,
+    spawn: Callable[[Sequence[str]], subprocess.Popen[bytes]] | None = None,
+) -> int:
+    """Run one child per command, keep them alive, stop them all on SIGTERM/SIGINT.
+
+    Returns the supervisor's exit status: 0 after a clean shutdown, 1 when a
+    child could not be kept alive or a child ended badly on shutdown.
+    """
+    start = spawn or (lambda argv: subprocess.Popen(list(argv), start_new_session=True))
+    slots = [_Slot(i) for i in range(len(commands))]
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    forwarded = 0
+    failed: str | None = None
+    try:
+        for slot in slots:
+            _start(slot, commands[slot.index], start)
+        while True:
+            now = time.monotonic()
+            if forwarded < len(received):
+                # Each signal is forwarded once to every child: a second one
+                # makes the children skip their grace, as it would a worker's.
+                for signum in received[forwarded:]:
+                    log.warning(
+                        "supervisor: %s received, forwarding to %d worker(s)", _name(signum), _alive(slots)
+                    )
+                    for slot in slots:
+                        if slot.proc is not None and slot.proc.poll() is None:
+                            slot.proc.send_signal(signum)
+                forwarded = len(received)
+            stopping = bool(received) or failed is not None
+            for slot in slots:
+                proc = slot.proc
+                if proc is None:
+                    if not stopping and slot.restart_at is not None and now >= slot.restart_at:
+                        _start(slot, commands[slot.index], start)
+                    continue
+                code = proc.poll()
+                if code is None:
+                    if now - slot.started >= STABLE:
+                        slot.quick_deaths, slot.backoff = 0, BACKOFF_FIRST
+                    continue
+                slot.proc = None
+                if stopping:
+                    if code != 0:
+                        log.warning(
+                            "supervisor: worker %d (pid %d) ended with status %s", slot.index, proc.pid, code
+                        )
+                        failed = failed or f"worker {slot.index} ended with status {code} on shutdown"
+                    continue
+                failed = _died(slot, proc.pid, code, now)
+                if failed is not None:
+                    log.error("supervisor: %s; stopping the other workers", failed)
+                    for other in slots:
+                        if other.proc is not None and other.proc.poll() is None:
+                            other.proc.send_signal(signal.SIGTERM)
+            if stopping and all(slot.proc is None for slot in slots):
+                break
+            time.sleep(_TICK)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for slot in slots:  # only on an error of our own: never leave children behind
+            if slot.proc is not None and slot.proc.poll() is None:
+                slot.proc.kill()
+                slot.proc.wait()
+    if failed is not None:
+        log.error("supervisor: exiting with status 1: %s", failed)
+        return 1
+    log.info("supervisor: every worker stopped")
+    return 0
+
+
+def _start(
+    slot: _Slot, command: Sequence[str], start: Callable[[Sequence[str]], subprocess.Popen[bytes]]
+) -> None:
+    slot.proc = start(command)
+    slot.started = time.monotonic()
+    slot.restart_at = None
+    log.info("supervisor: worker %d started (pid %d)", slot.index, slot.proc.pid)
+
+
+def _died(slot: _Slot, pid: int, code: int, now: float) -> str | None:
+    """Schedule the slot's restart; the reason to give up instead, if there is one."""
+    how = f"killed by {_name(-code)}" if code < 0 else f"exited with status {code}"
+    if code == 2:
+        return f"worker {slot.index} (pid {pid}) {how}: a usage error, restarting cannot help"
+    if now - slot.started < STABLE:
+        slot.quick_deaths += 1
+    else:
+        slot.quick_deaths, slot.backoff = 1, BACKOFF_FIRST
+    if slot.quick_deaths >= MAX_QUICK_DEATHS:
+        return (
+            f"worker {slot.index} died {slot.quick_deaths} times in a row, each within {STABLE:g}s "
+            f"of its start (last: {how})"
+        )
+    slot.restart_at = now + slot.backoff
+    log.warning("supervisor: worker %d (pid %d) %s; restarting in %.1fs", slot.index, pid, how, slot.backoff)
+    slot.backoff = min(slot.backoff * 2, BACKOFF_CAP)
+    return None
+
+
+def _alive(slots: Sequence[_Slot]) -> int:
+    return sum(1 for s in slots if s.proc is not None and s.proc.poll() is None)
+
+
+def _name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
