@@ -4,10 +4,12 @@ usage: .venv/bin/python benchmarks/processes.py [--jobs 20000] [--processes 1 2]
 
 Each run: a fresh redis-server of its own, ``jobs`` no-op jobs enqueued first
 (untimed), then ``venturi worker benchmarks.processes:make_worker --processes
-N --concurrency 100`` started as a user starts it. The clock runs from the
-first completed job to the last (Redis counts them; this script polls every
-5 ms; the settings interleave, run by run), so process start-up is not counted, and a second process that starts
-late is. jobs/s = jobs completed in that window / its length. Median of runs.
+N`` (concurrency 100 per process) started as a user starts it. The clock runs
+from the first completed job to the last (Redis counts them; this script
+polls every 5 ms), so process start-up is not counted, and a second process
+that starts late is. jobs/s = jobs completed in that window / its length.
+The settings interleave run by run (the machine's speed drifts); median of
+runs.
 """
 
 from __future__ import annotations
