@@ -19,7 +19,7 @@ from .._model.records import JobInfo
 from .._model.task import Task
 from .._producer.client import Queue
 from .._producer.offload import OffloadFunction
-from .._producer.ops import server_now_ms
+from .._producer.reads import server_now_ms
 from .._worker.worker import Worker
 from ._clock import Clock
 
