@@ -107,6 +107,11 @@ def test_views_enqueue_and_manage_py_venturi_worker_runs_the_tasks(
             "errors": [],
             "return_value": "welcomed ada@example.org",
         }
+        from shop.tasks import send_welcome
+
+        # The worker of each claim, read back from the journal: host:pid:random.
+        (worker_id,) = send_welcome.get_result(welcome_id).worker_ids
+        assert worker_id.count(":") == 2 and worker_id.split(":")[1] == str(worker.pid)
         counted = poll(http, "count_words", words_id, {"SUCCESSFUL", "FAILED"})
         assert counted["return_value"] == {"words": 4, "attempt": 1}
         failed = poll(http, "send_welcome", bad_id, {"FAILED"})

@@ -33,6 +33,7 @@ class DjangoWorkerState:
 
     backend: Any
     tasks: dict[str, Any] = field(default_factory=dict)
+    worker_id: str = ""  # the vr.Worker's id: what TaskResult.worker_ids lists
 
 
 def _run_sync(func: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -70,8 +71,7 @@ class DjangoJob(DjangoCall, Handler[DjangoWorkerState]):
             )
 
         running = result("RUNNING")
-        # The current run's claim is not in the history yet: count it.
-        running.worker_ids.append(state.backend.alias)
+        running.worker_ids.append(state.worker_id)  # this run's claim is not in the history yet
         await _compat.task_started.asend(type(state.backend), task_result=running)
         args, kwargs = list(self.args), dict(self.kwargs)
         if task.takes_context:
@@ -132,4 +132,5 @@ def make_worker(alias: str = "default", *, client: Client | None = None, **optio
     worker: Worker[Any] = Worker(
         [client.queue(name) for name in backend.venturi_queues()], state=state, **options
     )
+    state.worker_id = worker.id
     return worker.register(DjangoJob)
