@@ -9,7 +9,8 @@ the same Redis). Then::
     curl localhost:8000/jobs/<job_id>
     curl -X POST 'localhost:8000/quotes?wait=5' -H 'content-type: application/json' -d '{"items": [3, 4]}'
 
-Without ``REDIS_URL`` the app uses the embedded ``memory://`` server, which
+``/dashboard/`` is the read-only dashboard (with ``VENTURI_DASHBOARD_TOKEN``
+set, it asks for that token). Without ``REDIS_URL`` the app uses the embedded ``memory://`` server, which
 lives inside the web process, so it runs the worker there too (in the
 lifespan, as examples/asgi_worker.py does); ``VENTURI_INLINE_WORKER=1`` asks
 for that on a real Redis as well.
@@ -87,15 +88,25 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     inline = url.startswith("memory://") or os.environ.get("VENTURI_INLINE_WORKER") == "1"
     async with vr.Client.from_url(url) as client:  # closed when the app stops
         app.state.client = client
-        if not inline:
-            yield
-            return
-        # uvicorn owns the signals; it runs the code after ``yield`` on SIGTERM.
-        worker = make_worker(client, handle_signals=False)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(worker.run)
-            yield
-            worker.shutdown()
+        # The dashboard (docs/dashboard.md) under /dashboard, read-only, behind
+        # a token: it needs the client, so it is mounted here and taken down
+        # with it.
+        from venturi_redis.dashboard import create_app
+
+        token = os.environ.get("VENTURI_DASHBOARD_TOKEN") or None
+        app.mount("/dashboard", create_app(client, read_only=True, token=token, tasks=[Welcome]))
+        try:
+            if not inline:
+                yield
+                return
+            # uvicorn owns the signals; it runs the code after ``yield`` on SIGTERM.
+            worker = make_worker(client, handle_signals=False)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                yield
+                worker.shutdown()
+        finally:
+            app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", "") != "/dashboard"]
 
 
 app = FastAPI(title="venturi_redis example", lifespan=lifespan)

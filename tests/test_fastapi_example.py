@@ -48,6 +48,7 @@ def served(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[str, str
     name = f"web-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "REDIS_URL": redis_server.url, "VENTURI_QUEUE": name, "PYTHONUNBUFFERED": "1"}
     env.pop("VENTURI_INLINE_WORKER", None)
+    env["VENTURI_DASHBOARD_TOKEN"] = "s3cret-for-the-test"
     port = free_port()
     web = start(
         [sys.executable, "-m", "uvicorn", "examples.fastapi_app:app", "--port", str(port)],
@@ -83,7 +84,7 @@ async def finished_state(http: httpx.AsyncClient, job_id: str) -> dict[str, str]
 async def test_the_app_over_http_with_a_venturi_worker_beside_it(
     served: tuple[str, str, dict[str, str], Path],
 ) -> None:
-    base, _, env, tmp = served
+    base, name, env, tmp = served
     async with httpx.AsyncClient(base_url=base, timeout=40) as http:
         await wait_ready(http)
         # No worker yet: the offload waits its time out and answers with the key.
@@ -120,6 +121,11 @@ async def test_the_app_over_http_with_a_venturi_worker_beside_it(
             assert (await http.get(f"/quotes/{key}")).json()["status"] == "completed"
             assert (await http.get("/quotes/not-a-key")).status_code == 404
             assert (await http.get("/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV")).status_code == 404
+            # The dashboard, mounted in the lifespan: the token is asked for, and it shows the queue.
+            anonymous = await http.get("/dashboard/")
+            assert anonymous.status_code == 303 and "login" in anonymous.headers["location"]
+            page = await http.get("/dashboard/", headers={"Authorization": "Bearer s3cret-for-the-test"})
+            assert page.status_code == 200 and name in page.text
         finally:
             code = stop(worker)
         assert code == 0, (tmp / "worker.log").read_text()
