@@ -13,10 +13,10 @@ from .._store import calls
 from .._store.prepare import ENQUEUE_CHUNK, Prepared
 
 if TYPE_CHECKING:
-    from .client import Queue
+    from .base import QueueLike
 
 
-async def _call(q: Queue, call: calls.Call) -> Any:
+async def _call(q: QueueLike, call: calls.Call) -> Any:
     """One enqueue script call: on the client's lane when it is free, else through the pool."""
     client = q.client
     lane = client.enqueue_lane()
@@ -54,7 +54,7 @@ class Coalescer:
 
     __slots__ = ("_queue", "_sending", "_waiting")
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: QueueLike) -> None:
         self._queue = queue
         self._sending = False
         self._waiting: deque[_Waiting] = deque()

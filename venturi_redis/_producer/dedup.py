@@ -54,7 +54,7 @@ from .._transport.redispy import forget_watch, pin_connection, pipeline_reply, w
 
 if TYPE_CHECKING:
     from .._store.prepare import Prepared
-    from .client import Queue
+    from .base import QueueLike
 
 MAX_MERGE_ATTEMPTS = 64
 
@@ -66,7 +66,7 @@ class _ReplyLost:
 REPLY_LOST = _ReplyLost()
 
 
-async def merge_into(queue: Queue, task: Task[Any], job: Prepared, holder: str) -> str:
+async def merge_into(queue: QueueLike, task: Task[Any], job: Prepared, holder: str) -> str:
     """Resolve a dedup collision for ``job``; returns the id that holds the work."""
     client = queue.client
     unsure = False  # an EXEC of ours may have been applied without our seeing it
@@ -110,7 +110,7 @@ def _reply_lost(exc: WatchError) -> bool:
 
 
 async def _try_merge(
-    queue: Queue, task: Task[Any], job: Prepared, holder: str, *, unsure: bool = False
+    queue: QueueLike, task: Task[Any], job: Prepared, holder: str, *, unsure: bool = False
 ) -> str | _ReplyLost | None:
     """One optimistic attempt: the resulting job id, None to retry, or REPLY_LOST.
 
@@ -208,7 +208,7 @@ async def _try_merge(
     return holder if calls.merged(applied) else None
 
 
-async def _apply_again(queue: Queue, job_key: str, raw: dict[bytes, bytes], call: calls.Call) -> Any:
+async def _apply_again(queue: QueueLike, job_key: str, raw: dict[bytes, bytes], call: calls.Call) -> Any:
     """Run ``call`` in MULTI if the job hash still equals ``raw``; None if it changed."""
     async with queue.client.redis.pipeline(transaction=True) as pipe:
         try:

@@ -21,7 +21,7 @@ from .._store.keys import WAKE_CAP
 from .reads import _text, server_now_ms
 
 if TYPE_CHECKING:
-    from .client import Queue
+    from .base import QueueLike
 
 FinishedState = Literal["completed", "dead", "cancelled"]
 
@@ -82,18 +82,22 @@ class Retention:
         return out
 
 
-async def retry(queue: Queue, job_id: str, *, note: str = "retried by an operator") -> bool:
+async def retry(queue: QueueLike, job_id: str, *, note: str = "retried by an operator") -> bool:
     """Move one dead job back to pending (failures reset). False if it is not dead."""
     return bool(await _retry_ids(queue, [job_id], note))
 
 
-async def _retry_ids(queue: Queue, ids: list[str], note: str) -> list[str]:
+async def _retry_ids(queue: QueueLike, ids: list[str], note: str) -> list[str]:
     call = calls.retry_dead(queue.keys, queue.client.now_arg(), ids=ids, note=note)
     return calls.retried(await queue.client.scripts.call(queue.client.redis, *call))
 
 
 async def retry_dead(
-    queue: Queue, *, kind: str | None = None, limit: int | None = None, note: str = "retried by an operator"
+    queue: QueueLike,
+    *,
+    kind: str | None = None,
+    limit: int | None = None,
+    note: str = "retried by an operator",
 ) -> list[str]:
     """Move dead jobs (oldest death first, optionally of one KIND) back to pending.
 
@@ -129,7 +133,7 @@ async def retry_dead(
 
 
 async def cancel(
-    queue: Queue, job_id: str, *, note: str = "cancelled by an operator"
+    queue: QueueLike, job_id: str, *, note: str = "cancelled by an operator"
 ) -> tuple[CancelResult, str]:
     """Cancel a job; returns ``(result, detail)``.
 
@@ -146,7 +150,7 @@ async def cancel(
     return ("not_found" if detail == "job does not exist" else "finished"), detail
 
 
-async def pause(queue: Queue) -> None:
+async def pause(queue: QueueLike) -> None:
     """Stop every worker from claiming on this queue, from the moment this returns.
 
     The claim script reads the flag in the same atomic step as it claims, so
@@ -157,7 +161,7 @@ async def pause(queue: Queue) -> None:
     await queue.client.redis.hset(queue.keys.meta, mapping={"paused": "1", "paused_at": str(now)})
 
 
-async def resume_queue(queue: Queue) -> None:
+async def resume_queue(queue: QueueLike) -> None:
     """Undo ``pause``: claims succeed again, and workers are woken at once."""
     # One HDEL: the flag is gone atomically; then a wake-up token per pending
     # job (up to the wake list's cap) for the idle workers. A claim made
@@ -182,13 +186,13 @@ def _check_finished(state: str) -> None:
         )
 
 
-async def _purge_batch(queue: Queue, state: str, keep_ms: int, batch: int) -> tuple[int, bool]:
+async def _purge_batch(queue: QueueLike, state: str, keep_ms: int, batch: int) -> tuple[int, bool]:
     _check_finished(state)
     call = calls.purge(queue.keys, queue.client.now_arg(), state=state, keep_ms=keep_ms, batch=batch)
     return calls.purged(await queue.client.scripts.call(queue.client.redis, *call))
 
 
-async def purge(queue: Queue, state: str, *, older_than: float | timedelta = 0.0) -> int:
+async def purge(queue: QueueLike, state: str, *, older_than: float | timedelta = 0.0) -> int:
     """Remove finished jobs of ``state`` (with journals) that finished ``older_than`` ago or more.
 
     Runs the purge script batch after batch until none is left; returns how
@@ -203,7 +207,7 @@ async def purge(queue: Queue, state: str, *, older_than: float | timedelta = 0.0
             return total
 
 
-async def trim(queue: Queue, retention: Retention, *, max_batches: int = _TRIM_MAX_BATCHES) -> int:
+async def trim(queue: QueueLike, retention: Retention, *, max_batches: int = _TRIM_MAX_BATCHES) -> int:
     """One retention pass: remove finished jobs older than their period.
 
     At most ``max_batches`` script calls per state, so one pass stays short;
