@@ -7,28 +7,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.codec import pack
 from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
-from .._model.errors import ConfigurationError, PartialEnqueueError, PayloadTooLarge, TaskDefinitionError
+from .._model.errors import ConfigurationError, PayloadTooLarge
 from .._model.outcome import UNSET
 from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, journal_from
 from .._model.task import Task
 from .._store import calls
 from .._store.keys import QueueKeys
-from .._store.prepare import ENQUEUE_CHUNK, Prepared, prepare, prepare_many
+from .._store.prepare import prepare, prepare_many
 from .._store.scripts import ScriptSet, scripts
 from .._transport.connect import connect, default_url
-from .._transport.durable import Durability, DurableRedis, NotDurableError, as_durability
+from .._transport.durable import Durability, DurableRedis, as_durability
 from .._transport.lane import Lane
 from . import ops as _ops
 from . import reads as _reads
+from .batch import enqueue_prepared
 from .coalesce import Coalescer
+from .dedup import merge_into
 
 if TYPE_CHECKING:
     from .reads import QueueStats
@@ -155,32 +155,6 @@ class Queue:
 
     # -- enqueue ---------------------------------------------------------------
 
-    async def _enqueue_offload(
-        self,
-        task: Task[Any],
-        *,
-        token: str,
-        retention_ms: int,
-        priority: Priority | int | str | None,
-        lease: float | timedelta | None,
-        max_failures: int | None,
-    ) -> str:
-        """Enqueue an ``@vr.offload`` call with its pending snapshot (see ``offload.py``)."""
-        job = prepare(
-            task,
-            self.client.max_payload_bytes,
-            delay=0.0,
-            priority=priority,
-            lease=lease,
-            max_failures=max_failures,
-            carry=None,
-        )
-        if job.dedup:  # a merge would leave the snapshot describing no job
-            raise TaskDefinitionError(f"{job.kind}: an offload task cannot have a dedup key")
-        call = calls.enqueue(self.keys, self.client.now_arg(), [job], offload=[(token, retention_ms)])
-        await self.client.scripts.call(self.client.redis, *call)
-        return job.id
-
     async def enqueue(
         self,
         task: Task[Any],
@@ -216,8 +190,6 @@ class Queue:
         holder = await self._coalescer.enqueue(job)
         if not holder:
             return job.id
-        from .dedup import merge_into
-
         return await merge_into(self, task, job, holder)
 
     async def enqueue_many(
@@ -263,86 +235,7 @@ class Queue:
             lease=lease,
             max_failures=max_failures,
         )
-        return await self._enqueue_prepared(tasks, jobs)
-
-    async def _enqueue_prepared(self, tasks: Sequence[Task[Any]], jobs: list[Prepared]) -> list[str]:
-        """The writing half of ``enqueue_many``: ``jobs`` are ``tasks`` prepared."""
-        if not jobs:
-            return []
-        chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
-        now = self.client.now_arg()
-        batch = [calls.enqueue(self.keys, now, chunk) for chunk in chunks]
-        scripts_, redis = self.client.scripts, self.client.redis
-        replies: list[Any]
-        if len(batch) == 1:
-            try:
-                replies = [await scripts_.call(redis, *batch[0])]
-            except Exception as exc:  # noqa: BLE001 - sorted out below, like an error inside EXEC
-                replies = [exc]
-        else:
-            replies = await scripts_.run_transaction(redis, batch)
-        ids: list[str | None] = [None] * len(jobs)
-        holders = [""] * len(jobs)
-        unknown: list[int] = []
-        failure: Exception | None = None
-        to_probe: list[int] = []
-        for c, reply in enumerate(replies):
-            base = c * ENQUEUE_CHUNK
-            if isinstance(reply, Exception):
-                failure = failure or reply
-                if lost_in_flight(reply):
-                    unknown += range(base, base + len(chunks[c]))
-                else:
-                    to_probe += range(base, base + len(chunks[c]))
-                continue
-            for k, holder in enumerate(calls.enqueue_holders(reply)):
-                if holder:
-                    holders[base + k] = holder
-                else:
-                    ids[base + k] = jobs[base + k].id
-        if failure is not None:
-            # A script that failed may have created some of its jobs before the
-            # error (scripts do not roll back): ids are fresh, so a job hash
-            # that exists is one this call wrote.
-            unknown += await self._probe_created(jobs, to_probe, ids)
-            self._raise_partial(ids, unknown, failure)
-        collided = [i for i, h in enumerate(holders) if h]
-        if collided:
-            from .dedup import merge_into
-
-            for i in collided:
-                try:
-                    ids[i] = await merge_into(self, tasks[i], jobs[i], holders[i])
-                except Exception as exc:  # noqa: BLE001 - re-raised, with what was written
-                    self._raise_partial(ids, [], exc)
-        return [job_id for job_id in ids if job_id is not None]
-
-    async def _probe_created(
-        self, jobs: Sequence[Prepared], positions: list[int], ids: list[str | None]
-    ) -> list[int]:
-        """Fill ``ids`` for the jobs at ``positions`` that exist; returns the positions left unknown."""
-        if not positions:
-            return []
-        pipe = self.client.redis.pipeline(transaction=False)
-        for i in positions:
-            pipe.exists(self.keys.job(jobs[i].id))
-        try:
-            found = await pipe.execute()
-        except Exception:  # noqa: BLE001 - Redis gone too: nobody can tell
-            return positions
-        for i, exists in zip(positions, found, strict=True):
-            if exists:
-                ids[i] = jobs[i].id
-        return []
-
-    def _raise_partial(self, ids: list[str | None], unknown: list[int], cause: Exception) -> NoReturn:
-        """Raise ``cause`` when the outcome is uniform (nothing written, or all unknown), else
-        a ``PartialEnqueueError`` that says which tasks were enqueued."""
-        if not unknown and all(job_id is None for job_id in ids):
-            raise cause  # nothing written: exactly what a single enqueue would raise
-        if len(unknown) == len(ids):
-            raise cause  # one call lost in flight: all or nothing, like a single enqueue
-        raise PartialEnqueueError(self.name, ids, unknown, cause) from cause
+        return await enqueue_prepared(self, tasks, jobs)
 
     # -- reading ---------------------------------------------------------------
 
@@ -446,10 +339,3 @@ class Queue:
     async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
         """Remove finished jobs (``completed``, ``dead`` or ``cancelled``) and their journals."""
         return await _ops.purge(self, state, older_than=older_than)
-
-
-def lost_in_flight(exc: BaseException) -> bool:
-    """A call that failed with no reply from Redis: it may or may not have run."""
-    if isinstance(exc, NotDurableError):
-        return False  # applied: only the replicas' acknowledgement is missing
-    return isinstance(exc, (RedisConnectionError, RedisTimeoutError))

@@ -21,10 +21,12 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from .._model.backoff import to_ms
 from .._model.enums import Priority
-from .._model.errors import ConfigurationError, TaskError
+from .._model.errors import ConfigurationError, TaskDefinitionError, TaskError
 from .._model.outcome import UNSET
 from .._model.task import Task, validate_kind
+from .._store import calls
 from .._store.keys import validate_name
+from .._store.prepare import prepare
 from .results import TOKEN_BYTES, OffloadHandle
 
 if TYPE_CHECKING:
@@ -147,15 +149,22 @@ class OffloadFunction(Generic[P, R]):
         """
         task = self.task(*args, **kwargs)
         token = secrets.token_urlsafe(TOKEN_BYTES)
-        job_id = await client.queue(self.queue)._enqueue_offload(
+        queue = client.queue(self.queue)
+        job = prepare(
             task,
-            token=token,
-            retention_ms=self.retention_ms,
+            client.max_payload_bytes,
+            delay=0.0,
             priority=self._priority,
             lease=self._lease,
             max_failures=self._max_failures,
+            carry=None,
         )
-        return OffloadHandle(key=f"{self.queue}:{token}", job_id=job_id, result_type=self.result_type)
+        if job.dedup:  # a merge would leave the snapshot describing no job
+            raise TaskDefinitionError(f"{job.kind}: an offload task cannot have a dedup key")
+        # The job and its pending snapshot in one script call (one atomic step).
+        call = calls.enqueue(queue.keys, client.now_arg(), [job], offload=[(token, self.retention_ms)])
+        await client.scripts.call(client.redis, *call)
+        return OffloadHandle(key=f"{self.queue}:{token}", job_id=job.id, result_type=self.result_type)
 
     def handle(self, key: str, job_id: str = "") -> OffloadHandle[R]:
         """A typed handle for a key kept elsewhere (a session, a database row)."""

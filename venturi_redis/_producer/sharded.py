@@ -61,7 +61,8 @@ from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.keys import QueueKeys, validate_name
 from .._store.prepare import checked_dedup_field, prepare_many
-from .client import Client, Queue, lost_in_flight
+from .batch import enqueue_prepared, lost_in_flight
+from .client import Client, Queue
 
 if TYPE_CHECKING:
     from .reads import QueueStats
@@ -246,8 +247,8 @@ class ShardedQueue:
 
         async def one(part: int, positions: list[int]) -> None:
             try:
-                results[part] = await self.partitions[part]._enqueue_prepared(
-                    [tasks[i] for i in positions], batches[part]
+                results[part] = await enqueue_prepared(
+                    self.partitions[part], [tasks[i] for i in positions], batches[part]
                 )
             except Exception as exc:  # noqa: BLE001 - gathered below, with what the others wrote
                 results[part] = exc
