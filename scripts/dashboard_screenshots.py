@@ -88,7 +88,7 @@ async def populate(url: str) -> dict[str, str]:
         # it), so the overview shows one running job and its lease owner.
         claim = calls.claim(
             q.keys,
-            client.now_arg(),
+            client._now_arg(),
             count=1,
             worker="web-1:4242:a1b2",
             token_base="t",

@@ -53,6 +53,6 @@ async def claim_raw(queue: vr.Queue, count: int, *, worker: str = "w1", lease_ms
     """
     c = queue.client
     call = calls.claim(
-        queue.keys, c.now_arg(), count=count, worker=worker, token_base="tok", default_lease_ms=lease_ms
+        queue.keys, c._now_arg(), count=count, worker=worker, token_base="tok", default_lease_ms=lease_ms
     )
     return list(await c.scripts.call(c.redis, *call))

@@ -34,7 +34,7 @@ async def test_one_complete_call_settles_many_jobs_each_fenced(queue: vr.Queue) 
     (a, ta), (b, _), (c, tc) = claimed
     call = calls.complete(
         queue.keys,
-        queue.client.now_arg(),
+        queue.client._now_arg(),
         [
             calls.completion(a, ta, "done a", b"", b"", b""),
             calls.completion(b, "stale-token", "done b", b"", b"", b""),
@@ -141,7 +141,7 @@ async def test_two_pipelines_go_out_at_once_never_three(
 
     async def claim() -> None:
         call = calls.claim(
-            queue.keys, client.now_arg(), count=1, worker="w-test", token_base="tok", default_lease_ms=30_000
+            queue.keys, client._now_arg(), count=1, worker="w-test", token_base="tok", default_lease_ms=30_000
         )
         replies.append(await committer.claim(call))
 

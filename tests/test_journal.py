@@ -81,7 +81,7 @@ async def test_a_first_claim_sends_the_enqueued_values_a_later_claim_the_journal
     c, k = queue.client, queue.keys
     token = reply[2 + 6].decode()
     call = calls.release(
-        k, c.now_arg(), job_id=job_id, token=token, priority=vr.Priority.HIGH, carry=b"", note="bye"
+        k, c._now_arg(), job_id=job_id, token=token, priority=vr.Priority.HIGH, carry=b"", note="bye"
     )
     res = await c.scripts.call(c.redis, *call)
     assert list(res) == [1]
@@ -105,7 +105,7 @@ async def test_a_caller_clock_far_from_redis_time_keeps_ids_increasing(url: str,
         clock.ms += 5
         c2, k = q.client, q.keys
         call = calls.release(
-            k, c2.now_arg(), job_id=job_id, token=token, priority=vr.Priority.NORMAL, carry=b"", note="bye"
+            k, c2._now_arg(), job_id=job_id, token=token, priority=vr.Priority.NORMAL, carry=b"", note="bye"
         )
         res = await c2.scripts.call(c2.redis, *call)
         assert list(res) == [1]
@@ -121,7 +121,7 @@ async def test_a_refusal_on_a_never_claimed_job_keeps_enqueued_first(queue: vr.Q
     job_id = await queue.enqueue(Echo(text="x"))
     c, k = queue.client, queue.keys
     call = calls.release(
-        k, c.now_arg(), job_id=job_id, token="stale", priority=vr.Priority.NORMAL, carry=b"", note="bye"
+        k, c._now_arg(), job_id=job_id, token="stale", priority=vr.Priority.NORMAL, carry=b"", note="bye"
     )
     res = await c.scripts.call(c.redis, *call)
     assert res[0] == 0
@@ -236,7 +236,7 @@ class ParkingJob(Parking, vr.Handler[Any]):
 async def complete_raw(queue: vr.Queue, job_id: str, token: str) -> None:
     """Run complete.lua for one job (no worker), as its committer would."""
     c = queue.client
-    call = calls.complete(queue.keys, c.now_arg(), [calls.completion(job_id, token, "", b"", b"", b"")])
+    call = calls.complete(queue.keys, c._now_arg(), [calls.completion(job_id, token, "", b"", b"", b"")])
     await c.scripts.call(c.redis, *call)
 
 
@@ -314,7 +314,7 @@ async def test_an_operator_transition_keeps_a_compact_journal(backend: str, queu
         job_id = await queue.enqueue(Parking(how="complete"))
         await claim_raw(queue, 1, lease_ms=1)
         await anyio.sleep(0.05)
-        call = calls.reclaim(k, queue.client.now_arg(), batch=10, max_failures="25")
+        call = calls.reclaim(k, queue.client._now_arg(), batch=10, max_failures="25")
         await queue.client.scripts.call(r, *call)
         last = "lease_expired"
     elif op == "resume":

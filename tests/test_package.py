@@ -52,6 +52,20 @@ def test_worker_side_names_load_on_first_use() -> None:
     assert out.stdout.split() == ["False", "True"]
 
 
+def test_internals_are_not_public_attributes() -> None:
+    """What only the package itself calls has a leading underscore (issue 25 item 5)."""
+    internals = {
+        vr.Client: ["now_arg", "enqueue_lane"],
+        vr.Durability: ["command", "check"],
+    }
+    for cls, names in internals.items():
+        for name in names:
+            assert not hasattr(cls, name), f"{cls.__name__}.{name} is public"
+            assert hasattr(cls, f"_{name}"), f"{cls.__name__}._{name} is gone"
+    worker = vr.Worker(vr.Queue.from_url("memory://internals"), handle_signals=False)
+    assert not hasattr(worker, "max_failures_arg") and hasattr(worker, "_max_failures_arg")
+
+
 def test_wheel_ships_the_lua_scripts(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],

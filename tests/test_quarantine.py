@@ -86,7 +86,7 @@ async def test_a_corrupt_priority_is_quarantined_by_the_reclaim(client: vr.Clien
     await client.redis.hset(queue.keys.job(job_id), "priority", "urgent")
     await client.redis.hset(queue.keys.job(job_id), "lease_expires", "1")
     await client.redis.zadd(queue.keys.running, {job_id: 1})
-    reclaim = calls.reclaim(queue.keys, client.now_arg(), batch=10, max_failures="none")
+    reclaim = calls.reclaim(queue.keys, client._now_arg(), batch=10, max_failures="none")
     got = calls.reclaimed(await client.scripts.call(client.redis, *reclaim))
     assert got == calls.Reclaimed(0, 1, [job_id])
     info = await queue.get(job_id)
@@ -139,7 +139,7 @@ async def test_a_wrong_type_pending_set_leaves_no_job_half_moved(client: vr.Clie
         await claim_raw(queue, 10)
     for job_id, token in claimed:
         done = calls.complete(
-            queue.keys, client.now_arg(), [calls.completion(job_id, token, "", b"", b"", b"")]
+            queue.keys, client._now_arg(), [calls.completion(job_id, token, "", b"", b"", b"")]
         )
         assert calls.completed(await client.scripts.call(client.redis, *done)) == [calls.APPLIED]
     info = await queue.get(high)
@@ -153,7 +153,7 @@ async def test_a_wrong_type_completed_set_leaves_the_batch_running(
     claimed = await _claim(queue, 3)
     await client.redis.set(queue.keys.completed, "broken")
     done = calls.complete(
-        queue.keys, client.now_arg(), [calls.completion(j, t, "", b"", b"", b"") for j, t in claimed]
+        queue.keys, client._now_arg(), [calls.completion(j, t, "", b"", b"", b"") for j, t in claimed]
     )
     with pytest.raises(CorruptQueueError, match=r"completed is not a sorted set"):
         await client.scripts.call(client.redis, *done)

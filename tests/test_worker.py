@@ -143,12 +143,12 @@ async def test_repeated_lease_expiry_reaches_the_backstop(client: vr.Client, que
     job_id = await q.enqueue(Echo(text="poison"), max_failures=3)
     for round_ in range(3):
         claim = calls.claim(
-            q.keys, clocked.now_arg(), count=1, worker=f"w{round_}", token_base="t", default_lease_ms=1000
+            q.keys, clocked._now_arg(), count=1, worker=f"w{round_}", token_base="t", default_lease_ms=1000
         )
         reply = await clocked.scripts.call(client.redis, *claim)
         assert reply[2:3] == [job_id.encode()]
         now[0] += 1001  # the worker died: its lease runs out
-        reclaim = calls.reclaim(q.keys, clocked.now_arg(), batch=100, max_failures="25")
+        reclaim = calls.reclaim(q.keys, clocked._now_arg(), batch=100, max_failures="25")
         out = calls.reclaimed(await clocked.scripts.call(client.redis, *reclaim))
         assert out.ids == [job_id]
     info = await q.get(job_id)

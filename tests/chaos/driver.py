@@ -46,7 +46,7 @@ class Driver:
         return await self.c.scripts.call(self.c.redis, *call)
 
     def _now(self) -> str:
-        return self.c.now_arg()
+        return self.c._now_arg()
 
     async def claim(self, count: int, worker: str, token: str, lease_ms: int) -> list[tuple[str, str]]:
         """Claim up to ``count`` jobs; returns (id, token) pairs."""

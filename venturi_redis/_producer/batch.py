@@ -32,7 +32,7 @@ async def enqueue_prepared(queue: QueueLike, tasks: Sequence[Task[Any]], jobs: l
     if not jobs:
         return []
     chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
-    now = queue.client.now_arg()
+    now = queue.client._now_arg()
     batch = [calls.enqueue(queue.keys, now, chunk) for chunk in chunks]
     scripts_, redis = queue.client.scripts, queue.client.redis
     replies: list[Any]

@@ -111,11 +111,11 @@ class Client:
             q = self._queues[name] = Queue(self, name)
         return q
 
-    def now_arg(self) -> str:
+    def _now_arg(self) -> str:
         """The ``now`` argument of every script: '' means Redis TIME."""
         return "" if self.clock is None else str(int(self.clock()))
 
-    def enqueue_lane(self) -> Lane | None:
+    def _enqueue_lane(self) -> Lane | None:
         """The enqueue script's own connection when it is free (see _lane.py), else None."""
         lane = self._lane
         return None if lane is None or lane.busy else lane
@@ -298,7 +298,7 @@ class Queue:
                 f"resume value for job {job_id} is {len(raw)} bytes, over the cap of "
                 f"{self.client.max_payload_bytes}"
             )
-        call = calls.resume(self.keys, self.client.now_arg(), job_id=job_id, value=raw)
+        call = calls.resume(self.keys, self.client._now_arg(), job_id=job_id, value=raw)
         return int(calls.transition(await self.client.scripts.call(self.client.redis, *call)).applied)
 
     # -- operations: thin delegations to reads.py and ops.py; the CLI calls these -----

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 async def _call(q: QueueLike, call: calls.Call) -> Any:
     """One enqueue script call: on the client's lane when it is free, else through the pool."""
     client = q.client
-    lane = client.enqueue_lane()
+    lane = client._enqueue_lane()
     if lane is None:
         return await client.scripts.call(client.redis, *call)
     return await lane.script(client.scripts[call.name], call.keys, call.args)
@@ -67,7 +67,7 @@ class Coalescer:
             self._sending = True
             try:
                 q = self._queue
-                call = calls.enqueue_one(q.keys, q.client.now_arg(), job)
+                call = calls.enqueue_one(q.keys, q.client._now_arg(), job)
                 return calls.enqueue_holder(await _call(q, call))
             finally:
                 self._pass_lead()
@@ -97,7 +97,7 @@ class Coalescer:
         for w in batch:
             w.sent = True
         q = self._queue
-        call = calls.enqueue(q.keys, q.client.now_arg(), [w.job for w in batch])
+        call = calls.enqueue(q.keys, q.client._now_arg(), [w.job for w in batch])
         try:
             with anyio.CancelScope(shield=True):
                 res = await _call(q, call)

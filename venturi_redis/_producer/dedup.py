@@ -73,7 +73,7 @@ async def merge_into(queue: QueueLike, task: Task[Any], job: Prepared, holder: s
     for attempt in range(MAX_MERGE_ATTEMPTS):
         if not holder:
             # The key was free when we looked: try the atomic create again.
-            call = calls.enqueue(queue.keys, client.now_arg(), [job])
+            call = calls.enqueue(queue.keys, client._now_arg(), [job])
             holder = calls.enqueue_holder(await client.scripts.call(client.redis, *call))
             if not holder:
                 return job.id
@@ -151,7 +151,7 @@ async def _try_merge(
                 )
             if decision.decision == "independent":
                 await pipe.reset()
-                call = calls.enqueue(keys, client.now_arg(), [job], dedup_mode="force")
+                call = calls.enqueue(keys, client._now_arg(), [job], dedup_mode="force")
                 await client.scripts.call(client.redis, *call)
                 return job.id
             old_prio = Priority.parse(text(raw.get(b"priority")) or "normal")
@@ -182,7 +182,7 @@ async def _try_merge(
                 new_prio = job.priority if job.explicit_priority else Priority.parse(new_task.priority())
             merge_call = calls.merge(
                 keys,
-                client.now_arg(),
+                client._now_arg(),
                 holder=holder,
                 old_priority=old_prio,
                 new_priority=new_prio,

@@ -88,7 +88,7 @@ async def retry(queue: QueueLike, job_id: str, *, note: str = "retried by an ope
 
 
 async def _retry_ids(queue: QueueLike, ids: list[str], note: str) -> list[str]:
-    call = calls.retry_dead(queue.keys, queue.client.now_arg(), ids=ids, note=note)
+    call = calls.retry_dead(queue.keys, queue.client._now_arg(), ids=ids, note=note)
     return calls.retried(await queue.client.scripts.call(queue.client.redis, *call))
 
 
@@ -143,7 +143,7 @@ async def cancel(
     the run ends cancelled. ``not_found`` / ``finished``: nothing was done;
     ``detail`` says why.
     """
-    call = calls.cancel(queue.keys, queue.client.now_arg(), job_id=job_id, note=note)
+    call = calls.cancel(queue.keys, queue.client._now_arg(), job_id=job_id, note=note)
     applied, detail = calls.transition(await queue.client.scripts.call(queue.client.redis, *call))
     if applied:
         return ("cancelled" if detail == "cancelled" else "requested"), detail
@@ -188,7 +188,7 @@ def _check_finished(state: str) -> None:
 
 async def _purge_batch(queue: QueueLike, state: str, keep_ms: int, batch: int) -> tuple[int, bool]:
     _check_finished(state)
-    call = calls.purge(queue.keys, queue.client.now_arg(), state=state, keep_ms=keep_ms, batch=batch)
+    call = calls.purge(queue.keys, queue.client._now_arg(), state=state, keep_ms=keep_ms, batch=batch)
     return calls.purged(await queue.client.scripts.call(queue.client.redis, *call))
 
 

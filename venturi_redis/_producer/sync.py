@@ -83,7 +83,7 @@ class _LoopThread:
 
 def _direct_redis(client: Client) -> redis.Redis | None:
     """A blocking client for the direct single enqueue, where ``client`` has an enqueue lane."""
-    if client.enqueue_lane() is None or client.url is None:
+    if client._enqueue_lane() is None or client.url is None:
         return None
     return blocking_redis(client.url)
 
@@ -217,7 +217,7 @@ class SyncQueue:
             max_failures=max_failures,
             carry=carry,
         )
-        call = calls.enqueue_one(q.keys, client.now_arg(), job)
+        call = calls.enqueue_one(q.keys, client._now_arg(), job)
         holder = calls.enqueue_holder(run_script(direct, client.scripts[call.name], call.keys, call.args))
         if not holder:
             return job.id

@@ -18,7 +18,7 @@ blocking client's connection (``_producer/sync.py``).
 
 The conventions every script follows (CONTRIBUTING.md, "Lua"):
 
-* ARGV[1] is ``now`` (the caller's clock, ``Client.now_arg()``: '' for
+* ARGV[1] is ``now`` (the caller's clock, ``Client._now_arg()``: '' for
   Redis TIME, else integer ms) and ARGV[2] the queue's key prefix, in every
   script; the script's own arguments follow from ARGV[3].
 * Every key known before the call is in KEYS (queue-wide keys first, then

@@ -70,13 +70,13 @@ class Durability:
         if not self.timeout > 0:
             raise ConfigurationError(f"Durability.timeout must be > 0 seconds, got {self.timeout!r}")
 
-    def command(self) -> tuple[Any, ...]:
+    def _command(self) -> tuple[Any, ...]:
         ms = max(1, int(self.timeout * 1000))
         if self.aof:
             return ("WAITAOF", 1, self.replicas, ms)
         return ("WAIT", self.replicas, ms)
 
-    def check(self, reply: Any, what: str) -> None:
+    def _check(self, reply: Any, what: str) -> None:
         """Raise unless ``reply`` (of WAIT / WAITAOF) meets the requirement."""
         if self.aof:
             local, replicas = (int(x) for x in reply)
@@ -143,7 +143,7 @@ class DurableRedis:
             # script's writes.
             pipe = inner.pipeline(transaction=False)
             pipe.execute_command(command, script, numkeys, *keys_and_args)
-            pipe.execute_command(*d.command())
+            pipe.execute_command(*d._command())
             res, acked = await pipe.execute(raise_on_error=False)
             return self._finish(res, acked, what)
         await inner.initialize()
@@ -155,7 +155,7 @@ class DurableRedis:
             node = inner.get_node_from_key(keys_and_args[0])
             pipe = inner.pipeline(transaction=False)
             pipe.execute_command(command, script, numkeys, *keys_and_args, target_nodes=node)
-            pipe.execute_command(*d.command(), target_nodes=node)
+            pipe.execute_command(*d._command(), target_nodes=node)
             res, acked = await pipe.execute(raise_on_error=False, allow_redirections=False)
             if isinstance(res, (MovedError, AskError)):
                 await inner.nodes_manager.initialize()
@@ -169,14 +169,14 @@ class DurableRedis:
         if isinstance(acked, ResponseError):
             # The script ran; only the wait is impossible (an old server, or
             # appendonly off): a configuration problem, said plainly.
-            cmd = self.durability.command()[0]
+            cmd = self.durability._command()[0]
             raise ConfigurationError(
                 f"{what}: applied, but {cmd} failed ({acked}); WAITAOF needs Redis 7.2+ with "
                 "appendonly yes, WAIT needs a real Redis: fix the server or use Durability(aof=False)"
             ) from acked
         if isinstance(acked, Exception):
             raise acked
-        self.durability.check(acked, what)
+        self.durability._check(acked, what)
         return res
 
 

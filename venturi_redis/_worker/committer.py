@@ -105,7 +105,7 @@ class _Committer:
                 for j, i in enumerate(chunk):
                     places[i] = (len(pipeline), j)
                 completions = [batch[i][1][1] for i in chunk]
-                pipeline.append(calls.complete(queue.keys, queue.client.now_arg(), completions))
+                pipeline.append(calls.complete(queue.keys, queue.client._now_arg(), completions))
         for i in claims:
             places[i] = (len(pipeline), None)
             pipeline.append(batch[i][1])

@@ -293,7 +293,7 @@ class _Runner:
         q, s = self.queue, self.settings
         return calls.claim(
             q.keys,
-            q.client.now_arg(),
+            q.client._now_arg(),
             count=count,
             worker=s.worker_id,
             token_base=secrets.token_hex(8),
@@ -531,7 +531,7 @@ class _Runner:
         total = 0
         while True:
             call = calls.reclaim(
-                q.keys, q.client.now_arg(), batch=_RECLAIM_BATCH, max_failures=s.max_failures
+                q.keys, q.client._now_arg(), batch=_RECLAIM_BATCH, max_failures=s.max_failures
             )
             requeued, died, ids = calls.reclaimed(await q.client.scripts.call(q.client.redis, *call))
             if ids:
@@ -568,7 +568,7 @@ class _Runner:
         if not jobs:
             return
         q = self.queue
-        call = calls.extend(q.keys, q.client.now_arg(), [(j.id, j.token, j.lease_ms) for j in jobs])
+        call = calls.extend(q.keys, q.client._now_arg(), [(j.id, j.token, j.lease_ms) for j in jobs])
         lost, cancel = calls.extended(await q.client.scripts.call(q.client.redis, *call))
         for job_id in cancel:
             job = self.active.get(job_id)

@@ -66,7 +66,7 @@ class TransitionHost(Protocol):
     _jobs_tg: TaskGroup | None
 
     @property
-    def max_failures_arg(self) -> str: ...
+    def _max_failures_arg(self) -> str: ...
 
     def _committer_for(self, client: Client) -> _Committer | None:
         """The connection's committer while the worker runs, else None."""
@@ -133,7 +133,7 @@ class Transitions:
             note_s = "cancelled by an operator" + (f" (the run ended with: {note_s})" if note_s else "")
         call: calls.Call | None
         completion: calls.Completion = []  # complete.lua takes many jobs: this one's values
-        now_s = q.client.now_arg()
+        now_s = q.client._now_arg()
         if action == "complete":
             completion = calls.completion(job.id, job.token, note_s, attachment, carry, blob)
             call = None  # the committer batches it; a direct call builds it in _send
@@ -174,7 +174,7 @@ class Transitions:
                 base_ms=policy.base_ms,
                 cap_ms=policy.cap_ms,
                 jitter=self._host.jitter,
-                max_failures=self._host.max_failures_arg,
+                max_failures=self._host._max_failures_arg,
             )
         elif action == "dead":
             call = calls.dead(
@@ -269,7 +269,7 @@ class Transitions:
                 if call is None and committer is not None:
                     result = await committer.complete(q, completion)
                 elif call is None:  # not running (a direct call in a test): no batching
-                    one = calls.complete(q.keys, q.client.now_arg(), [completion])
+                    one = calls.complete(q.keys, q.client._now_arg(), [completion])
                     result = calls.completed(await q.client.scripts.call(q.client.redis, *one))[0]
                 elif committer is not None:
                     result = calls.transition(await committer.submit(call))

@@ -250,7 +250,7 @@ class Worker(Generic[StateT]):
             reclaim_interval=self.reclaim_interval,
             trim_interval=self.trim_interval,
             retention=self.retention,
-            max_failures=self.max_failures_arg,
+            max_failures=self._max_failures_arg,
         )
         self._runners = [_Runner(self, settings, q) for q in qs]
         # One committer per connection: transitions of finished runs share round trips.
@@ -359,7 +359,7 @@ class Worker(Generic[StateT]):
         return self
 
     @property
-    def max_failures_arg(self) -> str:
+    def _max_failures_arg(self) -> str:
         return "none" if self.max_failures is None else str(self.max_failures)
 
     @property
