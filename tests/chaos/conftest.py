@@ -58,6 +58,18 @@ class Fleet:
         self.procs[name] = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
         return name
 
+    async def wait_started(self, timeout: float = 60.0) -> None:
+        """Until every worker started so far has passed its start-up checks and logged so.
+
+        A worker whose first connection finds Redis down exits by design (its
+        start-up checks), so a test that kills Redis waits for this first.
+        """
+        with anyio.fail_after(timeout):
+            for name in list(self.procs):
+                while " starting on " not in self.log(name):
+                    assert self.procs[name].poll() is None, f"{name} exited:\n{self.log(name)[-3000:]}"
+                    await anyio.sleep(0.05)
+
     def alive(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() is None]
 

@@ -53,6 +53,7 @@ async def test_redis_restart_loses_no_acknowledged_enqueue(
             fleet = fleet_factory(server.url, queue_name, lease=1.0, reclaim_interval=0.25, poll_interval=30)
             fleet.start()
             fleet.start()
+            await fleet.wait_started()
             recoveries: list[float] = []
             noscripts = 0
             async with anyio.create_task_group() as tg:

@@ -1,1 +1,7 @@
-"""_transport"""
+"""Connections: URL dispatch, Cluster, Sentinel, durable mode, the enqueue lane, the blocking path.
+
+Every reach into a private part of redis-py or asyncio lives in
+``redispy.py``, each commented with what it relies on (docs/operations.md,
+"Supported redis-py"). Imports ``_store`` and ``_model``, never the producer,
+the worker or the CLI.
+"""
