@@ -46,9 +46,9 @@ def job_retry(
             )
         if moved:
             return 0
-        if not json_out:
-            why = "does not exist" if state is None else f"is {state}, not dead"
-            typer.echo(f"venturi: job {job_id} {why} in queue {q.name}; nothing done", err=True)
+        # Why nothing was done goes to stderr with --json too: stdout stays the document.
+        why = "does not exist" if state is None else f"is {state}, not dead"
+        typer.echo(f"venturi: job {job_id} {why} in queue {q.name}; nothing done", err=True)
         return 1
 
     run_with_client(redis, go)

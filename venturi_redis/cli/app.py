@@ -8,15 +8,18 @@ place (``one_line_errors``), for the admin commands and the worker alike.
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Iterator
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import anyio
 import typer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from typer import core as _typer_core
+from typer.core import TyperGroup
 
 from .._model.errors import ConfigurationError, VenturiError
 from .._producer import discovery as _discovery
@@ -25,7 +28,48 @@ from .output import clean, hide_password
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
+
+# click's exceptions, or those of typer's own copy of click (newer typer vendors it), as typer raises them.
+_clicks = _typer_core._click.exceptions  # type: ignore[attr-defined,unused-ignore]
+
+
+class OneLineUsage(TyperGroup):
+    """The root group: a usage error is one line on stderr, like every other error.
+
+    docs/operations.md promises one line starting ``venturi:`` and exit status 2;
+    typer's default is a framed box of usage, hint and message. The line names
+    the command's ``--help`` instead of repeating its usage.
+    """
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _clicks.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # the help was printed: not an error line
+                sys.exit(exc.exit_code)
+            where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+            typer.echo(f"venturi: {clean(exc.format_message())}{where}", err=True)
+            sys.exit(exc.exit_code)
+        except _clicks.ClickException as exc:
+            typer.echo(f"venturi: {clean(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("venturi: aborted", err=True)
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineUsage,
     name="venturi",
     help="Operate venturi_redis queues: workers, stats, jobs, dead letters, pause, purge.",
     no_args_is_help=True,

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import unicodedata
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import typer
@@ -48,6 +48,18 @@ def clean(value: object) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def lines_text(value: object) -> Text:
+    """A rich Text of a multi-line value (a note): each line cleaned, the newlines kept.
+
+    A traceback or a multi-line message reads as lines, not as one line of
+    ``\\x0a``; every other control character is still escaped.
+    """
+    if value is None:
+        return Text("")
+    text = value if isinstance(value, str) else str(value)
+    return Text("\n".join(clean(line) for line in text.replace("\r\n", "\n").split("\n")))
 
 
 def safe_text(value: object) -> Text:
@@ -99,6 +111,19 @@ def print_json(doc: Any) -> None:
 
 def when(value: datetime | None) -> str:
     return value.isoformat(timespec="milliseconds").replace("+00:00", "Z") if value else "-"
+
+
+def millis_when(value: object) -> object:
+    """A journal detail in epoch milliseconds (``eligible_at``) as ISO time; other values unchanged."""
+    try:
+        ms = int(str(value))
+    except ValueError:
+        return value
+    return when(datetime.fromtimestamp(ms / 1000, tz=UTC))
+
+
+# Journal details that hold epoch milliseconds, shown as ISO time like every other time.
+MILLIS_DETAILS = frozenset({"eligible_at"})
 
 
 def shown(info: JobInfo | JournalEntry, name: str, value: object) -> object:

@@ -30,11 +30,14 @@ from .app import (
 )
 from .output import (
     DOCUMENTS,
+    MILLIS_DETAILS,
     clean,
     console,
     entry_dict,
     job_dict,
     json_default,
+    lines_text,
+    millis_when,
     print_json,
     print_table,
     safe_text,
@@ -119,16 +122,25 @@ def jobs(
     """List jobs of a queue (pending by priority, finished newest first)."""
 
     async def go(client: Client) -> int:
-        found = await client.queue(queue).list_jobs(state=_state(state), kind=kind, limit=limit)
+        # One more than asked: whether the limit cut the list, at the cost of one job read.
+        found = await client.queue(queue).list_jobs(state=_state(state), kind=kind, limit=limit + 1)
+        cut = len(found) > limit
+        found = found[:limit]
+        more = f"the first {limit} shown, more exist (--limit N shows more)"
         if json_out:
             print_json([job_dict(j, show_payload) for j in found])
+            if cut:
+                typer.echo(f"venturi: queue {clean(queue)}: {more}", err=True)
             return 0
-        table = Table(title=f"queue {clean(queue)}: {len(found)} job(s)", box=box.SIMPLE_HEAD)
+        title = f"queue {clean(queue)}: {more}" if cut else f"queue {clean(queue)}: {len(found)} job(s)"
+        table = Table(title=title, box=box.SIMPLE_HEAD)
         # Ids and times are copied by operators: never truncated; the note wraps.
-        for col in ("id", "state", "kind", "priority", "runs", "failures", "updated"):
+        for col in ("id", "state", "kind", "priority", "runs", "failures", "updated", "eligible"):
             table.add_column(col, no_wrap=True)
         table.add_column("note", overflow="fold")
         for j in found:
+            # When a pending job may be claimed (its delay or backoff); "-" for the other states.
+            eligible = when(j.eligible_at) if j.state is JobState.PENDING else "-"
             table.add_row(
                 j.id,
                 safe_text(shown(j, "state", j.state.value)),
@@ -137,7 +149,8 @@ def jobs(
                 safe_text(shown(j, "run_count", j.run_count)),
                 safe_text(shown(j, "failures", j.failures)),
                 safe_text(shown(j, "updated_at", when(j.updated_at))),
-                safe_text(j.note or ""),
+                safe_text(shown(j, "eligible_at", eligible)),
+                lines_text(j.note or ""),
             )
         print_table(table)
         damaged = [j for j in found if j.corrupt]
@@ -193,10 +206,10 @@ def job_show(
             ("lease owner", "", info.lease_owner or "-"),
             ("lease expires", "lease_expires", when(info.lease_expires_at)),
             ("dedup", "", info.dedup or "-"),
-            ("note", "", info.note or "-"),
         ]
         for label, name, value in rows:
             meta.add_row(label, safe_text(shown(info, name, value)))
+        meta.add_row("note", lines_text(info.note or "-"))
         masked = False
         for name, blob in (
             ("payload", info.payload),
@@ -223,14 +236,16 @@ def job_show(
         table.add_column("note", overflow="fold")
         table.add_column("details", overflow="fold")
         for e in journal:
-            details = " ".join(f"{k}={v}" for k, v in e.details.items())
+            details = " ".join(
+                f"{k}={millis_when(v) if k in MILLIS_DETAILS else v}" for k, v in e.details.items()
+            )
             if e.attachment is not None:
                 details += " attachment=" + json.dumps(e.attachment, default=json_default, ensure_ascii=False)
             table.add_row(
                 safe_text(shown(e, "at", when(e.at))),
                 safe_text(e.event),
                 safe_text(shown(e, "run", e.run)),
-                safe_text(e.note or ""),
+                lines_text(e.note or ""),
                 safe_text(details.strip()),
             )
         print_table(table)

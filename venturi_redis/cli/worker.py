@@ -119,7 +119,8 @@ def worker(
         typer.Option(
             "--loop",
             metavar="asyncio|uvloop",
-            help="The event loop. uvloop: pip install 'venturi_redis[uvloop]' (benchmarks/README.md).",
+            # Escaped: rich markup would take "[uvloop]" for a style tag and drop it.
+            help="The event loop. uvloop: pip install 'venturi_redis\\[uvloop]' (benchmarks/README.md).",
         ),
     ] = "asyncio",
     processes: Annotated[
