@@ -420,7 +420,7 @@ def test_purge(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
 
 
 def test_queue_pause_and_resume(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
-    res = venturi("queue", "pause", qname, "--redis", rurl)
+    res = venturi("queue", "pause", qname, "--redis", rurl, "--create")  # a new queue
     assert res.exit_code == 0 and "paused" in res.stdout
     sq.enqueue(Echo(text="a"))  # still lands
     stats = json.loads(venturi("stats", "--redis", rurl, "-q", qname, "--json").stdout)[0]

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+import redis
 from typer.testing import CliRunner
 
 import venturi_redis as vr
@@ -124,3 +125,47 @@ def test_worker_help_keeps_the_uvloop_extra() -> None:
     res = venturi("worker", "--help")
     assert res.exit_code == 0
     assert "venturi_redis[uvloop]" in res.stdout
+
+
+# -- a mistyped queue name (issue 33 item 5) ------------------------------------------------------
+
+
+def test_a_mistyped_queue_is_refused_with_the_queues_that_exist(
+    rurl: str, qname: str, sq: vr.SyncQueue
+) -> None:
+    sq.enqueue(Echo(text="x"))
+    typo = qname[:-1] + ("z" if qname[-1] != "z" else "y")
+    keys_before = sorted(redis.Redis.from_url(rurl).keys(f"venturi:{{{typo}}}:*"))
+    for args in (
+        ["queue", "pause", typo],
+        ["queue", "resume", typo],
+        ["purge", "-q", typo, "--state", "dead"],
+        ["dead", "retry", "-q", typo, "--all"],
+    ):
+        res = venturi(*args, "--redis", rurl)
+        assert res.exit_code == 1, (args, res.output)
+        (line,) = res.stderr.splitlines()
+        assert f"queue {typo!r} is unknown" in line and f"did you mean {qname!r}" in line, line
+        assert qname in line and "--create" in line
+    # Nothing was written under the mistyped name (pause used to create its meta, resume its wake).
+    assert sorted(redis.Redis.from_url(rurl).keys(f"venturi:{{{typo}}}:*")) == keys_before == []
+    for args in (["stats", "-q", typo], ["jobs", "-q", typo]):
+        res = venturi(*args, "--redis", rurl)
+        assert res.exit_code == 1, (args, res.output)
+        assert f"queue {typo!r} is unknown" in res.stderr and "--create" not in res.stderr
+        assert res.stdout == ""
+
+
+def test_create_acts_on_a_new_queue_and_a_known_one_needs_nothing(
+    rurl: str, qname: str, sq: vr.SyncQueue
+) -> None:
+    res = venturi("queue", "pause", qname, "--redis", rurl, "--create")
+    assert res.exit_code == 0, res.output
+    assert sq.stats().paused
+    # Paused, it exists (its meta hash): no --create needed; nor once it holds a job.
+    jid = sq.enqueue(Echo(text="x"))
+    res = venturi("queue", "resume", qname, "--redis", rurl)
+    assert res.exit_code == 0, res.output
+    assert not sq.stats().paused
+    res = venturi("jobs", "-q", qname, "--redis", rurl)
+    assert res.exit_code == 0 and "1 job(s)" in res.stdout and jid in res.stdout

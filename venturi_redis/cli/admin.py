@@ -9,6 +9,7 @@ import typer
 from .._producer import ops as _ops
 from .._producer.client import Client
 from .app import (
+    CreateOpt,
     JobQueueOpt,
     JsonOpt,
     QueueOpt,
@@ -18,6 +19,7 @@ from .app import (
     die,
     job_app,
     job_queue,
+    known_queue,
     queue_app,
     run_with_client,
 )
@@ -95,13 +97,14 @@ def dead_retry(
     ] = None,
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
+    create: CreateOpt = False,
 ) -> None:
     """Move dead jobs back to pending: `--all`, or `--limit N` (oldest deaths first)."""
     if not all_ and limit is None:
         die("say how many: --all retries every dead job (of --kind K if given), --limit N at most N", 2)
 
     async def go(client: Client) -> int:
-        q = client.queue(queue)
+        q = await known_queue(client, queue, create=create)
         moved = await q.retry_dead(kind=kind, limit=limit)
         if json_out:
             print_json({"queue": q.name, "kind": kind, "retried": moved})
@@ -123,13 +126,14 @@ def purge(
     ] = 0.0,
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
+    create: CreateOpt = False,
 ) -> None:
     """Remove finished jobs of one state, with their journals, in short batches."""
     if state not in ("completed", "dead", "cancelled"):
         die(f"--state must be completed, dead or cancelled (finished jobs only), got {state!r}", 2)
 
     async def go(client: Client) -> int:
-        q = client.queue(queue)
+        q = await known_queue(client, queue, create=create)
         removed = await q.purge(state, older_than=older_than)
         if json_out:
             print_json({"queue": q.name, "state": state, "removed": removed})
@@ -145,11 +149,12 @@ def queue_pause(
     name: Annotated[str, typer.Argument(metavar="QUEUE")],
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
+    create: CreateOpt = False,
 ) -> None:
     """Stop every worker from claiming (atomic). Running jobs finish; enqueues still land."""
 
     async def go(client: Client) -> int:
-        q = client.queue(name)
+        q = await known_queue(client, name, create=create)
         await q.pause()
         if json_out:
             print_json({"queue": q.name, "paused": True})
@@ -165,11 +170,12 @@ def queue_resume(
     name: Annotated[str, typer.Argument(metavar="QUEUE")],
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
+    create: CreateOpt = False,
 ) -> None:
     """Let workers claim from the queue again (and wake them)."""
 
     async def go(client: Client) -> int:
-        q = client.queue(name)
+        q = await known_queue(client, name, create=create)
         await q.resume_queue()
         if json_out:
             print_json({"queue": q.name, "paused": False})

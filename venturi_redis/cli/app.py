@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from difflib import get_close_matches
 from typing import Annotated, Any, NoReturn
 
 import anyio
@@ -24,6 +25,8 @@ from typer.core import TyperGroup
 from .._model.errors import ConfigurationError, VenturiError
 from .._producer import discovery as _discovery
 from .._producer.client import Client, Queue
+from .._producer.sharded import group_partitions
+from .._store.keys import QueueKeys
 from .output import clean, hide_password
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -190,6 +193,43 @@ def run_with_client(redis: str | None, fn: Callable[[Client], Awaitable[int | No
     with one_line_errors(url=url):
         code = anyio.run(main)
     raise typer.Exit(code or 0)
+
+
+# -- known queues ------------------------------------------------------------------------------
+
+CreateOpt = Annotated[
+    bool,
+    typer.Option("--create", help="Act even if the queue has no keys yet (a new queue, not a typo)."),
+]
+
+
+async def queue_exists(client: Client, name: str) -> bool:
+    """Whether queue ``name`` has any index zset or its meta hash: one EXISTS (one slot)."""
+    keys = QueueKeys.for_queue(name, client.namespace)
+    names = [*keys.pending_high_first, keys.running, keys.suspended, keys.completed, keys.dead]
+    return bool(await client.redis.exists(*names, keys.cancelled, keys.meta))
+
+
+async def known_queue(client: Client, name: str, *, create: bool = False, change: bool = True) -> Queue:
+    """Queue ``name`` if it exists (or ``create``), else a ``Fail`` that lists the queues there are.
+
+    A mistyped name must not be paused, purged or listed as an empty queue:
+    commands that change a queue say how to act anyway (``--create``); reads
+    just say the queue is unknown.
+    """
+    queue = client.queue(name)  # the name is checked first
+    if create or await queue_exists(client, name):
+        return queue
+    known = list(group_partitions(await _discovery.discover_queues(client)))
+    close = get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    if known:
+        shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+        hint += f"queues here: {shown}"
+    else:
+        hint += f"no queues here (namespace {client.namespace!r})"
+    anyway = "; --create acts on it anyway" if change else ""
+    raise Fail(f"queue {name!r} is unknown (it has no jobs and no state): {hint}{anyway}")
 
 
 async def job_queue(client: Client, job_id: str, queue: str | None) -> Queue:

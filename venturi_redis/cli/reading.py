@@ -26,6 +26,7 @@ from .app import (
     app,
     job_app,
     job_queue,
+    known_queue,
     run_with_client,
 )
 from .output import (
@@ -58,6 +59,8 @@ def stats(
     """Per queue: eligible per priority, delayed, running, suspended, dead, completed, lag, throughput."""
 
     async def go(client: Client) -> int:
+        for name in queue or []:
+            await known_queue(client, name, change=False)
         names = list(queue or []) or await _discovery.discover_queues(client)
         # A sharded queue's partitions show as one row (docs/cluster.md).
         rows = await grouped_stats(client, names)
@@ -123,7 +126,8 @@ def jobs(
 
     async def go(client: Client) -> int:
         # One more than asked: whether the limit cut the list, at the cost of one job read.
-        found = await client.queue(queue).list_jobs(state=_state(state), kind=kind, limit=limit + 1)
+        q = await known_queue(client, queue, change=False)
+        found = await q.list_jobs(state=_state(state), kind=kind, limit=limit + 1)
         cut = len(found) > limit
         found = found[:limit]
         more = f"the first {limit} shown, more exist (--limit N shows more)"
