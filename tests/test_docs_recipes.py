@@ -9,6 +9,8 @@ variables are filled in, and the command goes through redis-py's
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import uuid
@@ -49,6 +51,7 @@ TESTED = {
     "dead-why",
     "paused",
     "throughput",
+    "workers",
 }
 
 
@@ -74,11 +77,12 @@ def queue(client: vr.Client) -> vr.Queue:
     return client.queue(f"doc-{uuid.uuid4().hex[:10]}")
 
 
-async def run(name: str, queue: vr.Queue, job: str = "") -> list[Any]:
-    """Run recipe ``name`` with $Q, $JOB, $NOW_MS and $MINUTE_AGO_MS filled in."""
+async def run(name: str, queue: vr.Queue, job: str = "", worker: str = "") -> list[Any]:
+    """Run recipe ``name`` with $Q, $JOB, $WORKER, $NOW_MS and $MINUTE_AGO_MS filled in."""
     sec, usec = await queue.client.redis.time()
     now = int(sec) * 1000 + int(usec) // 1000
     values = {"$MINUTE_AGO_MS": str(now - 60_000), "$NOW_MS": str(now), "$JOB": job, "$Q": queue.name}
+    values["$WORKER"] = worker
     out = []
     for argv in recipes()[name]:
         assert argv[0] == "redis-cli"
@@ -194,3 +198,20 @@ async def test_throughput(queue: vr.Queue) -> None:
     await queue.enqueue_many([Echo(text=str(i)) for i in range(3)])
     await drain(queue, EchoJob)
     assert await run("throughput", queue) == [3]
+
+
+async def test_workers(queue: vr.Queue) -> None:
+    worker = make_worker(queue, EchoJob, name="doc-worker")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(30):
+            while not await queue.workers():
+                await anyio.sleep(0.02)
+        names, record = await run("workers", queue, worker="doc-worker")
+        ((member, expires),) = pairs(names)
+        assert member == "doc-worker"
+        doc = json.loads(text(record))
+        assert doc["name"] == "doc-worker" and doc["pid"] == os.getpid() and doc["queues"] == [queue.name]
+        assert doc["expires_ms"] == expires
+        worker.shutdown()
+    assert await queue.workers() == []

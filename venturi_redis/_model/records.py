@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -316,3 +317,60 @@ class JobInfo:
         (a wrong-type key): shown with ``corrupt = {"key": why}``."""
         blank = cls.from_hash(queue, job_id, {}, indexed_as=state)
         return replace(blank, state=state, corrupt={"key": why[:_SHOWN]})
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A running worker as it registers itself on each queue it consumes (``queue.workers()``).
+
+    Renewed on every lease-renewal tick; a worker that stops renewing (killed,
+    hung, cut off) disappears when its registration expires.
+    """
+
+    name: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+    running: int
+    version: str
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "name": self.name,
+                "host": self.host,
+                "pid": self.pid,
+                "queues": list(self.queues),
+                "concurrency": self.concurrency,
+                "started_ms": int(self.started_at.timestamp() * 1000),
+                "heartbeat_ms": int(self.heartbeat_at.timestamp() * 1000),
+                "expires_ms": int(self.expires_at.timestamp() * 1000),
+                "running": self.running,
+                "version": self.version,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> WorkerInfo | None:
+        """The record stored by a worker, or None if it does not parse (never raises)."""
+        try:
+            d = json.loads(raw)
+            return cls(
+                name=str(d["name"]),
+                host=str(d["host"]),
+                pid=int(d["pid"]),
+                queues=tuple(str(q) for q in d["queues"]),
+                concurrency=int(d["concurrency"]),
+                started_at=ms_to_dt(int(d["started_ms"])),
+                heartbeat_at=ms_to_dt(int(d["heartbeat_ms"])),
+                expires_at=ms_to_dt(int(d["expires_ms"])),
+                running=int(d["running"]),
+                version=str(d["version"]),
+            )
+        except (ValueError, TypeError, KeyError, OverflowError):
+            return None

@@ -15,7 +15,7 @@ from .._model.codec import pack
 from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge
 from .._model.outcome import UNSET
-from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, journal_from
+from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.task import Task
 from .._store import calls
 from .._store.keys import QueueKeys
@@ -259,18 +259,25 @@ class Queue:
         return [JournalEntry.from_stream(entry_id, fields) for entry_id, fields in entries]
 
     async def counts(self) -> dict[str, int]:
-        """Jobs per state: ``pending:<level>`` for each priority, then the other sets."""
+        """Jobs per state: ``pending:<level>`` for each priority, their sum ``pending``, then
+        ``running``, ``suspended``, ``completed``, ``dead`` and ``cancelled``."""
         pipe = self.client.redis.pipeline(transaction=False)
         for p in PRIORITIES_HIGH_FIRST:
             pipe.zcard(self.keys.pending(p))
-        for key in (self.keys.running, self.keys.suspended, self.keys.completed, self.keys.dead):
+        k = self.keys
+        for key in (k.running, k.suspended, k.completed, k.dead, k.cancelled):
             pipe.zcard(key)
+        finished = (
+            JobState.RUNNING,
+            JobState.SUSPENDED,
+            JobState.COMPLETED,
+            JobState.DEAD,
+            JobState.CANCELLED,
+        )
         res = await pipe.execute()
         out = {f"pending:{p.label}": int(n) for p, n in zip(PRIORITIES_HIGH_FIRST, res[:4], strict=True)}
         out["pending"] = sum(res[:4])
-        for state, n in zip(
-            (JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETED, JobState.DEAD), res[4:], strict=True
-        ):
+        for state, n in zip(finished, res[4:], strict=True):
             out[state.value] = int(n)
         return out
 
@@ -306,6 +313,11 @@ class Queue:
     async def stats(self) -> QueueStats:
         """Counts per state and priority, lag and completions in the last minute."""
         return await _reads.stats(self)
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The workers consuming this queue now (each renews its registration every lease
+        tick; a stopped or killed one is gone within about a lease)."""
+        return await _reads.list_workers(self)
 
     async def list_jobs(
         self, *, state: JobState | str | None = None, kind: str | None = None, limit: int = 50

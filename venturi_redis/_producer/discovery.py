@@ -27,7 +27,7 @@ async def find_job_queue(client: ClientLike, job_id: str) -> str | None:
     return None
 
 
-_SUFFIXES = ("pending:", "running", "suspended", "completed", "dead", "cancelled", "meta")
+_SUFFIXES = ("pending:", "running", "suspended", "completed", "dead", "cancelled", "meta", "workers")
 
 
 def _queue_of(key: str, namespace: str) -> str | None:
@@ -39,7 +39,7 @@ def _queue_of(key: str, namespace: str) -> str | None:
 
 
 async def discover_queues(client: ClientLike) -> list[str]:
-    """Names of the queues with any index zset or a meta hash.
+    """Names of the queues with any index zset, a meta hash or registered workers.
 
     Two SCANs of the keyspace, filtered by the server (``TYPE zset`` skips the
     job hashes and journals), so only index keys cross the wire.

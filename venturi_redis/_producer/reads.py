@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._model.enums import PRIORITIES_HIGH_FIRST, JobState
 from .._model.errors import ConfigurationError
-from .._model.records import JobInfo, ms_to_dt
+from .._model.records import JobInfo, WorkerInfo, ms_to_dt
 
 if TYPE_CHECKING:
     from .base import ClientLike, QueueLike
@@ -203,3 +203,18 @@ async def list_jobs(
             if len(out) >= limit:
                 return out
     return out
+
+
+async def list_workers(queue: QueueLike) -> list[WorkerInfo]:
+    """The workers registered on ``queue`` and not expired, by name (``_worker/registry.py``).
+
+    Two commands: the names, then their records (one MGET, one slot). A name
+    whose record expired (its worker stopped heartbeating) is not listed.
+    """
+    redis = queue.client.redis
+    names = [_text(n) for n in await redis.zrange(queue.keys.workers, 0, -1)]
+    if not names:
+        return []
+    raws = await redis.mget([queue.keys.worker(n) for n in names])
+    found = [WorkerInfo.from_json(raw) for raw in raws if raw is not None]
+    return sorted((w for w in found if w is not None), key=lambda w: w.name)

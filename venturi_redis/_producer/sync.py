@@ -40,7 +40,7 @@ from pydantic import BaseModel
 from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError
 from .._model.outcome import UNSET
-from .._model.records import JobInfo, JournalEntry
+from .._model.records import JobInfo, JournalEntry, WorkerInfo
 from .._model.task import Task
 from .._store import calls
 from .._store.prepare import prepare
@@ -265,6 +265,11 @@ class SyncQueue:
     def counts(self) -> dict[str, int]:
         """Jobs per state (see ``Queue.counts``)."""
         result: dict[str, int] = self._sc._call(self._queue().counts)
+        return result
+
+    def workers(self) -> list[WorkerInfo]:
+        """The workers consuming this queue now (see ``Queue.workers``)."""
+        result: list[WorkerInfo] = self._sc._call(self._queue().workers)
         return result
 
     def is_drained(self) -> bool:

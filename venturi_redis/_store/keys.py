@@ -19,6 +19,8 @@ key                                type    what it holds
 ``venturi:{q}:wake``               list    wake-up tokens: one per job made claimable
 ``venturi:{q}:wake:<worker>``      list    a worker's stop tokens (only while it stops)
 ``venturi:{q}:offload:<token>``    hash    an offload's result snapshot (``status``...)
+``venturi:{q}:workers``            zset    running worker names scored by registration expiry
+``venturi:{q}:worker:<name>``      string  a running worker's record (JSON), expires unless renewed
 =================================  ======  ===========================================
 
 Pub/sub channel ``venturi:{q}:offload:<token>:done`` carries the redacted
@@ -111,6 +113,14 @@ class QueueKeys:
     def wake_stop(self, worker_id: str) -> str:
         """The list a worker pushes onto to interrupt its own idle ``BLPOP``."""
         return f"{self.prefix}wake:{worker_id}"
+
+    # The workers consuming the queue (_worker/registry.py writes, _producer/reads.py reads).
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}workers"
+
+    def worker(self, name: str) -> str:
+        return f"{self.prefix}worker:{name}"
 
     # The offload snapshot of a job enqueued by ``@vr.offload``. ``token`` is the
     # random part of the caller's handle key; lua/include/offload.lua derives the

@@ -34,6 +34,7 @@ import signal
 import socket
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
@@ -56,6 +57,7 @@ from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import Handler
 from .offload import offload_handler
+from .registry import Registration, keep_touching
 from .runner import (
     _IDLE_BLOCK_MAX,
     _MIN_BLOCK,
@@ -143,6 +145,10 @@ class Worker(Generic[StateT]):
             ~1.6 µs at 5,000, whose young collections take ~0.1 ms each
             (docs/design.md, "The worker runtime"). Put back when the worker
             stops; never lowered; ``None`` leaves it as the process set it.
+        health_file: A file touched at start and on every lease tick (a
+            third of the lease) while the worker runs, for a liveness probe
+            (docs/deployment.md): a blocked event loop stops touching it,
+            Redis being down does not. ``None``: no file.
 
     Raises:
         ConfigurationError: An argument is out of range or of the wrong type
@@ -171,6 +177,7 @@ class Worker(Generic[StateT]):
         observer: WorkerObserver | None = None,
         freeze_gc: bool = True,
         gc_threshold: int | None = 5_000,
+        health_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if client is not None and not isinstance(client, Client):
             raise ConfigurationError(f"client must be a vr.Client, got {client!r}")
@@ -209,6 +216,9 @@ class Worker(Generic[StateT]):
             )
         freeze_gc = _opt.flag(freeze_gc, "freeze_gc")
         gc_threshold = _opt.optional_count(gc_threshold, "gc_threshold")
+        if health_file is not None and not isinstance(health_file, (str, os.PathLike)):
+            raise ConfigurationError(f"health_file must be a path or None, got {health_file!r}")
+        self.health_file = None if health_file is None else Path(health_file)
         self.queues = qs
         self.state = state
         self.concurrency = concurrency
@@ -253,6 +263,8 @@ class Worker(Generic[StateT]):
             max_failures=self._max_failures_arg,
         )
         self._runners = [_Runner(self, settings, q) for q in qs]
+        # Who consumes each queue, renewed by the lease keeper (registry.py; `venturi workers`).
+        self._registration = Registration(self.id, qs, concurrency)
         # One committer per connection: transitions of finished runs share round trips.
         self._committers: dict[int, _Committer] = {id(q.client): _Committer(q.client) for q in qs}
         self._stop: anyio.Event | None = None
@@ -428,6 +440,7 @@ class Worker(Generic[StateT]):
             with self._frozen_start, young_threshold_raised(self.gc_threshold):
                 await self._serve(until_idle)
         finally:
+            await self._leave()
             with anyio.CancelScope(shield=True):
                 for r in self._runners:
                     await r.close()
@@ -441,6 +454,8 @@ class Worker(Generic[StateT]):
         """The worker's tasks: services, slot tasks, claim loops; returns once all have stopped."""
         async with anyio.create_task_group() as service_tg:
             service_tg.start_soon(self._lease_keeper)
+            if self.health_file is not None:
+                service_tg.start_soon(keep_touching, self.health_file, self.lease_ms / 3000, self.id)
             for committer in self._committers.values():
                 service_tg.start_soon(committer.run)
             for r in self._runners:
@@ -526,16 +541,42 @@ class Worker(Generic[StateT]):
             return
 
     async def _lease_keeper(self) -> None:
+        """Renew the running jobs' leases, and the worker's registration, every tick.
+
+        The tick is a third of the shortest lease held (of the worker's lease
+        when idle). The registration rides on it (registry.py): one pipelined
+        round trip per queue, first at start so the worker is listed at once.
+        """
+        tick = self.lease_ms / 3000
+        await self._beat(tick)
         while True:
             shortest = min(
                 (j.lease_ms for r in self._runners for j in r.active.values()), default=self.lease_ms
             )
-            await anyio.sleep(max(shortest / 3000, 0.01))
+            tick = max(shortest / 3000, 0.01)
+            await anyio.sleep(tick)
             for r in self._runners:
                 try:
                     await r.extend()
                 except _SURVIVABLE as exc:
                     log.warning("queue %s: lease renewal failed (%s)", r.queue.name, exc)
+            await self._beat(max(tick, self.lease_ms / 3000))
+
+    async def _beat(self, tick: float) -> None:
+        for r in self._runners:
+            try:
+                await self._registration.beat(r.queue, tick, len(r.active))
+            except _SURVIVABLE as exc:
+                log.warning("queue %s: worker registration failed (%s)", r.queue.name, exc)
+
+    async def _leave(self) -> None:
+        """A clean stop: the worker is no longer listed (else it would be until its TTL)."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            for r in self._runners:
+                try:
+                    await self._registration.leave(r.queue)
+                except _SURVIVABLE as exc:
+                    log.warning("queue %s: worker deregistration failed (%s)", r.queue.name, exc)
 
     # -- running one job ---------------------------------------------------------------
 

@@ -204,10 +204,11 @@ CreateOpt = Annotated[
 
 
 async def queue_exists(client: Client, name: str) -> bool:
-    """Whether queue ``name`` has any index zset or its meta hash: one EXISTS (one slot)."""
+    """Whether queue ``name`` has any index zset, its meta hash or a registered worker:
+    one EXISTS (one slot)."""
     keys = QueueKeys.for_queue(name, client.namespace)
     names = [*keys.pending_high_first, keys.running, keys.suspended, keys.completed, keys.dead]
-    return bool(await client.redis.exists(*names, keys.cancelled, keys.meta))
+    return bool(await client.redis.exists(*names, keys.cancelled, keys.meta, keys.workers))
 
 
 async def known_queue(client: Client, name: str, *, create: bool = False, change: bool = True) -> Queue:
@@ -229,7 +230,7 @@ async def known_queue(client: Client, name: str, *, create: bool = False, change
     else:
         hint += f"no queues here (namespace {client.namespace!r})"
     anyway = "; --create acts on it anyway" if change else ""
-    raise Fail(f"queue {name!r} is unknown (it has no jobs and no state): {hint}{anyway}")
+    raise Fail(f"queue {name!r} is unknown (no jobs, no state, no worker): {hint}{anyway}")
 
 
 async def job_queue(client: Client, job_id: str, queue: str | None) -> Queue:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Annotated
 
@@ -12,10 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from .._model.enums import JobState
+from .._model.records import WorkerInfo
 from .._model.redact import redact
 from .._producer import discovery as _discovery
 from .._producer.client import Client
-from .._producer.sharded import grouped_stats
+from .._producer.sharded import group_partitions, grouped_stats
 from .app import (
     Fail,
     JobQueueOpt,
@@ -64,8 +66,14 @@ def stats(
         names = list(queue or []) or await _discovery.discover_queues(client)
         # A sharded queue's partitions show as one row (docs/cluster.md).
         rows = await grouped_stats(client, names)
+        # Workers registered now, per logical queue (a sharded queue's partitions share them).
+        members = group_partitions(names)
+        workers: dict[str, int] = {}
+        for r in rows:
+            seen = {w.name for m in members.get(r.queue, [r.queue]) for w in await client.queue(m).workers()}
+            workers[r.queue] = len(seen)
         if json_out:
-            print_json([r.to_dict() for r in rows])
+            print_json([{**r.to_dict(), "workers": workers[r.queue]} for r in rows])
             return 0
         if not rows:
             console().print("no queues found")
@@ -75,7 +83,7 @@ def stats(
         table.add_column("queue", no_wrap=True)
         for col in ("paused", "crit", "high", "normal", "low", "delayed", "running", "susp"):
             table.add_column(col, justify="right", no_wrap=True)
-        for col in ("dead", "compl", "cancel", "lag", "done/1m"):
+        for col in ("dead", "compl", "cancel", "lag", "done/1m", "workers"):
             table.add_column(col, justify="right", no_wrap=True)
         for r in rows:
             table.add_row(
@@ -90,6 +98,55 @@ def stats(
                 str(r.cancelled),
                 f"{r.lag_seconds:.1f}s",
                 str(r.completed_last_minute),
+                str(workers[r.queue]),
+            )
+        print_table(table)
+        return 0
+
+    run_with_client(redis, go)
+
+
+@app.command("workers")
+def workers_cmd(
+    queue: Annotated[
+        list[str] | None,
+        typer.Option("--queue", "-q", metavar="NAME", help="Queue (repeatable); default: every queue found."),
+    ] = None,
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The workers running now: name, host, pid, queues, concurrency, jobs running, last heartbeat."""
+
+    async def go(client: Client) -> int:
+        for name in queue or []:
+            await known_queue(client, name, change=False)
+        names = list(queue or []) or await _discovery.discover_queues(client)
+        found: dict[str, WorkerInfo] = {}
+        for name in names:
+            for w in await client.queue(name).workers():
+                found.setdefault(w.name, w)  # one worker on many queues is listed once
+        listed = sorted(found.values(), key=lambda w: w.name)
+        if json_out:
+            print_json([dataclasses.asdict(w) for w in listed])
+            return 0
+        if not listed:
+            where = ", ".join(names) if queue else "any queue"
+            console().print(Text(f"no workers running on {where}"))
+            return 0
+        table = Table(title=f"{len(listed)} worker(s)", box=box.SIMPLE_HEAD)
+        for col in ("name", "host", "pid", "queues", "conc", "running", "started", "heartbeat", "version"):
+            table.add_column(col, no_wrap=col != "queues")
+        for w in listed:
+            table.add_row(
+                safe_text(w.name),
+                safe_text(w.host),
+                str(w.pid),
+                safe_text(", ".join(w.queues)),
+                str(w.concurrency),
+                str(w.running),
+                when(w.started_at),
+                when(w.heartbeat_at),
+                safe_text(w.version),
             )
         print_table(table)
         return 0

@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
@@ -131,6 +132,14 @@ def worker(
             help="Worker processes, restarted when they die; signals go to all (cli/processes.py).",
         ),
     ] = 1,
+    health_file: Annotated[
+        str | None,
+        typer.Option(
+            "--health-file",
+            metavar="PATH",
+            help="Touch this file at start and every lease tick (a liveness probe's file).",
+        ),
+    ] = None,
 ) -> None:
     """Run a worker until SIGTERM / SIGINT (graceful: running jobs get their grace period)."""
     from .._worker.worker import Worker
@@ -157,6 +166,8 @@ def worker(
         options += [f"--concurrency={concurrency}"] if concurrency is not None else []
         options += ["--no-eviction-check"] if no_eviction_check else []
         options += ["--json"] if json_out else []
+        # Every child touches the same file: it goes stale only when none is ticking.
+        options += [f"--health-file={health_file}"] if health_file is not None else []
         commands = child_commands(target, processes, options=options, metrics_port=metrics_port)
         raise typer.Exit(supervise(commands))
 
@@ -185,6 +196,8 @@ def worker(
             w.concurrency = concurrency  # a default batch_size follows it
         if no_eviction_check:
             w.check_eviction_policy = False
+        if health_file is not None:
+            w.health_file = Path(health_file)
         running = type(asyncio.get_running_loop())
         logging.getLogger("venturi_redis.cli").info(
             "event loop: %s.%s", running.__module__, running.__qualname__
