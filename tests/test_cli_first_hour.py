@@ -169,3 +169,10 @@ def test_create_acts_on_a_new_queue_and_a_known_one_needs_nothing(
     assert not sq.stats().paused
     res = venturi("jobs", "-q", qname, "--redis", rurl)
     assert res.exit_code == 0 and "1 job(s)" in res.stdout and jid in res.stdout
+
+
+def test_counts_include_cancelled(sq: vr.SyncQueue) -> None:
+    jid = sq.enqueue(Echo(text="never"))
+    assert sq.cancel(jid) == "cancelled"
+    counts = sq.counts()
+    assert counts["cancelled"] == 1 and counts["pending"] == 0

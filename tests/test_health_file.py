@@ -15,6 +15,10 @@ from tests.helpers import make_worker
 pytestmark = pytest.mark.anyio
 
 
+def mtime(path: Path) -> int:
+    return path.stat().st_mtime_ns
+
+
 class Block(vr.Task):
     KIND: ClassVar[str] = "block-the-loop"
     seconds: float
@@ -23,9 +27,9 @@ class Block(vr.Task):
 class BlockJob(Block, vr.Handler[Any]):
     async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
         path: Path = state["path"]
-        before = path.stat().st_mtime_ns
+        before = mtime(path)
         time.sleep(self.seconds)  # blocks the event loop, as a CPU-bound or stuck handler would
-        state["while_blocked"] = path.stat().st_mtime_ns == before
+        state["while_blocked"] = mtime(path) == before
         return vr.Outcome.completed()
 
 
@@ -40,8 +44,8 @@ async def test_health_file_is_touched_while_running_and_not_while_blocked(
         with anyio.fail_after(30):
             while not path.exists():
                 await anyio.sleep(0.01)
-            first = path.stat().st_mtime_ns
-            while path.stat().st_mtime_ns == first:  # touched again on a later tick
+            first = mtime(path)
+            while mtime(path) == first:  # touched again on a later tick
                 await anyio.sleep(0.01)
             await queue.enqueue(Block(seconds=0.5))  # 5 ticks with the loop blocked
             while "while_blocked" not in state:
