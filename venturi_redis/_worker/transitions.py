@@ -211,6 +211,17 @@ class Transitions:
         reply, attempt = await self._send(job, call, completion, direct=direct)
         if reply is not None:
             self._committed(job, action, reply, attempt)
+            if reply.applied and (action == "dead" or (action == "retry" and reply.detail == "dead")):
+                # A death is never silent (a permanent error, the backstop, an
+                # unknown KIND, data that no longer decodes): one WARNING line.
+                log.warning(
+                    "job %s (%s) on queue %s is dead (%s): %s",
+                    job.id,
+                    job.kind,
+                    q.name,
+                    reason if action == "dead" else "max_failures",
+                    note_s,
+                )
 
     def _completed(self, job: _Job, reply: Any) -> None:
         """A deferred completion's reply (or error), from the committer; the job is then finished."""
