@@ -83,6 +83,25 @@ def test_stats_json_and_table(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
     assert qname in [r["queue"] for r in every]
 
 
+def test_stats_of_every_queue_survives_one_with_a_wrong_type_key(
+    rurl: str, qname: str, sq: vr.SyncQueue
+) -> None:
+    sq.enqueue(Echo(text="a"))
+    broken = f"{qname}-broken"
+    with vr.SyncClient(rurl) as client:
+        client.queue(broken).enqueue(Echo(text="b"))  # found by discovery through its pending set
+    with redis.Redis.from_url(rurl) as r:
+        r.set(f"venturi:{{{broken}}}:pending:low", "not a sorted set")
+    res = venturi("stats", "--redis", rurl, "--json")
+    assert res.exit_code == 1, res.output
+    shown = [r["queue"] for r in json.loads(res.stdout)]
+    assert qname in shown and broken not in shown
+    (line,) = [ln for ln in res.stderr.splitlines() if broken in ln]
+    assert line.startswith(f"venturi: queue {broken!r}: cannot read its stats: WRONGTYPE")
+    table = venturi("stats", "--redis", rurl)
+    assert table.exit_code == 1 and qname in table.stdout and "Traceback" not in table.output
+
+
 def test_redis_url_defaults_to_env(
     rurl: str, qname: str, sq: vr.SyncQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:

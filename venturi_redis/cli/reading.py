@@ -17,6 +17,7 @@ from .._model.records import WorkerInfo
 from .._model.redact import redact
 from .._producer import discovery as _discovery
 from .._producer.client import Client
+from .._producer.reads import QueueStats
 from .._producer.sharded import group_partitions, grouped_stats
 from .app import (
     Fail,
@@ -64,20 +65,32 @@ def stats(
         for name in queue or []:
             await known_queue(client, name, change=False)
         names = list(queue or []) or await _discovery.discover_queues(client)
-        # A sharded queue's partitions show as one row (docs/cluster.md).
-        rows = await grouped_stats(client, names)
-        # Workers registered now, per logical queue (a sharded queue's partitions share them).
+        # A sharded queue's partitions show as one row (docs/cluster.md). A
+        # queue whose keys cannot be read (a key of the wrong type, written by
+        # hand) is named on stderr; the others are still shown.
         members = group_partitions(names)
+        rows: list[QueueStats] = []
+        broken: dict[str, str] = {}
+        for group, parts in members.items():
+            try:
+                rows.extend(await grouped_stats(client, parts))
+            except ResponseError as exc:
+                broken[group] = clean(str(exc))
+        # Workers registered now, per logical queue (a sharded queue's partitions share them).
         workers: dict[str, int] = {}
         for r in rows:
             seen = {w.name for m in members.get(r.queue, [r.queue]) for w in await client.queue(m).workers()}
             workers[r.queue] = len(seen)
+        for group, error in broken.items():
+            typer.echo(f"venturi: queue {group!r}: cannot read its stats: {error}", err=True)
+        status = 1 if broken else 0
         if json_out:
             print_json([{**r.to_dict(), "workers": workers[r.queue]} for r in rows])
-            return 0
+            return status
         if not rows:
-            console().print("no queues found")
-            return 0
+            if not broken:
+                console().print("no queues found")
+            return status
         table = Table(title=f"venturi queues at {when(rows[0].at)}", box=box.SIMPLE_HEAD)
         # Short headers and no wrapping: a queue name or a count is never cut.
         table.add_column("queue", no_wrap=True)
@@ -101,7 +114,7 @@ def stats(
                 str(workers[r.queue]),
             )
         print_table(table)
-        return 0
+        return status
 
     run_with_client(redis, go)
 
