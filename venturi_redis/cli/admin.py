@@ -144,6 +144,23 @@ def purge(
     run_with_client(redis, go)
 
 
+def _set_paused(name: str, redis: str | None, json_out: bool, create: bool, *, paused: bool) -> None:
+    """``queue pause`` and ``queue resume``: one switch, two messages."""
+
+    async def go(client: Client) -> int:
+        q = await known_queue(client, name, create=create)
+        await (q.pause() if paused else q.resume_queue())
+        if json_out:
+            print_json({"queue": q.name, "paused": paused})
+        elif paused:
+            typer.echo(f"queue {q.name}: paused (no new claims; running jobs finish; enqueues still land)")
+        else:
+            typer.echo(f"queue {q.name}: resumed")
+        return 0
+
+    run_with_client(redis, go)
+
+
 @queue_app.command("pause")
 def queue_pause(
     name: Annotated[str, typer.Argument(metavar="QUEUE")],
@@ -152,17 +169,7 @@ def queue_pause(
     create: CreateOpt = False,
 ) -> None:
     """Stop every worker from claiming (atomic). Running jobs finish; enqueues still land."""
-
-    async def go(client: Client) -> int:
-        q = await known_queue(client, name, create=create)
-        await q.pause()
-        if json_out:
-            print_json({"queue": q.name, "paused": True})
-        else:
-            typer.echo(f"queue {q.name}: paused (no new claims; running jobs finish; enqueues still land)")
-        return 0
-
-    run_with_client(redis, go)
+    _set_paused(name, redis, json_out, create, paused=True)
 
 
 @queue_app.command("resume")
@@ -173,14 +180,4 @@ def queue_resume(
     create: CreateOpt = False,
 ) -> None:
     """Let workers claim from the queue again (and wake them)."""
-
-    async def go(client: Client) -> int:
-        q = await known_queue(client, name, create=create)
-        await q.resume_queue()
-        if json_out:
-            print_json({"queue": q.name, "paused": False})
-        else:
-            typer.echo(f"queue {q.name}: resumed")
-        return 0
-
-    run_with_client(redis, go)
+    _set_paused(name, redis, json_out, create, paused=False)
