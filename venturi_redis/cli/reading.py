@@ -49,22 +49,29 @@ from .output import (
     when,
 )
 
+QueuesOpt = Annotated[
+    list[str] | None,
+    typer.Option("--queue", "-q", metavar="NAME", help="Queue (repeatable); default: every queue found."),
+]
+
+
+async def chosen_queues(client: Client, queue: list[str] | None) -> list[str]:
+    """The queues named with ``-q`` (each must exist), else every queue found on the server."""
+    for name in queue or []:
+        await known_queue(client, name, change=False)
+    return list(queue or []) or await _discovery.discover_queues(client)
+
 
 @app.command()
 def stats(
-    queue: Annotated[
-        list[str] | None,
-        typer.Option("--queue", "-q", metavar="NAME", help="Queue (repeatable); default: every queue found."),
-    ] = None,
+    queue: QueuesOpt = None,
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Per queue: eligible per priority, delayed, running, suspended, dead, completed, lag, throughput."""
 
     async def go(client: Client) -> int:
-        for name in queue or []:
-            await known_queue(client, name, change=False)
-        names = list(queue or []) or await _discovery.discover_queues(client)
+        names = await chosen_queues(client, queue)
         # A sharded queue's partitions show as one row (docs/cluster.md). A
         # queue whose keys cannot be read (a key of the wrong type, written by
         # hand) is named on stderr; the others are still shown.
@@ -121,19 +128,14 @@ def stats(
 
 @app.command("workers")
 def workers_cmd(
-    queue: Annotated[
-        list[str] | None,
-        typer.Option("--queue", "-q", metavar="NAME", help="Queue (repeatable); default: every queue found."),
-    ] = None,
+    queue: QueuesOpt = None,
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The workers running now: name, host, pid, queues, concurrency, jobs running, last heartbeat."""
 
     async def go(client: Client) -> int:
-        for name in queue or []:
-            await known_queue(client, name, change=False)
-        names = list(queue or []) or await _discovery.discover_queues(client)
+        names = await chosen_queues(client, queue)
         found: dict[str, WorkerInfo] = {}
         for name in names:
             for w in await client.queue(name).workers():
