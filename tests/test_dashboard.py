@@ -226,6 +226,22 @@ async def test_corrupt_hash_shows_an_error_row_not_a_traceback(world: World) -> 
         assert broken.status_code == 404 and "is corrupt" in broken.text and "Traceback" not in broken.text
 
 
+async def test_a_queue_with_a_wrong_type_key_is_named_and_the_others_still_shown(world: World) -> None:
+    # A key written by hand with the wrong type makes that queue's stats fail
+    # with WRONGTYPE; the overview names it and still shows every other queue.
+    broken = world.client.queue("broken")
+    await broken.enqueue(Echo(text="x"))
+    await world.client.redis.set(broken.keys.pending_high_first[-1], "not a zset")
+    async with http(create_app(world.client)) as h:
+        page = await h.get("/")
+        api = (await h.get("/api/queues")).json()
+    assert page.status_code == 200
+    assert 'data-queue="mail"' in page.text and 'data-unreadable="broken"' in page.text
+    assert [q["queue"] for q in api["queues"]] == ["mail"]
+    ((unreadable),) = api["unreadable"]
+    assert unreadable["queue"] == "broken" and "WRONGTYPE" in unreadable["error"]
+
+
 async def test_mounted_under_a_path(world: World) -> None:
     from starlette.applications import Starlette
     from starlette.routing import Mount

@@ -120,10 +120,15 @@ class Dashboard:
     # -- pages and their JSON ------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
-        rows = await _data.all_queues(self.client, self.discovery)
+        rows, broken = await _data.all_queues(self.client, self.discovery)
         if request.url.path.endswith("/api/queues") or wants_json(request.scope):
-            return JSONResponse({"queues": [r.to_dict() for r in rows]})
-        return self.page(request, "overview.html", rows=rows)
+            return JSONResponse(
+                {
+                    "queues": [r.to_dict() for r in rows],
+                    "unreadable": [{"queue": q, "error": e} for q, e in sorted(broken.items())],
+                }
+            )
+        return self.page(request, "overview.html", rows=rows, broken=sorted(broken.items()))
 
     async def jobs(self, request: Request) -> Response:
         queue = await self.known_queue(request.path_params["queue"])

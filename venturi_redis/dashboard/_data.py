@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import ResponseError
+
 from .._model.enums import JobState
 from .._model.records import JobInfo, JournalEntry, ms_to_dt
 from .._model.redact import redact
@@ -167,9 +169,21 @@ class Discovery:
             self._refresh = None
 
 
-async def all_queues(client: Client, discovery: Discovery) -> list[QueueOverview]:
-    """Every queue found (``discovery``), with its overview."""
-    return [await overview(client.queue(name)) for name in await discovery.names()]
+async def all_queues(client: Client, discovery: Discovery) -> tuple[list[QueueOverview], dict[str, str]]:
+    """Every queue found (``discovery``), with its overview, and the queues that cannot be read.
+
+    A queue with a key of the wrong type (written by hand) answers WRONGTYPE;
+    it is returned by name with Redis's error, and the other queues are still
+    shown (as ``venturi stats`` does).
+    """
+    rows: list[QueueOverview] = []
+    broken: dict[str, str] = {}
+    for name in await discovery.names():
+        try:
+            rows.append(await overview(client.queue(name)))
+        except ResponseError as exc:
+            broken[name] = str(exc)[:300]
+    return rows, broken
 
 
 async def find_by_dedup(queue: Queue, key: str, kind: str | None) -> list[str]:
