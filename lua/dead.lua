@@ -10,6 +10,8 @@
 -- ARGV[3] job id   ARGV[4] lease token   ARGV[5] note
 -- ARGV[6] attachment (msgpack or '')   ARGV[7] carry (msgpack or '')
 -- ARGV[8] reason: permanent | unknown_kind | bad_payload
+-- ARGV[9] exception type of the failure ('' = none)
+-- ARGV[10] tail of its traceback ('' = none), kept in the journal entry
 --
 -- Returns {1} on success, {0, reason} when refused.
 
@@ -28,7 +30,7 @@ redis.call('HINCRBY', KEYS[1], 'failures', 1)
 redis.call('HSET', KEYS[1], 'state', 'dead', 'note', ARGV[5],
   'finished_at', now, 'updated_at', now)
 redis.call('ZADD', KEYS[4], now, id)
-journal(KEYS[2], now, 'dead', run, ARGV[5], ARGV[6], {'reason', ARGV[8]})
+journal(KEYS[2], now, 'dead', run, ARGV[5], ARGV[6], with_error({'reason', ARGV[8]}, ARGV[9], ARGV[10]))
 compact_journal(KEYS[2])
 offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[4], f[5]})
 return {1}

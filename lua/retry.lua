@@ -12,6 +12,8 @@
 -- ARGV[6] attachment (msgpack or '')   ARGV[7] carry (msgpack or '')
 -- ARGV[8] backoff base ms   ARGV[9] cap ms   ARGV[10] jitter fraction
 -- ARGV[11] default max_failures ('none' = off)
+-- ARGV[12] exception type of the failure ('' = none)
+-- ARGV[13] tail of its traceback ('' = none), kept in the `failed` entry
 --
 -- Returns {1, 'pending', delay_ms, failures} or {1, 'dead', 0, failures},
 -- or {0, reason} when refused.
@@ -38,7 +40,8 @@ if limit and failures >= limit then
   redis.call('HSET', KEYS[1], 'state', 'dead', 'failures', failures,
     'note', ARGV[5], 'finished_at', now, 'updated_at', now)
   redis.call('ZADD', KEYS[5], now, id)
-  journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6], {'failures', failures})
+  journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
+    with_error({'failures', failures}, ARGV[12], ARGV[13]))
   journal(KEYS[2], now, 'dead', run,
     'retry backstop: ' .. failures .. ' failed runs (max_failures=' .. limit .. ')', nil,
     {'reason', 'max_failures'})
@@ -54,7 +57,7 @@ redis.call('HSET', KEYS[1], 'state', 'pending', 'failures', failures,
   'note', ARGV[5], 'eligible_at', eligible, 'updated_at', now)
 back_to_pending(KEYS[4], KEYS[6], KEYS[1], id, eligible)
 journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
-  {'failures', failures, 'delay_ms', delay})
+  with_error({'failures', failures, 'delay_ms', delay}, ARGV[12], ARGV[13]))
 compact_journal(KEYS[2])
 wake_workers(KEYS[7], 1)
 return {1, 'pending', delay, failures}

@@ -161,6 +161,14 @@ def test_job_show_with_and_without_queue(rurl: str, qname: str, sq: vr.SyncQueue
     assert table.exit_code == 0
     for text in ("doomed", "resource gone", "reason=permanent", "journal (3 entries)"):
         assert text in table.stdout
+    # The death's exception type is a detail; its traceback tail is printed under the table.
+    assert "error_type=venturi_redis._model.errors.TaskError" in table.stdout
+    head, _, tail = table.stdout.partition(
+        "traceback of the last failure (run 1, venturi_redis._model.errors.TaskError)"
+    )
+    assert "journal (3 entries)" in head and "Traceback (most recent call last):" in tail
+    assert 'raise vr.TaskError.permanent("resource gone")' in tail
+    assert "traceback" in doc["journal"][-1]["details"]
 
 
 def test_job_show_errors(rurl: str, qname: str) -> None:
@@ -212,7 +220,9 @@ CORRUPT = [
 def no_traceback(res: Any) -> None:
     """The command ended by itself (exit status), not by an exception escaping it."""
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
-    assert "Traceback" not in res.output
+    # `job show` prints the handler's own traceback under its heading: not a CLI crash.
+    assert "Traceback" not in res.output.partition("traceback of the last failure")[0]
+    assert "Traceback" not in res.stderr
 
 
 def job_key(qname: str, job_id: str) -> str:

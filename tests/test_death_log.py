@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+from typing import Any, ClassVar
 
 import pytest
+from pydantic import Field
 
 import venturi_redis as vr
 from tests.helpers import drain
 from tests.tasks import Doomed, DoomedJob, Echo, Flaky, FlakyJob
+from venturi_redis._worker.execute import TRACEBACK_TAIL
 
 pytestmark = pytest.mark.anyio
 
@@ -31,3 +34,67 @@ async def test_every_death_logs_a_warning(queue: vr.Queue, caplog: pytest.LogCap
     # A retried failure is not a death: it stays at INFO.
     failed = [r for r in caplog.records if "failed: boom 1" in r.getMessage()]
     assert failed and all(r.levelno == logging.INFO for r in failed)
+
+
+class Lookup(vr.Task):
+    KIND: ClassVar[str] = "lookup"
+    user: str
+    token: str = Field(default="", json_schema_extra={"sensitive": True})
+    depth: int = 0
+
+    def backoff(self) -> vr.Backoff | None:
+        return vr.Backoff.fibonacci(base=0.01, cap=0.05)
+
+
+class LookupJob(Lookup, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        if self.depth:
+            return _recurse(self.depth, self.token)
+        if self.user == "gone":
+            raise vr.TaskError.permanent("user deleted")
+        raise KeyError(f"user_id {self.token}")
+
+
+def _recurse(n: int, token: str) -> vr.Outcome:
+    if n == 0:
+        raise ValueError("bottom reached " + "." * 3000 + f" with {token}")
+    return _recurse(n - 1, token)
+
+
+async def test_the_journal_keeps_the_exception_type_and_traceback_tail(queue: vr.Queue) -> None:
+    # `raise KeyError("user_id")` used to leave only "'user_id'": no type, no traceback.
+    retried = await queue.enqueue(Lookup(user="ann", token="s3cr3t-token"))
+    dead = await queue.enqueue(Lookup(user="gone"))
+    deep = await queue.enqueue(Lookup(user="bob", token="tok-deep-777", depth=200))
+    await drain(queue, LookupJob, max_failures=2)
+
+    failed = [e for e in await queue.journal(retried) if e.event == "failed"]
+    assert len(failed) == 2
+    for e in failed:
+        assert e.details["error_type"] == "KeyError"
+        tb = e.details["traceback"]
+        assert tb.startswith("Traceback (most recent call last):")
+        assert "in handle" in tb and 'raise KeyError(f"user_id {self.token}")' in tb
+        # The task's sensitive value is masked in the traceback as in the note.
+        assert tb.endswith("KeyError: 'user_id ***'") and "s3cr3t-token" not in tb
+        assert e.note == "'user_id ***'"
+
+    (death,) = [e for e in await queue.journal(dead) if e.event == "dead"]
+    assert death.details["reason"] == "permanent"
+    assert death.details["error_type"] == "venturi_redis._model.errors.TaskError"
+    assert "user deleted" in death.details["traceback"]
+
+    # Bounded: a 3 KB message 200 frames deep keeps only the tail (the end nearest the raise).
+    (first, *_) = [e for e in await queue.journal(deep) if e.event == "failed"]
+    tb = first.details["traceback"]
+    assert first.details["error_type"] == "ValueError"
+    assert tb.startswith("...\n") and len(tb) <= TRACEBACK_TAIL + 4
+    assert tb.endswith(". with ***") and "tok-deep-777" not in tb
+
+
+async def test_failures_without_an_exception_journal_no_error_fields(queue: vr.Queue) -> None:
+    unknown = await queue.enqueue(Echo(text="nobody handles echo here"))
+    await drain(queue, DoomedJob)
+    (death,) = [e for e in await queue.journal(unknown) if e.event == "dead"]
+    assert death.details["reason"] == "unknown_kind"
+    assert "error_type" not in death.details and "traceback" not in death.details

@@ -27,6 +27,20 @@ local function journal(key, at, event, run, note, attachment, extra)
   return redis.call(unpack(args))
 end
 
+-- `extra` with a failed run's exception type and traceback tail appended
+-- (each only when given: '' is none). The worker bounds the traceback's size.
+local function with_error(extra, error_type, traceback)
+  if error_type ~= nil and error_type ~= '' then
+    extra[#extra + 1] = 'error_type'
+    extra[#extra + 1] = error_type
+  end
+  if traceback ~= nil and traceback ~= '' then
+    extra[#extra + 1] = 'traceback'
+    extra[#extra + 1] = traceback
+  end
+  return extra
+end
+
 -- A stream's first node is allocated at 4 KB on Redis 7 (t_stream.c
 -- preallocates up to stream-node-max-bytes for the XADDs to come), about six
 -- times what a job's journal holds. A job that leaves a worker for a state it

@@ -442,8 +442,14 @@ def retry(
     cap_ms: int,
     jitter: float,
     max_failures: str,
+    error_type: str = "",
+    traceback: str = "",
 ) -> Call:
-    """retry.lua: a failed run goes back to pending after its backoff, or dies at the backstop."""
+    """retry.lua: a failed run goes back to pending after its backoff, or dies at the backstop.
+
+    ``error_type`` and ``traceback`` (the raised exception's type and the tail
+    of its traceback, '' for none) are kept in the run's ``failed`` journal entry.
+    """
     return Call(
         "retry",
         [
@@ -467,6 +473,8 @@ def retry(
             cap_ms,
             repr(jitter),
             max_failures,
+            error_type,
+            traceback,
         ],
     )
 
@@ -481,12 +489,17 @@ def dead(
     attachment: bytes,
     carry: bytes,
     reason: str,
+    error_type: str = "",
+    traceback: str = "",
 ) -> Call:
-    """dead.lua: a RUNNING job dies at once (``reason``: permanent, unknown_kind, bad_payload)."""
+    """dead.lua: a RUNNING job dies at once (``reason``: permanent, unknown_kind, bad_payload).
+
+    ``error_type`` and ``traceback``: as for ``retry``, kept in the ``dead`` entry.
+    """
     return Call(
         "dead",
         [keys.job(job_id), keys.journal(job_id), keys.running, keys.dead],
-        [now, keys.prefix, job_id, token, note, attachment, carry, reason],
+        [now, keys.prefix, job_id, token, note, attachment, carry, reason, error_type, traceback],
     )
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import traceback
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from .runner import _Job
 
 log = logging.getLogger("venturi_redis.worker")
+# Characters of a failed run's traceback kept in its journal entry (the tail).
+TRACEBACK_TAIL = 2048
 
 
 class RunHost(Protocol):
@@ -51,6 +55,7 @@ class RunHost(Protocol):
         delay_ms: int = 0,
         blob: bytes = b"",
         direct: bool = False,
+        error: tuple[str, str] = ("", ""),
     ) -> None:
         """Write the run's transition (``action`` names its script)."""
 
@@ -132,16 +137,19 @@ async def execute(host: RunHost, job: _Job) -> None:
         return
     except TaskError as exc:
         # A raised message may quote the task's secrets: never stored, never logged.
-        note = scrub(exc.message, secret_values(task, ctx.carry))
+        secrets = secret_values(task, ctx.carry)
+        note = scrub(exc.message, secrets)
+        error = failure_of(exc, secrets)
         if exc.is_permanent:
-            await host._commit(job, "dead", ctx=ctx, note=note, reason="permanent")
+            await host._commit(job, "dead", ctx=ctx, note=note, reason="permanent", error=error)
         else:
-            await host._commit(job, "retry", ctx=ctx, note=note, task=task)
+            await host._commit(job, "retry", ctx=ctx, note=note, task=task, error=error)
         return
     except Exception as exc:
-        note = scrub(str(exc) or type(exc).__name__, secret_values(task, ctx.carry))
+        secrets = secret_values(task, ctx.carry)
+        note = scrub(str(exc) or type(exc).__name__, secrets)
         log.info("job %s (%s) failed: %s", job.id, job.kind, note, exc_info=log.isEnabledFor(logging.DEBUG))
-        await host._commit(job, "retry", ctx=ctx, note=note, task=task)
+        await host._commit(job, "retry", ctx=ctx, note=note, task=task, error=failure_of(exc, secrets))
         return
     try:
         blob = _pack_optional(outcome.result if outcome.kind == "completed" else outcome.output)
@@ -155,6 +163,24 @@ async def execute(host: RunHost, job: _Job) -> None:
         await host._commit(job, "pause", ctx=ctx, note=outcome.note, delay_ms=outcome.delay_ms)
     else:
         await host._commit(job, "suspend", ctx=ctx, note=outcome.note, blob=blob)
+
+
+def failure_of(exc: BaseException, secrets: Sequence[str]) -> tuple[str, str]:
+    """A raised exception as the journal keeps it: its type, and the tail of its traceback.
+
+    The type is qualified by its module (``KeyError``, ``shop.errors.OutOfStock``).
+    The traceback (chained causes included) is scrubbed of the task's secrets as
+    the note is, then cut to its last ``TRACEBACK_TAIL`` characters at a line
+    start: the frames nearest the raise, and the exception's own line.
+    """
+    cls = type(exc)
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    text = scrub("".join(traceback.format_exception(exc)), secrets).rstrip("\n")
+    if len(text) > TRACEBACK_TAIL:
+        tail = text[-TRACEBACK_TAIL:]
+        cut = tail.find("\n")
+        text = "...\n" + (tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail)
+    return name, text
 
 
 def _cancel_was_asked() -> bool:

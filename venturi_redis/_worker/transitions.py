@@ -98,8 +98,12 @@ class Transitions:
         delay_ms: int = 0,
         blob: bytes = b"",
         direct: bool = False,
+        error: tuple[str, str] = ("", ""),
     ) -> None:
         """Run the transition script for ``action``, retrying transient errors.
+
+        ``error`` is a failed run's exception type and traceback tail (execute's
+        ``failure_of``), journaled by a retry or a death.
 
         A refusal after a retried call may be our own first attempt having
         succeeded with its reply lost; it is logged, never re-applied.
@@ -175,6 +179,8 @@ class Transitions:
                 cap_ms=policy.cap_ms,
                 jitter=self._host.jitter,
                 max_failures=self._host._max_failures_arg,
+                error_type=error[0],
+                traceback=error[1],
             )
         elif action == "dead":
             call = calls.dead(
@@ -186,6 +192,8 @@ class Transitions:
                 attachment=attachment,
                 carry=carry,
                 reason=reason,
+                error_type=error[0],
+                traceback=error[1],
             )
         elif action == "cancel":
             call = calls.cancel(

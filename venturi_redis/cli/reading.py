@@ -313,7 +313,9 @@ def job_show(
         table.add_column("details", overflow="fold")
         for e in journal:
             details = " ".join(
-                f"{k}={millis_when(v) if k in MILLIS_DETAILS else v}" for k, v in e.details.items()
+                f"{k}={millis_when(v) if k in MILLIS_DETAILS else v}"
+                for k, v in e.details.items()
+                if k != "traceback"  # printed whole below the table
             )
             if e.attachment is not None:
                 details += " attachment=" + json.dumps(e.attachment, default=json_default, ensure_ascii=False)
@@ -325,6 +327,13 @@ def job_show(
                 safe_text(details.strip()),
             )
         print_table(table)
+        failed = [e for e in journal if "traceback" in e.details]
+        if failed:
+            # The latest failure's traceback tail (--json gives every entry's).
+            last = failed[-1]
+            title = f"traceback of the last failure (run {last.run}, {last.details.get('error_type', '?')})"
+            console().print(Text(title, style="bold"))
+            console().print(lines_text(last.details["traceback"]))
         return 0
 
     run_with_client(redis, go)
