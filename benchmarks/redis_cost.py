@@ -48,7 +48,7 @@ def _total(path: Path) -> int:
     return int(m.group(1))
 
 
-async def measure(port: int, pid: int, out: Path, n: int, batch: int) -> dict[str, int]:
+async def measure(port: int, pid: int, out: Path, n: int, batch: int, events: int = 0) -> dict[str, int]:
     """Drive the server on ``port`` (callgrind's pid ``pid``, dumping to ``out``)."""
     from venturi_only import Raw
 
@@ -74,6 +74,8 @@ async def measure(port: int, pid: int, out: Path, n: int, batch: int) -> dict[st
             except redis.exceptions.ConnectionError:
                 await asyncio.sleep(0.1)
         await raw.load()
+        if events:  # the queue's event stream on, capped at `events` (docs/observability.md)
+            await raw.r.hset(raw.k.meta, "events", str(events))
         ids = [new_job_id() for _ in range(n)]
         await control("-z")
         for job_id in ids:
@@ -94,6 +96,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000, help="jobs (default 2000)")
     ap.add_argument("--batch", type=int, default=100, help="claim batch (default 100)")
     ap.add_argument("--root", type=Path, default=HERE.parent, help="checkout whose scripts to drive")
+    ap.add_argument("--events", type=int, default=0, help="switch the queue's event stream on, capped at N")
     ap.add_argument(
         "--keep",
         type=Path,
@@ -118,12 +121,13 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         try:
-            got = asyncio.run(measure(port, server.pid, out, a.n, a.batch))
+            got = asyncio.run(measure(port, server.pid, out, a.n, a.batch, a.events))
         finally:
             server.terminate()
             server.wait()
     print(
-        f"{a.root}: Redis instructions per job: single enqueue {got['enqueue']:,}; "
+        f"{a.root}{' (events on)' if a.events else ''}: Redis instructions per job: "
+        f"single enqueue {got['enqueue']:,}; "
         f"claim + complete (batch {a.batch}) {got['drain']:,}"
     )
 

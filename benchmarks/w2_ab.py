@@ -57,11 +57,15 @@ def _tail(log: Any) -> str:
     return str(log.read().decode(errors="replace")[-800:])
 
 
-def drain(url: str, r: redis.Redis, pythonpath: str | None, args: list[str]) -> dict[str, float]:
+def drain(
+    url: str, r: redis.Redis, pythonpath: str | None, args: list[str], events: int = 0
+) -> dict[str, float]:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     r.flushall()
+    if events:  # the queue's event stream on, capped at `events` (docs/observability.md)
+        r.hset(f"venturi:{{{venturi_only.QUEUE}}}:meta", "events", str(events))
     adapter = [sys.executable, str(PEERS / "venturi_bench.py")]
     subprocess.run([*adapter, "fill", "--url", url, "--n", str(N)], cwd=PEERS, env=env, check=True)
     worker = [*adapter, "worker", "--url", url, "--n", str(N), "--concurrency", "100", *args]
@@ -100,18 +104,20 @@ def main() -> None:
     p.add_argument("--base", help="checkout for variant A (default: this one)")
     p.add_argument("--a-args", default="", help="extra worker arguments for A")
     p.add_argument("--b-args", default="", help="extra worker arguments for B")
+    p.add_argument("--a-events", type=int, default=0, help="A: the event stream on, capped at N")
+    p.add_argument("--b-events", type=int, default=0, help="B: the event stream on, capped at N")
     p.add_argument("--pairs", type=int, default=6)
     a = p.parse_args()
     variants = {
-        "A": (a.base, shlex.split(a.a_args)),
-        "B": (None, shlex.split(a.b_args)),
+        "A": (a.base, shlex.split(a.a_args), a.a_events),
+        "B": (None, shlex.split(a.b_args), a.b_events),
     }
     runs: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     with RedisServer() as server:
         r = redis.Redis.from_url(server.url)
         for i in range(a.pairs):
-            for name, (path, args) in variants.items():
-                x = drain(server.url, r, path, args)
+            for name, (path, args, events) in variants.items():
+                x = drain(server.url, r, path, args, events)
                 runs[name].append(x)
                 print(
                     f"pair {i + 1} {name}: {x['jobs_s']:,.0f} jobs/s, ceiling {x['ceiling']:,.0f}/s, "
@@ -123,8 +129,8 @@ def main() -> None:
     def med(name: str, key: str) -> Any:
         return statistics.median(x[key] for x in runs[name])
 
-    for name, (path, args) in variants.items():
-        label = f"{path or 'this checkout'} {' '.join(args)}".strip()
+    for name, (path, args, events) in variants.items():
+        label = f"{path or 'this checkout'} {' '.join(args)}{f' events {events}' if events else ''}".strip()
         ratios = ", ".join(f"{x['ratio']:.0%}" for x in runs[name])
         print(
             f"{name} ({label}): median {med(name, 'jobs_s'):,.0f} jobs/s, W2/W8 {med(name, 'ratio'):.1%} "

@@ -7,6 +7,7 @@
 -- KEYS[4] running zset   KEYS[5] cancelled zset   KEYS[6] dedup index hash
 -- KEYS[7..10] pending zsets, CRITICAL first (a pending job leaves them all:
 --         its priority field is not trusted to name its set)
+-- KEYS[11] queue meta hash   KEYS[12] event stream (include events.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (a cancelled offload job settles its
 --         snapshot as failed, offload.lua)
@@ -24,6 +25,7 @@
 -- @include finish.lua
 
 local now = now_ms(ARGV[1])
+events_open(KEYS[11], KEYS[12], ARGV[2])
 local id = ARGV[3]
 local token = ARGV[5]
 local f = redis.call('HMGET', KEYS[1], 'state', 'run_count', 'dedup', 'cancel_requested')

@@ -5,7 +5,7 @@
 -- KEYS[1..4] pending zsets, CRITICAL, HIGH, NORMAL, LOW
 -- KEYS[5]    running zset (scored by lease expiry)
 -- KEYS[6]    dedup index hash
--- KEYS[7]    queue meta hash (field `paused`)
+-- KEYS[7]    queue meta hash (fields `paused`, `events`)
 -- KEYS[8]    wake list (wake.lua wake_workers): deleted when the claim
 --            comes back short or the queue is paused, since every token in it
 --            is stale then (whatever enqueue pushed it for is claimed, or not
@@ -14,7 +14,8 @@
 --            it ran (cancel.lua) is cancelled here instead of claimed
 -- KEYS[10]   dead zset: a pending job whose own data is corrupt is
 --            quarantined there (quarantine.lua) instead of claimed
--- KEYS[11]   optional: the claiming worker's stop list. An idle worker sends
+-- KEYS[11]   event stream (include events.lua)
+-- KEYS[12]   optional: the claiming worker's stop list. An idle worker sends
 --            this claim pipelined behind `BLPOP wake stop`; to stop it, the
 --            worker pushes two tokens onto its stop list: BLPOP takes one and
 --            this claim, finding the other, deletes the list and claims nothing
@@ -53,14 +54,17 @@ local want = tonumber(ARGV[3])
 local worker = ARGV[4]
 local default_lease = tonumber(ARGV[6])
 
-if KEYS[11] and redis.call('DEL', KEYS[11]) == 1 then
+if KEYS[12] and redis.call('DEL', KEYS[12]) == 1 then
   return {now, 0}
 end
 
-if redis.call('HGET', KEYS[7], 'paused') == '1' then
+local meta = redis.call('HMGET', KEYS[7], 'paused', 'events')
+if meta[1] == '1' then
   redis.call('DEL', KEYS[8])
   return {now, -1}
 end
+
+events_open(KEYS[7], KEYS[11], prefix, meta[2] or false)
 
 -- An idle queue (every pending set empty; Redis deletes an empty set) is
 -- answered with one EXISTS instead of a ZRANGE per level.

@@ -5,6 +5,7 @@
 -- the others).
 --
 -- KEYS[1] running zset   KEYS[2] completed zset
+-- KEYS[3] queue meta hash   KEYS[4] event stream (include events.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and offload
 --         snapshot keys derive from it (include offload.lua: an offload's
@@ -26,6 +27,7 @@
 -- @include offload.lua
 
 local now = now_ms(ARGV[1])
+events_open(KEYS[3], KEYS[4], ARGV[2])
 local now_s = str(now)
 local prefix = ARGV[2]
 local n = tonumber(ARGV[3])

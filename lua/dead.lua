@@ -3,6 +3,7 @@
 --
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] dead zset
+-- KEYS[5] queue meta hash   KEYS[6] event stream (include events.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the job is an offload, its snapshot
 --         becomes `failed` with the note as its error and the redacted
@@ -20,6 +21,7 @@
 -- @include offload.lua
 
 local now = now_ms(ARGV[1])
+events_open(KEYS[5], KEYS[6], ARGV[2])
 local id = ARGV[3]
 local refused, run, f = check_owner(KEYS[1], KEYS[2], ARGV[4], 'dead', now, OFFLOAD_FIELDS)
 if refused then

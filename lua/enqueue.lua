@@ -8,7 +8,7 @@
 --              writes that entry first (materialize, journal.lua). A one-entry
 --              stream costs ~4.7 KB on Redis 7.0, ten times the rest of the job.
 -- ARGV[1]      now in ms, or '' for Redis TIME
--- ARGV[2]      key prefix of the queue (unused here; every script takes it)
+-- ARGV[2]      key prefix of the queue (events.lua takes its length)
 -- ARGV[3]      number of jobs n
 -- ARGV[4]      dedup mode: 'nx' = take a dedup field only if free (a holder
 --              is reported back, nothing written for that job); 'force' = point
@@ -16,10 +16,15 @@
 -- ARGV[5..]    9 fields per job: id, kind, priority, delay_ms, payload, carry,
 --              lease_ms ('' = worker default), max_failures ('' = worker
 --              default, 'none' = no backstop), dedup field ('' = no dedup)
--- Optional offload snapshots (@vr.offload): when #KEYS == 2 + 4n, KEYS[3+3n+i]
+-- Optional offload snapshots (@vr.offload): when #KEYS == 4 + 4n, KEYS[3+3n+i]
 -- is job i's snapshot key and ARGV[5+9n+2i], ARGV[6+9n+2i] are its token and
 -- retention in ms; the pending snapshot is written with the job (include
 -- offload_pending.lua), never for a job that collided.
+-- Optional trace contexts (venturi_redis.otel): when ARGV holds n more values
+-- after the rest, the last n are job i's W3C trace context, stored in its
+-- hash as `trace` ('' = none).
+-- The last two KEYS: the queue meta hash and the event stream (include
+-- events.lua: each job created is an `enqueued` event).
 --
 -- Returns {now, r1, ..., rn}: ri is '' when job i was created, or the id of
 -- the pending job already holding its dedup field (nothing written for i).
@@ -39,12 +44,16 @@
 -- @include dedup.lua
 -- @include wake.lua
 -- @include offload_pending.lua
+-- @include events.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
 local n = tonumber(ARGV[3])
 local force = ARGV[4] == 'force'
-local with_offload = #KEYS == 2 + 4 * n
+local with_offload = #KEYS == 4 + 4 * n
+local trace_at = 5 + 9 * n + (with_offload and 2 * n or 0) -- job i's trace: ARGV[trace_at + i]
+local with_trace = #ARGV == trace_at - 1 + n
+events_open(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2])
 local out = {now}
 local created = 0
 for i = 0, n - 1 do
@@ -84,12 +93,18 @@ for i = 0, n - 1 do
     if lease ~= '' then redis.call('HSET', job_key, 'lease_ms', lease) end
     if maxf ~= '' then redis.call('HSET', job_key, 'max_failures', maxf) end
     if field ~= '' then redis.call('HSET', job_key, 'dedup', field) end
+    if with_trace and ARGV[trace_at + i] ~= '' then
+      redis.call('HSET', job_key, 'trace', ARGV[trace_at + i])
+    end
     redis.call('ZADD', pending, eligible_s, id)
     if with_offload then
       local o = 5 + 9 * n + 2 * i
       offload_pending(KEYS[3 + 3 * n + i], job_key, id, kind, ARGV[o], ARGV[o + 1], now)
     end
     created = created + 1
+    if events_stream then
+      emit(id, kind, 'enqueued', now_s, 0, nil, {'priority', priority, 'eligible_at', eligible_s})
+    end
   end
   out[#out + 1] = holder or ''
 end

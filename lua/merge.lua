@@ -7,6 +7,7 @@
 -- KEYS[3] pending zset of the job's current priority
 -- KEYS[4] pending zset of the new priority (same as KEYS[3] when unchanged)
 -- KEYS[5] wake list
+-- KEYS[6] queue meta hash   KEYS[7] event stream (include events.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] decision: keep | replace | with
 -- ARGV[5] new payload (msgpack; ignored for keep)
@@ -30,6 +31,7 @@ end
 -- holds the enqueue-time priority.
 materialize(KEYS[1], KEYS[2])
 local now = now_ms(ARGV[1])
+events_open(KEYS[6], KEYS[7], ARGV[2])
 local decision = ARGV[4]
 local extra = {'decision', decision, 'by', ARGV[9]}
 if decision ~= 'keep' then

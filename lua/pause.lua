@@ -4,6 +4,7 @@
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dedup index hash
 -- KEYS[6] wake list
+-- KEYS[7] queue meta hash   KEYS[8] event stream (include events.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] lease token   ARGV[5] delay in ms (an integer >= 0)
 -- ARGV[6] note   ARGV[7] attachment (msgpack or '')   ARGV[8] carry (msgpack or '')
@@ -17,6 +18,7 @@
 -- @include wake.lua
 
 local now = now_ms(ARGV[1])
+events_open(KEYS[7], KEYS[8], ARGV[2])
 local id = ARGV[3]
 local delay = tonumber(ARGV[5])
 if not delay or delay ~= delay or delay < 0 or delay ~= math.floor(delay) or delay >= 2^53 then

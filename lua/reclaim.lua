@@ -6,6 +6,7 @@
 -- KEYS[1] running zset   KEYS[2] dead zset   KEYS[3] dedup index hash
 -- KEYS[4] wake list
 -- KEYS[5..8] pending zsets, CRITICAL first: the job's priority field picks one
+-- KEYS[9] queue meta hash   KEYS[10] event stream (include events.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (job hashes and journals derive from it)
 -- ARGV[3] at most this many jobs per call
@@ -28,6 +29,7 @@
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
+events_open(KEYS[9], KEYS[10], ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
 local requeued, died = 0, 0
 local out = {0, 0}

@@ -3,6 +3,7 @@
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] suspended zset
 -- KEYS[4] dedup index hash   KEYS[5] wake list
 -- KEYS[6..9] pending zsets, CRITICAL first: the job's priority field picks one
+-- KEYS[10] queue meta hash   KEYS[11] event stream (include events.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] resume input (msgpack)
 --
@@ -28,6 +29,7 @@ if not pending then
   return {0, bad_priority(f[2])}
 end
 local now = now_ms(ARGV[1])
+events_open(KEYS[10], KEYS[11], ARGV[2])
 redis.call('ZREM', KEYS[3], id)
 redis.call('HSET', KEYS[1], 'state', 'pending', 'resume_input', ARGV[4],
   'eligible_at', now, 'updated_at', now)

@@ -4,6 +4,7 @@
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dead zset
 -- KEYS[6] dedup index hash   KEYS[7] wake list
+-- KEYS[8] queue meta hash   KEYS[9] event stream (include events.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the backstop kills an offload job,
 --         its snapshot becomes `failed` with the error and the redacted
@@ -26,6 +27,7 @@
 -- @include offload.lua
 
 local now = now_ms(ARGV[1])
+events_open(KEYS[8], KEYS[9], ARGV[2])
 local id = ARGV[3]
 local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now)
 if refused then

@@ -4,6 +4,7 @@
 --
 -- KEYS[1] dead zset   KEYS[2] dedup index hash   KEYS[3] wake list
 -- KEYS[4..7] pending zsets, CRITICAL first: each job's priority field picks one
+-- KEYS[8] queue meta hash   KEYS[9] event stream (include events.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (job hashes, journals and offload
 --         snapshots derive from it)
@@ -28,6 +29,7 @@
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
+events_open(KEYS[8], KEYS[9], ARGV[2])
 local out = {0}
 for i = 4, #ARGV do
   local id = ARGV[i]

@@ -3,6 +3,7 @@
 --
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] suspended zset
+-- KEYS[5] queue meta hash   KEYS[6] event stream (include events.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] lease token   ARGV[5] note
 -- ARGV[6] attachment (msgpack or '')   ARGV[7] carry (msgpack or '')
@@ -14,6 +15,7 @@
 -- @include lease.lua
 
 local now = now_ms(ARGV[1])
+events_open(KEYS[5], KEYS[6], ARGV[2])
 local id = ARGV[3]
 local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[4], 'suspend', now)
 if refused then

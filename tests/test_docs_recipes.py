@@ -52,6 +52,7 @@ TESTED = {
     "paused",
     "throughput",
     "workers",
+    "events",
 }
 
 
@@ -90,7 +91,8 @@ async def run(name: str, queue: vr.Queue, job: str = "", worker: str = "") -> li
         for token in argv[1:]:
             for var, value in values.items():
                 token = token.replace(var, value)
-            assert "$" not in token, f"unknown variable in {name}: {token}"
+            # A lone `$` is XREAD's "from now", not a variable.
+            assert "$" not in token or token == "$", f"unknown variable in {name}: {token}"
             args.append(token)
         out.append(await queue.client.redis.execute_command(*args))
     return out
@@ -215,3 +217,25 @@ async def test_workers(queue: vr.Queue) -> None:
         assert doc["expires_ms"] == expires
         worker.shutdown()
     assert await queue.workers() == []
+
+
+async def test_events(queue: vr.Queue) -> None:
+    """The blocking XREAD returns the first event after it started: an enqueue a moment later."""
+    replies: list[Any] = []
+
+    async def follow() -> None:
+        replies.extend(await run("events", queue))
+
+    with anyio.fail_after(4):  # under the client's 5 s socket timeout: BLOCK 0 is bounded here
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            await anyio.sleep(0.2)  # the XREAD is blocking
+            jid = await queue.enqueue(Echo(text="live"))
+    on, read, off = replies
+    assert on == 1 and off == 0
+    ((stream, entries),) = read if isinstance(read, list) else list(read.items())
+    assert text(stream) == f"venturi:{{{queue.name}}}:events"
+    entry = fields(entries[0])
+    assert (entry["event"], entry["job"], entry["kind"], entry["run"]) == ("enqueued", jid, "echo", "0")
+    await queue.enqueue(Echo(text="off again"))
+    assert await queue.client.redis.xlen(f"venturi:{{{queue.name}}}:events") == 1

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import venturi_redis as vr
-from venturi_redis._store import calls
+from venturi_redis._store import calls, calls_obs
 from venturi_redis._store.keys import QueueKeys
 from venturi_redis._store.prepare import Prepared
 from venturi_redis._store.scripts import ScriptSet
@@ -156,6 +156,7 @@ def _sample_calls() -> dict[str, calls.Call]:
             by="01NEW",
         ),
         "retry_dead": calls.retry_dead(K, now, ids=["01JOB"], note="n"),
+        "progress": calls_obs.progress(K, now, job_id="01JOB", token="t", value=b"v"),
     }
 
 
@@ -176,6 +177,14 @@ def test_each_call_passes_the_keys_its_header_lists_in_one_hash_tag(name: str) -
 
 def test_the_enqueue_call_lays_out_its_keys_as_documented() -> None:
     call = _sample_calls()["enqueue"]
-    assert call.keys == [K.dedup, K.wake, K.job("01JOB"), K.journal("01JOB"), K.pending(vr.Priority.NORMAL)]
+    assert call.keys == [
+        K.dedup,
+        K.wake,
+        K.job("01JOB"),
+        K.journal("01JOB"),
+        K.pending(vr.Priority.NORMAL),
+        K.meta,
+        K.events,
+    ]
     assert call.args[:2] == ["", K.prefix]
     assert calls.enqueue_one(K, "", JOB) == call

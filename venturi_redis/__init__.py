@@ -13,6 +13,7 @@ from ._model.enums import JobState, Priority
 from ._model.errors import (
     ConfigurationError,
     CorruptQueueError,
+    JobNotFound,
     LeaseLostError,
     MergeConflictError,
     PartialEnqueueError,
@@ -22,6 +23,7 @@ from ._model.errors import (
     TaskError,
     VenturiError,
 )
+from ._model.events import QueueEvent
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
 from ._model.task import Merge, NoCarry, Pending, Task
@@ -82,6 +84,7 @@ __all__ = [
     "Durability",
     "Handler",
     "JobInfo",
+    "JobNotFound",
     "JobState",
     "JournalEntry",
     "LeaseLostError",
@@ -101,6 +104,7 @@ __all__ = [
     "Priority",
     "PrometheusMetrics",
     "Queue",
+    "QueueEvent",
     "QueueStats",
     "Retention",
     "ShardedQueue",

@@ -2,12 +2,14 @@
 -- entry that enqueue leaves for the job's first journaled event to write.
 
 -- @include clock.lua
+-- @include events.lua
 
 -- Journals are capped so a job that pauses forever cannot grow without bound.
 -- (A string: XADD takes it as one, see `str`.)
 local JOURNAL_MAXLEN = '1000'
 
 -- Append one journal entry. `extra` is a flat list of field, value pairs.
+-- The entry is also the queue's event (events.lua), when events are on.
 local function journal(key, at, event, run, note, attachment, extra)
   local args = {'XADD', key, 'MAXLEN', '~', JOURNAL_MAXLEN, '*',
                 'event', event, 'at', str(at), 'run', str(run or 0)}
@@ -24,7 +26,9 @@ local function journal(key, at, event, run, note, attachment, extra)
       args[#args + 1] = extra[i]
     end
   end
-  return redis.call(unpack(args))
+  local entry = redis.call(unpack(args))
+  if events_stream then emit_journaled(key, at, event, run, note, extra) end
+  return entry
 end
 
 -- `extra` with a failed run's exception type and traceback tail appended

@@ -11,6 +11,7 @@
     ├── MergeConflictError        a dedup merge kept losing its optimistic race
     ├── PartialEnqueueError       an ``enqueue_many`` wrote some of its tasks, not all
     ├── OffloadNotFound           no snapshot under an offload key (_producer/results.py)
+    ├── JobNotFound               no such job in the queue (``queue.wait``)
     ├── NotDurableError           too few replicas acknowledged in time (_durable.py)
     ├── CorruptQueueError         a queue-wide key holds the wrong type (a script moved nothing)
     └── TaskError                 raised by a handler; ``TaskError.permanent`` kills the job
@@ -63,6 +64,10 @@ class CorruptQueueError(VenturiError, ResponseError):
     Also a ``redis.exceptions.ResponseError`` (it is Redis's error reply, coded
     by the script), so code that survives Redis errors survives it too.
     """
+
+
+class JobNotFound(VenturiError, LookupError):
+    """No job has this id in the queue: never enqueued there, or purged."""
 
 
 class MergeConflictError(VenturiError):

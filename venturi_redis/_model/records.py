@@ -264,6 +264,8 @@ class JobInfo:
     lease_owner: str | None
     lease_expires_at: datetime | None
     dedup: str | None
+    # The run's last ``ctx.report_progress`` value (decoded msgpack), if any.
+    progress: Any = None
     corrupt: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -308,6 +310,7 @@ class JobInfo:
             lease_owner=p.text("lease_owner") or None,
             lease_expires_at=p.when("lease_expires"),
             dedup=p.text("dedup") or None,
+            progress=p.blob("progress"),
             corrupt=p.corrupt,
         )
 

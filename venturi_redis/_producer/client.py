@@ -5,7 +5,7 @@ Nothing here imports the worker: a web process that only enqueues stays light.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from .._model.codec import pack
 from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge
+from .._model.events import QueueEvent
 from .._model.outcome import UNSET
 from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.task import Task
@@ -24,6 +25,7 @@ from .._store.scripts import ScriptSet, scripts
 from .._transport.connect import connect, default_url
 from .._transport.durable import Durability, DurableRedis, as_durability
 from .._transport.lane import Lane
+from . import events as _events
 from . import ops as _ops
 from . import reads as _reads
 from .batch import enqueue_prepared
@@ -351,3 +353,44 @@ class Queue:
     async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
         """Remove finished jobs (``completed``, ``dead`` or ``cancelled``) and their journals."""
         return await _ops.purge(self, state, older_than=older_than)
+
+    # -- observability: the event stream (events.py) ----------------------------
+
+    def events(self, *, since: str = "$", kinds: Collection[str] | None = None) -> AsyncIterator[QueueEvent]:
+        """The queue's events as they happen (when its event stream is on: ``set_events``).
+
+        Args:
+            since: ``"$"`` (from now), ``"0"`` (everything the capped stream
+                still holds) or an event's ``id``: to resume after it, missing
+                nothing the stream still holds.
+            kinds: Only events of jobs of these KINDs.
+
+        Iterate with ``async for``; it never ends by itself (break, or cancel).
+        """
+        return _events.follow(self, since=since, kinds=kinds)
+
+    async def wait(
+        self,
+        job_id: str,
+        *,
+        # Not anyio.fail_after: the caller chooses how long, like resolve().
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109
+    ) -> JobInfo:
+        """Wait until the job has finished (completed, dead or cancelled) and return it.
+
+        Race-free: a job that finishes at any moment, before the call
+        included, is returned. Prompt when the queue's event stream is on;
+        when it is off, the job is read back every 0.25 s.
+
+        Raises:
+            TimeoutError: It has not finished after ``timeout`` seconds.
+            JobNotFound: No such job in this queue.
+        """
+        return await _events.wait(self, job_id, timeout)
+
+    async def set_events(self, enabled: bool, *, maxlen: int = _events.EVENTS_MAXLEN) -> None:
+        """Switch this queue's event stream on (capped at about ``maxlen`` entries) or off.
+
+        Takes effect at the next script call of every client and worker.
+        """
+        await _events.set_events(self, enabled, maxlen=maxlen)

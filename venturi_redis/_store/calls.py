@@ -134,11 +134,16 @@ def enqueue(
     for token, retention_ms in offload:
         call_keys.append(keys.offload(token))
         args += [token, retention_ms]
+    if any(job.trace for job in jobs):  # traced (venturi_redis.otel): one per job, after the rest
+        args += [job.trace for job in jobs]
+    call_keys += [keys.meta, keys.events]
     return Call("enqueue", call_keys, args)
 
 
 def enqueue_one(keys: QueueKeys, now: str, job: Prepared) -> Call:
     """``enqueue(keys, now, [job])``, built directly: a single enqueue's call (the hot path)."""
+    if job.trace:
+        return enqueue(keys, now, [job])
     return Call(
         "enqueue",
         [
@@ -147,6 +152,8 @@ def enqueue_one(keys: QueueKeys, now: str, job: Prepared) -> Call:
             keys.job(job.id),
             keys.journal(job.id),
             keys.pending_by_priority[job.priority],
+            keys.meta,
+            keys.events,
         ],
         [
             now,
@@ -202,6 +209,8 @@ def merge(
             keys.pending_by_priority[old_priority],
             keys.pending_by_priority[new_priority],
             keys.wake,
+            keys.meta,
+            keys.events,
         ],
         [now, keys.prefix, holder, decision, payload, carry_action, carry, new_priority.label, by],
     )
@@ -238,6 +247,7 @@ def claim(
         keys.wake,
         keys.cancelled,
         keys.dead,
+        keys.events,
     ]
     if stop_key is not None:
         call_keys.append(stop_key)
@@ -322,7 +332,7 @@ def reclaim(keys: QueueKeys, now: str, *, batch: int, max_failures: str) -> Call
     """
     return Call(
         "reclaim",
-        [keys.running, keys.dead, keys.dedup, keys.wake, *keys.pending_high_first],
+        [keys.running, keys.dead, keys.dedup, keys.wake, *keys.pending_high_first, keys.meta, keys.events],
         [now, keys.prefix, batch, max_failures],
     )
 
@@ -355,7 +365,7 @@ def complete(keys: QueueKeys, now: str, completions: Sequence[Completion]) -> Ca
     args: list[ScriptArg] = [now, keys.prefix, len(completions)]
     for values in completions:
         args.extend(values)
-    return Call("complete", [keys.running, keys.completed], args)
+    return Call("complete", [keys.running, keys.completed, keys.meta, keys.events], args)
 
 
 def completed(reply: Any) -> list[Transition]:
@@ -393,6 +403,8 @@ def pause(
             keys.pending_by_priority[priority],
             keys.dedup,
             keys.wake,
+            keys.meta,
+            keys.events,
         ],
         [now, keys.prefix, job_id, token, delay_ms, note, attachment, carry],
     )
@@ -423,7 +435,7 @@ def suspend(
     """suspend.lua: a RUNNING job waits, suspended, for ``resume``."""
     return Call(
         "suspend",
-        [keys.job(job_id), keys.journal(job_id), keys.running, keys.suspended],
+        [keys.job(job_id), keys.journal(job_id), keys.running, keys.suspended, keys.meta, keys.events],
         [now, keys.prefix, job_id, token, note, attachment, carry, output],
     )
 
@@ -460,6 +472,8 @@ def retry(
             keys.dead,
             keys.dedup,
             keys.wake,
+            keys.meta,
+            keys.events,
         ],
         [
             now,
@@ -498,7 +512,7 @@ def dead(
     """
     return Call(
         "dead",
-        [keys.job(job_id), keys.journal(job_id), keys.running, keys.dead],
+        [keys.job(job_id), keys.journal(job_id), keys.running, keys.dead, keys.meta, keys.events],
         [now, keys.prefix, job_id, token, note, attachment, carry, reason, error_type, traceback],
     )
 
@@ -516,6 +530,8 @@ def release(
             keys.pending_by_priority[priority],
             keys.dedup,
             keys.wake,
+            keys.meta,
+            keys.events,
         ],
         [now, keys.prefix, job_id, token, carry, note],
     )
@@ -542,6 +558,8 @@ def cancel(
             keys.cancelled,
             keys.dedup,
             *keys.pending_high_first,
+            keys.meta,
+            keys.events,
         ],
         [now, keys.prefix, job_id, note, token, attachment, carry],
     )
@@ -565,6 +583,8 @@ def resume(keys: QueueKeys, now: str, *, job_id: str, value: bytes) -> Call:
             keys.dedup,
             keys.wake,
             *keys.pending_high_first,
+            keys.meta,
+            keys.events,
         ],
         [now, keys.prefix, job_id, value],
     )
@@ -574,7 +594,7 @@ def retry_dead(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) -> C
     """retry_dead.lua: dead jobs back to pending, failures reset."""
     return Call(
         "retry_dead",
-        [keys.dead, keys.dedup, keys.wake, *keys.pending_high_first],
+        [keys.dead, keys.dedup, keys.wake, *keys.pending_high_first, keys.meta, keys.events],
         [now, keys.prefix, note, *ids],
     )
 

@@ -15,7 +15,8 @@ key                                type    what it holds
 ``venturi:{q}:dead``               zset    dead job ids scored by time of death
 ``venturi:{q}:cancelled``          zset    cancelled job ids scored by cancel time
 ``venturi:{q}:dedup``              hash    dedup field -> id of the pending job holding it
-``venturi:{q}:meta``               hash    queue-wide flags (``paused``) and counters
+``venturi:{q}:meta``               hash    queue-wide flags (``paused``, ``events``) and counters
+``venturi:{q}:events``             stream  the queue's events, capped (lua/include/events.lua)
 ``venturi:{q}:wake``               list    wake-up tokens: one per job made claimable
 ``venturi:{q}:wake:<worker>``      list    a worker's stop tokens (only while it stops)
 ``venturi:{q}:offload:<token>``    hash    an offload's result snapshot (``status``...)
@@ -83,13 +84,24 @@ class QueueKeys:
     dedup: str = field(init=False)
     meta: str = field(init=False)
     wake: str = field(init=False)
+    events: str = field(init=False)
     # Pending sets by priority, and from CRITICAL down to LOW (the order a claim scans them).
     pending_by_priority: dict[Priority, str] = field(init=False, compare=False, repr=False)
     pending_high_first: tuple[str, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         p = self.prefix
-        for suffix in ("running", "suspended", "completed", "dead", "cancelled", "dedup", "meta", "wake"):
+        for suffix in (
+            "running",
+            "suspended",
+            "completed",
+            "dead",
+            "cancelled",
+            "dedup",
+            "meta",
+            "wake",
+            "events",
+        ):
             object.__setattr__(self, suffix, f"{p}{suffix}")
         by_priority = {prio: f"{p}pending:{prio.label}" for prio in Priority}
         object.__setattr__(self, "pending_by_priority", by_priority)

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
+from .._model import tracing as _tracing
 from .._model.backoff import to_ms
 from .._model.codec import pack_model
 from .._model.enums import Priority
@@ -45,6 +46,10 @@ class Prepared(NamedTuple):
     max_failures: str
     dedup: str
     explicit_priority: bool
+    # The W3C trace context of the enqueue (``traceparent``, then `` tracestate``
+    # when there is one), stored on the job: set only while
+    # ``venturi_redis.otel`` is instrumented (``_model/tracing.py``), else ''.
+    trace: str = ""
 
 
 def prepare(
@@ -103,9 +108,12 @@ def prepare(
     # Positional, in Prepared's field order (id, kind, priority, delay_ms,
     # payload, carry, lease_ms, max_failures, dedup, explicit_priority):
     # keywords double the cost of this line.
-    return Prepared(
+    job = Prepared(
         new_job_id(), kind, prio, delay_ms, payload, carry_bytes, lease_ms, maxf, field, priority is not None
     )
+    if _tracing.TRACE is not None:
+        return job._replace(trace=_tracing.TRACE())
+    return job
 
 
 def prepare_many(
@@ -162,6 +170,7 @@ def prepare_many(
                 first.max_failures,
                 field,
                 explicit,
+                first.trace,
             )
         )
     return jobs

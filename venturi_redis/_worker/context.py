@@ -14,6 +14,7 @@ from .._model.codec import pack
 from .._model.outcome import UNSET
 from .._model.records import JournalEntry
 from .._model.task import NoCarry
+from .progress import Progress
 
 CarryT = TypeVar("CarryT", bound=BaseModel, default=NoCarry)
 
@@ -39,6 +40,8 @@ class Context(Generic[CarryT]):
         "_attachment",
         "_cancel_reason",
         "_cancelled",
+        "_job",
+        "_progress",
         "carry",
         "failures",
         "history",
@@ -73,6 +76,10 @@ class Context(Generic[CarryT]):
         # Made on the first wait: most runs are never cancelled nor waited on.
         self._cancelled: anyio.Event | None = None
         self._cancel_reason: str | None = None
+        # The claimed job (set by the worker) and its progress writer, made by
+        # the first report: most runs never report.
+        self._job: Any = None
+        self._progress: Progress | None = None
 
     def set_attachment(self, value: Any) -> None:
         """Record structured evidence for this run's journal entry; last write wins.
@@ -83,6 +90,25 @@ class Context(Generic[CarryT]):
         """
         pack(value)
         self._attachment = value
+
+    async def report_progress(self, value: Any) -> None:
+        """Report the run's progress: any msgpack-able value (a number, a dict...).
+
+        Written at once to the job (``JobInfo.progress``) and published on the
+        queue's event stream (a ``progress`` event), for this run only: a run
+        whose lease is gone is refused. Reports closer than 0.2 s apart are
+        held back and the newest is written when the interval has passed, or
+        before the run's transition: the last value always lands. A report
+        that cannot be written is logged, never raised (only a value that
+        cannot be encoded raises, ``PayloadError``, at once).
+        """
+        raw = pack(value)
+        progress = self._progress
+        if progress is None:
+            if self._job is None:
+                raise RuntimeError("report_progress() needs a run started by a worker")
+            progress = self._progress = Progress(self._job)
+        await progress.report(raw)
 
     @property
     def attachment(self) -> Any:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 from pydantic import BaseModel
 
+from .._model import tracing as _tracing
 from .._model.codec import pack, unpack, unpack_as, unpack_model
 from .._model.errors import PayloadError, TaskDefinitionError, TaskError
 from .._model.outcome import UNSET, Outcome
@@ -103,10 +104,21 @@ async def execute(host: RunHost, job: _Job) -> None:
         resume_input=resume_input,
     )
     job.ctx = ctx
+    ctx._job = job
     if host.stopping:
         ctx._cancel("worker shutting down")
     try:
-        outcome = await task.handle(ctx, host.state)
+        try:
+            run_span = _tracing.RUN_SPAN  # venturi_redis.otel, while instrumented
+            if run_span is None:
+                outcome = await task.handle(ctx, host.state)
+            else:
+                async with run_span(job):
+                    outcome = await task.handle(ctx, host.state)
+        finally:
+            if ctx._progress is not None:  # a held-back report lands before the transition
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await ctx._progress.end()
         if not isinstance(outcome, Outcome):
             got = type(outcome).__name__
             raise TypeError(f"{handler_cls.__qualname__}.handle() must return a vr.Outcome, got {got}")

@@ -1,0 +1,75 @@
+-- The queue's event stream, venturi:{q}:events (docs/observability.md): the
+-- journal entry of every job's transition is also appended there, by the
+-- same script (journal.lua's `journal` calls `emit`), so events and journals
+-- never disagree. enqueue.lua emits `enqueued` itself (it writes no journal)
+-- and progress.lua emits `progress` (a value, not a transition: not journaled).
+--
+-- The switch is the queue meta hash's field `events`: absent = EVENTS_DEFAULT,
+-- '0' = off, N = on, the stream capped at about N entries (XADD MAXLEN ~ N).
+-- Every script that journals takes the meta hash and the stream in KEYS and
+-- reads the switch with `events_open` at its top; a script that does not (a
+-- new one not wired yet) emits nothing.
+--
+-- Entry fields: event, job (id), kind, at (ms), run, then note when there is
+-- one, then the journal entry's own extra fields (worker, failures, reason...).
+
+-- @include clock.lua
+-- @include keys.lua
+
+-- (tests/test_events.py checks this is _store/calls.py's EVENTS_DEFAULT.)
+local EVENTS_DEFAULT = '0'
+-- This call's stream while events are on (nil: off, or events_open not called).
+local events_stream = nil
+local events_cap = nil
+local events_prefix_len = 0
+
+-- Read the switch (once per call, at the top of every script that journals):
+-- the queue's meta hash and event stream from the caller's KEYS, its key
+-- prefix (ARGV[2]). `field`: the meta hash's `events` field when the caller
+-- read it anyway (claim.lua, with `paused`); false/nil = absent.
+-- The off path is kept to one HGET and a comparison: it runs on every call.
+local function events_open(meta_key, stream_key, prefix, field)
+  local v = field
+  if v == nil then v = redis.call('HGET', meta_key, 'events') end
+  if not v then v = EVENTS_DEFAULT end
+  if v == '0' then return end
+  -- An operator's field that is not a number is the default: it never
+  -- reaches XADD unchecked.
+  if not string.match(v, '^%d+$') then
+    v = EVENTS_DEFAULT
+    if v == '0' then return end
+  end
+  events_stream, events_cap, events_prefix_len = stream_key, v, #prefix
+end
+
+-- Append one event (when on). `extra`: a flat list of field, value pairs.
+local function emit(id, kind, event, at, run, note, extra)
+  local args = {'XADD', events_stream, 'MAXLEN', '~', events_cap, '*',
+                'event', event, 'job', id, 'kind', kind or '', 'at', str(at), 'run', str(run or 0)}
+  if note ~= nil and note ~= false and note ~= '' then
+    args[#args + 1] = 'note'
+    args[#args + 1] = note
+  end
+  if extra then
+    -- A failure's traceback (up to 2 KB) stays in the journal: an event
+    -- keeps the stream small and says where to look (error_type, the job).
+    for i = 1, #extra, 2 do
+      if extra[i] ~= 'traceback' then
+        args[#args + 1] = extra[i]
+        args[#args + 1] = extra[i + 1]
+      end
+    end
+  end
+  redis.call(unpack(args))
+end
+
+-- The event of a journal entry (journal.lua; when on): the job's id is the
+-- journal key's tail (prefix .. 'journal:' .. id, keys.lua), its kind read
+-- from the job's hash.
+local function emit_journaled(journal_key, at, event, run, note, extra)
+  local id = string.sub(journal_key, events_prefix_len + 9)
+  local job_key = job_keys(string.sub(journal_key, 1, events_prefix_len), id)
+  local kind = redis.pcall('HGET', job_key, 'kind')
+  if type(kind) ~= 'string' then kind = '' end -- none, or a quarantined job's broken key
+  emit(id, kind, event, at, run, note, extra)
+end

@@ -1,0 +1,108 @@
+"""The queue's event stream (issue 30): ``queue.events``, its switch, and its agreement with the journals."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import drain
+from tests.tasks import Doomed, DoomedJob, Echo, EchoJob, Flaky, FlakyJob
+from venturi_redis._store import calls_obs
+
+pytestmark = pytest.mark.anyio
+
+LUA = Path(vr.__file__).resolve().parent.parent / "lua"
+
+
+def test_the_default_switch_is_the_same_in_lua_and_python() -> None:
+    m = re.search(r"local EVENTS_DEFAULT = '(\d+)'", (LUA / "include" / "events.lua").read_text())
+    assert m is not None and m.group(1) == calls_obs.EVENTS_DEFAULT
+
+
+async def _take(it: object, n: int, timeout: float = 10) -> list[vr.QueueEvent]:
+    out: list[vr.QueueEvent] = []
+    with anyio.fail_after(timeout):
+        async for event in it:  # type: ignore[attr-defined]
+            out.append(event)
+            if len(out) == n:
+                break
+    return out
+
+
+async def test_off_by_default_nothing_is_written(queue: vr.Queue) -> None:
+    await queue.enqueue(Echo(text="x"))
+    await drain(queue, EchoJob)
+    assert await queue.client.redis.exists(queue.keys.events) == 0
+
+
+async def test_every_transition_is_an_event_agreeing_with_the_journal(queue: vr.Queue) -> None:
+    await queue.set_events(True, maxlen=1000)
+    ok = await queue.enqueue(Echo(text="hi"))
+    flaky = await queue.enqueue(Flaky(fail_times=1))
+    doomed = await queue.enqueue(Doomed())
+    await drain(queue, EchoJob, FlakyJob, DoomedJob)
+    events = await _take(queue.events(since="0"), 11, timeout=5)
+    by_job: dict[str, list[str]] = {}
+    for e in events:
+        by_job.setdefault(e.job_id, []).append(e.event)
+        assert isinstance(e.at, type(events[0].at)) and e.id
+    # The journal's entries, event for event (the journal's `enqueued` is written lazily from the hash).
+    for jid in (ok, flaky, doomed):
+        journal = [j.event for j in await queue.journal(jid)]
+        assert by_job[jid] == journal, (jid, by_job[jid], journal)
+    assert by_job[flaky] == ["enqueued", "claimed", "failed", "claimed", "completed"]
+    kinds = {e.job_id: e.kind for e in events}
+    assert kinds[ok] == Echo.KIND and kinds[doomed] == Doomed.KIND
+    failed = next(e for e in events if e.event == "failed")
+    assert failed.note == "boom 1" and failed.run == 1 and failed.details["failures"] == "1"
+    assert failed.details["error_type"] == "RuntimeError" and "traceback" not in failed.details
+    claimed = next(e for e in events if e.event == "claimed")
+    assert claimed.details["worker"]
+
+
+async def test_a_follower_sees_new_events_and_filters_by_kind(queue: vr.Queue) -> None:
+    await queue.set_events(True)
+    await queue.enqueue(Echo(text="before"))  # before the follower: "$" skips its events
+    await drain(queue, EchoJob)
+    got: list[vr.QueueEvent] = []
+
+    async def follow() -> None:
+        got.extend(await _take(queue.events(kinds=[Echo.KIND]), 3))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(follow)
+        await anyio.sleep(0.2)  # the follower has taken its position
+        await queue.enqueue(Doomed())  # another kind: filtered out
+        jid = await queue.enqueue(Echo(text="after"))
+        await drain(queue, EchoJob, DoomedJob)
+    assert [(e.job_id, e.event) for e in got] == [(jid, "enqueued"), (jid, "claimed"), (jid, "completed")]
+
+
+async def test_a_consumer_that_resumes_from_its_last_id_misses_nothing(queue: vr.Queue) -> None:
+    await queue.set_events(True)
+    ids = [await queue.enqueue(Echo(text=str(i))) for i in range(3)]
+    first = await _take(queue.events(since="0"), 2)  # then "disconnects"
+    ids += [await queue.enqueue(Echo(text=str(i))) for i in range(3, 5)]
+    rest = await _take(queue.events(since=first[-1].id), 3)
+    assert [e.job_id for e in first + rest] == ids
+    assert all(e.event == "enqueued" for e in first + rest)
+
+
+async def test_switched_off_again_it_stops_and_a_bad_field_is_the_default(queue: vr.Queue) -> None:
+    await queue.set_events(True, maxlen=5)
+    await queue.enqueue_many([Echo(text=str(i)) for i in range(300)])
+    # MAXLEN ~ trims whole nodes (100 entries each on Redis): near its cap, never at 300.
+    assert await queue.client.redis.xlen(queue.keys.events) <= 200
+    await queue.set_events(False)
+    n = await queue.client.redis.xlen(queue.keys.events)
+    await queue.enqueue(Echo(text="off"))
+    assert await queue.client.redis.xlen(queue.keys.events) == n
+    await queue.client.redis.hset(queue.keys.meta, "events", "lots")  # not a number: the default (off)
+    await queue.enqueue(Echo(text="bad"))
+    assert await queue.client.redis.xlen(queue.keys.events) == n
+    with pytest.raises(vr.ConfigurationError):
+        await queue.set_events(True, maxlen=0)

@@ -1,0 +1,170 @@
+"""A queue's event stream: following it (``queue.events``), waiting on a job
+(``queue.wait``), and the operator's switch (``queue.set_events``).
+
+The stream, ``venturi:{q}:events``, is appended to by the transition scripts
+themselves (``lua/include/events.lua``), in the same atomic step as the job's
+journal entry, so what it says never disagrees with the journals. It is
+capped (XADD ``MAXLEN ~ N``) and switched per queue by the meta hash's
+``events`` field: absent = ``calls.EVENTS_DEFAULT``, ``0`` = off, ``N`` = on
+with a cap of about N entries. docs/observability.md is the user's manual.
+
+A reader follows it with ``XREAD BLOCK`` from the last id it saw, so a reader
+that reconnects (or a new one given ``since=`` an id it kept) misses nothing
+still in the stream. Each blocking read lasts at most ``_BLOCK_MS``, below
+the client's socket timeout: an idle follower sends one ``XREAD`` per slice.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .._model.backoff import to_ms
+from .._model.enums import JobState
+from .._model.errors import ConfigurationError, JobNotFound
+from .._model.events import QueueEvent
+from .._model.records import JobInfo
+from .._store.calls_obs import EVENTS_DEFAULT
+
+if TYPE_CHECKING:
+    from .base import QueueLike as Queue
+
+# One blocking read: under the 5 s socket timeout of Client.from_url's default.
+_BLOCK_MS = 4000
+# Entries per read: a follower that fell behind catches up in steps this big.
+_COUNT = 500
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+# How finished jobs end; wait() returns on these.
+FINISHED = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED})
+_FINISH_EVENTS = frozenset({b"completed", b"dead", b"cancelled"})
+# When a queue's events are off, wait() reads the job back this often.
+_POLL_OFF = 0.25
+# Cap of a queue's stream when switched on without one (~150 B an entry: ~1.5 MB).
+EVENTS_MAXLEN = 10_000
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def set_events(queue: Queue, enabled: bool, *, maxlen: int = EVENTS_MAXLEN) -> None:
+    """Switch the queue's event stream on (capped at about ``maxlen`` entries) or off."""
+    if enabled and (not isinstance(maxlen, int) or isinstance(maxlen, bool) or maxlen < 1):
+        raise ConfigurationError(f"events maxlen must be a whole number >= 1, got {maxlen!r}")
+    await queue.client.redis.hset(queue.keys.meta, "events", str(maxlen) if enabled else "0")
+
+
+async def events_cap(queue: Queue) -> int:
+    """The queue's event stream cap now: 0 when off."""
+    raw = await queue.client.redis.hget(queue.keys.meta, "events")
+    value = _text(raw) if raw is not None else EVENTS_DEFAULT
+    return int(value) if value.isdigit() else int(EVENTS_DEFAULT)
+
+
+async def _last_id(queue: Queue) -> str:
+    """The id of the stream's newest entry ("0-0" when it has none): "$" made concrete,
+    so that reads after it, however many, start from the same point."""
+    newest = await queue.client.redis.xrevrange(queue.keys.events, count=1)
+    return _text(newest[0][0]) if newest else "0-0"
+
+
+async def _read(queue: Queue, after: str, block_ms: int) -> list[tuple[Any, dict[Any, Any]]]:
+    reply = await queue.client.redis.xread({queue.keys.events: after}, count=_COUNT, block=block_ms)
+    if not reply:
+        return []
+    # RESP2 gives [[key, entries]]; RESP3 {key: [entries]}.
+    if isinstance(reply, dict):
+        return list(next(iter(reply.values()))[0] if reply else [])
+    return list(reply[0][1])
+
+
+async def follow(
+    queue: Queue, *, since: str = "$", kinds: Collection[str] | None = None
+) -> AsyncIterator[QueueEvent]:
+    """``Queue.events``: the queue's events after ``since``, as they happen."""
+    if not isinstance(since, str) or not since:
+        raise ConfigurationError(f"since must be '$', '0' or an event id, got {since!r}")
+    wanted = None if kinds is None else {str(k) for k in kinds}
+    after = await _last_id(queue) if since == "$" else ("0-0" if since == "0" else since)
+    failures = 0
+    while True:
+        try:
+            entries = await _read(queue, after, _BLOCK_MS)
+        except _TRANSIENT:
+            # Reconnect and read on from the last id seen: nothing is lost
+            # that the stream still holds.
+            failures += 1
+            await anyio.sleep(min(0.05 * 2**failures, 2.0))
+            continue
+        failures = 0
+        for entry_id, fields in entries:
+            after = _text(entry_id)
+            event = QueueEvent.from_stream(after, fields)
+            if wanted is None or event.kind in wanted:
+                yield event
+
+
+async def _nothing(stage: str) -> None:
+    return None
+
+
+async def wait(
+    queue: Queue,
+    job_id: str,
+    timeout: float | timedelta | None,  # noqa: ASYNC109
+    hook: Callable[[str], Awaitable[None]] = _nothing,
+) -> JobInfo:
+    """``Queue.wait``: the job once finished. ``hook`` lets tests inject races.
+
+    The order is what makes it race-free, as in ``resolve``: first the
+    stream's position is taken (the "subscription"), then the job is read
+    back (returning when it has finished), then the events after that
+    position are awaited: a finish at any moment is seen by the read or
+    is in the stream after the position. Each quiet slice, and each finish
+    event of the job, reads the job back (the job's hash is the authority;
+    the stream may be off or trimmed past the position).
+    """
+    seconds = math.inf if timeout is None else to_ms(timeout, "timeout") / 1000
+    deadline = time.monotonic() + seconds
+    on = await events_cap(queue) > 0
+    after = await _last_id(queue)
+    await hook("subscribed")
+    failures = 0
+    target = job_id.encode()
+    while True:
+        try:
+            raw = await queue.client.redis.hgetall(queue.keys.job(job_id))
+            info = JobInfo.from_hash(queue.name, job_id, raw) if raw else None
+            if info is None:
+                raise JobNotFound(f"no job {job_id!r} in queue {queue.name!r} (never enqueued, or purged)")
+            if info.state in FINISHED:
+                return info
+            await hook("read")
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"job {job_id} did not finish within {seconds:g} s (it is {info.state})"
+                    )
+                if not on:
+                    await anyio.sleep(min(_POLL_OFF, left))
+                    break
+                entries = await _read(queue, after, max(1, int(min(_BLOCK_MS / 1000, left) * 1000)))
+                if not entries:
+                    break  # a quiet slice: read back
+                after = _text(entries[-1][0])
+                if any(f.get(b"job") == target and f.get(b"event") in _FINISH_EVENTS for _, f in entries):
+                    break
+            failures = 0
+        except _TRANSIENT:
+            failures += 1
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} did not finish within {seconds:g} s") from None
+            await anyio.sleep(min(0.05 * 2**failures, 2.0, max(0.0, deadline - time.monotonic())))

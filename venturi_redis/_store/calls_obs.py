@@ -1,0 +1,29 @@
+"""The calls of the observability scripts (issue 30), beside ``calls.py`` (which is near its size
+limit): the same conventions, one owner per script. ``progress.lua`` is called from here only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .calls import Call
+from .keys import QueueKeys
+
+# The event stream's switch when a queue's meta hash has no `events` field:
+# '0' = off (lua/include/events.lua's EVENTS_DEFAULT; tests/test_events.py
+# checks they agree). Off by default: docs/observability.md gives the cost.
+EVENTS_DEFAULT = "0"
+
+
+def progress(keys: QueueKeys, now: str, *, job_id: str, token: str, value: bytes) -> Call:
+    """progress.lua: a RUNNING job's progress (msgpack ``value``), for its lease holder only."""
+    return Call(
+        "progress",
+        [keys.job(job_id), keys.meta, keys.events],
+        [now, keys.prefix, job_id, token, value],
+    )
+
+
+def progressed(reply: Any) -> bool:
+    """progress.lua's reply: written (False: the job is not running under this token)."""
+    return int(reply) == 1
