@@ -7,11 +7,12 @@ import sys
 import textwrap
 from typing import Any, ClassVar
 
+import anyio
 import pytest
 from pydantic import Field
 
 import venturi_redis as vr
-from tests.helpers import drain
+from tests.helpers import drain, make_worker
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob, Flaky, FlakyJob
 
 pytestmark = pytest.mark.anyio
@@ -44,6 +45,10 @@ async def test_counters_and_histogram_follow_the_runs(queue: vr.Queue) -> None:
     assert value("venturi_jobs_claimed_total", kind="flaky") == 3
     assert value("venturi_jobs_finished_total", kind="flaky", outcome="failed") == 2
     assert value("venturi_job_run_seconds_count", kind="echo", outcome="completed") == 3
+    # Time from eligible to claimed, per claim: the flaky job's three included (issue 30).
+    assert value("venturi_job_pickup_seconds_count", kind="flaky") == 3
+    assert value("venturi_job_pickup_seconds_count", kind="echo") == 3
+    assert 0 <= value("venturi_job_pickup_seconds_sum", kind="echo") < 60
     assert (
         m.registry.get_sample_value(
             "venturi_jobs_claimed_total", {"queue": n, "kind": "stray-kind-from-elsewhere"}
@@ -113,3 +118,17 @@ def test_no_metrics_dependency_unless_asked() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+async def test_lease_expiries_are_counted(queue: vr.Queue) -> None:
+    """A run whose worker vanished: the reclaim that takes it back counts it (issue 30)."""
+    m = vr.PrometheusMetrics()
+    await queue.enqueue(Echo(text="orphan"))
+    gone = make_worker(queue, EchoJob, lease=0.001)
+    await gone._runners[0].claim(1)  # claimed, never run: its worker "died"
+    await anyio.sleep(0.05)
+    await drain(queue, EchoJob, observer=m)
+    v = m.registry.get_sample_value(
+        "venturi_leases_expired_total", {"queue": queue.name, "outcome": "requeued"}
+    )
+    assert v == 1

@@ -229,6 +229,28 @@ class LazyJournal(Sequence[JournalEntry]):
         return repr(self._parsed())
 
 
+def eligible_ms(history: Sequence[JournalEntry]) -> int | None:
+    """When a just-claimed job became eligible (ms), from the history its claim returned.
+
+    A first claim's history is its enqueue's values (``eligible_at``); a later
+    one's ends with what sent the job back to pending: its time, plus its
+    ``delay_ms`` (a failure's backoff, a pause). None when it does not say.
+    For the worker's pickup-latency metric (``PrometheusMetrics``).
+    """
+    if isinstance(history, LazyJournal) and history._entries is None:
+        raw = history._raw
+        if raw and isinstance(raw[0], (bytes, str)):  # created_at, priority, eligible_at
+            try:
+                return int(raw[2] or raw[0])
+            except (ValueError, IndexError):
+                return None
+    if not history:
+        return None
+    last = history[-1]
+    delay = last.details.get("delay_ms", "0")
+    return int(last.at.timestamp() * 1000) + (int(delay) if delay.isdigit() else 0)
+
+
 @dataclass(frozen=True, slots=True)
 class JobInfo:
     """A snapshot of one job as stored in its hash.

@@ -12,6 +12,10 @@ worker is registered for is reported as ``unregistered``)::
     venturi_jobs_dead_total{queue,kind}
     venturi_jobs_finished_total{queue,kind,outcome}   every outcome, paused and cancelled included
     venturi_job_run_seconds{queue,kind,outcome}  histogram of run durations
+    venturi_job_pickup_seconds{queue,kind}       histogram: from eligible to claimed
+    venturi_leases_expired_total{queue,outcome}  runs whose lease expired (worker presumed
+                                                 dead), taken back by this worker's reclaim:
+                                                 outcome requeued or dead
     venturi_queue_jobs{queue,state}              depth: eligible, delayed, running, suspended, dead, ...
     venturi_queue_eligible{queue,priority}       eligible now, per priority
     venturi_queue_lag_seconds{queue}             age of the oldest eligible job
@@ -47,6 +51,10 @@ class WorkerObserver(Protocol):
         """A run ended with ``outcome`` (completed, failed, dead, paused, suspended,
         released, cancelled) after ``seconds``; only transitions Redis accepted count."""
 
+    # Optional, called when the observer has them (PrometheusMetrics does):
+    #   job_waited(queue, kind, seconds): a claimed job had been eligible for ``seconds``.
+    #   leases_expired(queue, requeued, dead): this worker's reclaim took back expired leases.
+
 
 class PrometheusMetrics:
     """Counters, a run-duration histogram and queue gauges in one registry.
@@ -81,6 +89,19 @@ class PrometheusMetrics:
             buckets=_BUCKETS,
             registry=r,
         )
+        self.pickup = pc.Histogram(
+            "venturi_job_pickup_seconds",
+            "Time from a job becoming eligible to its claim",
+            labels,
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.leases = pc.Counter(
+            "venturi_leases_expired",
+            "Runs whose lease expired, taken back by this worker's reclaim",
+            ["queue", "outcome"],
+            registry=r,
+        )
         self.depth = pc.Gauge("venturi_queue_jobs", "Jobs per state", ["queue", "state"], registry=r)
         self.eligible = pc.Gauge(
             "venturi_queue_eligible", "Jobs eligible now, per priority", ["queue", "priority"], registry=r
@@ -101,6 +122,15 @@ class PrometheusMetrics:
         counter = {"completed": self.completed, "failed": self.failed, "dead": self.dead}.get(outcome)
         if counter is not None:
             counter.labels(queue, kind).inc()
+
+    def job_waited(self, queue: str, kind: str, seconds: float) -> None:
+        self.pickup.labels(queue, kind).observe(seconds)
+
+    def leases_expired(self, queue: str, requeued: int, dead: int) -> None:
+        if requeued:
+            self.leases.labels(queue, "requeued").inc(requeued)
+        if dead:
+            self.leases.labels(queue, "dead").inc(dead)
 
     # -- gauges ---------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.enums import Priority
-from .._model.records import JournalEntry, LazyJournal
+from .._model.records import JournalEntry, LazyJournal, eligible_ms
 from .._producer import ops as _ops
 from .._producer.client import Client, Queue
 from .._producer.ops import Retention
@@ -330,7 +330,7 @@ class _Runner:
         if block < _MIN_BLOCK:
             await self._wait(block)
             got = await self.claim(want)
-            self._dispatch(got[2])
+            self._dispatch(got[2], got[0])
             return got
         interrupted = False
         result: tuple[int, int, list[_Job]] | None = None
@@ -354,7 +354,7 @@ class _Runner:
                     if result is not None:
                         # Now, not after the task group is torn down (a
                         # loop iteration or two): the handlers start sooner.
-                        self._dispatch(result[2])
+                        self._dispatch(result[2], result[0])
                 except Exception as exc:  # noqa: BLE001 - re-raised below, not as an ExceptionGroup
                     error = exc
                 finally:
@@ -481,7 +481,7 @@ class _Runner:
             try:
                 if idle_for is None:
                     now, nxt, jobs = await self.claim(want)
-                    self._dispatch(jobs)
+                    self._dispatch(jobs, now)
                 else:
                     got = await self.idle_claim(want, idle_for)  # its jobs are dispatched
                     idle_for = None
@@ -511,15 +511,24 @@ class _Runner:
             if nxt > 0:
                 idle_for = min(idle_for, max(0.0, (nxt - now) / 1000))
 
-    def _dispatch(self, jobs: list[_Job]) -> None:
-        """Hand claimed jobs to the slot tasks; each holds a slot until its handler is done."""
+    def _dispatch(self, jobs: list[_Job], now: int = 0) -> None:
+        """Hand claimed jobs to the slot tasks; each holds a slot until its handler is done.
+
+        ``now``: the claim's clock (ms), for an observer's ``job_waited``.
+        """
         w = self.host
+        waited = getattr(w.observer, "job_waited", None) if w.observer is not None else None
         for job in jobs:
             self.active[job.id] = job
             job.runner, job.holds_slot = self, True
             self.busy += 1
             if w.observer is not None:
-                w.observer.job_claimed(self.queue.name, w._kind_label(job.kind))
+                kind = w._kind_label(job.kind)
+                w.observer.job_claimed(self.queue.name, kind)
+                if waited is not None and now:
+                    eligible = eligible_ms(job.history)
+                    if eligible is not None:
+                        waited(self.queue.name, kind, max(0.0, (now - eligible) / 1000))
             self.inbox.put(job)
 
     async def _wait(self, seconds: float | None) -> None:
@@ -544,6 +553,9 @@ class _Runner:
                     ", ".join(ids[:10]),
                 )
             total += len(ids)
+            expired = getattr(self.host.observer, "leases_expired", None)
+            if ids and expired is not None:
+                expired(q.name, requeued, died)
             if len(ids) < _RECLAIM_BATCH:
                 return total
 

@@ -1,0 +1,154 @@
+"""OpenTelemetry (issue 30): a PRODUCER span per enqueue, a CONSUMER span per run parented to it.
+
+In one process on every backend, and across two processes (a producer and a
+worker, each with the SDK's in-memory exporter) on a real Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+import venturi_redis as vr
+from tests.helpers import drain
+from tests.servers import RedisServer
+from tests.tasks import Doomed, DoomedJob, Flaky, FlakyJob
+from venturi_redis._model import tracing
+from venturi_redis.otel import VenturiInstrumentor
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = (
+    str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
+)
+
+
+class Nested(vr.Task):
+    KIND: ClassVar[str] = "nested"
+
+
+class NestedJob(Nested, vr.Handler[Any]):
+    provider: ClassVar[TracerProvider | None] = None
+
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        assert NestedJob.provider is not None
+        with NestedJob.provider.get_tracer("app").start_as_current_span("handler work"):
+            return vr.Outcome.completed()
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    NestedJob.provider = provider
+    VenturiInstrumentor().instrument(tracer_provider=provider)
+    try:
+        yield exporter
+    finally:
+        VenturiInstrumentor().uninstrument()
+        NestedJob.provider = None
+    assert tracing.TRACE is None and tracing.RUN_SPAN is None
+
+
+async def test_runs_are_children_of_their_enqueue(queue: vr.Queue, exporter: InMemorySpanExporter) -> None:
+    nested = await queue.enqueue(Nested())
+    flaky = await queue.enqueue(Flaky(fail_times=1))
+    doomed = await queue.enqueue(Doomed())
+    await drain(queue, NestedJob, FlakyJob, DoomedJob)
+    spans = exporter.get_finished_spans()
+    sends = {s.attributes["messaging.message.id"]: s for s in spans if s.kind == SpanKind.PRODUCER}  # type: ignore[index]
+    runs: dict[str, list[Any]] = {}
+    for s in spans:
+        if s.kind == SpanKind.CONSUMER:
+            runs.setdefault(str(s.attributes["messaging.message.id"]), []).append(s)  # type: ignore[index]
+    assert set(sends) == set(runs) == {nested, flaky, doomed}
+    for job_id, send in sends.items():
+        assert send.name == f"send {queue.name}"
+        assert send.attributes["messaging.destination.name"] == queue.name  # type: ignore[index]
+        assert send.attributes["messaging.operation.type"] == "send"  # type: ignore[index]
+        for run in runs[job_id]:
+            assert run.name == f"process {queue.name}"
+            assert run.context.trace_id == send.context.trace_id
+            assert run.parent is not None and run.parent.span_id == send.context.span_id
+            assert run.attributes["messaging.system"] == "redis"  # type: ignore[index]
+    # A retry's run is a new span in the same trace; the failed one records the error.
+    first, second = sorted(runs[flaky], key=lambda s: s.attributes["venturi.run"])  # type: ignore[index]
+    assert (first.attributes["venturi.run"], second.attributes["venturi.run"]) == (1, 2)  # type: ignore[index]
+    assert first.status.status_code == StatusCode.ERROR and [e.name for e in first.events] == ["exception"]
+    assert second.status.status_code != StatusCode.ERROR
+    (dead,) = runs[doomed]
+    assert dead.status.status_code == StatusCode.ERROR and dead.attributes["venturi.kind"] == "doomed"  # type: ignore[index]
+    # The handler's own span nests under its run.
+    (work,) = [s for s in spans if s.name == "handler work"]
+    (run,) = runs[nested]
+    assert work.parent is not None and work.parent.span_id == run.context.span_id
+
+
+async def test_not_instrumented_nothing_is_stored(queue: vr.Queue) -> None:
+    assert tracing.TRACE is None and tracing.RUN_SPAN is None
+    jid = await queue.enqueue(Nested())
+    assert await queue.client.redis.hget(queue.keys.job(jid), "trace") is None
+
+
+def test_the_package_does_not_import_the_instrumentation() -> None:
+    """Neither venturi_redis.otel nor opentelemetry-instrumentation, producer or worker side.
+
+    (redis-py >= 8 imports opentelemetry's API itself, when it is installed,
+    for its own metrics: that is redis-py's, not ours.)
+    """
+    code = (
+        "import sys, venturi_redis as vr; vr.Worker; "
+        "print([m for m in sys.modules "
+        "if m == 'venturi_redis.otel' or m.startswith('opentelemetry.instrumentation')])"
+    )
+    out = subprocess.run([PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def _spans(mode: str, url: str, queue: str) -> list[dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [PYTHON, "-m", "tests.otel_procs.run", mode, url, queue],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def test_across_two_processes(redis_server: RedisServer) -> None:
+    queue = f"otel-{uuid.uuid4().hex[:10]}"
+    ids, *sends = _spans("producer", redis_server.url, queue)
+    runs = _spans("worker", redis_server.url, queue)
+    send_of = {s["attributes"]["messaging.message.id"]: s for s in sends}
+    assert set(send_of) == set(ids.values()) and all(s["kind"] == "PRODUCER" for s in sends)
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        assert r["kind"] == "CONSUMER"
+        by_job.setdefault(r["attributes"]["messaging.message.id"], []).append(r)
+    for job_id, job_runs in by_job.items():
+        send = send_of[job_id]
+        for r in job_runs:
+            assert r["trace_id"] == send["trace_id"] == r["parent_trace"]
+            assert r["parent"] == send["span_id"]
+    statuses = {name: [r["status"] for r in by_job[jid]] for name, jid in ids.items()}
+    assert statuses["ok"] == ["UNSET"]
+    assert sorted(statuses["flaky"]) == ["ERROR", "UNSET"]  # the failed run, then its retry: one trace
+    assert statuses["doomed"] == ["ERROR"]

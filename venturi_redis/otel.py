@@ -1,0 +1,166 @@
+"""OpenTelemetry tracing: from the enqueue in a web process to the run in a worker.
+
+::
+
+    from venturi_redis.otel import VenturiInstrumentor
+
+    VenturiInstrumentor().instrument()  # once, at start-up, in producers and workers
+
+Needs the ``otel`` extra (``pip install 'venturi-redis[otel]'``). Once
+instrumented:
+
+* ``Queue.enqueue`` and ``Queue.enqueue_many`` run in a PRODUCER span
+  ``send <queue>``, and each job stores the W3C trace context of that span
+  (its hash's ``trace`` field, written by the enqueue script itself, so a
+  worker that claims the job at once still finds it).
+* Each run is a CONSUMER span ``process <queue>`` whose parent is that context
+  (a retry's run is a new span in the same trace); the handler's own spans
+  nest under it. A handler that raises records the exception and sets the
+  span's status to ERROR (whatever then happens to the job: retried or dead).
+* Attributes follow the messaging semantic conventions: ``messaging.system``
+  (``redis``), ``messaging.destination.name`` (the queue),
+  ``messaging.operation.type`` (``send`` / ``process``),
+  ``messaging.message.id`` (the job id; for a batch, ``messaging.batch.message_count``),
+  plus ``venturi.kind`` and ``venturi.run``.
+
+Not instrumented, venturi_redis imports nothing of OpenTelemetry and pays one
+None check per enqueue and per run (``_model/tracing.py``). A run span costs
+the worker one ``HGET`` of the job's ``trace`` field before the handler runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Collection, Sequence
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from redis.exceptions import RedisError
+
+from . import __version__
+from ._model import tracing as _tracing
+from ._producer.client import Queue
+
+_W3C = TraceContextTextMapPropagator()
+# Queue's own methods while instrumented (BaseInstrumentor is a singleton).
+_originals: dict[str, Any] = {}
+_SYSTEM = "redis"
+
+__all__ = ["VenturiInstrumentor"]
+
+
+def _current_trace() -> str:
+    """The current span's W3C context as stored on a job: traceparent[ tracestate]."""
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier)
+    parent = carrier.get("traceparent", "")
+    state = carrier.get("tracestate", "")
+    return f"{parent} {state}" if parent and state else parent
+
+
+def _context_of(stored: bytes | str | None) -> otel_context.Context | None:
+    """The context a job's ``trace`` field stands for (None when it has none)."""
+    if not stored:
+        return None
+    text = stored.decode() if isinstance(stored, bytes) else stored
+    parent, _, state = text.partition(" ")
+    carrier = {"traceparent": parent}
+    if state:
+        carrier["tracestate"] = state
+    return _W3C.extract(carrier)
+
+
+class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Traces venturi_redis's enqueues (PRODUCER spans) and runs (CONSUMER spans).
+
+    ``VenturiInstrumentor().instrument(tracer_provider=...)``; without a
+    provider, the global one. ``uninstrument()`` restores everything.
+    """
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ()
+
+    def _instrument(self, **kwargs: Any) -> None:
+        tracer = trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider"))
+        enqueue, enqueue_many = Queue.enqueue, Queue.enqueue_many
+        _originals.update(enqueue=enqueue, enqueue_many=enqueue_many)
+
+        @functools.wraps(enqueue)
+        async def traced_enqueue(self: Queue, task: Any, **options: Any) -> str:
+            with tracer.start_as_current_span(
+                f"send {self.name}",
+                kind=SpanKind.PRODUCER,
+                attributes={
+                    "messaging.system": _SYSTEM,
+                    "messaging.destination.name": self.name,
+                    "messaging.operation.type": "send",
+                    "venturi.kind": getattr(task, "KIND", "") or "",
+                },
+            ) as span:
+                job_id: str = await enqueue(self, task, **options)
+                span.set_attribute("messaging.message.id", job_id)
+                return job_id
+
+        @functools.wraps(enqueue_many)
+        async def traced_enqueue_many(self: Queue, tasks: Sequence[Any], **options: Any) -> list[str]:
+            with tracer.start_as_current_span(
+                f"send {self.name}",
+                kind=SpanKind.PRODUCER,
+                attributes={
+                    "messaging.system": _SYSTEM,
+                    "messaging.destination.name": self.name,
+                    "messaging.operation.type": "send",
+                    "messaging.batch.message_count": len(tasks),
+                },
+            ):
+                ids: list[str] = await enqueue_many(self, tasks, **options)
+                return ids
+
+        @contextlib.asynccontextmanager
+        async def run_span(job: Any) -> AsyncIterator[None]:
+            queue = job.queue
+            try:
+                stored = await queue.client.redis.hget(queue.keys.job(job.id), "trace")
+            except (RedisError, OSError):  # the run goes on, in a trace of its own
+                stored = None
+            span = tracer.start_span(
+                f"process {queue.name}",
+                context=_context_of(stored),
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    "messaging.system": _SYSTEM,
+                    "messaging.destination.name": queue.name,
+                    "messaging.operation.type": "process",
+                    "messaging.message.id": job.id,
+                    "venturi.kind": job.kind,
+                    "venturi.run": job.run_count,
+                },
+            )
+            token = otel_context.attach(trace.set_span_in_context(span))
+            try:
+                yield
+            except Exception as exc:  # the handler's error: recorded, then handled by the worker
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                raise
+            finally:
+                otel_context.detach(token)
+                span.end()
+
+        Queue.enqueue = traced_enqueue  # type: ignore[method-assign]
+        Queue.enqueue_many = traced_enqueue_many  # type: ignore[method-assign]
+        _tracing.TRACE = _current_trace
+        _tracing.RUN_SPAN = run_span
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        if _originals:
+            Queue.enqueue = _originals["enqueue"]  # type: ignore[method-assign]
+            Queue.enqueue_many = _originals["enqueue_many"]  # type: ignore[method-assign]
+        _originals.clear()
+        _tracing.TRACE = None
+        _tracing.RUN_SPAN = None
