@@ -1,4 +1,5 @@
--- cancel: PENDING or SUSPENDED -> CANCELLED at once (an operator's cancel);
+-- cancel: PENDING, SUSPENDED or WAITING -> CANCELLED at once (an operator's
+-- cancel; a waiting job leaves the workflow graph: graph.lua graph_detach);
 -- RUNNING -> cancel requested (the worker is told through `extend` and asks
 -- the handler to stop through its context); RUNNING -> CANCELLED for the
 -- worker that holds the lease, once its handler has stopped.
@@ -8,6 +9,9 @@
 -- KEYS[7..10] pending zsets, CRITICAL first (a pending job leaves them all:
 --         its priority field is not trusted to name its set)
 -- KEYS[11] queue meta hash   KEYS[12] event stream (include events.lua)
+-- KEYS[13..19] the workflow keys (graph.lua graph_at): waiting zset, dead
+--         zset, wake list, pending zsets CRITICAL first; the jobs waiting on
+--         a cancelled job apply their on_dependency_failure policy
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (a cancelled offload job settles its
 --         snapshot as failed, offload.lua)
@@ -23,12 +27,14 @@
 -- @include lease.lua
 -- @include dedup.lua
 -- @include finish.lua
+-- @include graph.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[11], KEYS[12], ARGV[2])
 local id = ARGV[3]
 local token = ARGV[5]
-local f = redis.call('HMGET', KEYS[1], 'state', 'run_count', 'dedup', 'cancel_requested')
+local f = redis.call('HMGET', KEYS[1], 'state', 'run_count', 'dedup', 'cancel_requested',
+  'dependents')
 if not f[1] then
   return {0, 'job does not exist'}
 end
@@ -62,8 +68,15 @@ elseif state == 'pending' then
   unindex(KEYS[6], f[3], id)
 elseif state == 'suspended' then
   redis.call('ZREM', KEYS[3], id)
+elseif state == 'waiting' then
+  redis.call('ZREM', KEYS[13], id)
+  graph_detach(ARGV[2], id)
 else
   return {0, 'job is ' .. state}
 end
 finish_cancelled(ARGV[2], KEYS[1], KEYS[2], KEYS[5], id, now, f[2], ARGV[4], state)
+if f[5] then
+  graph_finished(ARGV[2], graph_at(13), f[5], KEYS[1], id, now, false, nil,
+    'cancelled: ' .. ARGV[4])
+end
 return {1, 'cancelled'}

@@ -6,6 +6,10 @@
 --
 -- KEYS[1] running zset   KEYS[2] completed zset
 -- KEYS[3] queue meta hash   KEYS[4] event stream (include events.lua)
+-- KEYS[5..11] the workflow keys (graph.lua graph_at): waiting zset, dead
+--         zset, wake list, pending zsets CRITICAL first. A job others wait
+--         on (its `dependents` flag, read with the lease check) tells them
+--         here, in the same step: graph.lua.
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and offload
 --         snapshot keys derive from it (include offload.lua: an offload's
@@ -25,12 +29,16 @@
 -- @include keys.lua
 -- @include lease.lua
 -- @include offload.lua
+-- @include graph.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[3], KEYS[4], ARGV[2])
 local now_s = str(now)
 local prefix = ARGV[2]
 local n = tonumber(ARGV[3])
+-- check_owner's extra fields: the offload's two (OFFLOAD_FIELDS), then the
+-- workflow flag.
+local MORE = {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents'}
 local out = {}
 -- First every job is checked (the only writes: refusals journaled), then
 -- the two sets move every accepted job at once, and they are the first
@@ -46,7 +54,7 @@ for i = 0, n - 1 do
   else
     seen[id] = true
     local refused, run, f = check_owner(job_key, journal_key, token, 'complete', now_s,
-      OFFLOAD_FIELDS)
+      MORE)
     if refused then
       out[i + 1] = refused
     else
@@ -99,5 +107,8 @@ for _, job in ipairs(accepted) do
   journal(journal_key, now_s, 'completed', run, note, attachment)
   compact_journal(journal_key)
   offload_settle(prefix, job_key, id, 'completed', result, nil, now, {f[4], f[5]})
+  if f[6] then
+    graph_finished(prefix, graph_at(5), f[6], job_key, id, now, true, result, nil)
+  end
 end
 return out

@@ -4,6 +4,9 @@
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] dead zset
 -- KEYS[5] queue meta hash   KEYS[6] event stream (include events.lua)
+-- KEYS[7..13] the workflow keys (graph.lua graph_at): waiting zset, dead
+--         zset, wake list, pending zsets CRITICAL first; the jobs waiting on
+--         this one apply their on_dependency_failure policy (graph.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the job is an offload, its snapshot
 --         becomes `failed` with the note as its error and the redacted
@@ -19,11 +22,13 @@
 -- @include clock.lua
 -- @include lease.lua
 -- @include offload.lua
+-- @include graph.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[5], KEYS[6], ARGV[2])
 local id = ARGV[3]
-local refused, run, f = check_owner(KEYS[1], KEYS[2], ARGV[4], 'dead', now, OFFLOAD_FIELDS)
+local refused, run, f = check_owner(KEYS[1], KEYS[2], ARGV[4], 'dead', now,
+  {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents'})
 if refused then
   return {0, refused}
 end
@@ -35,4 +40,7 @@ redis.call('ZADD', KEYS[4], now, id)
 journal(KEYS[2], now, 'dead', run, ARGV[5], ARGV[6], with_error({'reason', ARGV[8]}, ARGV[9], ARGV[10]))
 compact_journal(KEYS[2])
 offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[4], f[5]})
+if f[6] then
+  graph_finished(ARGV[2], graph_at(7), f[6], KEYS[1], id, now, false, nil, ARGV[5])
+end
 return {1}

@@ -11,6 +11,10 @@
 -- ARGV[4] the state the zset holds ('completed', 'dead' or 'cancelled')
 -- ARGV[5] at most this many jobs per call
 --
+-- A removed job's workflow keys go with it (keys.lua graph_keys): its
+-- dependents set and the results copied to it (its deps set is gone by the
+-- time it finished).
+--
 -- Returns {removed, more}: more = 1 when older jobs remain past this batch.
 -- An id whose hash is in another state (retried since) is only dropped from
 -- the zset; its hash and journal are left alone. A job key of the wrong type
@@ -34,13 +38,14 @@ local removed = 0
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local job_key, journal_key = job_keys(prefix, id)
+  local deps_key, dependents_key, results_key = graph_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'dedup')
   if f.err then
-    redis.call('DEL', job_key, journal_key)
+    redis.call('DEL', job_key, journal_key, deps_key, dependents_key, results_key)
     removed = removed + 1
   elseif f[1] == ARGV[4] or not f[1] then
     unindex(KEYS[2], f[2], id)
-    redis.call('DEL', job_key, journal_key)
+    redis.call('DEL', job_key, journal_key, deps_key, dependents_key, results_key)
     removed = removed + 1
   end
 end

@@ -7,6 +7,9 @@
 -- KEYS[4] wake list
 -- KEYS[5..8] pending zsets, CRITICAL first: the job's priority field picks one
 -- KEYS[9] queue meta hash   KEYS[10] event stream (include events.lua)
+-- KEYS[11..17] the workflow keys (graph.lua graph_at): waiting zset, dead
+--         zset, wake list, pending zsets CRITICAL first; when the backstop
+--         kills a job others wait on, they apply their policy (graph.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (job hashes and journals derive from it)
 -- ARGV[3] at most this many jobs per call
@@ -26,6 +29,7 @@
 -- @include wake.lua
 -- @include offload.lua
 -- @include quarantine.lua
+-- @include graph.lua
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
@@ -37,7 +41,7 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local job_key, journal_key = job_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'failures', 'max_failures',
-    'priority', 'run_count', 'lease_owner', 'lease_expires')
+    'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents')
   local pending = nil
   if f.err then
     quarantine(job_key, journal_key, KEYS[2], id, now, 'job key is not a hash')
@@ -63,6 +67,10 @@ for _, id in ipairs(ids) do
           {'reason', 'max_failures'})
         offload_settle(prefix, job_key, id, 'failed', nil,
           'lease expired; retry backstop: ' .. failures .. ' failed runs', now)
+        if f[8] then
+          graph_finished(prefix, graph_at(11), f[8], job_key, id, now, false, nil,
+            'lease expired; retry backstop: ' .. failures .. ' failed runs')
+        end
         died = died + 1
       else
         redis.call('HSET', job_key, 'state', 'pending', 'failures', failures,

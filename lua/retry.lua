@@ -5,6 +5,9 @@
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dead zset
 -- KEYS[6] dedup index hash   KEYS[7] wake list
 -- KEYS[8] queue meta hash   KEYS[9] event stream (include events.lua)
+-- KEYS[10..16] the workflow keys (graph.lua graph_at): waiting zset, dead
+--         zset, wake list, pending zsets CRITICAL first; when the backstop
+--         kills a job others wait on, they apply their policy (graph.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the backstop kills an offload job,
 --         its snapshot becomes `failed` with the error and the redacted
@@ -25,6 +28,7 @@
 -- @include wake.lua
 -- @include backoff.lua
 -- @include offload.lua
+-- @include graph.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[8], KEYS[9], ARGV[2])
@@ -33,7 +37,7 @@ local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now)
 if refused then
   return {0, refused}
 end
-local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures')
+local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents')
 local failures = (tonumber(f[1]) or 0) + 1
 local limit = backstop(f[2], ARGV[11])
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
@@ -49,6 +53,9 @@ if limit and failures >= limit then
     {'reason', 'max_failures'})
   compact_journal(KEYS[2])
   offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now)
+  if f[3] then
+    graph_finished(ARGV[2], graph_at(10), f[3], KEYS[1], id, now, false, nil, ARGV[5])
+  end
   return {1, 'dead', 0, failures}
 end
 

@@ -51,6 +51,7 @@ TESTED = {
     "dead-why",
     "paused",
     "throughput",
+    "waiting-on",
     "workers",
     "events",
 }
@@ -239,3 +240,19 @@ async def test_events(queue: vr.Queue) -> None:
     assert (entry["event"], entry["job"], entry["kind"], entry["run"]) == ("enqueued", jid, "echo", "0")
     await queue.enqueue(Echo(text="off again"))
     assert await queue.client.redis.xlen(f"venturi:{{{queue.name}}}:events") == 1
+
+
+async def test_waiting_on(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Echo(text="a"))
+    b = await queue.enqueue(Echo(text="b"))
+    job = await queue.enqueue(Echo(text="after"), after=[a, b])
+    state, deps, dependents, results, _ = await run("waiting-on", queue, job)
+    assert text(state) == "waiting" and sorted(text(x) for x in deps) == sorted([a, b])
+    assert not dependents and not results
+    assert [text(x) for x in (await run("waiting-on", queue, a))[2]] == [job]
+    await drain(queue, EchoJob)
+    state, deps, _, results, recent = await run("waiting-on", queue, job)
+    assert text(state) == "completed" and not deps
+    assert sorted(text(x) for x in results) == sorted([a, b])
+    events = [fields(e)["event"] for e in recent]
+    assert events == ["completed", "claimed", "ready"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import venturi_redis as vr
-from venturi_redis._store import calls, calls_obs
+from venturi_redis._store import calls, calls_flow, calls_obs
 from venturi_redis._store.keys import QueueKeys
 from venturi_redis._store.prepare import Prepared
 from venturi_redis._store.scripts import ScriptSet
@@ -27,7 +27,10 @@ from venturi_redis._store.scripts import ScriptSet
 LUA = Path(vr.__file__).resolve().parent.parent / "lua"
 SCRIPTS = sorted(p.stem for p in LUA.glob("*.lua"))
 # The names keys.py gives a queue's keys; none may follow a `..` outside keys.lua.
-KEY_SUFFIXES = "job:|journal:|pending:|offload:|running|suspended|completed|dead|cancelled|dedup|meta|wake"
+KEY_SUFFIXES = (
+    "job:|journal:|pending:|offload:|deps:|dependents:|depresults:|"
+    "running|suspended|completed|dead|cancelled|dedup|meta|wake|waiting"
+)
 
 
 def _code(text: str) -> str:
@@ -60,7 +63,9 @@ def test_keys_lua_derives_names_from_the_prefix_and_an_id_only() -> None:
     """The helpers' key expressions concatenate the prefix, a literal and their id or token."""
     code = _code((LUA / "include" / "keys.lua").read_text())
     for expr in re.findall(r"prefix\s*\.\.[^\n,]*", code):
-        assert re.fullmatch(r"prefix \.\. '(job:|journal:|offload:)' \.\. (id|token)\s*", expr), expr
+        assert re.fullmatch(
+            r"prefix \.\. '(job:|journal:|offload:|deps:|dependents:|depresults:)' \.\. (id|token)\s*", expr
+        ), expr
 
 
 def test_the_pending_set_is_picked_from_keys_never_named() -> None:
@@ -157,6 +162,7 @@ def _sample_calls() -> dict[str, calls.Call]:
         ),
         "retry_dead": calls.retry_dead(K, now, ids=["01JOB"], note="n"),
         "progress": calls_obs.progress(K, now, job_id="01JOB", token="t", value=b"v"),
+        "enqueue_flow": calls_flow.enqueue_flow(K, now, [calls_flow.FlowJob(JOB, "fail", ("01DEP",))]),
     }
 
 

@@ -24,6 +24,7 @@ from ._model.errors import (
     VenturiError,
 )
 from ._model.events import QueueEvent
+from ._model.flow import Flow
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
 from ._model.task import Merge, NoCarry, Pending, Task
@@ -82,6 +83,7 @@ __all__ = [
     "Context",
     "CorruptQueueError",
     "Durability",
+    "Flow",
     "Handler",
     "JobInfo",
     "JobNotFound",

@@ -41,3 +41,11 @@ local function offload_key(prefix, token)
   end
   return prefix .. 'offload:' .. token
 end
+
+-- A job's place in a workflow (graph.lua): the set of ids it still waits on,
+-- the set of ids waiting on it, and the hash of its dependencies' results
+-- (copied there as each one completes). Derived from the prefix and an id
+-- given by the caller or read from one of these sets.
+local function graph_keys(prefix, id)
+  return prefix .. 'deps:' .. id, prefix .. 'dependents:' .. id, prefix .. 'depresults:' .. id
+end

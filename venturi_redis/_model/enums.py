@@ -56,10 +56,13 @@ class JobState(enum.StrEnum):
     """Where a job is in its life; the value is what ``HGET job state`` shows.
 
     PENDING covers every job waiting in a pending set: new, delayed, paused and
-    retry-waiting alike (their ``eligible_at`` tells them apart).
+    retry-waiting alike (their ``eligible_at`` tells them apart). WAITING is a
+    job waiting for other jobs to finish (``queue.enqueue(task, after=...)``,
+    ``queue.enqueue_flow``); it becomes PENDING when they have.
     """
 
     PENDING = "pending"
+    WAITING = "waiting"
     RUNNING = "running"
     SUSPENDED = "suspended"
     COMPLETED = "completed"

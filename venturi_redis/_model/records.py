@@ -98,7 +98,10 @@ class JournalEntry:
 
     ``event`` is one of: enqueued, merged, claimed, completed, paused, failed,
     dead, lease_expired, released, refused, suspended, resumed, cancelled,
-    retried. ``run`` is the run it belongs to (0 before the first claim).
+    retried; for a job in a workflow also waiting (``ids``, ``count``),
+    dependency_completed and dependency_failed (``dependency``, ``policy``),
+    and ready (its last dependency finished: it is pending). ``run`` is the
+    run it belongs to (0 before the first claim).
     ``details`` holds the event's other fields as text (``delay_ms`` of a
     failure, ``worker`` of a claim, ``reason`` of a death, …).
     """
@@ -289,6 +292,10 @@ class JobInfo:
     # The run's last ``ctx.report_progress`` value (decoded msgpack), if any.
     progress: Any = None
     corrupt: dict[str, str] = field(default_factory=dict)
+    waiting_on: tuple[str, ...] = ()
+    """Workflows: the ids this job still waits on (not yet finished), sorted."""
+    dependents: tuple[str, ...] = ()
+    """Workflows: the ids of the jobs that wait (or waited) on this one, sorted."""
 
     @classmethod
     def from_hash(

@@ -181,6 +181,16 @@ class Task(BaseModel, Generic[CarryT]):
         """Per-task retry backoff; ``None`` (the default) uses the worker's."""
         return None
 
+    def on_dependency_failure(self) -> Literal["fail", "ignore"]:
+        """What this job does when a job it waits on goes dead or is cancelled (workflows).
+
+        ``"fail"`` (the default): it goes dead too (reason ``dependency_failed``,
+        its note naming the failed job), and so on down the tree. ``"ignore"``:
+        it still runs once the others have finished, and the failed one is
+        missing from ``ctx.dependency_results()``. Read at enqueue.
+        """
+        return "fail"
+
     @classmethod
     def sensitive_fields(cls) -> frozenset[str]:
         """Payload fields whose values are never shown: masked in the notes the worker

@@ -6,15 +6,17 @@ Nothing here imports the worker: a web process that only enqueues stays light.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .._model.codec import pack
+from .._model.codec import pack, text
 from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge
 from .._model.events import QueueEvent
+from .._model.flow import Flow
 from .._model.outcome import UNSET
 from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.task import Task
@@ -26,6 +28,7 @@ from .._transport.connect import connect, default_url
 from .._transport.durable import Durability, DurableRedis, as_durability
 from .._transport.lane import Lane
 from . import events as _events
+from . import flow as _flow
 from . import ops as _ops
 from . import reads as _reads
 from .batch import enqueue_prepared
@@ -166,6 +169,7 @@ class Queue:
         lease: float | timedelta | None = None,
         max_failures: int | None = UNSET,
         carry: BaseModel | None = None,
+        after: Sequence[str] | None = None,
     ) -> str:
         """Enqueue one task and return its job id (a ULID).
 
@@ -176,6 +180,12 @@ class Queue:
             lease: Lease for this job's runs, for work known to run long.
             max_failures: Overrides the worker's retry backstop; ``None`` disables it.
             carry: Initial carry (an instance of the task's carry model).
+            after: Job ids of this queue the job waits for (workflows,
+                docs/workflows.md): it is WAITING until every one has
+                completed (one already completed counts as done), then
+                pending (after ``delay``, counted from now). An id that is no
+                job of this queue raises ``ConfigurationError`` with nothing
+                written; so does a task with a dedup key.
 
         When the task has a dedup key and a pending job holds it, the task's
         ``merge`` decides, and the id returned is the job that holds the work.
@@ -189,6 +199,8 @@ class Queue:
             max_failures=max_failures,
             carry=carry,
         )
+        if after is not None:
+            return await _flow.enqueue_after(self, task, job, after)
         holder = await self._coalescer.enqueue(job)
         if not holder:
             return job.id
@@ -239,14 +251,45 @@ class Queue:
         )
         return await enqueue_prepared(self, tasks, jobs)
 
+    async def enqueue_flow(self, parent: Task[Any], children: Sequence[Task[Any] | Flow]) -> Flow:
+        """Enqueue ``children`` and ``parent`` waiting on all of them, in one atomic step.
+
+        The parent is WAITING until every child has completed, then pending;
+        in its run, ``await ctx.dependency_results()`` gives each child's
+        result by id. A child given as a ``vr.Flow`` (an earlier
+        ``enqueue_flow`` of this queue) is waited on through its parent, so
+        flows nest into a tree. All jobs are written or none is
+        (docs/workflows.md).
+
+        Raises:
+            ConfigurationError: A ``vr.Flow`` child is no job of this queue, or
+                a task has a dedup key (nothing written).
+        """
+        return await _flow.enqueue_flow(self, parent, children)
+
     # -- reading ---------------------------------------------------------------
 
     async def get(self, job_id: str) -> JobInfo | None:
-        """A snapshot of the job, or ``None`` if no such job exists (or was purged)."""
-        raw = await self.client.redis.hgetall(self.keys.job(job_id))
+        """A snapshot of the job, or ``None`` if no such job exists (or was purged).
+
+        ``waiting_on`` and ``dependents`` (workflows) are read in the same
+        transaction as the hash.
+        """
+        pipe = self.client.redis.pipeline(transaction=True)
+        pipe.hgetall(self.keys.job(job_id))
+        pipe.smembers(self.keys.deps(job_id))
+        pipe.smembers(self.keys.dependents(job_id))
+        raw, waiting_on, dependents = await pipe.execute()
         if not raw:
             return None
-        return JobInfo.from_hash(self.name, job_id, raw)
+        info = JobInfo.from_hash(self.name, job_id, raw)
+        if waiting_on or dependents:
+            info = replace(
+                info,
+                waiting_on=tuple(sorted(text(x) for x in waiting_on)),
+                dependents=tuple(sorted(text(x) for x in dependents)),
+            )
+        return info
 
     async def journal(self, job_id: str) -> list[JournalEntry]:
         """The job's journal, oldest first (empty if the job is unknown)."""
@@ -262,14 +305,16 @@ class Queue:
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: ``pending:<level>`` for each priority, their sum ``pending``, then
-        ``running``, ``suspended``, ``completed``, ``dead`` and ``cancelled``."""
+        ``waiting`` (workflows), ``running``, ``suspended``, ``completed``, ``dead`` and
+        ``cancelled``."""
         pipe = self.client.redis.pipeline(transaction=False)
         for p in PRIORITIES_HIGH_FIRST:
             pipe.zcard(self.keys.pending(p))
         k = self.keys
-        for key in (k.running, k.suspended, k.completed, k.dead, k.cancelled):
+        for key in (k.waiting, k.running, k.suspended, k.completed, k.dead, k.cancelled):
             pipe.zcard(key)
         finished = (
+            JobState.WAITING,
             JobState.RUNNING,
             JobState.SUSPENDED,
             JobState.COMPLETED,

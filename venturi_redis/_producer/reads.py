@@ -146,6 +146,7 @@ def _state_keys(queue: QueueLike, state: JobState) -> list[tuple[str, bool]]:
     if state is JobState.PENDING:
         return [(key, False) for key in k.pending_high_first]
     return {
+        JobState.WAITING: [(k.waiting, False)],
         JobState.RUNNING: [(k.running, False)],
         JobState.SUSPENDED: [(k.suspended, False)],
         JobState.COMPLETED: [(k.completed, True)],

@@ -203,8 +203,18 @@ class ShardedQueue:
         lease: float | timedelta | None = None,
         max_failures: int | None = UNSET,
         carry: BaseModel | None = None,
+        after: Sequence[str] | None = None,
     ) -> str:
-        """Enqueue one task on its partition (see ``Queue.enqueue``); returns the job id."""
+        """Enqueue one task on its partition (see ``Queue.enqueue``); returns the job id.
+
+        ``after=`` is refused (``ConfigurationError``): a job waits only on
+        jobs of its own queue, and a partition is chosen by the task.
+        """
+        if after is not None:
+            raise ConfigurationError(
+                "a ShardedQueue cannot enqueue with after=: a job waits only on jobs of its own "
+                "queue; use one of its partitions (sharded.partitions) for a workflow"
+            )
         return await self.partition_for(task).enqueue(
             task, delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=carry
         )

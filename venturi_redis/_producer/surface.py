@@ -42,6 +42,7 @@ class QueueSurface(Protocol):
         lease: float | timedelta | None = None,
         max_failures: int | None = UNSET,
         carry: BaseModel | None = None,
+        after: Sequence[str] | None = None,
     ) -> str: ...
 
     async def enqueue_many(

@@ -195,15 +195,22 @@ class SyncQueue:
         lease: float | timedelta | None = None,
         max_failures: int | None = UNSET,
         carry: BaseModel | None = None,
+        after: Sequence[str] | None = None,
     ) -> str:
         """Enqueue one task and return its job id (see ``Queue.enqueue``; dedup merges included)."""
         portal, client = self._sc._ensure()
         direct = self._sc._direct
         q = client.queue(self.name)
-        if direct is None:
+        if direct is None or after is not None:
             result: str = portal.call(
                 lambda: q.enqueue(
-                    task, delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=carry
+                    task,
+                    delay=delay,
+                    priority=priority,
+                    lease=lease,
+                    max_failures=max_failures,
+                    carry=carry,
+                    after=after,
                 )
             )
             return result

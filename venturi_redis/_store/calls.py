@@ -332,7 +332,16 @@ def reclaim(keys: QueueKeys, now: str, *, batch: int, max_failures: str) -> Call
     """
     return Call(
         "reclaim",
-        [keys.running, keys.dead, keys.dedup, keys.wake, *keys.pending_high_first, keys.meta, keys.events],
+        [
+            keys.running,
+            keys.dead,
+            keys.dedup,
+            keys.wake,
+            *keys.pending_high_first,
+            keys.meta,
+            keys.events,
+            *keys.graph,
+        ],
         [now, keys.prefix, batch, max_failures],
     )
 
@@ -365,7 +374,7 @@ def complete(keys: QueueKeys, now: str, completions: Sequence[Completion]) -> Ca
     args: list[ScriptArg] = [now, keys.prefix, len(completions)]
     for values in completions:
         args.extend(values)
-    return Call("complete", [keys.running, keys.completed, keys.meta, keys.events], args)
+    return Call("complete", [keys.running, keys.completed, keys.meta, keys.events, *keys.graph], args)
 
 
 def completed(reply: Any) -> list[Transition]:
@@ -474,6 +483,7 @@ def retry(
             keys.wake,
             keys.meta,
             keys.events,
+            *keys.graph,
         ],
         [
             now,
@@ -512,7 +522,15 @@ def dead(
     """
     return Call(
         "dead",
-        [keys.job(job_id), keys.journal(job_id), keys.running, keys.dead, keys.meta, keys.events],
+        [
+            keys.job(job_id),
+            keys.journal(job_id),
+            keys.running,
+            keys.dead,
+            keys.meta,
+            keys.events,
+            *keys.graph,
+        ],
         [now, keys.prefix, job_id, token, note, attachment, carry, reason, error_type, traceback],
     )
 
@@ -560,6 +578,7 @@ def cancel(
             *keys.pending_high_first,
             keys.meta,
             keys.events,
+            *keys.graph,
         ],
         [now, keys.prefix, job_id, note, token, attachment, carry],
     )

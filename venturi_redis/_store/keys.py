@@ -20,6 +20,10 @@ key                                type    what it holds
 ``venturi:{q}:wake``               list    wake-up tokens: one per job made claimable
 ``venturi:{q}:wake:<worker>``      list    a worker's stop tokens (only while it stops)
 ``venturi:{q}:offload:<token>``    hash    an offload's result snapshot (``status``...)
+``venturi:{q}:waiting``            zset    WAITING job ids (workflows) scored by enqueue time
+``venturi:{q}:deps:<id>``          set     ids a waiting job still waits on
+``venturi:{q}:dependents:<id>``    set     ids of the jobs that wait (or waited) on this job
+``venturi:{q}:depresults:<id>``    hash    dependency id -> its KIND, newline, msgpack result
 ``venturi:{q}:workers``            zset    running worker names scored by registration expiry
 ``venturi:{q}:worker:<name>``      string  a running worker's record (JSON), expires unless renewed
 =================================  ======  ===========================================
@@ -85,6 +89,10 @@ class QueueKeys:
     meta: str = field(init=False)
     wake: str = field(init=False)
     events: str = field(init=False)
+    waiting: str = field(init=False)
+    # The workflow keys every finish path takes (lua/include/graph.lua graph_at):
+    # the waiting zset, the dead zset, the wake list, the pending sets CRITICAL first.
+    graph: tuple[str, ...] = field(init=False, compare=False, repr=False)
     # Pending sets by priority, and from CRITICAL down to LOW (the order a claim scans them).
     pending_by_priority: dict[Priority, str] = field(init=False, compare=False, repr=False)
     pending_high_first: tuple[str, ...] = field(init=False, compare=False, repr=False)
@@ -101,11 +109,13 @@ class QueueKeys:
             "meta",
             "wake",
             "events",
+            "waiting",
         ):
             object.__setattr__(self, suffix, f"{p}{suffix}")
         by_priority = {prio: f"{p}pending:{prio.label}" for prio in Priority}
         object.__setattr__(self, "pending_by_priority", by_priority)
         object.__setattr__(self, "pending_high_first", tuple(by_priority[q] for q in PRIORITIES_HIGH_FIRST))
+        object.__setattr__(self, "graph", (self.waiting, self.dead, self.wake, *self.pending_high_first))
 
     @classmethod
     def for_queue(cls, name: str, namespace: str = "venturi") -> QueueKeys:
@@ -118,6 +128,16 @@ class QueueKeys:
 
     def journal(self, job_id: str) -> str:
         return f"{self.prefix}journal:{job_id}"
+
+    # A job's place in a workflow (lua/include/keys.lua graph_keys derives the same names).
+    def deps(self, job_id: str) -> str:
+        return f"{self.prefix}deps:{job_id}"
+
+    def dependents(self, job_id: str) -> str:
+        return f"{self.prefix}dependents:{job_id}"
+
+    def depresults(self, job_id: str) -> str:
+        return f"{self.prefix}depresults:{job_id}"
 
     def pending(self, priority: Priority) -> str:
         return self.pending_by_priority[priority]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic
 
 import anyio
@@ -40,6 +40,7 @@ class Context(Generic[CarryT]):
         "_attachment",
         "_cancel_reason",
         "_cancelled",
+        "_dependencies",
         "_job",
         "_progress",
         "carry",
@@ -80,6 +81,23 @@ class Context(Generic[CarryT]):
         # the first report: most runs never report.
         self._job: Any = None
         self._progress: Progress | None = None
+        # Set by the worker: reads the job's dependency results (workflows).
+        self._dependencies: Callable[[], Awaitable[dict[str, Any]]] | None = None
+
+    async def dependency_results(self) -> dict[str, Any]:
+        """The result of each job this one waited on (``after=``, ``enqueue_flow``), by job id.
+
+        Typed where the dependency's task declares its result type (an
+        ``@vr.offload`` function's return annotation), else the stored
+        document (dicts, lists, numbers...), ``None`` for a job that returned
+        none. A dependency that went dead or was cancelled, waited past by an
+        ``"ignore"`` task, is missing. Empty for a job that waited on nothing.
+        Read from the job's own copy, so retention of the dependencies cannot
+        remove it (docs/workflows.md).
+        """
+        if self._dependencies is None:
+            return {}
+        return await self._dependencies()
 
     def set_attachment(self, value: Any) -> None:
         """Record structured evidence for this run's journal entry; last write wins.

@@ -10,6 +10,7 @@ sent by the worker (``RunHost._commit``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import traceback
@@ -25,6 +26,7 @@ from .._model.errors import PayloadError, TaskDefinitionError, TaskError
 from .._model.outcome import UNSET, Outcome
 from .._model.redact import scrub, secret_values
 from .context import Context
+from .dependencies import read_dependency_results
 
 if TYPE_CHECKING:
     from .runner import _Job
@@ -103,6 +105,7 @@ async def execute(host: RunHost, job: _Job) -> None:
         carry=carry,
         resume_input=resume_input,
     )
+    ctx._dependencies = functools.partial(read_dependency_results, job.queue, job.id, host._registry)
     job.ctx = ctx
     ctx._job = job
     if host.stopping:

@@ -79,6 +79,7 @@ def priority_of(django_priority: int) -> Priority:
 
 _STATUS = {
     JobState.PENDING: "READY",
+    JobState.WAITING: "READY",
     JobState.RUNNING: "RUNNING",
     JobState.SUSPENDED: "RUNNING",
     JobState.COMPLETED: "SUCCESSFUL",

@@ -1,0 +1,133 @@
+-- enqueue_flow: create jobs that wait for other jobs (docs/workflows.md), all
+-- or none: `queue.enqueue(task, after=[...])` (one job) and
+-- `queue.enqueue_flow(parent, children)` (a tree: children first, each job
+-- after the jobs it waits on, so every dependency in this call is written
+-- before the job that waits on it).
+--
+-- KEYS[1] waiting zset   KEYS[2] wake list
+-- KEYS[3..6] pending zsets, CRITICAL first: a job's priority picks one
+-- ARGV[1] now in ms or ''
+-- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and graph
+--         keys derive from it (keys.lua job_keys, graph_keys)
+-- ARGV[3] number of jobs n
+-- ARGV[4..] per job: id, kind, priority, delay_ms, payload, carry, lease_ms
+--         ('' = worker default), max_failures ('' = worker default, 'none'),
+--         policy ('fail' | 'ignore'), k = how many ids it waits on, then
+--         those k ids (each an earlier job of this call or a job of the queue)
+--
+-- A job whose dependencies have all completed already is written pending,
+-- as enqueue.lua would; any other is WAITING: in the waiting zset, its set
+-- `deps:<id>` holding what it still waits on, and its id added to each
+-- dependency's `dependents:<id>` (with the flag field `dependents` = '1' on
+-- the dependency's hash, which the finish paths test: graph.lua). Results of
+-- dependencies already completed are copied now, as graph.lua copies them at
+-- completion. A waiting job's journal is written at once: the `enqueued`
+-- entry, then `waiting` (with the ids).
+--
+-- Returns {now, created}: created = 0 for a resend (the first job exists:
+-- ids are fresh per call, so a resend of this very call; nothing written).
+-- Errors (checked before any write, so nothing is written):
+--   VR_BADARG when a dependency is not a job of this queue, or is dead or
+--   cancelled and the job waiting on it has the `fail` policy.
+
+-- @include clock.lua
+-- @include keys.lua
+-- @include journal.lua
+-- @include wake.lua
+
+local GRAPH_IDS_SHOWN_AT_ENQUEUE = 20
+
+local now = now_ms(ARGV[1])
+local now_s = str(now)
+local prefix = ARGV[2]
+local n = tonumber(ARGV[3])
+
+-- Parse, then check every dependency before the first write.
+local jobs, new = {}, {}
+local a = 4
+for i = 1, n do
+  local job = {id = ARGV[a], kind = ARGV[a + 1], priority = ARGV[a + 2], delay = ARGV[a + 3],
+    payload = ARGV[a + 4], carry = ARGV[a + 5], lease = ARGV[a + 6], maxf = ARGV[a + 7],
+    policy = ARGV[a + 8], deps = {}}
+  local k = tonumber(ARGV[a + 9])
+  for j = 1, k do
+    job.deps[j] = ARGV[a + 9 + j]
+  end
+  a = a + 10 + k
+  jobs[i] = job
+end
+if redis.call('EXISTS', (job_keys(prefix, jobs[1].id))) == 1 then
+  return {now, 0}
+end
+local known = {} -- dependency id -> {state, kind, result} of a job already in the queue
+for _, job in ipairs(jobs) do
+  if pending_key(3, job.priority) == nil then
+    return redis.error_reply('VR_BADARG unknown priority ' .. job.priority)
+  end
+  for _, dep in ipairs(job.deps) do
+    if not new[dep] and not known[dep] then
+      local f = redis.call('HMGET', (job_keys(prefix, dep)), 'state', 'kind', 'result')
+      if not f[1] then
+        return redis.error_reply('VR_BADARG job ' .. job.id .. ' cannot wait on ' .. dep ..
+          ': no such job in this queue (purged, or never enqueued here)')
+      end
+      known[dep] = f
+    end
+    local f = known[dep]
+    if f and (f[1] == 'dead' or f[1] == 'cancelled') and job.policy ~= 'ignore' then
+      return redis.error_reply('VR_BADARG job ' .. job.id .. ' cannot wait on ' .. dep ..
+        ': it is ' .. f[1] .. ' (a task whose on_dependency_failure() is "ignore" can)')
+    end
+  end
+  new[job.id] = true
+end
+
+local made = 0
+for _, job in ipairs(jobs) do
+  local id = job.id
+  local job_key, journal_key = job_keys(prefix, id)
+  local deps_key, _, results_key = graph_keys(prefix, id)
+  local eligible_s = job.delay == '0' and now_s or str(now + tonumber(job.delay))
+  local waits = {}
+  for _, dep in ipairs(job.deps) do
+    local f = known[dep]
+    if f and f[1] == 'completed' then
+      redis.call('HSET', results_key, dep, (f[2] or '') .. '\n' .. (f[3] or ''))
+    elseif not f or (f[1] ~= 'dead' and f[1] ~= 'cancelled') then
+      waits[#waits + 1] = dep
+    end
+  end
+  local state = #waits > 0 and 'waiting' or 'pending'
+  redis.call('HSET', job_key,
+    'kind', job.kind, 'state', state, 'priority', job.priority,
+    'eligible_at', eligible_s, 'created_at', now_s, 'payload', job.payload)
+  if job.carry ~= '' then redis.call('HSET', job_key, 'carry', job.carry) end
+  if job.lease ~= '' then redis.call('HSET', job_key, 'lease_ms', job.lease) end
+  if job.maxf ~= '' then redis.call('HSET', job_key, 'max_failures', job.maxf) end
+  if job.policy == 'ignore' then
+    redis.call('HSET', job_key, 'on_dependency_failure', 'ignore')
+  end
+  if #waits == 0 then
+    redis.call('ZADD', pending_key(3, job.priority), eligible_s, id)
+    made = made + 1
+  else
+    redis.call('ZADD', KEYS[1], now_s, id)
+    for _, dep in ipairs(waits) do
+      local dep_key = job_keys(prefix, dep)
+      local _, dependents_key = graph_keys(prefix, dep)
+      redis.call('SADD', deps_key, dep)
+      redis.call('SADD', dependents_key, id)
+      redis.call('HSET', dep_key, 'dependents', '1')
+    end
+    write_enqueued(journal_key, {now_s, job.priority, eligible_s})
+    local shown = {}
+    for j = 1, math.min(#waits, GRAPH_IDS_SHOWN_AT_ENQUEUE) do shown[j] = waits[j] end
+    journal(journal_key, now_s, 'waiting', 0, 'waiting on ' .. #waits .. ' job(s)', nil,
+      {'ids', table.concat(shown, ' '), 'count', str(#waits)})
+    compact_journal(journal_key)
+  end
+end
+if made > 0 then
+  wake_workers(KEYS[2], made)
+end
+return {now, n}

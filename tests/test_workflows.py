@@ -1,0 +1,249 @@
+"""Workflows (issue 31): jobs that wait for other jobs, on redis, memory and cluster.
+
+``enqueue(task, after=[...])``, ``enqueue_flow``, the WAITING state, the
+failure policies, cancel both ways, retention racing a waiting job, and the
+tree form. The multi-process fan-in with a SIGKILLed worker is
+tests/test_workflows_procs.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import claim_raw, drain, events
+from venturi_redis._model.codec import pack
+from venturi_redis._store import calls
+
+pytestmark = pytest.mark.anyio
+
+
+class Step(vr.Task):
+    """Records its run in the worker state and returns its name and what it saw."""
+
+    KIND: ClassVar[str] = "wf.step"
+    name: str
+    fail: Literal["", "permanent", "retry"] = ""
+
+
+class StepJob(Step, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        if self.fail:
+            raise vr.TaskError(f"{self.name} fails", permanent=self.fail == "permanent")
+        seen = await ctx.dependency_results()
+        state.setdefault("ran", []).append(self.name)
+        state.setdefault("seen", {})[self.name] = seen
+        return vr.Outcome.completed(result={"name": self.name, "saw": sorted(seen)})
+
+
+class Tolerant(Step):
+    KIND: ClassVar[str] = "wf.tolerant"
+
+    def on_dependency_failure(self) -> Literal["fail", "ignore"]:
+        return "ignore"
+
+
+class TolerantJob(Tolerant, vr.Handler[Any]):
+    handle = StepJob.handle
+
+
+class Deduped(Step):
+    KIND: ClassVar[str] = "wf.deduped"
+
+    def dedup_key(self) -> str | None:
+        return self.name
+
+
+HANDLERS = (StepJob, TolerantJob)
+
+
+async def run_all(queue: vr.Queue) -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    await drain(queue, *HANDLERS, state=state)
+    return state
+
+
+async def test_a_chain_of_three_runs_in_order_and_passes_results(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Step(name="a"))
+    b = await queue.enqueue(Step(name="b"), after=[a])
+    c = await queue.enqueue(Step(name="c"), after=[b])
+    info = await queue.get(c)
+    assert info is not None and info.state is vr.JobState.WAITING and info.waiting_on == (b,)
+    assert (await queue.get(a)).dependents == (b,)  # type: ignore[union-attr]
+    assert (await queue.counts())["waiting"] == 2
+    assert [j.id for j in await queue.list_jobs(state="waiting")] == [b, c]
+
+    state = await run_all(queue)
+
+    assert state["ran"] == ["a", "b", "c"]
+    assert state["seen"]["b"] == {a: {"name": "a", "saw": []}}
+    assert state["seen"]["c"] == {b: {"name": "b", "saw": [a]}}
+    done = await queue.get(c)
+    assert done is not None and done.state is vr.JobState.COMPLETED and done.waiting_on == ()
+    assert (await queue.get(b)).dependents == (c,)  # type: ignore[union-attr]
+    journal = await events(queue, c)
+    assert journal[:4] == ["enqueued", "waiting", "dependency_completed", "ready"]
+    assert (await queue.counts())["waiting"] == 0
+
+
+async def test_after_a_completed_job_counts_it_done(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Step(name="a"))
+    await run_all(queue)
+    b = await queue.enqueue(Step(name="b"), after=[a])
+    info = await queue.get(b)
+    assert info is not None and info.state is vr.JobState.PENDING
+    state = await run_all(queue)
+    assert state["seen"]["b"] == {a: {"name": "a", "saw": []}}
+
+
+async def test_after_an_unknown_id_raises_and_writes_nothing(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Step(name="a"))
+    with pytest.raises(vr.ConfigurationError, match="no such job"):
+        await queue.enqueue(Step(name="b"), after=[a, "01NOSUCHJOB"])
+    assert await queue.counts() == {**await queue.counts(), "pending": 1, "waiting": 0}
+    assert (await queue.get(a)).dependents == ()  # type: ignore[union-attr]
+    with pytest.raises(vr.ConfigurationError, match="list of job ids"):
+        await queue.enqueue(Step(name="b"), after=a)  # type: ignore[arg-type]
+
+
+async def test_after_refuses_a_dedup_key(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Step(name="a"))
+    with pytest.raises(vr.ConfigurationError, match="dedup key"):
+        await queue.enqueue(Deduped(name="d"), after=[a])
+    with pytest.raises(vr.ConfigurationError, match="dedup key"):
+        await queue.enqueue_flow(Step(name="p"), [Deduped(name="d")])
+
+
+@pytest.mark.parametrize("how", ["permanent", "retry"])
+async def test_a_failed_dependency_fails_the_chain_below_it(queue: vr.Queue, how: str) -> None:
+    # permanent: dead.lua; retry: the retry backstop (retry.lua) kills it.
+    a = await queue.enqueue(Step(name="a", fail=how), max_failures=1)  # type: ignore[arg-type]
+    b = await queue.enqueue(Step(name="b"), after=[a])
+    c = await queue.enqueue(Step(name="c"), after=[b])
+    other = await queue.enqueue(Step(name="other"))
+    d = await queue.enqueue(Step(name="d"), after=[b, other])
+    state = await run_all(queue)
+    assert state["ran"] == ["other"]
+    for job_id in (b, c, d):
+        info = await queue.get(job_id)
+        assert info is not None and info.state is vr.JobState.DEAD, job_id
+        assert info.waiting_on == ()
+    b_info = await queue.get(b)
+    assert b_info is not None and b_info.note is not None and a in b_info.note
+    c_info = await queue.get(c)
+    assert c_info is not None and c_info.note is not None and b in c_info.note
+    dead = (await queue.journal(b))[-1]
+    assert dead.event == "dead" and dead.details["reason"] == "dependency_failed"
+    assert dead.details["dependency"] == a
+    assert "dependency_failed" in await events(queue, b)
+    # d waited on `other` too: still listed there (dependents are kept), nothing waits.
+    assert (await queue.get(other)).dependents == (d,)  # type: ignore[union-attr]
+    assert (await queue.counts())["waiting"] == 0
+
+
+async def test_an_ignore_job_runs_without_the_failed_result(queue: vr.Queue) -> None:
+    good = await queue.enqueue(Step(name="good"))
+    bad = await queue.enqueue(Step(name="bad", fail="permanent"))
+    t = await queue.enqueue(Tolerant(name="t"), after=[good, bad])
+    state = await run_all(queue)
+    assert "t" in state["ran"]
+    assert state["seen"]["t"] == {good: {"name": "good", "saw": []}}
+    failed = [e for e in await queue.journal(t) if e.event == "dependency_failed"]
+    assert [e.details["dependency"] for e in failed] == [bad]
+    assert failed[0].details["policy"] == "ignore"
+    # After a dead job: refused for a `fail` task, accepted (counted done) for an `ignore` one.
+    with pytest.raises(vr.ConfigurationError, match="is dead"):
+        await queue.enqueue(Step(name="x"), after=[bad])
+    late = await queue.enqueue(Tolerant(name="late"), after=[bad])
+    assert (await queue.get(late)).state is vr.JobState.PENDING  # type: ignore[union-attr]
+
+
+async def test_cancelling_a_waiting_job_releases_it_from_the_graph(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Step(name="a"))
+    b = await queue.enqueue(Step(name="b"), after=[a])
+    c = await queue.enqueue(Step(name="c"), after=[b])
+    assert await queue.cancel(b) == "cancelled"
+    assert (await queue.get(a)).dependents == ()  # type: ignore[union-attr]
+    info = await queue.get(b)
+    assert info is not None and info.state is vr.JobState.CANCELLED and info.waiting_on == ()
+    # c waited on b, which is cancelled: its `fail` policy applies.
+    c_info = await queue.get(c)
+    assert c_info is not None and c_info.state is vr.JobState.DEAD
+    state = await run_all(queue)
+    assert state["ran"] == ["a"]
+    assert await queue.counts() == {**await queue.counts(), "waiting": 0, "dead": 1, "cancelled": 1}
+
+
+async def test_cancelling_a_dependency_applies_each_dependents_policy(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Step(name="a"))
+    strict = await queue.enqueue(Step(name="strict"), after=[a])
+    tolerant = await queue.enqueue(Tolerant(name="tolerant"), after=[a])
+    assert await queue.cancel(a) == "cancelled"
+    assert (await queue.get(strict)).state is vr.JobState.DEAD  # type: ignore[union-attr]
+    assert (await queue.get(tolerant)).state is vr.JobState.PENDING  # type: ignore[union-attr]
+    state = await run_all(queue)
+    assert state["ran"] == ["tolerant"] and state["seen"]["tolerant"] == {}
+
+
+async def test_retention_purging_a_dependency_does_not_lose_its_result(queue: vr.Queue) -> None:
+    c = await queue.enqueue(Step(name="c"))
+    late = await queue.enqueue(Step(name="late"), after=[c])
+    # c completes (by hand, no worker), and retention purges it before `late`
+    # runs: the result copied at completion is what late reads.
+    claimed = await claim_raw(queue, 1)
+    assert claimed[2].decode() == c
+    cl = queue.client
+    result = pack({"name": "c"})
+    done = calls.complete(
+        queue.keys, cl._now_arg(), [calls.completion(c, claimed[8].decode(), "", b"", b"", result)]
+    )
+    assert calls.completed(await cl.scripts.call(cl.redis, *done)) == [calls.APPLIED]
+    assert await queue.purge("completed") == 1
+    assert await queue.get(c) is None
+    assert (await queue.get(late)).state is vr.JobState.PENDING  # type: ignore[union-attr]
+    state = await run_all(queue)
+    assert state["seen"]["late"] == {c: {"name": "c"}}
+    # The waiting job's own workflow keys go when it is purged in turn.
+    assert await queue.purge("completed") == 1
+    assert not await cl.redis.exists(queue.keys.depresults(late), queue.keys.dependents(c))
+
+
+async def test_enqueue_flow_is_one_atomic_step_and_nests(queue: vr.Queue) -> None:
+    pages = [Step(name=f"page{i}") for i in range(5)]
+    flow = await queue.enqueue_flow(Step(name="report"), pages)
+    assert isinstance(flow, vr.Flow) and len(flow.children_ids) == 5
+    assert (await queue.get(flow.parent_id)).waiting_on == tuple(sorted(flow.children_ids))  # type: ignore[union-attr]
+    top = await queue.enqueue_flow(Step(name="top"), [flow, Step(name="side")])
+    assert top.children_ids[0] == flow.parent_id
+    state = await run_all(queue)
+    assert state["ran"][-2:] == ["report", "top"]
+    assert set(state["seen"]["report"]) == set(flow.children_ids)
+    assert state["seen"]["report"][flow.children_ids[0]] == {"name": "page0", "saw": []}
+    assert set(state["seen"]["top"]) == set(top.children_ids)
+
+
+async def test_a_flow_with_an_unknown_subflow_writes_nothing(queue: vr.Queue) -> None:
+    ghost = vr.Flow(parent_id="01GHOST", children_ids=())
+    with pytest.raises(vr.ConfigurationError, match="01GHOST"):
+        await queue.enqueue_flow(Step(name="p"), [Step(name="c"), ghost])
+    counts = await queue.counts()
+    assert counts["pending"] == 0 and counts["waiting"] == 0
+
+
+async def test_a_dead_dependency_retried_later_tells_nobody_twice(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Step(name="a", fail="permanent"))
+    t = await queue.enqueue(Tolerant(name="t"), after=[a])
+    await run_all(queue)
+    assert (await queue.get(t)).state is vr.JobState.COMPLETED  # type: ignore[union-attr]
+    assert await queue.retry(a)
+    await run_all(queue)
+    entries = [e.event for e in await queue.journal(t)]
+    assert entries.count("dependency_failed") == 1 and entries.count("claimed") == 1
+
+
+async def test_sharded_queue_refuses_after(client: vr.Client, queue_name: str) -> None:
+    sharded = vr.ShardedQueue(client, queue_name, partitions=3)
+    with pytest.raises(vr.ConfigurationError, match="after="):
+        await sharded.enqueue(Step(name="a"), after=["x"])

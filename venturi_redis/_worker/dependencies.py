@@ -1,0 +1,40 @@
+"""``ctx.dependency_results()``: the results of the jobs a workflow job waited on.
+
+Each dependency's result was copied, as it completed, to the waiting job's
+``depresults:<id>`` hash (``lua/include/graph.lua``): one field per
+dependency, its value the dependency's KIND, a newline, then its msgpack
+result (nothing for ``None``). So retention may have purged the dependencies
+long ago; this reads one hash of the job's own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._model.codec import text, unpack, unpack_as
+
+if TYPE_CHECKING:
+    from .._producer.client import Queue
+
+
+def decode_result(kind: str, blob: bytes, registry: dict[str, type[Any]]) -> Any:
+    """One dependency's result: typed when its task declares a result type (an offload's
+    return annotation), else the decoded msgpack document; ``None`` when it returned none."""
+    if not blob:
+        return None
+    handler = registry.get(kind)
+    entry = getattr(handler, "__venturi_offload__", None)
+    if entry is not None:
+        return unpack_as(entry._result_adapter, blob)
+    return unpack(blob)
+
+
+async def read_dependency_results(
+    queue: Queue, job_id: str, registry: dict[str, type[Any]]
+) -> dict[str, Any]:
+    raw: dict[bytes, bytes] = await queue.client.redis.hgetall(queue.keys.depresults(job_id))
+    out: dict[str, Any] = {}
+    for field, value in sorted(raw.items()):
+        kind, _, blob = value.partition(b"\n")
+        out[text(field)] = decode_result(text(kind), blob, registry)
+    return out
