@@ -17,6 +17,13 @@ instruction count of the same command sequence varies by ~0.1% between runs.
 ``--root`` takes the scripts from another checkout (``git worktree add``),
 for an A/B of a Lua change. ``--keep DIR`` keeps the dumps (``DIR/cg.1``, the
 enqueues; ``DIR/cg.2``, the drain) for ``callgrind_annotate --inclusive=yes``.
+
+``--fanin K`` (workflows, docs/workflows.md): the jobs are enqueued as
+children of ``n / K`` flows (``enqueue_flow.lua``, K children per call), each
+parent also waiting on a gate job that is never eligible, so the drain is the
+children alone and each completion releases one dependent: the drain figure
+is then the cost per child (claim + complete + the graph step), to compare
+with a plain run's.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import redis.exceptions
 
@@ -48,7 +56,9 @@ def _total(path: Path) -> int:
     return int(m.group(1))
 
 
-async def measure(port: int, pid: int, out: Path, n: int, batch: int, events: int = 0) -> dict[str, int]:
+async def measure(
+    port: int, pid: int, out: Path, n: int, batch: int, events: int = 0, fanin: int = 0
+) -> dict[str, int]:
     """Drive the server on ``port`` (callgrind's pid ``pid``, dumping to ``out``)."""
     from venturi_only import Raw
 
@@ -77,9 +87,25 @@ async def measure(port: int, pid: int, out: Path, n: int, batch: int, events: in
         if events:  # the queue's event stream on, capped at `events` (docs/observability.md)
             await raw.r.hset(raw.k.meta, "events", str(events))
         ids = [new_job_id() for _ in range(n)]
+        gate = new_job_id()
+        if fanin:
+            from venturi_redis._store import calls, calls_flow
+
+            await raw.r.script_load(raw.s["enqueue_flow"].source)
+            # The gate: pending an hour from now, so no parent becomes pending.
+            gate_call = calls.enqueue(raw.k, "", [_job(raw, gate, 3_600_000)])
+            await raw.r.evalsha(raw.s["enqueue"].sha, *_call(gate_call))
         await control("-z")
-        for job_id in ids:
-            await raw.enqueue([job_id])
+        if fanin:
+            for start in range(0, n, fanin):
+                chunk = ids[start : start + fanin]
+                jobs = [calls_flow.FlowJob(_job(raw, i), "fail", ()) for i in chunk]
+                jobs.append(calls_flow.FlowJob(_job(raw, new_job_id()), "fail", (*chunk, gate)))
+                call = calls_flow.enqueue_flow(raw.k, "", jobs)
+                await raw.r.evalsha(raw.s["enqueue_flow"].sha, *_call(call))
+        else:
+            for job_id in ids:
+                await raw.enqueue([job_id])
         await control("-d")  # dump 1: the enqueues
         await control("-z")
         done = await raw.drain(batch)
@@ -89,6 +115,17 @@ async def measure(port: int, pid: int, out: Path, n: int, batch: int, events: in
     if done != n:
         raise RuntimeError(f"drained {done} of {n} jobs")
     return {"enqueue": _total(Path(f"{out}.1")) // n, "drain": _total(Path(f"{out}.2")) // n}
+
+
+def _call(call: Any) -> list[Any]:
+    return [len(call.keys), *call.keys, *call.args]
+
+
+def _job(raw: Any, job_id: str, delay_ms: int = 0) -> Any:
+    import venturi_redis as vr
+    from venturi_redis._store.prepare import Prepared
+
+    return Prepared(job_id, "noop", vr.Priority.NORMAL, delay_ms, raw.payload, b"", "", "", "", False)
 
 
 def main() -> None:
@@ -102,6 +139,7 @@ def main() -> None:
         type=Path,
         help="directory to keep callgrind's dumps in (cg.1: enqueues, cg.2: drain), for callgrind_annotate",
     )
+    ap.add_argument("--fanin", type=int, default=0, help="children per flow (0: plain jobs)")
     a = ap.parse_args()
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(a.root.resolve()))
@@ -121,13 +159,14 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         try:
-            got = asyncio.run(measure(port, server.pid, out, a.n, a.batch, a.events))
+            got = asyncio.run(measure(port, server.pid, out, a.n, a.batch, a.events, a.fanin))
         finally:
             server.terminate()
             server.wait()
+    what = f"enqueue_flow ({a.fanin} children per call)" if a.fanin else "single enqueue"
     print(
         f"{a.root}{' (events on)' if a.events else ''}: Redis instructions per job: "
-        f"single enqueue {got['enqueue']:,}; "
+        f"{what} {got['enqueue']:,}; "
         f"claim + complete (batch {a.batch}) {got['drain']:,}"
     )
 

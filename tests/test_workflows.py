@@ -8,14 +8,19 @@ tests/test_workflows_procs.py.
 
 from __future__ import annotations
 
+import json
+import uuid
 from typing import Any, ClassVar, Literal
 
 import pytest
+from typer.testing import CliRunner
 
 import venturi_redis as vr
 from tests.helpers import claim_raw, drain, events
+from tests.servers import RedisServer
 from venturi_redis._model.codec import pack
 from venturi_redis._store import calls
+from venturi_redis.cli.commands import app
 
 pytestmark = pytest.mark.anyio
 
@@ -247,3 +252,40 @@ async def test_sharded_queue_refuses_after(client: vr.Client, queue_name: str) -
     sharded = vr.ShardedQueue(client, queue_name, partitions=3)
     with pytest.raises(vr.ConfigurationError, match="after="):
         await sharded.enqueue(Step(name="a"), after=["x"])
+
+
+def test_venturi_job_show_lists_dependencies_both_ways(redis_server: RedisServer) -> None:
+    name = f"wfcli-{uuid.uuid4().hex[:8]}"
+    with vr.SyncClient(redis_server.url) as sc:
+        sq = sc.queue(name)
+        a = sq.enqueue(Step(name="a"))
+        b = sq.enqueue(Step(name="b"), after=[a])
+    cli = CliRunner()
+    shown = cli.invoke(app, ["job", "show", b, "--redis", redis_server.url, "-q", name])
+    assert shown.exit_code == 0, shown.output
+    assert "waiting on" in shown.stdout and a in shown.stdout and "waiting" in shown.stdout
+    other = cli.invoke(app, ["job", "show", a, "--redis", redis_server.url, "--json"])
+    doc = json.loads(other.stdout)
+    assert doc["job"]["dependents"] == [b] and doc["job"]["waiting_on"] == []
+
+
+async def test_the_dashboard_job_page_shows_dependencies_both_ways(redis_server: RedisServer) -> None:
+    httpx = pytest.importorskip("httpx")
+    from venturi_redis.dashboard import create_app
+
+    client = vr.Client.from_url(redis_server.url, namespace=f"d{uuid.uuid4().hex[:10]}")
+    try:
+        queue = client.queue("wf")
+        a = await queue.enqueue(Step(name="a"))
+        b = await queue.enqueue(Step(name="b"), after=[a])
+        transport = httpx.ASGITransport(app=create_app(client))
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as h:
+            page = await h.get(f"/queues/wf/jobs/{b}")
+            assert page.status_code == 200
+            assert "waiting on" in page.text and f"/queues/wf/jobs/{a}" in page.text
+            listed = (await h.get("/api/queues/wf/jobs", params={"state": "waiting"})).json()
+            assert [j["id"] for j in listed["jobs"]] == [b]
+            up = await h.get(f"/queues/wf/jobs/{a}")
+            assert "dependents" in up.text and f"/queues/wf/jobs/{b}" in up.text
+    finally:
+        await client.aclose()

@@ -39,6 +39,7 @@ from pydantic import BaseModel
 
 from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError
+from .._model.flow import Flow
 from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry, WorkerInfo
 from .._model.task import Task
@@ -232,6 +233,11 @@ class SyncQueue:
 
         merged: str = portal.call(merge_into, q, task, job, holder)
         return merged
+
+    def enqueue_flow(self, parent: Task[Any], children: Sequence[Task[Any] | Flow]) -> Flow:
+        """Enqueue ``children`` and ``parent`` waiting on them, atomically (see ``Queue.enqueue_flow``)."""
+        result: Flow = self._sc._call(self._queue().enqueue_flow, parent, children)
+        return result
 
     def enqueue_many(
         self,

@@ -242,6 +242,10 @@ def jobs(
     run_with_client(redis, go)
 
 
+# Most ids of a job's dependencies (or dependents) `job show` lists in its table.
+_IDS_SHOWN = 10
+
+
 @job_app.command("show")
 def job_show(
     job_id: Annotated[str, typer.Argument(metavar="ID", help="The job id.")],
@@ -285,6 +289,11 @@ def job_show(
         ]
         for label, name, value in rows:
             meta.add_row(label, safe_text(shown(info, name, value)))
+        # Workflows: both ways (docs/workflows.md), a long list cut short.
+        for label, ids in (("waiting on", info.waiting_on), ("dependents", info.dependents)):
+            if ids:
+                more = f" (+{len(ids) - _IDS_SHOWN} more)" if len(ids) > _IDS_SHOWN else ""
+                meta.add_row(label, safe_text(" ".join(ids[:_IDS_SHOWN]) + more))
         meta.add_row("note", lines_text(info.note or "-"))
         masked = False
         for name, blob in (

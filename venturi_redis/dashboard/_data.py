@@ -254,6 +254,8 @@ def job_dict(info: JobInfo, redaction: Redaction) -> dict[str, Any]:
         "lease_expires_at": info.lease_expires_at,
         "dedup": info.dedup,
         "corrupt": dict(info.corrupt),
+        "waiting_on": list(info.waiting_on),
+        "dependents": list(info.dependents),
     }
     for name in ("payload", "carry", "attachment", "result", "output"):
         out[name] = redaction.doc(info.kind, getattr(info, name))

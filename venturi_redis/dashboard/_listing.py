@@ -66,6 +66,7 @@ def sources(queue: Queue, state: JobState | None) -> list[Source]:
             out += [Source(st, key, False) for key in k.pending_high_first]
         else:
             key, newest = {
+                JobState.WAITING: (k.waiting, False),
                 JobState.RUNNING: (k.running, False),
                 JobState.SUSPENDED: (k.suspended, False),
                 JobState.COMPLETED: (k.completed, True),
