@@ -54,6 +54,7 @@ TESTED = {
     "waiting-on",
     "workers",
     "events",
+    "schedules",
 }
 
 
@@ -79,12 +80,13 @@ def queue(client: vr.Client) -> vr.Queue:
     return client.queue(f"doc-{uuid.uuid4().hex[:10]}")
 
 
-async def run(name: str, queue: vr.Queue, job: str = "", worker: str = "") -> list[Any]:
-    """Run recipe ``name`` with $Q, $JOB, $WORKER, $NOW_MS and $MINUTE_AGO_MS filled in."""
+async def run(name: str, queue: vr.Queue, job: str = "", worker: str = "", schedule: str = "") -> list[Any]:
+    """Run recipe ``name`` with $Q, $JOB, $WORKER, $SCHEDULE, $NOW_MS and $MINUTE_AGO_MS filled in."""
     sec, usec = await queue.client.redis.time()
     now = int(sec) * 1000 + int(usec) // 1000
     values = {"$MINUTE_AGO_MS": str(now - 60_000), "$NOW_MS": str(now), "$JOB": job, "$Q": queue.name}
     values["$WORKER"] = worker
+    values["$SCHEDULE"] = schedule
     out = []
     for argv in recipes()[name]:
         assert argv[0] == "redis-cli"
@@ -256,3 +258,23 @@ async def test_waiting_on(queue: vr.Queue) -> None:
     assert sorted(text(x) for x in results) == sorted([a, b])
     events = [fields(e)["event"] for e in recent]
     assert events == ["completed", "claimed", "ready"]
+
+
+async def test_schedules(queue: vr.Queue) -> None:
+    nightly = await queue.schedule("nightly", Echo(text="n"), cron="0 3 * * *", tz="Europe/Berlin")
+    await queue.schedule("tick", Echo(text="t"), every=60)
+    await queue.pause_schedule("tick")
+    ids, due, fields = await run("schedules", queue, schedule="nightly")
+    assert sorted(text(x) for x in ids) == ["nightly", "tick"]
+    assert nightly.next_at is not None
+    assert pairs(due) == [("nightly", nightly.next_at.timestamp() * 1000)]  # paused: not due
+    assert [text(x) if x is not None else None for x in fields] == [
+        "echo",
+        "0 3 * * *",
+        "",
+        "Europe/Berlin",
+        str(int(nightly.next_at.timestamp() * 1000)),
+        None,
+        None,
+        "0",
+    ]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import venturi_redis as vr
-from venturi_redis._store import calls, calls_flow, calls_obs
+from venturi_redis._store import calls, calls_flow, calls_obs, calls_schedule
 from venturi_redis._store.keys import QueueKeys
 from venturi_redis._store.prepare import Prepared
 from venturi_redis._store.scripts import ScriptSet
@@ -163,6 +163,22 @@ def _sample_calls() -> dict[str, calls.Call]:
         "retry_dead": calls.retry_dead(K, now, ids=["01JOB"], note="n"),
         "progress": calls_obs.progress(K, now, job_id="01JOB", token="t", value=b"v"),
         "enqueue_flow": calls_flow.enqueue_flow(K, now, [calls_flow.FlowJob(JOB, "fail", ("01DEP",))]),
+        **_schedule_calls(now),
+    }
+
+
+def _schedule_calls(now: str) -> dict[str, calls.Call]:
+    """The schedule scripts' calls, built by their sibling owner, calls_schedule.py."""
+    definition: dict[str, calls.ScriptArg] = dict.fromkeys(calls_schedule.DEFINITION_FIELDS, "")
+    return {
+        "schedule_upsert": calls_schedule.schedule_upsert(
+            K, now, schedule_id="s", fingerprint="f", next_at=1, anchor=None, definition=definition
+        ),
+        "schedule_due": calls_schedule.schedule_due(K, now, limit=10),
+        "schedule_fire": calls_schedule.schedule_fire(
+            K, now, schedule_id="s", job_id="01JOB", version="1", fire_at=1, next_at=2
+        ),
+        "schedule_pause": calls_schedule.schedule_pause(K, now, schedule_id="s", pause=True),
     }
 
 

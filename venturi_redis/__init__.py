@@ -27,6 +27,7 @@ from ._model.events import QueueEvent
 from ._model.flow import Flow
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
+from ._model.schedule import Schedule, ScheduleInfo
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.client import Client, Queue
 from ._producer.offload import OffloadFunction, offload
@@ -109,6 +110,8 @@ __all__ = [
     "QueueEvent",
     "QueueStats",
     "Retention",
+    "Schedule",
+    "ScheduleInfo",
     "ShardedQueue",
     "SyncClient",
     "SyncQueue",

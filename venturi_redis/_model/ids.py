@@ -8,6 +8,7 @@ millisecond sort arbitrarily, which is the best any clock-based id can do.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -152,3 +153,14 @@ def new_job_ids(n: int) -> list[str]:
 def ulid_ms(job_id: str) -> int:
     """The millisecond timestamp embedded in a ULID."""
     return ULID.from_str(job_id).milliseconds
+
+
+def derived_job_id(ms: int, seed: bytes) -> str:
+    """A ULID made from ``ms`` and a hash of ``seed``: the same inputs, the same id.
+
+    A schedule's job for one fire time (``_producer/schedules.py``): two workers
+    that fire the same fire time name the same job, so the second cannot make
+    another (``lua/schedule_fire.lua``). It sorts by its fire time.
+    """
+    rand = int.from_bytes(hashlib.sha256(seed).digest()[:10], "big")
+    return _encode(ms, rand)

@@ -296,6 +296,10 @@ class JobInfo:
     """Workflows: the ids this job still waits on (not yet finished), sorted."""
     dependents: tuple[str, ...] = ()
     """Workflows: the ids of the jobs that wait (or waited) on this one, sorted."""
+    # A job a schedule made (docs/schedules.md): the schedule's id and the fire
+    # time it stands for (the first, when it catches up on missed ones); None else.
+    schedule_id: str | None = None
+    fire_at: datetime | None = None
 
     @classmethod
     def from_hash(
@@ -341,6 +345,8 @@ class JobInfo:
             dedup=p.text("dedup") or None,
             progress=p.blob("progress"),
             corrupt=p.corrupt,
+            schedule_id=p.text("schedule") or None,
+            fire_at=p.when("fire_at"),
         )
 
     @classmethod

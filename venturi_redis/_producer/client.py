@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -19,6 +19,7 @@ from .._model.events import QueueEvent
 from .._model.flow import Flow
 from .._model.outcome import UNSET
 from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
+from .._model.schedule import ScheduleInfo
 from .._model.task import Task
 from .._store import calls
 from .._store.keys import QueueKeys
@@ -31,6 +32,7 @@ from . import events as _events
 from . import flow as _flow
 from . import ops as _ops
 from . import reads as _reads
+from . import schedules as _schedules
 from .batch import enqueue_prepared
 from .coalesce import Coalescer
 from .dedup import merge_into
@@ -439,3 +441,77 @@ class Queue:
         Takes effect at the next script call of every client and worker.
         """
         await _events.set_events(self, enabled, maxlen=maxlen)
+    # -- schedules: delegations to schedules.py (docs/schedules.md) ------------------
+
+    async def schedule(
+        self,
+        schedule_id: str,
+        task: Task[Any],
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
+        priority: Priority | int | str | None = None,
+    ) -> ScheduleInfo:
+        """Create or replace (upsert) the schedule ``schedule_id``: ``task`` enqueued at each fire time.
+
+        Args:
+            schedule_id: Its name in this queue (1 to 128 of A-Z a-z 0-9 _ . -).
+            task: The task every fire enqueues (its dedup key, if any, merges as any enqueue's).
+            cron: A 5-field cron expression (or ``@hourly``, ``@daily``...), read in ``tz``.
+            every: Or a fixed interval: seconds or a ``timedelta``.
+            tz: An IANA time zone name; daylight-saving changes are honoured (docs/schedules.md).
+            start_at: No fire before it (an interval schedule's first fire time);
+                timezone-aware.
+            end_at: No fire after it; timezone-aware.
+            priority: Overrides ``task.priority()``.
+
+        Re-declaring the same schedule changes nothing (its next fire time is
+        kept); a new timing starts from the next fire time after now; a paused
+        schedule stays paused. One job is enqueued per fire time, whatever the
+        number of workers.
+
+        Raises:
+            ConfigurationError: An unparsable cron, both or neither of
+                ``cron``/``every``, a non-positive ``every``, an unknown time
+                zone, ``end_at`` before ``start_at``, a schedule that never
+                fires; nothing is written.
+        """
+        return await _schedules.schedule(
+            self,
+            schedule_id,
+            task,
+            cron=cron,
+            every=every,
+            tz=tz,
+            start_at=start_at,
+            end_at=end_at,
+            priority=priority,
+        )
+
+    async def unschedule(self, schedule_id: str) -> bool:
+        """Remove the schedule; True if it existed (jobs it already enqueued stay)."""
+        return await _schedules.unschedule(self, schedule_id)
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleInfo | None:
+        """The schedule ``schedule_id`` of this queue, or None."""
+        return await _schedules.get_schedule(self, schedule_id)
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule of this queue (paused and ended ones too), by id."""
+        return await _schedules.list_schedules(self)
+
+    async def pause_schedule(self, schedule_id: str) -> bool:
+        """Stop firing the schedule until resumed; False if there is no such schedule."""
+        return await _schedules.pause_schedule(self, schedule_id)
+
+    async def resume_schedule(self, schedule_id: str) -> bool:
+        """Fire the schedule again, from its next fire time after now (fire times skipped
+        while paused are not caught up); False if there is no such schedule."""
+        return await _schedules.resume_schedule(self, schedule_id)
+
+    async def trigger_schedule(self, schedule_id: str) -> str | None:
+        """Enqueue one extra job of the schedule now; its id (None: no such schedule)."""
+        return await _schedules.trigger_schedule(self, schedule_id)

@@ -26,6 +26,9 @@ key                                type    what it holds
 ``venturi:{q}:depresults:<id>``    hash    dependency id -> its KIND, newline, msgpack result
 ``venturi:{q}:workers``            zset    running worker names scored by registration expiry
 ``venturi:{q}:worker:<name>``      string  a running worker's record (JSON), expires unless renewed
+``venturi:{q}:schedules``          set     every schedule id of the queue (paused and ended ones too)
+``venturi:{q}:schedules:due``      zset    active schedule ids scored by their next fire time (ms)
+``venturi:{q}:schedule:<id>``      hash    one schedule: its task, timing, next and last fire
 =================================  ======  ===========================================
 
 Pub/sub channel ``venturi:{q}:offload:<token>:done`` carries the redacted
@@ -153,6 +156,18 @@ class QueueKeys:
 
     def worker(self, name: str) -> str:
         return f"{self.prefix}worker:{name}"
+
+    # Schedules (_producer/schedules.py, lua/schedule_*.lua; docs/schedules.md).
+    @property
+    def schedules(self) -> str:
+        return f"{self.prefix}schedules"
+
+    @property
+    def schedules_due(self) -> str:
+        return f"{self.prefix}schedules:due"
+
+    def schedule(self, schedule_id: str) -> str:
+        return f"{self.prefix}schedule:{schedule_id}"
 
     # The offload snapshot of a job enqueued by ``@vr.offload``. ``token`` is the
     # random part of the caller's handle key; lua/include/offload.lua derives the

@@ -11,7 +11,8 @@ Shape of a running worker (one anyio task group)::
     │   ├── claim loop     claims up to the free slots; when the queue has
     │   │                  nothing eligible, blocks on its wake list with the
     │   │                  next claim pipelined behind (one round trip per wake-up)
-    │   └── reclaimer      periodically takes back jobs whose lease expired
+    │   ├── reclaimer      periodically takes back jobs whose lease expired
+    │   └── scheduler      fires the queue's due schedules (scheduler.py)
     └── slot tasks         run the claimed jobs (at most `concurrency` handlers
                            per queue): execute.py runs one, transitions.py
                            writes what came of it
@@ -67,9 +68,11 @@ from .runner import (
     _Job,
     _Runner,
 )
+from .scheduler import Scheduler, declare, declared_schedules
 from .transitions import Transitions
 
 if TYPE_CHECKING:
+    from .._model.schedule import Schedule
     from .metrics import WorkerObserver
 
 log = logging.getLogger("venturi_redis.worker")
@@ -149,6 +152,12 @@ class Worker(Generic[StateT]):
             third of the lease) while the worker runs, for a liveness probe
             (docs/deployment.md): a blocked event loop stops touching it,
             Redis being down does not. ``None``: no file.
+        schedules: Schedules declared in code (``vr.Schedule``), upserted on
+            their queue (``Schedule.queue``, default the first) when the
+            worker starts: a schedule already stored as declared is left as
+            it is (its next fire time too). A stored schedule no longer
+            declared is left alone (docs/schedules.md). Every worker fires
+            the due schedules of its queues, declared or not.
 
     Raises:
         ConfigurationError: An argument is out of range or of the wrong type
@@ -178,6 +187,7 @@ class Worker(Generic[StateT]):
         freeze_gc: bool = True,
         gc_threshold: int | None = 5_000,
         health_file: str | os.PathLike[str] | None = None,
+        schedules: Sequence[Schedule] = (),
     ) -> None:
         if client is not None and not isinstance(client, Client):
             raise ConfigurationError(f"client must be a vr.Client, got {client!r}")
@@ -219,6 +229,7 @@ class Worker(Generic[StateT]):
         if health_file is not None and not isinstance(health_file, (str, os.PathLike)):
             raise ConfigurationError(f"health_file must be a path or None, got {health_file!r}")
         self.health_file = None if health_file is None else Path(health_file)
+        self.schedules = declared_schedules(schedules, qs)
         self.queues = qs
         self.state = state
         self.concurrency = concurrency
@@ -263,6 +274,7 @@ class Worker(Generic[StateT]):
             max_failures=self._max_failures_arg,
         )
         self._runners = [_Runner(self, settings, q) for q in qs]
+        self._schedulers = [Scheduler(q, lambda: self._registry, self.reclaim_interval) for q in qs]
         # Who consumes each queue, renewed by the lease keeper (registry.py; `venturi workers`).
         self._registration = Registration(self.id, qs, concurrency)
         # One committer per connection: transitions of finished runs share round trips.
@@ -368,6 +380,7 @@ class Worker(Generic[StateT]):
             )
         self.queues = [q for q in self.queues if q.name in wanted]
         self._runners = [r for r in self._runners if r.queue.name in wanted]
+        self._schedulers = [s for s in self._schedulers if s.queue.name in wanted]
         return self
 
     @property
@@ -422,6 +435,7 @@ class Worker(Generic[StateT]):
             raise ConfigurationError("this worker is already running")
         for client in {id(q.client): q.client for q in self.queues}.values():
             await _server.check_server(client, eviction_policy=self.check_eviction_policy)
+        await declare(self.schedules)
         self._running = True
         self._until_idle = until_idle
         self._stopping = False
@@ -460,6 +474,8 @@ class Worker(Generic[StateT]):
                 service_tg.start_soon(committer.run)
             for r in self._runners:
                 service_tg.start_soon(r.reclaim_loop)
+            for scheduler in self._schedulers:
+                service_tg.start_soon(scheduler.run)
             if self.handle_signals and threading.current_thread() is threading.main_thread():
                 service_tg.start_soon(self._signal_watcher)
             try:

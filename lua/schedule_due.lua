@@ -1,0 +1,29 @@
+-- schedule_due: the schedules due now, by the scripts' clock (read only).
+--
+-- KEYS[1]      the due index: active schedule ids scored by next fire time (ms)
+-- ARGV[1]      now in ms, or '' for Redis TIME
+-- ARGV[2]      key prefix of the queue (unused here; every script takes it)
+-- ARGV[3]      most ids returned
+--
+-- One ZRANGEBYSCORE with LIMIT: the work does not grow with the schedules
+-- that are not due.
+--
+-- Returns {now, earliest, id, id, ...}: the ids due (score <= now), earliest
+-- first; `earliest` is the lowest score in the index (-1: the index is empty),
+-- for the caller to sleep until it.
+
+-- @include clock.lua
+
+local now = now_ms(ARGV[1])
+local out = {now, -1}
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if first[2] then
+  out[2] = tonumber(first[2])
+  if out[2] <= now then
+    local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', str(now), 'LIMIT', 0, tonumber(ARGV[3]))
+    for i = 1, #due do
+      out[#out + 1] = due[i]
+    end
+  end
+end
+return out

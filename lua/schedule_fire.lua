@@ -1,0 +1,118 @@
+-- schedule_fire: one schedule's fire. Its job is created and its next fire time
+-- advanced in one atomic step, and only if the schedule is still as the caller
+-- read it (compare-and-advance): two workers that fire the same due fire time
+-- make one job, and a worker that dies before this script runs made nothing,
+-- so another worker fires it (docs/design.md, "Schedules").
+--
+-- KEYS[1]      the schedule's hash (venturi:{q}:schedule:<id>)
+-- KEYS[2]      the due index: active schedule ids scored by next fire time (ms)
+-- KEYS[3]      dedup index hash
+-- KEYS[4]      wake list: one token for the job created (wake.lua)
+-- KEYS[5]      the new job's hash
+-- KEYS[6]      the new job's journal stream
+-- KEYS[7..10]  the pending sets, CRITICAL first: the schedule's priority picks one
+-- ARGV[1]      now in ms, or '' for Redis TIME
+-- ARGV[2]      key prefix of the queue (unused here; every script takes it)
+-- ARGV[3]      'fire' (the due fire time ARGV[6]) or 'trigger' (one extra job now,
+--              the next fire time untouched)
+-- ARGV[4]      the schedule id
+-- ARGV[5]      the schedule's version as the caller read it ('' = any: trigger)
+-- ARGV[6]      fire: the next_at the caller read, the fire time the job stands for
+-- ARGV[7]      fire: the first fire time after now ('' = none: the schedule ends)
+-- ARGV[8]      fire: how many fire times the job stands for (more than 1 after
+--              downtime: one job for all the fire times missed)
+-- ARGV[9]      the job id (fire: derived from the schedule and the fire time, so
+--              a fire time can name one job only)
+--
+-- Returns {status, id}:
+--   {1, job id}    the job was created (pending, eligible now)
+--   {2, holder}    the schedule's task has a dedup key that a pending job holds:
+--                  no job created (the caller applies the task's merge, as any
+--                  enqueue does); the schedule advanced
+--   {3, job id}    that job exists already (this fire time was enqueued before);
+--                  the schedule advanced
+--   {0, reason}    nothing written: the schedule is gone, paused, changed, not
+--                  due, or another worker fired this fire time first
+-- Errors: VR_BADARG for a next fire time not after the fire time (nothing written).
+-- A schedule whose own fields are corrupt (a priority naming no pending set, no
+-- kind or payload) is paused with a note instead, and {0, note} returned.
+
+-- @include clock.lua
+-- @include keys.lua
+-- @include journal.lua
+-- @include wake.lua
+
+local now = now_ms(ARGV[1])
+local now_s = str(now)
+local sched = KEYS[1]
+local mode, sid, version, id = ARGV[3], ARGV[4], ARGV[5], ARGV[9]
+local f = redis.call('HMGET', sched, 'version', 'paused', 'next_at', 'kind', 'priority', 'payload', 'dedup')
+if not f[1] then
+  return {0, 'schedule does not exist'}
+end
+if version ~= '' and f[1] ~= version then
+  return {0, 'schedule changed since it was read'}
+end
+local fire_at, fires = now_s, '1'
+if mode == 'fire' then
+  if f[2] == '1' then
+    return {0, 'schedule is paused'}
+  end
+  if f[3] ~= ARGV[6] then
+    return {0, 'fire time already fired'}
+  end
+  local due = tonumber(ARGV[6])
+  if due == nil or due > now then
+    return {0, 'not due'}
+  end
+  if ARGV[7] ~= '' and not (tonumber(ARGV[7]) and tonumber(ARGV[7]) > due) then
+    return redis.error_reply('VR_BADARG next fire time ' .. ARGV[7] .. ' is not after ' .. ARGV[6])
+  end
+  fire_at, fires = ARGV[6], ARGV[8]
+end
+local pending = pending_key(7, f[5])
+if not pending or not f[4] or f[4] == '' or not f[6] then
+  local note = 'schedule is corrupt: ' .. (pending and 'no kind or payload' or bad_priority(f[5]))
+  redis.call('HSET', sched, 'paused', '1', 'note', note)
+  redis.call('ZREM', KEYS[2], sid)
+  return {0, note}
+end
+
+local status, out = 1, id
+local field = f[7] or ''
+if field ~= '' and redis.call('HSETNX', KEYS[3], field, id) == 0 then
+  local holder = redis.call('HGET', KEYS[3], field)
+  if holder ~= id then
+    status, out = 2, holder
+  end
+end
+if status == 1 and redis.call('EXISTS', KEYS[5]) == 1 then
+  status = 3
+end
+if status == 1 then
+  redis.call('HSET', KEYS[5],
+    'kind', f[4], 'state', 'pending', 'priority', f[5],
+    'eligible_at', now_s, 'created_at', now_s, 'payload', f[6],
+    'schedule', sid, 'fire_at', fire_at, 'fires', fires)
+  if field ~= '' then redis.call('HSET', KEYS[5], 'dedup', field) end
+  redis.call('ZADD', pending, now_s, id)
+  -- The `enqueued` entry is written now, not left to the job's first event
+  -- (enqueue.lua's way): it names the schedule and the fire times it stands for.
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', JOURNAL_MAXLEN, enqueued_id(now_s),
+    'event', 'enqueued', 'at', now_s, 'run', '0', 'priority', f[5], 'eligible_at', now_s,
+    'schedule', sid, 'fire_at', fire_at, 'fires', fires)
+  compact_journal(KEYS[6])
+  wake_workers(KEYS[4], 1)
+end
+redis.call('HSET', sched, 'last_at', fire_at, 'last_job_id', out)
+redis.call('HINCRBY', sched, 'fires', 1)
+if mode == 'fire' then
+  if ARGV[7] == '' then
+    redis.call('HSET', sched, 'next_at', '')
+    redis.call('ZREM', KEYS[2], sid)
+  else
+    redis.call('HSET', sched, 'next_at', ARGV[7])
+    redis.call('ZADD', KEYS[2], ARGV[7], sid)
+  end
+end
+return {status, out}

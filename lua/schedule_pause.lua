@@ -1,0 +1,45 @@
+-- schedule_pause: pause a schedule, or resume it (venturi schedule pause|resume).
+--
+-- KEYS[1]      the schedule's hash (venturi:{q}:schedule:<id>)
+-- KEYS[2]      the due index: active schedule ids scored by next fire time (ms)
+-- ARGV[1]      now in ms, or '' for Redis TIME
+-- ARGV[2]      key prefix of the queue (unused here; every script takes it)
+-- ARGV[3]      the schedule id
+-- ARGV[4]      'pause' or 'resume'
+-- ARGV[5]      resume: the version the caller read (its next fire time was
+--              computed from that definition)
+-- ARGV[6]      resume: the first fire time after now ('' = none: it has ended)
+--
+-- A paused schedule leaves the due index: no worker fires it, and the fire
+-- times it skips are not caught up on resume (resume continues from the next
+-- fire time after now).
+--
+-- Returns {1, ''} when applied, {0, reason} when not (the schedule does not
+-- exist, or, on resume, changed since it was read: read it again).
+
+-- @include clock.lua
+
+local now_s = str(now_ms(ARGV[1]))
+local sched, sid = KEYS[1], ARGV[3]
+local version = redis.call('HGET', sched, 'version')
+if not version then
+  return {0, 'schedule does not exist'}
+end
+local bumped = str(tonumber(version) + 1)
+if ARGV[4] == 'pause' then
+  redis.call('HSET', sched, 'paused', '1', 'version', bumped, 'updated_at', now_s)
+  redis.call('ZREM', KEYS[2], sid)
+  return {1, ''}
+end
+if version ~= ARGV[5] then
+  return {0, 'schedule changed since it was read'}
+end
+local next_at = ARGV[6]
+redis.call('HSET', sched, 'paused', '0', 'next_at', next_at, 'version', bumped, 'updated_at', now_s)
+redis.call('HDEL', sched, 'note')
+if next_at == '' then
+  redis.call('ZREM', KEYS[2], sid)
+else
+  redis.call('ZADD', KEYS[2], next_at, sid)
+end
+return {1, ''}

@@ -1,0 +1,281 @@
+"""Schedules of one queue: define, read, pause, trigger, and fire the due ones.
+
+``Queue.schedule()`` and its siblings delegate here; the worker's scheduler
+(``_worker/scheduler.py``) calls ``fire_due`` on its wake-ups. The storage
+(docs/redis-layout.md): one hash per schedule, a set of the queue's schedule
+ids, and the due index, a zset of the active ones scored by next fire time.
+
+Firing is compare-and-advance (docs/design.md, "Schedules"): a worker reads
+the due schedules, computes each one's next fire time here (cron in its time
+zone, ``_model/schedule.py``), and ``lua/schedule_fire.lua`` creates the job
+and advances the schedule in one step, only if the schedule's version and
+next fire time are still those it read. Any number of workers may fire; one
+job comes of each fire time. The job's id is derived from the schedule and
+the fire time, a second guard (the script creates no job whose hash exists).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from .._model.codec import pack_model, text, unpack_model
+from .._model.enums import Priority
+from .._model.ids import derived_job_id, new_job_id
+from .._model.schedule import ScheduleInfo, Timing, checked_priority, timing, validate_schedule_id
+from .._model.task import Task, task_kind
+from .._store import calls, calls_schedule
+from .._store.prepare import Prepared, checked_dedup_field, payload_too_large
+from .base import QueueLike
+from .dedup import merge_into
+from .reads import server_now_ms
+
+log = logging.getLogger("venturi_redis.schedules")
+
+# Due schedules one fire round reads (the next round takes the rest).
+DUE_BATCH = 50
+
+
+def _fields(raw: dict[bytes, bytes]) -> dict[str, str]:
+    return {k.decode(): v.decode("utf-8", "replace") for k, v in raw.items() if k != b"payload"}
+
+
+def _stored_timing(f: dict[str, str]) -> Timing:
+    def opt(name: str) -> int | None:
+        v = f.get(name, "")
+        return int(v) if v else None
+
+    return Timing(
+        f.get("cron") or None, opt("every_ms"), f.get("tz") or "UTC", opt("start_at"), opt("end_at")
+    )
+
+
+async def schedule(
+    queue: QueueLike,
+    schedule_id: str,
+    task: Task[Any],
+    *,
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    tz: str = "UTC",
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
+    priority: Priority | int | str | None = None,
+) -> ScheduleInfo:
+    """Create or replace ``schedule_id`` (``Queue.schedule``); everything is checked before a write."""
+    validate_schedule_id(schedule_id)
+    if not isinstance(task, Task):
+        from .._model.errors import TaskDefinitionError
+
+        raise TaskDefinitionError(f"schedule() expects a vr.Task instance, got {type(task).__name__}")
+    kind = task_kind(type(task))
+    payload = pack_model(task)
+    cap = queue.client.max_payload_bytes
+    if len(payload) > cap:
+        raise payload_too_large(kind, len(payload), cap)
+    prio = checked_priority(priority) or Priority.parse(task.priority())
+    key = task.dedup_key()
+    dedup = "" if key is None else checked_dedup_field(kind, key)
+    now = await server_now_ms(queue.client)
+    when = timing(cron=cron, every=every, tz=tz, start_at=start_at, end_at=end_at, now_ms=now)
+    anchor = when.first_anchor(now) if when.every_ms is not None else None
+    definition: dict[str, calls.ScriptArg] = {
+        "kind": kind,
+        "payload": payload,
+        "priority": prio.label,
+        "dedup": dedup,
+        "cron": when.cron or "",
+        "every_ms": "" if when.every_ms is None else when.every_ms,
+        "tz": when.tz,
+        "start_at": "" if when.start_ms is None else when.start_ms,
+        "end_at": "" if when.end_ms is None else when.end_ms,
+    }
+    call = calls_schedule.schedule_upsert(
+        queue.keys,
+        queue.client._now_arg(),
+        schedule_id=schedule_id,
+        fingerprint=when.fingerprint(),
+        next_at=when.next_after(now, anchor or 0),
+        anchor=anchor,
+        definition=definition,
+    )
+    await queue.client.scripts.call(queue.client.redis, *call)
+    info = await get_schedule(queue, schedule_id)
+    assert info is not None  # just written; only an unschedule() racing this call removes it
+    return info
+
+
+async def unschedule(queue: QueueLike, schedule_id: str) -> bool:
+    """Remove ``schedule_id``; True if it existed. Its jobs already enqueued stay."""
+    validate_schedule_id(schedule_id)
+    k = queue.keys
+    pipe = queue.client.redis.pipeline(transaction=True)
+    pipe.delete(k.schedule(schedule_id))
+    pipe.srem(k.schedules, schedule_id)
+    pipe.zrem(k.schedules_due, schedule_id)
+    existed, _, _ = await pipe.execute()
+    return int(existed) == 1
+
+
+async def get_schedule(queue: QueueLike, schedule_id: str) -> ScheduleInfo | None:
+    validate_schedule_id(schedule_id)
+    raw = await queue.client.redis.hgetall(queue.keys.schedule(schedule_id))
+    return ScheduleInfo.from_hash(queue.name, schedule_id, raw) if raw else None
+
+
+async def list_schedules(queue: QueueLike) -> list[ScheduleInfo]:
+    """Every schedule of the queue, by id."""
+    ids = sorted(text(x) for x in await queue.client.redis.smembers(queue.keys.schedules))
+    if not ids:
+        return []
+    pipe = queue.client.redis.pipeline(transaction=False)
+    for sid in ids:
+        pipe.hgetall(queue.keys.schedule(sid))
+    raws = await pipe.execute()
+    return [ScheduleInfo.from_hash(queue.name, sid, raw) for sid, raw in zip(ids, raws, strict=True) if raw]
+
+
+async def pause_schedule(queue: QueueLike, schedule_id: str) -> bool:
+    """Stop firing ``schedule_id`` until resumed; False if there is no such schedule."""
+    validate_schedule_id(schedule_id)
+    call = calls_schedule.schedule_pause(
+        queue.keys, queue.client._now_arg(), schedule_id=schedule_id, pause=True
+    )
+    return calls.transition(await queue.client.scripts.call(queue.client.redis, *call)).applied
+
+
+async def resume_schedule(queue: QueueLike, schedule_id: str) -> bool:
+    """Fire ``schedule_id`` again from its next fire time after now (skipped ones are not
+    caught up); False if there is no such schedule."""
+    validate_schedule_id(schedule_id)
+    client = queue.client
+    for _ in range(8):  # the schedule changed between our read and the script: read again
+        raw = await client.redis.hgetall(queue.keys.schedule(schedule_id))
+        if not raw:
+            return False
+        f = _fields(raw)
+        now = await server_now_ms(client)
+        nxt = _stored_timing(f).next_after(now, int(f.get("anchor") or 0))
+        call = calls_schedule.schedule_pause(
+            queue.keys,
+            client._now_arg(),
+            schedule_id=schedule_id,
+            pause=False,
+            version=f.get("version", ""),
+            next_at=nxt,
+        )
+        result = calls.transition(await client.scripts.call(client.redis, *call))
+        if result.applied:
+            return True
+        if result.detail == "schedule does not exist":
+            return False
+    return False
+
+
+async def trigger_schedule(queue: QueueLike, schedule_id: str) -> str | None:
+    """Enqueue one extra job of ``schedule_id`` now (its next fire time is unchanged).
+
+    Returns the job id (or the pending job holding the task's dedup key), None
+    if there is no such schedule.
+    """
+    validate_schedule_id(schedule_id)
+    client = queue.client
+    call = calls_schedule.schedule_fire(
+        queue.keys, client._now_arg(), schedule_id=schedule_id, job_id=new_job_id()
+    )
+    result = calls_schedule.fired(await client.scripts.call(client.redis, *call))
+    return None if result.status == "refused" else result.id
+
+
+class FireRound(NamedTuple):
+    """What one ``fire_due`` round did: the scripts' clock, the earliest next fire
+    time it knows of (None: no active schedule), and each schedule it fired."""
+
+    now: int
+    earliest: int | None
+    fired: list[tuple[str, calls_schedule.Fired]]
+
+
+async def fire_due(
+    queue: QueueLike, *, tasks: Mapping[str, type[Task[Any]]] | None = None, limit: int = DUE_BATCH
+) -> FireRound:
+    """Fire the schedules of ``queue`` that are due now (at most ``limit``).
+
+    ``tasks``: KIND -> Task class, for the dedup merge of a fire whose task's
+    dedup key a pending job holds (the worker passes its handlers). A KIND not
+    in it leaves the pending job as it is (the work is held; the merge is
+    skipped, docs/schedules.md).
+    """
+    client = queue.client
+    keys = queue.keys
+    call = calls_schedule.schedule_due(keys, client._now_arg(), limit=limit)
+    due = calls_schedule.due(await client.scripts.call(client.redis, *call))
+    out: list[tuple[str, calls_schedule.Fired]] = []
+    if not due.ids:
+        return FireRound(due.now, due.earliest, out)
+    pipe = client.redis.pipeline(transaction=False)
+    for sid in due.ids:
+        pipe.hgetall(keys.schedule(sid))
+    raws = await pipe.execute()
+    for sid, raw in zip(due.ids, raws, strict=True):
+        if not raw:
+            continue  # removed since
+        f = _fields(raw)
+        try:
+            fire_at = int(f["next_at"])
+            when = _stored_timing(f)
+            fires, nxt = when.catch_up(fire_at, due.now, int(f.get("anchor") or 0))
+        except Exception as exc:  # noqa: BLE001 - a corrupt stored timing must not stop the others
+            log.warning("queue %s: schedule %s cannot be read (%s); pausing it", queue.name, sid, exc)
+            await pause_schedule(queue, sid)
+            continue
+        job_id = derived_job_id(fire_at, f"{queue.name}\0{sid}\0{fire_at}".encode())
+        call = calls_schedule.schedule_fire(
+            keys,
+            client._now_arg(),
+            schedule_id=sid,
+            job_id=job_id,
+            version=f.get("version", ""),
+            fire_at=fire_at,
+            next_at=nxt,
+            fires=fires,
+        )
+        result = calls_schedule.fired(await client.scripts.call(client.redis, *call))
+        out.append((sid, result))
+        if result.status == "merged":
+            await _merge(queue, tasks or {}, f, raw.get(b"payload", b""), job_id, result.id)
+        elif result.status == "refused" and result.id.startswith("schedule is corrupt"):
+            log.warning("queue %s: schedule %s paused: %s", queue.name, sid, result.id)
+    # The earliest fire time now that these moved on (one ZRANGE; the due
+    # script's was read before them).
+    first = await client.redis.zrange(keys.schedules_due, 0, 0, withscores=True)
+    return FireRound(due.now, int(first[0][1]) if first else None, out)
+
+
+async def _merge(
+    queue: QueueLike,
+    tasks: Mapping[str, type[Task[Any]]],
+    f: dict[str, str],
+    payload: bytes,
+    job_id: str,
+    holder: str,
+) -> None:
+    """A fire met a pending job holding its task's dedup key: the task's ``merge`` decides."""
+    cls = tasks.get(f.get("kind", ""))
+    if cls is None:
+        return
+    try:
+        task = unpack_model(cls, payload)
+        prio = Priority.parse(f.get("priority") or "normal")
+        job = Prepared(job_id, f["kind"], prio, 0, payload, b"", "", "", f.get("dedup", ""), True)
+        await merge_into(queue, task, job, holder)
+    except Exception as exc:  # noqa: BLE001 - the user's merge(); the fire itself is done
+        log.warning(
+            "queue %s: schedule %s: merging its fire into pending job %s failed (%r)",
+            queue.name,
+            f.get("kind"),
+            holder,
+            exc,
+        )
