@@ -67,6 +67,7 @@ def main() -> None:
     p.add_argument("--schedules", type=int, default=1000)
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--root", type=Path, default=ROOT, help="checkout the worker imports venturi_redis from")
+    p.add_argument("--monitor", type=Path, help="also write what MONITOR shows over the window here")
     cfg = p.parse_args()
     server = RedisServer()
     server.start()
@@ -78,11 +79,18 @@ def main() -> None:
             [sys.executable, "-c", WORKER, server.url], env=env, stdout=subprocess.PIPE, text=True
         )
         try:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "STARTED"
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "STARTED"
             time.sleep(5.0)  # start-up: server checks, registration, first rounds
+            mon = subprocess.Popen(
+                ["redis-cli", "-p", str(server.port), "MONITOR"],
+                stdout=cfg.monitor.open("w") if cfg.monitor else subprocess.DEVNULL,
+            )
             r.config_resetstat()
             time.sleep(cfg.seconds)
             info = r.info("commandstats")
+            mon.terminate()
+            mon.wait(5)
         finally:
             proc.terminate()
             proc.wait(10)

@@ -60,3 +60,14 @@ async def discover_queues(client: ClientLike) -> list[str]:
             if rest.startswith(_SUFFIXES):
                 names.add(name)
     return sorted(names)
+
+
+async def discover_schedule_queues(client: ClientLike) -> list[str]:
+    """Names of the queues with schedules (their ``schedules`` set), by one SCAN."""
+    names: set[str] = set()
+    pattern = f"{client.namespace}:{{*}}:schedules"
+    async for raw in client.redis.scan_iter(match=pattern, count=1000, _type="set"):
+        name = _queue_of(_text(raw), client.namespace)
+        if name is not None:
+            names.add(name)
+    return sorted(names)

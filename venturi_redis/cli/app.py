@@ -204,11 +204,11 @@ CreateOpt = Annotated[
 
 
 async def queue_exists(client: Client, name: str) -> bool:
-    """Whether queue ``name`` has any index zset, its meta hash or a registered worker:
-    one EXISTS (one slot)."""
+    """Whether queue ``name`` has any index zset, its meta hash, a registered worker or a
+    schedule: one EXISTS (one slot)."""
     keys = QueueKeys.for_queue(name, client.namespace)
     names = [*keys.pending_high_first, keys.running, keys.suspended, keys.completed, keys.dead]
-    return bool(await client.redis.exists(*names, keys.cancelled, keys.meta, keys.workers))
+    return bool(await client.redis.exists(*names, keys.cancelled, keys.meta, keys.workers, keys.schedules))
 
 
 async def known_queue(client: Client, name: str, *, create: bool = False, change: bool = True) -> Queue:
