@@ -441,6 +441,7 @@ class Queue:
         Takes effect at the next script call of every client and worker.
         """
         await _events.set_events(self, enabled, maxlen=maxlen)
+
     # -- schedules: delegations to schedules.py (docs/schedules.md) ------------------
 
     async def schedule(
