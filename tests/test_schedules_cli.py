@@ -38,30 +38,31 @@ def define(url: str, queue: str, *schedules: tuple[str, dict[str, Any]]) -> None
 
 def test_list_pause_resume_trigger_remove(rurl: str) -> None:
     q = f"cli-sched-{uuid.uuid4().hex[:8]}"
-    define(rurl, q, ("nightly", {"cron": "0 3 * * *", "tz": "Europe/Berlin"}), ("tick", {"every": 30}))
+    tick = f"tick-{uuid.uuid4().hex[:8]}"  # found by SCAN below: unique on the shared server
+    define(rurl, q, ("nightly", {"cron": "0 3 * * *", "tz": "Europe/Berlin"}), (tick, {"every": 30}))
     res = venturi("schedules", "--redis", rurl, "-q", q, "--json")
     assert res.exit_code == 0, res.output
     docs = {d["id"]: d for d in json.loads(res.stdout)}
     assert docs["nightly"]["kind"] == "cron" and docs["nightly"]["cron"] == "0 3 * * *"
     assert docs["nightly"]["tz"] == "Europe/Berlin" and docs["nightly"]["next_at"]
-    assert docs["tick"]["kind"] == "every" and docs["tick"]["every"] == 30.0
-    assert docs["tick"]["last_at"] is None and docs["tick"]["last_job_id"] is None
+    assert docs[tick]["kind"] == "every" and docs[tick]["every"] == 30.0
+    assert docs[tick]["last_at"] is None and docs[tick]["last_job_id"] is None
     table = venturi("schedules", "--redis", rurl, "-q", q)
     assert table.exit_code == 0 and "0 3 * * * Europe/Berlin" in table.stdout and "every 30s" in table.stdout
     # Without -q the schedule is found by SCAN.
-    res = venturi("schedule", "pause", "tick", "--redis", rurl, "--json")
+    res = venturi("schedule", "pause", tick, "--redis", rurl, "--json")
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout) == {"id": "tick", "queue": q, "action": "pause", "done": True}
+    assert json.loads(res.stdout) == {"id": tick, "queue": q, "action": "pause", "done": True}
     assert "paused" in venturi("schedules", "--redis", rurl, "-q", q).stdout
-    res = venturi("schedule", "trigger", "tick", "--redis", rurl, "-q", q, "--json")
+    res = venturi("schedule", "trigger", tick, "--redis", rurl, "-q", q, "--json")
     job_id = json.loads(res.stdout)["job_id"]
     job = venturi("job", "show", job_id, "--redis", rurl, "-q", q, "--json")
-    assert job.exit_code == 0 and json.loads(job.stdout)["job"]["schedule_id"] == "tick"
-    res = venturi("schedule", "resume", "tick", "--redis", rurl, "-q", q)
+    assert job.exit_code == 0 and json.loads(job.stdout)["job"]["schedule_id"] == tick
+    res = venturi("schedule", "resume", tick, "--redis", rurl, "-q", q)
     assert res.exit_code == 0 and "resumed" in res.stdout and "next fire" in res.stdout
-    res = venturi("schedule", "remove", "tick", "--redis", rurl, "-q", q)
+    res = venturi("schedule", "remove", tick, "--redis", rurl, "-q", q)
     assert res.exit_code == 0 and "removed" in res.stdout
-    res = venturi("schedule", "remove", "tick", "--redis", rurl, "-q", q)
+    res = venturi("schedule", "remove", tick, "--redis", rurl, "-q", q)
     assert res.exit_code == 1 and "does not exist" in res.stderr
     res = venturi("schedule", "pause", "nope-nope", "--redis", rurl)
     assert res.exit_code == 1 and "not found in any queue" in res.stderr
