@@ -44,7 +44,7 @@ class NopJob(Nop, vr.Handler[None]):
 async def main():
     client = vr.Client.from_url(sys.argv[1])
     worker = vr.Worker(client.queue("idle")).register(NopJob)
-    print("STARTED", flush=True)
+    print("STARTED", vr.__file__, flush=True)
     await worker.run()
 
 asyncio.run(main())
@@ -75,12 +75,20 @@ def main() -> None:
         asyncio.run(define(server.url, cfg.schedules))
         r = redis.Redis.from_url(server.url)
         env = {**os.environ, "PYTHONPATH": str(cfg.root)}
+        # `python -c` puts its working directory first on sys.path: the root's, so
+        # the worker imports the root's venturi_redis (and says which).
         proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, server.url], env=env, stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", WORKER, server.url],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=cfg.root,
         )
         try:
             assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == "STARTED"
+            started = proc.stdout.readline().split()
+            assert started[:1] == ["STARTED"], started
+            print(f"worker imports {started[1]}")
             time.sleep(5.0)  # start-up: server checks, registration, first rounds
             mon = subprocess.Popen(
                 ["redis-cli", "-p", str(server.port), "MONITOR"],
