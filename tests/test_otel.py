@@ -90,6 +90,8 @@ async def test_runs_are_children_of_their_enqueue(queue: vr.Queue, exporter: InM
     assert (first.attributes["venturi.run"], second.attributes["venturi.run"]) == (1, 2)  # type: ignore[index]
     assert first.status.status_code == StatusCode.ERROR and [e.name for e in first.events] == ["exception"]
     assert second.status.status_code != StatusCode.ERROR
+    assert [link.context.span_id for link in second.links] == [first.context.span_id]
+    assert not first.links
     (dead,) = runs[doomed]
     assert dead.status.status_code == StatusCode.ERROR and dead.attributes["venturi.kind"] == "doomed"  # type: ignore[index]
     # The handler's own span nests under its run.
@@ -151,4 +153,6 @@ def test_across_two_processes(redis_server: RedisServer) -> None:
     statuses = {name: [r["status"] for r in by_job[jid]] for name, jid in ids.items()}
     assert statuses["ok"] == ["UNSET"]
     assert sorted(statuses["flaky"]) == ["ERROR", "UNSET"]  # the failed run, then its retry: one trace
+    failed, retried = sorted(by_job[ids["flaky"]], key=lambda r: r["attributes"]["venturi.run"])
+    assert retried["links"] == [failed["span_id"]] and failed["links"] == []
     assert statuses["doomed"] == ["ERROR"]

@@ -14,8 +14,8 @@ instrumented:
   (its hash's ``trace`` field, written by the enqueue script itself, so a
   worker that claims the job at once still finds it).
 * Each run is a CONSUMER span ``process <queue>`` whose parent is that context
-  (a retry's run is a new span in the same trace); the handler's own spans
-  nest under it. A handler that raises records the exception and sets the
+  (a retry's run is a new span in the same trace, linked to the run before
+  it); the handler's own spans nest under it. A handler that raises records the exception and sets the
   span's status to ERROR (whatever then happens to the job: retried or dead).
 * Attributes follow the messaging semantic conventions: ``messaging.system``
   (``redis``), ``messaging.destination.name`` (the queue),
@@ -25,7 +25,9 @@ instrumented:
 
 Not instrumented, venturi_redis imports nothing of OpenTelemetry and pays one
 None check per enqueue and per run (``_model/tracing.py``). A run span costs
-the worker one ``HGET`` of the job's ``trace`` field before the handler runs.
+the worker one ``HMGET`` of the job's ``trace`` and ``trace_run`` fields before
+the handler runs, and one ``HSET`` of ``trace_run`` (its own context, for the
+next run's link) after it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import functools
 from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
+import anyio
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
@@ -61,6 +64,13 @@ def _current_trace() -> str:
     parent = carrier.get("traceparent", "")
     state = carrier.get("tracestate", "")
     return f"{parent} {state}" if parent and state else parent
+
+
+def _trace_of(span: trace.Span) -> str:
+    """``span``'s W3C traceparent."""
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier.get("traceparent", "")
 
 
 def _context_of(stored: bytes | str | None) -> otel_context.Context | None:
@@ -124,14 +134,20 @@ class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         @contextlib.asynccontextmanager
         async def run_span(job: Any) -> AsyncIterator[None]:
             queue = job.queue
+            job_key = queue.keys.job(job.id)
             try:
-                stored = await queue.client.redis.hget(queue.keys.job(job.id), "trace")
+                stored, previous = await queue.client.redis.hmget(job_key, "trace", "trace_run")
             except (RedisError, OSError):  # the run goes on, in a trace of its own
-                stored = None
+                stored = previous = None
+            links = []
+            before = trace.get_current_span(_context_of(previous)).get_span_context() if previous else None
+            if before is not None and before.is_valid:
+                links.append(trace.Link(before))
             span = tracer.start_span(
                 f"process {queue.name}",
                 context=_context_of(stored),
                 kind=SpanKind.CONSUMER,
+                links=links,
                 attributes={
                     "messaging.system": _SYSTEM,
                     "messaging.destination.name": queue.name,
@@ -151,6 +167,9 @@ class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             finally:
                 otel_context.detach(token)
                 span.end()
+                # The next run (a retry, a pause's next step) links to this one.
+                with contextlib.suppress(RedisError, OSError), anyio.move_on_after(1, shield=True):
+                    await queue.client.redis.hset(job_key, "trace_run", _trace_of(span))
 
         Queue.enqueue = traced_enqueue  # type: ignore[method-assign]
         Queue.enqueue_many = traced_enqueue_many  # type: ignore[method-assign]

@@ -31,6 +31,7 @@ def as_dict(span: ReadableSpan) -> dict[str, Any]:
         "status": span.status.status_code.name,
         "attributes": dict(span.attributes or {}),
         "events": [e.name for e in span.events],
+        "links": [link.context.span_id for link in span.links],
     }
 
 
