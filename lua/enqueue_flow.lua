@@ -6,6 +6,8 @@
 --
 -- KEYS[1] waiting zset   KEYS[2] wake list
 -- KEYS[3..6] pending zsets, CRITICAL first: a job's priority picks one
+-- KEYS[7] queue meta hash   KEYS[8] event stream (include events.lua: each
+--         job created is an `enqueued` event)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and graph
 --         keys derive from it (keys.lua job_keys, graph_keys)
@@ -41,6 +43,7 @@ local now = now_ms(ARGV[1])
 local now_s = str(now)
 local prefix = ARGV[2]
 local n = tonumber(ARGV[3])
+events_open(KEYS[7], KEYS[8], prefix)
 
 -- Parse, then check every dependency before the first write.
 local jobs, new = {}, {}
@@ -106,6 +109,9 @@ for _, job in ipairs(jobs) do
   if job.maxf ~= '' then redis.call('HSET', job_key, 'max_failures', job.maxf) end
   if job.policy == 'ignore' then
     redis.call('HSET', job_key, 'on_dependency_failure', 'ignore')
+  end
+  if events_stream then
+    emit(id, job.kind, 'enqueued', now_s, 0, nil, {'priority', job.priority, 'eligible_at', eligible_s})
   end
   if #waits == 0 then
     redis.call('ZADD', pending_key(3, job.priority), eligible_s, id)

@@ -106,3 +106,15 @@ async def test_switched_off_again_it_stops_and_a_bad_field_is_the_default(queue:
     assert await queue.client.redis.xlen(queue.keys.events) == n
     with pytest.raises(vr.ConfigurationError):
         await queue.set_events(True, maxlen=0)
+
+
+async def test_a_workflow_job_is_an_event_from_its_enqueue(queue: vr.Queue) -> None:
+    """enqueue_flow.lua emits `enqueued` too; the waiting job's journal entries are events."""
+    await queue.set_events(True)
+    first = await queue.enqueue(Echo(text="first"))
+    then = await queue.enqueue(Echo(text="then"), after=[first])
+    await drain(queue, EchoJob)
+    events = await _take(queue.events(since="0"), 9)
+    mine = [e.event for e in events if e.job_id == then]
+    assert mine == [j.event for j in await queue.journal(then)]
+    assert mine[:2] == ["enqueued", "waiting"] and mine[-1] == "completed"

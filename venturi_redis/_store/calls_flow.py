@@ -42,7 +42,9 @@ def enqueue_flow(keys: QueueKeys, now: str, jobs: Sequence[FlowJob]) -> Call:
             len(after),
             *after,
         ]
-    return Call("enqueue_flow", [keys.waiting, keys.wake, *keys.pending_high_first], args)
+    return Call(
+        "enqueue_flow", [keys.waiting, keys.wake, *keys.pending_high_first, keys.meta, keys.events], args
+    )
 
 
 def flow_created(reply: Any) -> bool:
