@@ -11,8 +11,10 @@
 -- KEYS[5]      the new job's hash
 -- KEYS[6]      the new job's journal stream
 -- KEYS[7..10]  the pending sets, CRITICAL first: the schedule's priority picks one
+-- KEYS[11]     queue meta hash   KEYS[12] event stream (include events.lua: the
+--              job created is an `enqueued` event)
 -- ARGV[1]      now in ms, or '' for Redis TIME
--- ARGV[2]      key prefix of the queue (unused here; every script takes it)
+-- ARGV[2]      key prefix of the queue (events.lua takes its length)
 -- ARGV[3]      'fire' (the due fire time ARGV[6]) or 'trigger' (one extra job now,
 --              the next fire time untouched)
 -- ARGV[4]      the schedule id
@@ -44,6 +46,7 @@
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
+events_open(KEYS[11], KEYS[12], ARGV[2])
 local sched = KEYS[1]
 local mode, sid, version, id = ARGV[3], ARGV[4], ARGV[5], ARGV[9]
 local f = redis.call('HMGET', sched, 'version', 'paused', 'next_at', 'kind', 'priority', 'payload', 'dedup')
@@ -102,6 +105,10 @@ if status == 1 then
     'event', 'enqueued', 'at', now_s, 'run', '0', 'priority', f[5], 'eligible_at', now_s,
     'schedule', sid, 'fire_at', fire_at, 'fires', fires)
   compact_journal(KEYS[6])
+  if events_stream then
+    emit(id, f[4], 'enqueued', now_s, 0, nil, {'priority', f[5], 'eligible_at', now_s,
+      'schedule', sid, 'fire_at', fire_at, 'fires', fires})
+  end
   wake_workers(KEYS[4], 1)
 end
 redis.call('HSET', sched, 'last_at', fire_at, 'last_job_id', out)

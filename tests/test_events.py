@@ -118,3 +118,13 @@ async def test_a_workflow_job_is_an_event_from_its_enqueue(queue: vr.Queue) -> N
     mine = [e.event for e in events if e.job_id == then]
     assert mine == [j.event for j in await queue.journal(then)]
     assert mine[:2] == ["enqueued", "waiting"] and mine[-1] == "completed"
+
+
+async def test_a_scheduled_job_is_an_event_from_its_fire(queue: vr.Queue) -> None:
+    """schedule_fire.lua emits the `enqueued` of the job it creates, naming the schedule."""
+    await queue.set_events(True)
+    await queue.schedule("hourly", Echo(text="tick"), every=3600)
+    job_id = await queue.trigger_schedule("hourly")
+    (event,) = await _take(queue.events(since="0"), 1)
+    assert (event.event, event.job_id, event.kind) == ("enqueued", job_id, Echo.KIND)
+    assert event.details["schedule"] == "hourly"

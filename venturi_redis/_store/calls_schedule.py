@@ -96,6 +96,8 @@ def schedule_fire(
             keys.job(job_id),
             keys.journal(job_id),
             *keys.pending_high_first,
+            keys.meta,
+            keys.events,
         ],
         [
             now,
