@@ -34,7 +34,7 @@ The conventions every script follows (CONTRIBUTING.md, "Lua"):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from redis.exceptions import ResponseError
@@ -278,27 +278,35 @@ class ClaimReply(NamedTuple):
     next: int
     raw: list[Any]
 
-    def jobs(self) -> Iterator[ClaimedJob]:
-        """The claimed jobs, in claim order (12 values each in the raw reply)."""
+    def jobs(self) -> list[ClaimedJob]:
+        """The claimed jobs, in claim order (12 values each in the raw reply).
+
+        A list, not a generator: a generator's resumption per job is a Python
+        call on the claim path.
+        """
         raw = self.raw
+        out: list[ClaimedJob] = []
         for i in range(2, len(raw), 12):
             job_id, kind, payload, carry, runs, failures, token, lease, prio, maxf, resume, history = raw[
                 i : i + 12
             ]
-            yield (
-                text(job_id),
-                text(kind),
-                payload or b"",
-                carry or b"",
-                int(runs),
-                int(failures),
-                text(token),
-                int(lease),
-                _priority(prio),
-                text(maxf),
-                resume or b"",
-                history,
+            out.append(
+                (
+                    text(job_id),
+                    text(kind),
+                    payload or b"",
+                    carry or b"",
+                    int(runs),
+                    int(failures),
+                    text(token),
+                    int(lease),
+                    _priority(prio),
+                    text(maxf),
+                    resume or b"",
+                    history,
+                )
             )
+        return out
 
 
 def claim_reply(reply: Any) -> ClaimReply:
@@ -380,11 +388,6 @@ def complete(keys: QueueKeys, now: str, completions: Sequence[Completion]) -> Ca
 def completed(reply: Any) -> list[Transition]:
     """complete.lua's reply: per job, applied, or refused with its reason."""
     return [APPLIED if one == 1 else Transition(False, text(one)) for one in reply]
-
-
-def completed_one(one: Any) -> Transition:
-    """One job's value of complete.lua's reply."""
-    return APPLIED if one == 1 else Transition(False, text(one))
 
 
 def pause(

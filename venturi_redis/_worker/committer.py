@@ -137,10 +137,14 @@ class _Committer:
                 )
             except Exception as exc:  # noqa: BLE001 - handed to every waiter, which retries
                 results = [exc] * len(pipeline)
+            parsed: dict[int, list[calls.Transition]] = {}  # complete.lua's replies, parsed once each
             for reply, (at, sub) in zip(replies, places, strict=True):
                 value = results[at]
                 if sub is not None and not isinstance(value, BaseException):
-                    value = calls.completed_one(value[sub])
+                    per_job = parsed.get(at)
+                    if per_job is None:
+                        per_job = parsed[at] = calls.completed(value)
+                    value = per_job[sub]
                 if isinstance(reply, tuple):
                     done, job = reply
                     try:

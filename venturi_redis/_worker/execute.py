@@ -43,8 +43,7 @@ class RunHost(Protocol):
     state: Any
     _registry: dict[str, type[Any]]
 
-    @property
-    def stopping(self) -> bool: ...
+    _stopping: bool  # read once per run: a plain attribute, not a property
 
     async def _commit(
         self,
@@ -108,7 +107,7 @@ async def execute(host: RunHost, job: _Job) -> None:
     ctx._dependencies = functools.partial(read_dependency_results, job.queue, job.id, host._registry)
     job.ctx = ctx
     ctx._job = job
-    if host.stopping:
+    if host._stopping:
         ctx._cancel("worker shutting down")
     try:
         try:

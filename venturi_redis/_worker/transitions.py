@@ -137,7 +137,8 @@ class Transitions:
             note_s = "cancelled by an operator" + (f" (the run ended with: {note_s})" if note_s else "")
         call: calls.Call | None
         completion: calls.Completion = []  # complete.lua takes many jobs: this one's values
-        now_s = q.client._now_arg()
+        # complete.lua takes its clock from the committer's batch: no per-job clock here.
+        now_s = "" if action == "complete" else q.client._now_arg()
         if action == "complete":
             completion = calls.completion(job.id, job.token, note_s, attachment, carry, blob)
             call = None  # the committer batches it; a direct call builds it in _send
