@@ -1,4 +1,4 @@
-"""The commands that change jobs and queues: retry, cancel, dead retry, purge, pause, resume."""
+"""The commands that change jobs and queues: retry, cancel, dead retry, purge, pause, resume, events."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from .._producer import events as _events
 from .._producer import ops as _ops
 from .._producer.client import Client
 from .app import (
@@ -181,3 +182,33 @@ def queue_resume(
 ) -> None:
     """Let workers claim from the queue again (and wake them)."""
     _set_paused(name, redis, json_out, create, paused=False)
+
+
+@queue_app.command("events")
+def queue_events(
+    name: Annotated[str, typer.Argument(metavar="QUEUE")],
+    switch: Annotated[str, typer.Argument(metavar="on|off", help="the event stream on or off")],
+    maxlen: Annotated[
+        int, typer.Option("--maxlen", min=1, help="cap of the stream, in entries (~150 B each)")
+    ] = _events.EVENTS_MAXLEN,
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+    create: CreateOpt = False,
+) -> None:
+    """Switch the queue's event stream (venturi:{q}:events, docs/observability.md) on or off."""
+    if switch not in ("on", "off"):
+        die(f"expected 'on' or 'off', got {switch!r}", code=2)
+    on = switch == "on"
+
+    async def go(client: Client) -> int:
+        q = await known_queue(client, name, create=create)
+        await q.set_events(on, maxlen=maxlen)
+        if json_out:
+            print_json({"queue": q.name, "events": on, "maxlen": maxlen if on else 0})
+        elif on:
+            typer.echo(f"queue {q.name}: events on, capped near {maxlen} entries ({q.keys.events})")
+        else:
+            typer.echo(f"queue {q.name}: events off")
+        return 0
+
+    run_with_client(redis, go)
