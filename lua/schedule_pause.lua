@@ -2,6 +2,7 @@
 --
 -- KEYS[1]      the schedule's hash (venturi:{q}:schedule:<id>)
 -- KEYS[2]      the due index: active schedule ids scored by next fire time (ms)
+-- KEYS[3]      the schedules wake list: a resume leaves a token (at most one)
 -- ARGV[1]      now in ms, or '' for Redis TIME
 -- ARGV[2]      key prefix of the queue (unused here; every script takes it)
 -- ARGV[3]      the schedule id
@@ -41,5 +42,8 @@ if next_at == '' then
   redis.call('ZREM', KEYS[2], sid)
 else
   redis.call('ZADD', KEYS[2], next_at, sid)
+  if redis.call('LLEN', KEYS[3]) == 0 then
+    redis.call('RPUSH', KEYS[3], '1')
+  end
 end
 return {1, ''}

@@ -3,6 +3,7 @@
 -- KEYS[1]      the schedule's hash (venturi:{q}:schedule:<id>)
 -- KEYS[2]      the queue's set of schedule ids
 -- KEYS[3]      the due index: active schedule ids scored by next fire time (ms)
+-- KEYS[4]      the schedules wake list: a token tells an idle worker to look
 -- ARGV[1]      now in ms, or '' for Redis TIME
 -- ARGV[2]      key prefix of the queue (unused here; every script takes it)
 -- ARGV[3]      the schedule id
@@ -17,6 +18,10 @@
 -- next fire time, and a fire time missed while no worker ran, alone. A new
 -- timing (its fingerprint differs) takes ARGV[5] as the next fire time; a new
 -- task with the same timing keeps the stored one. Paused stays paused.
+--
+-- A change that leaves the schedule active leaves one token on KEYS[4] (never
+-- more than one): the idle worker whose BLPOP pops it looks at the due index
+-- at once, instead of at its next periodic look (docs/schedules.md).
 --
 -- Returns {created, changed, next_at}: 1/0, 1/0, the next fire time ('' none).
 -- Errors: VR_BADARG for a next fire time or anchor that is not a number, or an
@@ -63,5 +68,8 @@ if cur[4] == '1' or next_at == '' then
   redis.call('ZREM', KEYS[3], sid)
 else
   redis.call('ZADD', KEYS[3], next_at, sid)
+  if redis.call('LLEN', KEYS[4]) == 0 then
+    redis.call('RPUSH', KEYS[4], '1')
+  end
 end
 return {created and 1 or 0, 1, next_at}

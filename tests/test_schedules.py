@@ -342,3 +342,37 @@ async def test_a_worker_declares_and_fires_its_schedules(client: vr.Client, queu
     done = await queue.list_jobs(state="completed", limit=100)
     assert {j.schedule_id for j in done} == {"fast"}
     assert len({j.fire_at for j in done}) == len(done)
+
+
+def test_the_blocking_client_schedules_too(redis_server: Any, queue_name: str) -> None:
+    with vr.SyncClient(redis_server.url) as sc:
+        q = sc.queue(queue_name)
+        info = q.schedule("sync", Echo(text="s"), cron="*/5 * * * *", tz="America/New_York")
+        assert info.kind == "cron" and q.get_schedule("sync") == info
+        assert [s.id for s in q.schedules()] == ["sync"]
+        assert q.pause_schedule("sync") and q.resume_schedule("sync")
+        job_id = q.trigger_schedule("sync")
+        assert job_id is not None and (job := q.get(job_id)) is not None and job.schedule_id == "sync"
+        assert q.unschedule("sync") and q.get_schedule("sync") is None
+
+
+async def test_an_idle_worker_fires_a_schedule_created_while_it_waits(
+    client: vr.Client, queue_name: str
+) -> None:
+    """The producer's token on the schedules wake list cuts the idle worker's wait short: with
+    the default lease its periodic look is a minute away, and the schedule fires within a second."""
+    queue = client.queue(queue_name)
+    worker = vr.Worker(queue, handle_signals=False).register(EchoJob)
+    assert worker._schedulers[0].peek_interval == 60.0
+
+    async def create_then_wait() -> None:
+        await asyncio.sleep(0.5)  # the worker is idle, blocked on its wake lists
+        await queue.schedule("late", Echo(text="late"), every=0.3)
+        while not await queue.list_jobs(state="completed"):
+            await asyncio.sleep(0.05)
+        worker.shutdown()
+
+    async with asyncio.timeout(10):
+        await asyncio.gather(worker.run(), create_then_wait())
+    [job] = [j for j in await queue.list_jobs(state="completed", limit=100)][-1:]
+    assert job.schedule_id == "late"

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -42,6 +42,7 @@ from .._model.errors import ConfigurationError
 from .._model.flow import Flow
 from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry, WorkerInfo
+from .._model.schedule import ScheduleInfo
 from .._model.task import Task
 from .._store import calls
 from .._store.prepare import prepare
@@ -323,4 +324,62 @@ class SyncQueue:
     def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
         """Remove finished jobs of ``state`` and their journals (see ``Queue.purge``)."""
         result: int = self._sc._call(self._queue().purge, state, older_than=older_than)
+        return result
+
+    # -- schedules (see Queue.schedule; docs/schedules.md) ----------------------------
+
+    def schedule(
+        self,
+        schedule_id: str,
+        task: Task[Any],
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
+        priority: Priority | int | str | None = None,
+    ) -> ScheduleInfo:
+        """Create or replace the schedule ``schedule_id`` (see ``Queue.schedule``)."""
+        result: ScheduleInfo = self._sc._call(
+            self._queue().schedule,
+            schedule_id,
+            task,
+            cron=cron,
+            every=every,
+            tz=tz,
+            start_at=start_at,
+            end_at=end_at,
+            priority=priority,
+        )
+        return result
+
+    def unschedule(self, schedule_id: str) -> bool:
+        """Remove the schedule; True if it existed (see ``Queue.unschedule``)."""
+        result: bool = self._sc._call(self._queue().unschedule, schedule_id)
+        return result
+
+    def get_schedule(self, schedule_id: str) -> ScheduleInfo | None:
+        """The schedule, or None (see ``Queue.get_schedule``)."""
+        result: ScheduleInfo | None = self._sc._call(self._queue().get_schedule, schedule_id)
+        return result
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule of this queue (see ``Queue.schedules``)."""
+        result: list[ScheduleInfo] = self._sc._call(self._queue().schedules)
+        return result
+
+    def pause_schedule(self, schedule_id: str) -> bool:
+        """Stop firing the schedule until resumed (see ``Queue.pause_schedule``)."""
+        result: bool = self._sc._call(self._queue().pause_schedule, schedule_id)
+        return result
+
+    def resume_schedule(self, schedule_id: str) -> bool:
+        """Fire the schedule again from its next fire time (see ``Queue.resume_schedule``)."""
+        result: bool = self._sc._call(self._queue().resume_schedule, schedule_id)
+        return result
+
+    def trigger_schedule(self, schedule_id: str) -> str | None:
+        """One extra job of the schedule now (see ``Queue.trigger_schedule``)."""
+        result: str | None = self._sc._call(self._queue().trigger_schedule, schedule_id)
         return result

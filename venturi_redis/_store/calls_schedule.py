@@ -42,7 +42,11 @@ def schedule_upsert(
     ]
     for name in DEFINITION_FIELDS:
         args += [name, definition[name]]
-    return Call("schedule_upsert", [keys.schedule(schedule_id), keys.schedules, keys.schedules_due], args)
+    return Call(
+        "schedule_upsert",
+        [keys.schedule(schedule_id), keys.schedules, keys.schedules_due, keys.schedules_wake],
+        args,
+    )
 
 
 class Upserted(NamedTuple):
@@ -140,7 +144,7 @@ def schedule_pause(
     """schedule_pause.lua: pause ``schedule_id``, or resume it at ``next_at`` (if still ``version``)."""
     return Call(
         "schedule_pause",
-        [keys.schedule(schedule_id), keys.schedules_due],
+        [keys.schedule(schedule_id), keys.schedules_due, keys.schedules_wake],
         [
             now,
             keys.prefix,

@@ -29,6 +29,7 @@ key                                type    what it holds
 ``venturi:{q}:schedules``          set     every schedule id of the queue (paused and ended ones too)
 ``venturi:{q}:schedules:due``      zset    active schedule ids scored by their next fire time (ms)
 ``venturi:{q}:schedule:<id>``      hash    one schedule: its task, timing, next and last fire
+``venturi:{q}:schedules:wake``     list    one token after a schedule was created or resumed
 =================================  ======  ===========================================
 
 Pub/sub channel ``venturi:{q}:offload:<token>:done`` carries the redacted
@@ -165,6 +166,10 @@ class QueueKeys:
     @property
     def schedules_due(self) -> str:
         return f"{self.prefix}schedules:due"
+
+    @property
+    def schedules_wake(self) -> str:
+        return f"{self.prefix}schedules:wake"
 
     def schedule(self, schedule_id: str) -> str:
         return f"{self.prefix}schedule:{schedule_id}"

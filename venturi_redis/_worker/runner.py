@@ -19,7 +19,7 @@ import random
 import secrets
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +28,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .._model.codec import text
 from .._model.enums import Priority
 from .._model.records import JournalEntry, LazyJournal, eligible_ms
 from .._producer import ops as _ops
@@ -264,6 +265,11 @@ class _Runner:
         # until_idle run finishing): pushes onto this worker's stop list.
         self.interrupt = anyio.Event()
         self.stop_key = queue.keys.wake_stop(settings.worker_id)
+        # A producer that creates or resumes a schedule leaves one token on this
+        # list; the idle BLPOP that pops it (the same command, one more key)
+        # tells the queue's scheduler to look now (scheduler.py).
+        self.schedules_wake = queue.keys.schedules_wake
+        self.on_schedules_wake: Callable[[], None] | None = None
         # The connection idle claims block on (None until the first one, and
         # after a failure). Not from the pool: it is held for seconds at a time.
         self._conn: Any = None
@@ -405,14 +411,14 @@ class _Runner:
             # returns None, which is also BLPOP's reply when it times out.)
             conn = self._conn = unpooled_connection(q.client.redis.connection_pool, untimed=True)
         commands = [
-            ("BLPOP", q.keys.wake, self.stop_key, f"{block:.3f}"),
+            ("BLPOP", q.keys.wake, self.stop_key, self.schedules_wake, f"{block:.3f}"),
             q.client.scripts.command(*self._claim_call(want, self.stop_key)),
         ]
         limit = block + _BLOCK_MARGIN
         try:
             with anyio.fail_after(limit):
                 await conn.send_packed_command(conn.pack_commands(commands))
-                await conn.read_response()  # a token, a stop, or nil (timed out)
+                popped = await conn.read_response()  # a token, a stop, or nil (timed out)
                 reply = await conn.read_response()
         except TimeoutError:
             self._conn = None
@@ -422,6 +428,7 @@ class _Runner:
         except NoScriptError:
             # Both replies are read; the script cache was flushed (a restart,
             # SCRIPT FLUSH). The claim did not run: run it the ordinary way.
+            self._popped(popped)
             return await self.claim(want)
         except ResponseError as exc:
             # An error reply: the connection is fine. A coded one is mapped (calls.py).
@@ -435,7 +442,13 @@ class _Runner:
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await conn.disconnect()
             raise
+        self._popped(popped)
         return _parse_claim(q, reply)
+
+    def _popped(self, popped: Any) -> None:
+        """What an idle BLPOP popped: a schedules token pokes the scheduler."""
+        if popped and self.on_schedules_wake is not None and text(popped[0]) == self.schedules_wake:
+            self.on_schedules_wake()
 
     async def _blpop_then_claim(self, want: int, block: float) -> tuple[int, int, list[_Job]] | None:
         q = self.queue
@@ -446,10 +459,11 @@ class _Runner:
             block = max(_MIN_BLOCK, min(block, socket_timeout - _BLOCK_MARGIN))
         try:
             with anyio.fail_after(block + _BLOCK_MARGIN):
-                await redis.blpop([q.keys.wake, self.stop_key], timeout=block)
+                popped = await redis.blpop([q.keys.wake, self.stop_key, self.schedules_wake], timeout=block)
         except TimeoutError:
             limit = block + _BLOCK_MARGIN
             raise RedisTimeoutError(f"no reply to BLPOP on {q.keys.wake} in {limit:.2f}s") from None
+        self._popped(popped)
         if self.interrupt.is_set():
             return None
         return await self.claim(want)

@@ -5,16 +5,20 @@ to elect or lose. Two workers that fire the same fire time make one job
 (``lua/schedule_fire.lua`` compares and advances in one step), so a fleet
 of identical pods needs no singleton.
 
-What it costs an idle worker: one ``ZRANGE ... 0 0 WITHSCORES`` of the due
-index per peek (the worker's reclaim interval, 15 s by default, jittered),
-which tells it the earliest next fire time of the queue; it then sleeps until
-that time, by the scripts' clock as its last fire round read it, and fires.
+It knows the earliest next fire time of its queue and sleeps until then (by
+the scripts' clock, as its last fire round read it), then fires what is due.
 A fire round is one read-only script (one ``ZRANGEBYSCORE ... LIMIT``: the
-schedules not due cost nothing), a read of the due schedules and one script
-per schedule fired; its reply names the next earliest fire time, so a busy
-schedule needs no peeks. A schedule created or moved earlier by a producer is
-seen at the next peek: its first fire can be late by up to one peek interval,
-never lost (a late fire is fired when seen; docs/schedules.md).
+schedules not due cost nothing), a read of the due schedules, one script per
+schedule fired and one ``ZRANGE`` for the next earliest fire time.
+
+How it learns of a schedule a producer created, changed or resumed: the
+script that did it leaves one token on the queue's schedules wake list, and
+the idle claim's ``BLPOP`` waits on that list too (one more key, no more
+commands); the worker that pops it looks at once (``hint``). The others, and
+a worker too busy to block, see it at their next periodic look: one ``ZRANGE
+... 0 0 WITHSCORES`` every four reclaim intervals (60 s by default,
+jittered), an idle worker's whole cost (about 0.017 commands/s). Whatever is
+learnt late is fired late, never lost (docs/schedules.md).
 """
 
 from __future__ import annotations
@@ -92,6 +96,11 @@ class Scheduler:
         # The scripts' clock (ms) at a monotonic instant, from the last fire round.
         self._clock: tuple[int, float] | None = None
         self.rounds = 0  # fire rounds run (tests read it)
+        self._hinted = anyio.Event()
+
+    def hint(self) -> None:
+        """Look at the due index now (a producer changed a schedule): the runner calls this."""
+        self._hinted.set()
 
     def _mono_of(self, server_ms: int) -> float:
         """The monotonic instant the scripts' clock reaches ``server_ms``."""
@@ -141,8 +150,12 @@ class Scheduler:
                 next_peek = time.monotonic() + self.peek_interval * random.uniform(0.8, 1.2)
                 continue
             wake = min(next_peek, due if due is not None else math.inf)
-            await anyio.sleep(max(0.0, wake - now))
-            if time.monotonic() >= next_peek:
+            with anyio.move_on_after(max(0.0, wake - now)):
+                await self._hinted.wait()
+            hinted = self._hinted.is_set()
+            if hinted:
+                self._hinted = anyio.Event()
+            if hinted or time.monotonic() >= next_peek:
                 next_peek = time.monotonic() + self.peek_interval * random.uniform(0.8, 1.2)
                 try:
                     seen = await self.peek()

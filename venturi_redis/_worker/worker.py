@@ -274,7 +274,14 @@ class Worker(Generic[StateT]):
             max_failures=self._max_failures_arg,
         )
         self._runners = [_Runner(self, settings, q) for q in qs]
-        self._schedulers = [Scheduler(q, lambda: self._registry, self.reclaim_interval) for q in qs]
+        # Each queue's scheduler looks at its due index every four reclaim
+        # intervals (60 s by default), and at once when its runner's idle BLPOP
+        # pops a schedules token (scheduler.py).
+        self._schedulers = [
+            Scheduler(q, lambda: self._registry, min(60.0, 4 * self.reclaim_interval)) for q in qs
+        ]
+        for runner, scheduler in zip(self._runners, self._schedulers, strict=True):
+            runner.on_schedules_wake = scheduler.hint
         # Who consumes each queue, renewed by the lease keeper (registry.py; `venturi workers`).
         self._registration = Registration(self.id, qs, concurrency)
         # One committer per connection: transitions of finished runs share round trips.
