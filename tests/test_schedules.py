@@ -376,4 +376,3 @@ async def test_an_idle_worker_fires_a_schedule_created_while_it_waits(
         await asyncio.gather(worker.run(), create_then_wait())
     [job] = [j for j in await queue.list_jobs(state="completed", limit=100)][-1:]
     assert job.schedule_id == "late"
-
