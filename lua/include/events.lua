@@ -20,8 +20,17 @@
 local EVENTS_DEFAULT = '0'
 -- This call's stream while events are on (nil: off, or events_open not called).
 local events_stream = nil
-local events_cap = nil
-local events_prefix_len = 0
+-- emit(id, kind, event, at, run, note, extra): append one event; `extra` a flat
+-- list of field, value pairs. Made by events_open when the queue's events are
+-- on, else nil: Redis runs a script's whole body on every call, and each
+-- function it defines is a closure made and collected per call, so the off
+-- path defines none but events_open (benchmarks/redis_cost.py).
+local emit = nil
+-- emit_journaled(journal_key, at, event, run, note, extra): the event of a
+-- journal entry (journal.lua): the job's id is the journal key's tail (prefix
+-- .. 'journal:' .. id, keys.lua), its kind read from the job's hash. Made
+-- with emit.
+local emit_journaled = nil
 
 -- Read the switch (once per call, at the top of every script that journals):
 -- the queue's meta hash and event stream from the caller's KEYS, its key
@@ -39,37 +48,32 @@ local function events_open(meta_key, stream_key, prefix, field)
     v = EVENTS_DEFAULT
     if v == '0' then return end
   end
-  events_stream, events_cap, events_prefix_len = stream_key, v, #prefix
-end
-
--- Append one event (when on). `extra`: a flat list of field, value pairs.
-local function emit(id, kind, event, at, run, note, extra)
-  local args = {'XADD', events_stream, 'MAXLEN', '~', events_cap, '*',
-                'event', event, 'job', id, 'kind', kind or '', 'at', str(at), 'run', str(run or 0)}
-  if note ~= nil and note ~= false and note ~= '' then
-    args[#args + 1] = 'note'
-    args[#args + 1] = note
-  end
-  if extra then
-    -- A failure's traceback (up to 2 KB) stays in the journal: an event
-    -- keeps the stream small and says where to look (error_type, the job).
-    for i = 1, #extra, 2 do
-      if extra[i] ~= 'traceback' then
-        args[#args + 1] = extra[i]
-        args[#args + 1] = extra[i + 1]
+  local cap, prefix_len = v, #prefix
+  events_stream = stream_key
+  emit = function(id, kind, event, at, run, note, extra)
+    local args = {'XADD', stream_key, 'MAXLEN', '~', cap, '*',
+                  'event', event, 'job', id, 'kind', kind or '', 'at', str(at), 'run', str(run or 0)}
+    if note ~= nil and note ~= false and note ~= '' then
+      args[#args + 1] = 'note'
+      args[#args + 1] = note
+    end
+    if extra then
+      -- A failure's traceback (up to 2 KB) stays in the journal: an event
+      -- keeps the stream small and says where to look (error_type, the job).
+      for i = 1, #extra, 2 do
+        if extra[i] ~= 'traceback' then
+          args[#args + 1] = extra[i]
+          args[#args + 1] = extra[i + 1]
+        end
       end
     end
+    redis.call(unpack(args))
   end
-  redis.call(unpack(args))
-end
-
--- The event of a journal entry (journal.lua; when on): the job's id is the
--- journal key's tail (prefix .. 'journal:' .. id, keys.lua), its kind read
--- from the job's hash.
-local function emit_journaled(journal_key, at, event, run, note, extra)
-  local id = string.sub(journal_key, events_prefix_len + 9)
-  local job_key = job_keys(string.sub(journal_key, 1, events_prefix_len), id)
-  local kind = redis.pcall('HGET', job_key, 'kind')
-  if type(kind) ~= 'string' then kind = '' end -- none, or a quarantined job's broken key
-  emit(id, kind, event, at, run, note, extra)
+  emit_journaled = function(journal_key, at, event, run, note, extra)
+    local id = string.sub(journal_key, prefix_len + 9)
+    local job_key = job_keys(string.sub(journal_key, 1, prefix_len), id)
+    local kind = redis.pcall('HGET', job_key, 'kind')
+    if type(kind) ~= 'string' then kind = '' end -- none, or a quarantined job's broken key
+    emit(id, kind, event, at, run, note, extra)
+  end
 end
