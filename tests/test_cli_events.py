@@ -8,7 +8,9 @@ import uuid
 import redis
 from typer.testing import CliRunner
 
+import venturi_redis as vr
 from tests.servers import RedisServer
+from tests.tasks import Doomed, Echo
 from venturi_redis.cli.commands import app
 
 runner = CliRunner()
@@ -29,3 +31,28 @@ def test_switch_on_and_off(redis_server: RedisServer) -> None:
     res = runner.invoke(app, ["queue", "events", name, "maybe", "--redis", url])
     assert res.exit_code == 2 and "expected 'on' or 'off'" in res.output
     r.close()
+
+
+def test_follow_a_queue(redis_server: RedisServer) -> None:
+    name = f"cli-ev-{uuid.uuid4().hex[:8]}"
+    url = redis_server.url
+    with vr.SyncClient(url) as sc:
+        q = sc.queue(name)
+        runner.invoke(app, ["queue", "events", name, "on", "--redis", url, "--create"])
+        first = q.enqueue(Echo(text="one"))
+        q.enqueue(Doomed())
+        second = q.enqueue(Echo(text="two"))
+    res = runner.invoke(
+        app, ["events", name, "--since", "0", "--count", "2", "--kind", "echo", "--redis", url]
+    )
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert [line.split()[1:4] for line in lines] == [
+        ["enqueued", first, "echo"],
+        ["enqueued", second, "echo"],
+    ]
+    res = runner.invoke(app, ["events", name, "--since", "0", "--count", "1", "--json", "--redis", url])
+    doc = json.loads(res.output)
+    assert (doc["event"], doc["job_id"], doc["run"]) == ("enqueued", first, 0)
+    res = runner.invoke(app, ["events", "no-such-queue-here", "--redis", url])
+    assert res.exit_code == 1 and "unknown" in res.output.lower()

@@ -15,13 +15,14 @@ Where things are: ``app.py`` (the typer app, shared options, the one error
 mapping), ``output.py`` (safe text, tables, JSON, job documents),
 ``reading.py`` (stats, jobs, job show), ``admin.py`` (retry, cancel, dead
 retry, purge, pause, resume), ``worker.py`` (``venturi worker``),
-``dashboard.py`` (``venturi dashboard``), ``schedules.py`` (``venturi schedules``,
+``dashboard.py`` (``venturi dashboard``), ``events.py`` (``venturi events``:
+follow a queue live), ``schedules.py`` (``venturi schedules``,
 ``venturi schedule remove|pause|resume|trigger``).
 """
 
 from __future__ import annotations
 
-from . import admin, dashboard, reading, schedules, worker  # noqa: F401 - importing a module registers its commands
+from . import admin, dashboard, events, reading, schedules, worker  # noqa: F401 - importing a module registers its commands
 from .app import app
 
 __all__ = ["app"]
