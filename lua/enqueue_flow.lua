@@ -7,15 +7,16 @@
 -- KEYS[1] waiting zset   KEYS[2] wake list
 -- KEYS[3..6] pending zsets, CRITICAL first: a job's priority picks one
 -- KEYS[7] queue meta hash   KEYS[8] event stream (include events.lua: each
---         job created is an `enqueued` event)
+--         job created is an `enqueued` event, as enqueue.lua's are)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and graph
 --         keys derive from it (keys.lua job_keys, graph_keys)
 -- ARGV[3] number of jobs n
 -- ARGV[4..] per job: id, kind, priority, delay_ms, payload, carry, lease_ms
 --         ('' = worker default), max_failures ('' = worker default, 'none'),
---         policy ('fail' | 'ignore'), k = how many ids it waits on, then
---         those k ids (each an earlier job of this call or a job of the queue)
+--         policy ('fail' | 'ignore'), trace (W3C context, '' = none; stored as
+--         enqueue.lua stores it), k = how many ids it waits on, then those k
+--         ids (each an earlier job of this call or a job of the queue)
 --
 -- A job whose dependencies have all completed already is written pending,
 -- as enqueue.lua would; any other is WAITING: in the waiting zset, its set
@@ -36,6 +37,7 @@
 -- @include keys.lua
 -- @include journal.lua
 -- @include wake.lua
+-- @include events.lua
 
 local GRAPH_IDS_SHOWN_AT_ENQUEUE = 20
 
@@ -51,12 +53,12 @@ local a = 4
 for i = 1, n do
   local job = {id = ARGV[a], kind = ARGV[a + 1], priority = ARGV[a + 2], delay = ARGV[a + 3],
     payload = ARGV[a + 4], carry = ARGV[a + 5], lease = ARGV[a + 6], maxf = ARGV[a + 7],
-    policy = ARGV[a + 8], deps = {}}
-  local k = tonumber(ARGV[a + 9])
+    policy = ARGV[a + 8], trace = ARGV[a + 9], deps = {}}
+  local k = tonumber(ARGV[a + 10])
   for j = 1, k do
-    job.deps[j] = ARGV[a + 9 + j]
+    job.deps[j] = ARGV[a + 10 + j]
   end
-  a = a + 10 + k
+  a = a + 11 + k
   jobs[i] = job
 end
 if redis.call('EXISTS', (job_keys(prefix, jobs[1].id))) == 1 then
@@ -110,6 +112,7 @@ for _, job in ipairs(jobs) do
   if job.policy == 'ignore' then
     redis.call('HSET', job_key, 'on_dependency_failure', 'ignore')
   end
+  if job.trace ~= '' then redis.call('HSET', job_key, 'trace', job.trace) end
   if events_stream then
     emit(id, job.kind, 'enqueued', now_s, 0, nil, {'priority', job.priority, 'eligible_at', eligible_s})
   end

@@ -290,3 +290,24 @@ async def test_the_dashboard_job_page_shows_dependencies_both_ways(redis_server:
             assert "dependents" in up.text and f"/queues/wf/jobs/{b}" in up.text
     finally:
         await client.aclose()
+
+
+async def test_the_event_stream_tells_a_flow_as_its_journals_do(queue: vr.Queue) -> None:
+    await queue.set_events(True)
+    flow = await queue.enqueue_flow(Step(name="p"), [Step(name="c")])
+    await run_all(queue)
+    raw = await queue.client.redis.xrange(queue.keys.events)
+    seen = [(f[b"event"].decode(), f[b"job"].decode()) for _, f in raw]
+    (child,) = flow.children_ids
+    parent = flow.parent_id
+    for expected in [
+        ("enqueued", child),
+        ("enqueued", parent),
+        ("waiting", parent),
+        ("completed", child),
+        ("dependency_completed", parent),
+        ("ready", parent),
+        ("completed", parent),
+    ]:
+        assert expected in seen, expected
+    assert seen.index(("dependency_completed", parent)) < seen.index(("completed", parent))

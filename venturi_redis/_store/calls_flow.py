@@ -39,6 +39,7 @@ def enqueue_flow(keys: QueueKeys, now: str, jobs: Sequence[FlowJob]) -> Call:
             job.lease_ms,
             job.max_failures,
             policy,
+            job.trace,
             len(after),
             *after,
         ]
