@@ -9,9 +9,9 @@
 -- KEYS[7..10] pending zsets, CRITICAL first (a pending job leaves them all:
 --         its priority field is not trusted to name its set)
 -- KEYS[11] queue meta hash   KEYS[12] event stream (include events.lua)
--- KEYS[13..19] the workflow keys (graph.lua graph_at): waiting zset, dead
---         zset, wake list, pending zsets CRITICAL first; the jobs waiting on
---         a cancelled job apply their on_dependency_failure policy
+-- A WAITING job leaves the graph; the jobs waiting on a cancelled job apply
+-- their on_dependency_failure policy (graph.lua; its queue-wide keys derive
+-- from the prefix, keys.lua graph_queue_keys).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (a cancelled offload job settles its
 --         snapshot as failed, offload.lua)
@@ -69,14 +69,14 @@ elseif state == 'pending' then
 elseif state == 'suspended' then
   redis.call('ZREM', KEYS[3], id)
 elseif state == 'waiting' then
-  redis.call('ZREM', KEYS[13], id)
+  redis.call('ZREM', graph_queue_keys(ARGV[2]).waiting, id)
   graph_detach(ARGV[2], id)
 else
   return {0, 'job is ' .. state}
 end
 finish_cancelled(ARGV[2], KEYS[1], KEYS[2], KEYS[5], id, now, f[2], ARGV[4], state)
 if f[5] then
-  graph_finished(ARGV[2], graph_at(13), f[5], KEYS[1], id, now, false, nil,
+  graph_finished(ARGV[2], f[5], KEYS[1], id, now, false, nil,
     'cancelled: ' .. ARGV[4])
 end
 return {1, 'cancelled'}

@@ -6,10 +6,9 @@
 --
 -- KEYS[1] running zset   KEYS[2] completed zset
 -- KEYS[3] queue meta hash   KEYS[4] event stream (include events.lua)
--- KEYS[5..11] the workflow keys (graph.lua graph_at): waiting zset, dead
---         zset, wake list, pending zsets CRITICAL first. A job others wait
---         on (its `dependents` flag, read with the lease check) tells them
---         here, in the same step: graph.lua.
+-- A job others wait on (its `dependents` flag, read with the lease check)
+-- tells them here, in the same step (graph.lua; the queue-wide keys that
+-- takes derive from the prefix: keys.lua graph_queue_keys).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and offload
 --         snapshot keys derive from it (include offload.lua: an offload's
@@ -108,7 +107,7 @@ for _, job in ipairs(accepted) do
   compact_journal(journal_key)
   offload_settle(prefix, job_key, id, 'completed', result, nil, now, {f[4], f[5]})
   if f[6] then
-    graph_finished(prefix, graph_at(5), f[6], job_key, id, now, true, result, nil)
+    graph_finished(prefix, f[6], job_key, id, now, true, result, nil)
   end
 end
 return out

@@ -4,9 +4,8 @@
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] dead zset
 -- KEYS[5] queue meta hash   KEYS[6] event stream (include events.lua)
--- KEYS[7..13] the workflow keys (graph.lua graph_at): waiting zset, dead
---         zset, wake list, pending zsets CRITICAL first; the jobs waiting on
---         this one apply their on_dependency_failure policy (graph.lua)
+-- The jobs waiting on this one apply their on_dependency_failure policy
+-- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the job is an offload, its snapshot
 --         becomes `failed` with the note as its error and the redacted
@@ -41,6 +40,6 @@ journal(KEYS[2], now, 'dead', run, ARGV[5], ARGV[6], with_error({'reason', ARGV[
 compact_journal(KEYS[2])
 offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[4], f[5]})
 if f[6] then
-  graph_finished(ARGV[2], graph_at(7), f[6], KEYS[1], id, now, false, nil, ARGV[5])
+  graph_finished(ARGV[2], f[6], KEYS[1], id, now, false, nil, ARGV[5])
 end
 return {1}

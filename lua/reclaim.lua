@@ -7,9 +7,8 @@
 -- KEYS[4] wake list
 -- KEYS[5..8] pending zsets, CRITICAL first: the job's priority field picks one
 -- KEYS[9] queue meta hash   KEYS[10] event stream (include events.lua)
--- KEYS[11..17] the workflow keys (graph.lua graph_at): waiting zset, dead
---         zset, wake list, pending zsets CRITICAL first; when the backstop
---         kills a job others wait on, they apply their policy (graph.lua)
+-- When the backstop kills a job others wait on, they apply their policy
+-- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (job hashes and journals derive from it)
 -- ARGV[3] at most this many jobs per call
@@ -68,7 +67,7 @@ for _, id in ipairs(ids) do
         offload_settle(prefix, job_key, id, 'failed', nil,
           'lease expired; retry backstop: ' .. failures .. ' failed runs', now)
         if f[8] then
-          graph_finished(prefix, graph_at(11), f[8], job_key, id, now, false, nil,
+          graph_finished(prefix, f[8], job_key, id, now, false, nil,
             'lease expired; retry backstop: ' .. failures .. ' failed runs')
         end
         died = died + 1

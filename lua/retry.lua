@@ -5,9 +5,8 @@
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dead zset
 -- KEYS[6] dedup index hash   KEYS[7] wake list
 -- KEYS[8] queue meta hash   KEYS[9] event stream (include events.lua)
--- KEYS[10..16] the workflow keys (graph.lua graph_at): waiting zset, dead
---         zset, wake list, pending zsets CRITICAL first; when the backstop
---         kills a job others wait on, they apply their policy (graph.lua)
+-- When the backstop kills a job others wait on, they apply their policy
+-- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the backstop kills an offload job,
 --         its snapshot becomes `failed` with the error and the redacted
@@ -54,7 +53,7 @@ if limit and failures >= limit then
   compact_journal(KEYS[2])
   offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now)
   if f[3] then
-    graph_finished(ARGV[2], graph_at(10), f[3], KEYS[1], id, now, false, nil, ARGV[5])
+    graph_finished(ARGV[2], f[3], KEYS[1], id, now, false, nil, ARGV[5])
   end
   return {1, 'dead', 0, failures}
 end

@@ -78,6 +78,7 @@ async def test_a_chain_of_three_runs_in_order_and_passes_results(queue: vr.Queue
     assert info is not None and info.state is vr.JobState.WAITING and info.waiting_on == (b,)
     assert (await queue.get(a)).dependents == (b,)  # type: ignore[union-attr]
     assert (await queue.counts())["waiting"] == 2
+    assert (await queue.stats()).waiting == 2
     assert [j.id for j in await queue.list_jobs(state="waiting")] == [b, c]
 
     state = await run_all(queue)
@@ -265,6 +266,8 @@ def test_venturi_job_show_lists_dependencies_both_ways(redis_server: RedisServer
     shown = cli.invoke(app, ["job", "show", b, "--redis", redis_server.url, "-q", name])
     assert shown.exit_code == 0, shown.output
     assert "waiting on" in shown.stdout and a in shown.stdout and "waiting" in shown.stdout
+    stats = json.loads(cli.invoke(app, ["stats", "--redis", redis_server.url, "-q", name, "--json"]).stdout)
+    assert stats[0]["waiting"] == 1
     other = cli.invoke(app, ["job", "show", a, "--redis", redis_server.url, "--json"])
     doc = json.loads(other.stdout)
     assert doc["job"]["dependents"] == [b] and doc["job"]["waiting_on"] == []

@@ -52,6 +52,7 @@ class QueueStats:
         lag_seconds: Age of the oldest eligible job (0 when none is waiting).
         completed_last_minute: Completions within the last 60 seconds.
         at: The server time the numbers were read at.
+        waiting: Jobs waiting for other jobs to finish (workflows).
     """
 
     queue: str
@@ -66,6 +67,7 @@ class QueueStats:
     lag_seconds: float
     completed_last_minute: int
     at: datetime = field(compare=False)
+    waiting: int = 0
 
     @property
     def eligible(self) -> int:
@@ -88,6 +90,7 @@ class QueueStats:
             "lag_seconds": self.lag_seconds,
             "completed_last_minute": self.completed_last_minute,
             "at": self.at.isoformat(),
+            "waiting": self.waiting,
         }
 
 
@@ -112,6 +115,7 @@ async def stats(queue: QueueLike) -> QueueStats:
         pipe.zcard(key)
     pipe.zcount(k.completed, now - 60_000, "+inf")
     pipe.hget(k.meta, "paused")
+    pipe.zcard(k.waiting)
     res = await pipe.execute()
     pending: dict[str, int] = {}
     delayed = 0
@@ -123,7 +127,7 @@ async def stats(queue: QueueLike) -> QueueStats:
         if head:
             score = float(head[0][1])
             oldest = score if oldest is None else min(oldest, score)
-    running, suspended, completed, dead, cancelled, last_minute, paused = res[12:]
+    running, suspended, completed, dead, cancelled, last_minute, paused, waiting = res[12:]
     return QueueStats(
         queue=queue.name,
         paused=_text(paused) == "1",
@@ -137,6 +141,7 @@ async def stats(queue: QueueLike) -> QueueStats:
         lag_seconds=max(0.0, (now - oldest) / 1000) if oldest is not None else 0.0,
         completed_last_minute=int(last_minute),
         at=ms_to_dt(now),
+        waiting=int(waiting),
     )
 
 

@@ -416,6 +416,7 @@ def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:
         lag_seconds=max(p.lag_seconds for p in parts),
         completed_last_minute=sum(p.completed_last_minute for p in parts),
         at=max(p.at for p in parts),
+        waiting=sum(p.waiting for p in parts),
     )
 
 

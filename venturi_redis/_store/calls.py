@@ -348,7 +348,6 @@ def reclaim(keys: QueueKeys, now: str, *, batch: int, max_failures: str) -> Call
             *keys.pending_high_first,
             keys.meta,
             keys.events,
-            *keys.graph,
         ],
         [now, keys.prefix, batch, max_failures],
     )
@@ -382,7 +381,7 @@ def complete(keys: QueueKeys, now: str, completions: Sequence[Completion]) -> Ca
     args: list[ScriptArg] = [now, keys.prefix, len(completions)]
     for values in completions:
         args.extend(values)
-    return Call("complete", [keys.running, keys.completed, keys.meta, keys.events, *keys.graph], args)
+    return Call("complete", [keys.running, keys.completed, keys.meta, keys.events], args)
 
 
 def completed(reply: Any) -> list[Transition]:
@@ -486,7 +485,6 @@ def retry(
             keys.wake,
             keys.meta,
             keys.events,
-            *keys.graph,
         ],
         [
             now,
@@ -532,7 +530,6 @@ def dead(
             keys.dead,
             keys.meta,
             keys.events,
-            *keys.graph,
         ],
         [now, keys.prefix, job_id, token, note, attachment, carry, reason, error_type, traceback],
     )
@@ -581,7 +578,6 @@ def cancel(
             *keys.pending_high_first,
             keys.meta,
             keys.events,
-            *keys.graph,
         ],
         [now, keys.prefix, job_id, note, token, attachment, carry],
     )

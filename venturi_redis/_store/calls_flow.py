@@ -1,8 +1,10 @@
 """The call of ``lua/enqueue_flow.lua``: jobs that wait for other jobs (workflows).
 
 A sibling of ``calls.py`` (which would pass ~600 lines with it), owning this
-one script's KEYS, ARGV and reply the same way. The finish paths' workflow
-keys (``QueueKeys.graph``) are passed by their own builders in ``calls.py``.
+one script's KEYS, ARGV and reply the same way. The finish scripts (complete,
+dead, retry, reclaim, cancel) need no workflow argument: a finishing job's
+dependents are found from its hash and the queue's prefix
+(``lua/include/graph.lua``).
 """
 
 from __future__ import annotations

@@ -94,9 +94,6 @@ class QueueKeys:
     wake: str = field(init=False)
     events: str = field(init=False)
     waiting: str = field(init=False)
-    # The workflow keys every finish path takes (lua/include/graph.lua graph_at):
-    # the waiting zset, the dead zset, the wake list, the pending sets CRITICAL first.
-    graph: tuple[str, ...] = field(init=False, compare=False, repr=False)
     # Pending sets by priority, and from CRITICAL down to LOW (the order a claim scans them).
     pending_by_priority: dict[Priority, str] = field(init=False, compare=False, repr=False)
     pending_high_first: tuple[str, ...] = field(init=False, compare=False, repr=False)
@@ -119,7 +116,6 @@ class QueueKeys:
         by_priority = {prio: f"{p}pending:{prio.label}" for prio in Priority}
         object.__setattr__(self, "pending_by_priority", by_priority)
         object.__setattr__(self, "pending_high_first", tuple(by_priority[q] for q in PRIORITIES_HIGH_FIRST))
-        object.__setattr__(self, "graph", (self.waiting, self.dead, self.wake, *self.pending_high_first))
 
     @classmethod
     def for_queue(cls, name: str, namespace: str = "venturi") -> QueueKeys:

@@ -101,7 +101,7 @@ def stats(
         table = Table(title=f"venturi queues at {when(rows[0].at)}", box=box.SIMPLE_HEAD)
         # Short headers and no wrapping: a queue name or a count is never cut.
         table.add_column("queue", no_wrap=True)
-        for col in ("paused", "crit", "high", "normal", "low", "delayed", "running", "susp"):
+        for col in ("paused", "crit", "high", "normal", "low", "delayed", "wait", "running", "susp"):
             table.add_column(col, justify="right", no_wrap=True)
         for col in ("dead", "compl", "cancel", "lag", "done/1m", "workers"):
             table.add_column(col, justify="right", no_wrap=True)
@@ -111,6 +111,7 @@ def stats(
                 "yes" if r.paused else "",
                 *(str(r.pending[p]) for p in ("critical", "high", "normal", "low")),
                 str(r.delayed),
+                str(r.waiting),
                 str(r.running),
                 str(r.suspended),
                 str(r.dead),
