@@ -14,6 +14,8 @@
 --            it ran (cancel.lua) is cancelled here instead of claimed
 -- KEYS[10]   dead zset: a pending job whose own data is corrupt is
 --            quarantined there (quarantine.lua) instead of claimed
+--            (either way the jobs waiting on it apply their policy: graph.lua,
+--            whose queue-wide keys derive from the prefix, keys.lua)
 -- KEYS[11]   event stream (include events.lua)
 -- KEYS[12]   optional: the claiming worker's stop list. An idle worker sends
 --            this claim pipelined behind `BLPOP wake stop`; to stop it, the
@@ -46,6 +48,7 @@
 -- @include dedup.lua
 -- @include finish.lua
 -- @include quarantine.lua
+-- @include graph.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -134,6 +137,12 @@ for level = 1, 4 do
       if bad then
         redis.call('ZREM', KEYS[level], id)
         quarantine(job_key, journal_key, KEYS[10], id, now_s, bad)
+        -- Dead: the jobs waiting on it apply their policy (graph.lua; rare,
+        -- so the flag is read here, not on the claim path).
+        if not f.err then
+          graph_finished(prefix, redis.call('HGET', job_key, 'dependents'), job_key, id, now,
+            false, nil, bad)
+        end
       elseif not f[11] then
         -- A pending id whose hash is gone (removed by hand) is dropped.
         redis.call('ZREM', KEYS[level], id)
@@ -146,6 +155,8 @@ for level = 1, 4 do
         unindex(KEYS[6], f[10], id)
         finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, f[4],
           'cancel requested while running', 'pending')
+        graph_finished(prefix, redis.call('HGET', job_key, 'dependents'), job_key, id, now,
+          false, nil, 'cancelled: cancel requested while running')
       else
         local lease = tonumber(f[6]) or default_lease
         local expires_s = str(now + lease)

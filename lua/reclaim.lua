@@ -52,6 +52,7 @@ for _, id in ipairs(ids) do
     local limit = backstop(f[3], ARGV[4])
     if not pending then
       quarantine(job_key, journal_key, KEYS[2], id, now, bad_priority(f[4]))
+      graph_finished(prefix, f[8], job_key, id, now, false, nil, bad_priority(f[4]))
       died = died + 1
     else
       clear_lease(job_key)

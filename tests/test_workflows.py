@@ -314,3 +314,41 @@ async def test_the_event_stream_tells_a_flow_as_its_journals_do(queue: vr.Queue)
     ]:
         assert expected in seen, expected
     assert seen.index(("dependency_completed", parent)) < seen.index(("completed", parent))
+
+
+async def test_a_cancel_finished_by_the_claim_applies_the_policy(queue: vr.Queue) -> None:
+    """A cancel requested while the job ran, whose run then ended otherwise (here
+    released): the claim that would run it again finishes the cancel, and its
+    dependents are told there."""
+    a = await queue.enqueue(Step(name="a"))
+    strict = await queue.enqueue(Step(name="strict"), after=[a])
+    tolerant = await queue.enqueue(Tolerant(name="tolerant"), after=[a])
+    claimed = await claim_raw(queue, 1)
+    assert await queue.cancel(a) == "requested"
+    cl = queue.client
+    release = calls.release(
+        queue.keys,
+        cl._now_arg(),
+        job_id=a,
+        token=claimed[8].decode(),
+        priority=vr.Priority.NORMAL,
+        carry=b"",
+        note="released",
+    )
+    assert calls.transition(await cl.scripts.call(cl.redis, *release)).applied
+    state = await run_all(queue)
+    assert (await queue.get(a)).state is vr.JobState.CANCELLED  # type: ignore[union-attr]
+    assert (await queue.get(strict)).state is vr.JobState.DEAD  # type: ignore[union-attr]
+    assert state["ran"] == ["tolerant"]
+    assert (await queue.get(tolerant)).state is vr.JobState.COMPLETED  # type: ignore[union-attr]
+
+
+async def test_a_quarantined_dependency_fails_its_dependents(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Step(name="a"))
+    b = await queue.enqueue(Step(name="b"), after=[a])
+    await queue.client.redis.hset(queue.keys.job(a), "priority", "bogus")  # corrupt data
+    await claim_raw(queue, 1)
+    assert (await queue.get(a)).state is vr.JobState.DEAD  # type: ignore[union-attr]
+    info = await queue.get(b)
+    assert info is not None and info.state is vr.JobState.DEAD and info.note is not None
+    assert a in info.note and "bogus" in info.note
