@@ -45,14 +45,18 @@ async def test_wait_returns_the_completed_job(equeue: vr.Queue) -> None:
     assert info.id == job_id and info.state == vr.JobState.COMPLETED
 
 
-async def test_wait_returns_the_dead_job(equeue: vr.Queue) -> None:
+async def test_wait_returns_the_dead_job(queue: vr.Queue) -> None:
+    equeue = queue
+    await equeue.set_events(True)
     job_id = await equeue.enqueue(Doomed())
     with anyio.fail_after(10):
         info = await _wait_while_a_worker_runs(equeue, job_id, DoomedJob)
     assert info.state == vr.JobState.DEAD and info.note == "resource gone"
 
 
-async def test_wait_returns_the_cancelled_job_and_a_finished_one_at_once(equeue: vr.Queue) -> None:
+async def test_wait_returns_the_cancelled_job_and_a_finished_one_at_once(queue: vr.Queue) -> None:
+    equeue = queue
+    await equeue.set_events(True)
     job_id = await equeue.enqueue(Echo(text="never"), delay=60)
     async with anyio.create_task_group() as tg:
         got: list[vr.JobInfo] = []
@@ -68,7 +72,9 @@ async def test_wait_returns_the_cancelled_job_and_a_finished_one_at_once(equeue:
         assert (await equeue.wait(job_id)).state == vr.JobState.CANCELLED
 
 
-async def test_wait_times_out_and_an_unknown_job_raises(equeue: vr.Queue) -> None:
+async def test_wait_times_out_and_an_unknown_job_raises(queue: vr.Queue) -> None:
+    equeue = queue
+    await equeue.set_events(True)
     job_id = await equeue.enqueue(Echo(text="nobody runs me"))
     with pytest.raises(TimeoutError, match=job_id):
         await equeue.wait(job_id, timeout=0.3)
@@ -88,3 +94,19 @@ async def test_a_finish_between_the_steps_is_not_missed(equeue: vr.Queue, stage:
     with anyio.fail_after(10):
         info = await events_mod.wait(equeue, job_id, 10, hook)
     assert info.state == vr.JobState.COMPLETED
+
+
+def test_sync_queue_waits_too(url: str, queue_name: str) -> None:
+    """SyncQueue.wait (a Django or Flask view): the same wait, blocking."""
+    with vr.SyncClient(url) as sc:
+        sq = sc.queue(queue_name)
+        sq.set_events(True)
+        job_id = sq.enqueue(Echo(text="sync"))
+        with pytest.raises(TimeoutError):
+            sq.wait(job_id, timeout=0.2)
+
+        async def run_worker() -> None:  # on the SyncClient's loop thread
+            await drain(sc.client.queue(queue_name), EchoJob)
+
+        sc._call(run_worker)
+        assert sq.wait(job_id, timeout=5).state == vr.JobState.COMPLETED

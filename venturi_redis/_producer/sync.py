@@ -48,6 +48,7 @@ from .._store import calls
 from .._store.prepare import prepare
 from .._transport.blocking import blocking_redis, run_script
 from .client import Client, Queue
+from .events import EVENTS_MAXLEN
 from .reads import QueueStats
 
 
@@ -285,6 +286,19 @@ class SyncQueue:
         """The workers consuming this queue now (see ``Queue.workers``)."""
         result: list[WorkerInfo] = self._sc._call(self._queue().workers)
         return result
+
+    def wait(self, job_id: str, *, timeout: float | timedelta | None = None) -> JobInfo:
+        """Block until the job has finished and return it (see ``Queue.wait``).
+
+        A view (Django, Flask) should pass a ``timeout``: a request thread waits
+        as long as it says.
+        """
+        result: JobInfo = self._sc._call(self._queue().wait, job_id, timeout=timeout)
+        return result
+
+    def set_events(self, enabled: bool, *, maxlen: int = EVENTS_MAXLEN) -> None:
+        """Switch this queue's event stream on or off (see ``Queue.set_events``)."""
+        self._sc._call(self._queue().set_events, enabled, maxlen=maxlen)
 
     def is_drained(self) -> bool:
         """Nothing pending and nothing running (see ``Queue.is_drained``)."""
