@@ -8,6 +8,7 @@ loop is tried at the end, and several processes in tests/test_schedules_procs.py
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -376,3 +377,22 @@ async def test_an_idle_worker_fires_a_schedule_created_while_it_waits(
         await asyncio.gather(worker.run(), create_then_wait())
     [job] = [j for j in await queue.list_jobs(state="completed", limit=100)][-1:]
     assert job.schedule_id == "late"
+
+
+async def test_a_worker_whose_clock_is_off_never_fires_early(client: vr.Client, queue_name: str) -> None:
+    """The scripts decide what is due by Redis's clock; a worker's own clock only says when
+    to look. One that believes it is an hour later looks too early and fires nothing."""
+    from venturi_redis._worker.scheduler import Scheduler
+
+    queue = client.queue(queue_name)
+    await queue.schedule("hourly", Echo(text="h"), every=3600)
+    scheduler = Scheduler(queue, dict, peek_interval=60.0)
+    await scheduler.fire_round()  # reads the clock
+    assert scheduler._clock is not None
+    at_ms, at_mono = scheduler._clock
+    scheduler._clock = (at_ms + 3_600_000, at_mono)  # its idea of the server's clock: an hour ahead
+    assert (await scheduler.peek() or 0) <= time.monotonic()  # so it thinks the fire is due now
+    await scheduler.fire_round()
+    assert await queue.list_jobs() == []
+    info = await queue.get_schedule("hourly")
+    assert info is not None and info.fires == 0 and info.last_at is None
