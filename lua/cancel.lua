@@ -9,6 +9,9 @@
 -- KEYS[7..10] pending zsets, CRITICAL first (a pending job leaves them all:
 --         its priority field is not trusted to name its set)
 -- KEYS[11] queue meta hash   KEYS[12] event stream (include events.lua)
+-- KEYS[13] limits:state hash   KEYS[14] limits:ready zset   KEYS[15] wake list
+-- KEYS[16] limits:parked zset: a run holding a concurrency slot gives it back,
+--         a pending job parked on a limit leaves the parked set (limits.lua)
 -- A WAITING job leaves the graph; the jobs waiting on a cancelled job apply
 -- their on_dependency_failure policy (graph.lua; its queue-wide keys derive
 -- from the prefix, keys.lua graph_queue_keys).
@@ -28,13 +31,15 @@
 -- @include dedup.lua
 -- @include finish.lua
 -- @include graph.lua
+-- @include limits.lua
+-- @include wake.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[11], KEYS[12], ARGV[2])
 local id = ARGV[3]
 local token = ARGV[5]
 local f = redis.call('HMGET', KEYS[1], 'state', 'run_count', 'dedup', 'cancel_requested',
-  'dependents')
+  'dependents', 'parked')
 if not f[1] then
   return {0, 'job does not exist'}
 end
@@ -55,9 +60,12 @@ if state == 'running' and token == '' then
 end
 
 if token ~= '' then
-  local refused = check_owner(KEYS[1], KEYS[2], token, 'cancel', now)
+  local refused, _, o = check_owner(KEYS[1], KEYS[2], token, 'cancel', now)
   if refused then
     return {0, refused}
+  end
+  if o[4] and limit_release(KEYS[13], KEYS[14], KEYS[1], o[4], str(now)) then
+    wake_workers(KEYS[15], 1)
   end
   leave_running(KEYS[4], KEYS[1], id, ARGV[6], ARGV[7])
 elseif state == 'pending' then
@@ -65,6 +73,10 @@ elseif state == 'pending' then
   redis.call('ZREM', KEYS[8], id)
   redis.call('ZREM', KEYS[9], id)
   redis.call('ZREM', KEYS[10], id)
+  if f[6] then
+    limit_unpark(KEYS[16], f[6])
+    redis.call('HDEL', KEYS[1], 'parked')
+  end
   unindex(KEYS[6], f[3], id)
 elseif state == 'suspended' then
   redis.call('ZREM', KEYS[3], id)

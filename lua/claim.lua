@@ -5,7 +5,7 @@
 -- KEYS[1..4] pending zsets, CRITICAL, HIGH, NORMAL, LOW
 -- KEYS[5]    running zset (scored by lease expiry)
 -- KEYS[6]    dedup index hash
--- KEYS[7]    queue meta hash (fields `paused`, `events`)
+-- KEYS[7]    queue meta hash (fields `paused`, `events`, `limits`)
 -- KEYS[8]    wake list (wake.lua wake_workers): deleted when the claim
 --            comes back short or the queue is paused, since every token in it
 --            is stale then (whatever enqueue pushed it for is claimed, or not
@@ -17,7 +17,10 @@
 --            (either way the jobs waiting on it apply their policy: graph.lua,
 --            whose queue-wide keys derive from the prefix, keys.lua)
 -- KEYS[11]   event stream (include events.lua)
--- KEYS[12]   optional: the claiming worker's stop list. An idle worker sends
+-- KEYS[12]   limits hash, KEYS[13] limits:state hash, KEYS[14] limits:parked
+--            zset, KEYS[15] limits:ready zset (include limits.lua): read only
+--            when the meta hash's `limits` field is set (limit.lua sets it)
+-- KEYS[16]   optional: the claiming worker's stop list. An idle worker sends
 --            this claim pipelined behind `BLPOP wake stop`; to stop it, the
 --            worker pushes two tokens onto its stop list: BLPOP takes one and
 --            this claim, finding the other, deletes the list and claims nothing
@@ -42,6 +45,15 @@
 -- is left half moved: the claim stops at the broken key, and returns the jobs
 -- it claimed before it, or, when it claimed none, the error.
 
+-- Flow control (docs/flow-control.md): when limits are on, the claim first
+-- takes from the ready rotation of limited entities (the kind, or kind and
+-- key, whose cap has room: the entity least recently served first), then
+-- scans the pending sets, where a job of a limited kind is parked (once: it
+-- is not in a pending set any more) instead of claimed; entities it parked
+-- are then served in the same call. A blocked entity is not in the rotation
+-- until the script that frees its slot, or the end of its rate window,
+-- makes it ready again: its parked jobs are never scanned meanwhile.
+
 -- @include clock.lua
 -- @include keys.lua
 -- @include journal.lua
@@ -49,6 +61,7 @@
 -- @include finish.lua
 -- @include quarantine.lua
 -- @include graph.lua
+-- @include limits.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -57,43 +70,226 @@ local want = tonumber(ARGV[3])
 local worker = ARGV[4]
 local default_lease = tonumber(ARGV[6])
 
-if KEYS[12] and redis.call('DEL', KEYS[12]) == 1 then
+if KEYS[16] and redis.call('DEL', KEYS[16]) == 1 then
   return {now, 0}
 end
 
-local meta = redis.call('HMGET', KEYS[7], 'paused', 'events')
+local meta = redis.call('HMGET', KEYS[7], 'paused', 'events', 'limits')
 if meta[1] == '1' then
   redis.call('DEL', KEYS[8])
   return {now, -1}
 end
+local limits_on = meta[3] == '1'
 
 events_open(KEYS[7], KEYS[11], prefix, meta[2] or false)
 
 -- An idle queue (every pending set empty; Redis deletes an empty set) is
 -- answered with one EXISTS instead of a ZRANGE per level.
-if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 then
+if limits_on then
+  if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[15]) == 0 then
+    redis.call('DEL', KEYS[8])
+    return {now, 0}
+  end
+elseif redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 then
   redis.call('DEL', KEYS[8])
   return {now, 0}
 end
+
+local out = {now, 0}
+local n = 0
+local nxt = 0
+local broken = nil -- a queue-wide key of the wrong type: the claim stops there
+local configs = {} -- kind -> limit_config, read once per call (false: no limit)
+
+local function config_of(kind)
+  local c = configs[kind]
+  if c == nil then
+    local raw = redis.call('HGET', KEYS[12], kind)
+    c = raw and limit_config(raw) or false
+    configs[kind] = c
+  end
+  return c
+end
+
+-- Claim the pending job `id` (found in the set `from`, or parked when `from`
+-- is nil). Everything its claim depends on is read and checked first.
+-- Returns 'claimed', 'parked' (a limited kind: parked instead), or 'dropped'
+-- (dropped, cancelled or quarantined); sets `broken` when the running set is
+-- of the wrong type (nothing written for the job).
+local function take(id, from)
+  local job_key, journal_key = job_keys(prefix, id)
+  local f = redis.pcall('HMGET', job_key, 'kind', 'payload', 'carry', 'run_count',
+    'failures', 'lease_ms', 'priority', 'max_failures', 'resume_input', 'dedup', 'state',
+    'cancel_requested', 'created_at', 'eligible_at', 'timeout_ms')
+  local bad = nil
+  local first, history = false, nil
+  if f.err then
+    bad = 'job key is not a hash'
+  elseif not f[11] then
+    if f[1] or f[13] then bad = 'state field is missing' end
+  elseif f[11] ~= 'pending' then
+    bad = 'state is ' .. f[11] .. ' while in a pending set'
+  elseif not f[1] then
+    bad = 'kind field is missing'
+  elseif not PRIORITY_LEVEL[f[7] or ''] then
+    bad = bad_priority(f[7])
+  elseif from and limits_on and config_of(f[1]) then
+    -- A limited kind: parked, to be claimed through the rotation.
+    redis.call('ZREM', from, id)
+    local key = redis.call('HGET', job_key, 'limit_key')
+    limit_park(KEYS[14], KEYS[15], job_key, limit_entity(f[1], key), f[7], id, now_s)
+    return 'parked'
+  elseif redis.call('EXISTS', journal_key) == 0 then
+    -- Claimed (or cancelled) for the first time: the `enqueued` entry
+    -- enqueue did not write goes first, from created_at, which must be a time.
+    if is_time(f[13]) then first = true else bad = 'created_at field is not a time in ms' end
+  elseif not f[12] then
+    history = redis.pcall('XRANGE', journal_key, '-', '+')
+    if history.err then bad = 'journal key is not a stream' end
+  end
+  if bad then
+    if from then redis.call('ZREM', from, id) end
+    quarantine(job_key, journal_key, KEYS[10], id, now_s, bad)
+    -- Dead: the jobs waiting on it apply their policy (graph.lua; rare,
+    -- so the flag is read here, not on the claim path).
+    if not f.err then
+      graph_finished(prefix, redis.call('HGET', job_key, 'dependents'), job_key, id, now,
+        false, nil, bad)
+    end
+    return 'dropped'
+  elseif not f[11] then
+    -- A pending id whose hash is gone (removed by hand) is dropped.
+    if from then redis.call('ZREM', from, id) end
+    return 'dropped'
+  elseif f[12] then
+    -- An operator cancelled it while it ran, and that run ended (failed,
+    -- paused, released, reclaimed) before its worker noticed: finish the
+    -- cancel here instead of running it again.
+    if from then redis.call('ZREM', from, id) else redis.call('HDEL', job_key, 'parked') end
+    if first then write_enqueued(journal_key, {f[13], f[7], f[14]}) end
+    unindex(KEYS[6], f[10], id)
+    finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, f[4],
+      'cancel requested while running', 'pending')
+    graph_finished(prefix, redis.call('HGET', job_key, 'dependents'), job_key, id, now,
+      false, nil, 'cancelled: cancel requested while running')
+    return 'dropped'
+  end
+  local lease = tonumber(f[6]) or default_lease
+  local expires_s = str(now + lease)
+  -- The running set first: a wrong-type one fails here, before any
+  -- write for this job, and the claim stops with what it has.
+  local added = redis.pcall('ZADD', KEYS[5], expires_s, id)
+  if type(added) == 'table' and added.err then
+    broken = KEYS[5] .. ' is not a sorted set'
+    return 'dropped'
+  end
+  if from then redis.call('ZREM', from, id) end
+  if first then
+    -- Before any write to its hash, so the history returned below
+    -- starts with it (and is only that entry, sent as its three
+    -- values: a nested reply costs Redis more to build).
+    write_enqueued(journal_key, {f[13], f[7], f[14]})
+    history = {f[13], f[7] or '', f[14] or ''}
+  end
+  n = n + 1
+  local run = (tonumber(f[4]) or 0) + 1
+  local run_s = str(run)
+  local token = ARGV[5] .. '.' .. str(n)
+  redis.call('HSET', job_key, 'state', 'running', 'run_count', run_s,
+    'lease_owner', worker, 'lease_token', token, 'lease_expires', expires_s,
+    'updated_at', now_s)
+  if not from then redis.call('HDEL', job_key, 'parked') end
+  unindex(KEYS[6], f[10], id)
+  journal(journal_key, now_s, 'claimed', run_s, nil, nil, {'worker', worker})
+  local o = #out
+  out[o + 1] = id
+  out[o + 2] = f[1]
+  out[o + 3] = f[2] or ''
+  out[o + 4] = f[3] or ''
+  out[o + 5] = run
+  out[o + 6] = tonumber(f[5]) or 0
+  out[o + 7] = token
+  out[o + 8] = lease
+  out[o + 9] = f[7]
+  out[o + 10] = f[8] or ''
+  out[o + 11] = f[9] or ''
+  out[o + 12] = history
+  out[o + 13] = f[15] or ''
+  return 'claimed'
+end
+
+-- The ready rotation of limited entities: the one waiting longest first.
+-- An entity whose cap has room gives its first parked job (priority, then
+-- creation) and goes to the back (scored now); one at its cap waits at
+-- LIMIT_BLOCKED or at the end of its rate window. Bounded per call.
+local function claim_limited()
+  local budget = want * 4 + 16
+  while n < want and not broken and budget > 0 do
+    budget = budget - 1
+    local r = redis.pcall('ZRANGE', KEYS[15], 0, 0, 'WITHSCORES')
+    if r.err then
+      broken = KEYS[15] .. ' is not a sorted set'
+      return
+    end
+    if #r == 0 then
+      -- Nothing parked: with no limit left either, claims skip all this.
+      if redis.call('EXISTS', KEYS[12]) == 0 then
+        redis.call('HDEL', KEYS[7], 'limits')
+        limits_on = false
+      end
+      return
+    end
+    local entity, score = r[1], tonumber(r[2])
+    if score > now then
+      if score < LIMIT_BLOCKED and (nxt == 0 or score < nxt) then nxt = score end
+      return
+    end
+    local tab = string.find(entity, '\t', 1, true)
+    local kind = string.sub(entity, 1, (tab or 1) - 1)
+    local cfg = (tab and config_of(kind)) or limit_config(nil)
+    local keyed = tab and tab < #entity and (cfg[4] > 0 or cfg[5] > 0)
+    local ok, kp, ep = limit_check(KEYS[13], cfg, kind, entity, keyed, now)
+    if not ok then
+      redis.call('ZADD', KEYS[15], str(kp), entity)
+    else
+      local m = redis.call('ZRANGEBYLEX', KEYS[14], '[' .. entity .. '\t',
+        '(' .. entity .. '\t\255', 'LIMIT', 0, 1)
+      if #m == 0 then
+        redis.call('ZREM', KEYS[15], entity)
+      else
+        redis.call('ZREM', KEYS[14], m[1])
+        local id = string.sub(m[1], #entity + 3)
+        if take(id, nil) == 'claimed' then
+          local slot = limit_take(KEYS[13], cfg, kind, entity, keyed, kp, ep, now_s)
+          if slot ~= '' then
+            redis.call('HSET', job_keys(prefix, id), 'slot', slot)
+          end
+          redis.call('ZADD', KEYS[15], now_s, entity)
+        end
+      end
+    end
+  end
+end
+
+if limits_on then claim_limited() end
 
 -- One command per level: the first k members by rank (k = jobs still
 -- wanted). A pending zset is scored by eligible_at, so they hold, in the same
 -- order, every member `ZRANGEBYSCORE -inf now LIMIT 0 k` would return; the
 -- first one eligible later is the level's earliest remaining score (for
 -- `next`), and nothing after it is eligible either.
-local out = {now, 0}
-local n = 0
-local nxt = 0
-local broken = nil -- a queue-wide key of the wrong type: the claim stops there
 -- A level is read again while its k members were all eligible but some were
--- dropped, cancelled or quarantined rather than claimed (every one of them
--- left the set, so the next read sees members not seen yet): a job that
+-- dropped, cancelled, quarantined or parked rather than claimed (every one of
+-- them left the set, so the next read sees members not seen yet): a job that
 -- cannot be claimed never costs an eligible one its place. A level is done
 -- when it runs out, when a member is not eligible yet (its score is the
--- level's `next`), or when the claim is full.
+-- level's `next`), or when the claim is full. At most PARK_MAX jobs are
+-- parked per call (the rest on the next): one call stays short.
+local PARK_MAX = 1000
+local parked = 0
 for level = 1, 4 do
   local again = true
-  while again and n < want and not broken do
+  while again and n < want and not broken and parked < PARK_MAX do
     again = false
     local k = want - n
     local z = redis.pcall('ZRANGE', KEYS[level], 0, k - 1, 'WITHSCORES')
@@ -109,100 +305,18 @@ for level = 1, 4 do
         later = true
         break
       end
-      local job_key, journal_key = job_keys(prefix, id)
-      -- Everything this job's claim depends on is read and checked first.
-      local f = redis.pcall('HMGET', job_key, 'kind', 'payload', 'carry', 'run_count',
-        'failures', 'lease_ms', 'priority', 'max_failures', 'resume_input', 'dedup', 'state',
-        'cancel_requested', 'created_at', 'eligible_at')
-      local bad = nil
-      local first, history = false, nil
-      if f.err then
-        bad = 'job key is not a hash'
-      elseif not f[11] then
-        if f[1] or f[13] then bad = 'state field is missing' end
-      elseif f[11] ~= 'pending' then
-        bad = 'state is ' .. f[11] .. ' while in a pending set'
-      elseif not f[1] then
-        bad = 'kind field is missing'
-      elseif not PRIORITY_LEVEL[f[7] or ''] then
-        bad = bad_priority(f[7])
-      elseif redis.call('EXISTS', journal_key) == 0 then
-        -- Claimed (or cancelled) for the first time: the `enqueued` entry
-        -- enqueue did not write goes first, from created_at, which must be a time.
-        if is_time(f[13]) then first = true else bad = 'created_at field is not a time in ms' end
-      elseif not f[12] then
-        history = redis.pcall('XRANGE', journal_key, '-', '+')
-        if history.err then bad = 'journal key is not a stream' end
-      end
-      if bad then
-        redis.call('ZREM', KEYS[level], id)
-        quarantine(job_key, journal_key, KEYS[10], id, now_s, bad)
-        -- Dead: the jobs waiting on it apply their policy (graph.lua; rare,
-        -- so the flag is read here, not on the claim path).
-        if not f.err then
-          graph_finished(prefix, redis.call('HGET', job_key, 'dependents'), job_key, id, now,
-            false, nil, bad)
-        end
-      elseif not f[11] then
-        -- A pending id whose hash is gone (removed by hand) is dropped.
-        redis.call('ZREM', KEYS[level], id)
-      elseif f[12] then
-        -- An operator cancelled it while it ran, and that run ended (failed,
-        -- paused, released, reclaimed) before its worker noticed: finish the
-        -- cancel here instead of running it again.
-        redis.call('ZREM', KEYS[level], id)
-        if first then write_enqueued(journal_key, {f[13], f[7], f[14]}) end
-        unindex(KEYS[6], f[10], id)
-        finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, f[4],
-          'cancel requested while running', 'pending')
-        graph_finished(prefix, redis.call('HGET', job_key, 'dependents'), job_key, id, now,
-          false, nil, 'cancelled: cancel requested while running')
-      else
-        local lease = tonumber(f[6]) or default_lease
-        local expires_s = str(now + lease)
-        -- The running set first: a wrong-type one fails here, before any
-        -- write for this job, and the claim stops with what it has.
-        local added = redis.pcall('ZADD', KEYS[5], expires_s, id)
-        if type(added) == 'table' and added.err then
-          broken = KEYS[5] .. ' is not a sorted set'
-          break
-        end
-        redis.call('ZREM', KEYS[level], id)
-        if first then
-          -- Before any write to its hash, so the history returned below
-          -- starts with it (and is only that entry, sent as its three
-          -- values: a nested reply costs Redis more to build).
-          write_enqueued(journal_key, {f[13], f[7], f[14]})
-          history = {f[13], f[7] or '', f[14] or ''}
-        end
-        n = n + 1
-        local run = (tonumber(f[4]) or 0) + 1
-        local run_s = str(run)
-        local token = ARGV[5] .. '.' .. str(n)
-        redis.call('HSET', job_key, 'state', 'running', 'run_count', run_s,
-          'lease_owner', worker, 'lease_token', token, 'lease_expires', expires_s,
-          'updated_at', now_s)
-        unindex(KEYS[6], f[10], id)
-        journal(journal_key, now_s, 'claimed', run_s, nil, nil, {'worker', worker})
-        local o = #out
-        out[o + 1] = id
-        out[o + 2] = f[1]
-        out[o + 3] = f[2] or ''
-        out[o + 4] = f[3] or ''
-        out[o + 5] = run
-        out[o + 6] = tonumber(f[5]) or 0
-        out[o + 7] = token
-        out[o + 8] = lease
-        out[o + 9] = f[7]
-        out[o + 10] = f[8] or ''
-        out[o + 11] = f[9] or ''
-        out[o + 12] = history
-      end
+      local got = take(id, KEYS[level])
+      if broken then break end
+      if got == 'parked' then parked = parked + 1 end
     end
     again = not later and not broken and #z == 2 * k
   end
   if broken then break end
 end
+if parked >= PARK_MAX then
+  nxt = now -- more to park: the next claim goes on at once
+end
+if parked > 0 and n < want and not broken then claim_limited() end
 
 if broken then
   if n == 0 then

@@ -6,6 +6,8 @@
 --
 -- KEYS[1] running zset   KEYS[2] completed zset
 -- KEYS[3] queue meta hash   KEYS[4] event stream (include events.lua)
+-- KEYS[5] limits:state hash   KEYS[6] limits:ready zset   KEYS[7] wake list:
+--         a run holding a concurrency slot gives it back (include limits.lua)
 -- A job others wait on (its `dependents` flag, read with the lease check)
 -- tells them here, in the same step (graph.lua; the queue-wide keys that
 -- takes derive from the prefix: keys.lua graph_queue_keys).
@@ -29,6 +31,8 @@
 -- @include lease.lua
 -- @include offload.lua
 -- @include graph.lua
+-- @include limits.lua
+-- @include wake.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[3], KEYS[4], ARGV[2])
@@ -44,6 +48,7 @@ local out = {}
 -- writes: a wrong-type set fails there, with no job half moved.
 local accepted, seen = {}, {}
 local done, members = {}, {}
+local woke = 0
 for i = 0, n - 1 do
   local a = 4 + i * 6
   local id, token = ARGV[a], ARGV[a + 1]
@@ -105,9 +110,11 @@ for _, job in ipairs(accepted) do
   if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
   journal(journal_key, now_s, 'completed', run, note, attachment)
   compact_journal(journal_key)
-  offload_settle(prefix, job_key, id, 'completed', result, nil, now, {f[4], f[5]})
-  if f[6] then
-    graph_finished(prefix, f[6], job_key, id, now, true, result, nil)
+  offload_settle(prefix, job_key, id, 'completed', result, nil, now, {f[5], f[6]})
+  if f[7] then
+    graph_finished(prefix, f[7], job_key, id, now, true, result, nil)
   end
+  if f[4] and limit_release(KEYS[5], KEYS[6], job_key, f[4], now_s) then woke = woke + 1 end
 end
+if woke > 0 then wake_workers(KEYS[7], woke) end
 return out

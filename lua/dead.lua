@@ -4,6 +4,8 @@
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] dead zset
 -- KEYS[5] queue meta hash   KEYS[6] event stream (include events.lua)
+-- KEYS[7] limits:state hash   KEYS[8] limits:ready zset   KEYS[9] wake list:
+--         a run holding a concurrency slot gives it back (include limits.lua)
 -- The jobs waiting on this one apply their on_dependency_failure policy
 -- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
 -- ARGV[1] now in ms or ''
@@ -22,6 +24,8 @@
 -- @include lease.lua
 -- @include offload.lua
 -- @include graph.lua
+-- @include limits.lua
+-- @include wake.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[5], KEYS[6], ARGV[2])
@@ -38,8 +42,11 @@ redis.call('HSET', KEYS[1], 'state', 'dead', 'note', ARGV[5],
 redis.call('ZADD', KEYS[4], now, id)
 journal(KEYS[2], now, 'dead', run, ARGV[5], ARGV[6], with_error({'reason', ARGV[8]}, ARGV[9], ARGV[10]))
 compact_journal(KEYS[2])
-offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[4], f[5]})
-if f[6] then
-  graph_finished(ARGV[2], f[6], KEYS[1], id, now, false, nil, ARGV[5])
+offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[5], f[6]})
+if f[7] then
+  graph_finished(ARGV[2], f[7], KEYS[1], id, now, false, nil, ARGV[5])
+end
+if f[4] and limit_release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then
+  wake_workers(KEYS[9], 1)
 end
 return {1}

@@ -12,17 +12,28 @@
 -- ARGV[3]      number of jobs n
 -- ARGV[4]      dedup mode: 'nx' = take a dedup field only if free (a holder
 --              is reported back, nothing written for that job); 'force' = point
---              the field at the new job (Merge.independent: newest pending wins)
--- ARGV[5..]    9 fields per job: id, kind, priority, delay_ms, payload, carry,
+--              the field at the new job (Merge.independent: newest pending wins).
+--              A trailing '+' ('nx+', 'force+'): the extended layout below.
+-- ARGV[5..]    f = 9 fields per job: id, kind, priority, delay_ms, payload, carry,
 --              lease_ms ('' = worker default), max_failures ('' = worker
---              default, 'none' = no backstop), dedup field ('' = no dedup)
--- Optional offload snapshots (@vr.offload): when #KEYS == 4 + 4n, KEYS[3+3n+i]
--- is job i's snapshot key and ARGV[5+9n+2i], ARGV[6+9n+2i] are its token and
--- retention in ms; the pending snapshot is written with the job (include
--- offload_pending.lua), never for a job that collided.
+--              default, 'none' = no backstop), dedup field ('' = no dedup);
+--              extended, f = 11: then timeout_ms ('' = the worker's) and the
+--              limit key field ('' = none).
+-- Optional offload snapshots (@vr.offload): when #KEYS == 4 + 4n (+3 extended),
+-- KEYS[3+3n+i] is job i's snapshot key and ARGV[5+fn+2i], ARGV[6+fn+2i] are
+-- its token and retention in ms; the pending snapshot is written with the job
+-- (include offload_pending.lua), never for a job that collided.
 -- Optional trace contexts (venturi_redis.otel): when ARGV holds n more values
 -- after the rest, the last n are job i's W3C trace context, stored in its
 -- hash as `trace` ('' = none).
+-- Extended only, three KEYS before the last two: the limits hash,
+-- limits:parked and limits:ready (lua/include/limits.lua). A job of a limited
+-- kind, eligible now, is parked there instead of put in its pending set, so a
+-- claim never scans it. The client sends the extended layout when a job of
+-- the call has a timeout or a limit key: the common call pays for neither
+-- (three keys and two fields cost a one-job enqueue ~11% of Redis's
+-- instructions). A job of a limited kind sent without is parked by the claim
+-- that first reaches it.
 -- The last two KEYS: the queue meta hash and the event stream (include
 -- events.lua: each job created is an `enqueued` event).
 --
@@ -49,19 +60,31 @@
 local now = now_ms(ARGV[1])
 local now_s = str(now)
 local n = tonumber(ARGV[3])
-local force = ARGV[4] == 'force'
-local with_offload = #KEYS == 4 + 4 * n
-local trace_at = 5 + 9 * n + (with_offload and 2 * n or 0) -- job i's trace: ARGV[trace_at + i]
+local mode = ARGV[4]
+local extended = mode == 'nx+' or mode == 'force+'
+local force = mode == 'force' or mode == 'force+'
+local fields, base = 9, 4
+local limits_key, parked_key, ready_key
+local limited = false -- whether the limits hash exists: learnt with the first job's EXISTS
+if extended then
+  fields, base = 11, 7
+  limits_key, parked_key, ready_key = KEYS[#KEYS - 4], KEYS[#KEYS - 3], KEYS[#KEYS - 2]
+  limited = nil
+end
+local with_offload = #KEYS == base + 4 * n
+local trace_at = 5 + fields * n + (with_offload and 2 * n or 0) -- job i's trace: ARGV[trace_at + i]
 local with_trace = #ARGV == trace_at - 1 + n
 events_open(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2])
 local out = {now}
 local created = 0
 for i = 0, n - 1 do
-  local a = 5 + i * 9
+  local a = 5 + i * fields
   local id, kind, priority = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local delay = ARGV[a + 3] -- '0' for most jobs: compared as a string, no tonumber
   local payload, carry, lease, maxf, field =
     ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
+  local timeout, limit_key = '', ''
+  if extended then timeout, limit_key = ARGV[a + 9], ARGV[a + 10] end
   local job_key, pending = KEYS[3 + i * 3], KEYS[5 + i * 3]
   local holder = ''
   if field ~= '' then
@@ -74,7 +97,23 @@ for i = 0, n - 1 do
       end
     end
   end
-  if holder == '' and redis.call('EXISTS', job_key) == 1 then
+  local exists = 0
+  if holder == '' then
+    if limited == nil then
+      -- One EXISTS for the job key and the limits hash: with no limits
+      -- defined (the common case) it answers both at once.
+      exists = redis.call('EXISTS', job_key, limits_key)
+      if exists == 0 then
+        limited = false
+      else
+        limited = redis.call('EXISTS', limits_key) == 1
+        if limited then exists = exists - 1 end
+      end
+    else
+      exists = redis.call('EXISTS', job_key)
+    end
+  end
+  if exists == 1 then
     -- A resend whose job exists (without a dedup key, or after it was claimed).
     holder = false
     if field ~= '' and redis.call('HGET', job_key, 'state') ~= 'pending' then
@@ -96,9 +135,23 @@ for i = 0, n - 1 do
     if with_trace and ARGV[trace_at + i] ~= '' then
       redis.call('HSET', job_key, 'trace', ARGV[trace_at + i])
     end
-    redis.call('ZADD', pending, eligible_s, id)
+    if timeout ~= '' then redis.call('HSET', job_key, 'timeout_ms', timeout) end
+    if limit_key ~= '' then redis.call('HSET', job_key, 'limit_key', limit_key) end
+    if limited and delay == '0' and redis.call('HEXISTS', limits_key, kind) == 1 then
+      -- limits.lua's limit_park, inline: a helper (its closure, its level
+      -- table) would cost every enqueue, limited or not.
+      local level = priority == 'critical' and '0' or priority == 'high' and '1'
+        or priority == 'low' and '3' or '2'
+      local entity = kind .. '\t' .. limit_key
+      local member = entity .. '\t' .. level .. id
+      redis.call('ZADD', parked_key, 0, member)
+      redis.call('ZADD', ready_key, 'NX', now_s, entity)
+      redis.call('HSET', job_key, 'parked', member)
+    else
+      redis.call('ZADD', pending, eligible_s, id)
+    end
     if with_offload then
-      local o = 5 + 9 * n + 2 * i
+      local o = 5 + fields * n + 2 * i
       offload_pending(KEYS[3 + 3 * n + i], job_key, id, kind, ARGV[o], ARGV[o + 1], now)
     end
     created = created + 1

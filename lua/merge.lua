@@ -8,6 +8,8 @@
 -- KEYS[4] pending zset of the new priority (same as KEYS[3] when unchanged)
 -- KEYS[5] wake list
 -- KEYS[6] queue meta hash   KEYS[7] event stream (include events.lua)
+-- KEYS[8] limits:parked zset: a job parked on a limit (include limits.lua)
+--         moves there to its new priority instead
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] decision: keep | replace | with
 -- ARGV[5] new payload (msgpack; ignored for keep)
@@ -21,9 +23,10 @@
 -- @include clock.lua
 -- @include journal.lua
 -- @include wake.lua
+-- @include limits.lua
 
 local id = ARGV[3]
-local f = redis.call('HMGET', KEYS[1], 'state', 'run_count', 'priority')
+local f = redis.call('HMGET', KEYS[1], 'state', 'run_count', 'priority', 'parked')
 if f[1] ~= 'pending' then
   return 0
 end
@@ -42,9 +45,17 @@ if decision ~= 'keep' then
     redis.call('HSET', KEYS[1], 'carry', ARGV[7])
   end
   if ARGV[8] ~= f[3] then
-    local score = redis.call('ZSCORE', KEYS[3], id)
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('ZADD', KEYS[4], score, id)
+    if f[4] then
+      -- <entity>\t<level><id>: the same entity, the new level.
+      local member = string.sub(f[4], 1, #f[4] - #id - 1) .. (LIMIT_LEVEL[ARGV[8]] or '2') .. id
+      limit_unpark(KEYS[8], f[4])
+      redis.call('ZADD', KEYS[8], 0, member)
+      redis.call('HSET', KEYS[1], 'parked', member)
+    else
+      local score = redis.call('ZSCORE', KEYS[3], id)
+      redis.call('ZREM', KEYS[3], id)
+      redis.call('ZADD', KEYS[4], score, id)
+    end
     redis.call('HSET', KEYS[1], 'priority', ARGV[8])
     extra[#extra + 1] = 'priority'
     extra[#extra + 1] = ARGV[8]

@@ -5,6 +5,8 @@
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dedup index hash
 -- KEYS[6] wake list
 -- KEYS[7] queue meta hash   KEYS[8] event stream (include events.lua)
+-- KEYS[9] limits:state hash   KEYS[10] limits:ready zset: a run holding a
+--         concurrency slot gives it back (include limits.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] lease token   ARGV[5] delay in ms (an integer >= 0)
 -- ARGV[6] note   ARGV[7] attachment (msgpack or '')   ARGV[8] carry (msgpack or '')
@@ -16,6 +18,7 @@
 -- @include lease.lua
 -- @include dedup.lua
 -- @include wake.lua
+-- @include limits.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[7], KEYS[8], ARGV[2])
@@ -24,10 +27,11 @@ local delay = tonumber(ARGV[5])
 if not delay or delay ~= delay or delay < 0 or delay ~= math.floor(delay) or delay >= 2^53 then
   return redis.error_reply('VR_BADARG pause delay must be a whole number of ms, got ' .. ARGV[5])
 end
-local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[4], 'pause', now)
+local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'pause', now)
 if refused then
   return {0, refused}
 end
+if o[4] then limit_release(KEYS[9], KEYS[10], KEYS[1], o[4], str(now)) end
 local eligible = str(now + delay)
 leave_running(KEYS[3], KEYS[1], id, ARGV[7], ARGV[8])
 redis.call('HSET', KEYS[1], 'state', 'pending', 'note', ARGV[6],

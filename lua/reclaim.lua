@@ -7,6 +7,8 @@
 -- KEYS[4] wake list
 -- KEYS[5..8] pending zsets, CRITICAL first: the job's priority field picks one
 -- KEYS[9] queue meta hash   KEYS[10] event stream (include events.lua)
+-- KEYS[11] limits:state hash   KEYS[12] limits:ready zset: a run holding a
+--         concurrency slot gives it back (include limits.lua)
 -- When the backstop kills a job others wait on, they apply their policy
 -- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
 -- ARGV[1] now in ms or ''
@@ -29,24 +31,29 @@
 -- @include offload.lua
 -- @include quarantine.lua
 -- @include graph.lua
+-- @include limits.lua
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
 events_open(KEYS[9], KEYS[10], ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
 local requeued, died = 0, 0
+local requeued_slots = false
 local out = {0, 0}
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local job_key, journal_key = job_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'failures', 'max_failures',
-    'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents')
+    'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents', 'slot')
   local pending = nil
   if f.err then
     quarantine(job_key, journal_key, KEYS[2], id, now, 'job key is not a hash')
     died = died + 1
     out[#out + 1] = id
   elseif f[1] == 'running' then
+    if f[9] and limit_release(KEYS[11], KEYS[12], job_key, f[9], str(now)) then
+      requeued_slots = true
+    end
     pending = pending_key(5, f[4])
     local failures = (tonumber(f[2]) or 0) + 1
     local limit = backstop(f[3], ARGV[4])
@@ -85,7 +92,7 @@ for _, id in ipairs(ids) do
 end
 out[1] = requeued
 out[2] = died
-if requeued > 0 then
-  wake_workers(KEYS[4], requeued)
+if requeued > 0 or requeued_slots then
+  wake_workers(KEYS[4], requeued + 1)
 end
 return out

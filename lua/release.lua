@@ -6,6 +6,8 @@
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dedup index hash
 -- KEYS[6] wake list
 -- KEYS[7] queue meta hash   KEYS[8] event stream (include events.lua)
+-- KEYS[9] limits:state hash   KEYS[10] limits:ready zset: a run holding a
+--         concurrency slot gives it back (include limits.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] lease token   ARGV[5] carry (msgpack or '')
 -- ARGV[6] note
@@ -16,14 +18,16 @@
 -- @include lease.lua
 -- @include dedup.lua
 -- @include wake.lua
+-- @include limits.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[7], KEYS[8], ARGV[2])
 local id = ARGV[3]
-local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[4], 'release', now)
+local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'release', now)
 if refused then
   return {0, refused}
 end
+if o[4] then limit_release(KEYS[9], KEYS[10], KEYS[1], o[4], str(now)) end
 redis.call('ZREM', KEYS[3], id)
 clear_lease(KEYS[1])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[5]) end

@@ -5,6 +5,8 @@
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dead zset
 -- KEYS[6] dedup index hash   KEYS[7] wake list
 -- KEYS[8] queue meta hash   KEYS[9] event stream (include events.lua)
+-- KEYS[10] limits:state hash   KEYS[11] limits:ready zset: a run holding a
+--         concurrency slot gives it back (include limits.lua)
 -- When the backstop kills a job others wait on, they apply their policy
 -- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
 -- ARGV[1] now in ms or ''
@@ -28,13 +30,17 @@
 -- @include backoff.lua
 -- @include offload.lua
 -- @include graph.lua
+-- @include limits.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[8], KEYS[9], ARGV[2])
 local id = ARGV[3]
-local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now)
+local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now)
 if refused then
   return {0, refused}
+end
+if o[4] and limit_release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) then
+  wake_workers(KEYS[7], 1)
 end
 local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents')
 local failures = (tonumber(f[1]) or 0) + 1

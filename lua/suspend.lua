@@ -4,6 +4,8 @@
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] suspended zset
 -- KEYS[5] queue meta hash   KEYS[6] event stream (include events.lua)
+-- KEYS[7] limits:state hash   KEYS[8] limits:ready zset   KEYS[9] wake list:
+--         a run holding a concurrency slot gives it back (include limits.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] lease token   ARGV[5] note
 -- ARGV[6] attachment (msgpack or '')   ARGV[7] carry (msgpack or '')
@@ -13,13 +15,18 @@
 
 -- @include clock.lua
 -- @include lease.lua
+-- @include limits.lua
+-- @include wake.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[5], KEYS[6], ARGV[2])
 local id = ARGV[3]
-local refused, run = check_owner(KEYS[1], KEYS[2], ARGV[4], 'suspend', now)
+local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'suspend', now)
 if refused then
   return {0, refused}
+end
+if o[4] and limit_release(KEYS[7], KEYS[8], KEYS[1], o[4], str(now)) then
+  wake_workers(KEYS[9], 1)
 end
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
 redis.call('HSET', KEYS[1], 'state', 'suspended', 'note', ARGV[5], 'updated_at', now)

@@ -49,7 +49,7 @@ async def run_until_event(
 async def claim_raw(queue: vr.Queue, count: int, *, worker: str = "w1", lease_ms: int = 30_000) -> list[Any]:
     """Run claim.lua directly (no worker); the script's raw reply.
 
-    ``[now, next, job...]``, 12 values per job (see lua/claim.lua).
+    ``[now, next, job...]``, 13 values per job (see lua/claim.lua).
     """
     c = queue.client
     call = calls.claim(

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.anyio
 
 async def _claim(queue: vr.Queue, count: int) -> list[tuple[str, str]]:
     reply = await claim_raw(queue, count, worker="tester")
-    return [(reply[i].decode(), reply[i + 6].decode()) for i in range(2, len(reply), 12)]
+    return [(reply[i].decode(), reply[i + 6].decode()) for i in range(2, len(reply), 13)]
 
 
 async def test_one_complete_call_settles_many_jobs_each_fenced(queue: vr.Queue) -> None:

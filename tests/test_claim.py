@@ -34,7 +34,7 @@ async def timed(url: str, queue_name: str) -> AsyncIterator[tuple[vr.Queue, Cloc
 async def claim(queue: vr.Queue, count: int) -> tuple[int, list[str]]:
     """Run claim.lua; returns (next, claimed ids)."""
     reply = await claim_raw(queue, count)
-    return int(reply[1]), [reply[i].decode() for i in range(2, len(reply), 12)]
+    return int(reply[1]), [reply[i].decode() for i in range(2, len(reply), 13)]
 
 
 async def test_order_across_levels_and_next_from_the_scan(timed: tuple[vr.Queue, Clock]) -> None:

@@ -29,8 +29,8 @@ async def claim(queue: vr.Queue, count: int = 10) -> list[tuple[str, str, list[J
     """Run claim.lua; returns (id, token, history) per claimed job."""
     reply = await claim_raw(queue, count)
     out = []
-    for i in range(2, len(reply), 12):
-        job = reply[i : i + 12]
+    for i in range(2, len(reply), 13):
+        job = reply[i : i + 13]
         out.append((job[0].decode(), job[6].decode(), JournalEntry.from_xrange(claim_history(job[11]))))
     return out
 

@@ -169,6 +169,7 @@ def _sample_calls() -> dict[str, calls.Call]:
         "progress": calls_obs.progress(K, now, job_id="01JOB", token="t", value=b"v"),
         "enqueue_flow": calls_flow.enqueue_flow(K, now, [calls_flow.FlowJob(JOB, "fail", ("01DEP",))]),
         **_schedule_calls(now),
+        "limit": calls.limit(K, now, action="set", kind="k", per_key=False, concurrency=1),
     }
 
 

@@ -25,6 +25,7 @@ from ._model.errors import (
 )
 from ._model.events import QueueEvent
 from ._model.flow import Flow
+from ._model.limits import LimitInfo, Rate
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
 from ._model.schedule import Schedule, ScheduleInfo
@@ -91,6 +92,7 @@ __all__ = [
     "JobState",
     "JournalEntry",
     "LeaseLostError",
+    "LimitInfo",
     "Merge",
     "MergeConflictError",
     "NoCarry",
@@ -109,6 +111,7 @@ __all__ = [
     "Queue",
     "QueueEvent",
     "QueueStats",
+    "Rate",
     "Retention",
     "Schedule",
     "ScheduleInfo",

@@ -8,14 +8,16 @@
 -- current lease token. Returns (nil, run_count) when allowed, or a reason.
 -- A refusal is journaled so `venturi job show` explains why a late outcome
 -- left no trace. This is the only write before the precondition fails.
--- `more` (optional): further fields the caller needs, read in the same HMGET
--- and returned third, as f[4], f[5], ... (the job's fields, whatever the verdict).
+-- The job's fields come back third: f[4] is its `slot` (the concurrency slots
+-- its run holds, include limits.lua; nil for none); `more` (optional): further
+-- fields the caller needs, read in the same HMGET, as f[5], f[6], ...
+-- (whatever the verdict).
 local function check_owner(job_key, journal_key, token, attempted, now, more)
   local f
   if more then
-    f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count', unpack(more))
+    f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot', unpack(more))
   else
-    f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count')
+    f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot')
   end
   if not f[1] then
     return 'job does not exist', 0

@@ -191,6 +191,22 @@ class Task(BaseModel, Generic[CarryT]):
         """
         return "fail"
 
+    def limit_key(self) -> str | None:
+        """The key a per-key limit of this kind counts this job under (docs/flow-control.md).
+
+        ``None`` (the default): a per-key limit does not apply to this job
+        (a kind-wide one still does). At most 1 KiB of UTF-8; read at enqueue.
+        """
+        return None
+
+    def timeout(self) -> float | None:
+        """Seconds one run of this job may take before it is cancelled, a failed run.
+
+        ``None`` (the default): the worker's ``timeout``; ``enqueue(timeout=...)``
+        overrides both. Read at enqueue and stored with the job.
+        """
+        return None
+
     @classmethod
     def sensitive_fields(cls) -> frozenset[str]:
         """Payload fields whose values are never shown: masked in the notes the worker

@@ -17,6 +17,7 @@ from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge
 from .._model.events import QueueEvent
 from .._model.flow import Flow
+from .._model.limits import LimitInfo, Rate
 from .._model.outcome import UNSET
 from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.schedule import ScheduleInfo
@@ -30,6 +31,7 @@ from .._transport.durable import Durability, DurableRedis, as_durability
 from .._transport.lane import Lane
 from . import events as _events
 from . import flow as _flow
+from . import limits as _limits
 from . import ops as _ops
 from . import reads as _reads
 from . import schedules as _schedules
@@ -172,6 +174,7 @@ class Queue:
         max_failures: int | None = UNSET,
         carry: BaseModel | None = None,
         after: Sequence[str] | None = None,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
     ) -> str:
         """Enqueue one task and return its job id (a ULID).
 
@@ -188,6 +191,8 @@ class Queue:
                 pending (after ``delay``, counted from now). An id that is no
                 job of this queue raises ``ConfigurationError`` with nothing
                 written; so does a task with a dedup key.
+            timeout: Seconds one run of this job may take (overrides
+                ``task.timeout()`` and the worker's ``timeout``).
 
         When the task has a dedup key and a pending job holds it, the task's
         ``merge`` decides, and the id returned is the job that holds the work.
@@ -200,6 +205,7 @@ class Queue:
             lease=lease,
             max_failures=max_failures,
             carry=carry,
+            timeout=timeout,
         )
         if after is not None:
             return await _flow.enqueue_after(self, task, job, after)
@@ -216,6 +222,7 @@ class Queue:
         priority: Priority | int | str | None = None,
         lease: float | timedelta | None = None,
         max_failures: int | None = UNSET,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
     ) -> list[str]:
         """Enqueue many tasks in one round trip, all or nothing.
 
@@ -250,6 +257,7 @@ class Queue:
             priority=priority,
             lease=lease,
             max_failures=max_failures,
+            timeout=timeout,
         )
         return await enqueue_prepared(self, tasks, jobs)
 
@@ -336,6 +344,7 @@ class Queue:
         for p in PRIORITIES_HIGH_FIRST:
             pipe.zcard(self.keys.pending(p))
         pipe.zcard(self.keys.running)
+        pipe.zcard(self.keys.limits_parked)
         counts: list[int] = await pipe.execute()
         return sum(counts) == 0
 
@@ -516,3 +525,40 @@ class Queue:
     async def trigger_schedule(self, schedule_id: str) -> str | None:
         """Enqueue one extra job of the schedule now; its id (None: no such schedule)."""
         return await _schedules.trigger_schedule(self, schedule_id)
+
+    # -- flow control (docs/flow-control.md) ----------------------------------------
+
+    async def set_limit(
+        self,
+        kind: str,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | None = None,
+        per_key: bool = False,
+    ) -> None:
+        """Cap the runs of ``kind``: at most ``concurrency`` at once and ``rate`` starts per window.
+
+        ``per_key=True`` applies the caps to each ``Task.limit_key()`` of the
+        kind separately (jobs whose key is None are not counted by them); a
+        kind may have both a kind-wide and a per-key limit. Setting one
+        replaces the previous limit of that scope. Enforced by the claim,
+        across every worker, from the moment this returns; jobs waiting on
+        a cap that is raised run at once.
+
+        Raises:
+            ConfigurationError: a kind that is not a task kind, a
+                concurrency that is not a whole number >= 1, a rate that is
+                not a ``vr.Rate``, or neither given (nothing is written).
+        """
+        await _limits.set_limit(self, kind, concurrency=concurrency, rate=rate, per_key=per_key)
+
+    async def clear_limit(self, kind: str, *, per_key: bool = False) -> bool:
+        """Remove the kind-wide (or per-key) limit of ``kind``; False when it had none.
+
+        Jobs waiting on it run as soon as workers take them.
+        """
+        return await _limits.clear_limit(self, kind, per_key=per_key)
+
+    async def limits(self) -> list[LimitInfo]:
+        """The queue's limits, by kind (kind-wide first), with their running and waiting counts."""
+        return await _limits.limits(self)

@@ -53,6 +53,8 @@ class QueueStats:
         completed_last_minute: Completions within the last 60 seconds.
         at: The server time the numbers were read at.
         waiting: Jobs waiting for other jobs to finish (workflows).
+        limited: Jobs eligible but waiting on a limit (flow control:
+            ``queue.set_limit``), not counted in ``pending``.
     """
 
     queue: str
@@ -68,6 +70,7 @@ class QueueStats:
     completed_last_minute: int
     at: datetime = field(compare=False)
     waiting: int = 0
+    limited: int = 0
 
     @property
     def eligible(self) -> int:
@@ -89,6 +92,7 @@ class QueueStats:
             "cancelled": self.cancelled,
             "lag_seconds": self.lag_seconds,
             "completed_last_minute": self.completed_last_minute,
+            "limited": self.limited,
             "at": self.at.isoformat(),
             "waiting": self.waiting,
         }
@@ -116,6 +120,7 @@ async def stats(queue: QueueLike) -> QueueStats:
     pipe.zcount(k.completed, now - 60_000, "+inf")
     pipe.hget(k.meta, "paused")
     pipe.zcard(k.waiting)
+    pipe.zcard(k.limits_parked)
     res = await pipe.execute()
     pending: dict[str, int] = {}
     delayed = 0
@@ -127,7 +132,7 @@ async def stats(queue: QueueLike) -> QueueStats:
         if head:
             score = float(head[0][1])
             oldest = score if oldest is None else min(oldest, score)
-    running, suspended, completed, dead, cancelled, last_minute, paused, waiting = res[12:]
+    running, suspended, completed, dead, cancelled, last_minute, paused, waiting, limited = res[12:]
     return QueueStats(
         queue=queue.name,
         paused=_text(paused) == "1",
@@ -142,6 +147,7 @@ async def stats(queue: QueueLike) -> QueueStats:
         completed_last_minute=int(last_minute),
         at=ms_to_dt(now),
         waiting=int(waiting),
+        limited=int(limited),
     )
 
 

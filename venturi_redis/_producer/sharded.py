@@ -204,6 +204,7 @@ class ShardedQueue:
         max_failures: int | None = UNSET,
         carry: BaseModel | None = None,
         after: Sequence[str] | None = None,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
     ) -> str:
         """Enqueue one task on its partition (see ``Queue.enqueue``); returns the job id.
 
@@ -216,7 +217,13 @@ class ShardedQueue:
                 "queue; use one of its partitions (sharded.partitions) for a workflow"
             )
         return await self.partition_for(task).enqueue(
-            task, delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=carry
+            task,
+            delay=delay,
+            priority=priority,
+            lease=lease,
+            max_failures=max_failures,
+            carry=carry,
+            timeout=timeout,
         )
 
     async def enqueue_many(
@@ -227,6 +234,7 @@ class ShardedQueue:
         priority: Priority | int | str | None = None,
         lease: float | timedelta | None = None,
         max_failures: int | None = UNSET,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
     ) -> list[str]:
         """Enqueue many tasks: one ``enqueue_many`` per partition, all at once.
 
@@ -250,6 +258,7 @@ class ShardedQueue:
                 priority=priority,
                 lease=lease,
                 max_failures=max_failures,
+                timeout=timeout,
             )
             for part, positions in groups.items()
         }
@@ -333,7 +342,7 @@ class ShardedQueue:
         """Nothing pending and nothing running in any partition."""
         pipe = self.client.redis.pipeline(transaction=False)
         for q in self.partitions:
-            for key in [*q.keys.pending_high_first, q.keys.running]:
+            for key in [*q.keys.pending_high_first, q.keys.running, q.keys.limits_parked]:
                 pipe.zcard(key)
         return sum(int(n) for n in await pipe.execute()) == 0
 

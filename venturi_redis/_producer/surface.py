@@ -43,6 +43,7 @@ class QueueSurface(Protocol):
         max_failures: int | None = UNSET,
         carry: BaseModel | None = None,
         after: Sequence[str] | None = None,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
     ) -> str: ...
 
     async def enqueue_many(
@@ -53,6 +54,7 @@ class QueueSurface(Protocol):
         priority: Priority | int | str | None = None,
         lease: float | timedelta | None = None,
         max_failures: int | None = UNSET,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
     ) -> list[str]: ...
 
     # -- reading ---------------------------------------------------------------

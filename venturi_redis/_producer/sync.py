@@ -199,6 +199,7 @@ class SyncQueue:
         max_failures: int | None = UNSET,
         carry: BaseModel | None = None,
         after: Sequence[str] | None = None,
+        timeout: float | timedelta | None = None,
     ) -> str:
         """Enqueue one task and return its job id (see ``Queue.enqueue``; dedup merges included)."""
         portal, client = self._sc._ensure()
@@ -214,6 +215,7 @@ class SyncQueue:
                     max_failures=max_failures,
                     carry=carry,
                     after=after,
+                    timeout=timeout,
                 )
             )
             return result
@@ -226,6 +228,7 @@ class SyncQueue:
             lease=lease,
             max_failures=max_failures,
             carry=carry,
+            timeout=timeout,
         )
         call = calls.enqueue_one(q.keys, client._now_arg(), job)
         holder = calls.enqueue_holder(run_script(direct, client.scripts[call.name], call.keys, call.args))
@@ -249,11 +252,18 @@ class SyncQueue:
         priority: Priority | int | str | None = None,
         lease: float | timedelta | None = None,
         max_failures: int | None = UNSET,
+        timeout: float | timedelta | None = None,
     ) -> list[str]:
         """Enqueue many tasks in one round trip (see ``Queue.enqueue_many``)."""
         q = self._queue()
         result: list[str] = self._sc._call(
-            q.enqueue_many, tasks, delay=delay, priority=priority, lease=lease, max_failures=max_failures
+            q.enqueue_many,
+            tasks,
+            delay=delay,
+            priority=priority,
+            lease=lease,
+            max_failures=max_failures,
+            timeout=timeout,
         )
         return result
 

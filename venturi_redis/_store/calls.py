@@ -116,8 +116,11 @@ def enqueue(
     ``offload``: one (snapshot token, retention ms) per job for ``@vr.offload``;
     the script writes each job's pending snapshot with the job.
     """
+    # The extended layout (a timeout or a limit key among the jobs) only when
+    # needed: its three keys and two fields cost every enqueue (enqueue.lua).
+    extended = any(job.timeout_ms or job.limit_key for job in jobs)
     call_keys: list[str] = [keys.dedup, keys.wake]
-    args: list[ScriptArg] = [now, keys.prefix, len(jobs), dedup_mode]
+    args: list[ScriptArg] = [now, keys.prefix, len(jobs), dedup_mode + "+" if extended else dedup_mode]
     for job in jobs:
         call_keys += [keys.job(job.id), keys.journal(job.id), keys.pending_by_priority[job.priority]]
         args += [
@@ -131,18 +134,22 @@ def enqueue(
             job.max_failures,
             job.dedup,
         ]
+        if extended:
+            args += [job.timeout_ms, job.limit_key]
     for token, retention_ms in offload:
         call_keys.append(keys.offload(token))
         args += [token, retention_ms]
     if any(job.trace for job in jobs):  # traced (venturi_redis.otel): one per job, after the rest
         args += [job.trace for job in jobs]
+    if extended:
+        call_keys += [keys.limits, keys.limits_parked, keys.limits_ready]
     call_keys += [keys.meta, keys.events]
     return Call("enqueue", call_keys, args)
 
 
 def enqueue_one(keys: QueueKeys, now: str, job: Prepared) -> Call:
     """``enqueue(keys, now, [job])``, built directly: a single enqueue's call (the hot path)."""
-    if job.trace:
+    if job.trace or job.timeout_ms or job.limit_key:
         return enqueue(keys, now, [job])
     return Call(
         "enqueue",
@@ -211,6 +218,7 @@ def merge(
             keys.wake,
             keys.meta,
             keys.events,
+            keys.limits_parked,
         ],
         [now, keys.prefix, holder, decision, payload, carry_action, carry, new_priority.label, by],
     )
@@ -248,6 +256,10 @@ def claim(
         keys.cancelled,
         keys.dead,
         keys.events,
+        keys.limits,
+        keys.limits_state,
+        keys.limits_parked,
+        keys.limits_ready,
     ]
     if stop_key is not None:
         call_keys.append(stop_key)
@@ -256,8 +268,9 @@ def claim(
 
 # One claimed job, decoded: id, kind, payload, carry, run_count, failures,
 # lease token, lease ms, priority, max_failures, resume input, history (the
-# journal as XRANGE returns it, or the `enqueued` entry's three values).
-ClaimedJob = tuple[str, str, bytes, bytes, int, int, str, int, Priority, str, bytes, Any]
+# journal as XRANGE returns it, or the `enqueued` entry's three values),
+# run timeout in ms (0: the worker's).
+ClaimedJob = tuple[str, str, bytes, bytes, int, int, str, int, Priority, str, bytes, Any, int]
 
 # A job hash's `priority` field, as claim.lua returns it (an empty one is NORMAL).
 _PRIORITY_OF: dict[Any, Priority] = {p.label.encode(): p for p in Priority}
@@ -279,17 +292,17 @@ class ClaimReply(NamedTuple):
     raw: list[Any]
 
     def jobs(self) -> list[ClaimedJob]:
-        """The claimed jobs, in claim order (12 values each in the raw reply).
+        """The claimed jobs, in claim order (13 values each in the raw reply).
 
         A list, not a generator: a generator's resumption per job is a Python
         call on the claim path.
         """
         raw = self.raw
         out: list[ClaimedJob] = []
-        for i in range(2, len(raw), 12):
-            job_id, kind, payload, carry, runs, failures, token, lease, prio, maxf, resume, history = raw[
-                i : i + 12
-            ]
+        for i in range(2, len(raw), 13):
+            job_id, kind, payload, carry, runs, failures, token, lease, prio, maxf, resume, history, tmo = (
+                raw[i : i + 13]
+            )
             out.append(
                 (
                     text(job_id),
@@ -304,6 +317,7 @@ class ClaimReply(NamedTuple):
                     text(maxf),
                     resume or b"",
                     history,
+                    int(tmo or 0),
                 )
             )
         return out
@@ -348,6 +362,8 @@ def reclaim(keys: QueueKeys, now: str, *, batch: int, max_failures: str) -> Call
             *keys.pending_high_first,
             keys.meta,
             keys.events,
+            keys.limits_state,
+            keys.limits_ready,
         ],
         [now, keys.prefix, batch, max_failures],
     )
@@ -381,7 +397,19 @@ def complete(keys: QueueKeys, now: str, completions: Sequence[Completion]) -> Ca
     args: list[ScriptArg] = [now, keys.prefix, len(completions)]
     for values in completions:
         args.extend(values)
-    return Call("complete", [keys.running, keys.completed, keys.meta, keys.events], args)
+    return Call(
+        "complete",
+        [
+            keys.running,
+            keys.completed,
+            keys.meta,
+            keys.events,
+            keys.limits_state,
+            keys.limits_ready,
+            keys.wake,
+        ],
+        args,
+    )
 
 
 def completed(reply: Any) -> list[Transition]:
@@ -416,6 +444,8 @@ def pause(
             keys.wake,
             keys.meta,
             keys.events,
+            keys.limits_state,
+            keys.limits_ready,
         ],
         [now, keys.prefix, job_id, token, delay_ms, note, attachment, carry],
     )
@@ -446,7 +476,17 @@ def suspend(
     """suspend.lua: a RUNNING job waits, suspended, for ``resume``."""
     return Call(
         "suspend",
-        [keys.job(job_id), keys.journal(job_id), keys.running, keys.suspended, keys.meta, keys.events],
+        [
+            keys.job(job_id),
+            keys.journal(job_id),
+            keys.running,
+            keys.suspended,
+            keys.meta,
+            keys.events,
+            keys.limits_state,
+            keys.limits_ready,
+            keys.wake,
+        ],
         [now, keys.prefix, job_id, token, note, attachment, carry, output],
     )
 
@@ -485,6 +525,8 @@ def retry(
             keys.wake,
             keys.meta,
             keys.events,
+            keys.limits_state,
+            keys.limits_ready,
         ],
         [
             now,
@@ -530,6 +572,9 @@ def dead(
             keys.dead,
             keys.meta,
             keys.events,
+            keys.limits_state,
+            keys.limits_ready,
+            keys.wake,
         ],
         [now, keys.prefix, job_id, token, note, attachment, carry, reason, error_type, traceback],
     )
@@ -550,6 +595,8 @@ def release(
             keys.wake,
             keys.meta,
             keys.events,
+            keys.limits_state,
+            keys.limits_ready,
         ],
         [now, keys.prefix, job_id, token, carry, note],
     )
@@ -578,6 +625,10 @@ def cancel(
             *keys.pending_high_first,
             keys.meta,
             keys.events,
+            keys.limits_state,
+            keys.limits_ready,
+            keys.wake,
+            keys.limits_parked,
         ],
         [now, keys.prefix, job_id, note, token, attachment, carry],
     )
@@ -639,3 +690,29 @@ class Purged(NamedTuple):
 
 def purged(reply: Any) -> Purged:
     return Purged(int(reply[0]), int(reply[1]) == 1)
+
+
+# -- flow control ------------------------------------------------------------------
+
+
+def limit(
+    keys: QueueKeys,
+    now: str,
+    *,
+    action: str,
+    kind: str,
+    per_key: bool,
+    concurrency: int = 0,
+    rate_count: int = 0,
+    rate_ms: int = 0,
+) -> Call:
+    """limit.lua: ``action`` 'set' or 'clear' the kind-wide or per-key limits of ``kind``.
+
+    The caller has checked the values (``_model/limits.py``); 0 = no such cap.
+    Its reply is 1 when a limit was set or cleared, 0 when clear found none.
+    """
+    return Call(
+        "limit",
+        [keys.limits, keys.limits_state, keys.limits_parked, keys.limits_ready, keys.meta, keys.wake],
+        [now, keys.prefix, action, kind, "1" if per_key else "0", concurrency, rate_count, rate_ms],
+    )

@@ -30,6 +30,10 @@ key                                type    what it holds
 ``venturi:{q}:schedules:due``      zset    active schedule ids scored by their next fire time (ms)
 ``venturi:{q}:schedule:<id>``      hash    one schedule: its task, timing, next and last fire
 ``venturi:{q}:schedules:wake``     list    one token after a schedule was created or resumed
+``venturi:{q}:limits``             hash    kind -> its limits (flow control, lua/include/limits.lua)
+``venturi:{q}:limits:state``       hash    running counts per kind and key, rate windows
+``venturi:{q}:limits:parked``      zset    jobs waiting on a limit, lex-ordered by kind, key, priority
+``venturi:{q}:limits:ready``       zset    limited kinds/keys with parked jobs, by when they may run
 =================================  ======  ===========================================
 
 Pub/sub channel ``venturi:{q}:offload:<token>:done`` carries the redacted
@@ -74,6 +78,15 @@ def dedup_field(kind: str, key: str) -> str:
     return f"{len(kind)}:{kind}:{key}"
 
 
+def limit_field(key: str) -> str:
+    """A limit key as a job's ``limit_key`` field holds it: ``<bytes>:<key>``.
+
+    Length-prefixed, so a key holding a tab (the separator of the limit
+    structures, docs/redis-layout.md) names no other key's entries.
+    """
+    return f"{len(key.encode('utf-8'))}:{key}"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """The key names of one queue. Scripts derive job keys from ``prefix`` only.
@@ -94,6 +107,10 @@ class QueueKeys:
     wake: str = field(init=False)
     events: str = field(init=False)
     waiting: str = field(init=False)
+    limits: str = field(init=False)
+    limits_state: str = field(init=False)
+    limits_parked: str = field(init=False)
+    limits_ready: str = field(init=False)
     # Pending sets by priority, and from CRITICAL down to LOW (the order a claim scans them).
     pending_by_priority: dict[Priority, str] = field(init=False, compare=False, repr=False)
     pending_high_first: tuple[str, ...] = field(init=False, compare=False, repr=False)
@@ -113,6 +130,9 @@ class QueueKeys:
             "waiting",
         ):
             object.__setattr__(self, suffix, f"{p}{suffix}")
+        for suffix in ("state", "parked", "ready"):
+            object.__setattr__(self, f"limits_{suffix}", f"{p}limits:{suffix}")
+        object.__setattr__(self, "limits", f"{p}limits")
         by_priority = {prio: f"{p}pending:{prio.label}" for prio in Priority}
         object.__setattr__(self, "pending_by_priority", by_priority)
         object.__setattr__(self, "pending_high_first", tuple(by_priority[q] for q in PRIORITIES_HIGH_FIRST))

@@ -8,6 +8,7 @@ for a batch with the per-call work done once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -22,9 +23,10 @@ from .._model.errors import ConfigurationError, PayloadTooLarge, TaskDefinitionE
 from .._model.ids import new_job_id, new_job_ids
 from .._model.outcome import UNSET
 from .._model.task import Task, task_kind
-from .keys import dedup_field
+from .keys import dedup_field, limit_field
 
 DEDUP_KEY_MAX = 1024
+LIMIT_KEY_MAX = 1024
 # Jobs per enqueue script call (a batch's chunks, a coalesced burst).
 ENQUEUE_CHUNK = 500
 
@@ -50,6 +52,10 @@ class Prepared(NamedTuple):
     # when there is one), stored on the job: set only while
     # ``venturi_redis.otel`` is instrumented (``_model/tracing.py``), else ''.
     trace: str = ""
+    # Per-job run timeout in ms ('' = the worker's), and the job's limit key
+    # as stored (``limit_field``: length-prefixed; '' = none).
+    timeout_ms: str = ""
+    limit_key: str = ""
 
 
 def prepare(
@@ -61,6 +67,7 @@ def prepare(
     lease: float | timedelta | None,
     max_failures: int | None,
     carry: BaseModel | None,
+    timeout: float | timedelta | None = None,
 ) -> Prepared:
     if not isinstance(task, Task):
         raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
@@ -105,11 +112,25 @@ def prepare(
     # ``delay == 0`` is only true of a number zero (not NaN, not a timedelta),
     # and of False, which to_ms refuses as it refuses True.
     delay_ms = 0 if delay == 0 and delay is not False else to_ms(delay, "delay")
+    timeout_ms = checked_timeout(kind, task.timeout() if timeout is None else timeout)
+    limit = checked_limit_key(kind, task.limit_key())
     # Positional, in Prepared's field order (id, kind, priority, delay_ms,
-    # payload, carry, lease_ms, max_failures, dedup, explicit_priority):
-    # keywords double the cost of this line.
+    # payload, carry, lease_ms, max_failures, dedup, explicit_priority, trace,
+    # timeout_ms, limit_key): keywords double the cost of this line.
     job = Prepared(
-        new_job_id(), kind, prio, delay_ms, payload, carry_bytes, lease_ms, maxf, field, priority is not None
+        new_job_id(),
+        kind,
+        prio,
+        delay_ms,
+        payload,
+        carry_bytes,
+        lease_ms,
+        maxf,
+        field,
+        priority is not None,
+        "",
+        timeout_ms,
+        limit,
     )
     if _tracing.TRACE is not None:
         return job._replace(trace=_tracing.TRACE())
@@ -124,6 +145,7 @@ def prepare_many(
     priority: Priority | int | str | None,
     lease: float | timedelta | None,
     max_failures: int | None,
+    timeout: float | timedelta | None = None,
 ) -> list[Prepared]:
     """``prepare`` of each task (no carry), with the per-call work done once.
 
@@ -136,7 +158,14 @@ def prepare_many(
     if not tasks:
         return []
     first = prepare(
-        tasks[0], cap, delay=delay, priority=priority, lease=lease, max_failures=max_failures, carry=None
+        tasks[0],
+        cap,
+        delay=delay,
+        priority=priority,
+        lease=lease,
+        max_failures=max_failures,
+        carry=None,
+        timeout=timeout,
     )
     jobs = [first]
     kinds: dict[type[Task[Any]], str] = {}
@@ -156,6 +185,8 @@ def prepare_many(
             prio = Priority.parse(task.priority())
         key = task.dedup_key()
         field = "" if key is None else checked_dedup_field(kind, key)
+        timeout_ms = first.timeout_ms if timeout is not None else checked_timeout(kind, task.timeout())
+        limit = checked_limit_key(kind, task.limit_key())
         # Positional, in Prepared's field order: keywords double the cost
         # of this line. The tests read every field back from Redis.
         jobs.append(
@@ -171,6 +202,8 @@ def prepare_many(
                 field,
                 explicit,
                 first.trace,
+                timeout_ms,
+                limit,
             )
         )
     return jobs
@@ -189,6 +222,36 @@ def checked_dedup_field(kind: str, key: object) -> str:
             f"got {size} bytes; hash a longer key yourself"
         )
     return dedup_field(kind, key)
+
+
+def checked_timeout(kind: str, value: object) -> str:
+    """A run timeout as enqueue.lua stores it: whole ms as text, '' for None (the worker's)."""
+    if value is None:
+        return ""
+    ok = isinstance(value, timedelta) or (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    )
+    ms = to_ms(value, "timeout") if ok else 0  # type: ignore[arg-type]
+    if not ok or ms < 1:
+        raise ConfigurationError(f"{kind} timeout must be a positive finite number of seconds, got {value!r}")
+    return str(ms)
+
+
+def checked_limit_key(kind: str, key: object) -> str:
+    """``Task.limit_key()`` as stored in the job's ``limit_key`` field ('' for None)."""
+    if key is None:
+        return ""
+    if not isinstance(key, str):
+        raise ConfigurationError(f"{kind}.limit_key() must return str or None, got {type(key).__name__}")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"{kind} limit key is not valid UTF-8 text: {exc}") from None
+    if size > LIMIT_KEY_MAX:
+        raise ConfigurationError(
+            f"{kind} limit key must be at most {LIMIT_KEY_MAX} bytes of UTF-8, got {size}"
+        )
+    return limit_field(key)
 
 
 def payload_too_large(kind: str, size: int, cap: int) -> PayloadTooLarge:

@@ -42,6 +42,8 @@ class RunHost(Protocol):
     id: str
     state: Any
     _registry: dict[str, type[Any]]
+    # Worker(timeout=...): seconds a run may take when its job sets none.
+    timeout: float | None
 
     _stopping: bool  # read once per run: a plain attribute, not a property
 
@@ -109,18 +111,32 @@ async def execute(host: RunHost, job: _Job) -> None:
     ctx._job = job
     if host._stopping:
         ctx._cancel("worker shutting down")
+    limit = job.timeout_ms / 1000 if job.timeout_ms else host.timeout
     try:
+        timed_out = False
         try:
             run_span = _tracing.RUN_SPAN  # venturi_redis.otel, while instrumented
-            if run_span is None:
-                outcome = await task.handle(ctx, host.state)
+            if limit is None and run_span is None:
+                outcome = await task.handle(ctx, host.state)  # the common case: no scope to pay for
             else:
-                async with run_span(job):
-                    outcome = await task.handle(ctx, host.state)
+                # The run's own deadline (a timeout): a cancellation of this
+                # scope alone, caught here; the worker's (shutdown) passes through.
+                with anyio.move_on_after(math.inf if limit is None else limit) as scope:
+                    if run_span is None:
+                        outcome = await task.handle(ctx, host.state)
+                    else:
+                        async with run_span(job):
+                            outcome = await task.handle(ctx, host.state)
+                timed_out = scope.cancelled_caught
         finally:
             if ctx._progress is not None:  # a held-back report lands before the transition
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     await ctx._progress.end()
+        if timed_out:
+            note = f"timed out after {limit:g} s"
+            log.info("job %s (%s) %s", job.id, job.kind, note)
+            await host._commit(job, "retry", ctx=ctx, note=note, task=task)
+            return
         if not isinstance(outcome, Outcome):
             got = type(outcome).__name__
             raise TypeError(f"{handler_cls.__qualname__}.handle() must return a vr.Outcome, got {got}")

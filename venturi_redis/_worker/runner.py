@@ -97,6 +97,7 @@ class _Job:
     max_failures: str
     resume_input: bytes
     history: Sequence[JournalEntry]
+    timeout_ms: int = 0  # the job's own run timeout (0: the worker's)
     ctx: Context[Any] | None = None
     lost: bool = False
     cancel_requested: bool = False  # an operator's cancel, seen through `extend`
@@ -132,6 +133,7 @@ def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
         maxf,
         resume,
         history,
+        timeout_ms,
     ) in claimed.jobs():
         jobs.append(
             _Job(
@@ -148,6 +150,7 @@ def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
                 maxf,
                 resume,
                 LazyJournal(history),  # parsed only if the handler reads it
+                timeout_ms,
                 started=started,
             )
         )

@@ -158,6 +158,12 @@ class Worker(Generic[StateT]):
             it is (its next fire time too). A stored schedule no longer
             declared is left alone (docs/schedules.md). Every worker fires
             the due schedules of its queues, declared or not.
+        timeout: Seconds one run may take when its job sets no timeout of
+            its own (``Task.timeout()``, ``enqueue(timeout=...)``). A run
+            still going then is cancelled and counts as a failed run
+            (retried with the backoff, dead past the backstop), journaled
+            ``failed`` with a note saying it timed out and after how long.
+            ``None`` (the default): no limit (docs/flow-control.md).
 
     Raises:
         ConfigurationError: An argument is out of range or of the wrong type
@@ -188,6 +194,7 @@ class Worker(Generic[StateT]):
         gc_threshold: int | None = 5_000,
         health_file: str | os.PathLike[str] | None = None,
         schedules: Sequence[Schedule] = (),
+        timeout: float | None = None,
     ) -> None:
         if client is not None and not isinstance(client, Client):
             raise ConfigurationError(f"client must be a vr.Client, got {client!r}")
@@ -226,6 +233,7 @@ class Worker(Generic[StateT]):
             )
         freeze_gc = _opt.flag(freeze_gc, "freeze_gc")
         gc_threshold = _opt.optional_count(gc_threshold, "gc_threshold")
+        timeout = _opt.optional_seconds(timeout, "timeout")
         if health_file is not None and not isinstance(health_file, (str, os.PathLike)):
             raise ConfigurationError(f"health_file must be a path or None, got {health_file!r}")
         self.health_file = None if health_file is None else Path(health_file)
@@ -238,6 +246,7 @@ class Worker(Generic[StateT]):
         if self.lease_ms < 1:
             raise ConfigurationError(f"lease must be at least 0.001 seconds, got {lease!r}")
         self.max_failures = max_failures
+        self.timeout = timeout
         self.backoff = backoff or Backoff.fibonacci(1.0, 600.0)
         self.jitter = jitter
         self.batch_size = batch_size  # validated by the setter

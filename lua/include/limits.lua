@@ -1,0 +1,174 @@
+-- Flow control (docs/flow-control.md): concurrency and rate limits per kind
+-- and per limit key, enforced when a job is claimed, fair across keys.
+--
+-- Four keys, all passed in KEYS by the scripts that use them
+-- (docs/redis-layout.md, "Flow control"):
+--   limits        hash  kind -> 'KC KN KP PC PN PP': the kind-wide concurrency,
+--                       rate count and rate period in ms, then the same per
+--                       key (0 = no such cap). Written by limit.lua only.
+--   limits:state  hash  running counts: field <kind> (kind-wide), field
+--                       <entity> (per key); rate rings: <base>\t#<count>:<i>
+--                       (the start times of the last <count> runs) and
+--                       <base>\t#<count>p (the ring's next slot); the flag
+--                       <kind>\t! (some key waits on the kind-wide cap).
+--   limits:parked zset  every score 0, so ordered by member: <entity>\t<level><id>
+--                       (level 0..3, CRITICAL first): the jobs of limited
+--                       kinds waiting for their turn, by key, then priority,
+--                       then id (creation order).
+--   limits:ready  zset  the entities with parked jobs, scored by when they may
+--                       be claimed (ms): now, the end of a rate window, or
+--                       LIMIT_BLOCKED (waiting on a concurrency slot: the
+--                       script that frees one scores it now again).
+-- An entity is <kind>\t<limit_key field> (keys.py limit_field: length-
+-- prefixed, so no key names another's entries; '' for a job without a key).
+-- A KIND is printable, so it holds no tab.
+-- A running job that took a slot has the field `slot` ('k' kind-wide, 'p'
+-- per key, 'kp' both); the script that ends its run gives the slots back.
+
+-- @include clock.lua
+
+local LIMIT_BLOCKED = 9007199254740000
+local LIMIT_BLOCKED_S = '9007199254740000'
+local LIMIT_LEVEL = {critical = '0', high = '1', normal = '2', low = '3'}
+
+local function limit_entity(kind, key)
+  if key == nil or key == false then
+    return kind .. '\t'
+  end
+  return kind .. '\t' .. key
+end
+
+-- The config of a kind: {KC, KN, KP, PC, PN, PP}, all 0 for none.
+local function limit_config(raw)
+  local c = {0, 0, 0, 0, 0, 0}
+  if raw then
+    local i = 0
+    for v in string.gmatch(raw, '%S+') do
+      i = i + 1
+      c[i] = tonumber(v) or 0
+    end
+  end
+  return c
+end
+
+-- Park a pending job of a limited kind: out of the pending sets (the caller
+-- has taken it out, or never put it in), into the parked set under its
+-- entity, which joins the ready rotation (NX: a waiting entity keeps its score).
+local function limit_park(parked_key, ready_key, job_key, entity, priority, id, now_s)
+  local member = entity .. '\t' .. (LIMIT_LEVEL[priority or ''] or '2') .. id
+  redis.call('ZADD', parked_key, 0, member)
+  redis.call('ZADD', ready_key, 'NX', now_s, entity)
+  redis.call('HSET', job_key, 'parked', member)
+  return member
+end
+
+-- A parked job leaving pending another way (cancelled, merged to another
+-- priority): out of the parked set. An entity left with no parked job is
+-- dropped from the rotation by the next claim that reaches it.
+local function limit_unpark(parked_key, member)
+  if member and member ~= '' then
+    redis.call('ZREM', parked_key, member)
+  end
+end
+
+-- A rate ring of `count` start times: nil (a start is allowed; the slot to
+-- write is returned second) or the time in ms the window rolls.
+local function limit_ring(state_key, base, count, per, now)
+  local head = base .. '\t#' .. str(count)
+  local p = redis.call('HGET', state_key, head .. 'p') or '0'
+  local old = tonumber(redis.call('HGET', state_key, head .. ':' .. p))
+  if old and now - old < per then
+    return old + per, p
+  end
+  return nil, p
+end
+
+local function limit_ring_write(state_key, base, count, p, now_s)
+  local head = base .. '\t#' .. str(count)
+  redis.call('HSET', state_key, head .. ':' .. p, now_s, head .. 'p', str((tonumber(p) + 1) % count))
+end
+
+-- May a job of `entity` start now? Returns true and the rings' slots, or
+-- false and the score its entity waits at in the ready set (LIMIT_BLOCKED,
+-- or when a rate window rolls).
+local function limit_check(state_key, cfg, kind, entity, keyed, now)
+  if cfg[1] > 0 and (tonumber(redis.call('HGET', state_key, kind)) or 0) >= cfg[1] then
+    redis.call('HSET', state_key, kind .. '\t!', '1')
+    return false, LIMIT_BLOCKED
+  end
+  local kp, ep = nil, nil
+  if cfg[2] > 0 then
+    local t
+    t, kp = limit_ring(state_key, kind, cfg[2], cfg[3], now)
+    if t then return false, t end
+  end
+  if keyed then
+    if cfg[4] > 0 and (tonumber(redis.call('HGET', state_key, entity)) or 0) >= cfg[4] then
+      return false, LIMIT_BLOCKED
+    end
+    if cfg[5] > 0 then
+      local t
+      t, ep = limit_ring(state_key, entity, cfg[5], cfg[6], now)
+      if t then return false, t end
+    end
+  end
+  return true, kp, ep
+end
+
+-- Count the start of a run allowed by limit_check. Returns the job's `slot`
+-- field ('' when it holds no concurrency slot).
+local function limit_take(state_key, cfg, kind, entity, keyed, kp, ep, now_s)
+  local slot = ''
+  if cfg[1] > 0 then
+    redis.call('HINCRBY', state_key, kind, 1)
+    slot = 'k'
+  end
+  if kp then limit_ring_write(state_key, kind, cfg[2], kp, now_s) end
+  if keyed then
+    if cfg[4] > 0 then
+      redis.call('HINCRBY', state_key, entity, 1)
+      slot = slot .. 'p'
+    end
+    if ep then limit_ring_write(state_key, entity, cfg[5], ep, now_s) end
+  end
+  return slot
+end
+
+local function limit_decr(state_key, field)
+  if redis.call('HINCRBY', state_key, field, -1) <= 0 then
+    redis.call('HDEL', state_key, field)
+  end
+end
+
+-- A run that held slots ends (complete, retry, dead, pause, suspend, cancel,
+-- release, reclaim): its slots go back, and the entities waiting on them are
+-- ready again. Returns true when some entity was made ready (the caller
+-- wakes a worker).
+local function limit_release(state_key, ready_key, job_key, slot, now_s)
+  local f = redis.call('HMGET', job_key, 'kind', 'limit_key')
+  redis.call('HDEL', job_key, 'slot')
+  local kind = f[1]
+  if not kind then return false end
+  local woke = false
+  if string.find(slot, 'k', 1, true) then
+    limit_decr(state_key, kind)
+    if redis.call('HDEL', state_key, kind .. '\t!') == 1 then
+      local head = kind .. '\t'
+      for _, e in ipairs(redis.call('ZRANGEBYSCORE', ready_key, LIMIT_BLOCKED_S, LIMIT_BLOCKED_S)) do
+        if string.sub(e, 1, #head) == head then
+          redis.call('ZADD', ready_key, now_s, e)
+          woke = true
+        end
+      end
+    end
+  end
+  if string.find(slot, 'p', 1, true) then
+    local entity = limit_entity(kind, f[2])
+    limit_decr(state_key, entity)
+    if tonumber(redis.call('ZSCORE', ready_key, entity)) == LIMIT_BLOCKED then
+      redis.call('ZADD', ready_key, now_s, entity)
+      woke = true
+    end
+  end
+  return woke
+end

@@ -1,0 +1,111 @@
+"""Flow control's value types: ``vr.Rate`` and ``vr.LimitInfo`` (docs/flow-control.md)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+
+from .backoff import to_ms
+from .errors import ConfigurationError, TaskDefinitionError
+from .task import validate_kind
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``count`` runs start in any window of ``per`` seconds (or a ``timedelta``).
+
+    ``vr.Rate(100, 1)``: 100 a second; ``vr.Rate(5, timedelta(minutes=1))``: 5 a minute.
+    """
+
+    count: int
+    per: float | timedelta
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise ConfigurationError(f"Rate count must be a whole number >= 1, got {self.count!r}")
+        self.per_ms()  # checked here, where it is given
+
+    def per_ms(self) -> int:
+        """The window in whole milliseconds (at least 1)."""
+        value = self.per
+        ok = isinstance(value, timedelta) or (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        )
+        ms = to_ms(value, "Rate per") if ok else 0
+        if ms < 1:
+            raise ConfigurationError(f"Rate per must be a positive number of seconds, got {value!r}")
+        return ms
+
+    @property
+    def seconds(self) -> float:
+        return self.per_ms() / 1000
+
+    def __str__(self) -> str:
+        return f"{self.count}/{self.seconds:g}s"
+
+
+@dataclass(frozen=True, slots=True)
+class LimitInfo:
+    """One limit of a queue, as ``queue.limits()`` reads it.
+
+    Attributes:
+        kind: The task kind it limits.
+        per_key: ``True``: the caps apply to each ``limit_key()`` separately.
+        concurrency: Most runs at once (of the kind, or of each key), or None.
+        rate: Most run starts per window, or None.
+        running: Runs holding a slot now: of the kind (kind-wide), or of all
+            its keys together (per key). Runs claimed while the kind had no
+            concurrency cap hold none.
+        waiting: Jobs of the kind parked until a limit lets them run (the
+            same figure on the kind's two rows).
+    """
+
+    kind: str
+    per_key: bool
+    concurrency: int | None
+    rate: Rate | None
+    running: int
+    waiting: int = 0
+
+
+def limit_args(kind: object, concurrency: object, rate: object, per_key: object) -> tuple[str, int, int, int]:
+    """The checked arguments of ``set_limit``: kind, concurrency, rate count, rate ms (0 = none)."""
+    checked_kind = checked_limit_kind(kind)
+    if not isinstance(per_key, bool):
+        raise ConfigurationError(f"per_key must be True or False, got {per_key!r}")
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ConfigurationError(f"concurrency must be a whole number >= 1 or None, got {concurrency!r}")
+    if rate is not None and not isinstance(rate, Rate):
+        raise ConfigurationError(f"rate must be a vr.Rate(count, per) or None, got {rate!r}")
+    if concurrency is None and rate is None:
+        raise ConfigurationError("set_limit needs a concurrency or a rate (clear_limit removes a limit)")
+    count, per = (rate.count, rate.per_ms()) if rate is not None else (0, 0)
+    return checked_kind, concurrency or 0, count, per
+
+
+def checked_limit_kind(kind: object) -> str:
+    try:
+        return validate_kind(kind, "limit")
+    except TaskDefinitionError as exc:
+        raise ConfigurationError(f"kind {kind!r} is not a task kind: {exc}") from None
+
+
+def parse_rate(text: str) -> Rate:
+    """``N/PERIOD`` as the CLI takes it: ``100/s``, ``5/1m``, ``10/2.5s``, ``60/h``, ``3/500ms``."""
+    count, sep, period = text.strip().partition("/")
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    try:
+        if not sep:
+            raise ValueError
+        for unit in ("ms", "s", "m", "h", "d"):
+            if period.endswith(unit):
+                number = period[: -len(unit)] or "1"
+                return Rate(int(count), float(number) * units[unit])
+        return Rate(int(count), float(period))
+    except ValueError:
+        raise ConfigurationError(
+            f"rate must be N/PERIOD (100/s, 5/1m, 3/500ms, 10/2.5), got {text!r}"
+        ) from None
