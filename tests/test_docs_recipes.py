@@ -55,6 +55,7 @@ TESTED = {
     "workers",
     "events",
     "schedules",
+    "limit-key",
 }
 
 
@@ -85,6 +86,9 @@ async def run(name: str, queue: vr.Queue, job: str = "", worker: str = "", sched
     sec, usec = await queue.client.redis.time()
     now = int(sec) * 1000 + int(usec) // 1000
     values = {"$MINUTE_AGO_MS": str(now - 60_000), "$NOW_MS": str(now), "$JOB": job, "$Q": queue.name}
+    # docs/redis-layout.md "Flow control": LKEY before TAB, which it contains.
+    values["$LKEY"] = "mail\t11:example.com"
+    values["$TAB"] = "\t"
     values["$WORKER"] = worker
     values["$SCHEDULE"] = schedule
     out = []
@@ -278,3 +282,15 @@ async def test_schedules(queue: vr.Queue) -> None:
         None,
         "0",
     ]
+
+
+async def test_limit_key(queue: vr.Queue) -> None:
+    from tests.test_flow_control import Mail
+
+    await queue.set_limit("mail", concurrency=1, per_key=True)
+    await queue.enqueue_many([Mail(domain="example.com", n=i) for i in range(3)])
+    await queue.enqueue(Mail(domain="other.org"))
+    await make_worker(queue)._runners[0].claim(10)  # one of each key runs
+    running, waiting, limits, ready = await run("limit-key", queue)
+    assert (text(running), waiting, text(limits)) == ("1", 2, "0 0 0 1 0 0")
+    assert [m for m, _ in pairs(ready)] == ["mail\t11:example.com", "mail\t9:other.org"]

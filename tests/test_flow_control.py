@@ -8,6 +8,7 @@ The multi-process checks are in tests/test_flow_processes.py.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -18,6 +19,7 @@ import pytest
 
 import venturi_redis as vr
 from tests.helpers import drain, events, make_worker
+from tests.servers import RedisServer
 from venturi_redis._store import calls
 
 pytestmark = pytest.mark.anyio
@@ -415,3 +417,41 @@ async def test_enqueue_timeout_overrides_the_task_and_the_worker_default_applies
     other = await q.get(cut)
     assert other is not None and other.state == vr.JobState.DEAD
     assert [e.note for e in await q.journal(cut) if e.event == "failed"] == ["timed out after 0.1 s"]
+
+
+# -- the CLI --------------------------------------------------------------------------------------
+
+
+def test_cli_limits_set_clear_and_stats(redis_server: RedisServer, queue_name: str) -> None:
+    from typer.testing import CliRunner
+
+    from venturi_redis.cli.commands import app
+
+    url = redis_server.url
+    with vr.SyncClient(url) as sc:
+        sc.queue(queue_name).enqueue(Mail(domain="a"))
+
+    def venturi(*args: str) -> Any:
+        return CliRunner().invoke(app, [*args, "--redis", url, "-q", queue_name])
+
+    res = venturi("limit", "set", "mail", "--concurrency", "3", "--rate", "100/s")
+    assert res.exit_code == 0, res.output
+    assert venturi("limit", "set", "mail", "--per-key", "--concurrency", "1").exit_code == 0
+    assert venturi("limit", "set", "mail", "--rate", "ten").exit_code == 2  # a usage error
+    assert venturi("limit", "set", "mail", "--concurrency", "0").exit_code == 2
+    res = venturi("limits", "--json")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert [(r["kind"], r["per_key"], r["concurrency"], r["rate"]) for r in rows] == [
+        ("mail", False, 3, {"count": 100, "per_seconds": 1.0}),
+        ("mail", True, 1, None),
+    ]
+    assert "per key" in venturi("limits").output
+    assert venturi("limit", "clear", "mail", "--per-key").exit_code == 0
+    assert venturi("limit", "clear", "mail", "--per-key").exit_code == 1  # nothing to clear
+    with vr.SyncClient(url) as sc:
+        sq = sc.queue(queue_name)
+        sq.enqueue(Mail(domain="b"))  # a limit key: parked at enqueue
+    res = venturi("stats", "--json")
+    assert json.loads(res.output)[0]["limited"] == 1
+    assert "limited" in venturi("stats").output

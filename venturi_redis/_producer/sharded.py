@@ -426,6 +426,7 @@ def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:
         completed_last_minute=sum(p.completed_last_minute for p in parts),
         at=max(p.at for p in parts),
         waiting=sum(p.waiting for p in parts),
+        limited=sum(p.limited for p in parts),
     )
 
 

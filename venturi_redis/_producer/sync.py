@@ -40,6 +40,7 @@ from pydantic import BaseModel
 from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError
 from .._model.flow import Flow
+from .._model.limits import LimitInfo, Rate
 from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry, WorkerInfo
 from .._model.schedule import ScheduleInfo
@@ -406,4 +407,27 @@ class SyncQueue:
     def trigger_schedule(self, schedule_id: str) -> str | None:
         """One extra job of the schedule now (see ``Queue.trigger_schedule``)."""
         result: str | None = self._sc._call(self._queue().trigger_schedule, schedule_id)
+        return result
+
+    # -- flow control (see Queue.set_limit; docs/flow-control.md) ------------------------
+
+    def set_limit(
+        self,
+        kind: str,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | None = None,
+        per_key: bool = False,
+    ) -> None:
+        """Cap the runs of ``kind`` (see ``Queue.set_limit``)."""
+        self._sc._call(self._queue().set_limit, kind, concurrency=concurrency, rate=rate, per_key=per_key)
+
+    def clear_limit(self, kind: str, *, per_key: bool = False) -> bool:
+        """Remove a limit of ``kind`` (see ``Queue.clear_limit``); False when it had none."""
+        result: bool = self._sc._call(self._queue().clear_limit, kind, per_key=per_key)
+        return result
+
+    def limits(self) -> list[LimitInfo]:
+        """The queue's limits (see ``Queue.limits``)."""
+        result: list[LimitInfo] = self._sc._call(self._queue().limits)
         return result

@@ -17,12 +17,13 @@ mapping), ``output.py`` (safe text, tables, JSON, job documents),
 retry, purge, pause, resume), ``worker.py`` (``venturi worker``),
 ``dashboard.py`` (``venturi dashboard``), ``events.py`` (``venturi events``:
 follow a queue live), ``schedules.py`` (``venturi schedules``,
-``venturi schedule remove|pause|resume|trigger``).
+``venturi schedule remove|pause|resume|trigger``), ``limits.py`` (``venturi limits``,
+``venturi limit set|clear``).
 """
 
 from __future__ import annotations
 
-from . import admin, dashboard, events, reading, schedules, worker  # noqa: F401 - importing a module registers its commands
+from . import admin, dashboard, events, limits, reading, schedules, worker  # noqa: F401 - importing a module registers its commands
 from .app import app
 
 __all__ = ["app"]

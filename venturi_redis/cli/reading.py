@@ -68,7 +68,8 @@ def stats(
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Per queue: eligible per priority, delayed, running, suspended, dead, completed, lag, throughput."""
+    """Per queue: eligible per priority, delayed, limited (waiting on a limit), running, suspended, dead,
+    completed, lag, throughput."""
 
     async def go(client: Client) -> int:
         names = await chosen_queues(client, queue)
@@ -101,7 +102,18 @@ def stats(
         table = Table(title=f"venturi queues at {when(rows[0].at)}", box=box.SIMPLE_HEAD)
         # Short headers and no wrapping: a queue name or a count is never cut.
         table.add_column("queue", no_wrap=True)
-        for col in ("paused", "crit", "high", "normal", "low", "delayed", "wait", "running", "susp"):
+        for col in (
+            "paused",
+            "crit",
+            "high",
+            "normal",
+            "low",
+            "delayed",
+            "wait",
+            "limited",
+            "running",
+            "susp",
+        ):
             table.add_column(col, justify="right", no_wrap=True)
         for col in ("dead", "compl", "cancel", "lag", "done/1m", "workers"):
             table.add_column(col, justify="right", no_wrap=True)
@@ -112,6 +124,7 @@ def stats(
                 *(str(r.pending[p]) for p in ("critical", "high", "normal", "low")),
                 str(r.delayed),
                 str(r.waiting),
+                str(r.limited),
                 str(r.running),
                 str(r.suspended),
                 str(r.dead),
