@@ -58,7 +58,7 @@ def _tail(log: Any) -> str:
 
 
 def drain(
-    url: str, r: redis.Redis, pythonpath: str | None, args: list[str], events: int = 0
+    url: str, r: redis.Redis, pythonpath: str | None, args: list[str], events: int = 0, limit: str = ""
 ) -> dict[str, float]:
     env = dict(os.environ)
     if pythonpath:
@@ -66,6 +66,10 @@ def drain(
     r.flushall()
     if events:  # the queue's event stream on, capped at `events` (docs/observability.md)
         r.hset(f"venturi:{{{venturi_only.QUEUE}}}:meta", "events", str(events))
+    if limit:  # KIND=N: a kind-wide concurrency limit (docs/flow-control.md), as limit.lua writes it
+        kind, _, cap = limit.partition("=")
+        r.hset(f"venturi:{{{venturi_only.QUEUE}}}:limits", kind, f"{int(cap)} 0 0 0 0 0")
+        r.hset(f"venturi:{{{venturi_only.QUEUE}}}:meta", "limits", "1")
     adapter = [sys.executable, str(PEERS / "venturi_bench.py")]
     subprocess.run([*adapter, "fill", "--url", url, "--n", str(N)], cwd=PEERS, env=env, check=True)
     worker = [*adapter, "worker", "--url", url, "--n", str(N), "--concurrency", "100", *args]
@@ -106,18 +110,20 @@ def main() -> None:
     p.add_argument("--b-args", default="", help="extra worker arguments for B")
     p.add_argument("--a-events", type=int, default=0, help="A: the event stream on, capped at N")
     p.add_argument("--b-events", type=int, default=0, help="B: the event stream on, capped at N")
+    p.add_argument("--a-limit", default="", help="A: KIND=N, a kind-wide concurrency limit (noop: the jobs')")
+    p.add_argument("--b-limit", default="", help="B: KIND=N, a kind-wide concurrency limit")
     p.add_argument("--pairs", type=int, default=6)
     a = p.parse_args()
     variants = {
-        "A": (a.base, shlex.split(a.a_args), a.a_events),
-        "B": (None, shlex.split(a.b_args), a.b_events),
+        "A": (a.base, shlex.split(a.a_args), a.a_events, a.a_limit),
+        "B": (None, shlex.split(a.b_args), a.b_events, a.b_limit),
     }
     runs: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     with RedisServer() as server:
         r = redis.Redis.from_url(server.url)
         for i in range(a.pairs):
-            for name, (path, args, events) in variants.items():
-                x = drain(server.url, r, path, args, events)
+            for name, (path, args, events, limit) in variants.items():
+                x = drain(server.url, r, path, args, events, limit)
                 runs[name].append(x)
                 print(
                     f"pair {i + 1} {name}: {x['jobs_s']:,.0f} jobs/s, ceiling {x['ceiling']:,.0f}/s, "
@@ -129,8 +135,9 @@ def main() -> None:
     def med(name: str, key: str) -> Any:
         return statistics.median(x[key] for x in runs[name])
 
-    for name, (path, args, events) in variants.items():
-        label = f"{path or 'this checkout'} {' '.join(args)}{f' events {events}' if events else ''}".strip()
+    for name, (path, args, events, limit) in variants.items():
+        label = f"{path or 'this checkout'} {' '.join(args)}{f' events {events}' if events else ''}"
+        label = f"{label}{f' limit {limit}' if limit else ''}".strip()
         ratios = ", ".join(f"{x['ratio']:.0%}" for x in runs[name])
         print(
             f"{name} ({label}): median {med(name, 'jobs_s'):,.0f} jobs/s, W2/W8 {med(name, 'ratio'):.1%} "

@@ -455,3 +455,17 @@ def test_cli_limits_set_clear_and_stats(redis_server: RedisServer, queue_name: s
     res = venturi("stats", "--json")
     assert json.loads(res.output)[0]["limited"] == 1
     assert "limited" in venturi("stats").output
+
+
+async def test_a_workflow_job_gets_its_task_timeout(client: vr.Client, queue_name: str) -> None:
+    """enqueue(after=...) stores no timeout: the worker asks the task itself."""
+
+    class QuickOther(Other, vr.Handler[Any]):
+        async def handle(self, ctx: vr.Context[Any], state: Any) -> vr.Outcome:
+            return vr.Outcome.completed()
+
+    q = client.queue(queue_name)
+    first = await q.enqueue(Other())
+    job = await q.enqueue(Slow(), after=[first], max_failures=1)
+    await drain(q, QuickOther, SlowJob)
+    assert [e.note for e in await q.journal(job) if e.event == "failed"] == ["timed out after 0.05 s"]

@@ -15,6 +15,7 @@ import logging
 import math
 import traceback
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -111,7 +112,9 @@ async def execute(host: RunHost, job: _Job) -> None:
     ctx._job = job
     if host._stopping:
         ctx._cancel("worker shutting down")
-    limit = job.timeout_ms / 1000 if job.timeout_ms else host.timeout
+    # The job's own timeout (stored at enqueue), else its task's (a job
+    # enqueued without one stored: a workflow's), else the worker's.
+    limit = job.timeout_ms / 1000 if job.timeout_ms else _task_timeout(task, host.timeout)
     try:
         timed_out = False
         try:
@@ -211,6 +214,20 @@ def failure_of(exc: BaseException, secrets: Sequence[str]) -> tuple[str, str]:
         cut = tail.find("\n")
         text = "...\n" + (tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail)
     return name, text
+
+
+def _task_timeout(task: Any, default: float | None) -> float | None:
+    value = task.timeout()
+    if value is None:
+        return default
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        log.warning(
+            "%s.timeout() returned %r, not a positive number of seconds; ignored", type(task).__name__, value
+        )
+        return default
+    return float(value)
 
 
 def _cancel_was_asked() -> bool:
