@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Generic
 
 import anyio
@@ -14,6 +14,7 @@ from .._model.codec import pack
 from .._model.outcome import UNSET
 from .._model.records import JournalEntry
 from .._model.task import NoCarry
+from .dependencies import read_dependency_results
 from .progress import Progress
 
 CarryT = TypeVar("CarryT", bound=BaseModel, default=NoCarry)
@@ -40,9 +41,9 @@ class Context(Generic[CarryT]):
         "_attachment",
         "_cancel_reason",
         "_cancelled",
-        "_dependencies",
         "_job",
         "_progress",
+        "_registry",
         "carry",
         "failures",
         "history",
@@ -81,8 +82,8 @@ class Context(Generic[CarryT]):
         # the first report: most runs never report.
         self._job: Any = None
         self._progress: Progress | None = None
-        # Set by the worker: reads the job's dependency results (workflows).
-        self._dependencies: Callable[[], Awaitable[dict[str, Any]]] | None = None
+        # The worker's handlers by KIND (set by the worker): dependency results are typed by them.
+        self._registry: dict[str, type[Any]] | None = None
 
     async def dependency_results(self) -> dict[str, Any]:
         """The result of each job this one waited on (``after=``, ``enqueue_flow``), by job id.
@@ -95,9 +96,10 @@ class Context(Generic[CarryT]):
         Read from the job's own copy, so retention of the dependencies cannot
         remove it (docs/workflows.md).
         """
-        if self._dependencies is None:
+        job = self._job
+        if job is None:  # not a run started by a worker, or the handler has returned
             return {}
-        return await self._dependencies()
+        return await read_dependency_results(job.queue, self.job_id, self._registry or {})
 
     def set_attachment(self, value: Any) -> None:
         """Record structured evidence for this run's journal entry; last write wins.
