@@ -49,7 +49,8 @@ local now_s = str(now)
 events_open(KEYS[11], KEYS[12], ARGV[2])
 local sched = KEYS[1]
 local mode, sid, version, id = ARGV[3], ARGV[4], ARGV[5], ARGV[9]
-local f = redis.call('HMGET', sched, 'version', 'paused', 'next_at', 'kind', 'priority', 'payload', 'dedup')
+local f = redis.call('HMGET', sched, 'version', 'paused', 'next_at', 'kind', 'priority', 'payload', 'dedup',
+  'limit_key')
 if not f[1] then
   return {0, 'schedule does not exist'}
 end
@@ -98,6 +99,8 @@ if status == 1 then
     'eligible_at', now_s, 'created_at', now_s, 'payload', f[6],
     'schedule', sid, 'fire_at', fire_at, 'fires', fires)
   if field ~= '' then redis.call('HSET', KEYS[5], 'dedup', field) end
+  -- Task.limit_key(): the claim parks a job of a limited kind under it (limits.lua).
+  if f[8] and f[8] ~= '' then redis.call('HSET', KEYS[5], 'limit_key', f[8]) end
   redis.call('ZADD', pending, now_s, id)
   -- The `enqueued` entry is written now, not left to the job's first event
   -- (enqueue.lua's way): it names the schedule and the fire times it stands for.

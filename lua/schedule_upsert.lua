@@ -11,7 +11,7 @@
 -- ARGV[5]      the first fire time, computed by the caller from now ('' = none)
 -- ARGV[6]      an interval schedule's anchor (its first fire time), else ''
 -- ARGV[7..]    field, value pairs of the definition (kind, payload, priority,
---              dedup, cron, every_ms, tz, start_at, end_at)
+--              dedup, limit_key, cron, every_ms, tz, start_at, end_at)
 --
 -- A definition equal to the stored one is a no-op: a fleet of workers that
 -- declare the same schedule at start (vr.Worker(schedules=...)) leaves its

@@ -42,6 +42,14 @@ class Report(vr.Task):
         return self.name
 
 
+class Sync(vr.Task):
+    KIND: ClassVar[str] = "sync"
+    account: str
+
+    def limit_key(self) -> str | None:
+        return self.account
+
+
 class ReportKept(Report):
     def merge(self, existing: vr.Pending[Any, Any]) -> vr.Merge[Any, Any]:
         return vr.Merge.independent()
@@ -396,3 +404,15 @@ async def test_a_worker_whose_clock_is_off_never_fires_early(client: vr.Client, 
     assert await queue.list_jobs() == []
     info = await queue.get_schedule("hourly")
     assert info is not None and info.fires == 0 and info.last_at is None
+
+
+async def test_a_scheduled_job_carries_its_tasks_limit_key(timed: tuple[vr.Queue, Clock]) -> None:
+    """Flow control's per-key limits count scheduled jobs as enqueued ones (docs/flow-control.md)."""
+    queue, clock = timed
+    await queue.schedule("sync-a", Sync(account="a"), every=10)
+    enqueued = await queue.enqueue(Sync(account="a"))
+    clock.ms = T0 + 10_000
+    [(_, fired)] = (await fire_due(queue)).fired
+    redis = queue.client.redis
+    field = await redis.hget(queue.keys.job(fired.id), "limit_key")
+    assert field is not None and field == await redis.hget(queue.keys.job(enqueued), "limit_key")

@@ -27,7 +27,7 @@ from .._model.ids import derived_job_id, new_job_id
 from .._model.schedule import ScheduleInfo, Timing, checked_priority, timing, validate_schedule_id
 from .._model.task import Task, task_kind
 from .._store import calls, calls_schedule
-from .._store.prepare import Prepared, checked_dedup_field, payload_too_large
+from .._store.prepare import Prepared, checked_dedup_field, checked_limit_key, payload_too_large
 from .base import QueueLike
 from .dedup import merge_into
 from .reads import server_now_ms
@@ -78,6 +78,8 @@ async def schedule(
     prio = checked_priority(priority) or Priority.parse(task.priority())
     key = task.dedup_key()
     dedup = "" if key is None else checked_dedup_field(kind, key)
+    # Flow control's per-key limits count scheduled jobs too (docs/flow-control.md).
+    limit = checked_limit_key(kind, task.limit_key())
     now = await server_now_ms(queue.client)
     when = timing(cron=cron, every=every, tz=tz, start_at=start_at, end_at=end_at, now_ms=now)
     anchor = when.first_anchor(now) if when.every_ms is not None else None
@@ -86,6 +88,7 @@ async def schedule(
         "payload": payload,
         "priority": prio.label,
         "dedup": dedup,
+        "limit_key": limit,
         "cron": when.cron or "",
         "every_ms": "" if when.every_ms is None else when.every_ms,
         "tz": when.tz,

@@ -15,7 +15,18 @@ from .calls import Call, ScriptArg
 from .keys import QueueKeys
 
 # The definition fields schedule_upsert.lua writes, in this order.
-DEFINITION_FIELDS = ("kind", "payload", "priority", "dedup", "cron", "every_ms", "tz", "start_at", "end_at")
+DEFINITION_FIELDS = (
+    "kind",
+    "payload",
+    "priority",
+    "dedup",
+    "limit_key",
+    "cron",
+    "every_ms",
+    "tz",
+    "start_at",
+    "end_at",
+)
 
 
 def schedule_upsert(
