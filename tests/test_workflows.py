@@ -12,7 +12,9 @@ import json
 import uuid
 from typing import Any, ClassVar, Literal
 
+import anyio
 import pytest
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
 import venturi_redis as vr
@@ -352,3 +354,24 @@ async def test_a_quarantined_dependency_fails_its_dependents(queue: vr.Queue) ->
     info = await queue.get(b)
     assert info is not None and info.state is vr.JobState.DEAD and info.note is not None
     assert a in info.note and "bogus" in info.note
+
+
+class Total(BaseModel):
+    amount: float
+
+
+async def _total(n: int) -> Total:
+    return Total(amount=n * 1.5)
+
+
+async def test_an_offload_dependencys_result_comes_back_typed(client: vr.Client, queue: vr.Queue) -> None:
+    fn = vr.offload(queue=queue.name, kind="wf.total")(_total)
+    handle = await fn.offload(client, 2)
+    after = await queue.enqueue(Step(name="after"), after=[handle.job_id])
+    state: dict[str, Any] = {}
+    worker = vr.Worker(queue, handle_signals=False, poll_interval=0.2, state=state)
+    worker.register(fn, StepJob)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    assert state["seen"]["after"] == {handle.job_id: Total(amount=3.0)}
+    assert (await queue.get(after)).result == {"name": "after", "saw": [handle.job_id]}  # type: ignore[union-attr]
