@@ -14,8 +14,8 @@
 --            it ran (cancel.lua) is cancelled here instead of claimed
 -- KEYS[10]   dead zset: a pending job whose own data is corrupt is
 --            quarantined there (quarantine.lua) instead of claimed
---            (either way the jobs waiting on it apply their policy: graph.lua,
---            whose queue-wide keys derive from the prefix, keys.lua)
+--            (either way, a job others wait on is added to the `graph:orphans`
+--            set, keys.lua: the next reclaim sweep tells its dependents)
 -- KEYS[11]   event stream (include events.lua)
 -- KEYS[12]   limits hash, KEYS[13] limits:state hash, KEYS[14] limits:parked
 --            zset, KEYS[15] limits:ready zset (include limits.lua): read only
@@ -150,12 +150,7 @@ local function take(id, from)
   if bad then
     if from then redis.call('ZREM', from, id) end
     quarantine(job_key, journal_key, KEYS[10], id, now_s, bad)
-    -- Dead: the jobs waiting on it apply their policy (graph.lua; rare,
-    -- so the flag is read here, not on the claim path).
-    if not f.err then
-      graph_finished(prefix, redis.call('HGET', job_key, 'dependents'), job_key, id, now,
-        false, nil, bad)
-    end
+    if not f.err then graph_orphaned(prefix, job_key, id) end
     return 'dropped'
   elseif not f[11] then
     -- A pending id whose hash is gone (removed by hand) is dropped.
@@ -170,8 +165,7 @@ local function take(id, from)
     unindex(KEYS[6], f[10], id)
     finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, f[4],
       'cancel requested while running', 'pending')
-    graph_finished(prefix, redis.call('HGET', job_key, 'dependents'), job_key, id, now,
-      false, nil, 'cancelled: cancel requested while running')
+    graph_orphaned(prefix, job_key, id)
     return 'dropped'
   end
   local lease = tonumber(f[6]) or default_lease

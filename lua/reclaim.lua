@@ -20,6 +20,8 @@
 -- redacted wake-up (include offload.lua), its error 'lease expired ...'.
 -- A job whose own data is corrupt (a job key that is not a hash, a priority
 -- that names no pending set) is quarantined (quarantine.lua), counted dead.
+-- Then the finished jobs of the `graph:orphans` set (keys.lua; the claim's
+-- cancel and quarantine endings add to it) tell their dependents.
 --
 -- Returns {requeued, dead, id...}.
 
@@ -88,6 +90,18 @@ for _, id in ipairs(ids) do
       compact_journal(journal_key)
     end
     out[#out + 1] = id
+  end
+end
+-- Jobs the claim ended (cancelled, quarantined) whose dependents are still
+-- to be told (graph.lua graph_orphaned): told here, a batch per sweep. A job
+-- back in another state since (an operator's retry) tells them when it ends.
+for _, oid in ipairs(redis.call('SPOP', graph_orphans_key(prefix), 100)) do
+  local o_key = job_keys(prefix, oid)
+  local s = redis.pcall('HMGET', o_key, 'state', 'note')
+  if not s.err and (s[1] == 'cancelled' or s[1] == 'dead') then
+    local why = s[2] or ''
+    if s[1] == 'cancelled' then why = 'cancelled: ' .. why end
+    graph_finished(prefix, '1', o_key, oid, now, false, nil, why)
   end
 end
 out[1] = requeued

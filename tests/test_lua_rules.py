@@ -59,7 +59,7 @@ def test_no_key_name_is_spliced_outside_keys_lua() -> None:
         assert found is None, f"{path.name} builds a key name: {found.group(0) if found else ''}"
 
 
-QUEUE_WIDE = r"prefix \.\. '(waiting|dead|wake|pending:(critical|high|normal|low))'\}?\s*"
+QUEUE_WIDE = r"prefix \.\. '(waiting|dead|wake|graph:orphans|pending:(critical|high|normal|low))'\}?\s*"
 
 
 def test_keys_lua_derives_names_from_the_prefix_and_an_id_only() -> None:

@@ -66,6 +66,13 @@ class Deduped(Step):
 HANDLERS = (StepJob, TolerantJob)
 
 
+async def reclaim(queue: vr.Queue) -> None:
+    """One reclaim sweep, as a worker's tick runs it."""
+    cl = queue.client
+    call = calls.reclaim(queue.keys, cl._now_arg(), batch=100, max_failures="none")
+    await cl.scripts.call(cl.redis, *call)
+
+
 async def run_all(queue: vr.Queue) -> dict[str, Any]:
     state: dict[str, Any] = {}
     await drain(queue, *HANDLERS, state=state)
@@ -321,7 +328,7 @@ async def test_the_event_stream_tells_a_flow_as_its_journals_do(queue: vr.Queue)
 async def test_a_cancel_finished_by_the_claim_applies_the_policy(queue: vr.Queue) -> None:
     """A cancel requested while the job ran, whose run then ended otherwise (here
     released): the claim that would run it again finishes the cancel, and its
-    dependents are told there."""
+    dependents are told by the next reclaim sweep."""
     a = await queue.enqueue(Step(name="a"))
     strict = await queue.enqueue(Step(name="strict"), after=[a])
     tolerant = await queue.enqueue(Tolerant(name="tolerant"), after=[a])
@@ -338,9 +345,15 @@ async def test_a_cancel_finished_by_the_claim_applies_the_policy(queue: vr.Queue
         note="released",
     )
     assert calls.transition(await cl.scripts.call(cl.redis, *release)).applied
-    state = await run_all(queue)
+    await claim_raw(queue, 1)  # finishes the cancel instead of running it
     assert (await queue.get(a)).state is vr.JobState.CANCELLED  # type: ignore[union-attr]
+    # The claim leaves the telling to the next reclaim sweep (graph.lua graph_orphaned).
+    assert (await queue.get(strict)).state is vr.JobState.WAITING  # type: ignore[union-attr]
+    assert await cl.redis.smembers(queue.keys.prefix + "graph:orphans") == {a.encode()}
+    await reclaim(queue)
+    assert not await cl.redis.exists(queue.keys.prefix + "graph:orphans")
     assert (await queue.get(strict)).state is vr.JobState.DEAD  # type: ignore[union-attr]
+    state = await run_all(queue)
     assert state["ran"] == ["tolerant"]
     assert (await queue.get(tolerant)).state is vr.JobState.COMPLETED  # type: ignore[union-attr]
 
@@ -351,6 +364,7 @@ async def test_a_quarantined_dependency_fails_its_dependents(queue: vr.Queue) ->
     await queue.client.redis.hset(queue.keys.job(a), "priority", "bogus")  # corrupt data
     await claim_raw(queue, 1)
     assert (await queue.get(a)).state is vr.JobState.DEAD  # type: ignore[union-attr]
+    await reclaim(queue)
     info = await queue.get(b)
     assert info is not None and info.state is vr.JobState.DEAD and info.note is not None
     assert a in info.note and "bogus" in info.note

@@ -40,6 +40,18 @@ local function graph_detach(prefix, id)
   redis.call('DEL', deps_key)
 end
 
+-- A job the claim ended (a cancel requested while it ran; a quarantine):
+-- when others wait on it, it joins the `graph:orphans` set and the next
+-- reclaim sweep tells its dependents (reclaim.lua). The claim keeps none of
+-- the graph's code: in a script of claim's size each closure costs, and
+-- carrying graph_finished cost every claim call ~14,000 Redis instructions
+-- (benchmarks/redis_cost.py, batch 1), for two endings that are rare.
+local function graph_orphaned(prefix, job_key, id)
+  if redis.call('HGET', job_key, 'dependents') == '1' then
+    redis.call('SADD', graph_orphans_key(prefix), id)
+  end
+end
+
 -- Job `id` (its hash `job_key`) finished: `ok` = completed (with `value`, its
 -- msgpack result or ''), else dead or cancelled (`why`, its note). `flag`:
 -- the job's `dependents` field; anything but '1' returns at once. Each

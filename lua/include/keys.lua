@@ -58,6 +58,14 @@ end
 -- feature most queues never use; derived, a job nobody waits on pays nothing
 -- for them. The pending sets come as a table by priority label, so a
 -- priority field picks one of these four names, never makes one.
+-- The set of finished jobs whose dependents are still to be told: the
+-- claim's rare endings (a cancel requested while the job ran; a quarantine)
+-- add to it rather than carry the graph's code on every claim, and
+-- reclaim.lua tells their dependents on its next sweep (graph.lua).
+local function graph_orphans_key(prefix)
+  return prefix .. 'graph:orphans'
+end
+
 local function graph_queue_keys(prefix)
   return {
     waiting = prefix .. 'waiting', dead = prefix .. 'dead', wake = prefix .. 'wake',
