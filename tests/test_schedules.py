@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
+import anyio
 import pytest
 
 import venturi_redis as vr
@@ -416,3 +417,33 @@ async def test_a_scheduled_job_carries_its_tasks_limit_key(timed: tuple[vr.Queue
     redis = queue.client.redis
     field = await redis.hget(queue.keys.job(fired.id), "limit_key")
     assert field is not None and field == await redis.hget(queue.keys.job(enqueued), "limit_key")
+
+
+async def test_a_failing_fire_round_is_logged_and_retried(
+    timed: tuple[vr.Queue, Clock], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever a fire round raises, the scheduler logs it and tries again: it never takes the
+    worker (and its jobs) down with it."""
+    from venturi_redis._worker import scheduler as sched_mod
+
+    queue, clock = timed
+    await queue.schedule("tick", Echo(text="hi"), every=10)
+    clock.ms = T0 + 10_000
+    real, calls = sched_mod.fire_due, []
+
+    async def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("a bug")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(sched_mod, "fire_due", flaky)
+    scheduler = sched_mod.Scheduler(queue, dict, peek_interval=60.0)
+    with anyio.move_on_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(scheduler.run)
+            while not await jobs_of(queue):
+                await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+    assert len(calls) >= 2 and "firing schedules failed (ValueError('a bug'))" in caplog.text
+    assert [j.schedule_id for j in await jobs_of(queue)] == ["tick"]

@@ -143,9 +143,15 @@ class Scheduler:
                 try:
                     due = await self.fire_round()
                     failures = 0
-                except _SURVIVABLE as exc:
+                except Exception as exc:  # noqa: BLE001 - a schedule's trouble must not stop the jobs
+                    # Redis errors (a failover, OOM), and anything a schedule's data
+                    # could raise that was not foreseen: logged, retried with a backoff.
                     failures += 1
-                    log.warning("queue %s: firing schedules failed (%s)", self.queue.name, exc)
+                    log.warning(
+                        "queue %s: firing schedules failed (%s)",
+                        self.queue.name,
+                        exc if isinstance(exc, _SURVIVABLE) else repr(exc),
+                    )
                     due = time.monotonic() + min(0.1 * 2**failures, self.peek_interval)
                 next_peek = time.monotonic() + self.peek_interval * random.uniform(0.8, 1.2)
                 continue
