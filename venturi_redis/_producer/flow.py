@@ -22,9 +22,8 @@ from .._store.prepare import Prepared, prepare
 if TYPE_CHECKING:
     from .base import QueueLike
 
-# Most ids one job may wait on, and most jobs one enqueue_flow writes: the
-# script runs as one atomic step, and Redis serves nothing else meanwhile
-# (10,000 children take ~30 ms of Redis time).
+# Most ids one job may wait on, and most children one enqueue_flow writes:
+# the script runs as one atomic step, and Redis serves nothing else meanwhile.
 MAX_FLOW_JOBS = 10_000
 
 
@@ -91,8 +90,8 @@ async def enqueue_flow(queue: QueueLike, parent: Task[Any], children: Sequence[T
         _no_dedup(job)
         jobs.append(FlowJob(job, policy_of(child), ()))
         ids.append(job.id)
-    if len(jobs) + 1 > MAX_FLOW_JOBS:
-        raise ConfigurationError(f"enqueue_flow writes at most {MAX_FLOW_JOBS} jobs, got {len(jobs) + 1}")
+    if len(jobs) > MAX_FLOW_JOBS:
+        raise ConfigurationError(f"enqueue_flow takes at most {MAX_FLOW_JOBS} children, got {len(jobs)}")
     top = prepare(parent, cap, delay=0.0, priority=None, lease=None, max_failures=UNSET, carry=None)
     _no_dedup(top)
     waits = checked_ids(ids)
