@@ -389,3 +389,12 @@ async def test_an_offload_dependencys_result_comes_back_typed(client: vr.Client,
         await worker.run(until_idle=True)
     assert state["seen"]["after"] == {handle.job_id: Total(amount=3.0)}
     assert (await queue.get(after)).result == {"name": "after", "saw": [handle.job_id]}  # type: ignore[union-attr]
+
+
+async def test_enqueue_flow_caps_its_children(queue: vr.Queue) -> None:
+    from venturi_redis._producer.flow import MAX_FLOW_JOBS
+
+    too_many = [Step(name="c")] * (MAX_FLOW_JOBS + 1)
+    with pytest.raises(vr.ConfigurationError, match="at most"):
+        await queue.enqueue_flow(Step(name="p"), too_many)
+    assert (await queue.counts())["pending"] == 0
