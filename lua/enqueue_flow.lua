@@ -14,9 +14,12 @@
 -- ARGV[3] number of jobs n
 -- ARGV[4..] per job: id, kind, priority, delay_ms, payload, carry, lease_ms
 --         ('' = worker default), max_failures ('' = worker default, 'none'),
---         policy ('fail' | 'ignore'), trace (W3C context, '' = none; stored as
---         enqueue.lua stores it), k = how many ids it waits on, then those k
---         ids (each an earlier job of this call or a job of the queue)
+--         policy ('fail' | 'ignore'), trace (W3C context, '' = none),
+--         timeout_ms ('' = the worker's), limit key ('' = none) (those three
+--         stored as enqueue.lua stores them; a job of a limited kind is parked
+--         by the claim that first reaches it, limits.lua), k = how many ids it
+--         waits on, then those k ids (each an earlier job of this call or a
+--         job of the queue)
 --
 -- A job whose dependencies have all completed already is written pending,
 -- as enqueue.lua would; any other is WAITING: in the waiting zset, its set
@@ -53,12 +56,13 @@ local a = 4
 for i = 1, n do
   local job = {id = ARGV[a], kind = ARGV[a + 1], priority = ARGV[a + 2], delay = ARGV[a + 3],
     payload = ARGV[a + 4], carry = ARGV[a + 5], lease = ARGV[a + 6], maxf = ARGV[a + 7],
-    policy = ARGV[a + 8], trace = ARGV[a + 9], deps = {}}
-  local k = tonumber(ARGV[a + 10])
+    policy = ARGV[a + 8], trace = ARGV[a + 9], timeout = ARGV[a + 10],
+    limit_key = ARGV[a + 11], deps = {}}
+  local k = tonumber(ARGV[a + 12])
   for j = 1, k do
-    job.deps[j] = ARGV[a + 10 + j]
+    job.deps[j] = ARGV[a + 12 + j]
   end
-  a = a + 11 + k
+  a = a + 13 + k
   jobs[i] = job
 end
 if redis.call('EXISTS', (job_keys(prefix, jobs[1].id))) == 1 then
@@ -113,6 +117,8 @@ for _, job in ipairs(jobs) do
     redis.call('HSET', job_key, 'on_dependency_failure', 'ignore')
   end
   if job.trace ~= '' then redis.call('HSET', job_key, 'trace', job.trace) end
+  if job.timeout ~= '' then redis.call('HSET', job_key, 'timeout_ms', job.timeout) end
+  if job.limit_key ~= '' then redis.call('HSET', job_key, 'limit_key', job.limit_key) end
   if events_stream then
     emit(id, job.kind, 'enqueued', now_s, 0, nil, {'priority', job.priority, 'eligible_at', eligible_s})
   end

@@ -398,3 +398,29 @@ async def test_enqueue_flow_caps_its_children(queue: vr.Queue) -> None:
     with pytest.raises(vr.ConfigurationError, match="at most"):
         await queue.enqueue_flow(Step(name="p"), too_many)
     assert (await queue.counts())["pending"] == 0
+
+
+class Keyed(Step):
+    KIND: ClassVar[str] = "wf.keyed"
+
+    def limit_key(self) -> str | None:
+        return f"tenant-{self.name}"
+
+    def timeout(self) -> float | None:
+        return 5.0
+
+
+async def test_a_workflow_job_keeps_its_limit_key_and_timeout(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Step(name="a"))
+    b = await queue.enqueue(Keyed(name="b"), after=[a], timeout=2.5)
+    flow = await queue.enqueue_flow(Keyed(name="p"), [Keyed(name="c")])
+    redis = queue.client.redis
+
+    async def stored(job_id: str) -> list[Any]:
+        return list(await redis.hmget(queue.keys.job(job_id), "limit_key", "timeout_ms"))
+
+    # As a plain enqueue stores them.
+    assert await stored(b) == await stored(await queue.enqueue(Keyed(name="b"), timeout=2.5))
+    for job_id, name in ((flow.parent_id, "p"), (flow.children_ids[0], "c")):
+        plain = await stored(await queue.enqueue(Keyed(name=name)))
+        assert await stored(job_id) == plain and plain[1] == b"5000" and plain[0]

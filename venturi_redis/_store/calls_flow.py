@@ -42,6 +42,8 @@ def enqueue_flow(keys: QueueKeys, now: str, jobs: Sequence[FlowJob]) -> Call:
             job.max_failures,
             policy,
             job.trace,
+            job.timeout_ms,
+            job.limit_key,
             len(after),
             *after,
         ]
