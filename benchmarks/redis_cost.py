@@ -86,6 +86,7 @@ async def measure(
         await raw.load()
         if events:  # the queue's event stream on, capped at `events` (docs/observability.md)
             await raw.r.hset(raw.k.meta, "events", str(events))
+            await raw.r.xadd(f"{raw.k.prefix}events", {"event": "events_on"})  # the stream must exist
         ids = [new_job_id() for _ in range(n)]
         gate = new_job_id()
         if fanin:

@@ -66,6 +66,7 @@ def drain(
     r.flushall()
     if events:  # the queue's event stream on, capped at `events` (docs/observability.md)
         r.hset(f"venturi:{{{venturi_only.QUEUE}}}:meta", "events", str(events))
+        r.xadd(f"venturi:{{{venturi_only.QUEUE}}}:events", {"event": "events_on"})  # the stream must exist
     if limit:  # KIND=N: a kind-wide concurrency limit (docs/flow-control.md), as limit.lua writes it
         kind, _, cap = limit.partition("=")
         r.hset(f"venturi:{{{venturi_only.QUEUE}}}:limits", kind, f"{int(cap)} 0 0 0 0 0")

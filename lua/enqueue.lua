@@ -74,7 +74,9 @@ end
 local with_offload = #KEYS == base + 4 * n
 local trace_at = 5 + fields * n + (with_offload and 2 * n or 0) -- job i's trace: ARGV[trace_at + i]
 local with_trace = #ARGV == trace_at - 1 + n
-events_open(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2])
+-- Whether the event stream exists (events.lua: no stream, no events), learnt
+-- with the first job's EXISTS; only then is the switch read (events_open).
+local events_seen = nil
 local out = {now}
 local created = 0
 for i = 0, n - 1 do
@@ -109,6 +111,18 @@ for i = 0, n - 1 do
         limited = redis.call('EXISTS', limits_key) == 1
         if limited then exists = exists - 1 end
       end
+    elseif events_seen == nil then
+      -- The same for the event stream: with events off (the default, and
+      -- then no stream) the one EXISTS answers both, and no HGET of the
+      -- switch is made: the off path costs enqueue nothing but this key.
+      exists = redis.call('EXISTS', job_key, KEYS[#KEYS])
+      if exists == 0 then
+        events_seen = false
+      else
+        events_seen = redis.call('EXISTS', KEYS[#KEYS]) == 1
+        if events_seen then exists = exists - 1 end
+      end
+      if events_seen then events_open(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2]) end
     else
       exists = redis.call('EXISTS', job_key)
     end
@@ -155,6 +169,10 @@ for i = 0, n - 1 do
       offload_pending(KEYS[3 + 3 * n + i], job_key, id, kind, ARGV[o], ARGV[o + 1], now)
     end
     created = created + 1
+    if events_seen == nil then -- the first job's EXISTS went to the limits hash
+      events_seen = redis.call('EXISTS', KEYS[#KEYS]) == 1
+      if events_seen then events_open(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2]) end
+    end
     if events_stream then
       emit(id, kind, 'enqueued', now_s, 0, nil, {'priority', priority, 'eligible_at', eligible_s})
     end

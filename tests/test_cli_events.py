@@ -51,8 +51,9 @@ def test_follow_a_queue(redis_server: RedisServer) -> None:
         ["enqueued", first, "echo"],
         ["enqueued", second, "echo"],
     ]
-    res = runner.invoke(app, ["events", name, "--since", "0", "--count", "1", "--json", "--redis", url])
-    doc = json.loads(res.output)
+    res = runner.invoke(app, ["events", name, "--since", "0", "--count", "2", "--json", "--redis", url])
+    on, doc = (json.loads(line) for line in res.output.splitlines())
+    assert (on["event"], on["job_id"]) == ("events_on", "")
     assert (doc["event"], doc["job_id"], doc["run"]) == ("enqueued", first, 0)
     res = runner.invoke(app, ["events", "no-such-queue-here", "--redis", url])
     assert res.exit_code == 1 and "unknown" in res.output.lower()

@@ -238,14 +238,14 @@ async def test_events(queue: vr.Queue) -> None:
             tg.start_soon(follow)
             await anyio.sleep(0.2)  # the XREAD is blocking
             jid = await queue.enqueue(Echo(text="live"))
-    on, read, off = replies
-    assert on == 1 and off == 0
+    on, marker, read, off = replies
+    assert on == 1 and off == 0 and marker
     ((stream, entries),) = read if isinstance(read, list) else list(read.items())
     assert text(stream) == f"venturi:{{{queue.name}}}:events"
     entry = fields(entries[0])
     assert (entry["event"], entry["job"], entry["kind"], entry["run"]) == ("enqueued", jid, "echo", "0")
     await queue.enqueue(Echo(text="off again"))
-    assert await queue.client.redis.xlen(f"venturi:{{{queue.name}}}:events") == 1
+    assert await queue.client.redis.xlen(f"venturi:{{{queue.name}}}:events") == 2  # events_on, enqueued
 
 
 async def test_waiting_on(queue: vr.Queue) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import ClassVar
 
 import anyio
 import pytest
@@ -24,9 +25,12 @@ def test_the_default_switch_is_the_same_in_lua_and_python() -> None:
 
 
 async def _take(it: object, n: int, timeout: float = 10) -> list[vr.QueueEvent]:
+    """The next ``n`` events of jobs (the switch's own entries, ``events_on``..., skipped)."""
     out: list[vr.QueueEvent] = []
     with anyio.fail_after(timeout):
         async for event in it:  # type: ignore[attr-defined]
+            if not event.job_id:
+                continue
             out.append(event)
             if len(out) == n:
                 break
@@ -128,3 +132,42 @@ async def test_a_scheduled_job_is_an_event_from_its_fire(queue: vr.Queue) -> Non
     (event,) = await _take(queue.events(since="0"), 1)
     assert (event.event, event.job_id, event.kind) == ("enqueued", job_id, Echo.KIND)
     assert event.details["schedule"] == "hourly"
+
+
+async def test_the_switch_is_in_the_stream_and_a_deleted_stream_stays_off(queue: vr.Queue) -> None:
+    """events_on / events_off entries; with the stream deleted by hand no script recreates it."""
+    await queue.set_events(True, maxlen=100)
+    await queue.enqueue(Echo(text="a"))
+    await queue.set_events(False)
+    await queue.enqueue(Echo(text="not seen"))
+    names = [e.event for e in await _all(queue)]
+    assert names == ["events_on", "enqueued", "events_off"]
+    await queue.set_events(True)
+    await queue.client.redis.delete(queue.keys.events)  # an operator's DEL
+    await queue.enqueue(Echo(text="b"))
+    await drain(queue, EchoJob)  # claims and completions: no XADD recreates it
+    assert await queue.client.redis.exists(queue.keys.events) == 0
+    await queue.set_events(True)
+    jid = await queue.enqueue(Echo(text="c"))
+    assert [(e.event, e.job_id) for e in await _all(queue)] == [("events_on", ""), ("enqueued", jid)]
+
+
+async def _all(queue: vr.Queue) -> list[vr.QueueEvent]:
+    raw = await queue.client.redis.xrange(queue.keys.events)
+    return [vr.QueueEvent.from_stream(i, f) for i, f in raw]
+
+
+class Keyed(vr.Task):
+    KIND: ClassVar[str] = "keyed"
+
+    def limit_key(self) -> str | None:
+        return "tenant-1"
+
+
+async def test_an_enqueue_in_the_extended_layout_is_an_event_too(queue: vr.Queue) -> None:
+    """A job with a limit key takes enqueue.lua's other path (its first EXISTS is the limits hash's)."""
+    await queue.set_events(True)
+    await queue.set_limit(Keyed.KIND, concurrency=1, per_key=True)
+    ids = await queue.enqueue_many([Keyed(), Keyed()])
+    got = await _take(queue.events(since="0"), 2)
+    assert [(e.event, e.job_id, e.kind) for e in got] == [("enqueued", i, Keyed.KIND) for i in ids]

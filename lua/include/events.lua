@@ -5,7 +5,13 @@
 -- and progress.lua emits `progress` (a value, not a transition: not journaled).
 --
 -- The switch is the queue meta hash's field `events`: absent = EVENTS_DEFAULT,
--- '0' = off, N = on, the stream capped at about N entries (XADD MAXLEN ~ N).
+-- '0' = off, N = on, the stream capped at about N entries (XADD MAXLEN ~ N);
+-- and the stream must exist: events are appended with NOMKSTREAM, so a stream
+-- deleted by hand stays deleted (events stop) until it is switched on again,
+-- which writes an `events_on` entry (queue.set_events, venturi queue events,
+-- or the redis-cli recipe of docs/redis-layout.md). enqueue.lua relies on it:
+-- it learns whether the stream exists from the EXISTS it makes anyway and
+-- reads the switch only when it does.
 -- Every script that journals takes the meta hash and the stream in KEYS and
 -- reads the switch with `events_open` at its top; a script that does not (a
 -- new one not wired yet) emits nothing.
@@ -51,7 +57,7 @@ local function events_open(meta_key, stream_key, prefix, field)
   local cap, prefix_len = v, #prefix
   events_stream = stream_key
   emit = function(id, kind, event, at, run, note, extra)
-    local args = {'XADD', stream_key, 'MAXLEN', '~', cap, '*',
+    local args = {'XADD', stream_key, 'NOMKSTREAM', 'MAXLEN', '~', cap, '*',
                   'event', event, 'job', id, 'kind', kind or '', 'at', str(at), 'run', str(run or 0)}
     if note ~= nil and note ~= false and note ~= '' then
       args[#args + 1] = 'note'

@@ -21,7 +21,9 @@ class QueueEvent:
         event: The journal's name for it (enqueued, claimed, completed,
             failed, dead, paused, suspended, resumed, cancelled,
             cancel_requested, lease_expired, released, refused, merged,
-            retried), or ``progress`` (``ctx.report_progress``).
+            retried), ``progress`` (``ctx.report_progress``), or the
+            switch's own ``events_on`` / ``events_off`` (no job: ``job_id``
+            and ``kind`` are '').
         job_id: The job's id.
         kind: The job's KIND.
         at: When it happened (Redis's clock, or the caller's ``now``).

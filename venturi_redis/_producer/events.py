@@ -5,8 +5,9 @@ The stream, ``venturi:{q}:events``, is appended to by the transition scripts
 themselves (``lua/include/events.lua``), in the same atomic step as the job's
 journal entry, so what it says never disagrees with the journals. It is
 capped (XADD ``MAXLEN ~ N``) and switched per queue by the meta hash's
-``events`` field: absent = ``calls.EVENTS_DEFAULT``, ``0`` = off, ``N`` = on
-with a cap of about N entries. docs/observability.md is the user's manual.
+``events`` field: absent = ``calls_obs.EVENTS_DEFAULT``, ``0`` = off, ``N`` = on
+with a cap of about N entries; and only while the stream exists (``set_events``
+creates it). docs/observability.md is the user's manual.
 
 A reader follows it with ``XREAD BLOCK`` from the last id it saw, so a reader
 that reconnects (or a new one given ``since=`` an id it kept) misses nothing
@@ -55,10 +56,27 @@ def _text(value: Any) -> str:
 
 
 async def set_events(queue: Queue, enabled: bool, *, maxlen: int = EVENTS_MAXLEN) -> None:
-    """Switch the queue's event stream on (capped at about ``maxlen`` entries) or off."""
+    """Switch the queue's event stream on (capped at about ``maxlen`` entries) or off.
+
+    Each switch is an entry of the stream itself (``events_on``, ``events_off``;
+    no job), so a follower sees where the stream went quiet, and why.
+    """
     if enabled and (not isinstance(maxlen, int) or isinstance(maxlen, bool) or maxlen < 1):
         raise ConfigurationError(f"events maxlen must be a whole number >= 1, got {maxlen!r}")
-    await queue.client.redis.hset(queue.keys.meta, "events", str(maxlen) if enabled else "0")
+    k = queue.keys
+    # The stream must exist for events to be appended (lua/include/events.lua):
+    # switching on writes an `events_on` entry, creating it; switching off
+    # writes `events_off` (to a stream that exists only), then the switch.
+    marker = {"event": "events_on" if enabled else "events_off", "job": "", "kind": "", "run": "0"}
+    marker["at"] = str(int(time.time() * 1000))  # this client's clock: a marker, not a transition
+    pipe = queue.client.redis.pipeline(transaction=False)
+    if enabled:
+        pipe.hset(k.meta, "events", str(maxlen))
+        pipe.xadd(k.events, marker, maxlen=maxlen, approximate=True)
+    else:
+        pipe.xadd(k.events, marker, nomkstream=True)
+        pipe.hset(k.meta, "events", "0")
+    await pipe.execute()
 
 
 async def events_cap(queue: Queue) -> int:
