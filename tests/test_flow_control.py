@@ -469,3 +469,16 @@ async def test_a_workflow_job_gets_its_task_timeout(client: vr.Client, queue_nam
     job = await q.enqueue(Slow(), after=[first], max_failures=1)
     await drain(q, QuickOther, SlowJob)
     assert [e.note for e in await q.journal(job) if e.event == "failed"] == ["timed out after 0.05 s"]
+
+
+async def test_parked_jobs_are_counted_and_listed_as_pending(timed: tuple[vr.Queue, Clock]) -> None:
+    q, _ = timed
+    await q.set_limit("mail", concurrency=1, per_key=True)
+    ids = await q.enqueue_many([Mail(domain="a", n=i) for i in range(3)])
+    other = await q.enqueue(Other())
+    counts = await q.counts()
+    assert (counts["limited"], counts["pending"], counts["pending:normal"]) == (3, 4, 1)
+    listed = [j.id for j in await q.list_jobs(state="pending")]
+    assert listed == [other, *ids]
+    assert all(j.state == vr.JobState.PENDING for j in await q.list_jobs(state="pending"))
+    assert not await q.is_drained()

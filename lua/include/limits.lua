@@ -7,7 +7,8 @@
 --                       rate count and rate period in ms, then the same per
 --                       key (0 = no such cap). Written by limit.lua only.
 --   limits:state  hash  running counts: field <kind> (kind-wide), field
---                       <entity> (per key); rate rings: <base>\t#<count>:<i>
+--                       <entity> (per key), field <kind>\t+ (all its keys
+--                       together); rate rings: <base>\t#<count>:<i>
 --                       (the start times of the last <count> runs) and
 --                       <base>\t#<count>p (the ring's next slot); the flag
 --                       <kind>\t! (some key waits on the kind-wide cap).
@@ -127,6 +128,7 @@ local function limit_take(state_key, cfg, kind, entity, keyed, kp, ep, now_s)
   if keyed then
     if cfg[4] > 0 then
       redis.call('HINCRBY', state_key, entity, 1)
+      redis.call('HINCRBY', state_key, kind .. '\t+', 1) -- all its keys together (queue.limits())
       slot = slot .. 'p'
     end
     if ep then limit_ring_write(state_key, entity, cfg[5], ep, now_s) end
@@ -165,6 +167,7 @@ local function limit_release(state_key, ready_key, job_key, slot, now_s)
   if string.find(slot, 'p', 1, true) then
     local entity = limit_entity(kind, f[2])
     limit_decr(state_key, entity)
+    limit_decr(state_key, kind .. '\t+')
     if tonumber(redis.call('ZSCORE', ready_key, entity)) == LIMIT_BLOCKED then
       redis.call('ZADD', ready_key, now_s, entity)
       woke = true

@@ -314,7 +314,8 @@ class Queue:
         return [JournalEntry.from_stream(entry_id, fields) for entry_id, fields in entries]
 
     async def counts(self) -> dict[str, int]:
-        """Jobs per state: ``pending:<level>`` for each priority, their sum ``pending``, then
+        """Jobs per state: ``pending:<level>`` for each priority, ``limited`` (pending jobs
+        parked on a limit: docs/flow-control.md), the sum of those ``pending``, then
         ``waiting`` (workflows), ``running``, ``suspended``, ``completed``, ``dead`` and
         ``cancelled``."""
         pipe = self.client.redis.pipeline(transaction=False)
@@ -323,6 +324,7 @@ class Queue:
         k = self.keys
         for key in (k.waiting, k.running, k.suspended, k.completed, k.dead, k.cancelled):
             pipe.zcard(key)
+        pipe.zcard(k.limits_parked)
         finished = (
             JobState.WAITING,
             JobState.RUNNING,
@@ -333,8 +335,9 @@ class Queue:
         )
         res = await pipe.execute()
         out = {f"pending:{p.label}": int(n) for p, n in zip(PRIORITIES_HIGH_FIRST, res[:4], strict=True)}
-        out["pending"] = sum(res[:4])
-        for state, n in zip(finished, res[4:], strict=True):
+        out["limited"] = int(res[-1])
+        out["pending"] = sum(res[:4]) + out["limited"]
+        for state, n in zip(finished, res[4:-1], strict=True):
             out[state.value] = int(n)
         return out
 

@@ -17,10 +17,6 @@ from .._store import calls
 if TYPE_CHECKING:
     from .base import QueueLike
 
-# limits:state fields that are not a per-key running count: rate rings and flags.
-_NOT_COUNTS = ("\t#", "\t!")
-
-
 async def set_limit(
     queue: QueueLike, kind: str, *, concurrency: int | None, rate: Rate | None, per_key: bool
 ) -> None:
@@ -49,7 +45,6 @@ async def limits(queue: QueueLike) -> list[LimitInfo]:
     raw = await redis.hgetall(k.limits)
     if not raw:
         return []
-    state = {text(f): text(v) for f, v in (await redis.hgetall(k.limits_state)).items()}
     out: list[LimitInfo] = []
     for kind_raw, value in sorted(raw.items()):
         kind = text(kind_raw)
@@ -59,14 +54,7 @@ async def limits(queue: QueueLike) -> list[LimitInfo]:
         for per_key, (conc, count, per_ms) in ((False, numbers[0:3]), (True, numbers[3:6])):
             if not conc and not count:
                 continue
-            if per_key:
-                running = sum(
-                    int(v)
-                    for f, v in state.items()
-                    if f.startswith(head) and not any(m in f for m in _NOT_COUNTS)
-                )
-            else:
-                running = int(state.get(kind, 0))
+            running = int(await redis.hget(k.limits_state, kind + ("\t+" if per_key else "")) or 0)
             out.append(
                 LimitInfo(
                     kind=kind,

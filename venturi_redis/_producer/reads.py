@@ -155,7 +155,8 @@ def _state_keys(queue: QueueLike, state: JobState) -> list[tuple[str, bool]]:
     """The index zsets of ``state``, each with whether to list newest first."""
     k = queue.keys
     if state is JobState.PENDING:
-        return [(key, False) for key in k.pending_high_first]
+        # Then the jobs parked on a limit (flow control), by kind, key, priority.
+        return [*((key, False) for key in k.pending_high_first), (k.limits_parked, False)]
     return {
         JobState.WAITING: [(k.waiting, False)],
         JobState.RUNNING: [(k.running, False)],
@@ -175,7 +176,8 @@ async def list_jobs(
 ) -> list[JobInfo]:
     """Jobs of ``queue`` read from its index zsets, at most ``limit``.
 
-    Order: pending by priority then eligibility; running by lease expiry;
+    Order: pending by priority then eligibility (then those parked on a
+    limit, by kind, key and priority); running by lease expiry;
     suspended by suspension time; finished states newest first. Without
     ``state`` every state is listed in that order (pending first). ``kind``
     filters on the job's KIND (read from each hash, page by page).
@@ -197,6 +199,8 @@ async def list_jobs(
                     break
                 pipe = redis.pipeline(transaction=False)
                 ids = [_text(raw_id) for raw_id in page]
+                if key == queue.keys.limits_parked:  # members <kind>\t<key>\t<level><id>
+                    ids = [member.rsplit("\t", 1)[-1][1:] for member in ids]
                 for job_id in ids:
                     pipe.hgetall(queue.keys.job(job_id))
                 # One unreadable job key (wrong type) must not fail the listing.

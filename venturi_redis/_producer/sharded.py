@@ -319,16 +319,22 @@ class ShardedQueue:
         for q in self.partitions:
             for pr in PRIORITIES_HIGH_FIRST:
                 pipe.zcard(q.keys.pending(pr))
-            for key in (q.keys.running, q.keys.suspended, q.keys.completed, q.keys.dead):
+            for key in (
+                q.keys.limits_parked,
+                q.keys.running,
+                q.keys.suspended,
+                q.keys.completed,
+                q.keys.dead,
+            ):
                 pipe.zcard(key)
         res = [int(x) for x in await pipe.execute()]
         labels = [f"pending:{pr.label}" for pr in PRIORITIES_HIGH_FIRST]
-        labels += ["running", "suspended", "completed", "dead"]
+        labels += ["limited", "running", "suspended", "completed", "dead"]
         out = dict.fromkeys(labels, 0)
         for i, n in enumerate(res):
             out[labels[i % len(labels)]] += n
-        out["pending"] = sum(out[label] for label in labels[:4])
-        return {k: out[k] for k in [*labels[:4], "pending", *labels[4:]]}
+        out["pending"] = sum(out[label] for label in labels[:5])
+        return {k: out[k] for k in [*labels[:5], "pending", *labels[5:]]}
 
     async def stats(self) -> QueueStats:
         """``Queue.stats()`` of the whole sharded queue (see ``merge_stats``)."""
