@@ -17,6 +17,7 @@ from .._store import calls
 if TYPE_CHECKING:
     from .base import QueueLike
 
+
 async def set_limit(
     queue: QueueLike, kind: str, *, concurrency: int | None, rate: Rate | None, per_key: bool
 ) -> None:
