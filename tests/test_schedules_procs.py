@@ -5,6 +5,8 @@ seconds; one is killed mid-way. Every fire time from the first to the last
 must be covered by exactly one job: no duplicate, no gap (a worker late by
 more than an interval makes one job standing for the fire times it covers,
 its ``fires``; counted here as "missed"). The figures are printed (-s).
+Longer or tighter runs: ``VENTURI_SCHEDULE_SECONDS`` (default 4.5),
+``VENTURI_SCHEDULE_EVERY_MS`` (default 400).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tests.servers import RedisServer
 pytestmark = pytest.mark.timeout(90)
 
 ROOT = Path(__file__).resolve().parent.parent
-EVERY_MS = 400
+EVERY_MS = int(os.environ.get("VENTURI_SCHEDULE_EVERY_MS", "400"))
 RUN_SECONDS = float(os.environ.get("VENTURI_SCHEDULE_SECONDS", "4.5"))
 
 
