@@ -1,7 +1,7 @@
 -- The queue's event stream, venturi:{q}:events (docs/observability.md): the
 -- journal entry of every job's transition is also appended there, by the
--- same script (journal.lua's `journal` calls `emit`), so events and journals
--- never disagree. enqueue.lua emits `enqueued` itself (it writes no journal)
+-- same script (journal.lua's `journal` calls `emit_journaled`), so events
+-- and journals never disagree. enqueue.lua emits `enqueued` itself (it writes no journal)
 -- and progress.lua emits `progress` (a value, not a transition: not journaled).
 --
 -- The switch is the queue meta hash's field `events`: absent = EVENTS_DEFAULT,
@@ -22,7 +22,7 @@
 -- @include clock.lua
 -- @include keys.lua
 
--- (tests/test_events.py checks this is _store/calls.py's EVENTS_DEFAULT.)
+-- (tests/test_events.py checks this is _store/calls_obs.py's EVENTS_DEFAULT.)
 local EVENTS_DEFAULT = '0'
 -- This call's stream while events are on (nil: off, or events_open not called).
 local events_stream = nil
