@@ -100,6 +100,20 @@ async def test_runs_are_children_of_their_enqueue(queue: vr.Queue, exporter: InM
     assert work.parent is not None and work.parent.span_id == run.context.span_id
 
 
+async def test_a_workflow_job_runs_in_its_enqueue_trace(
+    queue: vr.Queue, exporter: InMemorySpanExporter
+) -> None:
+    first = await queue.enqueue(Nested())
+    then = await queue.enqueue(Nested(), after=[first])
+    await drain(queue, NestedJob)
+    spans = exporter.get_finished_spans()
+    send = {s.attributes["messaging.message.id"]: s for s in spans if s.kind == SpanKind.PRODUCER}  # type: ignore[index]
+    (run,) = [
+        s for s in spans if s.kind == SpanKind.CONSUMER and s.attributes["messaging.message.id"] == then
+    ]  # type: ignore[index]
+    assert run.parent is not None and run.parent.span_id == send[then].context.span_id
+
+
 async def test_not_instrumented_nothing_is_stored(queue: vr.Queue) -> None:
     assert tracing.TRACE is None and tracing.RUN_SPAN is None
     jid = await queue.enqueue(Nested())

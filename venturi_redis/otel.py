@@ -9,7 +9,7 @@
 Needs the ``otel`` extra (``pip install 'venturi-redis[otel]'``). Once
 instrumented:
 
-* ``Queue.enqueue`` and ``Queue.enqueue_many`` run in a PRODUCER span
+* ``Queue.enqueue``, ``Queue.enqueue_many`` and ``Queue.enqueue_flow`` run in a PRODUCER span
   ``send <queue>``, and each job stores the W3C trace context of that span
   (its hash's ``trace`` field, written by the enqueue script itself, so a
   worker that claims the job at once still finds it).
@@ -97,8 +97,8 @@ class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def _instrument(self, **kwargs: Any) -> None:
         tracer = trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider"))
-        enqueue, enqueue_many = Queue.enqueue, Queue.enqueue_many
-        _originals.update(enqueue=enqueue, enqueue_many=enqueue_many)
+        enqueue, enqueue_many, enqueue_flow = Queue.enqueue, Queue.enqueue_many, Queue.enqueue_flow
+        _originals.update(enqueue=enqueue, enqueue_many=enqueue_many, enqueue_flow=enqueue_flow)
 
         @functools.wraps(enqueue)
         async def traced_enqueue(self: Queue, task: Any, **options: Any) -> str:
@@ -130,6 +130,20 @@ class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             ):
                 ids: list[str] = await enqueue_many(self, tasks, **options)
                 return ids
+
+        @functools.wraps(enqueue_flow)
+        async def traced_enqueue_flow(self: Queue, parent: Any, children: Any, **options: Any) -> Any:
+            with tracer.start_as_current_span(
+                f"send {self.name}",
+                kind=SpanKind.PRODUCER,
+                attributes={
+                    "messaging.system": _SYSTEM,
+                    "messaging.destination.name": self.name,
+                    "messaging.operation.type": "send",
+                    "venturi.kind": getattr(parent, "KIND", "") or "",
+                },
+            ):
+                return await enqueue_flow(self, parent, children, **options)
 
         @contextlib.asynccontextmanager
         async def run_span(job: Any) -> AsyncIterator[None]:
@@ -173,6 +187,7 @@ class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
         Queue.enqueue = traced_enqueue  # type: ignore[method-assign]
         Queue.enqueue_many = traced_enqueue_many  # type: ignore[method-assign]
+        Queue.enqueue_flow = traced_enqueue_flow  # type: ignore[method-assign]
         _tracing.TRACE = _current_trace
         _tracing.RUN_SPAN = run_span
 
@@ -180,6 +195,7 @@ class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if _originals:
             Queue.enqueue = _originals["enqueue"]  # type: ignore[method-assign]
             Queue.enqueue_many = _originals["enqueue_many"]  # type: ignore[method-assign]
+            Queue.enqueue_flow = _originals["enqueue_flow"]  # type: ignore[method-assign]
         _originals.clear()
         _tracing.TRACE = None
         _tracing.RUN_SPAN = None
