@@ -293,7 +293,10 @@ class JobInfo:
     progress: Any = None
     corrupt: dict[str, str] = field(default_factory=dict)
     waiting_on: tuple[str, ...] = ()
-    """Workflows: the ids this job still waits on (not yet finished), sorted."""
+    """Workflows: the ids this job still waits on (not yet finished), sorted.
+
+    Read by ``queue.get`` (and ``venturi job show``, the dashboard's job page);
+    a listing (``list_jobs``) leaves it and ``dependents`` empty."""
     dependents: tuple[str, ...] = ()
     """Workflows: the ids of the jobs that wait (or waited) on this one, sorted."""
     # A job a schedule made (docs/schedules.md): the schedule's id and the fire
