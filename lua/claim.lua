@@ -235,7 +235,7 @@ local function claim_limited()
     end
     local entity, score = r[1], tonumber(r[2])
     if score > now then
-      if score < LIMIT_BLOCKED and (nxt == 0 or score < nxt) then nxt = score end
+      if score < LIMIT_HELD and (nxt == 0 or score < nxt) then nxt = score end
       return
     end
     local tab = string.find(entity, '\t', 1, true)
@@ -244,12 +244,20 @@ local function claim_limited()
     local keyed = tab and tab < #entity and (cfg[4] > 0 or cfg[5] > 0)
     local ok, kp, ep = limit_check(KEYS[13], cfg, kind, entity, keyed, now)
     if not ok then
-      redis.call('ZADD', KEYS[15], str(kp), entity)
+      if kp == 'hold' then
+        limit_hold(KEYS[13], KEYS[15], entity, kind)
+      else
+        redis.call('ZADD', KEYS[15], str(kp), entity)
+        -- Its key's own limit refused it while its kind had room: an entity
+        -- waiting on the kind-wide cap may use that room.
+        if ep then limit_wake_held(KEYS[13], KEYS[15], kind, now_s) end
+      end
     else
       local m = redis.call('ZRANGEBYLEX', KEYS[14], '[' .. entity .. '\t',
         '(' .. entity .. '\t\255', 'LIMIT', 0, 1)
       if #m == 0 then
         redis.call('ZREM', KEYS[15], entity)
+        limit_wake_held(KEYS[13], KEYS[15], kind, now_s) -- the room it had is someone else's
       else
         redis.call('ZREM', KEYS[14], m[1])
         local id = string.sub(m[1], #entity + 3)

@@ -482,3 +482,31 @@ async def test_parked_jobs_are_counted_and_listed_as_pending(timed: tuple[vr.Que
     assert listed == [other, *ids]
     assert all(j.state == vr.JobState.PENDING for j in await q.list_jobs(state="pending"))
     assert not await q.is_drained()
+
+
+async def test_keys_waiting_on_the_kind_cap_go_first_come_first_served(timed: tuple[vr.Queue, Clock]) -> None:
+    q, clock = timed
+    await q.set_limit("mail", concurrency=2)
+    await q.set_limit("mail", concurrency=1, per_key=True)
+    for domain in ("a", "b", "c", "d", "e"):
+        clock.ms += 1
+        await q.enqueue_many([Mail(domain=domain, n=i) for i in range(2)])
+
+    async def domains(got: list[tuple[str, str, str]]) -> list[str]:
+        return [(await q.get(i)).payload["domain"] for i, _, _ in got]  # type: ignore[union-attr]
+
+    clock.ms += 1
+    _, got = await claim(q, 10)
+    assert await domains(got) == ["a", "b"]  # c, d, e wait on the kind's cap, in that order
+    order = []
+    running = {d: (i, t) for d, (i, _, t) in zip(await domains(got), got, strict=True)}
+    for _ in range(6):
+        first = sorted(running)[0]
+        await complete(q, *running.pop(first))
+        clock.ms += 1
+        _, got = await claim(q, 10)
+        assert len(got) == 1  # every freed slot is used at once
+        (d,) = await domains(got)
+        order.append(d)
+        running[d] = (got[0][0], got[0][2])
+    assert order[:3] == ["c", "d", "e"]  # the keys that waited, before a and b's second jobs

@@ -17,9 +17,11 @@
 --                       kinds waiting for their turn, by key, then priority,
 --                       then id (creation order).
 --   limits:ready  zset  the entities with parked jobs, scored by when they may
---                       be claimed (ms): now, the end of a rate window, or
---                       LIMIT_BLOCKED (waiting on a concurrency slot: the
---                       script that frees one scores it now again).
+--                       be claimed (ms): now, the end of a rate window,
+--                       LIMIT_HELD + n (waiting on the kind-wide cap, in the
+--                       order they came: each slot freed readies the first)
+--                       or LIMIT_BLOCKED (waiting on its key's own cap: the
+--                       script that frees its slot scores it now again).
 -- An entity is <kind>\t<limit_key field> (keys.py limit_field: length-
 -- prefixed, so no key names another's entries; '' for a job without a key).
 -- A KIND is printable, so it holds no tab.
@@ -30,6 +32,10 @@
 
 local LIMIT_BLOCKED = 9007199254740000
 local LIMIT_BLOCKED_S = '9007199254740000'
+-- 2^52 + a sequence: waiting on its kind's kind-wide cap, first come first
+-- served (limit_hold, limit_wake_held). Below LIMIT_BLOCKED, far above any time.
+local LIMIT_HELD = 4503599627370496
+local LIMIT_HELD_S = '4503599627370496'
 local LIMIT_LEVEL = {critical = '0', high = '1', normal = '2', low = '3'}
 
 local function limit_entity(kind, key)
@@ -90,12 +96,13 @@ local function limit_ring_write(state_key, base, count, p, now_s)
 end
 
 -- May a job of `entity` start now? Returns true and the rings' slots, or
--- false and the score its entity waits at in the ready set (LIMIT_BLOCKED,
--- or when a rate window rolls).
+-- false and the score its entity waits at in the ready set: 'hold' (the
+-- kind-wide cap: limit_hold), LIMIT_BLOCKED (its key's cap) or when a rate
+-- window rolls; a third value true when the key's own limit refused it
+-- (the kind had room).
 local function limit_check(state_key, cfg, kind, entity, keyed, now)
   if cfg[1] > 0 and (tonumber(redis.call('HGET', state_key, kind)) or 0) >= cfg[1] then
-    redis.call('HSET', state_key, kind .. '\t!', '1')
-    return false, LIMIT_BLOCKED
+    return false, 'hold'
   end
   local kp, ep = nil, nil
   if cfg[2] > 0 then
@@ -105,12 +112,12 @@ local function limit_check(state_key, cfg, kind, entity, keyed, now)
   end
   if keyed then
     if cfg[4] > 0 and (tonumber(redis.call('HGET', state_key, entity)) or 0) >= cfg[4] then
-      return false, LIMIT_BLOCKED
+      return false, LIMIT_BLOCKED, true
     end
     if cfg[5] > 0 then
       local t
       t, ep = limit_ring(state_key, entity, cfg[5], cfg[6], now)
-      if t then return false, t end
+      if t then return false, t, true end
     end
   end
   return true, kp, ep
@@ -136,6 +143,38 @@ local function limit_take(state_key, cfg, kind, entity, keyed, kp, ep, now_s)
   return slot
 end
 
+-- An entity waits on its kind-wide cap: behind the ones already waiting.
+local function limit_hold(state_key, ready_key, entity, kind)
+  local seq = redis.call('HINCRBY', state_key, '\tseq', 1)
+  redis.call('ZADD', ready_key, str(LIMIT_HELD + seq), entity)
+  redis.call('HSET', state_key, kind .. '\t!', '1')
+end
+
+-- A slot of `kind` is free (or the entity readied for it could not use
+-- it): the entity of that kind waiting longest on the kind-wide cap is
+-- ready. Returns true when there was one; with none, the kind's flag goes.
+local function limit_wake_held(state_key, ready_key, kind, now_s)
+  if redis.call('HEXISTS', state_key, kind .. '\t!') == 0 then
+    return false
+  end
+  local head = kind .. '\t'
+  local offset = 0
+  while true do
+    local page = redis.call('ZRANGEBYSCORE', ready_key, LIMIT_HELD_S, '(' .. LIMIT_BLOCKED_S,
+      'LIMIT', offset, 100)
+    for _, e in ipairs(page) do
+      if string.sub(e, 1, #head) == head then
+        redis.call('ZADD', ready_key, now_s, e)
+        return true
+      end
+    end
+    if #page < 100 then break end
+    offset = offset + #page
+  end
+  redis.call('HDEL', state_key, kind .. '\t!')
+  return false
+end
+
 local function limit_decr(state_key, field)
   if redis.call('HINCRBY', state_key, field, -1) <= 0 then
     redis.call('HDEL', state_key, field)
@@ -154,15 +193,7 @@ local function limit_release(state_key, ready_key, job_key, slot, now_s)
   local woke = false
   if string.find(slot, 'k', 1, true) then
     limit_decr(state_key, kind)
-    if redis.call('HDEL', state_key, kind .. '\t!') == 1 then
-      local head = kind .. '\t'
-      for _, e in ipairs(redis.call('ZRANGEBYSCORE', ready_key, LIMIT_BLOCKED_S, LIMIT_BLOCKED_S)) do
-        if string.sub(e, 1, #head) == head then
-          redis.call('ZADD', ready_key, now_s, e)
-          woke = true
-        end
-      end
-    end
+    if limit_wake_held(state_key, ready_key, kind, now_s) then woke = true end
   end
   if string.find(slot, 'p', 1, true) then
     local entity = limit_entity(kind, f[2])
