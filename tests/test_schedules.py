@@ -51,6 +51,11 @@ class Sync(vr.Task):
         return self.account
 
 
+class ReportRefused(Report):
+    def merge(self, existing: vr.Pending[Any, Any]) -> vr.Merge[Any, Any]:
+        raise RuntimeError("no merging today")
+
+
 class ReportKept(Report):
     def merge(self, existing: vr.Pending[Any, Any]) -> vr.Merge[Any, Any]:
         return vr.Merge.independent()
@@ -447,3 +452,18 @@ async def test_a_failing_fire_round_is_logged_and_retried(
             tg.cancel_scope.cancel()
     assert len(calls) >= 2 and "firing schedules failed (ValueError('a bug'))" in caplog.text
     assert [j.schedule_id for j in await jobs_of(queue)] == ["tick"]
+
+
+async def test_a_merge_that_raises_is_logged_and_the_fire_stands(
+    timed: tuple[vr.Queue, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    queue, clock = timed
+    await queue.schedule("refused", ReportRefused(name="r"), every=10)
+    clock.ms = T0 + 10_000
+    await fire_due(queue, tasks={"report": ReportRefused})
+    clock.ms = T0 + 20_000
+    [(_, fired)] = (await fire_due(queue, tasks={"report": ReportRefused})).fired
+    assert fired.status == "merged" and "no merging today" in caplog.text
+    info = await queue.get_schedule("refused")
+    assert info is not None and info.fires == 2 and info.next_at == at(T0 + 30_000)
+    assert len(await jobs_of(queue)) == 1

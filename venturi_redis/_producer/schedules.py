@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from .._model.codec import pack_model, text, unpack_model
 from .._model.enums import Priority
+from .._model.errors import TaskDefinitionError
 from .._model.ids import derived_job_id, new_job_id
 from .._model.schedule import ScheduleInfo, Timing, checked_priority, timing, validate_schedule_id
 from .._model.task import Task, task_kind
@@ -67,8 +68,6 @@ async def schedule(
     """Create or replace ``schedule_id`` (``Queue.schedule``); everything is checked before a write."""
     validate_schedule_id(schedule_id)
     if not isinstance(task, Task):
-        from .._model.errors import TaskDefinitionError
-
         raise TaskDefinitionError(f"schedule() expects a vr.Task instance, got {type(task).__name__}")
     kind = task_kind(type(task))
     payload = pack_model(task)
@@ -248,7 +247,7 @@ async def fire_due(
         result = calls_schedule.fired(await client.scripts.call(client.redis, *call))
         out.append((sid, result))
         if result.status == "merged":
-            await _merge(queue, tasks or {}, f, raw.get(b"payload", b""), job_id, result.id)
+            await _merge(queue, tasks or {}, sid, f, raw.get(b"payload", b""), job_id, result.id)
         elif result.status == "refused" and result.id.startswith("schedule is corrupt"):
             log.warning("queue %s: schedule %s paused: %s", queue.name, sid, result.id)
     # The earliest fire time now that these moved on (one ZRANGE; the due
@@ -260,6 +259,7 @@ async def fire_due(
 async def _merge(
     queue: QueueLike,
     tasks: Mapping[str, type[Task[Any]]],
+    sid: str,
     f: dict[str, str],
     payload: bytes,
     job_id: str,
@@ -278,7 +278,7 @@ async def _merge(
         log.warning(
             "queue %s: schedule %s: merging its fire into pending job %s failed (%r)",
             queue.name,
-            f.get("kind"),
+            sid,
             holder,
             exc,
         )
