@@ -296,6 +296,7 @@ async def test_the_dashboard_job_page_shows_dependencies_both_ways(redis_server:
             page = await h.get(f"/queues/wf/jobs/{b}")
             assert page.status_code == 200
             assert "waiting on" in page.text and f"/queues/wf/jobs/{a}" in page.text
+            assert "waiting 1" in (await h.get("/queues/wf")).text
             listed = (await h.get("/api/queues/wf/jobs", params={"state": "waiting"})).json()
             assert [j["id"] for j in listed["jobs"]] == [b]
             up = await h.get(f"/queues/wf/jobs/{a}")
