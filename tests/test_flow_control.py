@@ -510,3 +510,12 @@ async def test_keys_waiting_on_the_kind_cap_go_first_come_first_served(timed: tu
         order.append(d)
         running[d] = (got[0][0], got[0][2])
     assert order[:3] == ["c", "d", "e"]  # the keys that waited, before a and b's second jobs
+
+
+async def test_enqueue_many_reads_each_tasks_own_timeout_and_key(client: vr.Client, queue_name: str) -> None:
+    q = client.queue(queue_name)
+    slow, other, mail = await q.enqueue_many([Slow(), Other(), Mail(domain="x.org")])
+    fields = [await client.redis.hmget(q.keys.job(i), "timeout_ms", "limit_key") for i in (slow, other, mail)]
+    assert fields == [[b"50", None], [None, None], [None, b"5:x.org"]]
+    forced = await q.enqueue_many([Slow(), Other()], timeout=2)
+    assert [await client.redis.hget(q.keys.job(i), "timeout_ms") for i in forced] == [b"2000", b"2000"]

@@ -112,8 +112,11 @@ def prepare(
     # ``delay == 0`` is only true of a number zero (not NaN, not a timedelta),
     # and of False, which to_ms refuses as it refuses True.
     delay_ms = 0 if delay == 0 and delay is not False else to_ms(delay, "delay")
-    timeout_ms = checked_timeout(kind, task.timeout() if timeout is None else timeout)
-    limit = checked_limit_key(kind, task.limit_key())
+    # None (the common case) skips the checks' calls: a single enqueue's hot path.
+    tmo = task.timeout() if timeout is None else timeout
+    timeout_ms = "" if tmo is None else checked_timeout(kind, tmo)
+    lkey = task.limit_key()
+    limit = "" if lkey is None else checked_limit_key(kind, lkey)
     # Positional, in Prepared's field order (id, kind, priority, delay_ms,
     # payload, carry, lease_ms, max_failures, dedup, explicit_priority, trace,
     # timeout_ms, limit_key): keywords double the cost of this line.
@@ -185,8 +188,13 @@ def prepare_many(
             prio = Priority.parse(task.priority())
         key = task.dedup_key()
         field = "" if key is None else checked_dedup_field(kind, key)
-        timeout_ms = first.timeout_ms if timeout is not None else checked_timeout(kind, task.timeout())
-        limit = checked_limit_key(kind, task.limit_key())
+        if timeout is not None:
+            timeout_ms = first.timeout_ms  # the call's own, checked once
+        else:
+            tmo = task.timeout()
+            timeout_ms = "" if tmo is None else checked_timeout(kind, tmo)
+        lkey = task.limit_key()
+        limit = "" if lkey is None else checked_limit_key(kind, lkey)
         # Positional, in Prepared's field order: keywords double the cost
         # of this line. The tests read every field back from Redis.
         jobs.append(
