@@ -519,3 +519,22 @@ async def test_enqueue_many_reads_each_tasks_own_timeout_and_key(client: vr.Clie
     assert fields == [[b"50", None], [None, None], [None, b"5:x.org"]]
     forced = await q.enqueue_many([Slow(), Other()], timeout=2)
     assert [await client.redis.hget(q.keys.job(i), "timeout_ms") for i in forced] == [b"2000", b"2000"]
+
+
+class Digest(Mail):
+    KIND: ClassVar[str] = "digest"
+
+    def dedup_key(self) -> str | None:
+        return f"digest-{self.n}"
+
+
+async def test_a_dedup_merge_moves_a_parked_job_to_its_new_priority(timed: tuple[vr.Queue, Clock]) -> None:
+    q, _ = timed
+    await q.set_limit("digest", concurrency=1, per_key=True)
+    low = await q.enqueue(Digest(domain="a", n=1), priority="low")
+    other = await q.enqueue(Digest(domain="a", n=2))
+    assert await q.enqueue(Digest(domain="a", n=1), priority="critical") == low  # merged into the parked job
+    info = await q.get(low)
+    assert info is not None and info.priority == vr.Priority.CRITICAL
+    assert [i for i, _, _ in (await claim(q, 10))[1]] == [low]  # critical first within its key
+    assert (await limit_of(q, "digest", per_key=True)).waiting == 1 and other
