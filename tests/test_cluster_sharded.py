@@ -172,7 +172,10 @@ def test_cli_stats_shows_a_sharded_queue_as_one_row(redis_cluster: LocalCluster)
 
     anyio.run(fill)
     res = CliRunner().invoke(app, ["stats", "--redis", url, "--json"])
-    assert res.exit_code == 0, res.output
+    # Exit 1 names on stderr a queue that cannot be read: other tests leave
+    # deliberately corrupt queues on the shared cluster. Never this one.
+    assert res.exit_code in (0, 1), res.output
+    assert name not in res.stderr, res.stderr
     rows = {r["queue"]: r for r in json.loads(res.stdout)}
     assert not [q for q in rows if q.startswith(f"{name}.p")]  # no partition rows
     assert sum(rows[name]["pending"].values()) == 7  # every master's partitions found and summed
