@@ -37,8 +37,13 @@
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
-events_open(KEYS[9], KEYS[10], ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+-- The events switch is read only when there is something to journal: an
+-- idle worker's sweep (every reclaim interval) runs no more commands for it.
+local events_read = #ids > 0
+if events_read then
+  events_open(KEYS[9], KEYS[10], ARGV[2])
+end
 local requeued, died = 0, 0
 local requeued_slots = false
 local out = {0, 0}
@@ -95,7 +100,11 @@ end
 -- Jobs the claim ended (cancelled, quarantined) whose dependents are still
 -- to be told (graph.lua graph_orphaned): told here, a batch per sweep. A job
 -- back in another state since (an operator's retry) tells them when it ends.
-for _, oid in ipairs(redis.call('SPOP', graph_orphans_key(prefix), 100)) do
+local orphans = redis.call('SPOP', graph_orphans_key(prefix), 100)
+if #orphans > 0 and not events_read then
+  events_open(KEYS[9], KEYS[10], ARGV[2])
+end
+for _, oid in ipairs(orphans) do
   local o_key = job_keys(prefix, oid)
   local s = redis.pcall('HMGET', o_key, 'state', 'note')
   if not s.err and (s[1] == 'cancelled' or s[1] == 'dead') then

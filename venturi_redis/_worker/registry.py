@@ -8,14 +8,14 @@ Per queue (docs/redis-layout.md, "Workers")::
                                        jobs running, version), PX ttl
 
 The record is written by the lease keeper on each of its ticks (``beat``), in
-one pipelined round trip per queue: SET the record with its TTL and ZADD the
-name; every ``TRIM_EVERY``-th beat (and the first) also drops the names whose
-registration expired and gives the zset an hour's TTL (so it goes an hour
-after the last worker; a shorter one could drop a slower-ticking worker's
-name). Idle, the tick is a third of the lease (10 s by default): about 0.23
-commands/s per queue, which keeps an idle worker within its budget of 2
-commands/s (1.6 without the registration; measured with INFO commandstats,
-docs/operations.md). The TTL spans three ticks, so a worker that stops
+one pipelined round trip per queue: SET the record with its TTL. Every
+``TRIM_EVERY``-th beat (and the first) also ZADDs the name, scored past the
+next such beat, drops the names whose score has passed and gives the zset an
+hour's TTL (so it goes an hour after the last worker; a shorter one could drop
+a slower-ticking worker's name). Idle, the tick is a third of the lease (10 s
+by default): about 0.13 commands/s per queue, which keeps an idle worker
+within its budget of 2 commands/s (measured with INFO commandstats,
+``benchmarks/schedules_idle.py``; docs/operations.md). The TTL spans three ticks, so a worker that stops
 ticking (SIGKILL, a blocked event loop, a cut network) disappears within a
 lease or so; a clean stop removes its registration at once (``leave``).
 
@@ -81,17 +81,20 @@ class Registration:
         )
 
     async def beat(self, queue: Queue, tick_s: float, running: int) -> None:
-        """Renew the registration on ``queue``: one round trip of two commands (four when trimming)."""
+        """Renew the registration on ``queue``: one round trip, of one command (four when indexing)."""
         now_ms = int(time.time() * 1000)
         ttl_ms = max(int(tick_s * 1000 * TTL_TICKS), 1000)
         keys = queue.keys
         pipe = queue.client.redis.pipeline(transaction=False)
         pipe.set(keys.worker(self.name), self.record(now_ms, ttl_ms, running).to_json(), px=ttl_ms)
-        pipe.zadd(keys.workers, {self.name: now_ms + ttl_ms})
         n = self._beats.get(queue.name, 0)
         if n % TRIM_EVERY == 0:
+            # The name's score outlives the next ZADD (TRIM_EVERY beats on):
+            # the zset is only the index of names, the record says who is alive.
+            horizon_ms = max(int(tick_s * 1000 * (TRIM_EVERY + TTL_TICKS)), 1000)
+            pipe.zadd(keys.workers, {self.name: now_ms + horizon_ms})
             pipe.zremrangebyscore(keys.workers, "-inf", now_ms - 1)
-            pipe.pexpire(keys.workers, max(ttl_ms, ZSET_TTL_MS))
+            pipe.pexpire(keys.workers, max(horizon_ms, ZSET_TTL_MS))
         await pipe.execute()
         self._beats[queue.name] = n + 1
 
