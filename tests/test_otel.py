@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import anyio
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -47,6 +48,19 @@ class NestedJob(Nested, vr.Handler[Any]):
         assert NestedJob.provider is not None
         with NestedJob.provider.get_tracer("app").start_as_current_span("handler work"):
             return vr.Outcome.completed()
+
+
+class Slow(vr.Task):
+    KIND: ClassVar[str] = "slow"
+
+    def timeout(self) -> float | None:
+        return 0.05
+
+
+class SlowJob(Slow, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        await anyio.sleep(5)
+        return vr.Outcome.completed()
 
 
 @pytest.fixture
@@ -112,6 +126,13 @@ async def test_a_workflow_job_runs_in_its_enqueue_trace(
         s for s in spans if s.kind == SpanKind.CONSUMER and s.attributes["messaging.message.id"] == then
     ]  # type: ignore[index]
     assert run.parent is not None and run.parent.span_id == send[then].context.span_id
+
+
+async def test_a_run_cut_by_its_timeout_is_an_error(queue: vr.Queue, exporter: InMemorySpanExporter) -> None:
+    await queue.enqueue(Slow(), max_failures=1)
+    await drain(queue, SlowJob)
+    (run,) = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.CONSUMER]
+    assert run.status.status_code == StatusCode.ERROR and run.status.description == "timed out after 0.05 s"
 
 
 async def test_not_instrumented_nothing_is_stored(queue: vr.Queue) -> None:

@@ -85,6 +85,19 @@ def _context_of(stored: bytes | str | None) -> otel_context.Context | None:
     return _W3C.extract(carrier)
 
 
+class _Run:
+    """What the worker may tell a run's span (``_model/tracing.py``'s RUN_SPAN yields it)."""
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: trace.Span) -> None:
+        self.span = span
+
+    def timed_out(self, seconds: float) -> None:
+        """The run's own timeout cut the handler short (no exception reaches the span)."""
+        self.span.set_status(Status(StatusCode.ERROR, f"timed out after {seconds:g} s"))
+
+
 class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Traces venturi_redis's enqueues (PRODUCER spans) and runs (CONSUMER spans).
 
@@ -146,7 +159,7 @@ class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 return await enqueue_flow(self, parent, children, **options)
 
         @contextlib.asynccontextmanager
-        async def run_span(job: Any) -> AsyncIterator[None]:
+        async def run_span(job: Any) -> AsyncIterator[_Run]:
             queue = job.queue
             job_key = queue.keys.job(job.id)
             try:
@@ -173,7 +186,7 @@ class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             )
             token = otel_context.attach(trace.set_span_in_context(span))
             try:
-                yield
+                yield _Run(span)
             except Exception as exc:  # the handler's error: recorded, then handled by the worker
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))

@@ -7,7 +7,9 @@ nothing of OpenTelemetry is imported unless ``venturi_redis.otel`` is.
   (then a space and the ``tracestate`` when there is one); ``prepare`` stores
   it on the job (``Prepared.trace``, the job hash's ``trace`` field).
 * ``RUN_SPAN`` (worker): given the claimed job, the async context manager a
-  run's handler call runs in (its CONSUMER span, recording an exception).
+  run's handler call runs in (its CONSUMER span, recording an exception); what
+  it yields has ``timed_out(seconds)``, called when the run's own timeout cut
+  the handler short.
 """
 
 from __future__ import annotations

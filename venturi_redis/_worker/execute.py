@@ -124,12 +124,16 @@ async def execute(host: RunHost, job: _Job) -> None:
             else:
                 # The run's own deadline (a timeout): a cancellation of this
                 # scope alone, caught here; the worker's (shutdown) passes through.
-                with anyio.move_on_after(math.inf if limit is None else limit) as scope:
-                    if run_span is None:
+                deadline = math.inf if limit is None else limit
+                if run_span is None:
+                    with anyio.move_on_after(deadline) as scope:
                         outcome = await task.handle(ctx, host.state)
-                    else:
-                        async with run_span(job):
+                else:
+                    async with run_span(job) as span:
+                        with anyio.move_on_after(deadline) as scope:
                             outcome = await task.handle(ctx, host.state)
+                        if scope.cancelled_caught:  # the span says why the run ended
+                            span.timed_out(deadline)
                 timed_out = scope.cancelled_caught
         finally:
             if ctx._progress is not None:  # a held-back report lands before the transition
