@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import venturi_redis as vr
-from tests.helpers import drain
+from tests.helpers import drain, make_worker
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob, Flaky, FlakyJob
 from venturi_redis._store import calls_obs
 
@@ -171,3 +171,16 @@ async def test_an_enqueue_in_the_extended_layout_is_an_event_too(queue: vr.Queue
     ids = await queue.enqueue_many([Keyed(), Keyed()])
     got = await _take(queue.events(since="0"), 2)
     assert [(e.event, e.job_id, e.kind) for e in got] == [("enqueued", i, Keyed.KIND) for i in ids]
+
+
+async def test_a_reclaimed_lease_is_an_event(queue: vr.Queue) -> None:
+    """reclaim.lua: the expired lease and the requeue, as the journal says."""
+    await queue.set_events(True)
+    jid = await queue.enqueue(Echo(text="orphan"))
+    gone = make_worker(queue, EchoJob, lease=0.001)
+    await gone._runners[0].claim(1)  # claimed, never run: its worker "died"
+    await anyio.sleep(0.05)
+    await drain(queue, EchoJob)
+    events = [e.event for e in await _take(queue.events(since="0"), 5)]
+    assert events == [j.event for j in await queue.journal(jid)]
+    assert events[:3] == ["enqueued", "claimed", "lease_expired"]
