@@ -259,6 +259,7 @@ async def test_mounted_under_a_path(world: World) -> None:
         js = await h.get("/ops/venturi/static/htmx.min.js")
         assert js.status_code == 200 and "htmx" in js.text[:200]
         page = await h.get("/ops/venturi/queues/mail")
+        assert 'href="/ops/venturi/queues/mail/schedules"' in page.text
         token = csrf_of(page.text)
         done = await h.post("/ops/venturi/queues/mail/pause", data={"csrf_token": token})
         assert done.status_code == 303 and done.headers["location"].startswith("/ops/venturi/queues/mail")
@@ -568,3 +569,218 @@ def test_cli_serves_with_the_token_from_the_environment(
         ask = urllib.request.Request(base + "/api/queues", headers={"Authorization": "Bearer from-the-env"})
         with urllib.request.urlopen(ask, timeout=10) as ok:
             assert ok.status == 200 and "queues" in ok.read().decode()
+
+
+# -- schedules, limits, progress, live events (issues 27, 28, 30) -------------------------
+
+
+class Reports(vr.Task):
+    KIND: ClassVar[str] = "reports"
+
+
+class ReportsJob(Reports, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        await ctx.report_progress({"done": 3, "of": 10, "step": XSS})
+        return vr.Outcome.suspend(output={"q": "go on?"})
+
+
+async def test_schedules_page_json_and_actions(world: World) -> None:
+    q = world.queue
+    await q.schedule("hourly", Echo(text="tick"), cron="0 * * * *", tz="Europe/Paris")
+    await q.schedule("often", Echo(text="tock"), every=90)
+    async with http(create_app(world.client)) as h:
+        page = await h.get("/queues/mail")
+        assert 'href="/queues/mail/schedules" id="schedules-link">schedules (2)<' in page.text
+        listing = await h.get("/queues/mail/schedules")
+        assert listing.status_code == 200
+        assert 'data-schedule="hourly"' in listing.text and "<code>0 * * * *</code>" in listing.text
+        assert "Europe/Paris" in listing.text and "every 90 s" in listing.text
+        api = (await h.get("/api/queues/mail/schedules")).json()["schedules"]
+        assert [(s["id"], s["kind"], s["cron"], s["every"], s["tz"]) for s in api] == [
+            ("hourly", "cron", "0 * * * *", None, "Europe/Paris"),
+            ("often", "every", None, 90.0, "UTC"),
+        ]
+        assert api[0]["next_at"] and api[0]["last_job_id"] is None and not api[0]["paused"]
+        token = csrf_of(listing.text)
+        base = "/queues/mail/schedules/hourly"
+        assert (await h.post(base + "/pause", data={})).status_code == 403
+        assert not (await q.get_schedule("hourly")).paused  # type: ignore[union-attr]
+        r = await h.post(base + "/pause", data={"csrf_token": token})
+        assert r.status_code == 303 and r.headers["location"] == "/queues/mail/schedules?done=schedule-paused"
+        assert (await q.get_schedule("hourly")).paused  # type: ignore[union-attr]
+        paused = await h.get(r.headers["location"])
+        assert "Schedule paused" in paused.text and f"{base}/resume" in paused.text
+        r = await h.post(base + "/resume", data={"csrf_token": token}, headers={"accept": "application/json"})
+        assert r.json() == {"done": "schedule-resumed", "schedule_id": "hourly"}
+        assert not (await q.get_schedule("hourly")).paused  # type: ignore[union-attr]
+        r = await h.post(base + "/trigger", data={"csrf_token": token})
+        assert r.status_code == 303
+        job_page = await h.get(r.headers["location"])
+        assert "Schedule fired once now" in job_page.text
+        job_id = r.headers["location"].split("/jobs/")[1].split("?")[0]
+        assert (await q.get(job_id)).schedule_id == "hourly"  # type: ignore[union-attr]
+        # The job links back to its schedule, with its fire time.
+        assert 'href="/queues/mail/schedules#schedule-hourly">hourly</a>, fire time 20' in job_page.text
+        doc = (await h.get(f"/api/queues/mail/jobs/{job_id}")).json()["job"]
+        assert doc["schedule_id"] == "hourly" and doc["fire_at"]
+        gone = await h.post(
+            "/queues/mail/schedules/nope/trigger",
+            data={"csrf_token": token},
+            headers={"accept": "application/json"},
+        )
+        assert gone.json() == {"done": "no-schedule", "schedule_id": "nope"}
+        assert (await h.post(base + "/explode", data={"csrf_token": token})).status_code == 404
+        assert (
+            await h.post("/queues/mail/schedules/bad%20id/pause", data={"csrf_token": token})
+        ).status_code == 404
+        fired = (await h.get("/api/queues/mail/schedules")).json()["schedules"][0]
+        assert fired["last_job_id"] == job_id and fired["fires"] == 1
+        linked = await h.get("/queues/mail/schedules")
+        assert f'href="/queues/mail/jobs/{job_id}">{job_id}</a>' in linked.text
+    async with http(create_app(world.client, read_only=True)) as h:
+        ro = await h.get("/queues/mail/schedules")
+        assert (
+            'data-schedule="hourly"' in ro.text and "/trigger" not in ro.text and "csrf_token" not in ro.text
+        )
+        assert (await h.post(base + "/trigger", data={"csrf_token": token})).status_code in (404, 405)
+
+
+async def test_limits_on_the_queue_page_and_limited_in_the_counts(world: World) -> None:
+    q = world.queue
+    await q.set_limit("login", concurrency=1)
+    await q.set_limit("echo", rate=vr.Rate(5, 60), per_key=True)
+    await q.enqueue(Login(user="bob", password="pw"))
+    # Two eligible login jobs, one slot: the claim takes one and parks the other.
+    await claim_raw(q, 2, worker="w-lim", lease_ms=60_000)
+    assert (await q.stats()).limited == 1
+    async with http(create_app(world.client)) as h:
+        page = await h.get("/queues/mail")
+        api = (await h.get("/api/queues/mail/limits")).json()
+        overview = await h.get("/")
+        counts = (await h.get("/api/queues")).json()["queues"][0]
+    assert 'data-limit="login"' in page.text and 'data-limit="echo per key"' in page.text
+    assert "limited 1" in page.text
+    assert api["limited"] == 1
+    assert api["limits"] == [
+        {
+            "kind": "echo",
+            "per_key": True,
+            "concurrency": None,
+            "rate": {"count": 5, "per_seconds": 60.0},
+            "running": 0,
+            "waiting": 0,
+        },
+        {"kind": "login", "per_key": False, "concurrency": 1, "rate": None, "running": 1, "waiting": 1},
+    ]
+    row = overview.text.split('data-queue="mail"')[1].split("</tr>")[0]
+    assert "limited 1" in row
+    assert counts["limited"] == 1 and counts["waiting"] == 0
+
+
+async def test_job_page_shows_progress_escaped(world: World) -> None:
+    job_id = await world.queue.enqueue(Reports())
+    await run_until_event(world.queue, job_id, "suspended", ReportsJob)
+    async with http(create_app(world.client)) as h:
+        page = await h.get(f"/queues/mail/jobs/{job_id}")
+        doc = (await h.get(f"/api/queues/mail/jobs/{job_id}")).json()["job"]
+    assert doc["progress"] == {"done": 3, "of": 10, "step": XSS}
+    assert 'id="job-progress"' in page.text and "&#34;of&#34;: 10" in page.text
+    assert XSS not in page.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+
+
+async def test_live_events_off_shows_how_to_turn_them_on(world: World) -> None:
+    async with http(create_app(world.client)) as h:
+        page = await h.get("/queues/mail")
+        feed = await h.get("/queues/mail/events")
+    assert 'id="events-off"' in page.text and "<code>venturi queue events mail on</code>" in page.text
+    assert "live.js" not in page.text
+    assert feed.status_code == 204  # EventSource stops, no reconnect loop
+    js = (Path(venturi_redis.dashboard.__file__).parent / "static/live.js").read_text()
+    assert "innerHTML" not in js and "textContent" in js  # event text is never parsed as HTML
+
+
+async def test_live_events_stream_ends_when_the_client_leaves(world: World) -> None:
+    """Over real HTTP (uvicorn): one event after an enqueue, then the client closes;
+    the server's feed ends and no XREAD stays blocked on Redis."""
+    import json
+    import socket
+
+    import uvicorn
+
+    from venturi_redis.dashboard import _live
+
+    await world.queue.set_events(True)
+
+    async def blocked() -> int:
+        return sum("b" in c["flags"] for c in await world.client.redis.client_list())
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(world.client), log_level="warning", lifespan="off"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve, [sock])
+        try:
+            with anyio.fail_after(10):
+                while not server.started:
+                    await anyio.sleep(0.01)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as h:
+                page = await h.get("/queues/mail")
+                assert 'data-src="/queues/mail/events"' in page.text and "static/live.js" in page.text
+                async with h.stream("GET", "/queues/mail/events") as r:
+                    assert r.status_code == 200
+                    assert r.headers["content-type"].startswith("text/event-stream")
+                    lines = r.aiter_lines()
+                    with anyio.fail_after(10):
+                        assert await anext(lines) == "retry: 3000"
+                        job_id = await world.queue.enqueue(Hostile(text=XSS))
+                        seen: dict[str, Any] = {}
+                        async for line in lines:
+                            if line.startswith("id: "):
+                                seen["id"] = line[4:]
+                            if line.startswith("data: "):
+                                seen.update(json.loads(line[6:]))
+                                break
+                    assert (
+                        seen["event"] == "enqueued" and seen["job_id"] == job_id and seen["kind"] == "hostile"
+                    )
+                    assert re.fullmatch(r"\d+-\d+", seen["id"]) and _live.OPEN == 1
+            with anyio.fail_after(10):
+                while _live.OPEN or await blocked():
+                    await anyio.sleep(0.02)
+        finally:
+            server.should_exit = True
+
+
+async def test_live_feed_beats_while_quiet_resumes_after_last_event_id_and_ends(world: World) -> None:
+    from venturi_redis.dashboard import _live
+
+    await world.queue.set_events(True)
+    first = await world.queue.enqueue(Echo(text="one"))
+    second = await world.queue.enqueue(Echo(text="two"))
+    (ev1,) = [e async for e in _take(world.queue.events(since="0"), 2)][1:]  # events_on, then enqueued
+    assert ev1.job_id == first
+    assert _live.resume_point(ev1.id) == ev1.id and _live.resume_point("x<y") == "$"
+    sent: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message.get("body", b""))
+
+    feed = _live.EventFeed(world.queue, ev1.id, heartbeat=0.05, lifetime=0.5)
+    with anyio.fail_after(10):
+        await feed({"type": "http"}, receive, send)  # ends by itself after its lifetime
+    body = b"".join(sent).decode()
+    assert f'"job_id":"{second}"' in body and f'"job_id":"{first}"' not in body
+    assert ": quiet" in body and _live.OPEN == 0
+
+
+async def _take(events: Any, n: int) -> AsyncIterator[Any]:
+    async for e in events:
+        yield e
+        n -= 1
+        if n == 0:
+            return

@@ -29,7 +29,9 @@ from starlette.staticfiles import StaticFiles
 
 from .._model.enums import JobState
 from .._model.errors import VenturiError
-from . import _data, _listing, _render
+from .._model.schedule import validate_schedule_id
+from .._producer.events import events_cap
+from . import _data, _listing, _live, _render
 from ._security import (
     AUTH_COOKIE,
     CSRF_FIELD,
@@ -62,6 +64,10 @@ MESSAGES = {
     "paused": "Queue paused: workers claim nothing from it until it is resumed.",
     "resumed": "Queue resumed.",
     "dead-retried": "Dead jobs moved back to pending.",
+    "schedule-paused": "Schedule paused: it fires no job until it is resumed.",
+    "schedule-resumed": "Schedule resumed: it fires from its next fire time after now.",
+    "schedule-triggered": "Schedule fired once now: this is the job it enqueued.",
+    "no-schedule": "Nothing done: no such schedule.",
 }
 
 
@@ -88,6 +94,7 @@ class Dashboard:
             undefined=jinja2.StrictUndefined,
         )
         self.env.filters.update(_render.FILTERS)
+        self.env.tests["job_id"] = lambda value: bool(_data.JOB_ID_RE.fullmatch(str(value or "")))
 
     # -- helpers -----------------------------------------------------------------
 
@@ -165,11 +172,15 @@ class Dashboard:
             params = {k: v for k, v in filters.items() if v}
             next_url = "?" + urlencode({**params, "cursor": page.next_cursor})
         stats = await queue.stats()
+        limits = [_data.limit_dict(x) for x in await queue.limits()]
         return self.page(
             request,
             "queue.html",
             queue=queue.name,
             stats=stats,
+            limits=limits,
+            schedules=await queue.client.redis.scard(queue.keys.schedules),
+            events_on=await events_cap(queue) > 0,
             jobs=page.jobs,
             scanned=page.scanned,
             next_url=next_url,
@@ -207,6 +218,26 @@ class Dashboard:
         if request.url.path.startswith(_api_prefix(request)):
             return JSONResponse({"job": doc, "journal": entries})
         return self.page(request, "job.html", queue=queue.name, job=doc, journal=entries)
+
+    async def schedules(self, request: Request) -> Response:
+        queue = await self.known_queue(request.path_params["queue"])
+        rows = [_data.schedule_dict(s) for s in await queue.schedules()]
+        if request.url.path.startswith(_api_prefix(request)):
+            return JSONResponse({"queue": queue.name, "schedules": rows})
+        return self.page(request, "schedules.html", queue=queue.name, schedules=rows)
+
+    async def limits(self, request: Request) -> Response:
+        queue = await self.known_queue(request.path_params["queue"])
+        stats = await queue.stats()
+        rows = [_data.limit_dict(x) for x in await queue.limits()]
+        return JSONResponse({"queue": queue.name, "limited": stats.limited, "limits": rows})
+
+    async def events(self, request: Request) -> Response:
+        queue = await self.known_queue(request.path_params["queue"])
+        if await events_cap(queue) <= 0:
+            # 204 tells a browser's EventSource to stop (not to reconnect).
+            return Response(status_code=204)
+        return _live.EventFeed(queue, _live.resume_point(request.headers.get("last-event-id")))
 
     # -- actions -----------------------------------------------------------------
 
@@ -258,6 +289,27 @@ class Dashboard:
         moved = await queue.retry_dead(kind=kind)
         target = request.url_for("jobs", queue=queue.name).path
         return self._answer(request, target, "dead-retried", moved=moved)
+
+    async def schedule_action(self, request: Request) -> Response:
+        await self._guard_post(request)
+        queue = await self.known_queue(request.path_params["queue"])
+        action = request.path_params["action"]
+        try:
+            schedule_id = validate_schedule_id(request.path_params["schedule_id"])
+        except VenturiError:
+            raise HTTPException(404, "not a schedule id") from None
+        if action not in ("pause", "resume", "trigger"):
+            raise HTTPException(404, "no such action (pause, resume or trigger)")
+        target = request.url_for("schedules", queue=queue.name).path
+        if action == "trigger":
+            job_id = await queue.trigger_schedule(schedule_id)
+            if job_id is None:
+                return self._answer(request, target, "no-schedule", schedule_id=schedule_id)
+            target = request.url_for("job", queue=queue.name, job_id=job_id).path
+            return self._answer(request, target, "schedule-triggered", schedule_id=schedule_id, job_id=job_id)
+        change = queue.pause_schedule if action == "pause" else queue.resume_schedule
+        done = f"schedule-{action}d" if await change(schedule_id) else "no-schedule"
+        return self._answer(request, target, done, schedule_id=schedule_id)
 
     def _job_id(self, request: Request) -> str:
         job_id = str(request.path_params["job_id"])
@@ -394,6 +446,10 @@ def create_app(
         Route("/api/queues", dash.overview, name="api_queues"),
         Route("/api/queues/{queue}/jobs", dash.jobs, name="api_jobs"),
         Route("/api/queues/{queue}/jobs/{job_id}", dash.job, name="api_job"),
+        Route("/queues/{queue}/schedules", dash.schedules, name="schedules"),
+        Route("/api/queues/{queue}/schedules", dash.schedules, name="api_schedules"),
+        Route("/api/queues/{queue}/limits", dash.limits, name="api_limits"),
+        Route("/queues/{queue}/events", dash.events, name="events"),
         Route("/login", dash.login_form, name="login_form"),
         Route("/login", dash.login, methods=["POST"], name="login"),
         Route("/logout", dash.logout, methods=["POST"], name="logout"),
@@ -406,6 +462,12 @@ def create_app(
             Route("/queues/{queue}/pause", dash.pause, methods=["POST"], name="pause"),
             Route("/queues/{queue}/resume", dash.resume, methods=["POST"], name="resume"),
             Route("/queues/{queue}/dead/retry", dash.retry_dead, methods=["POST"], name="retry_dead"),
+            Route(
+                "/queues/{queue}/schedules/{schedule_id}/{action}",
+                dash.schedule_action,
+                methods=["POST"],
+                name="schedule_action",
+            ),
         ]
 
     @contextlib.asynccontextmanager

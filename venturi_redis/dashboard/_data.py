@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import ResponseError
 
 from .._model.enums import JobState
+from .._model.limits import LimitInfo
 from .._model.records import JobInfo, JournalEntry, ms_to_dt
 from .._model.redact import redact
+from .._model.schedule import ScheduleInfo
 from .._producer.discovery import discover_queues
 from .._producer.reads import QueueStats
 from .._store.keys import dedup_field, validate_name
@@ -78,11 +80,22 @@ class QueueOverview:
 
 
 async def queue_exists(queue: Queue) -> bool:
-    """Whether ``queue`` has any index zset or a meta hash (what discovery finds)."""
+    """Whether ``queue`` has any index zset, a meta hash or a schedule (what discovery finds)."""
     from .._store.keys import QueueKeys
 
     k: QueueKeys = queue.keys
-    keys = [*k.pending_high_first, k.running, k.suspended, k.completed, k.dead, k.cancelled, k.meta]
+    keys = [
+        *k.pending_high_first,
+        k.waiting,
+        k.limits_parked,
+        k.running,
+        k.suspended,
+        k.completed,
+        k.dead,
+        k.cancelled,
+        k.meta,
+        k.schedules,
+    ]
     return int(await queue.client.redis.exists(*keys)) > 0
 
 
@@ -256,11 +269,52 @@ def job_dict(info: JobInfo, redaction: Redaction) -> dict[str, Any]:
         "corrupt": dict(info.corrupt),
         "waiting_on": list(info.waiting_on),
         "dependents": list(info.dependents),
+        # Reported by the handler (ctx.report_progress): shown as it is, like the note.
+        "progress": info.progress,
+        "schedule_id": info.schedule_id,
+        "fire_at": info.fire_at,
     }
     for name in ("payload", "carry", "attachment", "result", "output"):
         out[name] = redaction.doc(info.kind, getattr(info, name))
     doc: dict[str, Any] = jsonable(out)
     return doc
+
+
+def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
+    """A schedule as JSON-ready data (its task's payload is never read)."""
+    doc: dict[str, Any] = jsonable(
+        {
+            "id": info.id,
+            "kind": info.kind,
+            "cron": info.cron,
+            "every": info.every,
+            "tz": info.tz,
+            "next_at": info.next_at,
+            "last_at": info.last_at,
+            "last_job_id": info.last_job_id,
+            "paused": info.paused,
+            "task_kind": info.task_kind,
+            "priority": info.priority.label,
+            "start_at": info.start_at,
+            "end_at": info.end_at,
+            "fires": info.fires,
+            "note": info.note,
+        }
+    )
+    return doc
+
+
+def limit_dict(info: LimitInfo) -> dict[str, Any]:
+    """A limit as JSON-ready data; ``rate`` as ``{"count", "per_seconds"}`` (or null)."""
+    rate = None if info.rate is None else {"count": info.rate.count, "per_seconds": info.rate.seconds}
+    return {
+        "kind": info.kind,
+        "per_key": info.per_key,
+        "concurrency": info.concurrency,
+        "rate": rate,
+        "running": info.running,
+        "waiting": info.waiting,
+    }
 
 
 def entry_dict(entry: JournalEntry, kind: str, redaction: Redaction) -> dict[str, Any]:

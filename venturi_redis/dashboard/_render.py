@@ -31,6 +31,14 @@ def seconds(value: float) -> str:
     return f"{value / 86400:.1f} d"
 
 
+def interval(value: float) -> str:
+    """A schedule's period, exact: ``90 s``, ``5 min``, ``2 h``, ``1 d`` (``seconds`` rounds)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if value >= size and value % size == 0:
+            return f"{value / size:g} {unit}"
+    return f"{value:g} s"
+
+
 def bars(counts: list[int], height: int = 28, width: int = 3) -> list[dict[str, int]]:
     """SVG bar geometry for ``counts`` (one bar per minute), scaled to ``height``."""
     top = max(counts) if counts and max(counts) > 0 else 1
@@ -50,4 +58,11 @@ def detail(name: str, value: str) -> str:
     return value
 
 
-FILTERS = {"detail": detail, "when": when, "pretty": pretty, "seconds": seconds, "bars": bars}
+FILTERS = {
+    "detail": detail,
+    "when": when,
+    "pretty": pretty,
+    "seconds": seconds,
+    "interval": interval,
+    "bars": bars,
+}
