@@ -8,6 +8,7 @@ running, a backlog pending), serves the dashboard with ``venturi dashboard``
 as a user would, and walks it in headless Chromium (Debian's
 ``/usr/bin/chromium``, driven by Playwright; no browser is downloaded):
 overview, the queue's dead jobs, a dead job, the same job after pressing
+retry, and the queue page of a second tab whose live event feed shows that
 retry. tests/test_dashboard_browser.py runs the same walk.
 """
 
@@ -101,6 +102,11 @@ async def populate(url: str) -> dict[str, str]:
         await q.enqueue(SendEmail(to="tomorrow@mail.example", subject="Reminder"), delay=86_400)
         ids["cancelled"] = await q.enqueue(SendEmail(to="oops@mail.example", subject="Sent twice"))
         await q.cancel(ids["cancelled"])
+        # What the queue page shows beside its jobs: a schedule, a limit, the live feed.
+        digest = SendEmail(to="all@mail.example", subject="Digest")
+        await q.schedule("weekly-digest", digest, cron="0 8 * * 1")
+        await q.set_limit(SendEmail.KIND, concurrency=4, rate=vr.Rate(100, 60))
+        await q.set_events(True)
         return ids
     finally:
         await client.aclose()
@@ -200,10 +206,20 @@ def walk(base: str, out_dir: Path, dead_id: str) -> list[Path]:
             page.locator(f'tr[data-job="{dead_id}"] a').first.click()
             expect(page.locator("#job-state")).to_have_text("dead")
             shot("job-dead")
+            # A second tab follows the queue's live feed (static/live.js, server-sent events).
+            feed = browser.new_page()
+            feed.on("pageerror", lambda e: errors.append(str(e)))
+            feed.goto(f"{base}/queues/{QUEUE}")
+            expect(feed.locator("#events-status")).to_contain_text("Following")
             page.get_by_role("button", name="retry").click()
             expect(page.locator("#job-state")).to_have_text("pending")
             expect(page.locator(".flash")).to_contain_text("moved back to pending")
             shot("job-retried")
+            # The retry shows in the other tab's feed, linking to the job.
+            expect(feed.locator('ol.feed li[data-event="retried"] a.id')).to_have_text(dead_id)
+            feed.screenshot(path=str(out_dir / "dashboard-queue-live.png"), full_page=True)
+            shots.append(out_dir / "dashboard-queue-live.png")
+            feed.close()
         finally:
             browser.close()
     if errors:

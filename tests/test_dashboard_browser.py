@@ -3,7 +3,8 @@
 ``venturi dashboard`` runs as a user starts it, against a redis-server of its
 own holding a queue with jobs in every state (scripts/dashboard_screenshots.py
 fills it). The browser opens the overview, follows the queue to a dead job,
-presses retry and sees the job pending, taking a screenshot at each step; a
+presses retry and sees the job pending, and sees that retry arrive in the live
+event feed of the queue page open in a second tab, taking a screenshot at each step; a
 script error or a Content-Security-Policy violation in the page fails the test.
 No browser is downloaded: .ci/run installs Debian's chromium when missing, and
 this test fails (it is not skipped) when it is not there.
@@ -57,6 +58,7 @@ def test_overview_to_dead_job_retry_in_chromium(own_redis: RedisServer, tmp_path
         "dashboard-queue-dead.png",
         "dashboard-job-dead.png",
         "dashboard-job-retried.png",
+        "dashboard-queue-live.png",
     ]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5_000
