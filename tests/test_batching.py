@@ -41,7 +41,7 @@ async def test_one_complete_call_settles_many_jobs_each_fenced(queue: vr.Queue) 
             calls.completion(c, tc, "done c", b"", b"", b""),
         ],
     )
-    reply = await queue.client.scripts.call(queue.client.redis, *call)
+    reply = await queue.client._scripts.call(queue.client.redis, *call)
 
     assert reply[0] == 1 and reply[2] == 1
     assert b"lease token does not match" in reply[1]
@@ -59,7 +59,7 @@ async def test_one_complete_call_settles_many_jobs_each_fenced(queue: vr.Queue) 
 async def test_a_burst_of_completions_shares_round_trips(
     queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scripts = queue.client.scripts
+    scripts = queue.client._scripts
     pipelines: list[list[tuple[str, int]]] = []
     real = scripts.run_pipeline
 
@@ -125,7 +125,7 @@ async def test_two_pipelines_go_out_at_once_never_three(
 ) -> None:
     """While one pipeline is at Redis the next goes out; a third waits for one of them."""
     client = queue.client
-    scripts = client.scripts
+    scripts = client._scripts
     real = scripts.run_pipeline
     gates: list[anyio.Event] = []
 
@@ -177,7 +177,7 @@ def _failing_completes(
 
     Returns the list of jobs each failed pipeline carried (its complete calls' ARGV[3]).
     """
-    scripts = queue.client.scripts
+    scripts = queue.client._scripts
     real = scripts.run_pipeline
     failed: list[int] = []
 

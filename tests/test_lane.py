@@ -80,13 +80,13 @@ async def _connections(r: aioredis.Redis, name: str) -> list[dict[str, Any]]:
 def _pool_calls(client: vr.Client, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Record which connection each enqueue script call went out on."""
     seen: list[Any] = []
-    real = client.scripts.call
+    real = client._scripts.call
 
     async def call(redis: Any, name: str, keys: Any, args: Any) -> Any:
         seen.append(redis)
         return await real(redis, name, keys, args)
 
-    monkeypatch.setattr(client.scripts, "call", call)
+    monkeypatch.setattr(client._scripts, "call", call)
     real_script = Lane.script
 
     async def script(lane: Lane, script: Any, keys: Any, args: Any) -> Any:
@@ -276,7 +276,7 @@ async def test_a_lane_on_decoded_replies_reads_through_redis_py(server: RedisSer
     lane = Lane.for_redis(r)
     assert lane is not None
     client = vr.Client.from_url(server.url_with())
-    script = client.scripts["enqueue"]
+    script = client._scripts["enqueue"]
     try:
         with pytest.raises(ResponseError):  # no keys: enqueue.lua refuses (an error reply, raised)
             await lane.script(script, [], [])

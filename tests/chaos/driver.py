@@ -43,7 +43,7 @@ class Driver:
         self.max_failures = max_failures
 
     async def _call(self, call: calls.Call) -> Any:
-        return await self.c.scripts.call(self.c.redis, *call)
+        return await self.c._scripts.call(self.c.redis, *call)
 
     def _now(self) -> str:
         return self.c._now_arg()

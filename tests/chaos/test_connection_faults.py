@@ -183,4 +183,4 @@ async def test_noscript_recovery_survives_a_flush_at_the_worst_moment(
     q = qclient.queue(queue_name)
     flaky = _FlushBeforeEvalsha(qclient.redis)
     # Fails with a second NOSCRIPT if the recovery is SCRIPT LOAD then EVALSHA.
-    assert calls.extended(await qclient.scripts.call(flaky, *calls.extend(q.keys, "", []))) == ([], [])
+    assert calls.extended(await qclient._scripts.call(flaky, *calls.extend(q.keys, "", []))) == ([], [])

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.anyio
 
 RESTARTS = 10 if LONG else 2
 DOWN_FOR = 0.5  # seconds the server stays dead each time
-CLAIM_SHA = vr.Client(None).scripts["claim"].sha
+CLAIM_SHA = vr.Client(None)._scripts["claim"].sha
 
 
 async def test_redis_restart_loses_no_acknowledged_enqueue(

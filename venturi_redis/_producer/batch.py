@@ -34,7 +34,7 @@ async def enqueue_prepared(queue: QueueLike, tasks: Sequence[Task[Any]], jobs: l
     chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
     now = queue.client._now_arg()
     batch = [calls.enqueue(queue.keys, now, chunk) for chunk in chunks]
-    scripts_, redis = queue.client.scripts, queue.client.redis
+    scripts_, redis = queue.client._scripts, queue.client.redis
     replies: list[Any]
     if len(batch) == 1:
         try:

@@ -83,7 +83,7 @@ class Client:
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
         self.url = url
-        self.scripts: ScriptSet = scripts()
+        self._scripts: ScriptSet = scripts()
         self._queues: dict[str, Queue] = {}
         # The enqueue lane (_lane.py) is only made by from_url, where the client
         # owns its connections: aclose() is then the one place that closes them.
@@ -367,7 +367,7 @@ class Queue:
                 f"{self.client.max_payload_bytes}"
             )
         call = calls.resume(self.keys, self.client._now_arg(), job_id=job_id, value=raw)
-        return int(calls.transition(await self.client.scripts.call(self.client.redis, *call)).applied)
+        return int(calls.transition(await self.client._scripts.call(self.client.redis, *call)).applied)
 
     # -- operations: thin delegations to reads.py and ops.py; the CLI calls these -----
 

@@ -21,8 +21,8 @@ async def _call(q: QueueLike, call: calls.Call) -> Any:
     client = q.client
     lane = client._enqueue_lane()
     if lane is None:
-        return await client.scripts.call(client.redis, *call)
-    return await lane.script(client.scripts[call.name], call.keys, call.args)
+        return await client._scripts.call(client.redis, *call)
+    return await lane.script(client._scripts[call.name], call.keys, call.args)
 
 
 @dataclass(eq=False, slots=True)

@@ -74,7 +74,7 @@ async def merge_into(queue: QueueLike, task: Task[Any], job: Prepared, holder: s
         if not holder:
             # The key was free when we looked: try the atomic create again.
             call = calls.enqueue(queue.keys, client._now_arg(), [job])
-            holder = calls.enqueue_holder(await client.scripts.call(client.redis, *call))
+            holder = calls.enqueue_holder(await client._scripts.call(client.redis, *call))
             if not holder:
                 return job.id
         result = await _try_merge(queue, task, job, holder, unsure=unsure)
@@ -152,7 +152,7 @@ async def _try_merge(
             if decision.decision == "independent":
                 await pipe.reset()
                 call = calls.enqueue(keys, client._now_arg(), [job], dedup_mode="force")
-                await client.scripts.call(client.redis, *call)
+                await client._scripts.call(client.redis, *call)
                 return job.id
             old_prio = Priority.parse(text(raw.get(b"priority")) or "normal")
             new_prio, payload, carry_action, carry_bytes = old_prio, b"", "keep", b""
@@ -193,7 +193,7 @@ async def _try_merge(
                 by=job.id,
             )
             pipe.multi()
-            client.scripts.queue_call(pipe, *merge_call)
+            client._scripts.queue_call(pipe, *merge_call)
             (applied,) = await pipe.execute()
         except WatchError as exc:
             return REPLY_LOST if _reply_lost(exc) else None
@@ -201,7 +201,7 @@ async def _try_merge(
             # The server lost (or never had) merge.lua: nothing was applied. Load
             # it and apply the same decision if the job is still as we read it,
             # so the task's merge() is not asked twice about one state.
-            await client.scripts.load(client.redis, merge_call.name)
+            await client._scripts.load(client.redis, merge_call.name)
             applied = await _apply_again(queue, job_key, raw, merge_call)
             if isinstance(applied, _ReplyLost):
                 return applied
@@ -215,7 +215,7 @@ async def _apply_again(queue: QueueLike, job_key: str, raw: dict[bytes, bytes], 
             if await _watch_and_read(pipe, job_key, ("HGETALL", job_key)) != [raw]:
                 return None
             pipe.multi()
-            queue.client.scripts.queue_call(pipe, *call)
+            queue.client._scripts.queue_call(pipe, *call)
             (applied,) = await pipe.execute()
         except WatchError as exc:
             return REPLY_LOST if _reply_lost(exc) else None

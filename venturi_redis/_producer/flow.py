@@ -63,7 +63,7 @@ def checked_ids(after: object) -> tuple[str, ...]:
 
 async def _run(queue: QueueLike, jobs: list[FlowJob]) -> None:
     call = calls_flow.enqueue_flow(queue.keys, queue.client._now_arg(), jobs)
-    await queue.client.scripts.call(queue.client.redis, *call)
+    await queue.client._scripts.call(queue.client.redis, *call)
 
 
 async def enqueue_after(queue: QueueLike, task: Task[Any], job: Prepared, after: object) -> str:

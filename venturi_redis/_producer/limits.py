@@ -32,13 +32,13 @@ async def set_limit(
         rate_count=count,
         rate_ms=per_ms,
     )
-    await queue.client.scripts.call(queue.client.redis, *call)
+    await queue.client._scripts.call(queue.client.redis, *call)
 
 
 async def clear_limit(queue: QueueLike, kind: str, *, per_key: bool) -> bool:
     checked = checked_limit_kind(kind)
     call = calls.limit(queue.keys, queue.client._now_arg(), action="clear", kind=checked, per_key=per_key)
-    return int(await queue.client.scripts.call(queue.client.redis, *call)) == 1
+    return int(await queue.client._scripts.call(queue.client.redis, *call)) == 1
 
 
 async def limits(queue: QueueLike) -> list[LimitInfo]:

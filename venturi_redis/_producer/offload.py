@@ -163,7 +163,7 @@ class OffloadFunction(Generic[P, R]):
             raise TaskDefinitionError(f"{job.kind}: an offload task cannot have a dedup key")
         # The job and its pending snapshot in one script call (one atomic step).
         call = calls.enqueue(queue.keys, client._now_arg(), [job], offload=[(token, self.retention_ms)])
-        await client.scripts.call(client.redis, *call)
+        await client._scripts.call(client.redis, *call)
         return OffloadHandle(key=f"{self.queue}:{token}", job_id=job.id, result_type=self.result_type)
 
     def handle(self, key: str, job_id: str = "") -> OffloadHandle[R]:

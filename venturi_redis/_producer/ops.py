@@ -89,7 +89,7 @@ async def retry(queue: QueueLike, job_id: str, *, note: str = "retried by an ope
 
 async def _retry_ids(queue: QueueLike, ids: list[str], note: str) -> list[str]:
     call = calls.retry_dead(queue.keys, queue.client._now_arg(), ids=ids, note=note)
-    return calls.retried(await queue.client.scripts.call(queue.client.redis, *call))
+    return calls.retried(await queue.client._scripts.call(queue.client.redis, *call))
 
 
 async def retry_dead(
@@ -144,7 +144,7 @@ async def cancel(
     ``detail`` says why.
     """
     call = calls.cancel(queue.keys, queue.client._now_arg(), job_id=job_id, note=note)
-    applied, detail = calls.transition(await queue.client.scripts.call(queue.client.redis, *call))
+    applied, detail = calls.transition(await queue.client._scripts.call(queue.client.redis, *call))
     if applied:
         return ("cancelled" if detail == "cancelled" else "requested"), detail
     return ("not_found" if detail == "job does not exist" else "finished"), detail
@@ -189,7 +189,7 @@ def _check_finished(state: str) -> None:
 async def _purge_batch(queue: QueueLike, state: str, keep_ms: int, batch: int) -> tuple[int, bool]:
     _check_finished(state)
     call = calls.purge(queue.keys, queue.client._now_arg(), state=state, keep_ms=keep_ms, batch=batch)
-    return calls.purged(await queue.client.scripts.call(queue.client.redis, *call))
+    return calls.purged(await queue.client._scripts.call(queue.client.redis, *call))
 
 
 async def purge(queue: QueueLike, state: str, *, older_than: float | timedelta = 0.0) -> int:

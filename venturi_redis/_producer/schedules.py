@@ -103,7 +103,7 @@ async def schedule(
         anchor=anchor,
         definition=definition,
     )
-    await queue.client.scripts.call(queue.client.redis, *call)
+    await queue.client._scripts.call(queue.client.redis, *call)
     info = await get_schedule(queue, schedule_id)
     assert info is not None  # just written; only an unschedule() racing this call removes it
     return info
@@ -145,7 +145,7 @@ async def pause_schedule(queue: QueueLike, schedule_id: str) -> bool:
     call = calls_schedule.schedule_pause(
         queue.keys, queue.client._now_arg(), schedule_id=schedule_id, pause=True
     )
-    return calls.transition(await queue.client.scripts.call(queue.client.redis, *call)).applied
+    return calls.transition(await queue.client._scripts.call(queue.client.redis, *call)).applied
 
 
 async def resume_schedule(queue: QueueLike, schedule_id: str) -> bool:
@@ -168,7 +168,7 @@ async def resume_schedule(queue: QueueLike, schedule_id: str) -> bool:
             version=f.get("version", ""),
             next_at=nxt,
         )
-        result = calls.transition(await client.scripts.call(client.redis, *call))
+        result = calls.transition(await client._scripts.call(client.redis, *call))
         if result.applied:
             return True
         if result.detail == "schedule does not exist":
@@ -187,7 +187,7 @@ async def trigger_schedule(queue: QueueLike, schedule_id: str) -> str | None:
     call = calls_schedule.schedule_fire(
         queue.keys, client._now_arg(), schedule_id=schedule_id, job_id=new_job_id()
     )
-    result = calls_schedule.fired(await client.scripts.call(client.redis, *call))
+    result = calls_schedule.fired(await client._scripts.call(client.redis, *call))
     return None if result.status == "refused" else result.id
 
 
@@ -213,7 +213,7 @@ async def fire_due(
     client = queue.client
     keys = queue.keys
     call = calls_schedule.schedule_due(keys, client._now_arg(), limit=limit)
-    due = calls_schedule.due(await client.scripts.call(client.redis, *call))
+    due = calls_schedule.due(await client._scripts.call(client.redis, *call))
     out: list[tuple[str, calls_schedule.Fired]] = []
     if not due.ids:
         return FireRound(due.now, due.earliest, out)
@@ -244,7 +244,7 @@ async def fire_due(
             next_at=nxt,
             fires=fires,
         )
-        result = calls_schedule.fired(await client.scripts.call(client.redis, *call))
+        result = calls_schedule.fired(await client._scripts.call(client.redis, *call))
         out.append((sid, result))
         if result.status == "merged":
             await _merge(queue, tasks or {}, sid, f, raw.get(b"payload", b""), job_id, result.id)

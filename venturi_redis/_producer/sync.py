@@ -232,7 +232,7 @@ class SyncQueue:
             timeout=timeout,
         )
         call = calls.enqueue_one(q.keys, client._now_arg(), job)
-        holder = calls.enqueue_holder(run_script(direct, client.scripts[call.name], call.keys, call.args))
+        holder = calls.enqueue_holder(run_script(direct, client._scripts[call.name], call.keys, call.args))
         if not holder:
             return job.id
         from .dedup import merge_into

@@ -132,7 +132,7 @@ class _Committer:
                 continue  # the other sender took them
             pipeline, places = self._plan(batch)
             try:
-                results = await self.client.scripts.run_pipeline(
+                results = await self.client._scripts.run_pipeline(
                     self.client.redis, pipeline, return_exceptions=True
                 )
             except Exception as exc:  # noqa: BLE001 - handed to every waiter, which retries

@@ -103,7 +103,7 @@ class Progress:
             job.queue.keys, client._now_arg(), job_id=job.id, token=job.token, value=raw
         )
         try:
-            written = calls_obs.progressed(await client.scripts.call(client.redis, *call))
+            written = calls_obs.progressed(await client._scripts.call(client.redis, *call))
         except (RedisError, OSError) as exc:
             log.warning("job %s: progress not written: %s", job.id, exc)
             return

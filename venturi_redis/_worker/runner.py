@@ -318,7 +318,7 @@ class _Runner:
             # In the same round trip as the transitions that freed the slots.
             reply = await committer.claim(call)
         else:
-            reply = await q.client.scripts.call(q.client.redis, *call)
+            reply = await q.client._scripts.call(q.client.redis, *call)
         return _parse_claim(q, reply)
 
     async def idle_claim(self, want: int, seconds: float) -> tuple[int, int, list[_Job]] | None:
@@ -415,7 +415,7 @@ class _Runner:
             conn = self._conn = unpooled_connection(q.client.redis.connection_pool, untimed=True)
         commands = [
             ("BLPOP", q.keys.wake, self.stop_key, self.schedules_wake, f"{block:.3f}"),
-            q.client.scripts.command(*self._claim_call(want, self.stop_key)),
+            q.client._scripts.command(*self._claim_call(want, self.stop_key)),
         ]
         limit = block + _BLOCK_MARGIN
         try:
@@ -559,7 +559,7 @@ class _Runner:
             call = calls.reclaim(
                 q.keys, q.client._now_arg(), batch=_RECLAIM_BATCH, max_failures=s.max_failures
             )
-            requeued, died, ids = calls.reclaimed(await q.client.scripts.call(q.client.redis, *call))
+            requeued, died, ids = calls.reclaimed(await q.client._scripts.call(q.client.redis, *call))
             if ids:
                 log.warning(
                     "queue %s: reclaimed %d expired lease(s) (%d requeued, %d dead): %s",
@@ -598,7 +598,7 @@ class _Runner:
             return
         q = self.queue
         call = calls.extend(q.keys, q.client._now_arg(), [(j.id, j.token, j.lease_ms) for j in jobs])
-        lost, cancel = calls.extended(await q.client.scripts.call(q.client.redis, *call))
+        lost, cancel = calls.extended(await q.client._scripts.call(q.client.redis, *call))
         for job_id in cancel:
             job = self.active.get(job_id)
             if job is not None and not job.cancel_requested:

@@ -290,11 +290,11 @@ class Transitions:
                     result = await committer.complete(q, completion)
                 elif call is None:  # not running (a direct call in a test): no batching
                     one = calls.complete(q.keys, q.client._now_arg(), [completion])
-                    result = calls.completed(await q.client.scripts.call(q.client.redis, *one))[0]
+                    result = calls.completed(await q.client._scripts.call(q.client.redis, *one))[0]
                 elif committer is not None:
                     result = calls.transition(await committer.submit(call))
                 else:
-                    result = calls.transition(await q.client.scripts.call(q.client.redis, *call))
+                    result = calls.transition(await q.client._scripts.call(q.client.redis, *call))
                 break
             except _TRANSIENT as exc:
                 attempt += 1
