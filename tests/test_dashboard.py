@@ -637,6 +637,13 @@ async def test_schedules_page_json_and_actions(world: World) -> None:
         assert fired["last_job_id"] == job_id and fired["fires"] == 1
         linked = await h.get("/queues/mail/schedules")
         assert f'href="/queues/mail/jobs/{job_id}">{job_id}</a>' in linked.text
+    # A queue that holds only a schedule (no job yet) has its pages.
+    await world.client.queue("cron-only").schedule("daily", Echo(text="x"), cron="0 3 * * *")
+    async with http(create_app(world.client)) as h:
+        only = await h.get("/queues/cron-only/schedules")
+        empty = await h.get("/queues/cron-only")
+    assert only.status_code == 200 and 'data-schedule="daily"' in only.text
+    assert empty.status_code == 200 and '<div id="limits"></div>' in empty.text
     async with http(create_app(world.client, read_only=True)) as h:
         ro = await h.get("/queues/mail/schedules")
         assert (
@@ -659,6 +666,8 @@ async def test_limits_on_the_queue_page_and_limited_in_the_counts(world: World) 
         overview = await h.get("/")
         counts = (await h.get("/api/queues")).json()["queues"][0]
     assert 'data-limit="login"' in page.text and 'data-limit="echo per key"' in page.text
+    # The counts' 5 s refresh brings the limits table along (one request).
+    assert 'hx-select-oob="#limits"' in page.text and "5 / 1 min" in page.text
     assert "limited 1" in page.text
     assert api["limited"] == 1
     assert api["limits"] == [
