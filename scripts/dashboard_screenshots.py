@@ -95,7 +95,7 @@ async def populate(url: str) -> dict[str, str]:
             token_base="t",
             default_lease_ms=600_000,
         )
-        await client.scripts.call(client.redis, *claim)
+        await client._scripts.call(client.redis, *claim)
         for i in range(40):
             await q.enqueue(SendEmail(to=f"later{i}@mail.example", subject="Digest"))
         ids["pending"] = await q.enqueue(SendEmail(to="vip@mail.example", subject="Hi"), priority="high")
