@@ -64,7 +64,7 @@ if token ~= '' then
   if refused then
     return {0, refused}
   end
-  if o[4] and limit_release(KEYS[13], KEYS[14], KEYS[1], o[4], str(now)) then
+  if o[4] and limits_lib().release(KEYS[13], KEYS[14], KEYS[1], o[4], str(now)) then
     wake_workers(KEYS[15], 1)
   end
   leave_running(KEYS[4], KEYS[1], id, ARGV[6], ARGV[7])
@@ -74,7 +74,7 @@ elseif state == 'pending' then
   redis.call('ZREM', KEYS[9], id)
   redis.call('ZREM', KEYS[10], id)
   if f[6] then
-    limit_unpark(KEYS[16], f[6])
+    limits_lib().unpark(KEYS[16], f[6])
     redis.call('HDEL', KEYS[1], 'parked')
   end
   unindex(KEYS[6], f[3], id)

@@ -80,6 +80,7 @@ if meta[1] == '1' then
   return {now, -1}
 end
 local limits_on = meta[3] == '1'
+local lim = limits_on and limits_lib() -- flow control's helpers, made only when on
 
 events_open(KEYS[7], KEYS[11], prefix, meta[2] or false)
 
@@ -99,16 +100,21 @@ local out = {now, 0}
 local n = 0
 local nxt = 0
 local broken = nil -- a queue-wide key of the wrong type: the claim stops there
-local configs = {} -- kind -> limit_config, read once per call (false: no limit)
-
-local function config_of(kind)
-  local c = configs[kind]
-  if c == nil then
-    local raw = redis.call('HGET', KEYS[12], kind)
-    c = raw and limit_config(raw) or false
-    configs[kind] = c
+-- Flow control's own helpers (config_of: a kind's limit config, read once
+-- per call, false for none; claim_limited below) are made only when limits
+-- are on: each function defined is a closure made per call.
+local config_of, claim_limited = nil, nil
+if limits_on then
+  local configs = {}
+  config_of = function(kind)
+    local c = configs[kind]
+    if c == nil then
+      local raw = redis.call('HGET', KEYS[12], kind)
+      c = raw and lim.config(raw) or false
+      configs[kind] = c
+    end
+    return c
   end
-  return c
 end
 
 -- Claim the pending job `id` (found in the set `from`, or parked when `from`
@@ -137,7 +143,7 @@ local function take(id, from)
     -- A limited kind: parked, to be claimed through the rotation.
     redis.call('ZREM', from, id)
     local key = redis.call('HGET', job_key, 'limit_key')
-    limit_park(KEYS[14], KEYS[15], job_key, limit_entity(f[1], key), f[7], id, now_s)
+    lim.park(KEYS[14], KEYS[15], job_key, lim.entity(f[1], key), f[7], id, now_s)
     return 'parked'
   elseif redis.call('EXISTS', journal_key) == 0 then
     -- Claimed (or cancelled) for the first time: the `enqueued` entry
@@ -216,57 +222,59 @@ end
 -- An entity whose cap has room gives its first parked job (priority, then
 -- creation) and goes to the back (scored now); one at its cap waits at
 -- LIMIT_BLOCKED or at the end of its rate window. Bounded per call.
-local function claim_limited()
-  local budget = want * 4 + 16
-  while n < want and not broken and budget > 0 do
-    budget = budget - 1
-    local r = redis.pcall('ZRANGE', KEYS[15], 0, 0, 'WITHSCORES')
-    if r.err then
-      broken = KEYS[15] .. ' is not a sorted set'
-      return
-    end
-    if #r == 0 then
-      -- Nothing parked: with no limit left either, claims skip all this.
-      if redis.call('EXISTS', KEYS[12]) == 0 then
-        redis.call('HDEL', KEYS[7], 'limits')
-        limits_on = false
+if limits_on then
+  claim_limited = function()
+    local budget = want * 4 + 16
+    while n < want and not broken and budget > 0 do
+      budget = budget - 1
+      local r = redis.pcall('ZRANGE', KEYS[15], 0, 0, 'WITHSCORES')
+      if r.err then
+        broken = KEYS[15] .. ' is not a sorted set'
+        return
       end
-      return
-    end
-    local entity, score = r[1], tonumber(r[2])
-    if score > now then
-      if score < LIMIT_HELD and (nxt == 0 or score < nxt) then nxt = score end
-      return
-    end
-    local tab = string.find(entity, '\t', 1, true)
-    local kind = string.sub(entity, 1, (tab or 1) - 1)
-    local cfg = (tab and config_of(kind)) or limit_config(nil)
-    local keyed = tab and tab < #entity and (cfg[4] > 0 or cfg[5] > 0)
-    local ok, kp, ep = limit_check(KEYS[13], cfg, kind, entity, keyed, now)
-    if not ok then
-      if kp == 'hold' then
-        limit_hold(KEYS[13], KEYS[15], entity, kind)
-      else
-        redis.call('ZADD', KEYS[15], str(kp), entity)
-        -- Its key's own limit refused it while its kind had room: an entity
-        -- waiting on the kind-wide cap may use that room.
-        if ep then limit_wake_held(KEYS[13], KEYS[15], kind, now_s) end
+      if #r == 0 then
+        -- Nothing parked: with no limit left either, claims skip all this.
+        if redis.call('EXISTS', KEYS[12]) == 0 then
+          redis.call('HDEL', KEYS[7], 'limits')
+          limits_on = false
+        end
+        return
       end
-    else
-      local m = redis.call('ZRANGEBYLEX', KEYS[14], '[' .. entity .. '\t',
-        '(' .. entity .. '\t\255', 'LIMIT', 0, 1)
-      if #m == 0 then
-        redis.call('ZREM', KEYS[15], entity)
-        limit_wake_held(KEYS[13], KEYS[15], kind, now_s) -- the room it had is someone else's
+      local entity, score = r[1], tonumber(r[2])
+      if score > now then
+        if score < lim.HELD and (nxt == 0 or score < nxt) then nxt = score end
+        return
+      end
+      local tab = string.find(entity, '\t', 1, true)
+      local kind = string.sub(entity, 1, (tab or 1) - 1)
+      local cfg = (tab and config_of(kind)) or lim.config(nil)
+      local keyed = tab and tab < #entity and (cfg[4] > 0 or cfg[5] > 0)
+      local ok, kp, ep = lim.check(KEYS[13], cfg, kind, entity, keyed, now)
+      if not ok then
+        if kp == 'hold' then
+          lim.hold(KEYS[13], KEYS[15], entity, kind)
+        else
+          redis.call('ZADD', KEYS[15], str(kp), entity)
+          -- Its key's own limit refused it while its kind had room: an entity
+          -- waiting on the kind-wide cap may use that room.
+          if ep then lim.wake_held(KEYS[13], KEYS[15], kind, now_s) end
+        end
       else
-        redis.call('ZREM', KEYS[14], m[1])
-        local id = string.sub(m[1], #entity + 3)
-        if take(id, nil) == 'claimed' then
-          local slot = limit_take(KEYS[13], cfg, kind, entity, keyed, kp, ep, now_s)
-          if slot ~= '' then
-            redis.call('HSET', job_keys(prefix, id), 'slot', slot)
+        local m = redis.call('ZRANGEBYLEX', KEYS[14], '[' .. entity .. '\t',
+          '(' .. entity .. '\t\255', 'LIMIT', 0, 1)
+        if #m == 0 then
+          redis.call('ZREM', KEYS[15], entity)
+          lim.wake_held(KEYS[13], KEYS[15], kind, now_s) -- the room it had is someone else's
+        else
+          redis.call('ZREM', KEYS[14], m[1])
+          local id = string.sub(m[1], #entity + 3)
+          if take(id, nil) == 'claimed' then
+            local slot = lim.take(KEYS[13], cfg, kind, entity, keyed, kp, ep, now_s)
+            if slot ~= '' then
+              redis.call('HSET', job_keys(prefix, id), 'slot', slot)
+            end
+            redis.call('ZADD', KEYS[15], now_s, entity)
           end
-          redis.call('ZADD', KEYS[15], now_s, entity)
         end
       end
     end

@@ -49,6 +49,7 @@ local out = {}
 local accepted, seen = {}, {}
 local done, members = {}, {}
 local woke = 0
+local lim = nil -- limits_lib(), made for the first run that held a slot
 for i = 0, n - 1 do
   local a = 4 + i * 6
   local id, token = ARGV[a], ARGV[a + 1]
@@ -114,7 +115,10 @@ for _, job in ipairs(accepted) do
   if f[7] then
     graph_finished(prefix, f[7], job_key, id, now, true, result, nil)
   end
-  if f[4] and limit_release(KEYS[5], KEYS[6], job_key, f[4], now_s) then woke = woke + 1 end
+  if f[4] then
+    lim = lim or limits_lib()
+    if lim.release(KEYS[5], KEYS[6], job_key, f[4], now_s) then woke = woke + 1 end
+  end
 end
 if woke > 0 then wake_workers(KEYS[7], woke) end
 return out

@@ -46,7 +46,7 @@ offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[5], f[6]})
 if f[7] then
   graph_finished(ARGV[2], f[7], KEYS[1], id, now, false, nil, ARGV[5])
 end
-if f[4] and limit_release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then
+if f[4] and limits_lib().release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then
   wake_workers(KEYS[9], 1)
 end
 return {1}

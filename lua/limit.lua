@@ -27,7 +27,7 @@ local now = now_ms(ARGV[1])
 local now_s = str(now)
 local kind = ARGV[4]
 local first = ARGV[5] == '1' and 4 or 1
-local c = limit_config(redis.call('HGET', KEYS[1], kind))
+local c = limits_lib().config(redis.call('HGET', KEYS[1], kind))
 local changed = 1
 if ARGV[3] == 'set' then
   c[first], c[first + 1], c[first + 2] = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])

@@ -47,8 +47,9 @@ if decision ~= 'keep' then
   if ARGV[8] ~= f[3] then
     if f[4] then
       -- <entity>\t<level><id>: the same entity, the new level.
-      local member = string.sub(f[4], 1, #f[4] - #id - 1) .. (LIMIT_LEVEL[ARGV[8]] or '2') .. id
-      limit_unpark(KEYS[8], f[4])
+      local lim = limits_lib()
+      local member = string.sub(f[4], 1, #f[4] - #id - 1) .. (lim.LEVEL[ARGV[8]] or '2') .. id
+      lim.unpark(KEYS[8], f[4])
       redis.call('ZADD', KEYS[8], 0, member)
       redis.call('HSET', KEYS[1], 'parked', member)
     else

@@ -31,7 +31,7 @@ local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'pause', now)
 if refused then
   return {0, refused}
 end
-if o[4] then limit_release(KEYS[9], KEYS[10], KEYS[1], o[4], str(now)) end
+if o[4] then limits_lib().release(KEYS[9], KEYS[10], KEYS[1], o[4], str(now)) end
 local eligible = str(now + delay)
 leave_running(KEYS[3], KEYS[1], id, ARGV[7], ARGV[8])
 redis.call('HSET', KEYS[1], 'state', 'pending', 'note', ARGV[6],

@@ -58,7 +58,7 @@ for _, id in ipairs(ids) do
     died = died + 1
     out[#out + 1] = id
   elseif f[1] == 'running' then
-    if f[9] and limit_release(KEYS[11], KEYS[12], job_key, f[9], str(now)) then
+    if f[9] and limits_lib().release(KEYS[11], KEYS[12], job_key, f[9], str(now)) then
       requeued_slots = true
     end
     pending = pending_key(5, f[4])

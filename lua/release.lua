@@ -27,7 +27,7 @@ local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'release', now)
 if refused then
   return {0, refused}
 end
-if o[4] then limit_release(KEYS[9], KEYS[10], KEYS[1], o[4], str(now)) end
+if o[4] then limits_lib().release(KEYS[9], KEYS[10], KEYS[1], o[4], str(now)) end
 redis.call('ZREM', KEYS[3], id)
 clear_lease(KEYS[1])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[5]) end

@@ -39,7 +39,7 @@ local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now)
 if refused then
   return {0, refused}
 end
-if o[4] and limit_release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) then
+if o[4] and limits_lib().release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) then
   wake_workers(KEYS[7], 1)
 end
 local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents')

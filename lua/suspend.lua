@@ -25,7 +25,7 @@ local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'suspend', now)
 if refused then
   return {0, refused}
 end
-if o[4] and limit_release(KEYS[7], KEYS[8], KEYS[1], o[4], str(now)) then
+if o[4] and limits_lib().release(KEYS[7], KEYS[8], KEYS[1], o[4], str(now)) then
   wake_workers(KEYS[9], 1)
 end
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
