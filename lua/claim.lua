@@ -16,11 +16,7 @@
 --            quarantined there (quarantine.lua) instead of claimed
 --            (either way, a job others wait on is added to the `graph:orphans`
 --            set, keys.lua: the next reclaim sweep tells its dependents)
--- KEYS[11]   event stream (include events.lua)
--- KEYS[12]   limits hash, KEYS[13] limits:state hash, KEYS[14] limits:parked
---            zset, KEYS[15] limits:ready zset (include limits.lua): read only
---            when the meta hash's `limits` field is set (limit.lua sets it)
--- KEYS[16]   optional: the claiming worker's stop list. An idle worker sends
+-- KEYS[11]   optional: the claiming worker's stop list. An idle worker sends
 --            this claim pipelined behind `BLPOP wake stop`; to stop it, the
 --            worker pushes two tokens onto its stop list: BLPOP takes one and
 --            this claim, finding the other, deletes the list and claims nothing
@@ -30,6 +26,11 @@
 -- ARGV[4]    worker id (stored as lease_owner, journaled)
 -- ARGV[5]    lease token base; job k of this batch gets token base .. '.' .. k
 -- ARGV[6]    default lease in ms (a job's own lease_ms wins)
+-- The event stream (include events.lua) and flow control's limits hash,
+-- limits:state hash, limits:parked and limits:ready zsets (include
+-- limits.lua) are reached only while the meta hash's `events` / `limits`
+-- field is on (limit.lua sets `limits`), their names derived from the prefix
+-- then (keys.lua feature_keys): not in KEYS, which every call pays for.
 --
 -- Returns {now, next, job...}: `next` is the earliest eligible_at still
 -- pending when fewer than `count` jobs were claimed (0 = none; -1 = the queue
@@ -70,7 +71,7 @@ local want = tonumber(ARGV[3])
 local worker = ARGV[4]
 local default_lease = tonumber(ARGV[6])
 
-if KEYS[16] and redis.call('DEL', KEYS[16]) == 1 then
+if KEYS[11] and redis.call('DEL', KEYS[11]) == 1 then
   return {now, 0}
 end
 
@@ -80,14 +81,17 @@ if meta[1] == '1' then
   return {now, -1}
 end
 local limits_on = meta[3] == '1'
-local lim = limits_on and limits_lib() -- flow control's helpers, made only when on
+-- The feature keys (fk) and flow control's helpers (lim), made only when on.
+local fk, lim = nil, nil
+if limits_on or (meta[2] or EVENTS_DEFAULT) ~= '0' then fk = feature_keys(prefix) end
+if limits_on then lim = limits_lib() end
 
-events_open(KEYS[7], KEYS[11], prefix, meta[2] or false)
+if fk then events_open(KEYS[7], fk.events, prefix, meta[2] or false) end
 
 -- An idle queue (every pending set empty; Redis deletes an empty set) is
 -- answered with one EXISTS instead of a ZRANGE per level.
 if limits_on then
-  if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[15]) == 0 then
+  if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], fk.limits_ready) == 0 then
     redis.call('DEL', KEYS[8])
     return {now, 0}
   end
@@ -109,7 +113,7 @@ if limits_on then
   config_of = function(kind)
     local c = configs[kind]
     if c == nil then
-      local raw = redis.call('HGET', KEYS[12], kind)
+      local raw = redis.call('HGET', fk.limits, kind)
       c = raw and lim.config(raw) or false
       configs[kind] = c
     end
@@ -143,7 +147,7 @@ local function take(id, from)
     -- A limited kind: parked, to be claimed through the rotation.
     redis.call('ZREM', from, id)
     local key = redis.call('HGET', job_key, 'limit_key')
-    lim.park(KEYS[14], KEYS[15], job_key, lim.entity(f[1], key), f[7], id, now_s)
+    lim.park(fk.limits_parked, fk.limits_ready, job_key, lim.entity(f[1], key), f[7], id, now_s)
     return 'parked'
   elseif redis.call('EXISTS', journal_key) == 0 then
     -- Claimed (or cancelled) for the first time: the `enqueued` entry
@@ -227,14 +231,14 @@ if limits_on then
     local budget = want * 4 + 16
     while n < want and not broken and budget > 0 do
       budget = budget - 1
-      local r = redis.pcall('ZRANGE', KEYS[15], 0, 0, 'WITHSCORES')
+      local r = redis.pcall('ZRANGE', fk.limits_ready, 0, 0, 'WITHSCORES')
       if r.err then
-        broken = KEYS[15] .. ' is not a sorted set'
+        broken = fk.limits_ready .. ' is not a sorted set'
         return
       end
       if #r == 0 then
         -- Nothing parked: with no limit left either, claims skip all this.
-        if redis.call('EXISTS', KEYS[12]) == 0 then
+        if redis.call('EXISTS', fk.limits) == 0 then
           redis.call('HDEL', KEYS[7], 'limits')
           limits_on = false
         end
@@ -249,31 +253,31 @@ if limits_on then
       local kind = string.sub(entity, 1, (tab or 1) - 1)
       local cfg = (tab and config_of(kind)) or lim.config(nil)
       local keyed = tab and tab < #entity and (cfg[4] > 0 or cfg[5] > 0)
-      local ok, kp, ep = lim.check(KEYS[13], cfg, kind, entity, keyed, now)
+      local ok, kp, ep = lim.check(fk.limits_state, cfg, kind, entity, keyed, now)
       if not ok then
         if kp == 'hold' then
-          lim.hold(KEYS[13], KEYS[15], entity, kind)
+          lim.hold(fk.limits_state, fk.limits_ready, entity, kind)
         else
-          redis.call('ZADD', KEYS[15], str(kp), entity)
+          redis.call('ZADD', fk.limits_ready, str(kp), entity)
           -- Its key's own limit refused it while its kind had room: an entity
           -- waiting on the kind-wide cap may use that room.
-          if ep then lim.wake_held(KEYS[13], KEYS[15], kind, now_s) end
+          if ep then lim.wake_held(fk.limits_state, fk.limits_ready, kind, now_s) end
         end
       else
-        local m = redis.call('ZRANGEBYLEX', KEYS[14], '[' .. entity .. '\t',
+        local m = redis.call('ZRANGEBYLEX', fk.limits_parked, '[' .. entity .. '\t',
           '(' .. entity .. '\t\255', 'LIMIT', 0, 1)
         if #m == 0 then
-          redis.call('ZREM', KEYS[15], entity)
-          lim.wake_held(KEYS[13], KEYS[15], kind, now_s) -- the room it had is someone else's
+          redis.call('ZREM', fk.limits_ready, entity)
+          lim.wake_held(fk.limits_state, fk.limits_ready, kind, now_s) -- the room it had is someone else's
         else
-          redis.call('ZREM', KEYS[14], m[1])
+          redis.call('ZREM', fk.limits_parked, m[1])
           local id = string.sub(m[1], #entity + 3)
           if take(id, nil) == 'claimed' then
-            local slot = lim.take(KEYS[13], cfg, kind, entity, keyed, kp, ep, now_s)
+            local slot = lim.take(fk.limits_state, cfg, kind, entity, keyed, kp, ep, now_s)
             if slot ~= '' then
               redis.call('HSET', job_keys(prefix, id), 'slot', slot)
             end
-            redis.call('ZADD', KEYS[15], now_s, entity)
+            redis.call('ZADD', fk.limits_ready, now_s, entity)
           end
         end
       end

@@ -5,9 +5,12 @@
 -- the others).
 --
 -- KEYS[1] running zset   KEYS[2] completed zset
--- KEYS[3] queue meta hash   KEYS[4] event stream (include events.lua)
--- KEYS[5] limits:state hash   KEYS[6] limits:ready zset   KEYS[7] wake list:
---         a run holding a concurrency slot gives it back (include limits.lua)
+-- KEYS[3] queue meta hash (its `events` field: include events.lua)
+-- The event stream (while events are on) and, for a run holding a
+-- concurrency slot, which it gives back (include limits.lua), the
+-- limits:state hash, limits:ready zset and wake list: their names derived
+-- from the prefix on those paths only (keys.lua feature_keys), not in KEYS,
+-- which every call pays for.
 -- A job others wait on (its `dependents` flag, read with the lease check)
 -- tells them here, in the same step (graph.lua; the queue-wide keys that
 -- takes derive from the prefix: keys.lua graph_queue_keys).
@@ -35,9 +38,14 @@
 -- @include wake.lua
 
 local now = now_ms(ARGV[1])
-events_open(KEYS[3], KEYS[4], ARGV[2])
 local now_s = str(now)
 local prefix = ARGV[2]
+local fk = nil -- feature_keys(prefix), made when a feature needs one
+local events = redis.call('HGET', KEYS[3], 'events')
+if (events or EVENTS_DEFAULT) ~= '0' then
+  fk = feature_keys(prefix)
+  events_open(KEYS[3], fk.events, prefix, events or false)
+end
 local n = tonumber(ARGV[3])
 -- check_owner's extra fields: the offload's two (OFFLOAD_FIELDS), then the
 -- workflow flag.
@@ -117,8 +125,9 @@ for _, job in ipairs(accepted) do
   end
   if f[4] then
     lim = lim or limits_lib()
-    if lim.release(KEYS[5], KEYS[6], job_key, f[4], now_s) then woke = woke + 1 end
+    fk = fk or feature_keys(prefix)
+    if lim.release(fk.limits_state, fk.limits_ready, job_key, f[4], now_s) then woke = woke + 1 end
   end
 end
-if woke > 0 then wake_workers(KEYS[7], woke) end
+if woke > 0 then wake_workers(fk.wake, woke) end
 return out

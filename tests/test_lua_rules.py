@@ -59,14 +59,18 @@ def test_no_key_name_is_spliced_outside_keys_lua() -> None:
         assert found is None, f"{path.name} builds a key name: {found.group(0) if found else ''}"
 
 
-QUEUE_WIDE = r"prefix \.\. '(waiting|dead|wake|graph:orphans|pending:(critical|high|normal|low))'\}?\s*"
+QUEUE_WIDE = (
+    r"prefix \.\. '(waiting|dead|wake|graph:orphans|pending:(critical|high|normal|low)"
+    r"|events|limits|limits:(state|parked|ready))'\}?\s*"
+)
 
 
 def test_keys_lua_derives_names_from_the_prefix_and_an_id_only() -> None:
     """The helpers' key expressions concatenate the prefix, a literal and their id or token."""
     code = _code((LUA / "include" / "keys.lua").read_text())
     for expr in re.findall(r"prefix\s*\.\.[^\n,]*", code):
-        # A job's keys from an id or token; or (graph_queue_keys, workflows) one of
+        # A job's keys from an id or token; or (graph_queue_keys, workflows; feature_keys,
+        # events and flow control, on the paths that use them only) one of
         # the fixed queue-wide names a finishing job's dependents move between.
         assert re.fullmatch(
             r"prefix \.\. '(job:|journal:|offload:|deps:|dependents:|depresults:)' \.\. (id|token)\s*", expr

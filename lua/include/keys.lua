@@ -66,6 +66,22 @@ local function graph_orphans_key(prefix)
   return prefix .. 'graph:orphans'
 end
 
+-- The keys of the two features a queue may leave off, its event stream
+-- (events.lua) and flow control (limits.lua), for claim.lua and complete.lua,
+-- which reach them only while the feature is on (the meta hash's `events`
+-- and `limits` fields, read anyway, say so) or for a run that holds a slot
+-- (and the wake list, then, to tell a worker). Passed in KEYS they cost
+-- every call ~1,600 Redis instructions a key (benchmarks/redis_cost.py:
+-- +8,000 per job at batch 1 for complete's five) for features most queues
+-- never turn on; derived here, a queue without them pays nothing.
+local function feature_keys(prefix)
+  return {
+    events = prefix .. 'events', wake = prefix .. 'wake', limits = prefix .. 'limits',
+    limits_state = prefix .. 'limits:state', limits_parked = prefix .. 'limits:parked',
+    limits_ready = prefix .. 'limits:ready',
+  }
+end
+
 local function graph_queue_keys(prefix)
   return {
     waiting = prefix .. 'waiting', dead = prefix .. 'dead', wake = prefix .. 'wake',

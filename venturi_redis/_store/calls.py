@@ -255,11 +255,6 @@ def claim(
         keys.wake,
         keys.cancelled,
         keys.dead,
-        keys.events,
-        keys.limits,
-        keys.limits_state,
-        keys.limits_parked,
-        keys.limits_ready,
     ]
     if stop_key is not None:
         call_keys.append(stop_key)
@@ -403,10 +398,6 @@ def complete(keys: QueueKeys, now: str, completions: Sequence[Completion]) -> Ca
             keys.running,
             keys.completed,
             keys.meta,
-            keys.events,
-            keys.limits_state,
-            keys.limits_ready,
-            keys.wake,
         ],
         args,
     )
