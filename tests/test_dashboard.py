@@ -561,6 +561,14 @@ def test_cli_serves_with_the_token_from_the_environment(
     shots = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(shots)
     monkeypatch.setenv("VENTURI_DASHBOARD_TOKEN", "from-the-env")
+    name = f"feed-{uuid.uuid4().hex[:8]}"
+
+    async def events_on() -> None:
+        async with vr.Client.from_url(redis_server.url) as client:
+            await client.queue(name).set_events(True)
+
+    anyio.run(events_on)
+    bearer = {"Authorization": "Bearer from-the-env"}
     with shots.dashboard(redis_server.url, "--read-only") as base:
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(base + "/api/queues", timeout=10)
@@ -569,6 +577,12 @@ def test_cli_serves_with_the_token_from_the_environment(
         ask = urllib.request.Request(base + "/api/queues", headers={"Authorization": "Bearer from-the-env"})
         with urllib.request.urlopen(ask, timeout=10) as ok:
             assert ok.status == 200 and "queues" in ok.read().decode()
+        # A tab following a queue's live feed does not hold the stop: leaving this
+        # block terminates the dashboard and waits at most 10 s for it to exit.
+        feed_url = f"{base}/queues/{name}/events"
+        feed = urllib.request.urlopen(urllib.request.Request(feed_url, headers=bearer), timeout=10)
+        assert feed.readline() == b"retry: 3000\n"
+    feed.close()
 
 
 # -- schedules, limits, progress, live events (issues 27, 28, 30) -------------------------

@@ -8,6 +8,7 @@ required to bind anything but loopback.
 from __future__ import annotations
 
 import ipaddress
+import socket
 from typing import Annotated
 
 import typer
@@ -72,4 +73,15 @@ def dashboard(
     )
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"venturi dashboard on http://{shown}:{port}/ (Ctrl-C to stop)", err=True)
-    uvicorn.run(web, host=host, port=port, log_level="warning", proxy_headers=False)
+    from ..dashboard._live import close_all
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            close_all()  # the live event feeds end first: an open tab does not hold the stop
+            await super().shutdown(sockets)
+
+    # Anything still open 3 s after Ctrl-C (SIGTERM) is cancelled.
+    config = uvicorn.Config(
+        web, host=host, port=port, log_level="warning", proxy_headers=False, timeout_graceful_shutdown=3
+    )
+    Server(config).run()

@@ -41,6 +41,14 @@ LIFETIME = 300.0
 RETRY_MS = 3000
 _EVENT_ID_RE = re.compile(r"\d{1,20}-\d{1,20}")
 OPEN = 0
+_SCOPES: set[anyio.CancelScope] = set()
+
+
+def close_all() -> None:
+    """End every feed being served (each sends its end and returns): a server
+    that stops calls it first, or it would wait for every open tab."""
+    for scope in list(_SCOPES):
+        scope.cancel()
 
 
 def _text(value: Any) -> str:
@@ -109,10 +117,14 @@ class EventFeed(Response):
             hello = f"retry: {RETRY_MS}\n\n".encode()
             await send({"type": "http.response.body", "body": hello, "more_body": True})
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
-                with anyio.move_on_after(self.lifetime if self.lifetime > 0 else math.inf):
-                    await self._relay(send)
-                tg.cancel_scope.cancel()
+                _SCOPES.add(tg.cancel_scope)
+                try:
+                    tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
+                    with anyio.move_on_after(self.lifetime if self.lifetime > 0 else math.inf):
+                        await self._relay(send)
+                    tg.cancel_scope.cancel()
+                finally:
+                    _SCOPES.discard(tg.cancel_scope)
             with contextlib.suppress(OSError):  # the client may be gone already
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
