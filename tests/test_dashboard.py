@@ -666,6 +666,17 @@ async def test_schedules_page_json_and_actions(world: World) -> None:
         assert (await h.post(base + "/trigger", data={"csrf_token": token})).status_code in (404, 405)
 
 
+async def test_a_schedule_hash_edited_by_hand_is_shown_escaped(world: World) -> None:
+    q = world.queue
+    await q.schedule("hourly", Echo(text="tick"), cron="0 * * * *")
+    await world.client.redis.hset(q.keys.schedule("hourly"), mapping={"cron": XSS, "last_job_id": "x/<y>"})
+    async with http(create_app(world.client)) as h:
+        page = await h.get("/queues/mail/schedules")
+    assert page.status_code == 200 and XSS not in page.text and "<y>" not in page.text
+    # Shown as text, and the id that is no job id is not made a link.
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text and "x/&lt;y&gt;" in page.text
+
+
 async def test_limits_on_the_queue_page_and_limited_in_the_counts(world: World) -> None:
     q = world.queue
     await q.set_limit("login", concurrency=1)
