@@ -692,7 +692,7 @@ async def test_limits_on_the_queue_page_and_limited_in_the_counts(world: World) 
         counts = (await h.get("/api/queues")).json()["queues"][0]
     assert 'data-limit="login"' in page.text and 'data-limit="echo per key"' in page.text
     # The counts' 5 s refresh brings the limits table along (one request).
-    assert 'hx-select-oob="#limits"' in page.text and "5 / 1 min" in page.text
+    assert 'hx-select-oob="#limits,#workers"' in page.text and "5 / 1 min" in page.text
     assert "limited 1" in page.text
     assert api["limited"] == 1
     assert api["limits"] == [
@@ -818,3 +818,20 @@ async def _take(events: Any, n: int) -> AsyncIterator[Any]:
         n -= 1
         if n == 0:
             return
+
+
+async def test_registered_workers_on_the_queue_page(world: World) -> None:
+    from tests.helpers import make_worker
+
+    worker = make_worker(world.queue, EchoJob)
+    async with anyio.create_task_group() as tg, http(create_app(world.client)) as h:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(10):
+            while not await world.queue.workers():
+                await anyio.sleep(0.02)
+        page = await h.get("/queues/mail")
+        api = (await h.get("/api/queues/mail/workers")).json()["workers"]
+        worker.shutdown()
+    ((w,),) = [api]
+    assert w["queues"] == ["mail"] and w["pid"] > 0 and w["heartbeat_at"]
+    assert f'data-worker="{w["name"]}"' in page.text and "<h2>Workers</h2>" in page.text

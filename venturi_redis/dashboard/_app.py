@@ -173,12 +173,14 @@ class Dashboard:
             next_url = "?" + urlencode({**params, "cursor": page.next_cursor})
         stats = await queue.stats()
         limits = [_data.limit_dict(x) for x in await queue.limits()]
+        workers = [_data.worker_dict(w) for w in await queue.workers()]
         return self.page(
             request,
             "queue.html",
             queue=queue.name,
             stats=stats,
             limits=limits,
+            workers=workers,
             schedules=await queue.client.redis.scard(queue.keys.schedules),
             events_on=await events_cap(queue) > 0,
             jobs=page.jobs,
@@ -231,6 +233,11 @@ class Dashboard:
         stats = await queue.stats()
         rows = [_data.limit_dict(x) for x in await queue.limits()]
         return JSONResponse({"queue": queue.name, "limited": stats.limited, "limits": rows})
+
+    async def workers(self, request: Request) -> Response:
+        queue = await self.known_queue(request.path_params["queue"])
+        rows = [_data.worker_dict(w) for w in await queue.workers()]
+        return JSONResponse({"queue": queue.name, "workers": rows})
 
     async def events(self, request: Request) -> Response:
         queue = await self.known_queue(request.path_params["queue"])
@@ -449,6 +456,7 @@ def create_app(
         Route("/queues/{queue}/schedules", dash.schedules, name="schedules"),
         Route("/api/queues/{queue}/schedules", dash.schedules, name="api_schedules"),
         Route("/api/queues/{queue}/limits", dash.limits, name="api_limits"),
+        Route("/api/queues/{queue}/workers", dash.workers, name="api_registry"),
         Route("/queues/{queue}/events", dash.events, name="events"),
         Route("/login", dash.login_form, name="login_form"),
         Route("/login", dash.login, methods=["POST"], name="login"),

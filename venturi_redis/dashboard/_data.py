@@ -21,7 +21,7 @@ from redis.exceptions import ResponseError
 
 from .._model.enums import JobState
 from .._model.limits import LimitInfo
-from .._model.records import JobInfo, JournalEntry, ms_to_dt
+from .._model.records import JobInfo, JournalEntry, WorkerInfo, ms_to_dt
 from .._model.redact import redact
 from .._model.schedule import ScheduleInfo
 from .._producer.discovery import discover_queues
@@ -80,7 +80,7 @@ class QueueOverview:
 
 
 async def queue_exists(queue: Queue) -> bool:
-    """Whether ``queue`` has any index zset, a meta hash or a schedule (what discovery finds)."""
+    """Whether ``queue`` has any index zset, a meta hash, a schedule or a worker (what discovery finds)."""
     from .._store.keys import QueueKeys
 
     k: QueueKeys = queue.keys
@@ -95,6 +95,7 @@ async def queue_exists(queue: Queue) -> bool:
         k.cancelled,
         k.meta,
         k.schedules,
+        k.workers,
     ]
     return int(await queue.client.redis.exists(*keys)) > 0
 
@@ -299,6 +300,24 @@ def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
             "end_at": info.end_at,
             "fires": info.fires,
             "note": info.note,
+        }
+    )
+    return doc
+
+
+def worker_dict(info: WorkerInfo) -> dict[str, Any]:
+    """A registered worker (``queue.workers()``) as JSON-ready data."""
+    doc: dict[str, Any] = jsonable(
+        {
+            "name": info.name,
+            "host": info.host,
+            "pid": info.pid,
+            "queues": list(info.queues),
+            "concurrency": info.concurrency,
+            "running": info.running,
+            "started_at": info.started_at,
+            "heartbeat_at": info.heartbeat_at,
+            "version": info.version,
         }
     )
     return doc
