@@ -162,10 +162,8 @@ def test_job_show_with_and_without_queue(rurl: str, qname: str, sq: vr.SyncQueue
     for text in ("doomed", "resource gone", "reason=permanent", "journal (3 entries)"):
         assert text in table.stdout
     # The death's exception type is a detail; its traceback tail is printed under the table.
-    assert "error_type=venturi_redis._model.errors.TaskError" in table.stdout
-    head, _, tail = table.stdout.partition(
-        "traceback of the last failure (run 1, venturi_redis._model.errors.TaskError)"
-    )
+    assert "error_type=venturi_redis.TaskError" in table.stdout
+    head, _, tail = table.stdout.partition("traceback of the last failure (run 1, venturi_redis.TaskError)")
     assert "journal (3 entries)" in head and "Traceback (most recent call last):" in tail
     assert 'raise vr.TaskError.permanent("resource gone")' in tail
     assert "traceback" in doc["journal"][-1]["details"]

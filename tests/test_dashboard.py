@@ -162,7 +162,7 @@ async def test_job_page_shows_fields_and_journal_timeline(world: World) -> None:
         for event in ("enqueued", "claimed", "dead"):
             assert f'class="event {event}"' in r.text
         # The death's exception type among the details, its traceback folded under them.
-        assert "error_type=venturi_redis._model.errors.TaskError" in r.text
+        assert "error_type=venturi_redis.TaskError" in r.text
         assert '<details class="traceback"><summary>traceback</summary><pre>Traceback (most recent' in r.text
         doc = (await h.get(f"/api/queues/mail/jobs/{world.ids['dead']}")).json()
     assert doc["job"]["state"] == "dead"

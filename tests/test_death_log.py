@@ -81,7 +81,7 @@ async def test_the_journal_keeps_the_exception_type_and_traceback_tail(queue: vr
 
     (death,) = [e for e in await queue.journal(dead) if e.event == "dead"]
     assert death.details["reason"] == "permanent"
-    assert death.details["error_type"] == "venturi_redis._model.errors.TaskError"
+    assert death.details["error_type"] == "venturi_redis.TaskError"
     assert "user deleted" in death.details["traceback"]
 
     # Bounded: a 3 KB message 200 frames deep keeps only the tail (the end nearest the raise).

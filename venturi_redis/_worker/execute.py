@@ -207,13 +207,17 @@ async def execute(host: RunHost, job: _Job) -> None:
 def failure_of(exc: BaseException, secrets: Sequence[str]) -> tuple[str, str]:
     """A raised exception as the journal keeps it: its type, and the tail of its traceback.
 
-    The type is qualified by its module (``KeyError``, ``shop.errors.OutOfStock``).
+    The type is qualified by its module (``KeyError``, ``shop.errors.OutOfStock``;
+    venturi's own by the package, ``venturi_redis.TaskError``).
     The traceback (chained causes included) is scrubbed of the task's secrets as
     the note is, then cut to its last ``TRACEBACK_TAIL`` characters at a line
     start: the frames nearest the raise, and the exception's own line.
     """
     cls = type(exc)
-    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    module = cls.__module__
+    if module.startswith("venturi_redis._"):
+        module = "venturi_redis"  # our errors by their public name (vr.TaskError), not their module
+    name = cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
     text = scrub("".join(traceback.format_exception(exc)), secrets).rstrip("\n")
     if len(text) > TRACEBACK_TAIL:
         tail = text[-TRACEBACK_TAIL:]
