@@ -30,13 +30,11 @@ local events_stream = nil
 -- list of field, value pairs. Made by events_open when the queue's events are
 -- on, else nil: Redis runs a script's whole body on every call, and each
 -- function it defines is a closure made and collected per call, so the off
--- path defines none but events_open (benchmarks/redis_cost.py).
+-- path defines none but events_open (benchmarks/redis_cost.py). A journal
+-- entry's event is emitted by journal.lua's `journal` itself: here, it would
+-- make every events_open (enqueue's too) carry keys.lua's job_keys, and each
+-- upvalue and closure is paid per call (~3,600 instructions per enqueue).
 local emit = nil
--- emit_journaled(journal_key, at, event, run, note, extra): the event of a
--- journal entry (journal.lua): the job's id is the journal key's tail (prefix
--- .. 'journal:' .. id, keys.lua), its kind read from the job's hash. Made
--- with emit.
-local emit_journaled = nil
 
 -- Read the switch (once per call, at the top of every script that journals):
 -- the queue's meta hash and event stream from the caller's KEYS, its key
@@ -54,7 +52,7 @@ local function events_open(meta_key, stream_key, prefix, field)
     v = EVENTS_DEFAULT
     if v == '0' then return end
   end
-  local cap, prefix_len = v, #prefix
+  local cap = v
   events_stream = stream_key
   emit = function(id, kind, event, at, run, note, extra)
     local args = {'XADD', stream_key, 'NOMKSTREAM', 'MAXLEN', '~', cap, '*',
@@ -74,12 +72,5 @@ local function events_open(meta_key, stream_key, prefix, field)
       end
     end
     redis.call(unpack(args))
-  end
-  emit_journaled = function(journal_key, at, event, run, note, extra)
-    local id = string.sub(journal_key, prefix_len + 9)
-    local job_key = job_keys(string.sub(journal_key, 1, prefix_len), id)
-    local kind = redis.pcall('HGET', job_key, 'kind')
-    if type(kind) ~= 'string' then kind = '' end -- none, or a quarantined job's broken key
-    emit(id, kind, event, at, run, note, extra)
   end
 end

@@ -27,7 +27,15 @@ local function journal(key, at, event, run, note, attachment, extra)
     end
   end
   local entry = redis.call(unpack(args))
-  if events_stream then emit_journaled(key, at, event, run, note, extra) end
+  if events_stream then
+    -- The entry's event (events.lua): the job's id is the journal key's tail
+    -- (ARGV[2], the prefix, .. 'journal:' .. id, keys.lua), its kind read
+    -- from the job's hash.
+    local id = string.sub(key, #ARGV[2] + 9)
+    local kind = redis.pcall('HGET', job_keys(ARGV[2], id), 'kind')
+    if type(kind) ~= 'string' then kind = '' end -- none, or a quarantined job's broken key
+    emit(id, kind, event, at, run, note, extra)
+  end
   return entry
 end
 
