@@ -25,12 +25,15 @@ from .._model.codec import pack, unpack, unpack_as, unpack_model
 from .._model.errors import PayloadError, TaskDefinitionError, TaskError
 from .._model.outcome import UNSET, Outcome
 from .._model.redact import scrub, secret_values
+from .._model.task import Task
 from .context import Context
 
 if TYPE_CHECKING:
     from .runner import _Job
 
 log = logging.getLogger("venturi_redis.worker")
+# Task.timeout itself: a task class that keeps it has no timeout of its own.
+_NO_TIMEOUT = Task.timeout
 # Characters of a failed run's traceback kept in its journal entry (the tail).
 TRACEBACK_TAIL = 2048
 
@@ -114,7 +117,14 @@ async def execute(host: RunHost, job: _Job) -> None:
         ctx._cancel("worker shutting down")
     # The job's own timeout (stored at enqueue), else its task's (a job
     # enqueued without one stored: a workflow's), else the worker's.
-    limit = job.timeout_ms / 1000 if job.timeout_ms else _task_timeout(task, host.timeout)
+    # A task class that does not override timeout() is not asked (two calls per job saved).
+    limit: float | None
+    if job.timeout_ms:
+        limit = job.timeout_ms / 1000
+    elif type(task).timeout is _NO_TIMEOUT:
+        limit = host.timeout
+    else:
+        limit = _task_timeout(task, host.timeout)
     try:
         timed_out = False
         try:
