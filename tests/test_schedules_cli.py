@@ -69,3 +69,14 @@ def test_list_pause_resume_trigger_remove(rurl: str) -> None:
     assert [d["id"] for d in json.loads(venturi("schedules", "--redis", rurl, "-q", q, "--json").stdout)] == [
         "nightly"
     ]
+
+
+def test_a_queue_with_only_a_schedule_is_listed_by_stats(rurl: str) -> None:
+    # Its only index key is `schedules:due`: `venturi stats` (and the dashboard's
+    # overview, which discovers queues the same way) list it, with its counts at 0.
+    q = f"cli-only-sched-{uuid.uuid4().hex[:8]}"
+    define(rurl, q, ("weekly", {"cron": "0 3 * * 1"}))
+    res = venturi("stats", "--redis", rurl, "--json")
+    assert res.exit_code in (0, 1), res.output  # 1: another test's deliberately broken queue
+    (row,) = [r for r in json.loads(res.stdout) if r["queue"] == q]
+    assert sum(row["pending"].values()) == 0 and row["running"] == 0

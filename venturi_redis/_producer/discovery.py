@@ -27,7 +27,20 @@ async def find_job_queue(client: ClientLike, job_id: str) -> str | None:
     return None
 
 
-_SUFFIXES = ("pending:", "running", "suspended", "completed", "dead", "cancelled", "meta", "workers")
+# Index keys that make a queue exist: a queue with only a schedule has only
+# its `schedules:due` zset (and hashes and sets the SCANs do not look at).
+_SUFFIXES = (
+    "pending:",
+    "running",
+    "suspended",
+    "completed",
+    "dead",
+    "cancelled",
+    "meta",
+    "workers",
+    "waiting",
+    "schedules:due",
+)
 
 
 def _queue_of(key: str, namespace: str) -> str | None:
@@ -39,7 +52,7 @@ def _queue_of(key: str, namespace: str) -> str | None:
 
 
 async def discover_queues(client: ClientLike) -> list[str]:
-    """Names of the queues with any index zset, a meta hash or registered workers.
+    """Names of the queues with any index zset, a meta hash, registered workers or a schedule.
 
     Two SCANs of the keyspace, filtered by the server (``TYPE zset`` skips the
     job hashes and journals), so only index keys cross the wire.
