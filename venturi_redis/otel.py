@@ -113,49 +113,35 @@ class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         enqueue, enqueue_many, enqueue_flow = Queue.enqueue, Queue.enqueue_many, Queue.enqueue_flow
         _originals.update(enqueue=enqueue, enqueue_many=enqueue_many, enqueue_flow=enqueue_flow)
 
-        @functools.wraps(enqueue)
-        async def traced_enqueue(self: Queue, task: Any, **options: Any) -> str:
-            with tracer.start_as_current_span(
-                f"send {self.name}",
+        def send_span(queue: Queue, **attributes: Any) -> Any:
+            """The PRODUCER span of one enqueue call: ``send <queue>``."""
+            return tracer.start_as_current_span(
+                f"send {queue.name}",
                 kind=SpanKind.PRODUCER,
                 attributes={
                     "messaging.system": _SYSTEM,
-                    "messaging.destination.name": self.name,
+                    "messaging.destination.name": queue.name,
                     "messaging.operation.type": "send",
-                    "venturi.kind": getattr(task, "KIND", "") or "",
+                    **attributes,
                 },
-            ) as span:
+            )
+
+        @functools.wraps(enqueue)
+        async def traced_enqueue(self: Queue, task: Any, **options: Any) -> str:
+            with send_span(self, **{"venturi.kind": getattr(task, "KIND", "") or ""}) as span:
                 job_id: str = await enqueue(self, task, **options)
                 span.set_attribute("messaging.message.id", job_id)
                 return job_id
 
         @functools.wraps(enqueue_many)
         async def traced_enqueue_many(self: Queue, tasks: Sequence[Any], **options: Any) -> list[str]:
-            with tracer.start_as_current_span(
-                f"send {self.name}",
-                kind=SpanKind.PRODUCER,
-                attributes={
-                    "messaging.system": _SYSTEM,
-                    "messaging.destination.name": self.name,
-                    "messaging.operation.type": "send",
-                    "messaging.batch.message_count": len(tasks),
-                },
-            ):
+            with send_span(self, **{"messaging.batch.message_count": len(tasks)}):
                 ids: list[str] = await enqueue_many(self, tasks, **options)
                 return ids
 
         @functools.wraps(enqueue_flow)
         async def traced_enqueue_flow(self: Queue, parent: Any, children: Any, **options: Any) -> Any:
-            with tracer.start_as_current_span(
-                f"send {self.name}",
-                kind=SpanKind.PRODUCER,
-                attributes={
-                    "messaging.system": _SYSTEM,
-                    "messaging.destination.name": self.name,
-                    "messaging.operation.type": "send",
-                    "venturi.kind": getattr(parent, "KIND", "") or "",
-                },
-            ):
+            with send_span(self, **{"venturi.kind": getattr(parent, "KIND", "") or ""}):
                 return await enqueue_flow(self, parent, children, **options)
 
         @contextlib.asynccontextmanager

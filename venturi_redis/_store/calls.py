@@ -100,6 +100,14 @@ def transition(reply: Any) -> Transition:
     return Transition(False, text(reply[1]))
 
 
+def _ending_keys(keys: QueueKeys) -> tuple[str, str, str, str]:
+    """The last four KEYS of every script that ends a run (pause, suspend, retry,
+    dead, release, cancel, reclaim): the queue's meta hash and event stream
+    (events.lua), and the limits state and ready rotation a held slot goes back
+    to (limits.lua)."""
+    return (keys.meta, keys.events, keys.limits_state, keys.limits_ready)
+
+
 # -- enqueue -------------------------------------------------------------------
 
 
@@ -355,10 +363,7 @@ def reclaim(keys: QueueKeys, now: str, *, batch: int, max_failures: str) -> Call
             keys.dedup,
             keys.wake,
             *keys.pending_high_first,
-            keys.meta,
-            keys.events,
-            keys.limits_state,
-            keys.limits_ready,
+            *_ending_keys(keys),
         ],
         [now, keys.prefix, batch, max_failures],
     )
@@ -433,10 +438,7 @@ def pause(
             keys.pending_by_priority[priority],
             keys.dedup,
             keys.wake,
-            keys.meta,
-            keys.events,
-            keys.limits_state,
-            keys.limits_ready,
+            *_ending_keys(keys),
         ],
         [now, keys.prefix, job_id, token, delay_ms, note, attachment, carry],
     )
@@ -472,10 +474,7 @@ def suspend(
             keys.journal(job_id),
             keys.running,
             keys.suspended,
-            keys.meta,
-            keys.events,
-            keys.limits_state,
-            keys.limits_ready,
+            *_ending_keys(keys),
             keys.wake,
         ],
         [now, keys.prefix, job_id, token, note, attachment, carry, output],
@@ -514,10 +513,7 @@ def retry(
             keys.dead,
             keys.dedup,
             keys.wake,
-            keys.meta,
-            keys.events,
-            keys.limits_state,
-            keys.limits_ready,
+            *_ending_keys(keys),
         ],
         [
             now,
@@ -561,10 +557,7 @@ def dead(
             keys.journal(job_id),
             keys.running,
             keys.dead,
-            keys.meta,
-            keys.events,
-            keys.limits_state,
-            keys.limits_ready,
+            *_ending_keys(keys),
             keys.wake,
         ],
         [now, keys.prefix, job_id, token, note, attachment, carry, reason, error_type, traceback],
@@ -584,10 +577,7 @@ def release(
             keys.pending_by_priority[priority],
             keys.dedup,
             keys.wake,
-            keys.meta,
-            keys.events,
-            keys.limits_state,
-            keys.limits_ready,
+            *_ending_keys(keys),
         ],
         [now, keys.prefix, job_id, token, carry, note],
     )
@@ -614,10 +604,7 @@ def cancel(
             keys.cancelled,
             keys.dedup,
             *keys.pending_high_first,
-            keys.meta,
-            keys.events,
-            keys.limits_state,
-            keys.limits_ready,
+            *_ending_keys(keys),
             keys.wake,
             keys.limits_parked,
         ],
