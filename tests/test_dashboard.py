@@ -6,6 +6,7 @@ queues by SCAN) shows only that test's queues.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -69,8 +70,15 @@ class World:
 
 @pytest.fixture
 async def world(redis_server: RedisServer) -> AsyncIterator[World]:
+    async with world_on(redis_server) as w:
+        yield w
+
+
+@contextlib.asynccontextmanager
+async def world_on(redis_server: RedisServer) -> AsyncIterator[World]:
     """One queue with a job in every state: pending, delayed, running, suspended,
-    completed, dead (one with a hostile note), cancelled."""
+    completed, dead (one with a hostile note), cancelled (tests/test_dashboard_requirements.py
+    adds a waiting one)."""
     client = vr.Client.from_url(redis_server.url, namespace=f"d{uuid.uuid4().hex[:10]}")
     queue = client.queue("mail")
     ids: dict[str, str] = {}

@@ -41,6 +41,10 @@ CHART_MINUTES = 60
 # every running job (up to this many) and of the most recently finished ones.
 _WORKER_SAMPLE = 100
 _DEDUP_SCAN_LIMIT = 100_000
+# A search lists at most this many jobs, and reads the dedup field of at most
+# this many of the newest jobs of each state but pending.
+_FOUND_LIMIT = 20
+_RECENT = 1_000
 
 
 def valid_queue_name(name: str) -> bool:
@@ -201,28 +205,66 @@ async def all_queues(client: Client, discovery: Discovery) -> tuple[list[QueueOv
 
 
 async def find_by_dedup(queue: Queue, key: str, kind: str | None) -> list[str]:
-    """Ids of the pending jobs holding dedup key ``key`` (of ``kind``, when given).
+    """Ids of the jobs holding dedup key ``key`` (of ``kind``, when given): the
+    pending one first, then recent jobs in the other states.
 
-    With a kind it is one ``HGET``; without, an ``HSCAN`` of the dedup hash,
-    bounded (the hash holds one field per pending deduplicated job).
+    The dedup hash holds one field per *pending* deduplicated job: with a kind
+    that is one ``HGET``; without, an ``HSCAN`` of it, bounded. A job that has
+    left pending (running, suspended, waiting, finished) keeps its dedup field
+    only in its own hash, with no index over it: the newest ``_RECENT`` ids of
+    each other state's index are read and their ``dedup`` field compared, so a
+    search costs a bounded number of reads however large the queue.
     """
     redis = queue.client.redis
+    out: list[str] = []
     if kind:
         job_id = await redis.hget(queue.keys.dedup, dedup_field(kind, key))
-        return [_text(job_id)] if job_id else []
-    suffix = ":" + key
+        out += [_text(job_id)] if job_id else []
+    else:
+        suffix = ":" + key
+        seen = 0
+        async for name, value in redis.hscan_iter(
+            queue.keys.dedup, match="*" + _glob_escape(suffix), count=1000
+        ):
+            seen += 1
+            if _dedup_matches(_text(name), key, None):
+                out.append(_text(value))
+            if seen >= _DEDUP_SCAN_LIMIT or len(out) >= _FOUND_LIMIT:
+                break
+    return out + await _recent_by_dedup(queue, key, kind, _FOUND_LIMIT - len(out))
+
+
+async def _recent_by_dedup(queue: Queue, key: str, kind: str | None, room: int) -> list[str]:
+    if room <= 0:
+        return []
+    k = queue.keys
+    redis = queue.client.redis
+    pipe = redis.pipeline(transaction=False)
+    for index in (k.running, k.suspended, k.waiting, k.dead, k.completed, k.cancelled):
+        pipe.zrevrange(index, 0, _RECENT - 1)
+    ids = [_text(j) for got in await pipe.execute() for j in got]
+    if not ids:
+        return []
+    pipe = redis.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hget(k.job(job_id), "dedup")
+    fields = await pipe.execute(raise_on_error=False)
     out: list[str] = []
-    seen = 0
-    async for name, value in redis.hscan_iter(queue.keys.dedup, match="*" + _glob_escape(suffix), count=1000):
-        seen += 1
-        field_name = _text(name)
-        # The field is "<len(kind)>:<kind>:<key>": check the key is the whole rest.
-        head, _, rest = field_name.partition(":")
-        if head.isdigit() and rest[int(head) + 1 :] == key:
-            out.append(_text(value))
-        if seen >= _DEDUP_SCAN_LIMIT or len(out) >= 20:
-            break
+    for job_id, value in zip(ids, fields, strict=True):
+        if value and not isinstance(value, Exception) and _dedup_matches(_text(value), key, kind):
+            out.append(job_id)
+            if len(out) >= room:
+                break
     return out
+
+
+def _dedup_matches(field_name: str, key: str, kind: str | None) -> bool:
+    """Whether a dedup field, ``"<len(kind)>:<kind>:<key>"``, holds ``key`` (and ``kind``)."""
+    head, _, rest = field_name.partition(":")
+    if not head.isdigit():
+        return False
+    n = int(head)
+    return rest[n + 1 :] == key and rest[n : n + 1] == ":" and (kind is None or rest[:n] == kind)
 
 
 def _glob_escape(text: str) -> str:
