@@ -10,7 +10,9 @@ then succeeds on its third run; the first two retries of the Fibonacci
 schedule wait 0 s, see docs/design.md, "Outcomes").
 
 It prints one line per job (its URL, final state, runs, failed runs and last
-note) and, under it, the job's journal, oldest event first.
+note) and, under it, the job's journal, oldest event first; then how to see
+the queue in the web dashboard (docs/dashboard.md), which can read it only
+when it ran on a real Redis (``REDIS_URL``), not on ``memory://``.
 """
 
 from __future__ import annotations
@@ -133,6 +135,16 @@ async def main() -> dict[str, vr.JobInfo]:
             f"failures={info.failures} note={info.note!r}"
         )
         print("    journal: " + " -> ".join(e.event for e in journal))
+    if os.environ.get("REDIS_URL"):
+        print(f'\nSee queue {queue.name} in a browser: venturi dashboard --redis "$REDIS_URL"')
+    else:
+        # memory:// lives in this process: once it exits, nothing can read it.
+        print(
+            "\nThis ran on memory://, a Redis inside this process: its jobs are gone now, and no\n"
+            "dashboard could see them. To see them in a browser, run on a real Redis:\n"
+            "  REDIS_URL=redis://127.0.0.1:6379/0 make example\n"
+            "  .venv/bin/venturi dashboard --redis redis://127.0.0.1:6379/0   # then open http://127.0.0.1:8080/"
+        )
     await client.aclose()
     return results
 

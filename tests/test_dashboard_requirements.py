@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -27,6 +28,7 @@ from venturi_redis._store import calls
 from venturi_redis.dashboard import create_app
 
 pytestmark = pytest.mark.anyio
+DOC = (Path(__file__).resolve().parent.parent / "docs/dashboard.md").read_text()
 
 
 @pytest.fixture
@@ -253,3 +255,110 @@ def test_cli_binds_loopback_by_default_and_takes_every_flag(
     assert (config.host, config.port) == ("0.0.0.0", 9001)
     assert anyio.run(_answers, config.app) == (303, 401)  # the token is asked for
     assert _action_paths(config.app) == []  # read-only
+
+
+def test_a_newcomer_runs_the_example_then_venturi_dashboard_and_sees_its_queue(
+    redis_server: RedisServer,
+) -> None:
+    """The issue's "done when": `make example` on a real Redis, then `venturi dashboard` shows its queue."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+    import urllib.request
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location(
+        "dashboard_screenshots", root / "scripts/dashboard_screenshots.py"
+    )
+    assert spec is not None and spec.loader is not None
+    shots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shots)
+    env = {**os.environ, "REDIS_URL": redis_server.url}
+    ran = subprocess.run(
+        [sys.executable, "examples/bookmarks.py"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    m = re.search(
+        r'See queue (bookmarks-[0-9a-f]{8}) in a browser: venturi dashboard --redis "\$REDIS_URL"', ran.stdout
+    )
+    assert m, ran.stdout
+    name = m.group(1)
+    with shots.dashboard(redis_server.url) as base:
+        with urllib.request.urlopen(base + "/", timeout=10) as r:
+            assert f'data-queue="{name}"' in r.read().decode()
+        with urllib.request.urlopen(base + "/api/queues", timeout=10) as r:
+            (row,) = [q for q in json.loads(r.read())["queues"] if q["queue"] == name]
+        with urllib.request.urlopen(f"{base}/queues/{name}?state=dead", timeout=10) as r:
+            dead = r.read().decode()
+    assert (row["completed"], row["dead"]) == (3, 1)
+    assert "resource gone" in dead
+    # On memory:// the example says the dashboard cannot see it, and how to run it so it can.
+    env.pop("REDIS_URL")
+    alone = subprocess.run(
+        [sys.executable, "examples/bookmarks.py"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert alone.returncode == 0, alone.stderr
+    assert "This ran on memory://" in alone.stdout
+    assert "REDIS_URL=redis://127.0.0.1:6379/0 make example" in alone.stdout
+    assert ".venv/bin/venturi dashboard --redis redis://127.0.0.1:6379/0" in alone.stdout
+
+
+async def test_an_empty_overview_explains_memory_urls(redis_server: RedisServer) -> None:
+    client = vr.Client.from_url(redis_server.url, namespace="nothing-here")
+    try:
+        async with http(create_app(client)) as h:
+            page = await h.get("/")
+    finally:
+        await client.aclose()
+    assert "No queue found" in page.text and "<code>memory://</code>" in page.text
+
+
+async def test_the_docs_fastapi_mount_behind_the_apps_own_authentication(world: World) -> None:
+    """docs/dashboard.md's block, run as written: only the app's operators reach the dashboard."""
+    from dataclasses import dataclass
+
+    section = DOC.split("## Mount it in your FastAPI")[1]
+    code = section.split("```python\n")[1].split("```")[0]
+    assert 'app.mount("/venturi", guarded)' in code
+
+    @dataclass
+    class User:
+        is_operator: bool
+
+    async def your_current_user(request: Any) -> User | None:
+        role = request.headers.get("x-role")
+        return None if role is None else User(is_operator=role == "operator")
+
+    ours = f"vr.Client.from_url({world.client.url!r}, namespace={world.client.namespace!r})"
+    code = code.replace('vr.Client.from_url("redis://127.0.0.1:6379/0")', ours)
+    assert ours in code
+    scope: dict[str, Any] = {"your_current_user": your_current_user, "SendEmail": Login}
+    exec(compile(code, "docs/dashboard.md", "exec"), scope)
+    try:
+        async with http(scope["app"]) as h:
+            assert (await h.get("/venturi/")).status_code == 403
+            assert (await h.get("/venturi/", headers={"x-role": "viewer"})).status_code == 403
+            op = {"x-role": "operator"}
+            page = await h.get("/venturi/queues/mail", headers=op)
+            assert page.status_code == 200 and 'href="/venturi/queues/mail/schedules"' in page.text
+            # The dashboard's own CSRF check still applies behind the app's authentication.
+            assert (await h.post("/venturi/queues/mail/pause", headers=op, data={})).status_code == 403
+            done = await h.post(
+                "/venturi/queues/mail/pause", headers=op, data={"csrf_token": csrf_of(page.text)}
+            )
+            assert done.status_code == 303 and done.headers["location"] == "/venturi/queues/mail?done=paused"
+    finally:
+        await scope["client"].aclose()
+    assert (await world.queue.stats()).paused

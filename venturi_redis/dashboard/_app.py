@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 
 from .._model.enums import JobState
@@ -40,6 +40,7 @@ from ._security import (
     Keys,
     check_csrf,
     cookie_header,
+    mount_path,
     safe_next,
     wants_json,
 )
@@ -94,13 +95,23 @@ class Dashboard:
             undefined=jinja2.StrictUndefined,
         )
         self.env.filters.update(_render.FILTERS)
+        self.router = Router()  # create_app sets the app's own
         self.env.tests["job_id"] = lambda value: bool(_data.JOB_ID_RE.fullmatch(str(value or "")))
 
     # -- helpers -----------------------------------------------------------------
 
+    def url(self, request: Request, name: str, **params: Any) -> str:
+        """The path of route ``name`` as the browser sees it (below the mount point).
+
+        Resolved by the dashboard's own router, not ``request.url_for``: that
+        asks the outermost router, which cannot see our routes when the app is
+        mounted wrapped in a middleware (an application's own authentication).
+        """
+        return mount_path(request.scope) + self.router.url_path_for(name, **params)
+
     def page(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
         def url(name: str, **params: Any) -> str:
-            return request.url_for(name, **params).path
+            return self.url(request, name, **params)
 
         html = self.env.get_template(template).render(
             url=url,
@@ -157,7 +168,7 @@ class Dashboard:
                 )
             except _listing.BadCursor as exc:
                 raise HTTPException(400, str(exc)) from None
-        if request.url.path.startswith(_api_prefix(request)):
+        if request.url.path.startswith(self.url(request, "api_queues")):
             return JSONResponse(
                 {
                     "queue": queue.name,
@@ -217,14 +228,14 @@ class Dashboard:
             raise HTTPException(404, f"no job {job_id} in queue {queue.name!r}")
         doc = _data.job_dict(info, self.redaction)
         entries = [_data.entry_dict(e, info.kind, self.redaction) for e in journal]
-        if request.url.path.startswith(_api_prefix(request)):
+        if request.url.path.startswith(self.url(request, "api_queues")):
             return JSONResponse({"job": doc, "journal": entries})
         return self.page(request, "job.html", queue=queue.name, job=doc, journal=entries)
 
     async def schedules(self, request: Request) -> Response:
         queue = await self.known_queue(request.path_params["queue"])
         rows = [_data.schedule_dict(s) for s in await queue.schedules()]
-        if request.url.path.startswith(_api_prefix(request)):
+        if request.url.path.startswith(self.url(request, "api_queues")):
             return JSONResponse({"queue": queue.name, "schedules": rows})
         return self.page(request, "schedules.html", queue=queue.name, schedules=rows)
 
@@ -266,7 +277,7 @@ class Dashboard:
         queue = await self.known_queue(request.path_params["queue"])
         job_id = self._job_id(request)
         moved = await queue.retry(job_id)
-        target = request.url_for("job", queue=queue.name, job_id=job_id).path
+        target = self.url(request, "job", queue=queue.name, job_id=job_id)
         return self._answer(request, target, "retried" if moved else "not-dead", job_id=job_id)
 
     async def cancel(self, request: Request) -> Response:
@@ -274,7 +285,7 @@ class Dashboard:
         queue = await self.known_queue(request.path_params["queue"])
         job_id = self._job_id(request)
         result = await queue.cancel(job_id)
-        target = request.url_for("job", queue=queue.name, job_id=job_id).path
+        target = self.url(request, "job", queue=queue.name, job_id=job_id)
         return self._answer(request, target, result, job_id=job_id)
 
     async def pause(self, request: Request) -> Response:
@@ -294,7 +305,7 @@ class Dashboard:
         queue = await self.known_queue(request.path_params["queue"])
         kind = (await _form(request)).get("kind") or None
         moved = await queue.retry_dead(kind=kind)
-        target = request.url_for("jobs", queue=queue.name).path
+        target = self.url(request, "jobs", queue=queue.name)
         return self._answer(request, target, "dead-retried", moved=moved)
 
     async def schedule_action(self, request: Request) -> Response:
@@ -307,12 +318,12 @@ class Dashboard:
             raise HTTPException(404, "not a schedule id") from None
         if action not in ("pause", "resume", "trigger"):
             raise HTTPException(404, "no such action (pause, resume or trigger)")
-        target = request.url_for("schedules", queue=queue.name).path
+        target = self.url(request, "schedules", queue=queue.name)
         if action == "trigger":
             job_id = await queue.trigger_schedule(schedule_id)
             if job_id is None:
                 return self._answer(request, target, "no-schedule", schedule_id=schedule_id)
-            target = request.url_for("job", queue=queue.name, job_id=job_id).path
+            target = self.url(request, "job", queue=queue.name, job_id=job_id)
             return self._answer(request, target, "schedule-triggered", schedule_id=schedule_id, job_id=job_id)
         change = queue.pause_schedule if action == "pause" else queue.resume_schedule
         done = f"schedule-{action}d" if await change(schedule_id) else "no-schedule"
@@ -326,9 +337,9 @@ class Dashboard:
 
     def _back(self, request: Request, queue: Queue) -> str:
         # The overview's buttons come back to the overview; the queue page's to it.
-        target = request.url_for("jobs", queue=queue.name).path
+        target = self.url(request, "jobs", queue=queue.name)
         referer = request.headers.get("referer", "")
-        overview = request.url_for("overview").path
+        overview = self.url(request, "overview")
         if referer.split("?")[0].endswith(overview) and not referer.split("?")[0].endswith(target):
             return overview
         return target
@@ -337,7 +348,7 @@ class Dashboard:
 
     async def login_form(self, request: Request) -> Response:
         if self.keys.token is None:
-            return RedirectResponse(request.url_for("overview").path, status_code=303)
+            return RedirectResponse(self.url(request, "overview"), status_code=303)
         return self.page(
             request, "login.html", next=safe_next(request.query_params.get("next")), failed=False
         )
@@ -358,7 +369,7 @@ class Dashboard:
 
     async def logout(self, request: Request) -> Response:
         await self._guard_post(request)
-        response = RedirectResponse(request.url_for("login_form").path, status_code=303)
+        response = RedirectResponse(self.url(request, "login_form"), status_code=303)
         name, value = cookie_header(AUTH_COOKIE, "", request.scope, max_age=0)
         response.raw_headers.append((name, value))
         return response
@@ -406,10 +417,6 @@ async def _form(request: Request) -> dict[str, str]:
         request.scope["state"]["form"] = fields
     form: dict[str, str] = request.scope["state"]["form"]
     return form
-
-
-def _api_prefix(request: Request) -> str:
-    return request.url_for("api_queues").path
 
 
 def create_app(
@@ -492,9 +499,11 @@ def create_app(
         RedisError: dash.redis_error,
         Exception: dash.server_error,
     }
-    return Starlette(
+    web = Starlette(
         routes=routes,
         middleware=[Middleware(Guard, keys=dash.keys)],
         exception_handlers=handlers,
         lifespan=lifespan,
     )
+    dash.router = web.router
+    return web
