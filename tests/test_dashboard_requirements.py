@@ -362,3 +362,31 @@ async def test_the_docs_fastapi_mount_behind_the_apps_own_authentication(world: 
     finally:
         await scope["client"].aclose()
     assert (await world.queue.stats()).paused
+
+
+def test_the_dashboard_extra_covers_what_the_dashboard_imports() -> None:
+    """`pip install 'venturi-redis[dashboard]'` (with `[cli]` for the command) is all it needs."""
+    import ast
+    import sys
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+
+    def names(reqs: list[str]) -> set[str]:
+        return {re.split(r"[\[<>=;! ]", r, maxsplit=1)[0].lower().replace("-", "_") for r in reqs}
+
+    core = names(project["dependencies"]) | {"ulid"}  # python-ulid's module
+    extra = names(project["optional-dependencies"]["dashboard"])
+    assert extra == {"starlette", "jinja2", "uvicorn"}
+    sources = [*(root / "venturi_redis/dashboard").glob("*.py"), root / "venturi_redis/cli/dashboard.py"]
+    imported: set[str] = set()
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names) - {"venturi_redis", "__future__", "typer"}
+    assert third_party - core - extra == set()
+    assert {"starlette", "jinja2", "uvicorn"} <= third_party

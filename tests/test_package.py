@@ -77,6 +77,11 @@ def test_wheel_ships_the_lua_scripts(tmp_path: Path) -> None:
     for script in (ROOT / "lua").rglob("*.lua"):
         assert f"venturi_redis/lua/{script.relative_to(ROOT / 'lua')}" in names
     assert "venturi_redis/py.typed" in names
+    # The dashboard's templates and static files (htmx vendored: it works offline).
+    dash = ROOT / "venturi_redis" / "dashboard"
+    for kind in ("templates", "static"):
+        files = [p for p in (dash / kind).rglob("*") if p.is_file()]
+        assert files and all(f"venturi_redis/dashboard/{p.relative_to(dash)}" in names for p in files), kind
     # and the unpacked wheel's loader reads its own copy, not the checkout's
     unpacked = tmp_path / "unpacked"
     zipfile.ZipFile(wheel).extractall(unpacked)
