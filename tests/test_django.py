@@ -82,7 +82,7 @@ def test_views_enqueue_and_manage_py_venturi_worker_runs_the_tasks(
     assert sent.status_code == 202
     welcome_id = sent.json()["result_id"]
     assert sent.json()["status"] == "READY"
-    assert poll(http, "send_welcome", welcome_id, set())["status"] == "READY"  # no worker yet
+    assert http.get(f"/results/send_welcome/{welcome_id}").json()["status"] == "READY"  # no worker yet
     bad_id = http.post("/welcome", json.dumps({"email": "nobody"}), content_type="application/json").json()[
         "result_id"
     ]
