@@ -13,9 +13,10 @@ import os
 import signal
 import subprocess
 import sys
+import types
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,10 @@ def test_the_contracts_refusals(project: dict[str, str]) -> None:
         send_welcome.get_result("venturi:{x}:job:1")  # not a job id: never read as a key
     with pytest.raises(_compat.InvalidTaskError, match="Queue 'elsewhere' is not valid"):
         send_welcome.using(queue_name="elsewhere")
+    with pytest.raises(_compat.InvalidTaskError, match="priority must be a whole number"):
+        send_welcome.using(priority=101)
+    with pytest.raises(_compat.InvalidTaskError, match="aware datetime"):
+        send_welcome.using(run_after=datetime(2030, 1, 1))  # naive, and the project has USE_TZ
     with pytest.raises(TypeError, match="Unsupported type"):
         send_welcome.enqueue(object())  # not JSON: refused before anything is sent
 
@@ -205,11 +210,131 @@ def test_importable_against_djangos_own_tasks_module(
 
     from venturi_redis.contrib.django import _compat
 
-    for sub in ["", ".base", ".backends", ".backends.base", ".exceptions", ".signals"]:
+    for sub in ["", ".base", ".backends", ".backends.base", ".signals"]:
         monkeypatch.setitem(sys.modules, f"django.tasks{sub}", importlib.import_module(f"django_tasks{sub}"))
+    # Django 6 names the refusal InvalidTask (the backport installed here, InvalidTaskError).
+    exceptions = types.ModuleType("django.tasks.exceptions")
+    for name in ["TaskResultDoesNotExist", "TaskResultMismatch"]:
+        setattr(exceptions, name, getattr(django_tasks.exceptions, name))
+    exceptions.InvalidTask = type("InvalidTask", (Exception,), {})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "django.tasks.exceptions", exceptions)
     try:
-        assert importlib.reload(_compat).FRAMEWORK == "django.tasks"
+        reloaded = importlib.reload(_compat)
+        assert reloaded.FRAMEWORK == "django.tasks"
+        assert reloaded.InvalidTaskError is exceptions.InvalidTask  # type: ignore[attr-defined]
     finally:
         monkeypatch.undo()
         assert importlib.reload(_compat).FRAMEWORK == "django_tasks"
     assert django_tasks.task_backends is _compat.task_backends
+
+
+def test_the_backend_declares_the_contracts_features(project: dict[str, str]) -> None:
+    # Each flag is backed by a test here: run_after and priority (the mapping
+    # test), async tasks (count_words), results from any process (the views).
+    from venturi_redis.contrib.django import VenturiBackend, _compat
+
+    backend = _compat.task_backends["default"]
+    assert isinstance(backend, VenturiBackend) and backend.alias == "default"
+    assert (
+        backend.supports_defer,
+        backend.supports_async_task,
+        backend.supports_get_result,
+        backend.supports_priority,
+    ) == (True, True, True, True)
+    assert backend.task_class is _compat.Task
+    assert backend.queues == {"default", "reports"}
+    assert backend.venturi_queues() == sorted([project["VENTURI_QUEUE"], "reports"])
+    assert list(backend.check()) == []
+
+
+@pytest.mark.anyio
+async def test_aenqueue_aget_result_arefresh_and_a_cancelled_task_reads_failed(
+    project: dict[str, str], sync: vr.SyncClient
+) -> None:
+    from django.utils import timezone
+    from shop.tasks import count_words, send_welcome
+
+    from venturi_redis.contrib.django import _compat
+
+    res = await send_welcome.using(run_after=timezone.now() + timedelta(hours=1)).aenqueue("lin@example.org")
+    assert (res.status, res.args, res.kwargs, res.backend) == ("READY", ["lin@example.org"], {}, "default")
+    assert res.enqueued_at is not None and res.started_at is None and res.finished_at is None
+    again = await send_welcome.aget_result(res.id)
+    assert (again.id, again.status, again.worker_ids, again.errors) == (res.id, "READY", [], [])
+    with pytest.raises(_compat.TaskResultDoesNotExist):
+        await send_welcome.aget_result("01ARZ3NDEKTSV4RRFFQ69G5FAV")
+    # Django's own check: the result of one task is not another's.
+    with pytest.raises(_compat.TaskResultMismatch):
+        await count_words.aget_result(res.id)
+
+    assert sync.queue(project["VENTURI_QUEUE"]).cancel(res.id) == "cancelled"
+    await res.arefresh()
+    assert (res.status, res.is_finished) == ("FAILED", True)
+    with pytest.raises(ValueError, match="Task failed"):
+        _ = res.return_value
+
+
+@pytest.mark.anyio
+async def test_a_run_reads_running_then_successful_with_its_times_and_worker(
+    project: dict[str, str], redis_server: RedisServer
+) -> None:
+    # make_worker in this process (the command's worker), so the signals'
+    # receivers can read the result back while the task runs.
+    import anyio
+    from django.utils import timezone
+    from shop.tasks import send_welcome
+
+    from venturi_redis.contrib.django import _compat
+    from venturi_redis.contrib.django._jobs import DjangoCall
+    from venturi_redis.contrib.django.worker import make_worker
+
+    running: list[Any] = []
+    finished: list[Any] = []
+
+    def on_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        running.append((task_result, send_welcome.get_result(task_result.id)))  # read from Redis mid-run
+
+    def on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        finished.append(task_result)
+
+    async with vr.Client.from_url(redis_server.url) as client:
+        queue = client.queue(project["VENTURI_QUEUE"])
+        res = await send_welcome.aenqueue("kay@example.org")
+        # A job naming a function the worker never found: dead, nothing imported.
+        gone = await queue.enqueue(DjangoCall(task="os.system", args=["true"], kwargs={}, backend="default"))
+        _compat.task_started.connect(on_started)
+        _compat.task_finished.connect(on_finished)
+        try:
+            worker = make_worker(client=client, handle_signals=False)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                with anyio.fail_after(60):
+                    for job_id in (res.id, gone):
+                        while (info := await queue.get(job_id)) is None or info.finished_at is None:
+                            await anyio.sleep(0.02)
+                worker.shutdown()
+        finally:
+            _compat.task_started.disconnect(on_started)
+            _compat.task_finished.disconnect(on_finished)
+        dead = await queue.get(gone)
+    assert dead is not None and dead.state == vr.JobState.DEAD
+    assert "'os.system' is not among the tasks this worker found" in (dead.note or "")
+    with pytest.raises(_compat.TaskResultDoesNotExist, match="not among this process's tasks"):
+        send_welcome.get_backend().get_result(gone)
+
+    [(sent, mid_run)] = [(s, r) for s, r in running if s.id == res.id]
+    assert (sent.status, sent.worker_ids) == ("RUNNING", [worker.id])
+    assert (mid_run.status, mid_run.is_finished, mid_run.worker_ids) == ("RUNNING", False, [worker.id])
+    assert mid_run.started_at is not None and mid_run.finished_at is None
+    with pytest.raises(ValueError, match="not finished"):
+        _ = mid_run.return_value
+    assert [(f.status, f.return_value) for f in finished if f.id == res.id] == [
+        ("SUCCESSFUL", "welcomed kay@example.org")
+    ]
+
+    assert res.status == "READY"
+    await res.arefresh()  # the READY result the view got, refreshed in place
+    assert (res.status, res.is_finished, res.return_value) == ("SUCCESSFUL", True, "welcomed kay@example.org")
+    assert (res.worker_ids, res.attempts, res.errors) == ([worker.id], 1, [])
+    assert res.enqueued_at is not None and res.started_at is not None and res.finished_at is not None
+    assert res.enqueued_at <= res.started_at == res.last_attempted_at <= res.finished_at <= timezone.now()

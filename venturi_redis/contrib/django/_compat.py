@@ -49,6 +49,7 @@ BaseTaskBackend: Any = _backends.BaseTaskBackend
 # The backport says InvalidTaskError, Django 6 InvalidTask.
 InvalidTaskError: Any = getattr(_exceptions, "InvalidTaskError", None) or _exceptions.InvalidTask
 TaskResultDoesNotExist: Any = _exceptions.TaskResultDoesNotExist
+TaskResultMismatch: Any = _exceptions.TaskResultMismatch
 task_enqueued: Any = _signals.task_enqueued
 task_finished: Any = _signals.task_finished
 # Sent when a run starts; a framework version without it gets a signal nobody hears.
