@@ -140,3 +140,61 @@ def test_children_get_their_own_metrics_port() -> None:
     cmds = processes.child_commands("m:w", 3, options=["--json"], metrics_port=9464)
     assert [c[c.index("--metrics-port") + 1] for c in cmds] == ["9464", "9465", "9466"]
     assert all(c[1:5] == ["-m", "venturi_redis.cli", "worker", "m:w"] and "--json" in c for c in cmds)
+
+
+FORWARD = """
+import logging, sys
+from venturi_redis.cli import processes
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+child = r'''
+import pathlib, signal, sys, time
+out = pathlib.Path(sys.argv[1])
+signal.signal(signal.SIGINT, lambda *a: (out.write_text("SIGINT"), sys.exit(0)))
+out.write_text("ready")
+time.sleep(60)
+'''
+print("supervise returned", processes.supervise([[sys.executable, "-c", child, p] for p in sys.argv[1:]]))
+"""
+
+
+def test_sigint_is_forwarded_to_every_child_and_a_clean_stop_exits_0(tmp_path: Path) -> None:
+    # Ctrl-C: the children are in sessions of their own, so each gets the
+    # supervisor's one forwarded SIGINT (and exits 0 on it here).
+    marks = [tmp_path / "a", tmp_path / "b"]
+    sup = subprocess.Popen(
+        [sys.executable, "-c", FORWARD, *map(str, marks)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not all(m.exists() and m.read_text() == "ready" for m in marks):
+            assert sup.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        sup.send_signal(signal.SIGINT)
+        out, err = sup.communicate(timeout=60)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
+    assert (sup.returncode, out.strip()) == (0, "supervise returned 0"), err
+    assert "SIGINT received, forwarding to 2 worker(s)" in err
+    assert "every worker stopped" in err
+    assert [m.read_text() for m in marks] == ["SIGINT", "SIGINT"]
+
+
+def test_restarts_back_off_doubling_to_the_cap_and_reset_after_a_stable_run() -> None:
+    slot = processes._Slot(0)
+    waits = []
+    for now in range(8):  # each death right after its start
+        slot.started = float(now)
+        slot.quick_deaths = 0  # only the backoff is looked at here
+        assert processes._died(slot, 1, -9, now + 0.1) is None
+        assert slot.restart_at is not None
+        waits.append(round(slot.restart_at - (now + 0.1), 3))
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    slot.started = 0.0  # a child that ran longer than STABLE starts over
+    processes._died(slot, 1, 1, processes.STABLE + 1)
+    assert (slot.quick_deaths, slot.backoff) == (1, 2 * processes.BACKOFF_FIRST)
