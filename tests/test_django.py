@@ -338,3 +338,51 @@ async def test_a_run_reads_running_then_successful_with_its_times_and_worker(
     assert (res.worker_ids, res.attempts, res.errors) == ([worker.id], 1, [])
     assert res.enqueued_at is not None and res.started_at is not None and res.finished_at is not None
     assert res.enqueued_at <= res.started_at == res.last_attempted_at <= res.finished_at <= timezone.now()
+
+
+def test_venturi_worker_pointed_at_the_django_settings_runs_the_tasks(
+    project: dict[str, str], tmp_path: Path
+) -> None:
+    # The other way to run them: the venturi CLI with make_worker, settings from the environment.
+    from shop.tasks import send_welcome
+
+    res = send_welcome.enqueue("mo@example.org")
+    log = tmp_path / "worker.log"
+    env = {
+        **os.environ,
+        **project,
+        "DJANGO_SETTINGS_MODULE": "shop.settings",
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)]),
+        "PYTHONUNBUFFERED": "1",
+    }
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "venturi_redis.cli",
+                "worker",
+                "venturi_redis.contrib.django.worker:make_worker",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        import time
+
+        deadline = time.monotonic() + 60
+        while not res.is_finished:
+            assert worker.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+            res.refresh()
+        assert (res.status, res.return_value) == ("SUCCESSFUL", "welcomed mo@example.org"), log.read_text()
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            code = worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            code = worker.wait()
+    assert code == 0, log.read_text()
