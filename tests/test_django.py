@@ -118,6 +118,9 @@ def test_views_enqueue_and_manage_py_venturi_worker_runs_the_tasks(
         failed = poll(http, "send_welcome", bad_id, {"FAILED"})
         # max_failures=2 in the settings: one retry, then FAILED, each failure kept.
         assert failed == {"status": "FAILED", "attempts": 2, "errors": ["builtins.ValueError"] * 2}
+        error = send_welcome.get_result(bad_id).errors[-1]  # Django's TaskError, as its backends keep it
+        assert error.exception_class is ValueError
+        assert "ValueError: not an address: 'nobody'" in error.traceback and "send_welcome" in error.traceback
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
