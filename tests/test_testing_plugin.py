@@ -56,8 +56,14 @@ def test_the_plugin_is_off_unless_enabled(tmp_path: Path) -> None:
     assert "fixture 'venturi_queue' not found" in proc.stdout
 
 
-def test_a_users_tests_run_with_the_plugin_loaded_by_name(tmp_path: Path) -> None:
-    proc = run_pytest(user_project(tmp_path), "-p", "venturi_redis.testing")
+@pytest.mark.parametrize("how", ["-p", "--venturi-redis", "conftest"])
+def test_a_users_tests_run_with_the_plugin_turned_on(tmp_path: Path, how: str) -> None:
+    # Each way docs/testing.md offers (the ini flag: the real-server test below).
+    project = user_project(tmp_path)
+    args = {"-p": ["-p", "venturi_redis.testing"], "--venturi-redis": ["--venturi-redis"]}.get(how, [])
+    if how == "conftest":
+        (project / "conftest.py").write_text('pytest_plugins = ["venturi_redis.testing"]\n')
+    proc = run_pytest(project, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{USER_TESTS} passed" in proc.stdout
 
