@@ -78,14 +78,15 @@ async def test_an_idle_worker_is_woken_over_tls_and_stops_at_once(client: vr.Cli
         await anyio.sleep(0.3)  # idle, blocked on the wake list, a minute from its next poll
         start = time.monotonic()
         job_id = await q.enqueue(Echo(text="wake"))
-        with anyio.fail_after(5):
+        with anyio.fail_after(30):
             while (await q.counts())["completed"] < 1:
                 await anyio.sleep(0.01)
         woken = time.monotonic() - start
         await anyio.sleep(0.3)  # idle again
         start = time.monotonic()
         worker.shutdown()
-    assert woken < 2.0 and time.monotonic() - start < 2.0
+    # Not the minute's poll: woken by the push (a bound far from the poll, not a timing).
+    assert woken < 30 and time.monotonic() - start < 30
     assert (await q.get(job_id)).state == vr.JobState.COMPLETED  # type: ignore[union-attr]
 
 

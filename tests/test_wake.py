@@ -133,7 +133,8 @@ async def test_an_idle_worker_stops_at_once_and_leaves_nothing_behind(queue: vr.
         await anyio.sleep(0.3)  # idle, blocked on the wake list for up to 5 s
         start = time.monotonic()
         worker.shutdown()
-    assert time.monotonic() - start < 2.0
+    # Not the minute's poll: a bound far from it, not a timing (tests never assert those).
+    assert time.monotonic() - start < 30
     assert not await queue.client.redis.exists(queue.keys.wake_stop(worker.id))
     assert (await queue.counts())["running"] == 0
     # It claimed nothing on its way out: a job enqueued now is still pending.
@@ -154,8 +155,8 @@ async def test_until_idle_returns_when_the_last_job_ends_not_at_the_next_poll(qu
     start = time.monotonic()
     # The claim loop goes idle while the job runs (nothing else is pending); a
     # minute-long poll must not hold up the return once the job is done.
-    await drain(queue, SlowJob, poll_interval=60, timeout=10)
-    assert time.monotonic() - start < 3.0
+    await drain(queue, SlowJob, poll_interval=60, timeout=45)
+    assert time.monotonic() - start < 30  # not the minute's poll
     assert (await queue.counts())["completed"] == 1
 
 
