@@ -97,6 +97,46 @@ async def test_system_exit_in_a_handler_stops_the_worker_and_releases_the_others
     assert (await queue.counts())["running"] == 0
 
 
+async def test_a_worker_stopping_for_a_handlers_exit_starts_nothing_more(queue: vr.Queue) -> None:
+    """With slots to spare, the claim loop waits in an idle claim while the
+    handlers run; the culprit's failed run puts it back to pending and wakes
+    that claim, which takes it again. What a claim hands out once the worker
+    is stopping at once is released unstarted: the culprit runs once, and is
+    charged once, per stop."""
+    innocent = await queue.enqueue_many([Sleeper() for _ in range(3)])
+    culprit = await queue.enqueue(Bail(how="exit", sleepers=3))
+    worker = make_worker(queue, *HANDLERS, concurrency=8, state={}, shutdown_grace=60)
+    with pytest.raises(SystemExit), anyio.fail_after(20):
+        await worker.run()
+    info = await queue.get(culprit)
+    assert info is not None and (info.state, info.failures) == (vr.JobState.PENDING, 1)
+    journal = await queue.journal(culprit)
+    assert [e.event for e in journal].count("failed") == 1, [(e.event, e.note) for e in journal]
+    for entry in journal[3:]:  # enqueued, claimed, failed; then at most a claim given back
+        assert entry.event == "claimed" or entry.note == "released on worker shutdown (not started)"
+    for job_id in innocent:
+        info = await queue.get(job_id)
+        assert info is not None and (info.state, info.failures) == (vr.JobState.PENDING, 0)
+    assert (await queue.counts())["running"] == 0
+
+
+async def test_a_claimed_job_not_yet_started_is_released_on_the_way_out(queue: vr.Queue) -> None:
+    """A forced stop (or run() cancelled) can catch a job between its claim and its
+    slot task (in an inbox): it is released, not left to its lease and charged.
+    The moment cannot be timed from outside, so the worker's books are set as then."""
+    job_id = await queue.enqueue(Echo(text="x"))
+    worker = make_worker(queue, EchoJob)
+    runner = worker._runners[0]
+    _, _, (job,) = await runner.claim(1)
+    runner.active[job.id] = job  # handed out, never started
+    await worker._release_unstarted()
+    info = await queue.get(job_id)
+    assert info is not None and (info.state, info.failures) == (vr.JobState.PENDING, 0)
+    last = (await queue.journal(job_id))[-1]
+    assert (last.event, last.note) == ("released", "released on worker shutdown (not started)")
+    assert not runner.active
+
+
 # -- `venturi worker`, as a supervisor sees it ------------------------------------------------------
 
 

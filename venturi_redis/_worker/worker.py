@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("venturi_redis.worker")
 _DEFAULT_RETENTION = Retention()
+_NOT_STARTED = "released on worker shutdown (not started)"
 StateT = TypeVar("StateT", default=None)
 
 
@@ -525,10 +526,9 @@ class Worker(Generic[StateT]):
         ]
         if not left:
             return
-        note = "released on worker shutdown (not started)"
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             for r, job in left:
-                await self._commit(job, "release", note=note, direct=True)
+                await self._commit(job, "release", note=_NOT_STARTED, direct=True)
                 self._finish(r, job)
 
     def _crash(self, exc: KeyboardInterrupt | SystemExit, job: _Job) -> None:
@@ -614,6 +614,15 @@ class Worker(Generic[StateT]):
 
     async def _run_job(self, runner: _Runner, job: _Job) -> None:
         try:
+            if self._force:
+                # Stopping at once (a handler raised KeyboardInterrupt or
+                # SystemExit, or the grace ran out): a job a claim in flight
+                # handed out meanwhile is not started. Started, it would be
+                # cancelled at once, or run the culprit again and charge it
+                # twice for one stop.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    await self._commit(job, "release", note=_NOT_STARTED, direct=True)
+                return
             await execute(self, job)
         except anyio.get_cancelled_exc_class():
             raise
