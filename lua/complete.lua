@@ -25,7 +25,8 @@
 --
 -- Returns one value per job: 1 when completed, or the reason it was refused
 -- (stale or unknown job; the refusal is journaled and nothing else is written
--- for that job).
+-- for that job; a job or journal key of the wrong type is refused with
+-- nothing written, lease.lua check_owner, and quarantined by the reclaim).
 -- Errors: VR_WRONGTYPE when the running or completed set is not a sorted set;
 -- then no job is moved (only refusals are journaled).
 

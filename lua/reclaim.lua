@@ -19,7 +19,9 @@
 -- A job that dies here and is an offload gets its `failed` snapshot and the
 -- redacted wake-up (include offload.lua), its error 'lease expired ...'.
 -- A job whose own data is corrupt (a job key that is not a hash, a priority
--- that names no pending set) is quarantined (quarantine.lua), counted dead.
+-- that names no pending set, a journal key that is not a stream) is
+-- quarantined (quarantine.lua), counted dead; the other jobs of the sweep go
+-- on as usual.
 -- Then the finished jobs of the `graph:orphans` set (keys.lua; the claim's
 -- cancel and quarantine endings add to it) tell their dependents.
 --
@@ -64,9 +66,15 @@ for _, id in ipairs(ids) do
     pending = pending_key(5, f[4])
     local failures = (tonumber(f[2]) or 0) + 1
     local limit = backstop(f[3], ARGV[4])
+    local bad = nil
     if not pending then
-      quarantine(job_key, journal_key, KEYS[2], id, now, bad_priority(f[4]))
-      graph_finished(prefix, f[8], job_key, id, now, false, nil, bad_priority(f[4]))
+      bad = bad_priority(f[4])
+    elseif not journal_ok(journal_key) then
+      bad = 'journal key is not a stream'
+    end
+    if bad then
+      quarantine(job_key, journal_key, KEYS[2], id, now, bad)
+      graph_finished(prefix, f[8], job_key, id, now, false, nil, bad)
       died = died + 1
     else
       clear_lease(job_key)

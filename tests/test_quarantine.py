@@ -124,6 +124,50 @@ async def test_a_job_or_journal_key_of_the_wrong_type_is_quarantined(
         ]
 
 
+@pytest.mark.parametrize("which", ["job", "journal"])
+async def test_a_running_jobs_key_of_the_wrong_type_costs_its_batch_nothing(
+    client: vr.Client, queue: vr.Queue, which: str
+) -> None:
+    """Damaged while it runs: its completion is refused with nothing written, the
+    rest of the batch completes, and the reclaim quarantines it at its lease's end.
+    Before, the XADD failed half way: jobs in the completed set still said running."""
+    ids = await queue.enqueue_many([Echo(text=str(i)) for i in range(3)])
+    claimed = await _claim(queue, 3)
+    bad = ids[1]
+    key = queue.keys.job(bad) if which == "job" else queue.keys.journal(bad)
+    await client.redis.delete(key)
+    await client.redis.set(key, "not a hash")
+    done = calls.complete(
+        queue.keys, client._now_arg(), [calls.completion(j, t, "", b"", b"", b"") for j, t in claimed]
+    )
+    why = "job key is not a hash" if which == "job" else "journal key is not a stream"
+    got = calls.completed(await client._scripts.call(client.redis, *done))
+    replies = dict(zip([j for j, _ in claimed], got, strict=True))
+    assert replies == {ids[0]: calls.APPLIED, bad: calls.Transition(False, why), ids[2]: calls.APPLIED}
+    for job_id in (ids[0], ids[2]):
+        info = await queue.get(job_id)
+        assert info is not None and (info.state, info.failures) == (vr.JobState.COMPLETED, 0)
+    assert [m.decode() for m in await client.redis.zrange(queue.keys.running, 0, -1)] == [bad]
+    # Its lease runs out: the reclaim quarantines it, and nothing else.
+    await client.redis.zadd(queue.keys.running, {bad: 1})
+    reclaim = calls.reclaim(queue.keys, client._now_arg(), batch=10, max_failures="none")
+    got = calls.reclaimed(await client._scripts.call(client.redis, *reclaim))
+    assert got == calls.Reclaimed(0, 1, [bad])
+    assert [m.decode() for m in await client.redis.zrange(queue.keys.dead, 0, -1)] == [bad]
+    if which == "journal":
+        info = await queue.get(bad)
+        assert info is not None and (info.state, info.note) == (vr.JobState.DEAD, why)
+    else:
+        entries = [f for _, f in await client.redis.xrange(queue.keys.journal(bad))]
+        assert (entries[-1][b"event"], entries[-1][b"note"], entries[-1][b"reason"]) == (
+            b"dead",
+            why.encode(),
+            b"bad_payload",
+        )
+    counts = await queue.counts()
+    assert (counts["completed"], counts["dead"], counts["running"]) == (2, 1, 0)
+
+
 async def test_a_wrong_type_pending_set_leaves_no_job_half_moved(client: vr.Client, queue: vr.Queue) -> None:
     high = await queue.enqueue(Echo(text="c"), priority=vr.Priority.CRITICAL)
     normal = await queue.enqueue(Echo(text="n"))

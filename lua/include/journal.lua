@@ -8,6 +8,16 @@
 -- (A string: XADD takes it as one, see `str`.)
 local JOURNAL_MAXLEN = '1000'
 
+-- Whether a job's journal can take an entry: a stream, or no key yet. Read
+-- (one TYPE) before any write for a RUNNING job by the scripts that journal
+-- it (lease.lua check_owner, reclaim), so a journal overwritten by hand
+-- (`SET journal:<id> x`) is refused or quarantined, the job's fault alone,
+-- not an XADD error half way through a transition or a batch.
+local function journal_ok(journal_key)
+  local t = redis.call('TYPE', journal_key).ok
+  return t == 'stream' or t == 'none'
+end
+
 -- Append one journal entry. `extra` is a flat list of field, value pairs.
 -- The entry is also the queue's event (events.lua), when events are on.
 local function journal(key, at, event, run, note, attachment, extra)

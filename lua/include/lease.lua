@@ -5,7 +5,8 @@
 -- @include journal.lua
 
 -- Fencing: a transition out of RUNNING is allowed only for the holder of the
--- current lease token. Returns (nil, run_count) when allowed, or a reason.
+-- current lease token. Returns (nil, run_count) when allowed, or a reason
+-- (its job or journal key of the wrong type is one too).
 -- A refusal is journaled so `venturi job show` explains why a late outcome
 -- left no trace. This is the only write before the precondition fails.
 -- The job's fields come back third: f[4] is its `slot` (the concurrency slots
@@ -15,12 +16,21 @@
 local function check_owner(job_key, journal_key, token, attempted, now, more)
   local f
   if more then
-    f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot', unpack(more))
+    f = redis.pcall('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot', unpack(more))
   else
-    f = redis.call('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot')
+    f = redis.pcall('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot')
+  end
+  -- A job or journal key overwritten by hand: refused with nothing written
+  -- (a batch's other jobs go on); the job stays in running, and at its
+  -- lease's expiry the reclaim quarantines it (quarantine.lua).
+  if f.err then
+    return 'job key is not a hash', 0
   end
   if not f[1] then
     return 'job does not exist', 0
+  end
+  if not journal_ok(journal_key) then
+    return 'journal key is not a stream', f[3]
   end
   local reason = nil
   if f[1] ~= 'running' then
