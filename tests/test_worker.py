@@ -177,6 +177,22 @@ async def test_shutdown_releases_running_jobs_with_their_carry(queue: vr.Queue) 
     assert (await queue.counts())["running"] == 0
 
 
+async def test_a_shutdown_before_run_gets_going_is_kept_and_the_worker_runs_again(queue: vr.Queue) -> None:
+    # An app's lifespan: start_soon(worker.run), and a server stopped at once
+    # calls shutdown() before run() has started. It must not wait for another.
+    worker = make_worker(queue, EchoJob, state={})
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            worker.shutdown()
+    assert not worker.stopping  # cleared when run() ended: the worker can run again
+    job_id = await queue.enqueue(Echo(text="again"))
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    info = await queue.get(job_id)
+    assert info is not None and info.state == vr.JobState.COMPLETED
+
+
 async def test_idle_worker_is_woken_by_enqueue(queue: vr.Queue) -> None:
     worker = make_worker(queue, EchoJob, poll_interval=60, state={})
     async with anyio.create_task_group() as tg:

@@ -455,9 +455,15 @@ class Worker(Generic[StateT]):
         await declare(self.schedules)
         self._running = True
         self._until_idle = until_idle
-        self._stopping = False
-        self._force = False
+        # A shutdown() that came before this point is kept, not reset: the
+        # task running run() may not have started yet when it came (an app's
+        # lifespan does start_soon(worker.run), and a server stopped at once
+        # calls shutdown() right after), and forgetting it would leave run()
+        # waiting for a second one forever. This run then stops as it starts.
+        # The flags are cleared when run() ends, so a stopped worker can run again.
         self._stop = anyio.Event()
+        if self._stopping:
+            self._stop.set()
         log.info(
             "worker %s starting on %s at %s (kinds: %s)",
             self.id,
@@ -476,6 +482,7 @@ class Worker(Generic[StateT]):
                 for r in self._runners:
                     await r.close()
             self._running = False
+            self._stopping = self._force = False
             log.info("worker %s stopped", self.id)
         if self._fatal is not None:
             fatal, self._fatal = self._fatal, None

@@ -134,9 +134,7 @@ async def drain(
     while True:
         # One worker run per instant of the clock: it runs until nothing is
         # due and nothing runs, then stops, and the clock moves on.
-        # Only the worker's own runs can settle a queue that is not settled
-        # yet, so shutdown() below always finds run() started (a shutdown
-        # before run() starts would be forgotten by it).
+        # shutdown() below stops the run even if it has not got going yet.
         if not await _settled(queue):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(worker.run)
