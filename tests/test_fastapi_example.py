@@ -151,3 +151,25 @@ async def test_the_app_on_the_embedded_default_runs_its_worker_inline(
     sent = await embedded_app.post("/welcome", json={"email": "grace@example.org"})
     doc = await finished_state(embedded_app, sent.json()["job_id"])
     assert doc["note"] == "welcomed grace@example.org"
+
+
+async def test_the_lifespan_opens_one_client_and_closes_it_at_shutdown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    from examples.fastapi_app import app
+
+    closed: list[vr.Client] = []
+    real_aclose = vr.Client.aclose
+
+    async def aclose(self: vr.Client) -> None:
+        closed.append(self)
+        await real_aclose(self)
+
+    monkeypatch.setattr(vr.Client, "aclose", aclose)
+    async with app.router.lifespan_context(app):
+        client = app.state.client
+        assert isinstance(client, vr.Client) and client not in closed
+        assert "/dashboard" in [getattr(r, "path", "") for r in app.router.routes]
+    assert closed.count(client) == 1
+    assert "/dashboard" not in [getattr(r, "path", "") for r in app.router.routes]  # taken down with it
