@@ -414,7 +414,8 @@ class Worker(Generic[StateT]):
         """Start a graceful shutdown: stop claiming, ask running jobs to stop.
 
         Jobs still running after the grace period are released back to pending
-        with their carry (journaled as ``released``, not a failure).
+        with their carry (journaled as ``released``, not a failure). Called
+        before ``run()`` has got going, it is kept: that run stops as it starts.
         """
         if grace is not None:
             self.shutdown_grace = _opt.seconds(grace, "grace", zero=True)
