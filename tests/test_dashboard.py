@@ -711,8 +711,19 @@ async def test_limits_on_the_queue_page_and_limited_in_the_counts(world: World) 
             "rate": {"count": 5, "per_seconds": 60.0},
             "running": 0,
             "waiting": 0,
+            "keys": [],
+            "keys_total": 0,
         },
-        {"kind": "login", "per_key": False, "concurrency": 1, "rate": None, "running": 1, "waiting": 1},
+        {
+            "kind": "login",
+            "per_key": False,
+            "concurrency": 1,
+            "rate": None,
+            "running": 1,
+            "waiting": 1,
+            "keys": [],
+            "keys_total": 0,
+        },
     ]
     row = overview.text.split('data-queue="mail"')[1].split("</tr>")[0]
     assert "limited 1" in row

@@ -1,4 +1,4 @@
-"""Flow control's value types: ``vr.Rate`` and ``vr.LimitInfo`` (docs/flow-control.md)."""
+"""Flow control's value types: ``vr.Rate``, ``vr.LimitInfo``, ``vr.LimitKeyLoad`` (docs/flow-control.md)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,23 @@ class Rate:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitKeyLoad:
+    """The load of one limit key of a per-key limit, as ``queue.limits()`` reads it.
+
+    Attributes:
+        key: The ``limit_key()`` of the jobs, or None for the jobs without a
+            key (which per-key caps do not count: they never hold a slot).
+        running: Runs of the key holding a per-key slot now (0 when the
+            per-key limit has no concurrency cap).
+        waiting: Jobs of the key parked until a limit lets them run.
+    """
+
+    key: str | None
+    running: int
+    waiting: int
+
+
+@dataclass(frozen=True, slots=True)
 class LimitInfo:
     """One limit of a queue, as ``queue.limits()`` reads it.
 
@@ -59,6 +76,15 @@ class LimitInfo:
             concurrency cap hold none.
         waiting: Jobs of the kind parked until a limit lets them run (the
             same figure on the kind's two rows).
+        keys: On a per-key row, the busiest keys (most running plus waiting
+            first, at most ``limits(keys=N)`` of them), each with its own
+            running and waiting; () on a kind-wide row.
+        keys_total: On a per-key row, how many keys of the kind have runs
+            holding a slot or jobs waiting (``keys`` holds the busiest of
+            them). None when there are too many to count cheaply (the
+            bounded read stopped before the end; ``keys`` are then the
+            busiest of those it read), or with ``limits(keys=0)``. 0 on a
+            kind-wide row.
     """
 
     kind: str
@@ -67,6 +93,8 @@ class LimitInfo:
     rate: Rate | None
     running: int
     waiting: int = 0
+    keys: tuple[LimitKeyLoad, ...] = ()
+    keys_total: int | None = 0
 
 
 def limit_args(kind: object, concurrency: object, rate: object, per_key: object) -> tuple[str, int, int, int]:

@@ -562,6 +562,16 @@ class Queue:
         """
         return await _limits.clear_limit(self, kind, per_key=per_key)
 
-    async def limits(self) -> list[LimitInfo]:
-        """The queue's limits, by kind (kind-wide first), with their running and waiting counts."""
-        return await _limits.limits(self)
+    async def limits(self, *, keys: int = 50) -> list[LimitInfo]:
+        """The queue's limits, by kind (kind-wide first), with their running and waiting counts.
+
+        A per-key limit's row also holds its ``keys``: the ``keys`` busiest
+        limit keys (most running plus waiting first), each with its own
+        counts, and ``keys_total``, how many keys are busy (None when there
+        are too many to count cheaply). The read is bounded however many
+        keys there are; ``keys=0`` skips it.
+
+        Raises:
+            ConfigurationError: ``keys`` is not a whole number >= 0.
+        """
+        return await _limits.limits(self, keys)

@@ -8,11 +8,22 @@ call each (``limit.lua``); reads are plain commands.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Any
 
 from .._model.codec import text
-from .._model.limits import LimitInfo, Rate, checked_limit_kind, limit_args
+from .._model.errors import ConfigurationError
+from .._model.limits import LimitInfo, LimitKeyLoad, Rate, checked_limit_kind, limit_args
 from .._store import calls
+from .._store.keys import limit_key_of
+
+# The per-key breakdown of ``limits()`` reads a bounded amount whatever the
+# number of keys (a queue may have 100,000 tenants): at most _SCAN_CALLS
+# SCAN calls of _SCAN_COUNT each over limits:state and over limits:ready,
+# and the counts of at most _CANDIDATES_MAX keys, in one pipeline.
+_SCAN_COUNT = 1000
+_SCAN_CALLS = 10
+_CANDIDATES_MAX = 2000
 
 if TYPE_CHECKING:
     from .base import QueueLike
@@ -41,7 +52,9 @@ async def clear_limit(queue: QueueLike, kind: str, *, per_key: bool) -> bool:
     return int(await queue.client._scripts.call(queue.client.redis, *call)) == 1
 
 
-async def limits(queue: QueueLike) -> list[LimitInfo]:
+async def limits(queue: QueueLike, keys: int = 50) -> list[LimitInfo]:
+    if isinstance(keys, bool) or not isinstance(keys, int) or keys < 0:
+        raise ConfigurationError(f"keys must be a whole number >= 0, got {keys!r}")
     redis, k = queue.client.redis, queue.keys
     raw = await redis.hgetall(k.limits)
     if not raw:
@@ -56,6 +69,10 @@ async def limits(queue: QueueLike) -> list[LimitInfo]:
             if not conc and not count:
                 continue
             running = int(await redis.hget(k.limits_state, kind + ("\t+" if per_key else "")) or 0)
+            loads: tuple[LimitKeyLoad, ...] = ()
+            total: int | None = 0
+            if per_key:
+                loads, total = await key_loads(queue, kind, keys) if keys else ((), None)
             out.append(
                 LimitInfo(
                     kind=kind,
@@ -64,6 +81,69 @@ async def limits(queue: QueueLike) -> list[LimitInfo]:
                     rate=Rate(count, per_ms / 1000) if count else None,
                     running=running,
                     waiting=waiting,
+                    keys=loads,
+                    keys_total=total,
                 )
             )
     return out
+
+
+async def key_loads(queue: QueueLike, kind: str, shown: int) -> tuple[tuple[LimitKeyLoad, ...], int | None]:
+    """The ``shown`` busiest keys of ``kind``, and how many keys are busy (None: more than read).
+
+    A key is busy while one of its runs holds a per-key slot (its entity has
+    a count in limits:state) or a job of it is parked (its entity is in
+    limits:ready; an entity stays there a little after its last parked job
+    left, so it is counted, and kept, only if its count says so). Both are
+    found by SCAN with MATCH ``<kind>\t*``, bounded; each field found is
+    decoded exactly (``limit_key_of``) and anything else under the kind (its
+    rate rings, its flags, an entity's ring) is skipped.
+    """
+    redis, k = queue.client.redis, queue.keys
+    head = kind.encode() + b"\t"
+    match = re.sub(rb"([*?\[\]\\])", rb"\\\1", kind.encode()) + b"\t*"
+    found: dict[bytes, str | None] = {}
+    complete = True
+    # The running keys may take half the candidates: the waiting ones get the rest.
+    for scan, key, room in (
+        (redis.hscan, k.limits_state, _CANDIDATES_MAX // 2),
+        (redis.zscan, k.limits_ready, _CANDIDATES_MAX),
+    ):
+        cursor: Any = 0
+        for _ in range(_SCAN_CALLS):
+            cursor, page = await scan(key, cursor, match=match, count=_SCAN_COUNT)
+            for item in page:  # a hash's fields, or a zset's (member, score) pairs
+                field = item[0] if isinstance(item, tuple) else item
+                if isinstance(field, bytes) and field.startswith(head) and field not in found:
+                    try:
+                        found[field] = limit_key_of(field[len(head) :])
+                    except ValueError:
+                        continue
+            if int(cursor) == 0 or len(found) >= room:
+                break
+        complete = complete and int(cursor) == 0
+    entities = list(found)[:_CANDIDATES_MAX]
+    complete = complete and len(entities) == len(found)
+    if not entities:
+        return (), 0 if complete else None
+    pipe = redis.pipeline(transaction=False)
+    for entity in entities:
+        pipe.hget(k.limits_state, entity)
+        pipe.zlexcount(k.limits_parked, b"[" + entity + b"\t", b"(" + entity + b"\t\xff")
+    counts = await pipe.execute()
+    busy: list[LimitKeyLoad] = []
+    for i, entity in enumerate(entities):
+        running, waiting = _count(counts[2 * i]), _count(counts[2 * i + 1])
+        if running or waiting:
+            busy.append(LimitKeyLoad(found[entity], running, waiting))
+    busy.sort(key=lambda x: (-(x.running + x.waiting), -x.running, x.key is None, x.key or ""))
+    return tuple(busy[:shown]), len(busy) if complete else None
+
+
+def _count(raw: object) -> int:
+    """A count as Redis holds it; anything else (a hand-edited field) is 0."""
+    try:
+        value = int(text(raw))
+    except ValueError:
+        return 0
+    return max(value, 0)

@@ -427,7 +427,7 @@ class SyncQueue:
         result: bool = self._sc._call(self._queue().clear_limit, kind, per_key=per_key)
         return result
 
-    def limits(self) -> list[LimitInfo]:
-        """The queue's limits (see ``Queue.limits``)."""
-        result: list[LimitInfo] = self._sc._call(self._queue().limits)
+    def limits(self, *, keys: int = 50) -> list[LimitInfo]:
+        """The queue's limits, with the busiest keys of per-key ones (see ``Queue.limits``)."""
+        result: list[LimitInfo] = self._sc._call(self._queue().limits, keys=keys)
         return result

@@ -87,6 +87,27 @@ def limit_field(key: str) -> str:
     return f"{len(key.encode('utf-8'))}:{key}"
 
 
+def limit_key_of(field: bytes) -> str | None:
+    """The limit key a ``limit_field`` (as bytes) holds: ``limit_field``'s inverse.
+
+    ``b""`` is a job without a key (None). Anything else must be exactly
+    ``<bytes>:<key>`` as ``limit_field`` writes it (no leading zero, the
+    length exact, UTF-8), or ValueError: the limits structures' other fields
+    after a kind's tab (a rate ring's ``#...``, the ``+`` and ``!`` flags, or
+    an entity's ring ``<field>\t#...``) are no key, and are told apart by
+    this, never by guessing.
+    """
+    if not field:
+        return None
+    size, sep, rest = field.partition(b":")
+    if not sep or not size.isdigit() or (size[:1] == b"0" and len(size) > 1) or int(size) != len(rest):
+        raise ValueError(f"not a limit key field: {field[:80]!r}")
+    try:
+        return rest.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"not a limit key field (not UTF-8): {field[:80]!r}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """The key names of one queue. Scripts derive job keys from ``prefix`` only.

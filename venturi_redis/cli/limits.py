@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from .._model.limits import LimitInfo, parse_rate
 from .._producer.client import Client
@@ -31,7 +32,26 @@ def _row(info: LimitInfo) -> dict[str, object]:
         "rate": None if info.rate is None else {"count": info.rate.count, "per_seconds": info.rate.seconds},
         "running": info.running,
         "waiting": info.waiting,
+        "keys": [{"key": x.key, "running": x.running, "waiting": x.waiting} for x in info.keys],
+        "keys_total": info.keys_total,
     }
+
+
+def _key_label(key: str | None) -> Text:
+    return (
+        Text("(no key)", style="italic")
+        if key is None
+        else Text("(empty key)", style="italic")
+        if key == ""
+        else safe_text(key)
+    )
+
+
+def _more(info: LimitInfo) -> str:
+    if info.keys_total is None:
+        return f"the {len(info.keys)} busiest of the keys read (too many to count)"
+    more = info.keys_total - len(info.keys)
+    return f"{more} more busy key{'s' if more != 1 else ''}" if more > 0 else ""
 
 
 @app.command("limits")
@@ -39,14 +59,21 @@ def limits(
     queue: QueuesOpt = None,
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
+    keys: Annotated[
+        int,
+        typer.Option("--keys", metavar="N", min=0, help="Per-key limits: show the N busiest keys (0: none)."),
+    ] = 10,
 ) -> None:
-    """Per queue: each limit's kind, scope, concurrency, rate, runs holding a slot, jobs waiting."""
+    """Per queue: each limit's kind, scope, concurrency, rate, runs holding a slot, jobs waiting.
+
+    Under a per-key limit, its busiest keys with their own running and waiting.
+    """
 
     async def go(client: Client) -> int:
         found = [
             (name, info)
             for name in await chosen_queues(client, queue)
-            for info in await client.queue(name).limits()
+            for info in await client.queue(name).limits(keys=keys)
         ]
         if json_out:
             print_json([{"queue": name, **_row(i)} for name, i in found])
@@ -69,6 +96,11 @@ def limits(
                 str(i.running),
                 str(i.waiting),
             )
+            for x in i.keys:
+                label = Text("  key ") + _key_label(x.key)
+                table.add_row("", "", label, "", "", str(x.running), str(x.waiting))
+            if i.per_key and keys and _more(i):
+                table.add_row("", "", Text("  " + _more(i), style="dim"), "", "", "", "")
         print_table(table)
         return 0
 

@@ -366,7 +366,12 @@ def worker_dict(info: WorkerInfo) -> dict[str, Any]:
 
 
 def limit_dict(info: LimitInfo) -> dict[str, Any]:
-    """A limit as JSON-ready data; ``rate`` as ``{"count", "per_seconds"}`` (or null)."""
+    """A limit as JSON-ready data; ``rate`` as ``{"count", "per_seconds"}`` (or null).
+
+    A per-key limit's ``keys`` are its busiest keys (``key`` null: the jobs
+    without a key) and ``keys_total`` how many keys are busy (null: too many
+    to count cheaply).
+    """
     rate = None if info.rate is None else {"count": info.rate.count, "per_seconds": info.rate.seconds}
     return {
         "kind": info.kind,
@@ -375,6 +380,8 @@ def limit_dict(info: LimitInfo) -> dict[str, Any]:
         "rate": rate,
         "running": info.running,
         "waiting": info.waiting,
+        "keys": [{"key": x.key, "running": x.running, "waiting": x.waiting} for x in info.keys],
+        "keys_total": info.keys_total,
     }
 
 
