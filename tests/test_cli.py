@@ -304,6 +304,20 @@ def test_unreadable_keys_are_reported_not_raised(rurl: str, qname: str, sq: vr.S
     assert doc["journal"][-1]["corrupt"] == {"at": "noon", "run": "two"}
 
 
+def test_a_pending_job_with_a_corrupt_created_at_is_shown(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    """Never claimed, it has no journal stream yet: its `enqueued` entry is made from
+    the hash, whose created_at does not parse (it raised ValueError)."""
+    bad = sq.enqueue(Echo(text="x"))
+    with redis.Redis.from_url(rurl) as r:
+        r.hset(job_key(qname, bad), "created_at", "yesterday")
+    res = venturi("job", "show", bad, "--redis", rurl, "-q", qname)
+    no_traceback(res)
+    assert res.exit_code == 0 and "corrupt:'yesterday'" in res.stdout and "journal (1 entries)" in res.stdout
+    doc = json.loads(venturi("job", "show", bad, "--redis", rurl, "-q", qname, "--json").stdout)
+    assert doc["job"]["corrupt"] == {"created_at": "yesterday"}
+    assert doc["journal"][0]["corrupt"] == {"at": "yesterday"}
+
+
 # -- redaction ------------------------------------------------------------------------------------
 
 

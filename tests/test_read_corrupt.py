@@ -55,3 +55,17 @@ async def test_a_hand_written_journal_entry_is_marked(client: vr.Client, queue: 
     await client.redis.xadd(queue.keys.journal(jid), {"event": "failed", "at": "noon", "run": "2"})
     last = (await queue.journal(jid))[-1]
     assert (last.event, last.run, last.corrupt) == ("failed", 2, {"at": "noon"})
+
+
+@pytest.mark.parametrize("raw", [b"yesterday", b"nan", b"\xc1\xff", b"1e3"])
+async def test_a_job_never_claimed_with_a_corrupt_created_at_is_readable(
+    client: vr.Client, queue: vr.Queue, raw: bytes
+) -> None:
+    """Its journal is the `enqueued` entry made from the hash (no stream yet): marked, not raised."""
+    bad, fine = await queue.enqueue_many([Echo(text="a"), Echo(text="b")])
+    await client.redis.hset(queue.keys.job(bad), "created_at", raw)
+    info = await queue.get(bad)
+    assert info is not None and info.corrupt == {"created_at": raw.decode("utf-8", "replace")}
+    (entry,) = await queue.journal(bad)
+    assert entry.event == "enqueued" and entry.corrupt == {"at": raw.decode("utf-8", "replace")}
+    assert [e.event for e in await queue.journal(fine)] == ["enqueued"]

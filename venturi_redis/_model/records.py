@@ -155,7 +155,10 @@ def enqueued_entry(created_at: Any, priority: Any, eligible_at: Any) -> tuple[st
     Returns ``(entry_id, fields)`` as XRANGE gives them.
     """
     created = _text(created_at) or "0"
-    entry_id = "0-1" if int(created) == 0 else f"{created}-0"
+    # A created_at edited by hand (`yesterday`) is no stream id: the entry gets
+    # the first one, and its `at` is marked corrupt when parsed (JournalEntry).
+    ok = created.isascii() and created.isdigit() and int(created) != 0
+    entry_id = f"{created}-0" if ok else "0-1"
     fields = {
         b"event": b"enqueued",
         b"at": created.encode(),
