@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import pytest
@@ -51,6 +51,35 @@ async def test_a_handlers_own_cancelled_error_is_a_failed_run_and_the_worker_goe
         done = await queue.get(job_id)
         assert done is not None and done.state == vr.JobState.COMPLETED
     assert (await queue.counts())["running"] == 0
+
+
+class Boom(BaseException):
+    """Neither an Exception nor one of the three with a rule of their own."""
+
+
+class Odd(vr.Task):
+    KIND: ClassVar[str] = "odd-base-exception"
+
+
+class OddJob(Odd, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        raise Boom("boom")
+
+
+async def test_another_base_exception_is_a_failed_run_and_the_worker_goes_on(queue: vr.Queue) -> None:
+    culprit = await queue.enqueue(Odd(), max_failures=2)
+    others = await queue.enqueue_many([Echo(text=str(i)) for i in range(3)])
+    worker = make_worker(queue, OddJob, EchoJob, concurrency=1, state={})
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    info = await queue.get(culprit)
+    assert info is not None and (info.state, info.failures) == (vr.JobState.DEAD, 2)
+    failed = [e for e in await queue.journal(culprit) if e.event == "failed"]
+    assert [e.note for e in failed] == ["boom", "boom"]
+    assert failed[0].details["error_type"] == f"{__name__}.Boom"
+    for job_id in others:
+        done = await queue.get(job_id)
+        assert done is not None and done.state == vr.JobState.COMPLETED
 
 
 async def test_a_cancellation_from_outside_run_still_releases_the_job(queue: vr.Queue) -> None:

@@ -194,7 +194,13 @@ async def execute(host: RunHost, job: _Job) -> None:
         else:
             await host._commit(job, "retry", ctx=ctx, note=note, task=task, error=error)
         return
-    except Exception as exc:
+    except GeneratorExit:
+        raise  # this coroutine itself is being closed: nothing may be awaited
+    except BaseException as exc:
+        # An Exception, or a BaseException of the handler's own (a library's,
+        # `class Boom(BaseException)`) other than the three above: a failed run,
+        # and the worker goes on. Before, the latter stopped the worker with a
+        # traceback and left the job running, its run never recorded.
         secrets = secret_values(task, ctx.carry)
         note = scrub(str(exc) or type(exc).__name__, secrets)
         log.info("job %s (%s) failed: %s", job.id, job.kind, note, exc_info=log.isEnabledFor(logging.DEBUG))
