@@ -198,3 +198,12 @@ def test_restarts_back_off_doubling_to_the_cap_and_reset_after_a_stable_run() ->
     slot.started = 0.0  # a child that ran longer than STABLE starts over
     processes._died(slot, 1, 1, processes.STABLE + 1)
     assert (slot.quick_deaths, slot.backoff) == (1, 2 * processes.BACKOFF_FIRST)
+
+
+def test_one_process_unless_asked() -> None:
+    # A pod is usually one process: --processes defaults to 1 (only N > 1 starts a supervisor).
+    import inspect
+
+    from venturi_redis.cli.worker import worker
+
+    assert inspect.signature(worker).parameters["processes"].default == 1
