@@ -136,7 +136,13 @@ local function take(id, from)
   if f.err then
     bad = 'job key is not a hash'
   elseif not f[11] then
-    if f[1] or f[13] then bad = 'state field is missing' end
+    -- No state: corrupt while any other field is left (gone when none is).
+    for i = 1, #f do
+      if f[i] then
+        bad = 'state field is missing'
+        break
+      end
+    end
   elseif f[11] ~= 'pending' then
     bad = 'state is ' .. f[11] .. ' while in a pending set'
   elseif not f[1] then

@@ -44,7 +44,7 @@ async def _corrupt_one_of_six(queue: vr.Queue, field: str, value: str | None) ->
     ids = await queue.enqueue_many([Echo(text=str(i)) for i in range(6)])
     bad = ids[2]
     if value is None:
-        await queue.client.redis.hdel(queue.keys.job(bad), field)
+        await queue.client.redis.hdel(queue.keys.job(bad), *field.split(","))
     else:
         await queue.client.redis.hset(queue.keys.job(bad), field, value)
     return bad, [i for i in ids if i != bad]
@@ -56,6 +56,7 @@ async def _corrupt_one_of_six(queue: vr.Queue, field: str, value: str | None) ->
         ("priority", "urgent", 'priority field "urgent" is not one of critical, high, normal, low'),
         ("kind", None, "kind field is missing"),
         ("state", None, "state field is missing"),
+        ("kind,state,created_at", None, "state field is missing"),  # the payload is still there
         ("state", "running", "state is running while in a pending set"),
         ("created_at", "yesterday", "created_at field is not a time in ms"),
     ],
