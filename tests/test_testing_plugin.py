@@ -8,6 +8,7 @@ conftest or configuration leaks into it.
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -173,3 +174,15 @@ def test_docs_testing_md_shows_the_tested_code() -> None:
     assert len(blocks) >= 6
     for block in blocks:
         assert block in code, block
+
+
+def test_the_users_test_file_imports_only_pytest_the_plugin_and_its_tasks() -> None:
+    # The bar: a user's test file needs nothing of ours but the plugin.
+    tree = ast.parse((PROJECT / "user_test_tasks.py").read_text())
+    imported = {
+        alias.name if isinstance(node, ast.Import) else node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported == {"pytest", "tasks", "venturi_redis.testing"}
