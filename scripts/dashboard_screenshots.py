@@ -70,6 +70,14 @@ class ApproveJob(Approve, vr.Handler[Any]):
         return vr.Outcome.suspend(output={"question": f"refund order {self.order}?"})
 
 
+class SyncAccount(vr.Task):
+    KIND: ClassVar[str] = "sync_account"
+    tenant: str
+
+    def limit_key(self) -> str | None:
+        return self.tenant
+
+
 async def populate(url: str) -> dict[str, str]:
     """Jobs in every state on queue ``emails``; returns one id per state."""
     client = vr.Client.from_url(url)
@@ -106,6 +114,21 @@ async def populate(url: str) -> dict[str, str]:
         digest = SendEmail(to="all@mail.example", subject="Digest")
         await q.schedule("weekly-digest", digest, cron="0 8 * * 1")
         await q.set_limit(SendEmail.KIND, concurrency=4, rate=vr.Rate(100, 60))
+        # A per-key limit, one run per tenant at a time: two tenants running,
+        # the rest of their jobs waiting their turn (the limits table's keys).
+        await q.set_limit(SyncAccount.KIND, concurrency=1, per_key=True)
+        for tenant, jobs in (("acme", 4), ("globex", 2), ("initech", 1)):
+            for _ in range(jobs):
+                await q.enqueue(SyncAccount(tenant=tenant))
+        claim = calls.claim(
+            q.keys,
+            client._now_arg(),
+            count=2,
+            worker="web-2:4243:c3d4",
+            token_base="s",
+            default_lease_ms=600_000,
+        )
+        await client._scripts.call(client.redis, *claim)
         await q.set_events(True)
         return ids
     finally:
