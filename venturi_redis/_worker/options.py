@@ -9,10 +9,19 @@ bool is never a number here: ``max_failures=True`` is a mistake, not 1.
 from __future__ import annotations
 
 import math
-from typing import Any
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .._model.backoff import to_ms
 from .._model.errors import ConfigurationError
+from .._producer.client import Client, Queue
+from .._producer.sharded import ShardedQueue, expand_queues
+
+if TYPE_CHECKING:
+    from .metrics import WorkerObserver
+
+T = TypeVar("T")
 
 
 def seconds(value: Any, what: str, *, zero: bool = False) -> float:
@@ -80,3 +89,47 @@ def worker_name(value: Any) -> str | None:
             f"name must be 1 to 200 printable characters without spaces, or None, got {value!r}"
         )
     return value
+
+
+def instance_or_none(value: Any, cls: type[T], what: str, expected: str) -> T | None:
+    """``value`` when it is a ``cls`` or None; else a ``ConfigurationError`` naming ``what``."""
+    if value is not None and not isinstance(value, cls):
+        raise ConfigurationError(f"{what} must be {expected} or None, got {value!r}")
+    return value
+
+
+def path_or_none(value: Any, what: str) -> Path | None:
+    """A filesystem path (str or ``os.PathLike``) as a ``Path``, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigurationError(f"{what} must be a path or None, got {value!r}")
+    return Path(value)
+
+
+def observer(value: Any) -> WorkerObserver | None:
+    """A ``WorkerObserver`` (anything with ``job_claimed()`` and ``job_finished()``), or None."""
+    methods = ("job_claimed", "job_finished")
+    if value is not None and not all(callable(getattr(value, m, None)) for m in methods):
+        raise ConfigurationError(
+            f"observer must have job_claimed() and job_finished() (a WorkerObserver), got {value!r}"
+        )
+    return cast("WorkerObserver | None", value)
+
+
+def worker_queues(queues: Any, client: Any) -> list[Queue]:
+    """The queues a worker consumes: queues, sharded queues (their partitions) or names with ``client``."""
+    if client is not None and not isinstance(client, Client):
+        raise ConfigurationError(f"client must be a vr.Client, got {client!r}")
+    items = [queues] if isinstance(queues, (Queue, ShardedQueue, str)) else list(queues)
+    if any(isinstance(q, str) for q in items):
+        # Queues by name (``Worker(["reports", "default"], client=client)``).
+        if client is None:
+            raise ConfigurationError("queues given by name need the client: Worker([...], client=client)")
+        items = [client.queue(q) if isinstance(q, str) else q for q in items]
+    qs = expand_queues(items)  # a ShardedQueue becomes its partitions
+    if not qs or not all(isinstance(q, Queue) for q in qs):
+        raise ConfigurationError("Worker needs at least one vr.Queue")
+    if len({(id(q.client), q.name) for q in qs}) != len(qs):
+        raise ConfigurationError("Worker was given the same queue twice")
+    return qs

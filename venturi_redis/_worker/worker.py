@@ -4,6 +4,7 @@ Shape of a running worker (one anyio task group)::
 
     run()
     ├── lease keeper       one batched `extend` call per queue per tick
+    │                      (keeper.py)
     ├── committer          per connection: finished runs' transitions and the
     │                      claims that refill their slots, many per round trip
     │                      (committer.py)
@@ -18,7 +19,8 @@ Shape of a running worker (one anyio task group)::
                            writes what came of it
 
 This module is the ``Worker`` itself: its arguments (checked by options.py),
-registration, and the lifecycle (run, shutdown, drain, signals, leases).
+registration, and the lifecycle (run, shutdown, drain, signals); the lease
+keeper, which also renews the worker's registration, is keeper.py.
 
 Every transition is one Lua script that checks the job's lease token, so a
 worker that lost its lease (it hung, its connection dropped, the lease expired
@@ -35,7 +37,6 @@ import signal
 import socket
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
@@ -50,19 +51,19 @@ from .._producer import server as _server
 from .._producer.client import Client, Queue
 from .._producer.offload import OffloadFunction
 from .._producer.ops import Retention
-from .._producer.sharded import ShardedQueue, expand_queues
+from .._producer.sharded import ShardedQueue
 from .._transport.urls import redact_url
 from . import options as _opt
 from .committer import _Committer
 from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import Handler
+from .keeper import LeaseKeeper
 from .offload import offload_handler
-from .registry import Registration, keep_touching
+from .registry import keep_touching
 from .runner import (
     _IDLE_BLOCK_MAX,
     _MIN_BLOCK,
-    _SURVIVABLE,
     RunnerSettings,
     _Inbox,
     _Job,
@@ -197,47 +198,26 @@ class Worker(Generic[StateT]):
         schedules: Sequence[Schedule] = (),
         timeout: float | None = None,
     ) -> None:
-        if client is not None and not isinstance(client, Client):
-            raise ConfigurationError(f"client must be a vr.Client, got {client!r}")
-        items = [queues] if isinstance(queues, (Queue, ShardedQueue, str)) else list(queues)
-        if any(isinstance(q, str) for q in items):
-            # Queues by name (``Worker(["reports", "default"], client=client)``).
-            if client is None:
-                raise ConfigurationError("queues given by name need the client: Worker([...], client=client)")
-            items = [client.queue(q) if isinstance(q, str) else q for q in items]
-        qs = expand_queues(items)  # a ShardedQueue becomes its partitions
-        if not qs or not all(isinstance(q, Queue) for q in qs):
-            raise ConfigurationError("Worker needs at least one vr.Queue")
-        if len({(id(q.client), q.name) for q in qs}) != len(qs):
-            raise ConfigurationError("Worker was given the same queue twice")
+        qs = _opt.worker_queues(queues, client)
         # Every other argument is checked here, where it is given, not when
         # run() first uses it (docs/guarantees.md, "Bad input").
         concurrency = _opt.count(concurrency, "concurrency")
         lease = _opt.seconds(lease, "lease")
         max_failures = _opt.optional_count(max_failures, "max_failures")
-        if backoff is not None and not isinstance(backoff, Backoff):
-            raise ConfigurationError(f"backoff must be a vr.Backoff or None, got {backoff!r}")
+        backoff = _opt.instance_or_none(backoff, Backoff, "backoff", "a vr.Backoff")
         jitter = _opt.fraction(jitter, "jitter")
         poll_interval = _opt.seconds(poll_interval, "poll_interval")
         reclaim_interval = _opt.optional_seconds(reclaim_interval, "reclaim_interval")
         shutdown_grace = _opt.seconds(shutdown_grace, "shutdown_grace", zero=True)
         handle_signals = _opt.flag(handle_signals, "handle_signals")
         name = _opt.worker_name(name)
-        if retention is not None and not isinstance(retention, Retention):
-            raise ConfigurationError(f"retention must be a vr.Retention or None, got {retention!r}")
+        retention = _opt.instance_or_none(retention, Retention, "retention", "a vr.Retention")
         check_eviction_policy = _opt.flag(check_eviction_policy, "check_eviction_policy")
-        if observer is not None and not all(
-            callable(getattr(observer, m, None)) for m in ("job_claimed", "job_finished")
-        ):
-            raise ConfigurationError(
-                f"observer must have job_claimed() and job_finished() (a WorkerObserver), got {observer!r}"
-            )
+        observer = _opt.observer(observer)
         freeze_gc = _opt.flag(freeze_gc, "freeze_gc")
         gc_threshold = _opt.optional_count(gc_threshold, "gc_threshold")
         timeout = _opt.optional_seconds(timeout, "timeout")
-        if health_file is not None and not isinstance(health_file, (str, os.PathLike)):
-            raise ConfigurationError(f"health_file must be a path or None, got {health_file!r}")
-        self.health_file = None if health_file is None else Path(health_file)
+        self.health_file = _opt.path_or_none(health_file, "health_file")
         self.schedules = declared_schedules(schedules, qs)
         self.queues = qs
         self.state = state
@@ -292,8 +272,8 @@ class Worker(Generic[StateT]):
         ]
         for runner, scheduler in zip(self._runners, self._schedulers, strict=True):
             runner.on_schedules_wake = scheduler.hint
-        # Who consumes each queue, renewed by the lease keeper (registry.py; `venturi workers`).
-        self._registration = Registration(self.id, qs, concurrency)
+        # Renews leases and, riding on the same tick, the worker's registration (keeper.py).
+        self._keeper = LeaseKeeper(self.id, self._runners, qs, concurrency, self.lease_ms)
         # One committer per connection: transitions of finished runs share round trips.
         self._committers: dict[int, _Committer] = {id(q.client): _Committer(q.client) for q in qs}
         self._stop: anyio.Event | None = None
@@ -478,7 +458,7 @@ class Worker(Generic[StateT]):
             with self._frozen_start, young_threshold_raised(self.gc_threshold):
                 await self._serve(until_idle)
         finally:
-            await self._leave()
+            await self._keeper.leave()
             with anyio.CancelScope(shield=True):
                 for r in self._runners:
                     await r.close()
@@ -492,7 +472,7 @@ class Worker(Generic[StateT]):
     async def _serve(self, until_idle: bool) -> None:
         """The worker's tasks: services, slot tasks, claim loops; returns once all have stopped."""
         async with anyio.create_task_group() as service_tg:
-            service_tg.start_soon(self._lease_keeper)
+            service_tg.start_soon(self._keeper.run)
             if self.health_file is not None:
                 service_tg.start_soon(keep_touching, self.health_file, self.lease_ms / 3000, self.id)
             for committer in self._committers.values():
@@ -579,44 +559,6 @@ class Worker(Generic[StateT]):
                     self.shutdown()
         except (NotImplementedError, ValueError, RuntimeError):  # pragma: no cover - platform
             return
-
-    async def _lease_keeper(self) -> None:
-        """Renew the running jobs' leases, and the worker's registration, every tick.
-
-        The tick is a third of the shortest lease held (of the worker's lease
-        when idle). The registration rides on it (registry.py): one pipelined
-        round trip per queue, first at start so the worker is listed at once.
-        """
-        tick = self.lease_ms / 3000
-        await self._beat(tick)
-        while True:
-            shortest = min(
-                (j.lease_ms for r in self._runners for j in r.active.values()), default=self.lease_ms
-            )
-            tick = max(shortest / 3000, 0.01)
-            await anyio.sleep(tick)
-            for r in self._runners:
-                try:
-                    await r.extend()
-                except _SURVIVABLE as exc:
-                    log.warning("queue %s: lease renewal failed (%s)", r.queue.name, exc)
-            await self._beat(max(tick, self.lease_ms / 3000))
-
-    async def _beat(self, tick: float) -> None:
-        for r in self._runners:
-            try:
-                await self._registration.beat(r.queue, tick, len(r.active))
-            except _SURVIVABLE as exc:
-                log.warning("queue %s: worker registration failed (%s)", r.queue.name, exc)
-
-    async def _leave(self) -> None:
-        """A clean stop: the worker is no longer listed (else it would be until its TTL)."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-            for r in self._runners:
-                try:
-                    await self._registration.leave(r.queue)
-                except _SURVIVABLE as exc:
-                    log.warning("queue %s: worker deregistration failed (%s)", r.queue.name, exc)
 
     # -- running one job ---------------------------------------------------------------
 
