@@ -25,6 +25,9 @@
 -- Returns {1, 'cancelled'} (the job is now cancelled), {1, 'requested'} (it
 -- is running; its worker will stop it), or {0, reason} when nothing was done
 -- (unknown job, already finished, or a stale lease token).
+-- Errors: VR_CORRUPTJOB for an operator's cancel of a job whose own data is
+-- corrupt (its job key not a hash, its journal not a stream, no state field:
+-- operator.lua); nothing written.
 
 -- @include clock.lua
 -- @include lease.lua
@@ -33,13 +36,30 @@
 -- @include graph.lua
 -- @include limits.lua
 -- @include wake.lua
+-- @include operator.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[11], KEYS[12], ARGV[2])
 local id = ARGV[3]
 local token = ARGV[5]
-local f = redis.call('HMGET', KEYS[1], 'state', 'run_count', 'dedup', 'cancel_requested',
-  'dependents', 'parked')
+local fields = {'state', 'run_count', 'dedup', 'cancel_requested', 'dependents', 'parked'}
+local f
+if token == '' then
+  -- An operator's cancel: a job whose own data is corrupt is refused before
+  -- any write (operator.lua), not cancelled half way (the journal's XADD,
+  -- last, used to fail after the job had left its set).
+  local corrupt
+  f, corrupt = read_job(KEYS[1], KEYS[2], fields)
+  if corrupt then
+    return corrupt_job(id, corrupt)
+  end
+else
+  -- The worker's own run: check_owner below refuses a corrupt journal.
+  f = redis.pcall('HMGET', KEYS[1], unpack(fields))
+  if f.err then
+    return {0, 'job key is not a hash'}
+  end
+end
 if not f[1] then
   return {0, 'job does not exist'}
 end

@@ -19,14 +19,22 @@
 --         lost EXEC reply, the client finds it and does not merge again)
 --
 -- Returns 1, or 0 when the job is no longer pending (nothing written).
+-- Errors: VR_CORRUPTJOB when the job's own data is corrupt (its job key not a
+-- hash, its journal not a stream, no state field: operator.lua); nothing
+-- written. The client's reads refuse such a job first (_producer/dedup.py);
+-- this is the second line of defence, as the state check is.
 
 -- @include clock.lua
 -- @include journal.lua
 -- @include wake.lua
 -- @include limits.lua
+-- @include operator.lua
 
 local id = ARGV[3]
-local f = redis.call('HMGET', KEYS[1], 'state', 'run_count', 'priority', 'parked')
+local f, corrupt = read_job(KEYS[1], KEYS[2], {'state', 'run_count', 'priority', 'parked'})
+if corrupt then
+  return corrupt_job(id, corrupt)
+end
 if f[1] ~= 'pending' then
   return 0
 end

@@ -7,17 +7,24 @@
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] resume input (msgpack)
 --
--- Returns {1}, or {0, reason} when the job is unknown, not suspended, or its
--- priority field names no pending set (nothing written).
+-- Returns {1}, or {0, reason} when the job is unknown or not suspended
+-- (nothing written).
+-- Errors: VR_CORRUPTJOB when the job's own data is corrupt (its job key not a
+-- hash, its journal not a stream, no state field: operator.lua; a priority
+-- that names no pending set); nothing written.
 
 -- @include clock.lua
 -- @include keys.lua
 -- @include journal.lua
 -- @include dedup.lua
 -- @include wake.lua
+-- @include operator.lua
 
 local id = ARGV[3]
-local f = redis.call('HMGET', KEYS[1], 'state', 'priority', 'run_count')
+local f, corrupt = read_job(KEYS[1], KEYS[2], {'state', 'priority', 'run_count'})
+if corrupt then
+  return corrupt_job(id, corrupt)
+end
 if not f[1] then
   return {0, 'job does not exist'}
 end
@@ -26,7 +33,7 @@ if f[1] ~= 'suspended' then
 end
 local pending = pending_key(6, f[2])
 if not pending then
-  return {0, bad_priority(f[2])}
+  return corrupt_job(id, bad_priority(f[2]))
 end
 local now = now_ms(ARGV[1])
 events_open(KEYS[10], KEYS[11], ARGV[2])

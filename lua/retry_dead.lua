@@ -15,10 +15,14 @@
 -- same step, without its expiry (include offload.lua), so resolve() and
 -- read_result report the rerun, not the old failure.
 --
--- Returns {retried, id...}: the ids moved to pending. An id that is not a
--- dead job of this queue (unknown, already retried, purged), or whose own
--- data is still corrupt (a job key that is not a hash, a priority that names
--- no pending set: repair it first), is skipped and left untouched.
+-- Returns {retried, id..., refused_id, reason, ...}: the count and ids moved
+-- to pending, then, for each id whose own data is corrupt, the id and what
+-- is wrong (its job key not a hash, its journal not a stream, no state field:
+-- operator.lua; a priority that names no pending set). A refused job is left
+-- exactly as it was, and the batch's other jobs go on: it was checked before
+-- any write of its own (before, a journal that was not a stream failed the
+-- XADD after the job's move, aborting the rest of the batch). An id that is
+-- not a dead job of this queue (unknown, already retried, purged) is skipped.
 
 -- @include clock.lua
 -- @include keys.lua
@@ -26,17 +30,28 @@
 -- @include dedup.lua
 -- @include wake.lua
 -- @include offload.lua
+-- @include operator.lua
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
 events_open(KEYS[8], KEYS[9], ARGV[2])
 local out = {0}
+local refused = {}
 for i = 4, #ARGV do
   local id = ARGV[i]
   local job_key, journal_key = job_keys(prefix, id)
-  local f = redis.pcall('HMGET', job_key, 'state', 'priority', 'run_count', 'failures')
-  local pending = not f.err and f[1] == 'dead' and pending_key(4, f[2])
-  if pending then
+  local f, corrupt = read_job(job_key, journal_key, {'state', 'priority', 'run_count', 'failures'})
+  local pending = nil
+  if not corrupt and f[1] == 'dead' then
+    pending = pending_key(4, f[2])
+    if not pending then
+      corrupt = bad_priority(f[2])
+    end
+  end
+  if corrupt then
+    refused[#refused + 1] = id
+    refused[#refused + 1] = corrupt
+  elseif pending then
     redis.call('ZREM', KEYS[1], id)
     materialize(job_key, journal_key)
     redis.call('HSET', job_key, 'state', 'pending', 'failures', 0, 'eligible_at', now,
@@ -51,4 +66,7 @@ for i = 4, #ARGV do
 end
 out[1] = #out - 1
 wake_workers(KEYS[3], out[1])
+for _, v in ipairs(refused) do
+  out[#out + 1] = v
+end
 return out

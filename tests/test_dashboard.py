@@ -305,6 +305,33 @@ async def test_retry_cancel_pause_resume_and_dead_retry(world: World) -> None:
     assert (await q.stats()).dead == 0
 
 
+async def test_actions_on_a_corrupt_job_answer_400_naming_it_and_write_nothing(world: World) -> None:
+    """Issue 26: a job whose journal was overwritten (SET journal:<id> x) is refused by
+    retry and cancel with the job named (400, nothing written); the dead retry of the
+    queue moves the healthy dead job and leaves it; pause and resume are unaffected."""
+    q, ids, r = world.queue, world.ids, world.client.redis
+    for name in ("dead", "delayed"):
+        await r.delete(q.keys.journal(ids[name]))
+        await r.set(q.keys.journal(ids[name]), "x")
+    json = {"accept": "application/json"}
+    async with http(create_app(world.client)) as h:
+        token = csrf_of((await h.get("/queues/mail")).text)
+        for name, action in (("dead", "retry"), ("delayed", "cancel")):
+            path = f"/queues/mail/jobs/{ids[name]}/{action}"
+            got = await h.post(path, data={"csrf_token": token}, headers=json)
+            assert got.status_code == 400
+            said = f"job {ids[name]}: journal key is not a stream; nothing was written"
+            assert got.json()["error"].startswith(said)
+        assert (await h.post("/queues/mail/pause", data={"csrf_token": token})).status_code == 303
+        assert (await h.post("/queues/mail/resume", data={"csrf_token": token})).status_code == 303
+        got = await h.post("/queues/mail/dead/retry", data={"csrf_token": token}, headers=json)
+        assert got.json() == {"done": "dead-retried", "moved": [ids["hostile"]]}
+    assert [m.decode() for m in await r.zrange(q.keys.dead, 0, -1)] == [ids["dead"]]
+    assert await r.hget(q.keys.job(ids["dead"]), "state") == b"dead"
+    assert await r.hget(q.keys.job(ids["delayed"]), "state") == b"pending"
+    assert await r.zscore(q.keys.pending(vr.Priority.NORMAL), ids["delayed"]) is not None
+
+
 async def test_dead_retry_of_one_kind(world: World) -> None:
     async with http(create_app(world.client)) as h:
         token = csrf_of((await h.get("/queues/mail")).text)

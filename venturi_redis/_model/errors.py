@@ -13,7 +13,7 @@
     ├── OffloadNotFound           no snapshot under an offload key (_producer/results.py)
     ├── JobNotFound               no such job in the queue (``queue.wait``)
     ├── NotDurableError           too few replicas acknowledged in time (_durable.py)
-    ├── CorruptQueueError         a queue-wide key holds the wrong type (a script moved nothing)
+    ├── CorruptQueueError         a queue-wide key, or one job's own data, is corrupt (nothing moved)
     └── TaskError                 raised by a handler; ``TaskError.permanent`` kills the job
 
 Any other exception a handler raises is a retryable failure whose message becomes
@@ -60,6 +60,11 @@ class LeaseLostError(VenturiError):
 
 class CorruptQueueError(VenturiError, ResponseError):
     """A key of the queue holds the wrong type of value; the script stopped before moving any job.
+
+    Also raised, naming the job, when an operator's operation on one job
+    (cancel, resume, retry, a dedup merge into it) finds that job's own data
+    corrupt (its key not a hash, its journal not a stream, no state, a bad
+    priority): nothing was written.
 
     Also a ``redis.exceptions.ResponseError`` (it is Redis's error reply, coded
     by the script), so code that survives Redis errors survives it too.

@@ -359,6 +359,11 @@ class Queue:
         The value is stored, the job moves to pending and a worker is woken.
         Returns 1, or 0 when ``job_id`` is not a suspended job of this queue
         (unknown, pending, running or finished).
+
+        Raises:
+            CorruptQueueError: The job's own data is corrupt (its key not a
+                hash, its journal not a stream, no state, a bad priority);
+                nothing was written.
         """
         raw = pack(value)
         if len(raw) > self.client.max_payload_bytes:
@@ -387,17 +392,22 @@ class Queue:
         return await _reads.list_jobs(self, state=state, kind=kind, limit=limit)
 
     async def retry(self, job_id: str) -> bool:
-        """Move a dead job back to pending with its failures reset; False if it is not dead."""
+        """Move a dead job back to pending with its failures reset; False if it is not dead.
+
+        ``CorruptQueueError`` when the job's own data is corrupt (nothing written)."""
         return await _ops.retry(self, job_id)
 
     async def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]:
-        """Move dead jobs (all, or of one KIND, at most ``limit``) back to pending; returns their ids."""
+        """Move dead jobs (all, or of one KIND, at most ``limit``) back to pending; returns their ids.
+
+        A dead job whose own data is corrupt stays dead, untouched, with a warning logged."""
         return await _ops.retry_dead(self, kind=kind, limit=limit)
 
     async def cancel(self, job_id: str) -> str:
         """Cancel a job: ``"cancelled"`` (it was pending or suspended), ``"requested"``
         (it is running: its handler is asked to stop and the run ends cancelled),
-        ``"not_found"`` or ``"finished"`` (nothing done)."""
+        ``"not_found"`` or ``"finished"`` (nothing done). ``CorruptQueueError``
+        when the job's own data is corrupt (nothing written)."""
         result, _ = await _ops.cancel(self, job_id)
         return result
 

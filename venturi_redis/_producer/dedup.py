@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from redis.asyncio.client import Pipeline
-from redis.exceptions import NoScriptError, WatchError
+from redis.exceptions import NoScriptError, ResponseError, WatchError
 
 from .._model.codec import pack_model, text, unpack_model
 from .._model.enums import Priority
@@ -123,11 +123,22 @@ async def _try_merge(
     task_cls = type(task)
     async with client.redis.pipeline(transaction=True) as pipe:
         try:
-            raw, entries = await _watch_and_read(
-                pipe, job_key, ("HGETALL", job_key), ("XRANGE", keys.journal(holder), "-", "+")
-            )
+            try:
+                raw, entries = await _watch_and_read(
+                    pipe, job_key, ("HGETALL", job_key), ("XRANGE", keys.journal(holder), "-", "+")
+                )
+            except ResponseError as exc:
+                if not str(exc).startswith("WRONGTYPE"):
+                    raise
+                raise calls.corrupt_job(f"job {holder}: {await _wrong_type(queue, holder)}") from None
             if unsure and _merged_by(entries, job.id):
                 return holder  # our earlier EXEC went in after all
+            if raw and (problem := _corrupt(raw)):
+                # Its own data is corrupt: refused, nothing written (not read
+                # again and again as if it had left pending under us, until a
+                # misleading MergeConflictError). The operator repairs it
+                # (docs/guarantees.md, "Corrupt jobs are quarantined").
+                raise calls.corrupt_job(f"job {holder}: {problem}")
             if not raw or raw.get(b"state") != b"pending" or text(raw.get(b"dedup")) != job.dedup:
                 return None  # claimed or replaced under us: the index has moved on
             # No stream yet for a job untouched since enqueue: journal_from
@@ -194,7 +205,7 @@ async def _try_merge(
             )
             pipe.multi()
             client._scripts.queue_call(pipe, *merge_call)
-            (applied,) = await pipe.execute()
+            (applied,) = await _execute(pipe)
         except WatchError as exc:
             return REPLY_LOST if _reply_lost(exc) else None
         except NoScriptError:
@@ -216,10 +227,48 @@ async def _apply_again(queue: QueueLike, job_key: str, raw: dict[bytes, bytes], 
                 return None
             pipe.multi()
             queue.client._scripts.queue_call(pipe, *call)
-            (applied,) = await pipe.execute()
+            (applied,) = await _execute(pipe)
         except WatchError as exc:
             return REPLY_LOST if _reply_lost(exc) else None
     return applied
+
+
+async def _execute(pipe: Any) -> Any:
+    """EXEC ``pipe``; merge.lua's coded error (VR_CORRUPTJOB) as the exception it stands for."""
+    try:
+        return await pipe.execute()
+    except ResponseError as exc:
+        mapped = calls.script_error(exc)
+        if mapped is exc:
+            raise
+        raise mapped from None
+
+
+_PRIORITIES = ("critical", "high", "normal", "low")
+
+
+def _corrupt(raw: dict[bytes, bytes]) -> str | None:
+    """What is wrong with a dedup holder's own hash (as the scripts say it), or None."""
+    if b"state" not in raw:
+        return "state field is missing"
+    if raw.get(b"state") != b"pending":
+        return None  # it left pending: the caller reads the index again
+    priority = text(raw.get(b"priority"))
+    if priority and priority not in _PRIORITIES:  # none: normal, as enqueue's default
+        return f'priority field "{priority}" is not one of critical, high, normal, low'
+    if b"payload" not in raw:
+        return "payload field is missing"
+    for name in (b"run_count", b"failures"):
+        if not raw.get(name, b"0").isdigit():
+            return f"{name.decode()} field is not a count"
+    return None
+
+
+async def _wrong_type(queue: QueueLike, holder: str) -> str:
+    """Which of a job's two keys holds the wrong type (a read of both failed with WRONGTYPE)."""
+    if text(await queue.client.redis.type(queue.keys.job(holder))) not in ("hash", "none"):
+        return "job key is not a hash"
+    return "journal key is not a stream"
 
 
 async def _watch_and_read(pipe: Any, key: str, *reads: tuple[str, ...]) -> list[Any]:

@@ -10,6 +10,7 @@ check a worker makes, ``server.py``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
@@ -36,6 +37,8 @@ _PURGE_BATCH = 100
 _TRIM_MAX_BATCHES = 10
 
 DAY = 86_400.0
+
+log = logging.getLogger("venturi_redis.ops")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +86,24 @@ class Retention:
 
 
 async def retry(queue: QueueLike, job_id: str, *, note: str = "retried by an operator") -> bool:
-    """Move one dead job back to pending (failures reset). False if it is not dead."""
-    return bool(await _retry_ids(queue, [job_id], note))
+    """Move one dead job back to pending (failures reset). False if it is not dead.
+
+    Raises:
+        CorruptQueueError: The job's own data is corrupt (its key not a hash,
+            its journal not a stream, no state, a bad priority); nothing written.
+    """
+    got = await _retry_ids(queue, [job_id], note)
+    if job_id in got.refused:
+        raise calls.corrupt_job(f"job {job_id}: {got.refused[job_id]}")
+    return bool(got.moved)
 
 
-async def _retry_ids(queue: QueueLike, ids: list[str], note: str) -> list[str]:
+async def _retry_ids(queue: QueueLike, ids: list[str], note: str) -> calls.Retried:
     call = calls.retry_dead(queue.keys, queue.client._now_arg(), ids=ids, note=note)
-    return calls.retried(await queue.client._scripts.call(queue.client.redis, *call))
+    got = calls.retried(await queue.client._scripts.call(queue.client.redis, *call))
+    for job_id, why in got.refused.items():
+        log.warning("queue %s: job %s not retried: %s (repair it, then retry it)", queue.name, job_id, why)
+    return got
 
 
 async def retry_dead(
@@ -102,7 +116,20 @@ async def retry_dead(
     """Move dead jobs (oldest death first, optionally of one KIND) back to pending.
 
     Returns the ids moved. ``limit`` bounds how many; ``None`` retries all.
+    A dead job whose own data is corrupt is left as it is, with a warning
+    logged naming it and what is wrong; the others are moved.
     """
+    return (await retry_dead_report(queue, kind=kind, limit=limit, note=note)).moved
+
+
+async def retry_dead_report(
+    queue: QueueLike,
+    *,
+    kind: str | None = None,
+    limit: int | None = None,
+    note: str = "retried by an operator",
+) -> calls.Retried:
+    """``retry_dead`` with the refused jobs too (id -> what is wrong), for the CLI."""
     redis = queue.client.redis
     # Read the ids first (a snapshot), then move them in batches: the script
     # re-checks each one, so a job retried or purged meanwhile is skipped.
@@ -118,18 +145,26 @@ async def retry_dead(
             pipe = redis.pipeline(transaction=False)
             for jid in page:
                 pipe.hget(queue.keys.job(jid), "kind")
-            kinds = await pipe.execute()
-            ids += [jid for jid, kd in zip(page, kinds, strict=True) if _text(kd) == kind]
+            # A job key of the wrong type is an error in its own slot, not the
+            # whole read's: that job is not of the kind, the others still are.
+            kinds = await pipe.execute(raise_on_error=False)
+            ids += [
+                jid
+                for jid, kd in zip(page, kinds, strict=True)
+                if not isinstance(kd, Exception) and _text(kd) == kind
+            ]
         if limit is not None and len(ids) >= limit:
             ids = ids[:limit]
             break
         if len(page) < 1000:
             break
         start += 1000
-    moved: list[str] = []
+    out = calls.Retried([], {})
     for i in range(0, len(ids), _RETRY_BATCH):
-        moved += await _retry_ids(queue, ids[i : i + _RETRY_BATCH], note)
-    return moved
+        got = await _retry_ids(queue, ids[i : i + _RETRY_BATCH], note)
+        out.moved.extend(got.moved)
+        out.refused.update(got.refused)
+    return out
 
 
 async def cancel(

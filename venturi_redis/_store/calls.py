@@ -58,13 +58,29 @@ def script_error(exc: ResponseError) -> Exception:
       (``CorruptQueueError``: repair or delete the key).
     * ``VR_BADARG``: an argument the script cannot use (a NaN delay); nothing
       was written (``ConfigurationError``).
+    * ``VR_CORRUPTJOB``: an operator's transition of one job (cancel, resume,
+      a dedup merge) found the job's own data corrupt (lua/include/operator.lua);
+      nothing was written (``CorruptQueueError`` naming the job).
     """
     code, _, rest = str(exc).partition(" ")
     if code == "VR_WRONGTYPE":
         return CorruptQueueError(f"{rest}: the script moved no job; repair or delete that key")
+    if code == "VR_CORRUPTJOB":
+        return corrupt_job(rest)
     if code == "VR_BADARG":
         return ConfigurationError(rest)
     return exc
+
+
+def corrupt_job(what: str) -> CorruptQueueError:
+    """The error of an operation refused because one job's own data is corrupt.
+
+    ``what``: ``job <id>: <what is wrong>``, as the scripts say it.
+    """
+    return CorruptQueueError(
+        f"{what}; nothing was written: repair the job's hash and journal, or delete them "
+        "(docs/guarantees.md, 'Corrupt jobs are quarantined')"
+    )
 
 
 class Call(NamedTuple):
@@ -618,8 +634,8 @@ def cancel(
 def resume(keys: QueueKeys, now: str, *, job_id: str, value: bytes) -> Call:
     """resume.lua: a SUSPENDED job goes to pending with ``value`` (msgpack) as its input.
 
-    Its reply is a ``transition``: refused when the job is not suspended, or
-    its priority field names no pending set.
+    Its reply is a ``transition``: refused when the job is not suspended. A job
+    whose own data is corrupt is refused with ``VR_CORRUPTJOB`` (script_error).
     """
     return Call(
         "resume",
@@ -646,9 +662,16 @@ def retry_dead(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) -> C
     )
 
 
-def retried(reply: Any) -> list[str]:
-    """retry_dead.lua's reply: the ids moved to pending."""
-    return [text(x) for x in reply[1:]]
+class Retried(NamedTuple):
+    moved: list[str]  # the ids moved to pending
+    refused: dict[str, str]  # id -> what is wrong with its own data (nothing written for it)
+
+
+def retried(reply: Any) -> Retried:
+    """retry_dead.lua's reply: the ids moved to pending, then the refused ids with their reason."""
+    n = int(reply[0])
+    rest = [text(x) for x in reply[1 + n :]]
+    return Retried([text(x) for x in reply[1 : 1 + n]], dict(zip(rest[::2], rest[1::2], strict=True)))
 
 
 # The finished states purge.lua takes, each held by its own zset.

@@ -1,0 +1,33 @@
+-- An operator's transition of one job (cancel, resume, retry_dead, merge):
+-- the job's own data is checked before the first write, and a job whose data
+-- is corrupt is refused with nothing written, whatever its state. The claim
+-- and the reclaim quarantine such a job when they meet it (quarantine.lua);
+-- an operator acting on it learns what is wrong instead (a VR_CORRUPTJOB
+-- error reply, or a batch's refusal list), and may repair it first.
+-- docs/guarantees.md states the rule; tests/test_quarantine_ops.py tries each case.
+
+-- @include journal.lua
+
+-- The job's fields (an HMGET of `fields`, whose first must be 'state'), or
+-- nil and what is wrong: a job key that is not a hash, a journal key that is
+-- not a stream, a hash with fields but no state. A job with no hash at all
+-- comes back as fields with f[1] nil: the caller's "does not exist".
+local function read_job(job_key, journal_key, fields)
+  local f = redis.pcall('HMGET', job_key, unpack(fields))
+  if f.err then
+    return nil, 'job key is not a hash'
+  end
+  if not journal_ok(journal_key) then
+    return nil, 'journal key is not a stream'
+  end
+  if not f[1] and redis.call('EXISTS', job_key) == 1 then
+    return nil, 'state field is missing'
+  end
+  return f, nil
+end
+
+-- The coded error reply of a refused job (calls.py script_error:
+-- CorruptQueueError), for the scripts that act on one job.
+local function corrupt_job(id, what)
+  return redis.error_reply('VR_CORRUPTJOB job ' .. id .. ': ' .. what)
+end
