@@ -446,6 +446,32 @@ def test_dead_retry(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
     assert sq.counts()["dead"] == 0
 
 
+def test_retry_and_cancel_of_a_corrupt_job(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    """Issue 26: a job whose journal was overwritten is refused, named, exit 1, nothing
+    written; `dead retry` moves the healthy dead jobs and warns about it."""
+    ids = sq.enqueue_many([Doomed() for _ in range(3)])
+    drain(rurl, qname, DoomedJob)
+    pend = sq.enqueue(Echo(text="a"))
+    keys = sq._queue().keys
+    r = redis.Redis.from_url(rurl)
+    for jid in (ids[1], pend):
+        r.delete(keys.journal(jid))
+        r.set(keys.journal(jid), "x")
+    for cmd, jid in (("retry", ids[1]), ("cancel", pend)):
+        res = venturi("job", cmd, jid, "--redis", rurl, "-q", qname)
+        said = f"job {jid}: journal key is not a stream; nothing was written"
+        assert res.exit_code == 1 and said in res.stderr
+        assert "Traceback" not in res.stderr
+    res = venturi("dead", "retry", "--redis", rurl, "-q", qname, "--all", "--json")
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 1 and sorted(doc["retried"]) == sorted([ids[0], ids[2]])
+    assert doc["refused"] == {ids[1]: "journal key is not a stream"}
+    assert f"job {ids[1]} not retried: journal key is not a stream" in res.stderr
+    assert r.hget(keys.job(ids[1]), "state") == b"dead"
+    assert r.hget(keys.job(pend), "state") == b"pending"
+    r.close()
+
+
 def test_purge(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
     ids = sq.enqueue_many([Echo(text=str(i)) for i in range(4)])
     drain(rurl, qname, EchoJob)

@@ -106,13 +106,16 @@ def dead_retry(
 
     async def go(client: Client) -> int:
         q = await known_queue(client, queue, create=create)
-        moved = await q.retry_dead(kind=kind, limit=limit)
+        moved, refused = await _ops.retry_dead_report(q, kind=kind, limit=limit)
         if json_out:
-            print_json({"queue": q.name, "kind": kind, "retried": moved})
+            print_json({"queue": q.name, "kind": kind, "retried": moved, "refused": refused})
         else:
             what = f" of kind {clean(kind)}" if kind else ""
             typer.echo(f"queue {q.name}: {len(moved)} dead job(s){what} moved back to pending")
-        return 0
+        # A corrupt job stays dead, untouched (docs/guarantees.md): say which, exit 1.
+        for job_id, why in refused.items():
+            typer.echo(f"venturi: job {job_id} not retried: {clean(why)}; repair it, then retry it", err=True)
+        return 1 if refused else 0
 
     run_with_client(redis, go)
 
