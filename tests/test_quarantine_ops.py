@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import anyio
 import pytest
 
 import venturi_redis as vr
@@ -289,3 +290,35 @@ async def test_a_workers_own_cancel_of_a_corrupt_job_is_refused(queue: vr.Queue,
     got = calls.transition(await queue.client._scripts.call(queue.client.redis, *call))
     assert got == calls.Transition(False, WHY[how])
     assert await _where(queue, job_id) == before
+
+
+@pytest.mark.parametrize("damage", ["ttl", "snapshot"])
+async def test_an_offloads_damaged_snapshot_or_ttl_never_fails_its_completion(
+    queue: vr.Queue, damage: str
+) -> None:
+    # An offload job settles its snapshot after its own transition is
+    # written: an offload_ttl that is not whole ms (3600000.5), or a snapshot key
+    # overwritten with a string, used to fail the script half way (the job
+    # completed, the caller's snapshot never settled, the reply an error).
+    async def build(n: int) -> int:
+        return n * 2
+
+    fn = vr.offload(queue=queue.name, kind="tests.quarantine_offload")(build)
+    handle = await fn.offload(queue.client, n=21)
+    r = queue.client.redis
+    snapshot = queue.keys.offload(handle.key.rsplit(":", 1)[1])
+    if damage == "ttl":
+        await r.hset(queue.keys.job(handle.job_id), "offload_ttl", "3600000.5")
+    else:
+        await r.set(snapshot, "x")
+    worker = vr.Worker(queue, handle_signals=False, check_eviction_policy=False, poll_interval=0.2)
+    worker.register(fn)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    info = await queue.get(handle.job_id)
+    assert info is not None and (info.state, info.result) == (vr.JobState.COMPLETED, 42)
+    assert await r.type(snapshot) in (b"hash", "hash")
+    settled = await vr.read_result(queue.client, handle)
+    assert settled is not None and (settled.status, settled.value) == ("completed", 42)
+    if damage == "ttl":  # the retention is kept, in whole ms (PEXPIRE failed on the fraction)
+        assert 0 < await r.pttl(snapshot) <= 3_600_000

@@ -52,7 +52,14 @@ local function offload_settle(prefix, job_key, id, status, value, err, now, pre)
   if not key then
     return
   end
-  redis.call('HDEL', key, 'value', 'error')
+  -- A snapshot key overwritten by hand (not a hash) is replaced by the
+  -- settled snapshot: the caller's transition is written by now, and a
+  -- failing HDEL would leave it half done (issue 26). One pcall, no extra
+  -- command on the usual path.
+  local cleared = redis.pcall('HDEL', key, 'value', 'error')
+  if type(cleared) == 'table' and cleared.err then
+    redis.call('DEL', key)
+  end
   redis.call('HSET', key, 'status', status, 'job_id', id, 'finished_at', now)
   local message
   if status == 'completed' then
@@ -64,9 +71,12 @@ local function offload_settle(prefix, job_key, id, status, value, err, now, pre)
     redis.call('HSET', key, 'error', err or '')
     message = '{"status":"failed","error":"terminal error"}'
   end
+  -- Whole ms only: PEXPIRE refuses '1.5' or 'inf' (an offload_ttl edited by
+  -- hand), which would fail the transition after its writes; such a value
+  -- keeps the snapshot without expiry rather than lose the outcome.
   local ttl = tonumber(f[2])
-  if ttl and ttl > 0 then
-    redis.call('PEXPIRE', key, ttl)
+  if ttl and ttl >= 1 and ttl < 9007199254740992 then
+    redis.call('PEXPIRE', key, string.format('%d', math.floor(ttl)))
   end
   redis.call('PUBLISH', key .. ':done', message)
 end
