@@ -18,11 +18,13 @@
 -- Returns {removed, more}: more = 1 when older jobs remain past this batch.
 -- An id whose hash is in another state (retried since) is only dropped from
 -- the zset; its hash and journal are left alone. A job key of the wrong type
--- (a quarantined job's) is removed with its journal.
+-- (a quarantined job's) is removed with its journal, and so is a job whose
+-- state is none a job can be in (written by hand): left, it would be in no index.
 
 -- @include clock.lua
 -- @include keys.lua
 -- @include dedup.lua
+-- @include states.lua
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
@@ -43,7 +45,7 @@ for _, id in ipairs(ids) do
   if f.err then
     redis.call('DEL', job_key, journal_key, deps_key, dependents_key, results_key)
     removed = removed + 1
-  elseif f[1] == ARGV[4] or not f[1] then
+  elseif f[1] == ARGV[4] or not f[1] or not JOB_STATES[f[1]] then
     unindex(KEYS[2], f[2], id)
     redis.call('DEL', job_key, journal_key, deps_key, dependents_key, results_key)
     removed = removed + 1

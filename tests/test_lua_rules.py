@@ -220,3 +220,10 @@ def test_the_enqueue_call_lays_out_its_keys_as_documented() -> None:
     ]
     assert call.args[:2] == ["", K.prefix]
     assert calls.enqueue_one(K, "", JOB) == call
+
+
+def test_the_lua_job_states_are_jobstates() -> None:
+    # include/states.lua's JOB_STATES tells a state written by hand from a real one.
+    text = (LUA / "include" / "states.lua").read_text()
+    states = set(re.findall(r"(\w+) = true", text))
+    assert states == {s.value for s in vr.JobState}

@@ -15,6 +15,7 @@ Damage, as redis-cli would do it: ``SET job:<id> x``, ``SET journal:<id> x``,
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import anyio
@@ -27,11 +28,12 @@ from venturi_redis._store import calls, calls_obs
 
 pytestmark = pytest.mark.anyio
 
-DAMAGES = ["job", "journal", "state"]
+DAMAGES = ["job", "journal", "state", "bogus"]
 WHY = {
     "job": "job key is not a hash",
     "journal": "journal key is not a stream",
     "state": "state field is missing",
+    "bogus": 'state field "bogus" is not a job state',
 }
 SETS = ("pending:critical", "pending:high", "pending:normal", "pending:low", "running", "suspended", "dead")
 SETS += ("completed", "cancelled", "waiting")
@@ -41,6 +43,9 @@ async def _damage(queue: vr.Queue, job_id: str, how: str) -> None:
     r = queue.client.redis
     if how == "state":
         await r.hdel(queue.keys.job(job_id), "state")
+        return
+    if how == "bogus":
+        await r.hset(queue.keys.job(job_id), "state", "bogus")
         return
     key = queue.keys.job(job_id) if how == "job" else queue.keys.journal(job_id)
     if how == "journal":
@@ -217,13 +222,23 @@ async def test_progress_of_a_corrupt_job_is_refused_and_writes_nothing(queue: vr
 
 
 async def test_queue_pause_and_resume_ignore_a_corrupt_job(queue: vr.Queue) -> None:
-    ids = await queue.enqueue_many([Echo(text=str(i)) for i in range(3)])
+    ids = await queue.enqueue_many([Echo(text=str(i)) for i in range(len(DAMAGES))])
     for how, job_id in zip(DAMAGES, ids, strict=True):
         await _damage(queue, job_id, how)
     before = [await _where(queue, i) for i in ids]
     await queue.pause()
     await queue.resume_queue()
     assert [await _where(queue, i) for i in ids] == before
+
+
+async def test_queue_pause_and_resume_name_a_wrong_type_meta_key(queue: vr.Queue) -> None:
+    # The pause flag lives in the queue's meta hash: overwritten by hand, both
+    # say which key, as vr.CorruptQueueError, not a raw WRONGTYPE.
+    await queue.client.redis.set(queue.keys.meta, "x")
+    for operation in (queue.pause, queue.resume_queue):
+        with pytest.raises(vr.CorruptQueueError, match=f"{re.escape(queue.keys.meta)} is not a hash"):
+            await operation()
+    assert await queue.client.redis.get(queue.keys.meta) in (b"x", "x")
 
 
 # -- a dedup merge into a corrupt job ----------------------------------------------

@@ -7,10 +7,11 @@
 -- docs/guarantees.md states the rule; tests/test_quarantine_ops.py tries each case.
 
 -- @include journal.lua
+-- @include states.lua
 
 -- The job's fields (an HMGET of `fields`, whose first must be 'state'), or
 -- nil and what is wrong: a job key that is not a hash, a journal key that is
--- not a stream, a hash with fields but no state. A job with no hash at all
+-- not a stream, a hash with fields but no state, or a state that is none. A job with no hash at all
 -- comes back as fields with f[1] nil: the caller's "does not exist".
 local function read_job(job_key, journal_key, fields)
   local f = redis.pcall('HMGET', job_key, unpack(fields))
@@ -22,6 +23,9 @@ local function read_job(job_key, journal_key, fields)
   end
   if not f[1] and redis.call('EXISTS', job_key) == 1 then
     return nil, 'state field is missing'
+  end
+  if f[1] and not JOB_STATES[f[1]] then
+    return nil, 'state field "' .. string.sub(f[1], 1, 64) .. '" is not a job state'
   end
   return f, nil
 end

@@ -45,7 +45,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError, ResponseError, WatchError
 
 from .._model.codec import pack_model, text, unpack_model
-from .._model.enums import Priority
+from .._model.enums import JobState, Priority
 from .._model.errors import MergeConflictError, PayloadTooLarge, TaskDefinitionError
 from .._model.records import ENQUEUED_FIELDS, LazyJournal, journal_from
 from .._model.task import Merge, Pending, Task
@@ -245,13 +245,17 @@ async def _execute(pipe: Any) -> Any:
 
 
 _PRIORITIES = ("critical", "high", "normal", "low")
+_STATES = frozenset(s.value for s in JobState)
 
 
 def _corrupt(raw: dict[bytes, bytes]) -> str | None:
     """What is wrong with a dedup holder's own hash (as the scripts say it), or None."""
     if b"state" not in raw:
         return "state field is missing"
-    if raw.get(b"state") != b"pending":
+    state = text(raw[b"state"])
+    if state not in _STATES:
+        return f'state field "{state[:64]}" is not a job state'
+    if state != "pending":
         return None  # it left pending: the caller reads the index again
     priority = text(raw.get(b"priority"))
     if priority and priority not in _PRIORITIES:  # none: normal, as enqueue's default

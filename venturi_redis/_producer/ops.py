@@ -11,12 +11,16 @@ check a worker makes, ``server.py``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
+from redis.exceptions import ResponseError
+
 from .._model.backoff import to_ms
-from .._model.errors import ConfigurationError
+from .._model.errors import ConfigurationError, CorruptQueueError
 from .._store import calls
 from .._store.keys import WAKE_CAP
 from .reads import _text, server_now_ms
@@ -193,7 +197,22 @@ async def pause(queue: QueueLike) -> None:
     enqueues still land (and wait).
     """
     now = await server_now_ms(queue.client)
-    await queue.client.redis.hset(queue.keys.meta, mapping={"paused": "1", "paused_at": str(now)})
+    with _meta_checked(queue):
+        await queue.client.redis.hset(queue.keys.meta, mapping={"paused": "1", "paused_at": str(now)})
+
+
+@contextmanager
+def _meta_checked(queue: QueueLike) -> Iterator[None]:
+    """Redis's WRONGTYPE on the queue's meta hash as a ``CorruptQueueError`` naming the key."""
+    try:
+        yield
+    except ResponseError as exc:
+        if "WRONGTYPE" not in str(exc):  # a pipeline's error names its command first
+            raise
+        raise CorruptQueueError(
+            f"{queue.keys.meta} is not a hash (overwritten by hand?): the queue's pause flag "
+            "lives there; delete or repair the key, then try again"
+        ) from exc
 
 
 async def resume_queue(queue: QueueLike) -> None:
@@ -210,7 +229,8 @@ async def resume_queue(queue: QueueLike) -> None:
     pipe.hdel(queue.keys.meta, "paused", "paused_at")
     pipe.rpush(queue.keys.wake, *["1"] * tokens)
     pipe.ltrim(queue.keys.wake, -WAKE_CAP, -1)
-    await pipe.execute()
+    with _meta_checked(queue):
+        await pipe.execute()
 
 
 def _check_finished(state: str) -> None:
