@@ -78,6 +78,14 @@ class SyncAccount(vr.Task):
         return self.tenant
 
 
+async def hold(q: vr.Queue, count: int, worker: str) -> None:
+    """Claim ``count`` jobs for a worker that is not there: they show as running, with their owner."""
+    claim = calls.claim(
+        q.keys, q.client._now_arg(), count=count, worker=worker, token_base=worker, default_lease_ms=600_000
+    )
+    await q.client._scripts.call(q.client.redis, *claim)
+
+
 async def populate(url: str) -> dict[str, str]:
     """Jobs in every state on queue ``emails``; returns one id per state."""
     client = vr.Client.from_url(url)
@@ -95,15 +103,7 @@ async def populate(url: str) -> dict[str, str]:
         ids["running"] = await q.enqueue(SendEmail(to="slow@mail.example", subject="Report"))
         # A job held by a worker that is not there (a claim with no run behind
         # it), so the overview shows one running job and its lease owner.
-        claim = calls.claim(
-            q.keys,
-            client._now_arg(),
-            count=1,
-            worker="web-1:4242:a1b2",
-            token_base="t",
-            default_lease_ms=600_000,
-        )
-        await client._scripts.call(client.redis, *claim)
+        await hold(q, 1, "web-1:4242:a1b2")
         for i in range(40):
             await q.enqueue(SendEmail(to=f"later{i}@mail.example", subject="Digest"))
         ids["pending"] = await q.enqueue(SendEmail(to="vip@mail.example", subject="Hi"), priority="high")
@@ -120,15 +120,7 @@ async def populate(url: str) -> dict[str, str]:
         for tenant, jobs in (("acme", 4), ("globex", 2), ("initech", 1)):
             for _ in range(jobs):
                 await q.enqueue(SyncAccount(tenant=tenant))
-        claim = calls.claim(
-            q.keys,
-            client._now_arg(),
-            count=2,
-            worker="web-2:4243:c3d4",
-            token_base="s",
-            default_lease_ms=600_000,
-        )
-        await client._scripts.call(client.redis, *claim)
+        await hold(q, 2, "web-2:4243:c3d4")
         await q.set_events(True)
         return ids
     finally:
