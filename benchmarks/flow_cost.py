@@ -44,7 +44,7 @@ from redis_cost import _free_port, _total  # noqa: E402
 
 import venturi_redis as vr  # noqa: E402
 from venturi_redis._model.ids import new_job_id  # noqa: E402
-from venturi_redis._store import calls  # noqa: E402
+from venturi_redis._store import calls, calls_ops  # noqa: E402
 from venturi_redis._store.keys import limit_field  # noqa: E402
 from venturi_redis._store.prepare import Prepared  # noqa: E402
 
@@ -91,7 +91,7 @@ async def measure(port: int, pid: int, out: Path, scenario: str, n: int, batch: 
         loaded.update(("enqueue", "claim", "complete"))
 
         def limit(kind: str, concurrency: int, per_key: bool = False) -> calls.Call:
-            return calls.limit(k, "", action="set", kind=kind, per_key=per_key, concurrency=concurrency)
+            return calls_ops.limit(k, "", action="set", kind=kind, per_key=per_key, concurrency=concurrency)
 
         keyed = scenario.startswith("keys")
         if scenario == "other":

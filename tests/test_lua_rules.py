@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import venturi_redis as vr
-from venturi_redis._store import calls, calls_flow, calls_obs, calls_schedule
+from venturi_redis._store import calls, calls_flow, calls_obs, calls_ops, calls_schedule
 from venturi_redis._store.keys import QueueKeys
 from venturi_redis._store.prepare import Prepared
 from venturi_redis._store.scripts import ScriptSet
@@ -153,10 +153,10 @@ def _sample_calls() -> dict[str, calls.Call]:
             K, now, job_id="01JOB", token="t", priority=vr.Priority.NORMAL, carry=b"", note=""
         ),
         "cancel": calls.cancel(K, now, job_id="01JOB", note="n"),
-        "resume": calls.resume(K, now, job_id="01JOB", value=b"v"),
+        "resume": calls_ops.resume(K, now, job_id="01JOB", value=b"v"),
         "extend": calls.extend(K, now, [("01JOB", "t", 1000)]),
         "reclaim": calls.reclaim(K, now, batch=1, max_failures="none"),
-        "purge": calls.purge(K, now, state="dead", keep_ms=0, batch=1),
+        "purge": calls_ops.purge(K, now, state="dead", keep_ms=0, batch=1),
         "merge": calls.merge(
             K,
             now,
@@ -169,11 +169,11 @@ def _sample_calls() -> dict[str, calls.Call]:
             carry=b"",
             by="01NEW",
         ),
-        "retry_dead": calls.retry_dead(K, now, ids=["01JOB"], note="n"),
+        "retry_dead": calls_ops.retry_dead(K, now, ids=["01JOB"], note="n"),
         "progress": calls_obs.progress(K, now, job_id="01JOB", token="t", value=b"v"),
         "enqueue_flow": calls_flow.enqueue_flow(K, now, [calls_flow.FlowJob(JOB, "fail", ("01DEP",))]),
         **_schedule_calls(now),
-        "limit": calls.limit(K, now, action="set", kind="k", per_key=False, concurrency=1),
+        "limit": calls_ops.limit(K, now, action="set", kind="k", per_key=False, concurrency=1),
     }
 
 

@@ -22,7 +22,7 @@ from .._model.outcome import UNSET
 from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.schedule import ScheduleInfo
 from .._model.task import Task
-from .._store import calls
+from .._store import calls, calls_ops
 from .._store.keys import QueueKeys
 from .._store.prepare import prepare, prepare_many
 from .._store.scripts import ScriptSet, scripts
@@ -371,7 +371,7 @@ class Queue:
                 f"resume value for job {job_id} is {len(raw)} bytes, over the cap of "
                 f"{self.client.max_payload_bytes}"
             )
-        call = calls.resume(self.keys, self.client._now_arg(), job_id=job_id, value=raw)
+        call = calls_ops.resume(self.keys, self.client._now_arg(), job_id=job_id, value=raw)
         return int(calls.transition(await self.client._scripts.call(self.client.redis, *call)).applied)
 
     # -- operations: thin delegations to reads.py and ops.py; the CLI calls these -----

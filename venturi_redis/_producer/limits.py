@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .._model.codec import text
 from .._model.errors import ConfigurationError
 from .._model.limits import LimitInfo, LimitKeyLoad, Rate, checked_limit_kind, limit_args
-from .._store import calls
+from .._store import calls_ops
 from .._store.keys import limit_key_of
 
 # The per-key breakdown of ``limits()`` reads a bounded amount whatever the
@@ -33,7 +33,7 @@ async def set_limit(
     queue: QueueLike, kind: str, *, concurrency: int | None, rate: Rate | None, per_key: bool
 ) -> None:
     checked, conc, count, per_ms = limit_args(kind, concurrency, rate, per_key)
-    call = calls.limit(
+    call = calls_ops.limit(
         queue.keys,
         queue.client._now_arg(),
         action="set",
@@ -48,7 +48,7 @@ async def set_limit(
 
 async def clear_limit(queue: QueueLike, kind: str, *, per_key: bool) -> bool:
     checked = checked_limit_kind(kind)
-    call = calls.limit(queue.keys, queue.client._now_arg(), action="clear", kind=checked, per_key=per_key)
+    call = calls_ops.limit(queue.keys, queue.client._now_arg(), action="clear", kind=checked, per_key=per_key)
     return int(await queue.client._scripts.call(queue.client.redis, *call)) == 1
 
 

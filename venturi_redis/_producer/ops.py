@@ -21,7 +21,7 @@ from redis.exceptions import ResponseError
 
 from .._model.backoff import to_ms
 from .._model.errors import ConfigurationError, CorruptQueueError
-from .._store import calls
+from .._store import calls, calls_ops
 from .._store.keys import WAKE_CAP
 from .reads import _text, server_now_ms
 
@@ -102,9 +102,9 @@ async def retry(queue: QueueLike, job_id: str, *, note: str = "retried by an ope
     return bool(got.moved)
 
 
-async def _retry_ids(queue: QueueLike, ids: list[str], note: str) -> calls.Retried:
-    call = calls.retry_dead(queue.keys, queue.client._now_arg(), ids=ids, note=note)
-    got = calls.retried(await queue.client._scripts.call(queue.client.redis, *call))
+async def _retry_ids(queue: QueueLike, ids: list[str], note: str) -> calls_ops.Retried:
+    call = calls_ops.retry_dead(queue.keys, queue.client._now_arg(), ids=ids, note=note)
+    got = calls_ops.retried(await queue.client._scripts.call(queue.client.redis, *call))
     for job_id, why in got.refused.items():
         log.warning("queue %s: job %s not retried: %s (repair it, then retry it)", queue.name, job_id, why)
     return got
@@ -132,7 +132,7 @@ async def retry_dead_report(
     kind: str | None = None,
     limit: int | None = None,
     note: str = "retried by an operator",
-) -> calls.Retried:
+) -> calls_ops.Retried:
     """``retry_dead`` with the refused jobs too (id -> what is wrong), for the CLI."""
     redis = queue.client.redis
     # Read the ids first (a snapshot), then move them in batches: the script
@@ -163,7 +163,7 @@ async def retry_dead_report(
         if len(page) < 1000:
             break
         start += 1000
-    out = calls.Retried([], {})
+    out = calls_ops.Retried([], {})
     for i in range(0, len(ids), _RETRY_BATCH):
         got = await _retry_ids(queue, ids[i : i + _RETRY_BATCH], note)
         out.moved.extend(got.moved)
@@ -234,8 +234,8 @@ async def resume_queue(queue: QueueLike) -> None:
 
 
 def _check_finished(state: str) -> None:
-    if state not in calls.FINISHED_STATES:
-        allowed = sorted(calls.FINISHED_STATES)
+    if state not in calls_ops.FINISHED_STATES:
+        allowed = sorted(calls_ops.FINISHED_STATES)
         raise ConfigurationError(
             f"can only purge finished jobs: state must be one of {allowed}, got {state!r}"
         )
@@ -243,8 +243,8 @@ def _check_finished(state: str) -> None:
 
 async def _purge_batch(queue: QueueLike, state: str, keep_ms: int, batch: int) -> tuple[int, bool]:
     _check_finished(state)
-    call = calls.purge(queue.keys, queue.client._now_arg(), state=state, keep_ms=keep_ms, batch=batch)
-    return calls.purged(await queue.client._scripts.call(queue.client.redis, *call))
+    call = calls_ops.purge(queue.keys, queue.client._now_arg(), state=state, keep_ms=keep_ms, batch=batch)
+    return calls_ops.purged(await queue.client._scripts.call(queue.client.redis, *call))
 
 
 async def purge(queue: QueueLike, state: str, *, older_than: float | timedelta = 0.0) -> int:

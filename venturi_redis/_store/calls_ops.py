@@ -1,0 +1,103 @@
+"""The calls of the operators' scripts (resume, dead retry, purge) and of flow control's
+``limit.lua``, beside ``calls.py`` (which is near its size limit): the same conventions,
+one owner per script (an operator's cancel is ``calls.cancel``: workers send it too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from .._model.codec import text
+from .calls import Call
+from .keys import QueueKeys
+
+# -- operators ------------------------------------------------------------------
+
+
+def resume(keys: QueueKeys, now: str, *, job_id: str, value: bytes) -> Call:
+    """resume.lua: a SUSPENDED job goes to pending with ``value`` (msgpack) as its input.
+
+    Its reply is a ``transition``: refused when the job is not suspended. A job
+    whose own data is corrupt is refused with ``VR_CORRUPTJOB`` (script_error).
+    """
+    return Call(
+        "resume",
+        [
+            keys.job(job_id),
+            keys.journal(job_id),
+            keys.suspended,
+            keys.dedup,
+            keys.wake,
+            *keys.pending_high_first,
+            keys.meta,
+            keys.events,
+        ],
+        [now, keys.prefix, job_id, value],
+    )
+
+
+def retry_dead(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) -> Call:
+    """retry_dead.lua: dead jobs back to pending, failures reset."""
+    return Call(
+        "retry_dead",
+        [keys.dead, keys.dedup, keys.wake, *keys.pending_high_first, keys.meta, keys.events],
+        [now, keys.prefix, note, *ids],
+    )
+
+
+class Retried(NamedTuple):
+    moved: list[str]  # the ids moved to pending
+    refused: dict[str, str]  # id -> what is wrong with its own data (nothing written for it)
+
+
+def retried(reply: Any) -> Retried:
+    """retry_dead.lua's reply: the ids moved to pending, then the refused ids with their reason."""
+    n = int(reply[0])
+    rest = [text(x) for x in reply[1 + n :]]
+    return Retried([text(x) for x in reply[1 : 1 + n]], dict(zip(rest[::2], rest[1::2], strict=True)))
+
+
+# The finished states purge.lua takes, each held by its own zset.
+FINISHED_STATES = ("completed", "dead", "cancelled")
+
+
+def purge(keys: QueueKeys, now: str, *, state: str, keep_ms: int, batch: int) -> Call:
+    """purge.lua: remove up to ``batch`` jobs of the finished ``state`` older than ``keep_ms``."""
+    finished = {"completed": keys.completed, "dead": keys.dead, "cancelled": keys.cancelled}[state]
+    return Call("purge", [finished, keys.dedup], [now, keys.prefix, keep_ms, state, batch])
+
+
+class Purged(NamedTuple):
+    removed: int
+    more: bool  # older jobs remain past this batch
+
+
+def purged(reply: Any) -> Purged:
+    return Purged(int(reply[0]), int(reply[1]) == 1)
+
+
+# -- flow control ------------------------------------------------------------------
+
+
+def limit(
+    keys: QueueKeys,
+    now: str,
+    *,
+    action: str,
+    kind: str,
+    per_key: bool,
+    concurrency: int = 0,
+    rate_count: int = 0,
+    rate_ms: int = 0,
+) -> Call:
+    """limit.lua: ``action`` 'set' or 'clear' the kind-wide or per-key limits of ``kind``.
+
+    The caller has checked the values (``_model/limits.py``); 0 = no such cap.
+    Its reply is 1 when a limit was set or cleared, 0 when clear found none.
+    """
+    return Call(
+        "limit",
+        [keys.limits, keys.limits_state, keys.limits_parked, keys.limits_ready, keys.meta, keys.wake],
+        [now, keys.prefix, action, kind, "1" if per_key else "0", concurrency, rate_count, rate_ms],
+    )
