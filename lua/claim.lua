@@ -34,12 +34,13 @@
 --
 -- Returns {now, next, job...}: `next` is the earliest eligible_at still
 -- pending when fewer than `count` jobs were claimed (0 = none; -1 = the queue
--- is paused). Each job is 12 values: id, kind, payload, carry, run_count,
+-- is paused). Each job is 13 values: id, kind, payload, carry, run_count,
 -- failures, token, lease_ms, priority, max_failures, resume_input, history
 -- (the journal before this claim, as XRANGE returns it; for a first claim,
 -- whose journal is only the `enqueued` entry it has just written, that
 -- entry's values instead: {created_at, priority, eligible_at}, which the
--- client turns into the same entry, _records.py claim_history).
+-- client turns into the same entry, _records.py claim_history), timeout_ms
+-- ('' = the worker's timeout; calls.py ClaimReply reads 13 per job).
 --
 -- Errors: VR_WRONGTYPE when a pending or the running set is not a sorted set.
 -- Each job is read and checked before anything is written for it, so no job
