@@ -34,13 +34,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import redis.exceptions
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from redis_cost import _free_port, _total  # noqa: E402
+from redis_cost import _free_port, _total, callgrind_control, server_up  # noqa: E402
 
 import venturi_redis as vr  # noqa: E402
 from venturi_redis._model.ids import new_job_id  # noqa: E402
@@ -59,17 +57,6 @@ return n
 async def measure(port: int, pid: int, out: Path, scenario: str, n: int, batch: int, blocked: int) -> int:
     from venturi_only import Raw
 
-    async def control(flag: str) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            "callgrind_control",
-            flag,
-            str(pid),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        if await proc.wait() != 0:
-            raise RuntimeError(f"callgrind_control {flag} {pid} failed")
-
     raw = Raw(f"redis://127.0.0.1:{port}")
     r, k, s = raw.r, raw.k, raw.s
 
@@ -81,12 +68,7 @@ async def measure(port: int, pid: int, out: Path, scenario: str, n: int, batch: 
 
     loaded: set[str] = set()
     try:
-        for _ in range(300):
-            try:
-                await r.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                await asyncio.sleep(0.1)
+        await server_up(r)
         await raw.load()
         loaded.update(("enqueue", "claim", "complete"))
 
@@ -117,9 +99,9 @@ async def measure(port: int, pid: int, out: Path, scenario: str, n: int, batch: 
                     j._replace(limit_key=limit_field(f"k{(start + i) % 100}")) for i, j in enumerate(jobs)
                 ]
             await run(calls.enqueue(k, "", jobs))
-        await control("-z")
+        await callgrind_control(pid, "-z")
         done = await raw.drain(batch)
-        await control("-d")
+        await callgrind_control(pid, "-d")
     finally:
         await raw.aclose()
     if done != n:

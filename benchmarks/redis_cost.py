@@ -56,6 +56,29 @@ def _total(path: Path) -> int:
     return int(m.group(1))
 
 
+async def callgrind_control(pid: int, flag: str) -> None:
+    """``callgrind_control FLAG PID``: -z zeroes the server's counters, -d dumps them."""
+    proc = await asyncio.create_subprocess_exec(
+        "callgrind_control",
+        flag,
+        str(pid),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    if await proc.wait() != 0:
+        raise RuntimeError(f"callgrind_control {flag} {pid} failed")
+
+
+async def server_up(r: Any) -> None:
+    """Wait for the server under valgrind to answer (it takes a few seconds to start)."""
+    for _ in range(300):
+        try:
+            await r.ping()
+            return
+        except redis.exceptions.ConnectionError:
+            await asyncio.sleep(0.1)
+
+
 async def measure(
     port: int, pid: int, out: Path, n: int, batch: int, events: int = 0, fanin: int = 0
 ) -> dict[str, int]:
@@ -65,24 +88,11 @@ async def measure(
     from venturi_redis._model.ids import new_job_id
 
     async def control(flag: str) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            "callgrind_control",
-            flag,
-            str(pid),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        if await proc.wait() != 0:
-            raise RuntimeError(f"callgrind_control {flag} {pid} failed")
+        await callgrind_control(pid, flag)
 
     raw = Raw(f"redis://127.0.0.1:{port}")
     try:
-        for _ in range(300):  # valgrind takes a few seconds to start the server
-            try:
-                await raw.r.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                await asyncio.sleep(0.1)
+        await server_up(raw.r)
         await raw.load()
         if events:  # the queue's event stream on, capped at `events` (docs/observability.md)
             await raw.r.hset(raw.k.meta, "events", str(events))
