@@ -110,7 +110,7 @@ async def main(a: argparse.Namespace) -> None:
         for label, runs in results.items():
             rate_, client, redis_ = (statistics.median(r[j] for r in runs) for j in range(3))
             print(f"| {label} | {rate_:,.0f} | {client:.1f} | {redis_:.1f} |", flush=True)
-        lane = shipped._enqueue_lane()
+        lane = shipped.sender.lane
         if lane is None or not lane.direct:
             raise SystemExit("the shipped client's lane did not take the direct path")
         await shipped.aclose()

@@ -79,6 +79,28 @@ async def server_up(r: Any) -> None:
             await asyncio.sleep(0.1)
 
 
+async def measure_floor(port: int, pid: int, out: Path, n: int, batch: int) -> dict[str, int]:
+    """The storage shape's floor (``redis_cpu.py``'s three minimal scripts), counted the same way."""
+    import redis.asyncio as aioredis
+    from redis_cpu import Floor
+
+    floor = Floor(f"redis://127.0.0.1:{port}")
+    probe = aioredis.Redis(port=port, socket_timeout=None)
+    try:
+        await server_up(probe)
+    finally:
+        await probe.aclose()
+    await callgrind_control(pid, "-z")
+    await floor.enqueue(n, 1)
+    await callgrind_control(pid, "-d")
+    await callgrind_control(pid, "-z")
+    done = await floor.drain(n, batch)
+    await callgrind_control(pid, "-d")
+    if done != n:
+        raise RuntimeError(f"drained {done} of {n} jobs")
+    return {"enqueue": _total(Path(f"{out}.1")) // n, "drain": _total(Path(f"{out}.2")) // n}
+
+
 async def measure(
     port: int, pid: int, out: Path, n: int, batch: int, events: int = 0, fanin: int = 0
 ) -> dict[str, int]:
@@ -151,6 +173,9 @@ def main() -> None:
         help="directory to keep callgrind's dumps in (cg.1: enqueues, cg.2: drain), for callgrind_annotate",
     )
     ap.add_argument("--fanin", type=int, default=0, help="children per flow (0: plain jobs)")
+    ap.add_argument(
+        "--floor", action="store_true", help="drive the storage shape's floor (redis_cpu.py) instead of ours"
+    )
     a = ap.parse_args()
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(a.root.resolve()))
@@ -170,13 +195,17 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         try:
-            got = asyncio.run(measure(port, server.pid, out, a.n, a.batch, a.events, a.fanin))
+            if a.floor:
+                got = asyncio.run(measure_floor(port, server.pid, out, a.n, a.batch))
+            else:
+                got = asyncio.run(measure(port, server.pid, out, a.n, a.batch, a.events, a.fanin))
         finally:
             server.terminate()
             server.wait()
     what = f"enqueue_flow ({a.fanin} children per call)" if a.fanin else "single enqueue"
     print(
-        f"{a.root}{' (events on)' if a.events else ''}: Redis instructions per job: "
+        f"{'the floor' if a.floor else a.root}{' (events on)' if a.events else ''}: "
+        "Redis instructions per job: "
         f"{what} {got['enqueue']:,}; "
         f"claim + complete (batch {a.batch}) {got['drain']:,}"
     )

@@ -83,7 +83,7 @@ async def hold(q: vr.Queue, count: int, worker: str) -> None:
     claim = calls.claim(
         q.keys, q.client._now_arg(), count=count, worker=worker, token_base=worker, default_lease_ms=600_000
     )
-    await q.client._scripts.call(q.client.redis, *claim)
+    await q.client.sender.call(claim)
 
 
 async def populate(url: str) -> dict[str, str]:

@@ -55,4 +55,4 @@ async def claim_raw(queue: vr.Queue, count: int, *, worker: str = "w1", lease_ms
     call = calls.claim(
         queue.keys, c._now_arg(), count=count, worker=worker, token_base="tok", default_lease_ms=lease_ms
     )
-    return list(await c._scripts.call(c.redis, *call))
+    return list(await c.sender.call(call))

@@ -16,7 +16,7 @@ import venturi_redis as vr
 from tests.helpers import claim_raw, drain, events
 from tests.tasks import Echo, EchoJob
 from venturi_redis._store import calls
-from venturi_redis._worker.committer import _Committer
+from venturi_redis._worker.completer import _Batch
 from venturi_redis._worker.runner import _Runner
 
 pytestmark = pytest.mark.anyio
@@ -41,7 +41,7 @@ async def test_one_complete_call_settles_many_jobs_each_fenced(queue: vr.Queue) 
             calls.completion(c, tc, "done c", b"", b"", b""),
         ],
     )
-    reply = await queue.client._scripts.call(queue.client.redis, *call)
+    reply = await queue.client.sender.call(call)
 
     assert reply[0] == 1 and reply[2] == 1
     assert b"lease token does not match" in reply[1]
@@ -59,16 +59,16 @@ async def test_one_complete_call_settles_many_jobs_each_fenced(queue: vr.Queue) 
 async def test_a_burst_of_completions_shares_round_trips(
     queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scripts = queue.client._scripts
+    sender = queue.client.sender
     pipelines: list[list[tuple[str, int]]] = []
-    real = scripts.run_pipeline
+    real = sender.pipeline
 
-    async def spy(redis: Any, calls: Any, **kw: Any) -> list[Any]:
+    async def spy(calls: Any, **kw: Any) -> list[Any]:
         # (script, jobs it carries): a complete call carries ARGV[3] jobs.
         pipelines.append([(name, int(args[2]) if name == "complete" else 1) for name, _, args in calls])
-        return await real(redis, calls, **kw)
+        return await real(calls, **kw)
 
-    monkeypatch.setattr(scripts, "run_pipeline", spy)
+    monkeypatch.setattr(sender, "pipeline", spy)
     n = 60
     state: dict[str, Any] = {}
     await queue.enqueue_many([Echo(text=str(i)) for i in range(n)])
@@ -88,13 +88,13 @@ async def test_a_claim_takes_half_the_slots_unless_batch_size_says(
     queue: vr.Queue, monkeypatch: pytest.MonkeyPatch, batch_size: int | None, largest: int
 ) -> None:
     asked: list[int] = []
-    real = _Runner._claim_call
+    real = _Runner._claim_op
 
-    def spy(self: _Runner, count: int, stop_key: str | None = None) -> calls.Call:
+    def spy(self: _Runner, count: int, stop_key: str | None = None) -> Any:
         asked.append(count)  # every claim's count, on every claim path
         return real(self, count, stop_key)
 
-    monkeypatch.setattr(_Runner, "_claim_call", spy)
+    monkeypatch.setattr(_Runner, "_claim_op", spy)
     n = 60
     state: dict[str, Any] = {}
     await queue.enqueue_many([Echo(text=str(i)) for i in range(n)])
@@ -125,25 +125,23 @@ async def test_two_pipelines_go_out_at_once_never_three(
 ) -> None:
     """While one pipeline is at Redis the next goes out; a third waits for one of them."""
     client = queue.client
-    scripts = client._scripts
-    real = scripts.run_pipeline
+    sender = client.sender
+    real = sender.pipeline
     gates: list[anyio.Event] = []
 
-    async def held(redis: Any, calls: Any, **kw: Any) -> list[Any]:
+    async def held(calls: Any, **kw: Any) -> list[Any]:
         gate = anyio.Event()
         gates.append(gate)
         await gate.wait()
-        return await real(redis, calls, **kw)
+        return await real(calls, **kw)
 
-    monkeypatch.setattr(scripts, "run_pipeline", held)
-    committer = _Committer(client)
+    monkeypatch.setattr(sender, "pipeline", held)
+    committer = _Batch(client)
     replies: list[Any] = []
 
     async def claim() -> None:
-        call = calls.claim(
-            queue.keys, client._now_arg(), count=1, worker="w-test", token_base="tok", default_lease_ms=30_000
-        )
-        replies.append(await committer.claim(call))
+        op = queue.store.claim_op(count=1, worker="w-test", token_base="tok", default_lease_ms=30_000)
+        replies.append((await committer.submit(op, claim=True)).raw)
 
     async def until(n: int) -> None:
         with anyio.fail_after(5):
@@ -177,18 +175,18 @@ def _failing_completes(
 
     Returns the list of jobs each failed pipeline carried (its complete calls' ARGV[3]).
     """
-    scripts = queue.client._scripts
-    real = scripts.run_pipeline
+    sender = queue.client.sender
+    real = sender.pipeline
     failed: list[int] = []
 
-    async def flaky(redis: Any, calls: Any, **kw: Any) -> list[Any]:
+    async def flaky(calls: Any, **kw: Any) -> list[Any]:
         carried = sum(int(args[2]) for name, _, args in calls if name == "complete")
         if carried and len(failed) < times:
             failed.append(carried)
             raise error
-        return await real(redis, calls, **kw)
+        return await real(calls, **kw)
 
-    monkeypatch.setattr(scripts, "run_pipeline", flaky)
+    monkeypatch.setattr(sender, "pipeline", flaky)
     return failed
 
 

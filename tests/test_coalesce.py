@@ -10,7 +10,6 @@ from redis.exceptions import ResponseError
 
 import venturi_redis as vr
 from tests.tasks import Echo
-from venturi_redis._producer import coalesce as _coalesce
 from venturi_redis._store import calls
 
 pytestmark = pytest.mark.anyio
@@ -24,9 +23,10 @@ class _Spy:
         self.hold: anyio.Event | None = None
         self.entered = anyio.Event()
         self.fail_with: Exception | None = None
-        real = _coalesce._call  # every enqueue script call, on the lane or the pool
+        sender = queue.client.sender
+        real = sender.call_on_lane  # every enqueue script call, on the lane or the pool
 
-        async def call(q: vr.Queue, script_call: calls.Call) -> Any:
+        async def call(script_call: calls.Call) -> Any:
             if script_call.name == "enqueue":
                 self.sizes.append(int(script_call.args[2]))  # ARGV[3]: the number of jobs
                 self.entered.set()
@@ -35,9 +35,9 @@ class _Spy:
                     await hold.wait()
                 if self.fail_with is not None:
                     raise self.fail_with
-            return await real(q, script_call)
+            return await real(script_call)
 
-        monkeypatch.setattr(_coalesce, "_call", call)
+        monkeypatch.setattr(sender, "call_on_lane", call)
 
 
 async def test_sequential_enqueues_go_out_one_by_one(

@@ -214,7 +214,7 @@ async def test_a_resume_value_that_does_not_validate_kills_the_job(queue: vr.Que
     assert info is not None and info.state == vr.JobState.DEAD
     assert info.note is not None and "resume input does not validate" in info.note
     dead = (await queue.journal(job_id))[-1]
-    assert (dead.event, dead.details["reason"]) == ("dead", "bad_payload")
+    assert (dead.event, dead.details["reason"]) == ("dead", "invalid_payload")
 
 
 def test_a_resume_type_pydantic_cannot_validate_is_refused_at_register() -> None:

@@ -599,7 +599,7 @@ async def test_undecodable_bytes_go_to_dead(
     await drain(queue, StepsJob, EchoJob)
     info = await queue.get(job_id)
     assert info is not None and info.state == vr.JobState.DEAD
-    assert (await queue.journal(job_id))[-1].details["reason"] == "bad_payload"
+    assert (await queue.journal(job_id))[-1].details["reason"] == "invalid_payload"
     assert "does not" in (info.note or "")
     assert (await queue.get(ok)).state == vr.JobState.COMPLETED  # type: ignore[union-attr]
 

@@ -45,7 +45,7 @@ async def test_journal_timeline_shows_a_merge_and_a_lease_expiry_with_its_worker
     await claim_raw(q, 1, worker="w-gone", lease_ms=1)  # claimed, never finished: its worker "died"
     await anyio.sleep(0.05)
     c = q.client
-    await c._scripts.call(c.redis, *calls.reclaim(q.keys, c._now_arg(), batch=10, max_failures="25"))
+    await c.sender.call(calls.reclaim(q.keys, c._now_arg(), batch=10, max_failures="25"))
     async with http(create_app(world.client)) as h:
         m = await h.get(f"/queues/mail/jobs/{merged}")
         o = await h.get(f"/queues/mail/jobs/{orphan}")

@@ -155,7 +155,7 @@ async def test_independent_adds_a_row_and_the_index_follows_the_newest(
 async def drain_one(queue: vr.Queue, now: str = "") -> None:
     """Claim one job by hand (as a worker would), at ``now`` ms or the server's time."""
     call = calls.claim(queue.keys, now, count=1, worker="probe", token_base="tok", default_lease_ms=60_000)
-    await queue.client._scripts.call(queue.client.redis, *call)
+    await queue.client.sender.call(call)
 
 
 async def test_merge_that_raises_writes_nothing(queue: vr.Queue) -> None:
@@ -216,9 +216,8 @@ async def test_claim_frees_the_key_and_a_returning_job_takes_it_back_only_if_fre
     assert b != a and await index_of(client, queue, "refresh", "f") == b
     # a comes back to pending (released) while b holds the key: b keeps it
     token = (await client.redis.hget(queue.keys.job(a), "lease_token")).decode()
-    await client._scripts.call(
-        client.redis,
-        *calls.release(
+    await client.sender.call(
+        calls.release(
             queue.keys, "", job_id=a, token=token, priority=vr.Priority.NORMAL, carry=b"", note="released"
         ),
     )

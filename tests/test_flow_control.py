@@ -62,7 +62,7 @@ async def claim(q: vr.Queue, count: int, worker: str = "w1") -> tuple[int, list[
     call = calls.claim(
         q.keys, c._now_arg(), count=count, worker=worker, token_base="t", default_lease_ms=10_000
     )
-    reply = list(await c._scripts.call(c.redis, *call))
+    reply = list(await c.sender.call(call))
     jobs = [
         (reply[i].decode(), reply[i + 1].decode(), reply[i + 6].decode()) for i in range(2, len(reply), 13)
     ]
@@ -72,11 +72,11 @@ async def claim(q: vr.Queue, count: int, worker: str = "w1") -> tuple[int, list[
 async def complete(q: vr.Queue, job_id: str, token: str) -> None:
     c = q.client
     call = calls.complete(q.keys, c._now_arg(), [calls.completion(job_id, token, "", b"", b"", b"")])
-    assert calls.completed(await c._scripts.call(c.redis, *call)) == [calls.APPLIED]
+    assert calls.completed(await c.sender.call(call)) == [calls.APPLIED]
 
 
 async def run(q: vr.Queue, call: calls.Call) -> Any:
-    return await q.client._scripts.call(q.client.redis, *call)
+    return await q.client.sender.call(call)
 
 
 async def limit_of(q: vr.Queue, kind: str, per_key: bool = False) -> vr.LimitInfo:

@@ -83,7 +83,7 @@ async def test_a_first_claim_sends_the_enqueued_values_a_later_claim_the_journal
     call = calls.release(
         k, c._now_arg(), job_id=job_id, token=token, priority=vr.Priority.HIGH, carry=b"", note="bye"
     )
-    res = await c._scripts.call(c.redis, *call)
+    res = await c.sender.call(call)
     assert list(res) == [1]
     later = (await claim_raw(queue, 1))[2 + 11]
     assert claim_history(later) is later  # an XRANGE reply, passed through
@@ -107,7 +107,7 @@ async def test_a_caller_clock_far_from_redis_time_keeps_ids_increasing(url: str,
         call = calls.release(
             k, c2._now_arg(), job_id=job_id, token=token, priority=vr.Priority.NORMAL, carry=b"", note="bye"
         )
-        res = await c2._scripts.call(c2.redis, *call)
+        res = await c2.sender.call(call)
         assert list(res) == [1]
         raw = await stream(q, job_id)
         assert [e.event for e in raw] == ["enqueued", "claimed", "released"]
@@ -123,7 +123,7 @@ async def test_a_refusal_on_a_never_claimed_job_keeps_enqueued_first(queue: vr.Q
     call = calls.release(
         k, c._now_arg(), job_id=job_id, token="stale", priority=vr.Priority.NORMAL, carry=b"", note="bye"
     )
-    res = await c._scripts.call(c.redis, *call)
+    res = await c.sender.call(call)
     assert res[0] == 0
     assert [e.event for e in await stream(queue, job_id)] == ["enqueued", "refused"]
 
@@ -237,7 +237,7 @@ async def complete_raw(queue: vr.Queue, job_id: str, token: str) -> None:
     """Run complete.lua for one job (no worker), as its committer would."""
     c = queue.client
     call = calls.complete(queue.keys, c._now_arg(), [calls.completion(job_id, token, "", b"", b"", b"")])
-    await c._scripts.call(c.redis, *call)
+    await c.sender.call(call)
 
 
 def error_bytes(entries: list[JournalEntry]) -> int:
@@ -327,7 +327,7 @@ async def test_an_operator_transition_keeps_a_compact_journal(backend: str, queu
         await claim_raw(queue, 1, lease_ms=1)
         await anyio.sleep(0.05)
         call = calls.reclaim(k, queue.client._now_arg(), batch=10, max_failures="25")
-        await queue.client._scripts.call(r, *call)
+        await queue.client.sender.call(call)
         last = "lease_expired"
     elif op == "resume":
         job_id = await queue.enqueue(Parking(how="suspend"))

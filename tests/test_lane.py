@@ -80,13 +80,13 @@ async def _connections(r: aioredis.Redis, name: str) -> list[dict[str, Any]]:
 def _pool_calls(client: vr.Client, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Record which connection each enqueue script call went out on."""
     seen: list[Any] = []
-    real = client._scripts.call
+    real = client.sender.call
 
-    async def call(redis: Any, name: str, keys: Any, args: Any) -> Any:
-        seen.append(redis)
-        return await real(redis, name, keys, args)
+    async def call(c: Any) -> Any:
+        seen.append(client.redis)
+        return await real(c)
 
-    monkeypatch.setattr(client._scripts, "call", call)
+    monkeypatch.setattr(client.sender, "call", call)
     real_script = Lane.script
 
     async def script(lane: Lane, script: Any, keys: Any, args: Any) -> Any:
@@ -99,7 +99,7 @@ def _pool_calls(client: vr.Client, monkeypatch: pytest.MonkeyPatch) -> list[Any]
 
 async def test_only_a_plain_pooled_client_gets_a_lane(redis_server: RedisServer) -> None:
     plain = vr.Client.from_url(redis_server.url)
-    assert plain._enqueue_lane() is not None
+    assert plain.sender.lane is not None
     await plain.aclose()
     refused = [
         vr.Client.from_url("memory://lane-test"),
@@ -108,7 +108,7 @@ async def test_only_a_plain_pooled_client_gets_a_lane(redis_server: RedisServer)
         vr.Client(aioredis.Redis.from_url(redis_server.url)),
     ]
     for client in refused:
-        assert client._enqueue_lane() is None
+        assert client.sender.lane is None
         await client.aclose()
     # Pools the lane must stay out of.
     single = aioredis.Redis.from_url(redis_server.url, single_connection_client=True)
@@ -175,7 +175,7 @@ async def test_a_silent_connection_times_out_drops_the_lane_and_resends_nothing(
         proxy.blackhole()  # the lane's connection now swallows everything
         with pytest.raises(RedisTimeoutError):
             await q.enqueue(Echo(text="lost"))
-        lane = client._enqueue_lane()
+        lane = client.sender.lane
         assert lane is not None and not lane._conn.is_connected
         await q.enqueue(Echo(text="after"))  # a new connection, through the proxy again
         texts = sorted(
@@ -206,7 +206,7 @@ async def test_a_cancelled_enqueue_drops_the_lane_connection(server: RedisServer
         proxy.pause()
         with anyio.move_on_after(0.3):
             await q.enqueue(Echo(text="held"))
-        lane = client._enqueue_lane()
+        lane = client.sender.lane
         assert lane is not None and not lane._conn.is_connected
         proxy.resume()
         job = await q.enqueue(Echo(text="next"))
@@ -235,7 +235,7 @@ async def test_a_busy_lane_leaves_other_queues_to_the_pool(
         assert (await q.get(job)) is not None
     assert any(isinstance(r, Lane) for r in seen)
     assert any(r is named.redis for r in seen)  # the lane was busy at least once
-    lane = named._enqueue_lane()
+    lane = named.sender.lane
     assert lane is not None and not lane.busy
 
 
@@ -262,7 +262,7 @@ async def test_a_url_clients_lane_reads_its_replies_itself(
     on_uvloop = type(asyncio.get_running_loop()).__module__.startswith("uvloop")
     assert on_uvloop == (anyio_backend != "asyncio")  # the loop parametrization is real
     await named.queue(f"t-{uuid.uuid4().hex[:8]}").enqueue(Echo(text="x"))
-    lane = named._enqueue_lane()
+    lane = named.sender.lane
     assert lane is not None and lane.direct == (read_path == "own")  # the read_path switch is real
 
 
@@ -276,7 +276,7 @@ async def test_a_lane_on_decoded_replies_reads_through_redis_py(server: RedisSer
     lane = Lane.for_redis(r)
     assert lane is not None
     client = vr.Client.from_url(server.url_with())
-    script = client._scripts["enqueue"]
+    script = client.sender._scripts["enqueue"]
     try:
         with pytest.raises(ResponseError):  # no keys: enqueue.lua refuses (an error reply, raised)
             await lane.script(script, [], [])
@@ -302,7 +302,7 @@ async def test_calls_spanning_many_socket_timeouts_do_not_time_out(server: Redis
             while anyio.current_time() - start < 0.4:  # eight timeouts' worth of calls
                 await q.enqueue(Echo(text=str(n)))
                 n += 1  # back to back: a call is in flight when the timer fires
-        lane = client._enqueue_lane()
+        lane = client.sender.lane
         assert lane is not None and lane.direct
         assert (await q.stats()).eligible == n
     finally:
@@ -342,7 +342,7 @@ async def test_resp3_push_messages_on_the_lane_are_not_taken_for_replies(
     try:
         q = client.queue(f"t-{uuid.uuid4().hex[:8]}")
         await q.enqueue(Echo(text="warm"))
-        lane = client._enqueue_lane()
+        lane = client.sender.lane
         assert lane is not None and lane.direct == (read_path == "own")
         conn = lane._conn
         assert str(conn.protocol) == "3"

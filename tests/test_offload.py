@@ -320,10 +320,10 @@ async def test_the_reclaim_backstop_settles_a_failure(url: str, queue_name: str)
         claim = calls.claim(
             k, client._now_arg(), count=1, worker="ghost", token_base="tok", default_lease_ms=1000
         )
-        await client._scripts.call(client.redis, *claim)
+        await client.sender.call(claim)
         now[0] += 5000
         reclaim = calls.reclaim(k, client._now_arg(), batch=10, max_failures="25")
-        assert calls.reclaimed(await client._scripts.call(client.redis, *reclaim)).dead == 1
+        assert calls.reclaimed(await client.sender.call(reclaim)).dead == 1
         res = await vr.read_result(client, handle)
         assert res is not None and res.status == "failed"
         assert res.error is not None and res.error.startswith("lease expired")

@@ -11,6 +11,7 @@ import venturi_redis as vr
 from tests.helpers import drain, events, make_worker
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo, EchoJob, Steps, StepsJob
+from venturi_redis._model.endings import Released
 from venturi_redis._producer import ops as _ops
 from venturi_redis._producer import server as _server
 
@@ -239,7 +240,7 @@ async def test_cancel_requested_run_that_ended_first_is_cancelled_at_claim(queue
     _, _, jobs = await runner.claim(1)
     assert [j.id for j in jobs] == [jid]
     assert await queue.cancel(jid) == "requested"
-    await worker._commit(jobs[0], "release", note="shutdown")  # the worker never renewed
+    await worker._completer.finish(jobs[0], Released("shutdown"))  # the worker never renewed
     assert (await queue.get(jid)).state == vr.JobState.PENDING  # type: ignore[union-attr]
     _, _, again = await runner.claim(1)
     assert again == []

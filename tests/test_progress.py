@@ -84,7 +84,7 @@ async def test_a_stale_token_is_refused_and_writes_nothing(queue: vr.Queue) -> N
 
     async def report(tok: str, value: bytes) -> bool:
         call = calls_obs.progress(queue.keys, c._now_arg(), job_id=job_id, token=tok, value=value)
-        return calls_obs.progressed(await c._scripts.call(c.redis, *call))
+        return calls_obs.progressed(await c.sender.call(call))
 
     assert not await report("stale.1", pack(1))
     assert await _progress_of(queue, job_id) is None

@@ -88,7 +88,7 @@ async def test_a_corrupt_priority_is_quarantined_by_the_reclaim(client: vr.Clien
     await client.redis.hset(queue.keys.job(job_id), "lease_expires", "1")
     await client.redis.zadd(queue.keys.running, {job_id: 1})
     reclaim = calls.reclaim(queue.keys, client._now_arg(), batch=10, max_failures="none")
-    got = calls.reclaimed(await client._scripts.call(client.redis, *reclaim))
+    got = calls.reclaimed(await client.sender.call(reclaim))
     assert got == calls.Reclaimed(0, 1, [job_id])
     info = await queue.get(job_id)
     assert info is not None and info.state == vr.JobState.DEAD
@@ -142,7 +142,7 @@ async def test_a_running_jobs_key_of_the_wrong_type_costs_its_batch_nothing(
         queue.keys, client._now_arg(), [calls.completion(j, t, "", b"", b"", b"") for j, t in claimed]
     )
     why = "job key is not a hash" if which == "job" else "journal key is not a stream"
-    got = calls.completed(await client._scripts.call(client.redis, *done))
+    got = calls.completed(await client.sender.call(done))
     replies = dict(zip([j for j, _ in claimed], got, strict=True))
     assert replies == {ids[0]: calls.APPLIED, bad: calls.Transition(False, why), ids[2]: calls.APPLIED}
     for job_id in (ids[0], ids[2]):
@@ -152,7 +152,7 @@ async def test_a_running_jobs_key_of_the_wrong_type_costs_its_batch_nothing(
     # Its lease runs out: the reclaim quarantines it, and nothing else.
     await client.redis.zadd(queue.keys.running, {bad: 1})
     reclaim = calls.reclaim(queue.keys, client._now_arg(), batch=10, max_failures="none")
-    got = calls.reclaimed(await client._scripts.call(client.redis, *reclaim))
+    got = calls.reclaimed(await client.sender.call(reclaim))
     assert got == calls.Reclaimed(0, 1, [bad])
     assert [m.decode() for m in await client.redis.zrange(queue.keys.dead, 0, -1)] == [bad]
     if which == "journal":
@@ -186,7 +186,7 @@ async def test_a_wrong_type_pending_set_leaves_no_job_half_moved(client: vr.Clie
         done = calls.complete(
             queue.keys, client._now_arg(), [calls.completion(job_id, token, "", b"", b"", b"")]
         )
-        assert calls.completed(await client._scripts.call(client.redis, *done)) == [calls.APPLIED]
+        assert calls.completed(await client.sender.call(done)) == [calls.APPLIED]
     info = await queue.get(high)
     assert info is not None and (info.state, info.failures) == (vr.JobState.COMPLETED, 0)
 
@@ -201,14 +201,14 @@ async def test_a_wrong_type_completed_set_leaves_the_batch_running(
         queue.keys, client._now_arg(), [calls.completion(j, t, "", b"", b"", b"") for j, t in claimed]
     )
     with pytest.raises(CorruptQueueError, match=r"completed is not a sorted set"):
-        await client._scripts.call(client.redis, *done)
+        await client.sender.call(done)
     for job_id in ids:
         info = await queue.get(job_id)
         assert info is not None and info.state == vr.JobState.RUNNING  # untouched: still theirs
     assert await client.redis.zcard(queue.keys.running) == 3
     # Repaired, the same completions go through.
     await client.redis.delete(queue.keys.completed)
-    assert calls.completed(await client._scripts.call(client.redis, *done)) == [calls.APPLIED] * 3
+    assert calls.completed(await client.sender.call(done)) == [calls.APPLIED] * 3
 
 
 class NanPause(vr.Task):
@@ -259,7 +259,7 @@ async def test_a_nan_delay_is_refused_before_and_by_the_script(client: vr.Client
     )
     call.args[4] = "nan"  # what a caller that skipped the check would send
     with pytest.raises(vr.ConfigurationError, match="pause delay"):
-        await client._scripts.call(client.redis, *call)
+        await client.sender.call(call)
     info = await queue.get(job_id)
     assert info is not None and info.state == vr.JobState.RUNNING  # nothing written
 

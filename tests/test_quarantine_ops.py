@@ -90,7 +90,7 @@ async def _suspended(queue: vr.Queue) -> str:
     call = calls.suspend(
         queue.keys, "", job_id=job_id, token=token, note="", attachment=b"", carry=b"", output=b""
     )
-    assert calls.transition(await queue.client._scripts.call(queue.client.redis, *call)).applied
+    assert calls.transition(await queue.client.sender.call(call)).applied
     return job_id
 
 
@@ -107,7 +107,7 @@ async def _dead(queue: vr.Queue, n: int) -> list[str]:
             carry=b"",
             reason="permanent",
         )
-        assert calls.transition(await queue.client._scripts.call(queue.client.redis, *call)).applied
+        assert calls.transition(await queue.client.sender.call(call)).applied
         ids.append(job_id)
     return ids
 
@@ -212,7 +212,7 @@ async def test_progress_of_a_corrupt_job_is_refused_and_writes_nothing(queue: vr
     await _damage(queue, job_id, how)
     before = await _where(queue, job_id)
     call = calls_obs.progress(queue.keys, "", job_id=job_id, token=token, value=b"\x01")
-    reply = await queue.client._scripts.call(queue.client.redis, *call)
+    reply = await queue.client.sender.call(call)
     assert calls_obs.progressed(reply) is (how == "journal")  # progress is not journaled
     if how != "journal":
         assert await _where(queue, job_id) == before
@@ -290,7 +290,7 @@ async def test_merge_script_refuses_a_corrupt_job_itself(queue: vr.Queue) -> Non
         by="x",
     )
     with pytest.raises(vr.CorruptQueueError, match=f"job {holder}: journal key is not a stream"):
-        await queue.client._scripts.call(queue.client.redis, *call)
+        await queue.client.sender.call(call)
     assert await _where(queue, holder) == before
 
 
@@ -302,7 +302,7 @@ async def test_a_workers_own_cancel_of_a_corrupt_job_is_refused(queue: vr.Queue,
     await _damage(queue, job_id, how)
     before = await _where(queue, job_id)
     call = calls.cancel(queue.keys, "", job_id=job_id, note="stop", token=token)
-    got = calls.transition(await queue.client._scripts.call(queue.client.redis, *call))
+    got = calls.transition(await queue.client.sender.call(call))
     assert got == calls.Transition(False, WHY[how])
     assert await _where(queue, job_id) == before
 

@@ -40,7 +40,7 @@ def _prepared(queue: vr.Queue, task: vr.Task[Any], carry: Any = None) -> Any:
 async def _send(queue: vr.Queue, job: Any, dedup_mode: str = "nx") -> list[Any]:
     """One send of the enqueue script for ``job``: its reply after ``now``, as text."""
     call = calls.enqueue(queue.keys, queue.client._now_arg(), [job], dedup_mode=dedup_mode)
-    reply = await queue.client._scripts.call(queue.client.redis, *call)
+    reply = await queue.client.sender.call(call)
     return calls.enqueue_holders(reply)
 
 

@@ -151,12 +151,12 @@ async def test_a_stale_read_fires_nothing(timed: tuple[vr.Queue, Clock]) -> None
         fire_at=T0 + 1000,
         next_at=T0 + 2000,
     )
-    reply = calls_schedule.fired(await queue.client._scripts.call(queue.client.redis, *call))
+    reply = calls_schedule.fired(await queue.client.sender.call(call))
     assert reply == calls_schedule.Fired("refused", "fire time already fired")
     await queue.schedule("tick", Echo(text="changed"), every=1)  # a new task, same timing: version moves
     clock.ms = T0 + 2000
     call = call._replace(args=[*call.args[:5], str(T0 + 2000), str(T0 + 3000), *call.args[7:]])
-    reply = calls_schedule.fired(await queue.client._scripts.call(queue.client.redis, *call))
+    reply = calls_schedule.fired(await queue.client.sender.call(call))
     assert reply == calls_schedule.Fired("refused", "schedule changed since it was read")
     assert len(await jobs_of(queue)) == 1
     assert [f.status for _, f in (await fire_due(queue)).fired] == ["created"]

@@ -104,5 +104,5 @@ async def test_noscript_is_recovered(client: vr.Client, queue: vr.Queue) -> None
     jid = await queue.enqueue(Echo(text="hi"))
     assert (await queue.get(jid)) is not None
     await client.redis.script_flush()
-    res = await client._scripts.run_pipeline(client.redis, [calls.extend(queue.keys, "", [])] * 3)
+    res = await client.sender.pipeline([calls.extend(queue.keys, "", [])] * 3)
     assert [calls.extended(r) for r in res] == [calls.Extended([], [])] * 3

@@ -60,7 +60,7 @@ async def test_a_queue_runs_end_to_end_over_tls(client: vr.Client) -> None:
     info = await q.get(stepped)
     assert info is not None and info.run_count == 3 and info.note == "done"
     assert (await events(q, stepped)).count("paused") == 2
-    lane = client._enqueue_lane()
+    lane = client.sender.lane
     assert lane is not None and lane.direct  # the single enqueue's fast path holds on TLS
     conn = await client.redis.connection_pool.get_connection()
     try:

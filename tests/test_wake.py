@@ -84,12 +84,12 @@ async def test_a_stop_token_makes_the_claim_behind_it_claim_nothing(queue: vr.Qu
     stop = k.wake_stop("w1")
     await c.redis.rpush(stop, "1")
     call = calls.claim(k, "", count=1, worker="w1", token_base="tok", default_lease_ms=30_000, stop_key=stop)
-    reply = await c._scripts.call(c.redis, *call)
+    reply = await c.sender.call(call)
     assert list(reply[1:]) == [0]  # nothing claimed
     assert not await c.redis.exists(stop)
     assert (await queue.counts())["pending"] == 1
     # Without a stop token the same call claims.
-    reply = await c._scripts.call(c.redis, *call)
+    reply = await c.sender.call(call)
     assert len(reply[2:]) == 13
 
 

@@ -123,7 +123,7 @@ async def test_periodic_reclaim_of_a_dead_workers_job(client: vr.Client, queue: 
     job_id = await queue.enqueue(Echo(text="orphan"))
     # A "ghost" worker claims with a short lease and then never comes back.
     call = calls.claim(queue.keys, "", count=1, worker="ghost", token_base="tok", default_lease_ms=200)
-    await client._scripts.call(client.redis, *call)
+    await client.sender.call(call)
     assert (await queue.get(job_id)).state == vr.JobState.RUNNING  # type: ignore[union-attr]
     worker = make_worker(queue, EchoJob, reclaim_interval=0.1, poll_interval=0.1)
     async with anyio.create_task_group() as tg:
@@ -145,11 +145,11 @@ async def test_repeated_lease_expiry_reaches_the_backstop(client: vr.Client, que
         claim = calls.claim(
             q.keys, clocked._now_arg(), count=1, worker=f"w{round_}", token_base="t", default_lease_ms=1000
         )
-        reply = await clocked._scripts.call(client.redis, *claim)
+        reply = await clocked.sender.call(claim)
         assert reply[2:3] == [job_id.encode()]
         now[0] += 1001  # the worker died: its lease runs out
         reclaim = calls.reclaim(q.keys, clocked._now_arg(), batch=100, max_failures="25")
-        out = calls.reclaimed(await clocked._scripts.call(client.redis, *reclaim))
+        out = calls.reclaimed(await clocked.sender.call(reclaim))
         assert out.ids == [job_id]
     info = await q.get(job_id)
     assert info is not None and (info.state, info.failures) == (vr.JobState.DEAD, 3)

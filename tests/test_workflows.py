@@ -70,7 +70,7 @@ async def reclaim(queue: vr.Queue) -> None:
     """One reclaim sweep, as a worker's tick runs it."""
     cl = queue.client
     call = calls.reclaim(queue.keys, cl._now_arg(), batch=100, max_failures="none")
-    await cl._scripts.call(cl.redis, *call)
+    await cl.sender.call(call)
 
 
 async def run_all(queue: vr.Queue) -> dict[str, Any]:
@@ -215,7 +215,7 @@ async def test_retention_purging_a_dependency_does_not_lose_its_result(queue: vr
     done = calls.complete(
         queue.keys, cl._now_arg(), [calls.completion(c, claimed[8].decode(), "", b"", b"", result)]
     )
-    assert calls.completed(await cl._scripts.call(cl.redis, *done)) == [calls.APPLIED]
+    assert calls.completed(await cl.sender.call(done)) == [calls.APPLIED]
     assert await queue.purge("completed") == 1
     assert await queue.get(c) is None
     assert (await queue.get(late)).state is vr.JobState.PENDING  # type: ignore[union-attr]
@@ -345,7 +345,7 @@ async def test_a_cancel_finished_by_the_claim_applies_the_policy(queue: vr.Queue
         carry=b"",
         note="released",
     )
-    assert calls.transition(await cl._scripts.call(cl.redis, *release)).applied
+    assert calls.transition(await cl.sender.call(release)).applied
     await claim_raw(queue, 1)  # finishes the cancel instead of running it
     assert (await queue.get(a)).state is vr.JobState.CANCELLED  # type: ignore[union-attr]
     # The claim leaves the telling to the next reclaim sweep (graph.lua graph_orphaned).

@@ -12,7 +12,7 @@ from typing import Any
 import venturi_redis as vr
 from venturi_redis._model.enums import Priority
 from venturi_redis._store import calls
-from venturi_redis._worker.runner import _parse_claim
+from venturi_redis._worker.job import jobs_of
 
 
 class Clock:
@@ -43,7 +43,7 @@ class Driver:
         self.max_failures = max_failures
 
     async def _call(self, call: calls.Call) -> Any:
-        return await self.c._scripts.call(self.c.redis, *call)
+        return await self.c.sender.call(call)
 
     def _now(self) -> str:
         return self.c._now_arg()
@@ -55,7 +55,7 @@ class Driver:
                 self.k, self._now(), count=count, worker=worker, token_base=token, default_lease_ms=lease_ms
             )
         )
-        _, _, jobs = _parse_claim(self.q, reply)
+        jobs = jobs_of(self.q, calls.claim_reply(reply))
         return [(j.id, j.token) for j in jobs]
 
     async def complete(self, job_id: str, token: str, note: str = "", carry: bytes = b"") -> list[Any]:

@@ -27,6 +27,7 @@ from tests.chaos.conftest import LONG, Fleet, figures, reconnecting
 from tests.chaos.proxy import Proxy
 from tests.servers import RedisServer
 from venturi_redis._store import calls
+from venturi_redis._store.sender import Sender
 
 pytestmark = pytest.mark.anyio
 
@@ -183,4 +184,4 @@ async def test_noscript_recovery_survives_a_flush_at_the_worst_moment(
     q = qclient.queue(queue_name)
     flaky = _FlushBeforeEvalsha(qclient.redis)
     # Fails with a second NOSCRIPT if the recovery is SCRIPT LOAD then EVALSHA.
-    assert calls.extended(await qclient._scripts.call(flaky, *calls.extend(q.keys, "", []))) == ([], [])
+    assert calls.extended(await Sender(flaky).call(calls.extend(q.keys, "", []))) == ([], [])

@@ -177,7 +177,7 @@ async def test_garbage_and_pickles_in_a_job_hash_go_dead(
     for what, (job, _, _) in jobs.items():
         journal = await q.journal(job)
         assert journal[-1].event == "dead", what
-        assert journal[-1].details["reason"] == "bad_payload", what
+        assert journal[-1].details["reason"] == "invalid_payload", what
         assert "does not decode" in (journal[-1].note or ""), what
     journal = await q.journal(by_hand)
     assert journal[-1].details["reason"] == "unknown_kind"

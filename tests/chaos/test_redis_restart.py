@@ -22,12 +22,13 @@ import venturi_redis as vr
 from tests.chaos.chaos_tasks import Work, started_key
 from tests.chaos.conftest import LONG, Fleet, figures, reconnecting
 from tests.servers import RedisServer
+from venturi_redis._store.scripts import scripts
 
 pytestmark = pytest.mark.anyio
 
 RESTARTS = 10 if LONG else 2
 DOWN_FOR = 0.5  # seconds the server stays dead each time
-CLAIM_SHA = vr.Client(None)._scripts["claim"].sha
+CLAIM_SHA = scripts()["claim"].sha
 
 
 async def test_redis_restart_loses_no_acknowledged_enqueue(

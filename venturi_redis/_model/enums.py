@@ -72,3 +72,34 @@ class JobState(enum.StrEnum):
 
 _LABELS: tuple[str, ...] = tuple(p.name.lower() for p in sorted(Priority))  # indexed by value
 PRIORITIES_HIGH_FIRST: tuple[Priority, ...] = tuple(sorted(Priority, reverse=True))
+
+
+class DeadReason(enum.StrEnum):
+    """Why a job is dead; the value is what its ``dead`` journal entry (and ``HGET job dead_reason``) says.
+
+    ``JobInfo.dead_reason`` reads it (None unless the job is dead).
+    """
+
+    PERMANENT = "permanent"  # its handler raised vr.TaskError.permanent(...)
+    MAX_FAILURES = "max_failures"  # the retry backstop: too many failed runs
+    UNKNOWN_KIND = "unknown_kind"  # no worker that claimed it has a handler for its KIND
+    INVALID_PAYLOAD = "invalid_payload"  # its payload, carry or resume input no longer decodes
+    CORRUPT = "corrupt"  # its own data in Redis is corrupt: quarantined (docs/guarantees.md)
+    DEPENDENCY_FAILED = "dependency_failed"  # a job it waited on failed (workflows)
+    EXPIRED = "expired"  # not started before its deadline (``enqueue(expires=...)``)
+
+    @classmethod
+    def of(cls, stored: str | None) -> DeadReason | None:
+        """The reason a stored value names; None for none (or one this release does not know).
+
+        ``bad_payload`` is how releases before 0.2 wrote both INVALID_PAYLOAD and
+        CORRUPT (a quarantined job); it reads as INVALID_PAYLOAD.
+        """
+        if not stored:
+            return None
+        if stored == "bad_payload":
+            return cls.INVALID_PAYLOAD
+        try:
+            return cls(stored)
+        except ValueError:
+            return None

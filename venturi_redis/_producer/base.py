@@ -14,18 +14,18 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._store.keys import QueueKeys
-from .._store.scripts import ScriptSet
-from .._transport.lane import Lane
+from .._store.sender import Sender
+from .._store.store import QueueStore
 
 
 class ClientLike(Protocol):
-    """The parts of a ``Client`` the helpers use: the connection, the scripts, the clock."""
+    """The parts of a ``Client`` the helpers use: the connection, its sender, the clock."""
 
     @property
     def redis(self) -> Any: ...
 
     @property
-    def _scripts(self) -> ScriptSet: ...  # the script runner: internal, not the public surface
+    def sender(self) -> Sender: ...
 
     @property
     def namespace(self) -> str: ...
@@ -41,17 +41,18 @@ class ClientLike(Protocol):
 
     def _now_arg(self) -> str: ...
 
-    def _enqueue_lane(self) -> Lane | None: ...
-
 
 class QueueLike(Protocol):
-    """The parts of a ``Queue`` the helpers use: its client, its keys, its name."""
+    """The parts of a ``Queue`` the helpers use: its client, its keys, its store, its name."""
 
     @property
     def client(self) -> ClientLike: ...
 
     @property
     def keys(self) -> QueueKeys: ...
+
+    @property
+    def store(self) -> QueueStore: ...
 
     @property
     def name(self) -> str: ...

@@ -18,7 +18,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.errors import PartialEnqueueError
 from .._model.task import Task
-from .._store import calls
 from .._store.prepare import ENQUEUE_CHUNK, Prepared
 from .._transport.durable import NotDurableError
 from .dedup import merge_into
@@ -32,17 +31,7 @@ async def enqueue_prepared(queue: QueueLike, tasks: Sequence[Task[Any]], jobs: l
     if not jobs:
         return []
     chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
-    now = queue.client._now_arg()
-    batch = [calls.enqueue(queue.keys, now, chunk) for chunk in chunks]
-    scripts_, redis = queue.client._scripts, queue.client.redis
-    replies: list[Any]
-    if len(batch) == 1:
-        try:
-            replies = [await scripts_.call(redis, *batch[0])]
-        except Exception as exc:  # noqa: BLE001 - sorted out below, like an error inside EXEC
-            replies = [exc]
-    else:
-        replies = await scripts_.run_transaction(redis, batch)
+    replies = await queue.store.enqueue_chunks(chunks)
     ids: list[str | None] = [None] * len(jobs)
     holders = [""] * len(jobs)
     unknown: list[int] = []
@@ -57,7 +46,7 @@ async def enqueue_prepared(queue: QueueLike, tasks: Sequence[Task[Any]], jobs: l
             else:
                 to_probe += range(base, base + len(chunks[c]))
             continue
-        for k, holder in enumerate(calls.enqueue_holders(reply)):
+        for k, holder in enumerate(reply):
             if holder:
                 holders[base + k] = holder
             else:

@@ -22,10 +22,10 @@ from .._model.outcome import UNSET
 from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.schedule import ScheduleInfo
 from .._model.task import Task
-from .._store import calls, calls_ops
 from .._store.keys import QueueKeys
 from .._store.prepare import prepare, prepare_many
-from .._store.scripts import ScriptSet, scripts
+from .._store.sender import Sender
+from .._store.store import QueueStore
 from .._transport.connect import connect, default_url
 from .._transport.durable import Durability, DurableRedis, as_durability
 from .._transport.lane import Lane
@@ -81,13 +81,14 @@ class Client:
         self.redis = redis
         self.namespace = namespace
         self.max_payload_bytes = max_payload_bytes
-        self.clock = clock
         self.url = url
-        self._scripts: ScriptSet = scripts()
+        # Every script call of this client goes out through its sender
+        # (_store/sender.py); each queue's store (queue.store) builds them.
+        # The enqueue lane (_transport/lane.py) is only made by from_url, where
+        # the client owns its connections: aclose() is then the one place that
+        # closes them.
+        self.sender = Sender(redis, clock=clock)
         self._queues: dict[str, Queue] = {}
-        # The enqueue lane (_lane.py) is only made by from_url, where the client
-        # owns its connections: aclose() is then the one place that closes them.
-        self._lane: Lane | None = None
         QueueKeys.for_queue("probe", namespace)  # validates the namespace now
 
     @classmethod
@@ -110,7 +111,7 @@ class Client:
         client = cls(connect(url, cluster=options.pop("cluster", False)), url=url, **options)
         # The client owns this connection: the enqueue lane may take one of its
         # own (only over a plain pool; see Lane.for_redis).
-        client._lane = Lane.for_redis(client.redis)
+        client.sender.lane = Lane.for_redis(client.redis)
         return client
 
     def queue(self, name: str = "default") -> Queue:
@@ -120,19 +121,22 @@ class Client:
             q = self._queues[name] = Queue(self, name)
         return q
 
+    @property
+    def clock(self) -> Callable[[], int] | None:
+        """The clock every script is given (None: Redis TIME); see the class docstring."""
+        return self.sender.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], int] | None) -> None:
+        self.sender.clock = clock
+
     def _now_arg(self) -> str:
         """The ``now`` argument of every script: '' means Redis TIME."""
-        return "" if self.clock is None else str(int(self.clock()))
-
-    def _enqueue_lane(self) -> Lane | None:
-        """The enqueue script's own connection when it is free (see _lane.py), else None."""
-        lane = self._lane
-        return None if lane is None or lane.busy else lane
+        return self.sender.now()
 
     async def aclose(self) -> None:
         """Close the connection pool (and the enqueue lane's connection)."""
-        if self._lane is not None:
-            await self._lane.aclose()
+        await self.sender.aclose()
         await self.redis.aclose()
 
     async def __aenter__(self) -> Client:
@@ -152,6 +156,8 @@ class Queue:
         self.client = client
         self.keys = QueueKeys.for_queue(name, client.namespace)
         self.name = name
+        # Every script call of this queue: built, sent, parsed (_store/store.py).
+        self.store = QueueStore(self.keys, client.sender)
         self._coalescer = Coalescer(self)
 
     @classmethod
@@ -371,8 +377,7 @@ class Queue:
                 f"resume value for job {job_id} is {len(raw)} bytes, over the cap of "
                 f"{self.client.max_payload_bytes}"
             )
-        call = calls_ops.resume(self.keys, self.client._now_arg(), job_id=job_id, value=raw)
-        return int(calls.transition(await self.client._scripts.call(self.client.redis, *call)).applied)
+        return int((await self.store.resume(job_id, raw)).applied)
 
     # -- operations: thin delegations to reads.py and ops.py; the CLI calls these -----
 

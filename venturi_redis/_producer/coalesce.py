@@ -4,25 +4,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from .._store import calls
 from .._store.prepare import ENQUEUE_CHUNK, Prepared
 
 if TYPE_CHECKING:
     from .base import QueueLike
-
-
-async def _call(q: QueueLike, call: calls.Call) -> Any:
-    """One enqueue script call: on the client's lane when it is free, else through the pool."""
-    client = q.client
-    lane = client._enqueue_lane()
-    if lane is None:
-        return await client._scripts.call(client.redis, *call)
-    return await lane.script(client._scripts[call.name], call.keys, call.args)
 
 
 @dataclass(eq=False, slots=True)
@@ -66,9 +56,7 @@ class Coalescer:
             # meanwhile queue up, and the first of them is handed the lead.
             self._sending = True
             try:
-                q = self._queue
-                call = calls.enqueue_one(q.keys, q.client._now_arg(), job)
-                return calls.enqueue_holder(await _call(q, call))
+                return await self._queue.store.enqueue_one(job)
             finally:
                 self._pass_lead()
         me = _Waiting(job, anyio.Event())
@@ -96,12 +84,10 @@ class Coalescer:
         batch = [self._waiting.popleft() for _ in range(min(len(self._waiting), ENQUEUE_CHUNK))]
         for w in batch:
             w.sent = True
-        q = self._queue
-        call = calls.enqueue(q.keys, q.client._now_arg(), [w.job for w in batch])
         try:
             with anyio.CancelScope(shield=True):
-                res = await _call(q, call)
-            for w, holder in zip(batch, calls.enqueue_holders(res), strict=True):
+                holders = await self._queue.store.enqueue([w.job for w in batch])
+            for w, holder in zip(batch, holders, strict=True):
                 w.holder = holder
         except Exception as exc:  # noqa: BLE001 - each call of the batch raises what it would have alone
             for w in batch:

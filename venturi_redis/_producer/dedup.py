@@ -49,7 +49,7 @@ from .._model.enums import JobState, Priority
 from .._model.errors import MergeConflictError, PayloadTooLarge, TaskDefinitionError
 from .._model.records import ENQUEUED_FIELDS, LazyJournal, journal_from
 from .._model.task import Merge, Pending, Task
-from .._store import calls
+from .._store.store import Call, corrupt_job
 from .._transport.redispy import forget_watch, pin_connection, pipeline_reply, watch_lost_with_connection
 
 if TYPE_CHECKING:
@@ -73,8 +73,7 @@ async def merge_into(queue: QueueLike, task: Task[Any], job: Prepared, holder: s
     for attempt in range(MAX_MERGE_ATTEMPTS):
         if not holder:
             # The key was free when we looked: try the atomic create again.
-            call = calls.enqueue(queue.keys, client._now_arg(), [job])
-            holder = calls.enqueue_holder(await client._scripts.call(client.redis, *call))
+            holder = await queue.store.enqueue_pooled(job)
             if not holder:
                 return job.id
         result = await _try_merge(queue, task, job, holder, unsure=unsure)
@@ -130,7 +129,7 @@ async def _try_merge(
             except ResponseError as exc:
                 if not str(exc).startswith("WRONGTYPE"):
                     raise
-                raise calls.corrupt_job(f"job {holder}: {await _wrong_type(queue, holder)}") from None
+                raise corrupt_job(f"job {holder}: {await _wrong_type(queue, holder)}") from None
             if unsure and _merged_by(entries, job.id):
                 return holder  # our earlier EXEC went in after all
             if raw and (problem := _corrupt(raw)):
@@ -138,7 +137,7 @@ async def _try_merge(
                 # again and again as if it had left pending under us, until a
                 # misleading MergeConflictError). The operator repairs it
                 # (docs/guarantees.md, "Corrupt jobs are quarantined").
-                raise calls.corrupt_job(f"job {holder}: {problem}")
+                raise corrupt_job(f"job {holder}: {problem}")
             if not raw or raw.get(b"state") != b"pending" or text(raw.get(b"dedup")) != job.dedup:
                 return None  # claimed or replaced under us: the index has moved on
             # No stream yet for a job untouched since enqueue: journal_from
@@ -162,8 +161,7 @@ async def _try_merge(
                 )
             if decision.decision == "independent":
                 await pipe.reset()
-                call = calls.enqueue(keys, client._now_arg(), [job], dedup_mode="force")
-                await client._scripts.call(client.redis, *call)
+                await queue.store.enqueue_forced(job)
                 return job.id
             old_prio = Priority.parse(text(raw.get(b"priority")) or "normal")
             new_prio, payload, carry_action, carry_bytes = old_prio, b"", "keep", b""
@@ -191,9 +189,7 @@ async def _try_merge(
                         f"merged {job.kind} payload or carry is over the cap of {cap} bytes"
                     )
                 new_prio = job.priority if job.explicit_priority else Priority.parse(new_task.priority())
-            merge_call = calls.merge(
-                keys,
-                client._now_arg(),
+            merge_call = queue.store.merge_call(
                 holder=holder,
                 old_priority=old_prio,
                 new_priority=new_prio,
@@ -203,45 +199,32 @@ async def _try_merge(
                 carry=carry_bytes,
                 by=job.id,
             )
-            pipe.multi()
-            client._scripts.queue_call(pipe, *merge_call)
-            (applied,) = await _execute(pipe)
+            applied = await queue.store.merge_watched(pipe, merge_call)
         except WatchError as exc:
             return REPLY_LOST if _reply_lost(exc) else None
         except NoScriptError:
-            # The server lost (or never had) merge.lua: nothing was applied. Load
-            # it and apply the same decision if the job is still as we read it,
-            # so the task's merge() is not asked twice about one state.
-            await client._scripts.load(client.redis, merge_call.name)
-            applied = await _apply_again(queue, job_key, raw, merge_call)
-            if isinstance(applied, _ReplyLost):
-                return applied
-    return holder if calls.merged(applied) else None
+            # The server lost (or never had) merge.lua: nothing was applied (the
+            # store loaded it). Apply the same decision if the job is still as
+            # we read it, so the task's merge() is not asked twice about one state.
+            again = await _apply_again(queue, job_key, raw, merge_call)
+            if isinstance(again, _ReplyLost) or again is None:
+                return again
+            applied = again
+    return holder if applied else None
 
 
-async def _apply_again(queue: QueueLike, job_key: str, raw: dict[bytes, bytes], call: calls.Call) -> Any:
-    """Run ``call`` in MULTI if the job hash still equals ``raw``; None if it changed."""
+async def _apply_again(
+    queue: QueueLike, job_key: str, raw: dict[bytes, bytes], call: Call
+) -> bool | _ReplyLost | None:
+    """Apply ``call`` in MULTI if the job hash still equals ``raw`` (whether it was applied);
+    None if the job changed."""
     async with queue.client.redis.pipeline(transaction=True) as pipe:
         try:
             if await _watch_and_read(pipe, job_key, ("HGETALL", job_key)) != [raw]:
                 return None
-            pipe.multi()
-            queue.client._scripts.queue_call(pipe, *call)
-            (applied,) = await _execute(pipe)
+            return await queue.store.merge_watched(pipe, call)
         except WatchError as exc:
             return REPLY_LOST if _reply_lost(exc) else None
-    return applied
-
-
-async def _execute(pipe: Any) -> Any:
-    """EXEC ``pipe``; merge.lua's coded error (VR_CORRUPTJOB) as the exception it stands for."""
-    try:
-        return await pipe.execute()
-    except ResponseError as exc:
-        mapped = calls.script_error(exc)
-        if mapped is exc:
-            raise
-        raise mapped from None
 
 
 _PRIORITIES = ("critical", "high", "normal", "low")

@@ -5,7 +5,7 @@ The stream, ``venturi:{q}:events``, is appended to by the transition scripts
 themselves (``lua/include/events.lua``), in the same atomic step as the job's
 journal entry, so what it says never disagrees with the journals. It is
 capped (XADD ``MAXLEN ~ N``) and switched per queue by the meta hash's
-``events`` field: absent = ``calls_obs.EVENTS_DEFAULT``, ``0`` = off, ``N`` = on
+``events`` field: absent = ``EVENTS_DEFAULT``, ``0`` = off, ``N`` = on
 with a cap of about N entries; and only while the stream exists (``set_events``
 creates it). docs/observability.md is the user's manual.
 
@@ -32,7 +32,7 @@ from .._model.enums import JobState
 from .._model.errors import ConfigurationError, JobNotFound
 from .._model.events import QueueEvent
 from .._model.records import JobInfo
-from .._store.calls_obs import EVENTS_DEFAULT
+from .._store.store import EVENTS_DEFAULT
 
 if TYPE_CHECKING:
     from .base import QueueLike as Queue

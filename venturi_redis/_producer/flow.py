@@ -1,6 +1,6 @@
 """Workflows on the producer side: ``enqueue(task, after=...)`` and ``enqueue_flow``.
 
-Both end in one call of ``lua/enqueue_flow.lua`` (``_store/calls_flow.py``),
+Both end in one call of ``lua/enqueue_flow.lua`` (``QueueStore.enqueue_flow``),
 so what they write is written whole or not at all, and every dependency is
 checked by the script before its first write. docs/workflows.md is the
 user's guide; lua/include/graph.lua says how the graph is kept.
@@ -15,9 +15,8 @@ from .._model.errors import ConfigurationError, TaskDefinitionError
 from .._model.flow import Flow
 from .._model.outcome import UNSET
 from .._model.task import Task
-from .._store import calls_flow
-from .._store.calls_flow import FlowJob, Policy
 from .._store.prepare import Prepared, prepare
+from .._store.store import FlowJob, Policy
 
 if TYPE_CHECKING:
     from .base import QueueLike
@@ -62,8 +61,7 @@ def checked_ids(after: object) -> tuple[str, ...]:
 
 
 async def _run(queue: QueueLike, jobs: list[FlowJob]) -> None:
-    call = calls_flow.enqueue_flow(queue.keys, queue.client._now_arg(), jobs)
-    await queue.client._scripts.call(queue.client.redis, *call)
+    await queue.store.enqueue_flow(jobs)
 
 
 async def enqueue_after(queue: QueueLike, task: Task[Any], job: Prepared, after: object) -> str:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from .._model.codec import text
 from .._model.errors import ConfigurationError
 from .._model.limits import LimitInfo, LimitKeyLoad, Rate, checked_limit_kind, limit_args
-from .._store import calls_ops
 from .._store.keys import limit_key_of
 
 # The per-key breakdown of ``limits()`` reads a bounded amount whatever the
@@ -33,23 +32,14 @@ async def set_limit(
     queue: QueueLike, kind: str, *, concurrency: int | None, rate: Rate | None, per_key: bool
 ) -> None:
     checked, conc, count, per_ms = limit_args(kind, concurrency, rate, per_key)
-    call = calls_ops.limit(
-        queue.keys,
-        queue.client._now_arg(),
-        action="set",
-        kind=checked,
-        per_key=per_key,
-        concurrency=conc,
-        rate_count=count,
-        rate_ms=per_ms,
+    await queue.store.limit(
+        action="set", kind=checked, per_key=per_key, concurrency=conc, rate_count=count, rate_ms=per_ms
     )
-    await queue.client._scripts.call(queue.client.redis, *call)
 
 
 async def clear_limit(queue: QueueLike, kind: str, *, per_key: bool) -> bool:
     checked = checked_limit_kind(kind)
-    call = calls_ops.limit(queue.keys, queue.client._now_arg(), action="clear", kind=checked, per_key=per_key)
-    return int(await queue.client._scripts.call(queue.client.redis, *call)) == 1
+    return await queue.store.limit(action="clear", kind=checked, per_key=per_key)
 
 
 async def limits(queue: QueueLike, keys: int = 50) -> list[LimitInfo]:

@@ -24,7 +24,6 @@ from .._model.enums import Priority
 from .._model.errors import ConfigurationError, TaskDefinitionError, TaskError
 from .._model.outcome import UNSET
 from .._model.task import Task, validate_kind
-from .._store import calls
 from .._store.keys import validate_name
 from .._store.prepare import prepare
 from .results import TOKEN_BYTES, OffloadHandle
@@ -162,8 +161,7 @@ class OffloadFunction(Generic[P, R]):
         if job.dedup:  # a merge would leave the snapshot describing no job
             raise TaskDefinitionError(f"{job.kind}: an offload task cannot have a dedup key")
         # The job and its pending snapshot in one script call (one atomic step).
-        call = calls.enqueue(queue.keys, client._now_arg(), [job], offload=[(token, self.retention_ms)])
-        await client._scripts.call(client.redis, *call)
+        await queue.store.enqueue_offloaded(job, token, self.retention_ms)
         return OffloadHandle(key=f"{self.queue}:{token}", job_id=job.id, result_type=self.result_type)
 
     def handle(self, key: str, job_id: str = "") -> OffloadHandle[R]:

@@ -21,8 +21,8 @@ from redis.exceptions import ResponseError
 
 from .._model.backoff import to_ms
 from .._model.errors import ConfigurationError, CorruptQueueError
-from .._store import calls, calls_ops
 from .._store.keys import WAKE_CAP
+from .._store.store import FINISHED_STATES, Retried, corrupt_job
 from .reads import _text, server_now_ms
 
 if TYPE_CHECKING:
@@ -98,13 +98,12 @@ async def retry(queue: QueueLike, job_id: str, *, note: str = "retried by an ope
     """
     got = await _retry_ids(queue, [job_id], note)
     if job_id in got.refused:
-        raise calls.corrupt_job(f"job {job_id}: {got.refused[job_id]}")
+        raise corrupt_job(f"job {job_id}: {got.refused[job_id]}")
     return bool(got.moved)
 
 
-async def _retry_ids(queue: QueueLike, ids: list[str], note: str) -> calls_ops.Retried:
-    call = calls_ops.retry_dead(queue.keys, queue.client._now_arg(), ids=ids, note=note)
-    got = calls_ops.retried(await queue.client._scripts.call(queue.client.redis, *call))
+async def _retry_ids(queue: QueueLike, ids: list[str], note: str) -> Retried:
+    got = await queue.store.retry_dead(ids, note)
     for job_id, why in got.refused.items():
         log.warning("queue %s: job %s not retried: %s (repair it, then retry it)", queue.name, job_id, why)
     return got
@@ -132,7 +131,7 @@ async def retry_dead_report(
     kind: str | None = None,
     limit: int | None = None,
     note: str = "retried by an operator",
-) -> calls_ops.Retried:
+) -> Retried:
     """``retry_dead`` with the refused jobs too (id -> what is wrong), for the CLI."""
     redis = queue.client.redis
     # Read the ids first (a snapshot), then move them in batches: the script
@@ -163,7 +162,7 @@ async def retry_dead_report(
         if len(page) < 1000:
             break
         start += 1000
-    out = calls_ops.Retried([], {})
+    out = Retried([], {})
     for i in range(0, len(ids), _RETRY_BATCH):
         got = await _retry_ids(queue, ids[i : i + _RETRY_BATCH], note)
         out.moved.extend(got.moved)
@@ -182,8 +181,7 @@ async def cancel(
     the run ends cancelled. ``not_found`` / ``finished``: nothing was done;
     ``detail`` says why.
     """
-    call = calls.cancel(queue.keys, queue.client._now_arg(), job_id=job_id, note=note)
-    applied, detail = calls.transition(await queue.client._scripts.call(queue.client.redis, *call))
+    applied, detail = await queue.store.cancel(job_id, note)
     if applied:
         return ("cancelled" if detail == "cancelled" else "requested"), detail
     return ("not_found" if detail == "job does not exist" else "finished"), detail
@@ -234,8 +232,8 @@ async def resume_queue(queue: QueueLike) -> None:
 
 
 def _check_finished(state: str) -> None:
-    if state not in calls_ops.FINISHED_STATES:
-        allowed = sorted(calls_ops.FINISHED_STATES)
+    if state not in FINISHED_STATES:
+        allowed = sorted(FINISHED_STATES)
         raise ConfigurationError(
             f"can only purge finished jobs: state must be one of {allowed}, got {state!r}"
         )
@@ -243,8 +241,7 @@ def _check_finished(state: str) -> None:
 
 async def _purge_batch(queue: QueueLike, state: str, keep_ms: int, batch: int) -> tuple[int, bool]:
     _check_finished(state)
-    call = calls_ops.purge(queue.keys, queue.client._now_arg(), state=state, keep_ms=keep_ms, batch=batch)
-    return calls_ops.purged(await queue.client._scripts.call(queue.client.redis, *call))
+    return await queue.store.purge(state, keep_ms=keep_ms, batch=batch)
 
 
 async def purge(queue: QueueLike, state: str, *, older_than: float | timedelta = 0.0) -> int:

@@ -27,8 +27,8 @@ from .._model.errors import TaskDefinitionError
 from .._model.ids import derived_job_id, new_job_id
 from .._model.schedule import ScheduleInfo, Timing, checked_priority, timing, validate_schedule_id
 from .._model.task import Task, task_kind
-from .._store import calls, calls_schedule
 from .._store.prepare import Prepared, checked_dedup_field, checked_limit_key, payload_too_large
+from .._store.store import Fired, ScriptArg
 from .base import QueueLike
 from .dedup import merge_into
 from .reads import server_now_ms
@@ -82,7 +82,7 @@ async def schedule(
     now = await server_now_ms(queue.client)
     when = timing(cron=cron, every=every, tz=tz, start_at=start_at, end_at=end_at, now_ms=now)
     anchor = when.first_anchor(now) if when.every_ms is not None else None
-    definition: dict[str, calls.ScriptArg] = {
+    definition: dict[str, ScriptArg] = {
         "kind": kind,
         "payload": payload,
         "priority": prio.label,
@@ -94,16 +94,13 @@ async def schedule(
         "start_at": "" if when.start_ms is None else when.start_ms,
         "end_at": "" if when.end_ms is None else when.end_ms,
     }
-    call = calls_schedule.schedule_upsert(
-        queue.keys,
-        queue.client._now_arg(),
+    await queue.store.schedule_upsert(
         schedule_id=schedule_id,
         fingerprint=when.fingerprint(),
         next_at=when.next_after(now, anchor or 0),
         anchor=anchor,
         definition=definition,
     )
-    await queue.client._scripts.call(queue.client.redis, *call)
     info = await get_schedule(queue, schedule_id)
     assert info is not None  # just written; only an unschedule() racing this call removes it
     return info
@@ -142,10 +139,7 @@ async def list_schedules(queue: QueueLike) -> list[ScheduleInfo]:
 async def pause_schedule(queue: QueueLike, schedule_id: str) -> bool:
     """Stop firing ``schedule_id`` until resumed; False if there is no such schedule."""
     validate_schedule_id(schedule_id)
-    call = calls_schedule.schedule_pause(
-        queue.keys, queue.client._now_arg(), schedule_id=schedule_id, pause=True
-    )
-    return calls.transition(await queue.client._scripts.call(queue.client.redis, *call)).applied
+    return (await queue.store.schedule_pause(schedule_id=schedule_id, pause=True)).applied
 
 
 async def resume_schedule(queue: QueueLike, schedule_id: str) -> bool:
@@ -160,15 +154,9 @@ async def resume_schedule(queue: QueueLike, schedule_id: str) -> bool:
         f = _fields(raw)
         now = await server_now_ms(client)
         nxt = _stored_timing(f).next_after(now, int(f.get("anchor") or 0))
-        call = calls_schedule.schedule_pause(
-            queue.keys,
-            client._now_arg(),
-            schedule_id=schedule_id,
-            pause=False,
-            version=f.get("version", ""),
-            next_at=nxt,
+        result = await queue.store.schedule_pause(
+            schedule_id=schedule_id, pause=False, version=f.get("version", ""), next_at=nxt
         )
-        result = calls.transition(await client._scripts.call(client.redis, *call))
         if result.applied:
             return True
         if result.detail == "schedule does not exist":
@@ -183,11 +171,7 @@ async def trigger_schedule(queue: QueueLike, schedule_id: str) -> str | None:
     if there is no such schedule.
     """
     validate_schedule_id(schedule_id)
-    client = queue.client
-    call = calls_schedule.schedule_fire(
-        queue.keys, client._now_arg(), schedule_id=schedule_id, job_id=new_job_id()
-    )
-    result = calls_schedule.fired(await client._scripts.call(client.redis, *call))
+    result = await queue.store.schedule_fire(schedule_id=schedule_id, job_id=new_job_id())
     return None if result.status == "refused" else result.id
 
 
@@ -197,7 +181,7 @@ class FireRound(NamedTuple):
 
     now: int
     earliest: int | None
-    fired: list[tuple[str, calls_schedule.Fired]]
+    fired: list[tuple[str, Fired]]
 
 
 async def fire_due(
@@ -212,9 +196,8 @@ async def fire_due(
     """
     client = queue.client
     keys = queue.keys
-    call = calls_schedule.schedule_due(keys, client._now_arg(), limit=limit)
-    due = calls_schedule.due(await client._scripts.call(client.redis, *call))
-    out: list[tuple[str, calls_schedule.Fired]] = []
+    due = await queue.store.schedule_due(limit=limit)
+    out: list[tuple[str, Fired]] = []
     if not due.ids:
         return FireRound(due.now, due.earliest, out)
     pipe = client.redis.pipeline(transaction=False)
@@ -234,9 +217,7 @@ async def fire_due(
             await pause_schedule(queue, sid)
             continue
         job_id = derived_job_id(fire_at, f"{queue.name}\0{sid}\0{fire_at}".encode())
-        call = calls_schedule.schedule_fire(
-            keys,
-            client._now_arg(),
+        result = await queue.store.schedule_fire(
             schedule_id=sid,
             job_id=job_id,
             version=f.get("version", ""),
@@ -244,7 +225,6 @@ async def fire_due(
             next_at=nxt,
             fires=fires,
         )
-        result = calls_schedule.fired(await client._scripts.call(client.redis, *call))
         out.append((sid, result))
         if result.status == "merged":
             await _merge(queue, tasks or {}, sid, f, raw.get(b"payload", b""), job_id, result.id)

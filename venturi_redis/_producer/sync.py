@@ -45,9 +45,8 @@ from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry, WorkerInfo
 from .._model.schedule import ScheduleInfo
 from .._model.task import Task
-from .._store import calls
 from .._store.prepare import prepare
-from .._transport.blocking import blocking_redis, run_script
+from .._transport.blocking import blocking_redis
 from .client import Client, Queue
 from .events import EVENTS_MAXLEN
 from .reads import QueueStats
@@ -87,7 +86,7 @@ class _LoopThread:
 
 def _direct_redis(client: Client) -> redis.Redis | None:
     """A blocking client for the direct single enqueue, where ``client`` has an enqueue lane."""
-    if client._enqueue_lane() is None or client.url is None:
+    if client.sender.lane is None or client.url is None:
         return None
     return blocking_redis(client.url)
 
@@ -231,8 +230,7 @@ class SyncQueue:
             carry=carry,
             timeout=timeout,
         )
-        call = calls.enqueue_one(q.keys, client._now_arg(), job)
-        holder = calls.enqueue_holder(run_script(direct, client._scripts[call.name], call.keys, call.args))
+        holder = q.store.enqueue_blocking(direct, job)
         if not holder:
             return job.id
         from .dedup import merge_into

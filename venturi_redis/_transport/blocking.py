@@ -18,8 +18,8 @@ import hiredis
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
-from .._store.scripts import Script, ScriptArg
 from .redispy import pooled_sync_connection
+from .scriptref import ScriptArg, ScriptRef
 
 
 def blocking_redis(url: str) -> redis.Redis:
@@ -36,7 +36,7 @@ def _pack(*command: ScriptArg) -> bytes:
     return packed
 
 
-def run_script(direct: redis.Redis, script: Script, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
+def run_script(direct: redis.Redis, script: ScriptRef, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
     """``EVALSHA`` (then ``EVAL`` after ``NOSCRIPT``) on one of ``direct``'s pooled connections.
 
     Packed by hiredis and sent on the connection itself, as the async enqueue

@@ -63,8 +63,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._store.scripts import Script, ScriptArg
 from . import redispy
+from .scriptref import ScriptArg, ScriptRef
 
 _PING = b"*1\r\n$4\r\nPING\r\n"
 # RESP3 push messages, which hiredis parses into their own type (3.2 and later; the floor).
@@ -176,12 +176,13 @@ class Lane:
         """True while the lane reads its replies itself (``_Wire``), not through redis-py."""
         return self._wire is not None
 
-    async def script(self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
+    async def script(self, script: ScriptRef, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
         """Run ``script`` on the lane: its reply, or its error raised.
 
-        ``ScriptSet.call`` in one coroutine: a single enqueue's whole client
+        ``Sender.call`` in one coroutine: a single enqueue's whole client
         path is short, and on a sequential producer every frame of it is paid
-        between one reply and the next command.
+        between one reply and the next command. The caller maps error replies
+        (``_store/sender.py``).
         """
         self.busy = True
         try:
@@ -190,7 +191,7 @@ class Lane:
                 return await self._round_trip("EVALSHA", script.sha, len(keys), *keys, *args)
             except NoScriptError:
                 # The script did not run: send the source (which caches it),
-                # in one command, as ScriptSet.call does.
+                # in one command, as Sender.call does.
                 return await self._round_trip("EVAL", script.source, len(keys), *keys, *args)
         finally:
             self.busy = False

@@ -1,10 +1,12 @@
-"""Running one claimed job: decode it, call its handler, and turn what came of it into a transition.
+"""Running one claimed job: decode it, call its handler, and say how the run ended.
 
-Every ending has its transition (docs/guarantees.md): a result completes, a
+``execute`` returns the run's ending as a value (``_model/endings.py``), the
+one place that decides it (docs/guarantees.md): a result completes, a
 ``vr.Outcome`` pauses or suspends, an error is a failed run (retried, or dead
-at the backstop), a permanent ``TaskError`` or undecodable data is dead, and a
-cancellation the worker asked for releases the job. The transition itself is
-sent by the worker (``RunHost._commit``).
+at the backstop), a permanent ``TaskError`` or undecodable data is dead. The
+worker hands the ending to its completer (``completer.py``), which writes it.
+A cancellation the worker asked for (the shutdown grace ran out, ``run()``
+cancelled) is re-raised: the worker releases the job on its way out.
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ from pydantic import BaseModel
 
 from .._model import tracing as _tracing
 from .._model.codec import pack, unpack, unpack_as, unpack_model
+from .._model.endings import Completed, Dead, Ending, Failed, Paused, Suspended
+from .._model.enums import DeadReason
 from .._model.errors import PayloadError, TaskDefinitionError, TaskError
 from .._model.outcome import UNSET, Outcome
 from .._model.redact import scrub, secret_values
 from .._model.task import Task
+from .._store.store import bad_delay
 from .context import Context
 
 if TYPE_CHECKING:
-    from .runner import _Job
+    from .job import Job
 
 log = logging.getLogger("venturi_redis.worker")
 # Task.timeout itself: a task class that keeps it has no timeout of its own.
@@ -43,61 +48,41 @@ class RunHost(Protocol):
 
     id: str
     state: Any
-    _registry: dict[str, type[Any]]
     # Worker(timeout=...): seconds a run may take when its job sets none.
     timeout: float | None
 
-    _stopping: bool  # read once per run: a plain attribute, not a property
+    @property
+    def registry(self) -> dict[str, type[Any]]:
+        """The registered handler classes, by KIND."""
 
-    async def _commit(
-        self,
-        job: _Job,
-        action: str,
-        *,
-        ctx: Context[Any] | None = None,
-        note: str | None = None,
-        reason: str = "",
-        task: Any = None,
-        delay_ms: int = 0,
-        blob: bytes = b"",
-        direct: bool = False,
-        error: tuple[str, str] = ("", ""),
-    ) -> None:
-        """Write the run's transition (``action`` names its script)."""
+    @property
+    def stopping(self) -> bool:
+        """Whether the worker is shutting down (a run that starts now is asked to stop)."""
 
-    def _crash(self, exc: KeyboardInterrupt | SystemExit, job: _Job) -> None:
+    def crash(self, exc: KeyboardInterrupt | SystemExit, job: Job) -> None:
         """A handler raised ``exc``: stop the worker, releasing its other jobs."""
 
 
-async def execute(host: RunHost, job: _Job) -> None:
-    """Run ``job``'s handler and commit what came of it (never raises but for a cancellation)."""
-    handler_cls = host._registry.get(job.kind)
+async def execute(host: RunHost, job: Job) -> Ending:
+    """Run ``job``'s handler: how the run ended (never raises but for a cancellation asked of it)."""
+    handler_cls = host.registry.get(job.kind)
     if handler_cls is None:
-        await host._commit(
-            job,
-            "dead",
-            note=f"no handler for kind {job.kind!r} on worker {host.id}",
-            reason="unknown_kind",
-        )
-        return
+        return Dead(DeadReason.UNKNOWN_KIND, f"no handler for kind {job.kind!r} on worker {host.id}")
     try:
         task = unpack_model(handler_cls, job.payload)
     except PayloadError as exc:
-        await host._commit(job, "dead", note=f"payload does not decode: {exc}", reason="bad_payload")
-        return
+        return Dead(DeadReason.INVALID_PAYLOAD, f"payload does not decode: {exc}")
     try:
         carry: BaseModel = (
             unpack_model(handler_cls.carry_type(), job.carry) if job.carry else handler_cls.default_carry()
         )
     except (PayloadError, TaskDefinitionError) as exc:
-        await host._commit(job, "dead", note=f"carry does not decode: {exc}", reason="bad_payload")
-        return
+        return Dead(DeadReason.INVALID_PAYLOAD, f"carry does not decode: {exc}")
     try:
         resume_input = _decode_resume(handler_cls, job.resume_input) if job.resume_input else None
     except PayloadError as exc:
         # The value came from queue.resume(); no retry can change it.
-        await host._commit(job, "dead", note=f"resume input does not validate: {exc}", reason="bad_payload")
-        return
+        return Dead(DeadReason.INVALID_PAYLOAD, f"resume input does not validate: {exc}")
     ctx: Context[Any] = Context(
         job_id=job.id,
         queue=job.queue.name,
@@ -112,8 +97,8 @@ async def execute(host: RunHost, job: _Job) -> None:
     # While the handler runs only (cleared below): ctx -> job -> ctx is a cycle,
     # which only the cyclic GC would free (~5% of the worker's CPU per job).
     ctx._job = job
-    ctx._registry = host._registry
-    if host._stopping:
+    ctx._registry = host.registry
+    if host.stopping:
         ctx._cancel("worker shutting down")
     # The job's own timeout (stored at enqueue), else its task's (a job
     # enqueued without one stored: a workflow's), else the worker's.
@@ -146,7 +131,7 @@ async def execute(host: RunHost, job: _Job) -> None:
                             span.timed_out(deadline)
                 timed_out = scope.cancelled_caught
         finally:
-            if ctx._progress is not None:  # a held-back report lands before the transition
+            if ctx._progress is not None:  # a held-back report lands before the ending
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     await ctx._progress.end()
                 ctx._progress = None
@@ -154,8 +139,7 @@ async def execute(host: RunHost, job: _Job) -> None:
         if timed_out:
             note = f"timed out after {limit:g} s"
             log.info("job %s (%s) %s", job.id, job.kind, note)
-            await host._commit(job, "retry", ctx=ctx, note=note, task=task)
-            return
+            return Failed(note, backoff=task.backoff())
         if not isinstance(outcome, Outcome):
             got = type(outcome).__name__
             raise TypeError(f"{handler_cls.__qualname__}.handle() must return a vr.Outcome, got {got}")
@@ -166,34 +150,24 @@ async def execute(host: RunHost, job: _Job) -> None:
             # goes on. Released instead, it would run again after every restart,
             # and the backstop would never end it.
             note = "the handler raised CancelledError, which the worker did not ask for"
-            await host._commit(job, "retry", ctx=ctx, note=note, task=task)
-            return
-        # Sent directly, not through the committer: when run() itself is
-        # cancelled, the committer's tasks are being cancelled too.
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await host._commit(job, "release", ctx=ctx, note="released on worker shutdown", direct=True)
-        raise
+            return Failed(note, backoff=task.backoff())
+        raise  # the worker releases the job (Worker.run_job)
     except (KeyboardInterrupt, SystemExit) as exc:
         # Meant for the process, not the job: the worker stops (its other
         # running jobs are released, as at a shutdown past its grace) and
         # run() raises it once they are. The culprit's run counts as failed:
         # a handler that calls sys.exit() does it again on every worker, and
         # the backstop ends it (docs/guarantees.md, "Handlers that raise").
-        host._crash(exc, job)
-        note = f"the handler raised {exc!r}; the worker stopped"
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await host._commit(job, "retry", ctx=ctx, note=note, task=task, direct=True)
-        return
+        host.crash(exc, job)
+        return Failed(f"the handler raised {exc!r}; the worker stopped", backoff=task.backoff())
     except TaskError as exc:
         # A raised message may quote the task's secrets: never stored, never logged.
         secrets = secret_values(task, ctx.carry)
         note = scrub(exc.message, secrets)
-        error = failure_of(exc, secrets)
+        error_type, tb = failure_of(exc, secrets)
         if exc.is_permanent:
-            await host._commit(job, "dead", ctx=ctx, note=note, reason="permanent", error=error)
-        else:
-            await host._commit(job, "retry", ctx=ctx, note=note, task=task, error=error)
-        return
+            return Dead(DeadReason.PERMANENT, note, error_type, tb)
+        return Failed(note, error_type, tb, task.backoff())
     except GeneratorExit:
         raise  # this coroutine itself is being closed: nothing may be awaited
     except BaseException as exc:
@@ -204,20 +178,21 @@ async def execute(host: RunHost, job: _Job) -> None:
         secrets = secret_values(task, ctx.carry)
         note = scrub(str(exc) or type(exc).__name__, secrets)
         log.info("job %s (%s) failed: %s", job.id, job.kind, note, exc_info=log.isEnabledFor(logging.DEBUG))
-        await host._commit(job, "retry", ctx=ctx, note=note, task=task, error=failure_of(exc, secrets))
-        return
+        error_type, tb = failure_of(exc, secrets)
+        return Failed(note, error_type, tb, task.backoff())
     try:
         blob = _pack_optional(outcome.result if outcome.kind == "completed" else outcome.output)
     except PayloadError as exc:
         what = "result" if outcome.kind == "completed" else "output"
-        await host._commit(job, "retry", ctx=ctx, note=f"{what} cannot be stored: {exc}", task=task)
-        return
+        return Failed(f"{what} cannot be stored: {exc}", backoff=task.backoff())
     if outcome.kind == "completed":
-        await host._commit(job, "complete", ctx=ctx, note=outcome.note, blob=blob)
-    elif outcome.kind == "pause":
-        await host._commit(job, "pause", ctx=ctx, note=outcome.note, delay_ms=outcome.delay_ms)
-    else:
-        await host._commit(job, "suspend", ctx=ctx, note=outcome.note, blob=blob)
+        return Completed(outcome.note or "", blob)
+    if outcome.kind == "pause":
+        if (bad := bad_delay(outcome.delay_ms)) is not None:
+            # The handler's outcome cannot be stored (a NaN delay): a failed run, never a lost job.
+            return Failed(f"the run's outcome cannot be stored: {bad}", backoff=task.backoff())
+        return Paused(outcome.delay_ms, outcome.note or "")
+    return Suspended(outcome.note or "", blob)
 
 
 def failure_of(exc: BaseException, secrets: Sequence[str]) -> tuple[str, str]:

@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from redis.exceptions import RedisError
 
-from .._store import calls_obs
-
 if TYPE_CHECKING:
     from .._producer.base import QueueLike
 
@@ -98,12 +96,8 @@ class Progress:
 
     async def _write(self, raw: bytes) -> None:
         job = self._job
-        client = job.queue.client
-        call = calls_obs.progress(
-            job.queue.keys, client._now_arg(), job_id=job.id, token=job.token, value=raw
-        )
         try:
-            written = calls_obs.progressed(await client._scripts.call(client.redis, *call))
+            written = await job.queue.store.progress(job.id, job.token, raw)
         except (RedisError, OSError) as exc:
             log.warning("job %s: progress not written: %s", job.id, exc)
             return

@@ -19,8 +19,8 @@ import random
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -29,18 +29,16 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.codec import text
-from .._model.enums import Priority
-from .._model.records import JournalEntry, LazyJournal, eligible_ms
+from .._model.records import eligible_ms
 from .._producer import ops as _ops
 from .._producer.client import Client, Queue
 from .._producer.ops import Retention
-from .._store import calls
+from .._store.store import ClaimReply, Op
 from .._transport.cluster import is_cluster
 from .._transport.redispy import unpooled_connection
-from .context import Context
+from .job import Job, jobs_of
 
 if TYPE_CHECKING:
-    from .committer import _Committer
     from .metrics import WorkerObserver
 
 log = logging.getLogger("venturi_redis.worker")
@@ -80,83 +78,6 @@ def _socket_timeout(redis: Any) -> float | None:
     return float(value) if value else None
 
 
-@dataclass(eq=False, slots=True)
-class _Job:
-    """A claimed job, as the claim script returned it."""
-
-    queue: Queue
-    id: str
-    kind: str
-    payload: bytes
-    carry: bytes
-    run_count: int
-    failures: int
-    token: str
-    lease_ms: int
-    priority: Priority
-    max_failures: str
-    resume_input: bytes
-    history: Sequence[JournalEntry]
-    timeout_ms: int = 0  # the job's own run timeout (0: the worker's)
-    ctx: Context[Any] | None = None
-    lost: bool = False
-    cancel_requested: bool = False  # an operator's cancel, seen through `extend`
-    # Set once the run's transition is on its way: a renewal that then finds the
-    # job finished is our own commit landing first, not a lost lease.
-    committing: bool = False
-    started: float = field(default_factory=time.monotonic)
-    # The claim loop that took it; its slot is given back once the run's
-    # outcome is on its way (the commit itself no longer needs the slot).
-    runner: _Runner | None = None
-    holds_slot: bool = False
-    # A completion handed to the committer with a callback (Worker._completed):
-    # the slot task no longer waits for it, and the job is finished from there.
-    deferred: bool = False
-    completion: calls.Completion | None = None
-
-
-def _parse_claim(queue: Queue, reply: list[Any]) -> tuple[int, int, list[_Job]]:
-    claimed = calls.claim_reply(reply)
-    jobs: list[_Job] = []
-    started = time.monotonic()
-    # Positional, in _Job's field order (keywords cost more): once per claimed job.
-    for (
-        job_id,
-        kind,
-        payload,
-        carry,
-        runs,
-        failures,
-        token,
-        lease,
-        prio,
-        maxf,
-        resume,
-        history,
-        timeout_ms,
-    ) in claimed.jobs():
-        jobs.append(
-            _Job(
-                queue,
-                job_id,
-                kind,
-                payload,
-                carry,
-                runs,
-                failures,
-                token,
-                lease,
-                prio,
-                maxf,
-                resume,
-                LazyJournal(history),  # parsed only if the handler reads it
-                timeout_ms,
-                started=started,
-            )
-        )
-    return claimed.now, claimed.next, jobs
-
-
 @dataclass(frozen=True, slots=True)
 class RunnerSettings:
     """The worker's settings its runners read, fixed when the Worker is built."""
@@ -188,16 +109,16 @@ class RunnerHost(Protocol):
     @property
     def stopping(self) -> bool: ...
 
-    def _committer_for(self, client: Client) -> _Committer | None:
-        """The connection's committer while the worker runs, else None (a direct call)."""
+    async def claim(self, queue: Queue, op: Op[ClaimReply]) -> ClaimReply:
+        """Send a claim (in the same round trip as the endings that freed its slots, while running)."""
 
-    async def _run_job(self, runner: _Runner, job: _Job) -> None:
+    async def run_job(self, runner: _Runner, job: Job) -> None:
         """Run a claimed job from the handler to its transition."""
 
     def _idle(self) -> None:
         """A claim loop is about to wait for work."""
 
-    def _kind_label(self, kind: str) -> str:
+    def kind_label(self, kind: str) -> str:
         """The metrics label for a KIND."""
 
 
@@ -211,7 +132,7 @@ class _Inbox:
     __slots__ = ("_closed", "_items", "_waiters")
 
     def __init__(self) -> None:
-        self._items: deque[_Job] = deque()
+        self._items: deque[Job] = deque()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
 
@@ -222,7 +143,7 @@ class _Inbox:
                 waiter.set_result(None)
                 return
 
-    def put(self, job: _Job) -> None:
+    def put(self, job: Job) -> None:
         self._items.append(job)
         self._wake_one()
 
@@ -232,7 +153,7 @@ class _Inbox:
         while self._waiters:
             self._wake_one()
 
-    async def get(self) -> _Job | None:
+    async def get(self) -> Job | None:
         while not self._items:
             if self._closed:
                 return None
@@ -257,7 +178,7 @@ class _Runner:
         self.settings = settings
         self.queue = queue
         # Every job this worker holds a lease on, until its transition is written.
-        self.active: dict[str, _Job] = {}
+        self.active: dict[str, Job] = {}
         # Jobs whose handler is still running: what `concurrency` limits.
         self.busy = 0
         self.poke = anyio.Event()
@@ -286,23 +207,21 @@ class _Runner:
         transition, so a runner has twice ``concurrency`` of these.
         """
         while (job := await self.inbox.get()) is not None:
-            await self.host._run_job(self, job)
+            await self.host.run_job(self, job)
 
     def wake(self) -> None:
         self.poke.set()
 
-    def release_slot(self, job: _Job) -> None:
+    def release_slot(self, job: Job) -> None:
         """The job's handler is done: its slot can take another job."""
         if job.holds_slot:
             job.holds_slot = False
             self.busy -= 1
             self.poke.set()
 
-    def _claim_call(self, count: int, stop_key: str | None = None) -> calls.Call:
-        q, s = self.queue, self.settings
-        return calls.claim(
-            q.keys,
-            q.client._now_arg(),
+    def _claim_op(self, count: int, stop_key: str | None = None) -> Op[ClaimReply]:
+        s = self.settings
+        return self.queue.store.claim_op(
             count=count,
             worker=s.worker_id,
             token_base=secrets.token_hex(8),
@@ -310,18 +229,11 @@ class _Runner:
             stop_key=stop_key,
         )
 
-    async def claim(self, count: int) -> tuple[int, int, list[_Job]]:
-        q = self.queue
-        call = self._claim_call(count)
-        committer = self.host._committer_for(q.client)
-        if committer is not None:
-            # In the same round trip as the transitions that freed the slots.
-            reply = await committer.claim(call)
-        else:
-            reply = await q.client._scripts.call(q.client.redis, *call)
-        return _parse_claim(q, reply)
+    async def claim(self, count: int) -> tuple[int, int, list[Job]]:
+        claimed = await self.host.claim(self.queue, self._claim_op(count))
+        return claimed.now, claimed.next, jobs_of(self.queue, claimed)
 
-    async def idle_claim(self, want: int, seconds: float) -> tuple[int, int, list[_Job]] | None:
+    async def idle_claim(self, want: int, seconds: float) -> tuple[int, int, list[Job]] | None:
         """Wait for a wake-up token (at most ``seconds``), then claim up to ``want`` jobs.
 
         On a plain Redis the claim is pipelined behind ``BLPOP wake stop`` on
@@ -342,7 +254,7 @@ class _Runner:
             self._dispatch(got[2], got[0])
             return got
         interrupted = False
-        result: tuple[int, int, list[_Job]] | None = None
+        result: tuple[int, int, list[Job]] | None = None
 
         async def watch() -> None:
             nonlocal interrupted
@@ -405,7 +317,7 @@ class _Runner:
         with contextlib.suppress(*_SURVIVABLE):
             await pipe.execute()
 
-    async def _armed_claim(self, want: int, block: float) -> tuple[int, int, list[_Job]]:
+    async def _armed_claim(self, want: int, block: float) -> tuple[int, int, list[Job]]:
         q = self.queue
         conn = self._conn
         if conn is None:
@@ -413,9 +325,10 @@ class _Runner:
             # per-read timeout is no use here: when it expires, read_response
             # returns None, which is also BLPOP's reply when it times out.)
             conn = self._conn = unpooled_connection(q.client.redis.connection_pool, untimed=True)
+        op = self._claim_op(want, self.stop_key)
         commands = [
             ("BLPOP", q.keys.wake, self.stop_key, self.schedules_wake, f"{block:.3f}"),
-            q.client._scripts.command(*self._claim_call(want, self.stop_key)),
+            q.store.sender.packed(op.call),
         ]
         limit = block + _BLOCK_MARGIN
         try:
@@ -434,8 +347,8 @@ class _Runner:
             self._popped(popped)
             return await self.claim(want)
         except ResponseError as exc:
-            # An error reply: the connection is fine. A coded one is mapped (calls.py).
-            mapped = calls.script_error(exc)
+            # An error reply: the connection is fine. A coded one is mapped.
+            mapped = q.store.sender.map_error(exc)
             if mapped is exc:
                 raise
             raise mapped from None
@@ -446,14 +359,15 @@ class _Runner:
                 await conn.disconnect()
             raise
         self._popped(popped)
-        return _parse_claim(q, reply)
+        claimed = op.parse(reply)
+        return claimed.now, claimed.next, jobs_of(q, claimed)
 
     def _popped(self, popped: Any) -> None:
         """What an idle BLPOP popped: a schedules token pokes the scheduler."""
         if popped and self.on_schedules_wake is not None and text(popped[0]) == self.schedules_wake:
             self.on_schedules_wake()
 
-    async def _blpop_then_claim(self, want: int, block: float) -> tuple[int, int, list[_Job]] | None:
+    async def _blpop_then_claim(self, want: int, block: float) -> tuple[int, int, list[Job]] | None:
         q = self.queue
         redis = q.client.redis
         # The read must outlast the block under the client's own socket timeout.
@@ -528,7 +442,7 @@ class _Runner:
             if nxt > 0:
                 idle_for = min(idle_for, max(0.0, (nxt - now) / 1000))
 
-    def _dispatch(self, jobs: list[_Job], now: int = 0) -> None:
+    def _dispatch(self, jobs: list[Job], now: int = 0) -> None:
         """Hand claimed jobs to the slot tasks; each holds a slot until its handler is done.
 
         ``now``: the claim's clock (ms), for an observer's ``job_waited``.
@@ -540,7 +454,7 @@ class _Runner:
             job.runner, job.holds_slot = self, True
             self.busy += 1
             if w.observer is not None:
-                kind = w._kind_label(job.kind)
+                kind = w.kind_label(job.kind)
                 w.observer.job_claimed(self.queue.name, kind)
                 if waited is not None and now:
                     eligible = eligible_ms(job.history)
@@ -556,10 +470,7 @@ class _Runner:
         q, s = self.queue, self.settings
         total = 0
         while True:
-            call = calls.reclaim(
-                q.keys, q.client._now_arg(), batch=_RECLAIM_BATCH, max_failures=s.max_failures
-            )
-            requeued, died, ids = calls.reclaimed(await q.client._scripts.call(q.client.redis, *call))
+            requeued, died, ids = await q.store.reclaim(batch=_RECLAIM_BATCH, max_failures=s.max_failures)
             if ids:
                 log.warning(
                     "queue %s: reclaimed %d expired lease(s) (%d requeued, %d dead): %s",
@@ -597,8 +508,7 @@ class _Runner:
         if not jobs:
             return
         q = self.queue
-        call = calls.extend(q.keys, q.client._now_arg(), [(j.id, j.token, j.lease_ms) for j in jobs])
-        lost, cancel = calls.extended(await q.client._scripts.call(q.client.redis, *call))
+        lost, cancel = await q.store.extend([(j.id, j.token, j.lease_ms) for j in jobs])
         for job_id in cancel:
             job = self.active.get(job_id)
             if job is not None and not job.cancel_requested:

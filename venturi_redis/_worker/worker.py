@@ -5,9 +5,9 @@ Shape of a running worker (one anyio task group)::
     run()
     ├── lease keeper       one batched `extend` call per queue per tick
     │                      (keeper.py)
-    ├── committer          per connection: finished runs' transitions and the
+    ├── completer          per connection: finished runs' endings and the
     │                      claims that refill their slots, many per round trip
-    │                      (committer.py)
+    │                      (completer.py)
     ├── per queue (runner.py):
     │   ├── claim loop     claims up to the free slots; when the queue has
     │   │                  nothing eligible, blocks on its wake list with the
@@ -15,8 +15,8 @@ Shape of a running worker (one anyio task group)::
     │   ├── reclaimer      periodically takes back jobs whose lease expired
     │   └── scheduler      fires the queue's due schedules (scheduler.py)
     └── slot tasks         run the claimed jobs (at most `concurrency` handlers
-                           per queue): execute.py runs one, transitions.py
-                           writes what came of it
+                           per queue): execute.py runs one and returns its
+                           ending, completer.py writes it
 
 This module is the ``Worker`` itself: its arguments (checked by options.py),
 registration, and the lifecycle (run, shutdown, drain, signals); the lease
@@ -37,7 +37,7 @@ import signal
 import socket
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 import anyio
 import anyio.lowlevel
@@ -45,6 +45,7 @@ from anyio.abc import TaskGroup
 from typing_extensions import TypeVar
 
 from .._model.backoff import Backoff, to_ms
+from .._model.endings import Released
 from .._model.errors import ConfigurationError, TaskDefinitionError
 from .._model.task import Task
 from .._producer import server as _server
@@ -52,12 +53,14 @@ from .._producer.client import Client, Queue
 from .._producer.offload import OffloadFunction
 from .._producer.ops import Retention
 from .._producer.sharded import ShardedQueue
+from .._store.store import ClaimReply, Op
 from .._transport.urls import redact_url
 from . import options as _opt
-from .committer import _Committer
+from .completer import Completer
 from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import Handler
+from .job import Job
 from .keeper import LeaseKeeper
 from .offload import offload_handler
 from .registry import keep_touching
@@ -66,11 +69,9 @@ from .runner import (
     _MIN_BLOCK,
     RunnerSettings,
     _Inbox,
-    _Job,
     _Runner,
 )
 from .scheduler import Scheduler, declare, declared_schedules
-from .transitions import Transitions
 
 if TYPE_CHECKING:
     from .._model.schedule import Schedule
@@ -261,7 +262,7 @@ class Worker(Generic[StateT]):
             reclaim_interval=self.reclaim_interval,
             trim_interval=self.trim_interval,
             retention=self.retention,
-            max_failures=self._max_failures_arg,
+            max_failures=self.max_failures_arg,
         )
         self._runners = [_Runner(self, settings, q) for q in qs]
         # Each queue's scheduler looks at its due index every four reclaim
@@ -274,8 +275,8 @@ class Worker(Generic[StateT]):
             runner.on_schedules_wake = scheduler.hint
         # Renews leases and, riding on the same tick, the worker's registration (keeper.py).
         self._keeper = LeaseKeeper(self.id, self._runners, qs, concurrency, self.lease_ms)
-        # One committer per connection: transitions of finished runs share round trips.
-        self._committers: dict[int, _Committer] = {id(q.client): _Committer(q.client) for q in qs}
+        # Writes each run's ending; the endings of one connection share round trips.
+        self._completer = Completer(self, list({id(q.client): q.client for q in qs}.values()))
         self._stop: anyio.Event | None = None
         self._stopping = False
         self._force = False
@@ -288,8 +289,6 @@ class Worker(Generic[StateT]):
         self._fatal: KeyboardInterrupt | SystemExit | None = None
         # The slot tasks' task group while run() runs (a deferred completion's retry runs there).
         self._jobs_tg: TaskGroup | None = None
-        # A run's transition, built and sent by transitions.py (for execute.py and the shutdown).
-        self._commit = Transitions(self).commit
 
     # -- registration --------------------------------------------------------------
 
@@ -318,12 +317,28 @@ class Worker(Generic[StateT]):
         """The registered KINDs."""
         return sorted(self._registry)
 
-    def _committer_for(self, client: Client) -> _Committer | None:
-        # The committers only send while run() runs them: outside run() (a
-        # test's direct call) a call goes straight to Redis instead of waiting.
-        return self._committers.get(id(client)) if self._running else None
+    # -- what the worker's parts ask of it (RunnerHost, RunHost, CompleterHost) -----------
 
-    def _kind_label(self, kind: str) -> str:
+    @property
+    def registry(self) -> dict[str, type[Any]]:
+        """The registered handler classes, by KIND."""
+        return self._registry
+
+    @property
+    def running(self) -> bool:
+        """Whether run() is running (the completer's batches send only then)."""
+        return self._running
+
+    @property
+    def jobs_group(self) -> TaskGroup | None:
+        """The slot tasks' task group while run() runs."""
+        return self._jobs_tg
+
+    async def claim(self, queue: Queue, op: Op[ClaimReply]) -> ClaimReply:
+        """A claim loop's claim, in the round trip of the endings that freed its slots."""
+        return await self._completer.claim(queue, op)
+
+    def kind_label(self, kind: str) -> str:
         # Metrics labels: only registered kinds, so junk enqueued with random
         # KINDs cannot blow up the label cardinality.
         return kind if kind in self._registry else "unregistered"
@@ -381,7 +396,8 @@ class Worker(Generic[StateT]):
         return self
 
     @property
-    def _max_failures_arg(self) -> str:
+    def max_failures_arg(self) -> str:
+        """``max_failures`` as the scripts take it: a number, or 'none'."""
         return "none" if self.max_failures is None else str(self.max_failures)
 
     @property
@@ -475,8 +491,7 @@ class Worker(Generic[StateT]):
             service_tg.start_soon(self._keeper.run)
             if self.health_file is not None:
                 service_tg.start_soon(keep_touching, self.health_file, self.lease_ms / 3000, self.id)
-            for committer in self._committers.values():
-                service_tg.start_soon(committer.run)
+            await self._completer.run(service_tg)
             for r in self._runners:
                 service_tg.start_soon(r.reclaim_loop)
             for scheduler in self._schedulers:
@@ -516,10 +531,10 @@ class Worker(Generic[StateT]):
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             for r, job in left:
-                await self._commit(job, "release", note=_NOT_STARTED, direct=True)
+                await self._completer.finish(job, Released(_NOT_STARTED), direct=True)
                 self._finish(r, job)
 
-    def _crash(self, exc: KeyboardInterrupt | SystemExit, job: _Job) -> None:
+    def crash(self, exc: KeyboardInterrupt | SystemExit, job: Job) -> None:
         """A handler raised ``exc``: stop now, and have run() raise it once the other jobs are released."""
         if self._fatal is None:
             exc.add_note(f"raised by the handler of job {job.id} ({job.kind}) on queue {job.queue.name}")
@@ -562,7 +577,9 @@ class Worker(Generic[StateT]):
 
     # -- running one job ---------------------------------------------------------------
 
-    async def _run_job(self, runner: _Runner, job: _Job) -> None:
+    async def run_job(self, runner: _Runner, job: Job) -> None:
+        """Run a claimed job, from its handler to its written ending."""
+        completer = self._completer
         try:
             if self._force:
                 # Stopping at once (a handler raised KeyboardInterrupt or
@@ -571,18 +588,37 @@ class Worker(Generic[StateT]):
                 # cancelled at once, or run the culprit again and charge it
                 # twice for one stop.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                    await self._commit(job, "release", note=_NOT_STARTED, direct=True)
+                    await completer.finish(job, Released(_NOT_STARTED), direct=True)
                 return
-            await execute(self, job)
+            try:
+                ending = await execute(self, job)
+            except anyio.get_cancelled_exc_class():
+                # The worker cancelled the run (the grace ran out, or run() was
+                # cancelled): released with its carry, sent directly, since the
+                # completer's senders are being cancelled too.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    await completer.finish(job, Released("released on worker shutdown"), direct=True)
+                raise
+            if self._force:
+                # Stopping at once (this handler, or another, raised SystemExit):
+                # the batches may be gone, and this slot may be cancelled any moment.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    await completer.finish(job, ending, direct=True)
+            else:
+                await completer.finish(job, ending)
         except anyio.get_cancelled_exc_class():
             raise
         except Exception:
             log.exception("queue %s: internal error running job %s", job.queue.name, job.id)
         finally:
-            if not job.deferred:  # else the committer finishes it when its reply is in
+            if not job.deferred:  # else the completer settles it when its reply is in
                 self._finish(runner, job)
 
-    def _finish(self, runner: _Runner, job: _Job) -> None:
+    def job_done(self, job: Job) -> None:
+        """A deferred completion is written (or given up on): off the books (``CompleterHost``)."""
+        self._finish(cast(_Runner, job.runner), job)
+
+    def _finish(self, runner: _Runner, job: Job) -> None:
         """The job's transition is written (or given up on): it leaves the worker's books."""
         runner.release_slot(job)
         runner.active.pop(job.id, None)

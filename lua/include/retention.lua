@@ -1,0 +1,54 @@
+-- Retention inside the scripts that finish jobs (issue 47): each call that
+-- adds finished jobs to a finished set (completed, dead, cancelled) removes up
+-- to twice as many of the set's oldest jobs that are past the queue's
+-- retention, by age or by count, whichever bound is reached first. Trimming
+-- so keeps pace with finishing at any rate, with one worker or fifty, and
+-- each finished job pays O(1) for it: a queue over its bounds holds at most
+-- about (rate x retention) finished jobs, plus what one call adds. The
+-- reclaim tick's sweep (ops.py trim, purge.lua) is still there for queues
+-- whose jobs stopped finishing while older ones age out.
+--
+-- A trimmed job loses its hash, its journal and its workflow keys (keys.lua
+-- graph_keys: the dependents set and the results copied to it). Nothing else:
+-- the results a dependent copied are the dependent's own (depresults of the
+-- dependent), and an offload's snapshot lives on its own TTL, so a result
+-- still awaited stays. Only members of the finished set are trimmed: a job
+-- that is not finished is in no finished set.
+
+-- @include keys.lua
+
+-- Trim the finished set `set_key` after `added` jobs went in at `now`.
+-- `keep_ms`: how long a finished job stays ('' = no age bound); `max`: how
+-- many stay at most ('' = no count bound). Returns how many were removed.
+local function trim_finished(prefix, set_key, now, keep_ms, max, added)
+  if keep_ms == '' and max == '' then
+    return 0
+  end
+  local budget = 2 * added
+  if budget > 1000 then budget = 1000 end -- one DEL's arguments stay few
+  local over = 0
+  if max ~= '' then
+    over = redis.call('ZCARD', set_key) - tonumber(max)
+  end
+  if over < budget and keep_ms ~= '' then
+    -- The oldest `budget` may all be past their age: counted by score (log n).
+    local aged = redis.call('ZCOUNT', set_key, '-inf', '(' .. str(now - tonumber(keep_ms)))
+    if aged > over then over = aged end
+  end
+  if over <= 0 then
+    return 0
+  end
+  if over > budget then over = budget end
+  local ids = redis.call('ZRANGE', set_key, 0, over - 1)
+  local doomed = {}
+  for i, id in ipairs(ids) do
+    local job_key, journal_key = job_keys(prefix, id)
+    local _, dependents_key, results_key = graph_keys(prefix, id)
+    local b = 4 * (i - 1)
+    doomed[b + 1], doomed[b + 2], doomed[b + 3], doomed[b + 4] =
+      job_key, journal_key, dependents_key, results_key
+  end
+  redis.call('ZREMRANGEBYRANK', set_key, 0, #ids - 1)
+  redis.call('DEL', unpack(doomed))
+  return #ids
+end

@@ -1,0 +1,389 @@
+"""The completer: what each run's ending becomes, written many per round trip.
+
+``execute`` returns a run's ending (``_model/endings.py``); ``Completer.finish``
+takes it from there, top-down:
+
+1. the run's state (its carry and attachment) is encoded; an ending that
+   cannot be stored becomes the one that can (state that does not encode:
+   the job dies ``INVALID_PAYLOAD``; an operator's cancel that arrived while
+   it ran turns a pause, suspend, failure or release into ``Cancelled``);
+2. the queue's store builds the ending's call (``QueueStore.end_run``, or one
+   job's values of a batched completion);
+3. the connection's ``_Batch`` sends it with whatever else is ready (other
+   runs' endings, the claim loops' next claims) in one pipeline
+   (``store.send_ops``), and hands each caller its parsed reply;
+4. the reply is settled here: the observer told, a refused transition (a
+   lost lease) logged, a death logged, and the job leaves the worker's books
+   (``CompleterHost.job_done``).
+
+A completion does not keep its slot task waiting: the batch settles it when
+its reply is in (``finish`` returns at once), so a burst of finished runs
+costs one task wake-up per round trip, not one per job. Every other ending
+is awaited by its slot task. Outside ``run()`` (a test's direct call), or
+``direct`` (the worker is on its way out and the batch may be gone), the call
+goes straight to Redis.
+
+A transient error is retried (up to 8 attempts, then the lease expires and
+the reclaim runs the job again); a refusal after a retried call may be our
+own first attempt having succeeded with its reply lost: logged, never
+re-applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskGroup
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .._model.backoff import Backoff
+from .._model.codec import pack, pack_model
+from .._model.endings import Cancelled, Completed, Dead, Ending, Failed, Paused, Released, Suspended
+from .._model.enums import DeadReason
+from .._model.errors import LeaseLostError, PayloadError
+from .._model.task import NoCarry
+from .._store.store import EndingArgs, Lease, Op, RunState, send_ops
+from .context import Context
+
+if TYPE_CHECKING:
+    from .._producer.client import Client, Queue
+    from .._store.store import ClaimReply, Completion, Transition
+    from .job import Job
+    from .metrics import WorkerObserver
+
+log = logging.getLogger("venturi_redis.worker")
+
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+# Metrics names of each ending ("failed" becomes "dead" at the backstop).
+_OUTCOMES: dict[type[Any], str] = {
+    Completed: "completed",
+    Paused: "paused",
+    Suspended: "suspended",
+    Failed: "failed",
+    Dead: "dead",
+    Released: "released",
+    Cancelled: "cancelled",
+}
+# The script each ending is written by, as a lost lease's log line names it.
+_SCRIPTS: dict[type[Any], str] = {
+    Completed: "complete",
+    Paused: "pause",
+    Suspended: "suspend",
+    Failed: "retry",
+    Dead: "dead",
+    Released: "release",
+    Cancelled: "cancel",
+}
+# Most completions in one complete.lua call (a longer burst takes several calls).
+_COMPLETE_BATCH = 200
+# Pipelines in flight at once: while one is at Redis, the worker builds and
+# sends the next, so the worker's CPU and Redis's overlap instead of taking
+# turns (in-process drain at concurrency 100: about +15%, benchmarks/README.md).
+_IN_FLIGHT = 2
+
+
+class CompleterHost(Protocol):
+    """What the completer asks of its worker (the ``Worker`` is one)."""
+
+    backoff: Backoff
+    jitter: float
+    observer: WorkerObserver | None
+
+    @property
+    def max_failures_arg(self) -> str: ...
+
+    @property
+    def running(self) -> bool:
+        """Whether run() is running (the batches send only then)."""
+
+    @property
+    def jobs_group(self) -> TaskGroup | None:
+        """The slot tasks' task group while run() runs (a completion's retry runs there)."""
+
+    def kind_label(self, kind: str) -> str:
+        """The metrics label for a KIND."""
+
+    def job_done(self, job: Job) -> None:
+        """The job's ending is written (or given up on): off the worker's books."""
+
+
+class Completer:
+    """Writes each run's ending (see the module docstring); one per worker."""
+
+    __slots__ = ("_batches", "_host")
+
+    def __init__(self, host: CompleterHost, clients: list[Client]) -> None:
+        self._host = host
+        # One batch per connection: the endings of finished runs share round trips.
+        self._batches: dict[int, _Batch] = {id(c): _Batch(c) for c in clients}
+
+    async def run(self, tg: TaskGroup) -> None:
+        """Start every connection's senders in ``tg`` (for as long as it runs)."""
+        for batch in self._batches.values():
+            tg.start_soon(batch.run)
+
+    def batch_for(self, client: Client) -> _Batch | None:
+        """The connection's batch while the worker runs, else None (a direct call)."""
+        return self._batches.get(id(client)) if self._host.running else None
+
+    async def claim(self, queue: Queue, op: Op[ClaimReply]) -> ClaimReply:
+        """A claim, in the next round trip of its connection (after that trip's endings)."""
+        batch = self.batch_for(queue.client)
+        if batch is None:
+            return await queue.store.send(op)
+        result: ClaimReply = await batch.submit(op, claim=True)
+        return result
+
+    async def finish(self, job: Job, ending: Ending, *, direct: bool = False) -> None:
+        """Write ``ending`` for ``job``'s run.
+
+        A completion handed to its batch is settled there, and taken off the
+        worker's books (``CompleterHost.job_done``) once written; for every
+        other ending the caller does that when this returns.
+        """
+        state, ending = self._state(job, ending)
+        host = self._host
+        if job.cancel_requested and isinstance(ending, (Paused, Suspended, Failed, Released)):
+            # An operator cancelled the job while it ran: whatever else the run
+            # decided, it ends cancelled (a completion or a death stands).
+            note = ending.note
+            ending = Cancelled(
+                "cancelled by an operator" + (f" (the run ended with: {note})" if note else "")
+            )
+        job.committing = True
+        if job.runner is not None:
+            job.runner.release_slot(job)
+        lease = Lease(job.id, job.token, job.priority)
+        store = job.queue.store
+        if isinstance(ending, Completed) and not direct and host.jobs_group is not None:
+            batch = self.batch_for(job.queue.client)
+            if batch is not None and job.runner is not None:
+                # The slot task goes on to its next job at once; the batch
+                # settles this one when its reply is in.
+                job.deferred = True
+                job.completion = store.completion(lease, ending, state)
+                batch.complete_soon(job.queue, job.completion, self._completed, job)
+                return
+        op = store.end_run(lease, ending, state, self._args(ending))
+        result, attempt = await self._send(job, op, direct=direct)
+        if result is not None:
+            self._settled(job, ending, result, attempt)
+
+    def _state(self, job: Job, ending: Ending) -> tuple[RunState, Ending]:
+        """The run's encoded state, and the ending that can be stored with it."""
+        ctx: Context[Any] | None = job.ctx
+        if ctx is None:
+            return RunState(), ending
+        try:
+            attachment = pack(ctx.attachment) if ctx.attachment is not None else b""
+            carry = b"" if isinstance(ctx.carry, NoCarry) else pack_model(ctx.carry)
+        except PayloadError as exc:
+            return RunState(), Dead(DeadReason.INVALID_PAYLOAD, f"cannot save run state: {exc}")
+        return RunState(attachment, carry), ending
+
+    def _args(self, ending: Ending) -> EndingArgs:
+        host = self._host
+        policy = (ending.backoff if isinstance(ending, Failed) else None) or host.backoff
+        return EndingArgs(policy.base_ms, policy.cap_ms, host.jitter, host.max_failures_arg)
+
+    def _completed(self, job: Job, reply: Any) -> None:
+        """A deferred completion's reply (or error), from its batch; the job is then off the books."""
+        host = self._host
+        if isinstance(reply, _TRANSIENT) and host.jobs_group is not None:
+            # Try again as finish does, in a task of its own (it sleeps between attempts).
+            host.jobs_group.start_soon(self._complete_again, job)
+            return
+        try:
+            if isinstance(reply, BaseException):
+                log.error(
+                    "queue %s: internal error completing job %s", job.queue.name, job.id, exc_info=reply
+                )
+            else:
+                self._settled(job, Completed(), reply, 0)
+        finally:
+            host.job_done(job)
+
+    async def _complete_again(self, job: Job) -> None:
+        assert job.completion is not None
+        op = job.queue.store.complete_op([job.completion])
+        one: Op[Transition] = Op(op.call, lambda reply: op.parse(reply)[0])
+        try:
+            await anyio.sleep(0.1)
+            result, attempt = await self._send(job, one, attempt=1)
+            if result is not None:
+                self._settled(job, Completed(), result, attempt)
+        except Exception:
+            log.exception("queue %s: internal error completing job %s", job.queue.name, job.id)
+        finally:
+            self._host.job_done(job)
+
+    async def _send(
+        self, job: Job, op: Op[Transition], attempt: int = 0, *, direct: bool = False
+    ) -> tuple[Transition | None, int]:
+        """Send an ending's op, retrying transient errors: (its result, the attempts it took).
+
+        The result is None when it gave up (the lease will expire and the job be reclaimed).
+        """
+        while True:
+            try:
+                # The batches only send while run() runs them: a direct call
+                # outside run() (a test) goes straight to Redis instead of waiting.
+                batch = None if direct else self.batch_for(job.queue.client)
+                if batch is None:
+                    return await job.queue.store.send(op), attempt
+                result: Transition = await batch.submit(op)
+                return result, attempt
+            except _TRANSIENT as exc:
+                attempt += 1
+                if attempt > 8:
+                    log.error(
+                        "job %s: giving up on %s after %d attempts (%s); its lease will expire "
+                        "and it will be reclaimed",
+                        job.id,
+                        op.call.name,
+                        attempt,
+                        exc,
+                    )
+                    return None, attempt
+                await anyio.sleep(min(0.05 * 2**attempt, 2.0))
+
+    def _settled(self, job: Job, ending: Ending, result: Transition, attempt: int) -> None:
+        """After an ending's reply: the observer, a lost lease logged, a death logged."""
+        q = job.queue
+        host = self._host
+        died = result.applied and (
+            isinstance(ending, Dead) or (isinstance(ending, Failed) and result.detail == "dead")
+        )
+        if host.observer is not None and result.applied:
+            outcome = "dead" if died else _OUTCOMES[type(ending)]
+            host.observer.job_finished(
+                q.name, host.kind_label(job.kind), outcome, time.monotonic() - job.started
+            )
+        if not result.applied:
+            err = LeaseLostError(job.id, _SCRIPTS[type(ending)], result.detail)
+            if attempt:
+                log.warning("%s (after a retried call, so possibly our own earlier success)", err)
+            else:
+                log.error("%s", err)
+        elif died:
+            # A death is never silent (a permanent error, the backstop, an
+            # unknown KIND, data that no longer decodes): one WARNING line.
+            reason = ending.reason if isinstance(ending, Dead) else DeadReason.MAX_FAILURES
+            log.warning(
+                "job %s (%s) on queue %s is dead (%s): %s",
+                job.id,
+                job.kind,
+                q.name,
+                reason.value,
+                ending.note,
+            )
+
+
+class _Batch:
+    """Sends one connection's endings and claims, many per round trip.
+
+    Handlers finish in bursts (a claim batch of no-op jobs finishes almost at
+    once). What is submitted while a pipeline is in flight goes out together
+    in the next one: the completions of a queue as one ``complete`` call over
+    all of them (each job still checked, written and journaled on its own),
+    every other ending as its own script, and the claim loops' claims last, so
+    that the slots those runs freed are refilled in the same round trip. A
+    lone call goes out at once: batching only happens under load.
+
+    Two pipelines may be in flight at once. That is safe because nothing
+    orders one pipeline after another: a job's task waits for its ending's
+    reply before it sends anything else for that job, and a claim loop waits
+    for its claim before it claims again.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        # What is waiting for the next pipeline: (op, future) for an awaited
+        # call; (queue, completion, done, job) for a completion nobody awaits.
+        self._ops: list[tuple[Op[Any], asyncio.Future[Any], bool]] = []
+        self._completions: list[tuple[Queue, Completion, Any, Any]] = []
+        self._kick = anyio.Event()
+
+    async def submit(self, op: Op[Any], *, claim: bool = False) -> Any:
+        """Run ``op`` in the next round trip (a claim after that trip's endings): its parsed reply."""
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._ops.append((op, reply, claim))
+        self._kick.set()
+        return await reply
+
+    def complete_soon(self, queue: Queue, completion: Completion, done: Any, job: Any) -> None:
+        """A completion without waiting: the sender calls ``done(job, result)`` with the job's
+        ``Transition`` (or the exception), from its own task."""
+        self._completions.append((queue, completion, done, job))
+        self._kick.set()
+
+    async def run(self) -> None:
+        """Two senders: while one's pipeline is at Redis, the other gathers and sends the next."""
+        async with anyio.create_task_group() as tg:
+            for _ in range(_IN_FLIGHT):
+                tg.start_soon(self._sender)
+
+    async def _sender(self) -> None:
+        while True:
+            await self._kick.wait()
+            # Let the tasks that are ready now (other runs finishing, a claim
+            # loop woken by the slots they freed) add their calls to this batch.
+            await anyio.lowlevel.checkpoint()
+            # Reset and take in one step (no await between): a call added
+            # before the reset is taken here, one added after sets the new event.
+            self._kick = anyio.Event()
+            ops, self._ops = self._ops, []
+            completions, self._completions = self._completions, []
+            if not ops and not completions:
+                continue  # the other sender took them
+            await self._send(ops, completions)
+
+    async def _send(
+        self,
+        ops: list[tuple[Op[Any], asyncio.Future[Any], bool]],
+        completions: list[tuple[Queue, Completion, Any, Any]],
+    ) -> None:
+        # The pipeline: the awaited endings, then one complete call per queue
+        # (per _COMPLETE_BATCH completions), then the claims.
+        pipeline: list[Op[Any]] = [op for op, _, claim in ops if not claim]
+        n_plain = len(pipeline)
+        by_queue: dict[str, tuple[Queue, list[int]]] = {}
+        for i, (queue, _, _, _) in enumerate(completions):
+            by_queue.setdefault(queue.keys.prefix, (queue, []))[1].append(i)
+        chunks: list[list[int]] = []
+        for queue, indices in by_queue.values():
+            for start in range(0, len(indices), _COMPLETE_BATCH):
+                chunk = indices[start : start + _COMPLETE_BATCH]
+                chunks.append(chunk)
+                pipeline.append(queue.store.complete_op([completions[i][1] for i in chunk]))
+        first_claim = len(pipeline)
+        pipeline += [op for op, _, claim in ops if claim]
+        try:
+            results = await send_ops(self.client.sender, pipeline)
+        except Exception as exc:  # noqa: BLE001 - handed to every waiter, which retries
+            results = [exc] * len(pipeline)
+        plain = iter(results[:n_plain])
+        claims = iter(results[first_claim:])
+        for _op, future, claim in ops:
+            value = next(claims) if claim else next(plain)
+            if future.done():
+                continue  # its waiter was cancelled
+            if isinstance(value, BaseException):
+                future.set_exception(value)
+            else:
+                future.set_result(value)
+        complete_results = results[n_plain:first_claim]
+        for chunk, per_call in zip(chunks, complete_results, strict=True):
+            for j, i in enumerate(chunk):
+                _, _, done, job = completions[i]
+                value = per_call if isinstance(per_call, BaseException) else per_call[j]
+                try:
+                    done(job, value)
+                except Exception:
+                    log.exception("internal error handling a completion's reply")
