@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from ._model.backoff import Backoff, backoff_delay
-from ._model.enums import JobState, Priority
+from ._model.enums import DeadReason, JobState, Priority
 from ._model.errors import (
     ConfigurationError,
     CorruptQueueError,
@@ -84,6 +84,7 @@ __all__ = [
     "ConfigurationError",
     "Context",
     "CorruptQueueError",
+    "DeadReason",
     "Durability",
     "Flow",
     "Handler",
