@@ -79,7 +79,7 @@ async def server_up(r: Any) -> None:
             await asyncio.sleep(0.1)
 
 
-async def measure_floor(port: int, pid: int, out: Path, n: int, batch: int) -> dict[str, int]:
+async def measure_floor(port: int, pid: int, out: Path, n: int, batch: int, bulk: int = 1) -> dict[str, int]:
     """The storage shape's floor (``redis_cpu.py``'s three minimal scripts), counted the same way."""
     import redis.asyncio as aioredis
     from redis_cpu import Floor
@@ -91,7 +91,7 @@ async def measure_floor(port: int, pid: int, out: Path, n: int, batch: int) -> d
     finally:
         await probe.aclose()
     await callgrind_control(pid, "-z")
-    await floor.enqueue(n, 1)
+    await floor.enqueue(n, bulk)
     await callgrind_control(pid, "-d")
     await callgrind_control(pid, "-z")
     done = await floor.drain(n, batch)
@@ -102,7 +102,7 @@ async def measure_floor(port: int, pid: int, out: Path, n: int, batch: int) -> d
 
 
 async def measure(
-    port: int, pid: int, out: Path, n: int, batch: int, events: int = 0, fanin: int = 0
+    port: int, pid: int, out: Path, n: int, batch: int, events: int = 0, fanin: int = 0, bulk: int = 1
 ) -> dict[str, int]:
     """Drive the server on ``port`` (callgrind's pid ``pid``, dumping to ``out``)."""
     from venturi_only import Raw
@@ -116,7 +116,9 @@ async def measure(
     try:
         await server_up(raw.r)
         await raw.load()
-        if events:  # the queue's event stream on, capped at `events` (docs/observability.md)
+        if events < 0:
+            await raw.r.hset(raw.k.meta, "events", "0")
+        if events > 0:  # the queue's event stream on, capped at `events` (docs/observability.md)
             await raw.r.hset(raw.k.meta, "events", str(events))
             await raw.r.xadd(f"{raw.k.prefix}events", {"event": "events_on"})  # the stream must exist
         ids = [new_job_id() for _ in range(n)]
@@ -137,8 +139,8 @@ async def measure(
                 call = calls_flow.enqueue_flow(raw.k, "", jobs)
                 await raw.r.evalsha(raw.s["enqueue_flow"].sha, *_call(call))
         else:
-            for job_id in ids:
-                await raw.enqueue([job_id])
+            for start in range(0, n, bulk):
+                await raw.enqueue(ids[start : start + bulk])
         await control("-d")  # dump 1: the enqueues
         await control("-z")
         done = await raw.drain(batch)
@@ -176,6 +178,7 @@ def main() -> None:
     ap.add_argument(
         "--floor", action="store_true", help="drive the storage shape's floor (redis_cpu.py) instead of ours"
     )
+    ap.add_argument("--bulk", type=int, default=1, help="jobs per enqueue call (default 1; ours takes <= 500)")
     a = ap.parse_args()
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(a.root.resolve()))
@@ -196,13 +199,15 @@ def main() -> None:
         )
         try:
             if a.floor:
-                got = asyncio.run(measure_floor(port, server.pid, out, a.n, a.batch))
+                got = asyncio.run(measure_floor(port, server.pid, out, a.n, a.batch, a.bulk))
             else:
-                got = asyncio.run(measure(port, server.pid, out, a.n, a.batch, a.events, a.fanin))
+                got = asyncio.run(measure(port, server.pid, out, a.n, a.batch, a.events, a.fanin, a.bulk))
         finally:
             server.terminate()
             server.wait()
     what = f"enqueue_flow ({a.fanin} children per call)" if a.fanin else "single enqueue"
+    if a.bulk > 1 and not a.fanin:
+        what = f"enqueue ({a.bulk} jobs per call)"
     print(
         f"{'the floor' if a.floor else a.root}{' (events on)' if a.events else ''}: "
         "Redis instructions per job: "

@@ -199,9 +199,9 @@ class Floor:
                 for job_id, token in jobs:
                     args += [job_id, token]
                 pipe = r.pipeline(transaction=False)
-                pipe.evalsha(shas["complete"], 2, self.keys[1], self.keys[2], self.PREFIX, len(jobs), *args)
                 pipe.evalsha(shas["claim"], *claim_keys)
-                _, reply = await pipe.execute()
+                pipe.evalsha(shas["complete"], 2, self.keys[1], self.keys[2], self.PREFIX, len(jobs), *args)
+                reply, _ = await pipe.execute()
                 done += len(jobs)
         finally:
             await r.aclose()

@@ -86,7 +86,7 @@ class Raw:
 
     @staticmethod
     def parse_claim(reply: list[Any]) -> list[tuple[str, str]]:
-        return [(job[0], job[6]) for job in calls.claim_reply(reply).jobs()]
+        return [(job[0], job[6]) for job in calls.claim_reply(reply, "tok").jobs()]
 
     async def drain(self, batch: int) -> int:
         """Claim and complete until the queue is empty; the number of jobs done.
@@ -98,9 +98,9 @@ class Raw:
         done = 0
         while jobs:
             pipe = self.r.pipeline(transaction=False)
-            self.complete_call(pipe, jobs)
             self.claim_call(pipe, batch)
-            _, reply = await pipe.execute()
+            self.complete_call(pipe, jobs)
+            reply, _ = await pipe.execute()
             done += len(jobs)
             jobs = self.parse_claim(reply)
         return done

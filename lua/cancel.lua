@@ -79,6 +79,7 @@ if state == 'running' and token == '' then
   return {1, 'requested'}
 end
 
+local owner, claimed = nil, nil -- the claim of the run a worker ends cancelled
 if token ~= '' then
   local refused, _, o = check_owner(KEYS[1], KEYS[2], token, 'cancel', now)
   if refused then
@@ -88,6 +89,7 @@ if token ~= '' then
     wake_workers(KEYS[15], 1)
   end
   leave_running(KEYS[4], KEYS[1], id, ARGV[6], ARGV[7])
+  owner, claimed = o[5], o[6]
 elseif state == 'pending' then
   redis.call('ZREM', KEYS[7], id)
   redis.call('ZREM', KEYS[8], id)
@@ -106,7 +108,7 @@ elseif state == 'waiting' then
 else
   return {0, 'job is ' .. state}
 end
-finish_cancelled(ARGV[2], KEYS[1], KEYS[2], KEYS[5], id, now, f[2], ARGV[4], state)
+finish_cancelled(ARGV[2], KEYS[1], KEYS[2], KEYS[5], id, now, f[2], ARGV[4], state, owner, claimed)
 if f[5] then
   graph_finished(ARGV[2], f[5], KEYS[1], id, now, false, nil,
     'cancelled: ' .. ARGV[4])

@@ -23,8 +23,8 @@
 -- ARGV[1]    now in ms, or ''
 -- ARGV[2]    key prefix of the queue ("venturi:{q}:"); job keys derive from it
 -- ARGV[3]    count
--- ARGV[4]    worker id (stored as lease_owner, journaled)
--- ARGV[5]    lease token base; job k of this batch gets token base .. '.' .. k
+-- ARGV[4]    worker id (stored as lease_owner)
+-- ARGV[5]    lease token base; the k-th job of the reply gets token base .. '.' .. k
 -- ARGV[6]    default lease in ms (a job's own lease_ms wins)
 -- The event stream (include events.lua) and flow control's limits hash,
 -- limits:state hash, limits:parked and limits:ready zsets (include
@@ -34,13 +34,18 @@
 --
 -- Returns {now, next, job...}: `next` is the earliest eligible_at still
 -- pending when fewer than `count` jobs were claimed (0 = none; -1 = the queue
--- is paused). Each job is 13 values: id, kind, payload, carry, run_count,
--- failures, token, lease_ms, priority, max_failures, resume_input, history
--- (the journal before this claim, as XRANGE returns it; for a first claim,
--- whose journal is only the `enqueued` entry it has just written, that
--- entry's values instead: {created_at, priority, eligible_at}, which the
--- client turns into the same entry, _records.py claim_history), timeout_ms
--- ('' = the worker's timeout; calls.py ClaimReply reads 13 per job).
+-- is paused). Each job is CLAIMED_VALUES = 9 values (calls.py CLAIM_FIELDS
+-- names them): id, kind, payload, run_count (this run's), priority,
+-- created_at, eligible_at, extras (false for a job with none, else its
+-- EXTRA_FIELDS, '' for each it lacks), history (false for a job with no
+-- journal yet, else the journal before this claim, as XRANGE returns it).
+-- A job's lease token is not returned: the k-th job's is ARGV[5] .. '.' .. k.
+--
+-- The claim writes no journal: the run's claim is in the job's hash while it
+-- runs (lease_owner, claimed_at), and the entry that ends the run carries it
+-- (journal.lua). Each claimed job is one HGETALL and one HSET; the pending sets
+-- lose the claimed jobs by rank and the running set gains them in one command
+-- each, per call.
 --
 -- Errors: VR_WRONGTYPE when a pending or the running set is not a sorted set.
 -- Each job is read and checked before anything is written for it, so no job
@@ -70,6 +75,7 @@ local now_s = str(now)
 local prefix = ARGV[2]
 local want = tonumber(ARGV[3])
 local worker = ARGV[4]
+local token_base = ARGV[5]
 local default_lease = tonumber(ARGV[6])
 
 if KEYS[11] and redis.call('DEL', KEYS[11]) == 1 then
@@ -82,12 +88,12 @@ if meta[1] == '1' then
   return {now, -1}
 end
 local limits_on = meta[3] == '1'
--- The feature keys (fk) and flow control's helpers (lim), made only when on.
+-- Flow control's keys and helpers (lim), made only when on.
 local fk, lim = nil, nil
-if limits_on or (meta[2] or EVENTS_DEFAULT) ~= '0' then fk = feature_keys(prefix) end
-if limits_on then lim = limits_lib() end
-
-if fk then events_open(KEYS[7], fk.events, prefix, meta[2] or false) end
+if limits_on then
+  fk = feature_keys(prefix)
+  lim = limits_lib()
+end
 
 -- An idle queue (every pending set empty; Redis deletes an empty set) is
 -- answered with one EXISTS instead of a ZRANGE per level.
@@ -101,10 +107,20 @@ elseif redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 then
   return {now, 0}
 end
 
+-- The running set takes every claimed job in one ZADD at the end, after their
+-- hashes are written: a running set of the wrong type must be known first.
+if type(redis.pcall('ZCARD', KEYS[5])) == 'table' then
+  return redis.error_reply('VR_WRONGTYPE ' .. KEYS[5] .. ' is not a sorted set')
+end
+events_open(KEYS[7], events_key(prefix), prefix, meta[2] or false)
+
 local out = {now, 0}
+local o = 2 -- out's length
 local n = 0
 local nxt = 0
 local broken = nil -- a queue-wide key of the wrong type: the claim stops there
+local running = {} -- lease expiry, id, ... for the ZADD at the end
+local claimed_ids, claimed_kinds, claimed_runs = {}, {}, {} -- the `claimed` event's
 -- Flow control's own helpers (config_of: a kind's limit config, read once
 -- per call, false for none; claim_limited below) are made only when limits
 -- are on: each function defined is a closure made per call.
@@ -122,110 +138,124 @@ if limits_on then
   end
 end
 
--- Claim the pending job `id` (found in the set `from`, or parked when `from`
--- is nil). Everything its claim depends on is read and checked first.
--- Returns 'claimed', 'parked' (a limited kind: parked instead), or 'dropped'
--- (dropped, cancelled or quarantined); sets `broken` when the running set is
--- of the wrong type (nothing written for the job).
-local function take(id, from)
+-- Claim the pending job `id`, found in a pending set (`listed`: the caller
+-- takes it out of the set, claimed or not) or parked (`listed` false: the
+-- caller took it off the parked set). Everything its claim depends on is
+-- read and checked first. Returns 'claimed', 'parked' (a limited kind: parked
+-- instead), or 'dropped' (dropped, cancelled or quarantined).
+local function take(id, listed)
   local job_key, journal_key = job_keys(prefix, id)
-  local f = redis.pcall('HMGET', job_key, 'kind', 'payload', 'carry', 'run_count',
-    'failures', 'lease_ms', 'priority', 'max_failures', 'resume_input', 'dedup', 'state',
-    'cancel_requested', 'created_at', 'eligible_at', 'timeout_ms')
+  -- The whole hash in one read: a pending job holds few fields, and HMGET of
+  -- the ones it may hold would scan it once per field it does not.
+  local h = redis.pcall('HGETALL', job_key)
   local bad = nil
-  local first, history = false, nil
-  if f.err then
+  local state, kind, payload, priority, run_count, created, eligible, dedup, cancel
+  local lease_ms, carry, failures, maxf, resume, timeout_ms
+  local hooks = false -- an offload or dependents to see to at the run's end (lease.lua)
+  if h.err then
     bad = 'job key is not a hash'
-  elseif not f[11] then
-    -- No state: corrupt while any other field is left (gone when none is).
-    for i = 1, #f do
-      if f[i] then
-        bad = 'state field is missing'
-        break
+  else
+    for i = 1, #h, 2 do
+      local k, v = h[i], h[i + 1]
+      if k == 'state' then state = v
+      elseif k == 'kind' then kind = v
+      elseif k == 'payload' then payload = v
+      elseif k == 'priority' then priority = v
+      elseif k == 'eligible_at' then eligible = v
+      elseif k == 'created_at' then created = v
+      elseif k == 'run_count' then run_count = v
+      elseif k == 'dedup' then dedup = v
+      elseif k == 'failures' then failures = v
+      elseif k == 'carry' then carry = v
+      elseif k == 'lease_ms' then lease_ms = v
+      elseif k == 'max_failures' then maxf = v
+      elseif k == 'resume_input' then resume = v
+      elseif k == 'timeout_ms' then timeout_ms = v
+      elseif k == 'cancel_requested' then cancel = v
+      elseif k == 'offload' or k == 'dependents' then hooks = true
       end
     end
-  elseif f[11] ~= 'pending' then
-    bad = 'state is ' .. f[11] .. ' while in a pending set'
-  elseif not f[1] then
-    bad = 'kind field is missing'
-  elseif not PRIORITY_LEVEL[f[7] or ''] then
-    bad = bad_priority(f[7])
-  elseif from and limits_on and config_of(f[1]) then
-    -- A limited kind: parked, to be claimed through the rotation.
-    redis.call('ZREM', from, id)
-    local key = redis.call('HGET', job_key, 'limit_key')
-    lim.park(fk.limits_parked, fk.limits_ready, job_key, lim.entity(f[1], key), f[7], id, now_s)
-    return 'parked'
-  elseif redis.call('EXISTS', journal_key) == 0 then
-    -- Claimed (or cancelled) for the first time: the `enqueued` entry
-    -- enqueue did not write goes first, from created_at, which must be a time.
-    if is_time(f[13]) then first = true else bad = 'created_at field is not a time in ms' end
-  elseif not f[12] then
-    history = redis.pcall('XRANGE', journal_key, '-', '+')
-    if history.err then bad = 'journal key is not a stream' end
+    if not state then
+      -- No state: corrupt while any other field is left (gone when none is).
+      if #h > 0 then bad = 'state field is missing' end
+    elseif state ~= 'pending' then
+      bad = 'state is ' .. state .. ' while in a pending set'
+    elseif not kind then
+      bad = 'kind field is missing'
+    elseif not PRIORITY_LEVEL[priority or ''] then
+      bad = bad_priority(priority)
+    elseif listed and limits_on and config_of(kind) then
+      -- A limited kind: parked, to be claimed through the rotation.
+      local key = redis.call('HGET', job_key, 'limit_key')
+      lim.park(fk.limits_parked, fk.limits_ready, job_key, lim.entity(kind, key), priority, id, now_s)
+      return 'parked'
+    elseif not is_time(created) then
+      bad = 'created_at field is not a time in ms'
+    end
+  end
+  local history = false
+  if not bad and run_count then
+    -- The journal before this claim: a job has one once its hash has
+    -- run_count (journal.lua materialize); most first claims have none.
+    local j = redis.pcall('XRANGE', journal_key, '-', '+')
+    if j.err then
+      bad = 'journal key is not a stream'
+    elseif #j > 0 then
+      history = j
+    end
   end
   if bad then
-    if from then redis.call('ZREM', from, id) end
     quarantine(job_key, journal_key, KEYS[10], id, now_s, bad)
-    if not f.err then graph_orphaned(prefix, job_key, id) end
+    if not h.err then graph_orphaned(prefix, job_key, id) end
     return 'dropped'
-  elseif not f[11] then
-    -- A pending id whose hash is gone (removed by hand) is dropped.
-    if from then redis.call('ZREM', from, id) end
-    return 'dropped'
-  elseif f[12] then
+  elseif not state then
+    return 'dropped' -- a pending id whose hash is gone (removed by hand)
+  elseif cancel then
     -- An operator cancelled it while it ran, and that run ended (failed,
     -- paused, released, reclaimed) before its worker noticed: finish the
     -- cancel here instead of running it again.
-    if from then redis.call('ZREM', from, id) else redis.call('HDEL', job_key, 'parked') end
-    if first then write_enqueued(journal_key, {f[13], f[7], f[14]}) end
-    unindex(KEYS[6], f[10], id)
-    finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, f[4],
+    if not listed then redis.call('HDEL', job_key, 'parked') end
+    materialize(job_key, journal_key, {created, priority, eligible})
+    unindex(KEYS[6], dedup, id)
+    finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, run_count,
       'cancel requested while running', 'pending')
     graph_orphaned(prefix, job_key, id)
     return 'dropped'
   end
-  local lease = tonumber(f[6]) or default_lease
+  local lease = tonumber(lease_ms) or default_lease
   local expires_s = str(now + lease)
-  -- The running set first: a wrong-type one fails here, before any
-  -- write for this job, and the claim stops with what it has.
-  local added = redis.pcall('ZADD', KEYS[5], expires_s, id)
-  if type(added) == 'table' and added.err then
-    broken = KEYS[5] .. ' is not a sorted set'
-    return 'dropped'
-  end
-  if from then redis.call('ZREM', from, id) end
-  if first then
-    -- Before any write to its hash, so the history returned below
-    -- starts with it (and is only that entry, sent as its three
-    -- values: a nested reply costs Redis more to build).
-    write_enqueued(journal_key, {f[13], f[7], f[14]})
-    history = {f[13], f[7] or '', f[14] or ''}
-  end
   n = n + 1
-  local run = (tonumber(f[4]) or 0) + 1
-  local run_s = str(run)
-  local token = ARGV[5] .. '.' .. str(n)
-  redis.call('HSET', job_key, 'state', 'running', 'run_count', run_s,
-    'lease_owner', worker, 'lease_token', token, 'lease_expires', expires_s,
-    'updated_at', now_s)
-  if not from then redis.call('HDEL', job_key, 'parked') end
-  unindex(KEYS[6], f[10], id)
-  journal(journal_key, now_s, 'claimed', run_s, nil, nil, {'worker', worker})
-  local o = #out
+  local run = str((tonumber(run_count) or 0) + 1)
+  if hooks then
+    redis.call('HSET', job_key, 'state', 'running', 'run_count', run,
+      'lease_owner', worker, 'lease_token', token_base .. '.' .. str(n), 'lease_expires', expires_s,
+      'claimed_at', now_s, 'hooks', '1')
+  else
+    redis.call('HSET', job_key, 'state', 'running', 'run_count', run,
+      'lease_owner', worker, 'lease_token', token_base .. '.' .. str(n), 'lease_expires', expires_s,
+      'claimed_at', now_s)
+  end
+  if not listed then redis.call('HDEL', job_key, 'parked') end
+  if dedup then unindex(KEYS[6], dedup, id) end
+  running[2 * n - 1] = expires_s
+  running[2 * n] = id
+  if events_stream then
+    claimed_ids[n], claimed_kinds[n], claimed_runs[n] = id, kind, run
+  end
+  local extras = false
+  if lease_ms or carry or failures or maxf or resume or timeout_ms then
+    extras = {lease_ms or '', carry or '', failures or '', maxf or '', resume or '', timeout_ms or ''}
+  end
   out[o + 1] = id
-  out[o + 2] = f[1]
-  out[o + 3] = f[2] or ''
-  out[o + 4] = f[3] or ''
-  out[o + 5] = run
-  out[o + 6] = tonumber(f[5]) or 0
-  out[o + 7] = token
-  out[o + 8] = lease
-  out[o + 9] = f[7]
-  out[o + 10] = f[8] or ''
-  out[o + 11] = f[9] or ''
-  out[o + 12] = history
-  out[o + 13] = f[15] or ''
+  out[o + 2] = kind
+  out[o + 3] = payload or ''
+  out[o + 4] = run
+  out[o + 5] = priority
+  out[o + 6] = created
+  out[o + 7] = eligible or ''
+  out[o + 8] = extras
+  out[o + 9] = history
+  o = o + 9
   return 'claimed'
 end
 
@@ -279,10 +309,10 @@ if limits_on then
         else
           redis.call('ZREM', fk.limits_parked, m[1])
           local id = string.sub(m[1], #entity + 3)
-          if take(id, nil) == 'claimed' then
+          if take(id, false) == 'claimed' then
             local slot = lim.take(fk.limits_state, cfg, kind, entity, keyed, kp, ep, now_s)
             if slot ~= '' then
-              redis.call('HSET', job_keys(prefix, id), 'slot', slot)
+              redis.call('HSET', job_keys(prefix, id), 'slot', slot, 'hooks', '1')
             end
             redis.call('ZADD', fk.limits_ready, now_s, entity)
           end
@@ -298,14 +328,15 @@ if limits_on then claim_limited() end
 -- wanted). A pending zset is scored by eligible_at, so they hold, in the same
 -- order, every member `ZRANGEBYSCORE -inf now LIMIT 0 k` would return; the
 -- first one eligible later is the level's earliest remaining score (for
--- `next`), and nothing after it is eligible either.
+-- `next`), and nothing after it is eligible either. The members taken (the
+-- first `taken` by rank: claimed, dropped, cancelled, quarantined or parked)
+-- leave the set in one ZREMRANGEBYRANK.
 -- A level is read again while its k members were all eligible but some were
--- dropped, cancelled, quarantined or parked rather than claimed (every one of
--- them left the set, so the next read sees members not seen yet): a job that
--- cannot be claimed never costs an eligible one its place. A level is done
--- when it runs out, when a member is not eligible yet (its score is the
--- level's `next`), or when the claim is full. At most PARK_MAX jobs are
--- parked per call (the rest on the next): one call stays short.
+-- not claimed (each left the set, so the next read sees members not seen
+-- yet): a job that cannot be claimed never costs an eligible one its place.
+-- A level is done when it runs out, when a member is not eligible yet (its
+-- score is the level's `next`), or when the claim is full. At most PARK_MAX
+-- jobs are parked per call (the rest on the next): one call stays short.
 local PARK_MAX = 1000
 local parked = 0
 for level = 1, 4 do
@@ -319,18 +350,19 @@ for level = 1, 4 do
       break
     end
     local later = false
+    local taken = 0
     for i = 1, #z, 2 do
-      local id, score = z[i], tonumber(z[i + 1])
+      local score = tonumber(z[i + 1])
       if score > now then
         if nxt == 0 or score < nxt then nxt = score end
         later = true
         break
       end
-      local got = take(id, KEYS[level])
-      if broken then break end
-      if got == 'parked' then parked = parked + 1 end
+      taken = taken + 1
+      if take(z[i], true) == 'parked' then parked = parked + 1 end
     end
-    again = not later and not broken and #z == 2 * k
+    if taken > 0 then redis.call('ZREMRANGEBYRANK', KEYS[level], 0, taken - 1) end
+    again = not later and #z == 2 * k
   end
   if broken then break end
 end
@@ -339,6 +371,15 @@ if parked >= PARK_MAX then
 end
 if parked > 0 and n < want and not broken then claim_limited() end
 
+if n > 0 then
+  -- unpack takes at most a few thousand values: the running set in chunks.
+  for i = 1, 2 * n, 1000 do
+    redis.call('ZADD', KEYS[5], unpack(running, i, math.min(i + 999, 2 * n)))
+  end
+  if events_stream then
+    emit_many('claimed', now_s, claimed_ids, claimed_kinds, claimed_runs, {'worker', worker})
+  end
+end
 if broken then
   if n == 0 then
     return redis.error_reply('VR_WRONGTYPE ' .. broken)

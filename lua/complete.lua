@@ -9,8 +9,8 @@
 -- The event stream (while events are on) and, for a run holding a
 -- concurrency slot, which it gives back (include limits.lua), the
 -- limits:state hash, limits:ready zset and wake list: their names derived
--- from the prefix on those paths only (keys.lua feature_keys), not in KEYS,
--- which every call pays for.
+-- from the prefix on those paths only (keys.lua), not in KEYS, which every
+-- call pays for.
 -- A job others wait on (its `dependents` flag, read with the lease check)
 -- tells them here, in the same step (graph.lua; the queue-wide keys that
 -- takes derive from the prefix: keys.lua graph_queue_keys).
@@ -19,16 +19,28 @@
 --         snapshot keys derive from it (include offload.lua: an offload's
 --         snapshot becomes `completed` with the result, and the redacted
 --         wake-up is published)
--- ARGV[3] number of jobs n
--- ARGV[4..] 6 values per job: id, lease token, note, attachment (msgpack or
+-- ARGV[3] retention of completed jobs in ms ('' = no age bound)
+-- ARGV[4] most completed jobs kept ('' = no count bound): the oldest past
+--         either bound are trimmed here, up to twice as many as this call
+--         completes (retention.lua)
+-- ARGV[5] number of jobs n
+-- ARGV[6..] 6 values per job: id, lease token, note, attachment (msgpack or
 --         ''), carry (msgpack or '' = unchanged), result (msgpack or '')
 --
 -- Returns one value per job: 1 when completed, or the reason it was refused
 -- (stale or unknown job; the refusal is journaled and nothing else is written
 -- for that job; a job or journal key of the wrong type is refused with
--- nothing written, lease.lua check_owner, and quarantined by the reclaim).
+-- nothing written, and quarantined by the reclaim).
 -- Errors: VR_WRONGTYPE when the running or completed set is not a sorted set;
 -- then no job is moved (only refusals are journaled).
+--
+-- Each completed job's journal gets one entry, `completed`, carrying its
+-- run's claim (worker, claimed_at): its first, for a job that completes on
+-- its first run (journal.lua says what its hash still implies). It is the
+-- job's first write (XADD in a pcall, so a journal of the wrong type refuses
+-- the job with nothing written); the job's hash then follows. The two sets
+-- move every completed job at once, after the journals: their types are read
+-- first, so no job is left half moved.
 
 -- @include clock.lua
 -- @include keys.lua
@@ -37,98 +49,123 @@
 -- @include graph.lua
 -- @include limits.lua
 -- @include wake.lua
+-- @include retention.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
 local prefix = ARGV[2]
-local fk = nil -- feature_keys(prefix), made when a feature needs one
 local events = redis.call('HGET', KEYS[3], 'events')
-if (events or EVENTS_DEFAULT) ~= '0' then
-  fk = feature_keys(prefix)
-  events_open(KEYS[3], fk.events, prefix, events or false)
+events_open(KEYS[3], events_key(prefix), prefix, events or false)
+if type(redis.pcall('ZCARD', KEYS[1])) == 'table' then
+  return redis.error_reply('VR_WRONGTYPE ' .. KEYS[1] .. ' is not a sorted set')
 end
-local n = tonumber(ARGV[3])
--- check_owner's extra fields: the offload's two (OFFLOAD_FIELDS), then the
--- workflow flag.
-local MORE = {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents'}
+if type(redis.pcall('ZCARD', KEYS[2])) == 'table' then
+  return redis.error_reply('VR_WRONGTYPE ' .. KEYS[2] .. ' is not a sorted set')
+end
+local n = tonumber(ARGV[5])
 local out = {}
--- First every job is checked (the only writes: refusals journaled), then
--- the two sets move every accepted job at once, and they are the first
--- writes: a wrong-type set fails there, with no job half moved.
-local accepted, seen = {}, {}
+local seen = {}
 local done, members = {}, {}
+local kinds, runs = {}, {} -- the `completed` event's (events.lua emit_many)
 local woke = 0
-local lim = nil -- limits_lib(), made for the first run that held a slot
+local fk, lim = nil, nil -- feature_keys(prefix) and limits_lib(), for the first run that held a slot
 for i = 0, n - 1 do
-  local a = 4 + i * 6
+  local a = 6 + i * 6
   local id, token = ARGV[a], ARGV[a + 1]
   local job_key, journal_key = job_keys(prefix, id)
   if seen[id] then
     out[i + 1] = 'job is completed'
   else
     seen[id] = true
-    local refused, run, f = check_owner(job_key, journal_key, token, 'complete', now_s,
-      MORE)
+    -- The lease check (lease.lua's check_owner, lean: what the usual run has).
+    local f = redis.pcall('HMGET', job_key, 'state', 'lease_token', 'run_count', 'lease_owner',
+      'claimed_at', 'hooks', 'kind')
+    local refused = nil
+    if f.err then
+      refused = 'job key is not a hash'
+    elseif not f[1] then
+      refused = 'job does not exist'
+    elseif f[1] ~= 'running' then
+      refused = refuse(job_key, journal_key, f[1], 'job is ' .. f[1], f[3], 'complete', now_s)
+    elseif f[2] ~= token then
+      refused = refuse(job_key, journal_key, f[1],
+        'lease token does not match (the lease expired and was reclaimed)', f[3], 'complete', now_s)
+    end
     if refused then
       out[i + 1] = refused
     else
-      accepted[#accepted + 1] = {i, a, job_key, journal_key, run, f}
-      done[#done + 1] = id
-      members[#members + 1] = now_s
-      members[#members + 1] = id
-      out[i + 1] = 1
+      local run = f[3]
+      local note, attachment, carry, result = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+      -- The job's first write: a journal of the wrong type refuses it here,
+      -- with nothing written (the reclaim quarantines it at its lease's end).
+      local entry = redis.pcall(unpack(journal_args(journal_key, now_s, 'completed', run, note,
+        attachment, with_claim({}, f[4], f[5]))))
+      if type(entry) == 'table' and entry.err then
+        out[i + 1] = 'journal key is not a stream'
+      else
+        out[i + 1] = 1
+        done[#done + 1] = id
+        members[#members + 1] = now_s
+        members[#members + 1] = id
+        if events_stream then
+          kinds[#done] = f[7] or ''
+          runs[#done] = run
+        end
+        -- The lease fields and an empty note are removed, not emptied (a
+        -- field costs each retained hash ~15 B). A first run has no note,
+        -- attachment or result of an earlier run to drop: the usual
+        -- completion is one HSET and one HDEL of the lease's fields.
+        if note == '' then
+          redis.call('HSET', job_key, 'state', 'completed', 'finished_at', now_s, 'updated_at', now_s)
+        else
+          redis.call('HSET', job_key, 'state', 'completed', 'note', note,
+            'finished_at', now_s, 'updated_at', now_s)
+        end
+        local first = run == '1'
+        if attachment == '' and result == '' then
+          if first then
+            redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at')
+          elseif note == '' then
+            redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at', 'note',
+              'attachment', 'result')
+          else
+            redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at', 'attachment',
+              'result')
+          end
+        else
+          clear_lease(job_key)
+          if note == '' and not first then redis.call('HDEL', job_key, 'note') end
+          set_blob(job_key, 'attachment', attachment)
+          set_blob(job_key, 'result', result)
+        end
+        if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
+        if first then compact_journal(journal_key, 1) end -- a first run started the journal
+        -- A slot, an offload, dependents (lease.lua, `hooks`); a run claimed
+        -- before 0.2 (no claimed_at) may have any of them without the flag.
+        if f[6] or not f[5] then
+          local x = redis.call('HMGET', job_key, 'slot', OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents')
+          offload_settle(prefix, job_key, id, 'completed', result, nil, now, {x[2], x[3]})
+          if x[4] then
+            graph_finished(prefix, x[4], job_key, id, now, true, result, nil)
+          end
+          if x[1] then
+            lim = lim or limits_lib()
+            fk = fk or feature_keys(prefix)
+            if lim.release(fk.limits_state, fk.limits_ready, job_key, x[1], now_s) then woke = woke + 1 end
+          end
+        end
+      end
     end
   end
 end
-if #accepted == 0 then
+if #done == 0 then
   return out
 end
-local added = redis.pcall('ZADD', KEYS[2], unpack(members))
-if type(added) == 'table' and added.err then
-  return redis.error_reply('VR_WRONGTYPE ' .. KEYS[2] .. ' is not a sorted set')
+redis.call('ZREM', KEYS[1], unpack(done))
+redis.call('ZADD', KEYS[2], unpack(members))
+if events_stream then
+  emit_many('completed', now_s, done, kinds, runs)
 end
-local removed = redis.pcall('ZREM', KEYS[1], unpack(done))
-if type(removed) == 'table' and removed.err then
-  redis.call('ZREM', KEYS[2], unpack(done)) -- the only write so far: undone
-  return redis.error_reply('VR_WRONGTYPE ' .. KEYS[1] .. ' is not a sorted set')
-end
-for _, job in ipairs(accepted) do
-  local a, job_key, journal_key, run, f = job[2], job[3], job[4], job[5], job[6]
-  local id, note, attachment, carry, result =
-    ARGV[a], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
-  -- The lease fields and an empty note are removed, not emptied (a field
-  -- costs each retained hash ~15 B); the usual case is one HSET, one HDEL.
-  if note == '' then
-    redis.call('HSET', job_key, 'state', 'completed', 'finished_at', now_s,
-      'updated_at', now_s)
-  else
-    redis.call('HSET', job_key, 'state', 'completed', 'note', note,
-      'finished_at', now_s, 'updated_at', now_s)
-  end
-  if attachment == '' and result == '' then
-    if note == '' then
-      redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'note', 'attachment', 'result')
-    else
-      redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'attachment', 'result')
-    end
-  else
-    clear_lease(job_key)
-    if note == '' then redis.call('HDEL', job_key, 'note') end
-    set_blob(job_key, 'attachment', attachment)
-    set_blob(job_key, 'result', result)
-  end
-  if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
-  journal(journal_key, now_s, 'completed', run, note, attachment)
-  compact_journal(journal_key)
-  offload_settle(prefix, job_key, id, 'completed', result, nil, now, {f[5], f[6]})
-  if f[7] then
-    graph_finished(prefix, f[7], job_key, id, now, true, result, nil)
-  end
-  if f[4] then
-    lim = lim or limits_lib()
-    fk = fk or feature_keys(prefix)
-    if lim.release(fk.limits_state, fk.limits_ready, job_key, f[4], now_s) then woke = woke + 1 end
-  end
-end
-if woke > 0 then wake_workers(fk.wake, woke) end
+trim_finished(prefix, KEYS[2], now, ARGV[3], ARGV[4], #done)
+if woke > 0 then wake_workers(feature_keys(prefix).wake, woke) end
 return out

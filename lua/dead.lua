@@ -37,14 +37,15 @@ if refused then
 end
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
 redis.call('HINCRBY', KEYS[1], 'failures', 1)
-redis.call('HSET', KEYS[1], 'state', 'dead', 'note', ARGV[5],
+redis.call('HSET', KEYS[1], 'state', 'dead', 'note', ARGV[5], 'dead_reason', ARGV[8],
   'finished_at', now, 'updated_at', now)
 redis.call('ZADD', KEYS[4], now, id)
-journal(KEYS[2], now, 'dead', run, ARGV[5], ARGV[6], with_error({'reason', ARGV[8]}, ARGV[9], ARGV[10]))
+journal(KEYS[2], now, 'dead', run, ARGV[5], ARGV[6],
+  with_error(with_claim({'reason', ARGV[8]}, f[5], f[6]), ARGV[9], ARGV[10]))
 compact_journal(KEYS[2])
-offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[5], f[6]})
-if f[7] then
-  graph_finished(ARGV[2], f[7], KEYS[1], id, now, false, nil, ARGV[5])
+offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[7], f[8]})
+if f[9] then
+  graph_finished(ARGV[2], f[9], KEYS[1], id, now, false, nil, ARGV[5])
 end
 if f[4] and limits_lib().release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then
   wake_workers(KEYS[9], 1)

@@ -2,43 +2,32 @@
 --
 -- KEYS[1]      dedup index hash
 -- KEYS[2]      wake list: one token per job created (wake_workers, wake.lua)
--- KEYS[3+3i..] for job i (0-based): job hash, journal stream, pending zset of its priority.
---              The journal stream is not written here: the hash holds what its
---              `enqueued` entry would say, and the job's first journaled event
---              writes that entry first (materialize, journal.lua). A one-entry
---              stream costs ~4.7 KB on Redis 7.0, ten times the rest of the job.
+-- KEYS[3]      queue meta hash (its `events` and `limits` fields)
+-- KEYS[4+2i..] for job i (0-based): its job hash, the pending zset of its priority
+-- KEYS[4+2n+i] with offload snapshots (ARGV[5] '1'): job i's snapshot key
 -- ARGV[1]      now in ms, or '' for Redis TIME
--- ARGV[2]      key prefix of the queue (events.lua takes its length)
+-- ARGV[2]      key prefix of the queue ("venturi:{q}:")
 -- ARGV[3]      number of jobs n
 -- ARGV[4]      dedup mode: 'nx' = take a dedup field only if free (a holder
 --              is reported back, nothing written for that job); 'force' = point
---              the field at the new job (Merge.independent: newest pending wins).
---              A trailing '+' ('nx+', 'force+'): the extended layout below.
--- ARGV[5..]    f = 9 fields per job: id, kind, priority, delay_ms, payload, carry,
---              lease_ms ('' = worker default), max_failures ('' = worker
---              default, 'none' = no backstop), dedup field ('' = no dedup);
---              extended, f = 11: then timeout_ms ('' = the worker's) and the
---              limit key field ('' = none).
--- Optional offload snapshots (@vr.offload): when #KEYS == 4 + 4n (+3 extended),
--- KEYS[3+3n+i] is job i's snapshot key and ARGV[5+fn+2i], ARGV[6+fn+2i] are
--- its token and retention in ms; the pending snapshot is written with the job
--- (include offload_pending.lua), never for a job that collided.
--- Optional trace contexts (venturi_redis.otel): when ARGV holds n more values
--- after the rest, the last n are job i's W3C trace context, stored in its
--- hash as `trace` ('' = none).
--- Extended only, three KEYS before the last two: the limits hash,
--- limits:parked and limits:ready (lua/include/limits.lua). A job of a limited
--- kind, eligible now, is parked there instead of put in its pending set, so a
--- claim never scans it. The client sends the extended layout when a job of
--- the call has a timeout or a limit key: the common call pays for neither
--- (three keys and two fields cost a one-job enqueue ~11% of Redis's
--- instructions). A job of a limited kind sent without is parked by the claim
--- that first reaches it.
--- The last two KEYS: the queue meta hash and the event stream (include
--- events.lua: each job created is an `enqueued` event).
+--              the field at the new job (Merge.independent: newest pending wins)
+-- ARGV[5]      '1' when every job of the call is an @vr.offload call's: each
+--              job's pairs are then followed by its snapshot's token and
+--              retention in ms, and the pending snapshot is written with the
+--              job (include offload_pending.lua), never for a job that collided
+-- ARGV[6..]    per job, job_args.lua's layout (JOB_ARGS: id, kind, priority,
+--              delay_ms, dedup field, payload, m, then m optional field, value pairs)
+-- The journal is not written here: the hash holds what its `enqueued` entry
+-- would say (journal.lua). The event stream (while events are on: the meta
+-- hash's `events`, include events.lua) gets one entry per call, `enqueued`.
+-- A job of a limited kind (the meta hash's `limits` on, its kind in the
+-- limits hash: keys.lua feature_keys), eligible now, is parked instead of put
+-- in its pending set, so a claim never scans it (include limits.lua).
 --
 -- Returns {now, r1, ..., rn}: ri is '' when job i was created, or the id of
--- the pending job already holding its dedup field (nothing written for i).
+-- the pending job already holding its dedup field (nothing written for i);
+-- for one job (n = 1), r1 alone (a string: a table reply costs Redis more
+-- to build than the rest of a small call's reply).
 -- Errors: none; every precondition is the dedup check, made before any write
 -- for that job.
 --
@@ -52,42 +41,38 @@
 -- left pending since (it was freed at claim).
 
 -- @include clock.lua
+-- @include keys.lua
 -- @include dedup.lua
 -- @include wake.lua
 -- @include offload_pending.lua
 -- @include events.lua
+-- @include job_args.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
+local prefix = ARGV[2]
 local n = tonumber(ARGV[3])
-local mode = ARGV[4]
-local extended = mode == 'nx+' or mode == 'force+'
-local force = mode == 'force' or mode == 'force+'
-local fields, base = 9, 4
-local limits_key, parked_key, ready_key
-local limited = false -- whether the limits hash exists: learnt with the first job's EXISTS
-if extended then
-  fields, base = 11, 7
-  limits_key, parked_key, ready_key = KEYS[#KEYS - 4], KEYS[#KEYS - 3], KEYS[#KEYS - 2]
-  limited = nil
-end
-local with_offload = #KEYS == base + 4 * n
-local trace_at = 5 + fields * n + (with_offload and 2 * n or 0) -- job i's trace: ARGV[trace_at + i]
-local with_trace = #ARGV == trace_at - 1 + n
--- Whether the event stream exists (events.lua: no stream, no events), learnt
--- with the first job's EXISTS; only then is the switch read (events_open).
-local events_seen = nil
-local out = {now}
+local force = ARGV[4] == 'force'
+local offload = ARGV[5] == '1'
+local meta = redis.call('HMGET', KEYS[3], 'events', 'limits')
+events_open(KEYS[3], events_key(prefix), prefix, meta[1] or false)
+local fk = nil -- flow control's keys, while limits are on
+if meta[2] == '1' then fk = feature_keys(prefix) end
+local one = n == 1
+local out = one and nil or {now}
 local created = 0
+local ids, kinds, runs = nil, nil, nil -- the `enqueued` event's, for many jobs
+if events_stream and not one then ids, kinds, runs = {}, {}, {} end
+local a = 6
 for i = 0, n - 1 do
-  local a = 5 + i * fields
-  local id, kind, priority = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  local delay = ARGV[a + 3] -- '0' for most jobs: compared as a string, no tonumber
-  local payload, carry, lease, maxf, field =
-    ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
-  local timeout, limit_key = '', ''
-  if extended then timeout, limit_key = ARGV[a + 9], ARGV[a + 10] end
-  local job_key, pending = KEYS[3 + i * 3], KEYS[5 + i * 3]
+  local id, kind, priority, delay, field, payload, m, first = job_at(a)
+  a = first + 2 * m
+  local token, ttl = nil, nil
+  if offload then
+    token, ttl = ARGV[a], ARGV[a + 1]
+    a = a + 2
+  end
+  local job_key, pending = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
   local holder = ''
   if field ~= '' then
     if force then
@@ -99,35 +84,7 @@ for i = 0, n - 1 do
       end
     end
   end
-  local exists = 0
-  if holder == '' then
-    if limited == nil then
-      -- One EXISTS for the job key and the limits hash: with no limits
-      -- defined (the common case) it answers both at once.
-      exists = redis.call('EXISTS', job_key, limits_key)
-      if exists == 0 then
-        limited = false
-      else
-        limited = redis.call('EXISTS', limits_key) == 1
-        if limited then exists = exists - 1 end
-      end
-    elseif events_seen == nil then
-      -- The same for the event stream: with events off (the default, and
-      -- then no stream) the one EXISTS answers both, and no HGET of the
-      -- switch is made: the off path costs enqueue nothing but this key.
-      exists = redis.call('EXISTS', job_key, KEYS[#KEYS])
-      if exists == 0 then
-        events_seen = false
-      else
-        events_seen = redis.call('EXISTS', KEYS[#KEYS]) == 1
-        if events_seen then exists = exists - 1 end
-      end
-      if events_seen then events_open(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2]) end
-    else
-      exists = redis.call('EXISTS', job_key)
-    end
-  end
-  if exists == 1 then
+  if holder == '' and redis.call('EXISTS', job_key) == 1 then
     -- A resend whose job exists (without a dedup key, or after it was claimed).
     holder = false
     if field ~= '' and redis.call('HGET', job_key, 'state') ~= 'pending' then
@@ -136,50 +93,46 @@ for i = 0, n - 1 do
   end
   if holder == '' then
     local eligible_s = delay == '0' and now_s or str(now + tonumber(delay))
-    -- Only what is not derivable: the id is in the key, and run_count,
-    -- failures (absent = 0) and updated_at (absent = created_at) are written
-    -- by the first script that changes them: ~90 B less per pending job (W6).
-    redis.call('HSET', job_key,
-      'kind', kind, 'state', 'pending', 'priority', priority,
-      'eligible_at', eligible_s, 'created_at', now_s, 'payload', payload)
-    if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
-    if lease ~= '' then redis.call('HSET', job_key, 'lease_ms', lease) end
-    if maxf ~= '' then redis.call('HSET', job_key, 'max_failures', maxf) end
-    if field ~= '' then redis.call('HSET', job_key, 'dedup', field) end
-    if with_trace and ARGV[trace_at + i] ~= '' then
-      redis.call('HSET', job_key, 'trace', ARGV[trace_at + i])
-    end
-    if timeout ~= '' then redis.call('HSET', job_key, 'timeout_ms', timeout) end
-    if limit_key ~= '' then redis.call('HSET', job_key, 'limit_key', limit_key) end
-    if limited and delay == '0' and redis.call('HEXISTS', limits_key, kind) == 1 then
+    write_job(job_key, 'pending', kind, priority, eligible_s, now_s, payload, field, first, m)
+    if fk and delay == '0' and redis.call('HEXISTS', fk.limits, kind) == 1 then
       -- limits.lua's limit_park, inline: a helper (its closure, its level
       -- table) would cost every enqueue, limited or not.
       local level = priority == 'critical' and '0' or priority == 'high' and '1'
         or priority == 'low' and '3' or '2'
-      local entity = kind .. '\t' .. limit_key
+      local entity = kind .. '\t' .. job_extra(first, m, 'limit_key')
       local member = entity .. '\t' .. level .. id
-      redis.call('ZADD', parked_key, 0, member)
-      redis.call('ZADD', ready_key, 'NX', now_s, entity)
+      redis.call('ZADD', fk.limits_parked, 0, member)
+      redis.call('ZADD', fk.limits_ready, 'NX', now_s, entity)
       redis.call('HSET', job_key, 'parked', member)
     else
       redis.call('ZADD', pending, eligible_s, id)
     end
-    if with_offload then
-      local o = 5 + fields * n + 2 * i
-      offload_pending(KEYS[3 + 3 * n + i], job_key, id, kind, ARGV[o], ARGV[o + 1], now)
+    if offload then
+      offload_pending(KEYS[4 + 2 * n + i], job_key, id, kind, token, ttl, now)
     end
     created = created + 1
-    if events_seen == nil then -- the first job's EXISTS went to the limits hash
-      events_seen = redis.call('EXISTS', KEYS[#KEYS]) == 1
-      if events_seen then events_open(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2]) end
-    end
     if events_stream then
-      emit(id, kind, 'enqueued', now_s, 0, nil, {'priority', priority, 'eligible_at', eligible_s})
+      if one then
+        -- One job: its entry straight away (events.lua's one-job form, with
+        -- its priority and eligibility), no tables built for it.
+        redis.call('XADD', events_stream, 'MAXLEN', '~', events_cap, '*', 'event', 'enqueued',
+          'job', id, 'kind', kind, 'at', now_s, 'run', '0', 'priority', priority,
+          'eligible_at', eligible_s)
+      else
+        ids[created], kinds[created], runs[created] = id, kind, 0
+      end
     end
+  end
+  if one then
+    if created > 0 then wake_workers(KEYS[2], 1) end
+    return holder or ''
   end
   out[#out + 1] = holder or ''
 end
 if created > 0 then
   wake_workers(KEYS[2], created)
+  if events_stream then
+    emit_many('enqueued', now_s, ids, kinds, runs)
+  end
 end
 return out

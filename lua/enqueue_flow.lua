@@ -6,20 +6,18 @@
 --
 -- KEYS[1] waiting zset   KEYS[2] wake list
 -- KEYS[3..6] pending zsets, CRITICAL first: a job's priority picks one
--- KEYS[7] queue meta hash   KEYS[8] event stream (include events.lua: each
+-- KEYS[7] queue meta hash (its `events` field: include events.lua; each
 --         job created is an `enqueued` event, as enqueue.lua's are)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and graph
 --         keys derive from it (keys.lua job_keys, graph_keys)
 -- ARGV[3] number of jobs n
--- ARGV[4..] per job: id, kind, priority, delay_ms, payload, carry, lease_ms
---         ('' = worker default), max_failures ('' = worker default, 'none'),
---         policy ('fail' | 'ignore'), trace (W3C context, '' = none),
---         timeout_ms ('' = the worker's), limit key ('' = none) (those three
---         stored as enqueue.lua stores them; a job of a limited kind is parked
---         by the claim that first reaches it, limits.lua), k = how many ids it
---         waits on, then those k ids (each an earlier job of this call or a
---         job of the queue)
+-- ARGV[4..] per job: job_args.lua's layout (JOB_ARGS, then its optional
+--         field, value pairs, stored as enqueue.lua stores them; its dedup
+--         field is always ''; a job of a limited kind is parked by the claim
+--         that first reaches it, limits.lua), then policy ('fail' |
+--         'ignore'), k = how many ids it waits on, then those k ids (each an
+--         earlier job of this call or a job of the queue)
 --
 -- A job whose dependencies have all completed already is written pending,
 -- as enqueue.lua would; any other is WAITING: in the waiting zset, its set
@@ -41,6 +39,7 @@
 -- @include journal.lua
 -- @include wake.lua
 -- @include events.lua
+-- @include job_args.lua
 
 local GRAPH_IDS_SHOWN_AT_ENQUEUE = 20
 
@@ -48,21 +47,21 @@ local now = now_ms(ARGV[1])
 local now_s = str(now)
 local prefix = ARGV[2]
 local n = tonumber(ARGV[3])
-events_open(KEYS[7], KEYS[8], prefix)
+events_open(KEYS[7], events_key(prefix), prefix)
 
 -- Parse, then check every dependency before the first write.
 local jobs, new = {}, {}
 local a = 4
 for i = 1, n do
-  local job = {id = ARGV[a], kind = ARGV[a + 1], priority = ARGV[a + 2], delay = ARGV[a + 3],
-    payload = ARGV[a + 4], carry = ARGV[a + 5], lease = ARGV[a + 6], maxf = ARGV[a + 7],
-    policy = ARGV[a + 8], trace = ARGV[a + 9], timeout = ARGV[a + 10],
-    limit_key = ARGV[a + 11], deps = {}}
-  local k = tonumber(ARGV[a + 12])
+  local id, kind, priority, delay, _, payload, m, first = job_at(a)
+  a = first + 2 * m
+  local job = {id = id, kind = kind, priority = priority, delay = delay, payload = payload,
+    first = first, m = m, policy = ARGV[a], deps = {}}
+  local k = tonumber(ARGV[a + 1])
   for j = 1, k do
-    job.deps[j] = ARGV[a + 12 + j]
+    job.deps[j] = ARGV[a + 1 + j]
   end
-  a = a + 13 + k
+  a = a + 2 + k
   jobs[i] = job
 end
 if redis.call('EXISTS', (job_keys(prefix, jobs[1].id))) == 1 then
@@ -107,18 +106,10 @@ for _, job in ipairs(jobs) do
     end
   end
   local state = #waits > 0 and 'waiting' or 'pending'
-  redis.call('HSET', job_key,
-    'kind', job.kind, 'state', state, 'priority', job.priority,
-    'eligible_at', eligible_s, 'created_at', now_s, 'payload', job.payload)
-  if job.carry ~= '' then redis.call('HSET', job_key, 'carry', job.carry) end
-  if job.lease ~= '' then redis.call('HSET', job_key, 'lease_ms', job.lease) end
-  if job.maxf ~= '' then redis.call('HSET', job_key, 'max_failures', job.maxf) end
+  write_job(job_key, state, job.kind, job.priority, eligible_s, now_s, job.payload, '', job.first, job.m)
   if job.policy == 'ignore' then
     redis.call('HSET', job_key, 'on_dependency_failure', 'ignore')
   end
-  if job.trace ~= '' then redis.call('HSET', job_key, 'trace', job.trace) end
-  if job.timeout ~= '' then redis.call('HSET', job_key, 'timeout_ms', job.timeout) end
-  if job.limit_key ~= '' then redis.call('HSET', job_key, 'limit_key', job.limit_key) end
   if events_stream then
     emit(id, job.kind, 'enqueued', now_s, 0, nil, {'priority', job.priority, 'eligible_at', eligible_s})
   end
@@ -132,9 +123,10 @@ for _, job in ipairs(jobs) do
       local _, dependents_key = graph_keys(prefix, dep)
       redis.call('SADD', deps_key, dep)
       redis.call('SADD', dependents_key, id)
-      redis.call('HSET', dep_key, 'dependents', '1')
+      redis.call('HSET', dep_key, 'dependents', '1', 'hooks', '1')
     end
     write_enqueued(journal_key, {now_s, job.priority, eligible_s})
+    redis.call('HSET', job_key, 'run_count', '0') -- it has a journal now (journal.lua materialize)
     local shown = {}
     for j = 1, math.min(#waits, GRAPH_IDS_SHOWN_AT_ENQUEUE) do shown[j] = waits[j] end
     journal(journal_key, now_s, 'waiting', 0, 'waiting on ' .. #waits .. ' job(s)', nil,

@@ -37,7 +37,7 @@ leave_running(KEYS[3], KEYS[1], id, ARGV[7], ARGV[8])
 redis.call('HSET', KEYS[1], 'state', 'pending', 'note', ARGV[6],
   'eligible_at', eligible, 'updated_at', now)
 back_to_pending(KEYS[4], KEYS[5], KEYS[1], id, eligible)
-journal(KEYS[2], now, 'paused', run, ARGV[6], ARGV[7], {'delay_ms', ARGV[5]})
+journal(KEYS[2], now, 'paused', run, ARGV[6], ARGV[7], with_claim({'delay_ms', ARGV[5]}, o[5], o[6]))
 compact_journal(KEYS[2])
 wake_workers(KEYS[6], 1)
 return {1, now + delay}

@@ -7,9 +7,12 @@
 -- KEYS[2] dedup index hash
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (job hashes and journals derive from it)
--- ARGV[3] keep jobs that finished less than this many ms before now (0 = none kept)
+-- ARGV[3] keep jobs that finished less than this many ms before now (0 = none
+--         kept; '' = no age bound)
 -- ARGV[4] the state the zset holds ('completed', 'dead' or 'cancelled')
 -- ARGV[5] at most this many jobs per call
+-- ARGV[6] keep at most this many, the newest ('' = no count bound): the
+--         oldest beyond them go too (retention's count bound, issue 47)
 --
 -- A removed job's workflow keys go with it (keys.lua graph_keys): its
 -- dependents set and the results copied to it (its deps set is gone by the
@@ -28,13 +31,24 @@
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
-local cutoff = now - tonumber(ARGV[3])
 local limit = tonumber(ARGV[5])
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff, 'LIMIT', 0, limit + 1)
+-- How many of the oldest go: those past the age, or beyond the count, whichever is more.
+local doomed = 0
+if ARGV[3] ~= '' then
+  doomed = redis.call('ZCOUNT', KEYS[1], '-inf', now - tonumber(ARGV[3]))
+end
+if ARGV[6] ~= '' then
+  local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[6])
+  if over > doomed then doomed = over end
+end
 local more = 0
-if #ids > limit then
+if doomed > limit then
   more = 1
-  ids[#ids] = nil
+  doomed = limit
+end
+local ids = {}
+if doomed > 0 then
+  ids = redis.call('ZRANGE', KEYS[1], 0, doomed - 1)
 end
 local removed = 0
 for _, id in ipairs(ids) do

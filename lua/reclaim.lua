@@ -53,7 +53,7 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local job_key, journal_key = job_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'failures', 'max_failures',
-    'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents', 'slot')
+    'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents', 'slot', 'claimed_at')
   local pending = nil
   if f.err then
     quarantine(job_key, journal_key, KEYS[2], id, now, 'job key is not a hash')
@@ -77,12 +77,19 @@ for _, id in ipairs(ids) do
       graph_finished(prefix, f[8], job_key, id, now, false, nil, bad)
       died = died + 1
     else
+      materialize(job_key, journal_key) -- a first run's claim wrote no journal
       clear_lease(job_key)
-      journal(journal_key, now, 'lease_expired', f[5], 'lease expired; worker presumed dead', nil,
-        {'worker', f[6] or '', 'lease_expires', f[7] or '', 'failures', failures})
+      local extra = {'lease_expires', f[7] or '', 'failures', failures}
+      if f[10] then
+        with_claim(extra, f[6], f[10])
+      else -- claimed by a release before 0.2: its `claimed` entry is there
+        extra[#extra + 1] = 'worker'
+        extra[#extra + 1] = f[6] or ''
+      end
+      journal(journal_key, now, 'lease_expired', f[5], 'lease expired; worker presumed dead', nil, extra)
       if limit and failures >= limit then
         redis.call('HSET', job_key, 'state', 'dead', 'failures', failures,
-          'note', 'lease expired', 'finished_at', now, 'updated_at', now)
+          'note', 'lease expired', 'dead_reason', 'max_failures', 'finished_at', now, 'updated_at', now)
         redis.call('ZADD', KEYS[2], now, id)
         journal(journal_key, now, 'dead', f[5],
           'retry backstop: ' .. failures .. ' failed runs (max_failures=' .. limit .. ')', nil,

@@ -33,7 +33,7 @@ clear_lease(KEYS[1])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[5]) end
 redis.call('HSET', KEYS[1], 'state', 'pending', 'eligible_at', now, 'updated_at', now)
 back_to_pending(KEYS[4], KEYS[5], KEYS[1], id, now)
-journal(KEYS[2], now, 'released', run, ARGV[6], nil)
+journal(KEYS[2], now, 'released', run, ARGV[6], nil, with_claim({}, o[5], o[6]))
 compact_journal(KEYS[2])
 wake_workers(KEYS[6], 1)
 return {1}

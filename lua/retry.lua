@@ -49,10 +49,10 @@ leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
 
 if limit and failures >= limit then
   redis.call('HSET', KEYS[1], 'state', 'dead', 'failures', failures,
-    'note', ARGV[5], 'finished_at', now, 'updated_at', now)
+    'note', ARGV[5], 'dead_reason', 'max_failures', 'finished_at', now, 'updated_at', now)
   redis.call('ZADD', KEYS[5], now, id)
   journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
-    with_error({'failures', failures}, ARGV[12], ARGV[13]))
+    with_error(with_claim({'failures', failures}, o[5], o[6]), ARGV[12], ARGV[13]))
   journal(KEYS[2], now, 'dead', run,
     'retry backstop: ' .. failures .. ' failed runs (max_failures=' .. limit .. ')', nil,
     {'reason', 'max_failures'})
@@ -71,7 +71,7 @@ redis.call('HSET', KEYS[1], 'state', 'pending', 'failures', failures,
   'note', ARGV[5], 'eligible_at', eligible, 'updated_at', now)
 back_to_pending(KEYS[4], KEYS[6], KEYS[1], id, eligible)
 journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
-  with_error({'failures', failures, 'delay_ms', delay}, ARGV[12], ARGV[13]))
+  with_error(with_claim({'failures', failures, 'delay_ms', delay}, o[5], o[6]), ARGV[12], ARGV[13]))
 compact_journal(KEYS[2])
 wake_workers(KEYS[7], 1)
 return {1, 'pending', delay, failures}

@@ -56,7 +56,7 @@ for i = 4, #ARGV do
     materialize(job_key, journal_key)
     redis.call('HSET', job_key, 'state', 'pending', 'failures', 0, 'eligible_at', now,
       'updated_at', now, 'note', ARGV[3])
-    redis.call('HDEL', job_key, 'finished_at', 'cancel_requested')
+    redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason')
     back_to_pending(pending, KEYS[2], job_key, id, now)
     offload_repend(prefix, job_key, id)
     journal(journal_key, now, 'retried', f[3], ARGV[3], nil,

@@ -33,6 +33,6 @@ redis.call('HSET', KEYS[1], 'state', 'suspended', 'note', ARGV[5], 'updated_at',
 redis.call('HDEL', KEYS[1], 'resume_input', 'eligible_at')
 set_blob(KEYS[1], 'output', ARGV[8])
 redis.call('ZADD', KEYS[4], now, id)
-journal(KEYS[2], now, 'suspended', run, ARGV[5], ARGV[6])
+journal(KEYS[2], now, 'suspended', run, ARGV[5], ARGV[6], with_claim({}, o[5], o[6]))
 compact_journal(KEYS[2])
 return {1}

@@ -49,10 +49,16 @@ async def run_until_event(
 async def claim_raw(queue: vr.Queue, count: int, *, worker: str = "w1", lease_ms: int = 30_000) -> list[Any]:
     """Run claim.lua directly (no worker); the script's raw reply.
 
-    ``[now, next, job...]``, 13 values per job (see lua/claim.lua).
+    ``[now, next, job...]``, ``calls.CLAIM_FIELDS`` values per job (see
+    lua/claim.lua); ``claimed`` gives each job's id and lease token.
     """
     c = queue.client
     call = calls.claim(
         queue.keys, c._now_arg(), count=count, worker=worker, token_base="tok", default_lease_ms=lease_ms
     )
     return list(await c.sender.call(call))
+
+
+def claimed_jobs(reply: list[Any]) -> list[tuple[str, str]]:
+    """(id, lease token) of each job of a ``claim_raw`` reply (its token base is 'tok')."""
+    return [(job[0], job[6]) for job in calls.claim_reply(reply, "tok").jobs()]

@@ -13,9 +13,10 @@ import anyio
 import pytest
 
 import venturi_redis as vr
-from tests.helpers import claim_raw, drain, events
+from tests.helpers import claim_raw, claimed_jobs, drain, events
 from tests.tasks import Echo, EchoJob
 from venturi_redis._store import calls
+from venturi_redis._store.store import KEEP_ALL
 from venturi_redis._worker.completer import _Batch
 from venturi_redis._worker.runner import _Runner
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.anyio
 
 async def _claim(queue: vr.Queue, count: int) -> list[tuple[str, str]]:
     reply = await claim_raw(queue, count, worker="tester")
-    return [(reply[i].decode(), reply[i + 6].decode()) for i in range(2, len(reply), 13)]
+    return claimed_jobs(reply)
 
 
 async def test_one_complete_call_settles_many_jobs_each_fenced(queue: vr.Queue) -> None:
@@ -64,8 +65,8 @@ async def test_a_burst_of_completions_shares_round_trips(
     real = sender.pipeline
 
     async def spy(calls: Any, **kw: Any) -> list[Any]:
-        # (script, jobs it carries): a complete call carries ARGV[3] jobs.
-        pipelines.append([(name, int(args[2]) if name == "complete" else 1) for name, _, args in calls])
+        # (script, jobs it carries): a complete call carries ARGV[5] jobs.
+        pipelines.append([(name, int(args[4]) if name == "complete" else 1) for name, _, args in calls])
         return await real(calls, **kw)
 
     monkeypatch.setattr(sender, "pipeline", spy)
@@ -136,7 +137,7 @@ async def test_two_pipelines_go_out_at_once_never_three(
         return await real(calls, **kw)
 
     monkeypatch.setattr(sender, "pipeline", held)
-    committer = _Batch(client)
+    committer = _Batch(client, KEEP_ALL)
     replies: list[Any] = []
 
     async def claim() -> None:
@@ -173,14 +174,14 @@ def _failing_completes(
 ) -> list[int]:
     """The committer's pipelines that carry a complete call fail with ``error``, ``times`` times.
 
-    Returns the list of jobs each failed pipeline carried (its complete calls' ARGV[3]).
+    Returns the list of jobs each failed pipeline carried (its complete calls' ARGV[5]).
     """
     sender = queue.client.sender
     real = sender.pipeline
     failed: list[int] = []
 
     async def flaky(calls: Any, **kw: Any) -> list[Any]:
-        carried = sum(int(args[2]) for name, _, args in calls if name == "complete")
+        carried = sum(int(args[4]) for name, _, args in calls if name == "complete")
         if carried and len(failed) < times:
             failed.append(carried)
             raise error

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import venturi_redis as vr
-from tests.helpers import claim_raw
+from tests.helpers import claim_raw, claimed_jobs
 from tests.servers import RedisServer
 from tests.tasks import Echo
 
@@ -34,7 +34,7 @@ async def timed(url: str, queue_name: str) -> AsyncIterator[tuple[vr.Queue, Cloc
 async def claim(queue: vr.Queue, count: int) -> tuple[int, list[str]]:
     """Run claim.lua; returns (next, claimed ids)."""
     reply = await claim_raw(queue, count)
-    return int(reply[1]), [reply[i].decode() for i in range(2, len(reply), 13)]
+    return int(reply[1]), [job_id for job_id, _ in claimed_jobs(reply)]
 
 
 async def test_order_across_levels_and_next_from_the_scan(timed: tuple[vr.Queue, Clock]) -> None:

@@ -769,6 +769,7 @@ async def test_job_page_shows_progress_escaped(world: World) -> None:
 
 
 async def test_live_events_off_shows_how_to_turn_them_on(world: World) -> None:
+    await world.queue.set_events(False)
     async with http(create_app(world.client)) as h:
         page = await h.get("/queues/mail")
         feed = await h.get("/queues/mail/events")
@@ -836,9 +837,10 @@ async def test_live_feed_beats_while_quiet_resumes_after_last_event_id_and_ends(
     from venturi_redis.dashboard import _live
 
     await world.queue.set_events(True)
+    mark = await _last_event(world.queue)  # the world's own events before it
     first = await world.queue.enqueue(Echo(text="one"))
     second = await world.queue.enqueue(Echo(text="two"))
-    (ev1,) = [e async for e in _take(world.queue.events(since="0"), 2)][1:]  # events_on, then enqueued
+    (ev1,) = [e async for e in _take(world.queue.events(since=mark), 1)]
     assert ev1.job_id == first
     assert _live.resume_point(ev1.id) == ev1.id and _live.resume_point("x<y") == "$"
     sent: list[bytes] = []
@@ -856,6 +858,11 @@ async def test_live_feed_beats_while_quiet_resumes_after_last_event_id_and_ends(
     body = b"".join(sent).decode()
     assert f'"job_id":"{second}"' in body and f'"job_id":"{first}"' not in body
     assert ": quiet" in body and _live.OPEN == 0
+
+
+async def _last_event(queue: vr.Queue) -> str:
+    (entry,) = await queue.client.redis.xrevrange(queue.keys.events, count=1)
+    return str(entry[0].decode())
 
 
 async def _take(events: Any, n: int) -> AsyncIterator[Any]:

@@ -145,11 +145,14 @@ async def test_job_doing(queue: vr.Queue) -> None:
     worker = make_worker(queue, EchoJob, name="pod-7")
     await worker._runners[0].claim(1)
     hm, recent = await run("job-doing", queue, jid)
-    state, kind, runs, failures, owner, expires, note = (text(v) if v is not None else None for v in hm)
+    state, kind, runs, failures, owner, claimed, expires, note = (
+        text(v) if v is not None else None for v in hm
+    )
     # failures is absent (nil) until the first failure: docs/redis-layout.md
     assert (state, kind, runs, failures, owner) == ("running", "echo", "1", None, "pod-7")
-    assert expires is not None and int(expires) > 0 and note is None
-    assert [fields(e)["event"] for e in recent] == ["claimed", "enqueued"]
+    assert claimed is not None and expires is not None and int(expires) > int(claimed) > 0
+    assert note is None
+    assert recent == []  # a first run: its claim is in the hash, no journal yet
 
 
 async def test_expired_leases(queue: vr.Queue) -> None:
@@ -169,9 +172,11 @@ async def test_ran_twice(queue: vr.Queue) -> None:
     runs, journal = await run("ran-twice", queue, jid)
     assert text(runs) == "2"
     entries = [fields(e) for e in journal]
-    assert [e["event"] for e in entries] == ["enqueued", "claimed", "failed", "claimed", "completed"]
-    failed = entries[2]
+    assert [e["event"] for e in entries] == ["enqueued", "failed", "completed"]
+    failed = entries[1]
     assert failed["note"] == "boom 1" and failed["run"] == "1" and "delay_ms" in failed
+    assert failed["worker"] and int(failed["claimed_at"]) > 0
+    assert entries[2]["run"] == "2" and int(entries[2]["claimed_at"]) >= int(failed["at"])
 
 
 async def test_dead_why(queue: vr.Queue) -> None:
@@ -262,7 +267,7 @@ async def test_waiting_on(queue: vr.Queue) -> None:
     assert text(state) == "completed" and not deps
     assert sorted(text(x) for x in results) == sorted([a, b])
     events = [fields(e)["event"] for e in recent]
-    assert events == ["completed", "claimed", "ready"]
+    assert events == ["completed", "ready", "dependency_completed"]
 
 
 async def test_schedules(queue: vr.Queue) -> None:

@@ -63,9 +63,7 @@ async def claim(q: vr.Queue, count: int, worker: str = "w1") -> tuple[int, list[
         q.keys, c._now_arg(), count=count, worker=worker, token_base="t", default_lease_ms=10_000
     )
     reply = list(await c.sender.call(call))
-    jobs = [
-        (reply[i].decode(), reply[i + 1].decode(), reply[i + 6].decode()) for i in range(2, len(reply), 13)
-    ]
+    jobs = [(job[0], job[1], job[6]) for job in calls.claim_reply(reply, "t").jobs()]
     return int(reply[1]), jobs
 
 

@@ -1,5 +1,7 @@
-"""The journal stream is created lazily: enqueue writes none, the first journaled
-event writes the `enqueued` entry first, and readers synthesize it until then."""
+"""The journal holds what the job's hash cannot say (lua/include/journal.lua):
+enqueue writes none, a claim writes none, the first entry is written by the
+first event the hash cannot imply, and readers put back what the hash says
+(the `enqueued` entry, each run's `claimed` entry: records.py journal_from)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 import venturi_redis as vr
 from tests.helpers import claim_raw, make_worker, run_until_event
 from tests.tasks import Echo
-from venturi_redis._model.records import JournalEntry, claim_history, enqueued_entry
+from venturi_redis._model.records import JournalEntry, LazyJournal, enqueued_entry
 from venturi_redis._store import calls
 
 pytestmark = pytest.mark.anyio
@@ -26,13 +28,11 @@ class Clock:
 
 
 async def claim(queue: vr.Queue, count: int = 10) -> list[tuple[str, str, list[JournalEntry]]]:
-    """Run claim.lua; returns (id, token, history) per claimed job."""
-    reply = await claim_raw(queue, count)
-    out = []
-    for i in range(2, len(reply), 13):
-        job = reply[i : i + 13]
-        out.append((job[0].decode(), job[6].decode(), JournalEntry.from_xrange(claim_history(job[11]))))
-    return out
+    """Run claim.lua; returns (id, token, history) per claimed job, as a worker reads them."""
+    reply = calls.claim_reply(await claim_raw(queue, count), "tok")
+    return [
+        (job[0], job[6], list(LazyJournal(job[11], (job[13], job[8].label, job[14])))) for job in reply.jobs()
+    ]
 
 
 async def stream(queue: vr.Queue, job_id: str) -> list[JournalEntry]:
@@ -54,40 +54,58 @@ async def test_a_pending_job_has_no_stream_but_reads_its_enqueued_entry(queue: v
     assert eligible_ms == created_ms + 60_000
 
 
-async def test_claim_writes_enqueued_first_with_the_same_values(queue: vr.Queue) -> None:
+async def test_a_claim_writes_no_journal_and_the_reader_shows_the_run(queue: vr.Queue) -> None:
     job_id = await queue.enqueue(Echo(text="x"), priority="low")
     synthesized = await queue.journal(job_id)
     ((claimed_id, _, history),) = await claim(queue)
     assert claimed_id == job_id
-    # The history handed to the run already holds the entry, exactly as synthesized.
+    # The history handed to the run is the journal before it, exactly as a reader shows it.
     assert history == synthesized
-    raw = await stream(queue, job_id)
-    assert [e.event for e in raw] == ["enqueued", "claimed"]
-    assert raw[0] == synthesized[0]
-    assert raw[1].id > raw[0].id
-    assert await queue.journal(job_id) == raw
-
-
-async def test_a_first_claim_sends_the_enqueued_values_a_later_claim_the_journal(queue: vr.Queue) -> None:
-    job_id = await queue.enqueue(Echo(text="x"), priority="high")
+    assert await queue.client.redis.exists(queue.keys.journal(job_id)) == 0
     info = await queue.get(job_id)
-    assert info is not None and info.eligible_at is not None
-    created, eligible = (str(int(t.timestamp() * 1000)).encode() for t in (info.created_at, info.eligible_at))
-    reply = await claim_raw(queue, 1)
-    first = reply[2 + 11]
-    # The entry's values, not the entry: what the stream holds is rebuilt from them.
-    assert [bytes(v) for v in first] == [created, b"high", eligible]
-    assert JournalEntry.from_xrange(claim_history(first)) == (await stream(queue, job_id))[:1]
+    assert info is not None and info.state is vr.JobState.RUNNING
+    enqueued, claimed = await queue.journal(job_id)
+    assert enqueued == synthesized[0]
+    assert (claimed.event, claimed.run, claimed.details) == ("claimed", 1, {"worker": "w1"})
+    assert claimed.at == info.updated_at and claimed.id > enqueued.id
+
+
+async def test_a_first_run_completion_is_the_journals_one_entry(queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Echo(text="x"), priority="high")
+    synthesized = await queue.journal(job_id)
+    ((_, token, _),) = await claim(queue)
+    c = queue.client
+    done = calls.complete(queue.keys, c._now_arg(), [calls.completion(job_id, token, "ok", b"", b"", b"")])
+    assert calls.completed(await c.sender.call(done)) == [calls.APPLIED]
+    (only,) = await stream(queue, job_id)
+    assert (only.event, only.run, only.note) == ("completed", 1, "ok")
+    assert only.details.keys() == {"worker", "claimed_at"}
+    journal = await queue.journal(job_id)
+    assert [e.event for e in journal] == ["enqueued", "claimed", "completed"]
+    assert journal[0] == synthesized[0]  # the hash still says what enqueue wrote
+    assert journal[1].at == JournalEntry.from_stream("0-1", {b"at": only.details["claimed_at"].encode()}).at
+    assert journal[2] == only
+
+
+async def test_a_later_claim_sends_the_journal_with_its_runs(queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Echo(text="x"), priority="high")
+    ((_, token, first),) = await claim(queue)
+    assert [e.event for e in first] == ["enqueued"]
     c, k = queue.client, queue.keys
-    token = reply[2 + 6].decode()
     call = calls.release(
         k, c._now_arg(), job_id=job_id, token=token, priority=vr.Priority.HIGH, carry=b"", note="bye"
     )
-    res = await c.sender.call(call)
-    assert list(res) == [1]
-    later = (await claim_raw(queue, 1))[2 + 11]
-    assert claim_history(later) is later  # an XRANGE reply, passed through
-    assert [e.event for e in JournalEntry.from_xrange(later)] == ["enqueued", "claimed", "released"]
+    assert list(await c.sender.call(call)) == [1]
+    # The release wrote the `enqueued` entry first (a cold path), then its own.
+    assert [e.event for e in await stream(queue, job_id)] == ["enqueued", "released"]
+    ((_, _, later),) = await claim(queue)
+    assert [(e.event, e.run) for e in later] == [("enqueued", 0), ("claimed", 1), ("released", 1)]
+    assert [(e.event, e.run) for e in await queue.journal(job_id)] == [
+        ("enqueued", 0),
+        ("claimed", 1),
+        ("released", 1),
+        ("claimed", 2),
+    ]
 
 
 @pytest.mark.parametrize("offset_ms", [10 * 365 * 86_400_000, -10 * 365 * 86_400_000])
@@ -110,11 +128,13 @@ async def test_a_caller_clock_far_from_redis_time_keeps_ids_increasing(url: str,
         res = await c2.sender.call(call)
         assert list(res) == [1]
         raw = await stream(q, job_id)
-        assert [e.event for e in raw] == ["enqueued", "claimed", "released"]
+        assert [e.event for e in raw] == ["enqueued", "released"]
         ids = [tuple(int(p) for p in e.id.split("-")) for e in raw]
-        assert ids == sorted(ids) and len(set(ids)) == 3
+        assert ids == sorted(ids) and len(set(ids)) == 2
+        journal = await q.journal(job_id)
+        assert [e.event for e in journal] == ["enqueued", "claimed", "released"]
         # the `at` fields follow the caller's clock, whatever the stream ids say
-        assert [int(e.at.timestamp() * 1000) for e in raw] == [clock.ms - 10, clock.ms - 5, clock.ms]
+        assert [int(e.at.timestamp() * 1000) for e in journal] == [clock.ms - 10, clock.ms - 5, clock.ms]
 
 
 async def test_a_refusal_on_a_never_claimed_job_keeps_enqueued_first(queue: vr.Queue) -> None:
@@ -251,14 +271,19 @@ def error_bytes(entries: list[JournalEntry]) -> int:
     )
 
 
-# What each way of leaving the worker journals. A retry's first two waits
-# are 0 (fib(n) - 1), so the job runs three times before it waits, pending.
+# What each way of leaving the worker journals (as a reader shows it), and
+# what its stream holds (the hash says the rest: journal.lua). A retry's first
+# two waits are 0 (fib(n) - 1), so the job runs three times before it waits,
+# pending.
 PARKED = {
-    "complete": ["completed"],
-    "pause": ["paused"],
-    "suspend": ["suspended"],
-    "retry": ["failed", "claimed", "failed", "claimed", "failed"],
-    "dead": ["dead"],
+    "complete": (["claimed", "completed"], ["completed"]),
+    "pause": (["claimed", "paused"], ["enqueued", "paused"]),
+    "suspend": (["claimed", "suspended"], ["enqueued", "suspended"]),
+    "retry": (
+        ["claimed", "failed", "claimed", "failed", "claimed", "failed"],
+        ["enqueued", "failed", "failed", "failed"],
+    ),
+    "dead": (["claimed", "dead"], ["enqueued", "dead"]),
 }
 
 
@@ -267,23 +292,25 @@ async def test_a_job_leaving_its_worker_keeps_a_compact_journal(
     backend: str, queue: vr.Queue, how: str
 ) -> None:
     """A stream's first node is preallocated at 4 KB on Redis 7; a job that
-    leaves its worker gets its journal rewritten at its exact size, with the
-    same entries and ids, and later entries still append after them."""
+    leaves its worker gets its journal copied at its exact size, with the same
+    entries and ids, and later entries still append after them."""
     job_id = await queue.enqueue(Parking(how=how))
     key = queue.keys.journal(job_id)
     r = queue.client.redis
-    expected = ["enqueued", "claimed", *PARKED[how]]
+    shown, held = PARKED[how]
+    expected = ["enqueued", *shown]
     worker = make_worker(queue, ParkingJob)
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         with anyio.fail_after(10):
-            while len(entries := await stream(queue, job_id)) < len(expected):
+            while len(entries := await stream(queue, job_id)) < len(held):
                 await anyio.sleep(0.02)
         worker.shutdown()
-    assert [e.event for e in entries] == expected
+    assert [e.event for e in entries] == held
+    assert [e.event for e in await queue.journal(job_id)] == expected
     info = await r.xinfo_stream(key)
     assert info["last-generated-id"].decode() == entries[-1].id
-    assert info["entries-added"] == len(expected)
+    assert info["entries-added"] == len(held)
     if backend != "memory":  # fakeredis has no MEMORY USAGE and no preallocation
         # ~4,700 B before compacting
         assert await r.memory_usage(key, samples=0) < 1500 + error_bytes(entries)
@@ -291,20 +318,38 @@ async def test_a_job_leaving_its_worker_keeps_a_compact_journal(
     # journaled after the last entry, with a greater id.
     await complete_raw(queue, job_id, "stale-token")
     after = await stream(queue, job_id)
-    assert [e.event for e in after] == [*expected, "refused"]
+    assert [e.event for e in after] == [*held, "refused"]
     assert after[:-1] == entries
 
 
 async def test_compacting_keeps_a_journal_ttl(backend: str, queue: vr.Queue) -> None:
-    """An operator's EXPIRE on a journal survives the copy (RESTORE gets the PTTL)."""
+    """An operator's EXPIRE on a journal survives the copy (RENAME and COPY keep it)."""
     job_id = await queue.enqueue(Parking(how="complete"))
     ((claimed, token, _),) = await claim(queue)
     assert claimed == job_id
+    c, k = queue.client, queue.keys
+    call = calls.release(
+        k, c._now_arg(), job_id=job_id, token=token, priority=vr.Priority.NORMAL, carry=b"", note=""
+    )
+    assert list(await c.sender.call(call)) == [1]
     key = queue.keys.journal(job_id)
     r = queue.client.redis
     await r.pexpire(key, 600_000)
-    await complete_raw(queue, job_id, token)
-    assert [e.event for e in await stream(queue, job_id)] == ["enqueued", "claimed", "completed"]
+    ((_, token, _),) = await claim(queue)
+    call = calls.pause(
+        k,
+        c._now_arg(),
+        job_id=job_id,
+        token=token,
+        priority=vr.Priority.NORMAL,
+        delay_ms=60_000,
+        note="",
+        attachment=b"",
+        carry=b"",
+    )
+    applied, _ = await c.sender.call(call)
+    assert applied == 1
+    assert [e.event for e in await stream(queue, job_id)] == ["enqueued", "released", "paused"]
     if backend != "memory":  # the copy is made on real servers only
         assert await r.memory_usage(key, samples=0) < 1500
     assert 590_000 < await r.pttl(key) <= 600_000

@@ -60,7 +60,7 @@ def test_no_key_name_is_spliced_outside_keys_lua() -> None:
 
 
 QUEUE_WIDE = (
-    r"prefix \.\. '(waiting|dead|wake|graph:orphans|pending:(critical|high|normal|low)"
+    r"prefix \.\. '(waiting|dead|wake|graph:orphans|journal-compact|pending:(critical|high|normal|low)"
     r"|events|limits|limits:(state|parked|ready))'\}?\s*"
 )
 
@@ -209,17 +209,8 @@ def test_each_call_passes_the_keys_its_header_lists_in_one_hash_tag(name: str) -
 
 def test_the_enqueue_call_lays_out_its_keys_as_documented() -> None:
     call = _sample_calls()["enqueue"]
-    assert call.keys == [
-        K.dedup,
-        K.wake,
-        K.job("01JOB"),
-        K.journal("01JOB"),
-        K.pending(vr.Priority.NORMAL),
-        K.meta,
-        K.events,
-    ]
+    assert call.keys == [K.dedup, K.wake, K.meta, K.job("01JOB"), K.pending(vr.Priority.NORMAL)]
     assert call.args[:2] == ["", K.prefix]
-    assert calls.enqueue_one(K, "", JOB) == call
 
 
 def test_the_lua_job_states_are_jobstates() -> None:

@@ -2,7 +2,7 @@
 
 Each test is a repro of issue 26 (items 2, 3 and 5): data corrupted by hand
 (redis-cli), then the scripts run. The rule (docs/guarantees.md, "Corrupt
-jobs are quarantined"): the corrupt job goes dead, reason ``bad_payload``,
+jobs are quarantined"): the corrupt job goes dead, reason ``corrupt``,
 with a note naming what was wrong; the rest of the batch runs normally; a
 queue-wide key of the wrong type stops the script before it moves any job
 (``vr.CorruptQueueError`` from the script's coded error reply).
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def _claim(queue: vr.Queue, count: int) -> list[tuple[str, str]]:
-    reply = calls.claim_reply(await claim_raw(queue, count))
+    reply = calls.claim_reply(await claim_raw(queue, count), "tok")
     return [(job[0], job[6]) for job in reply.jobs()]
 
 
@@ -74,7 +74,7 @@ async def test_a_corrupt_pending_job_is_quarantined_and_the_others_run(
     info = await queue.get(bad)
     assert info is not None and info.state == vr.JobState.DEAD and info.note == note
     entry = await _dead_entry(queue, bad)
-    assert entry.details["reason"] == "bad_payload" and entry.note == note
+    assert entry.details["reason"] == "corrupt" and entry.note == note
     counts = await queue.counts()
     assert counts["dead"] == 1 and counts["pending"] == 0 and counts["running"] == 0
     assert [j.id for j in await queue.list_jobs(state="dead")] == [bad]
@@ -100,9 +100,15 @@ async def test_a_corrupt_priority_is_quarantined_by_the_reclaim(client: vr.Clien
 async def test_a_job_or_journal_key_of_the_wrong_type_is_quarantined(
     client: vr.Client, queue: vr.Queue, which: str
 ) -> None:
+    """The claim reads a job's hash, and the journal of a job that has one (a
+    re-run: its hash has run_count). A first claim reads no journal: a
+    journal key damaged before it is met by the run's ending instead (the
+    next test)."""
     ids = await queue.enqueue_many([Echo(text=str(i)) for i in range(6)])
     bad = ids[3]
     key = queue.keys.job(bad) if which == "job" else queue.keys.journal(bad)
+    if which == "journal":
+        await client.redis.hset(queue.keys.job(bad), "run_count", "1")  # a re-run: its journal is read
     await client.redis.delete(key)
     await client.redis.set(key, "not a hash")
     claimed = await _claim(queue, 10)
@@ -121,7 +127,7 @@ async def test_a_job_or_journal_key_of_the_wrong_type_is_quarantined(
         # The journal, read raw (the job's own reads fail on its hash, by design of the repro).
         entries = [f for _, f in await client.redis.xrange(queue.keys.journal(bad))]
         assert [(f[b"event"], f[b"note"], f[b"reason"]) for f in entries] == [
-            (b"dead", b"job key is not a hash", b"bad_payload")
+            (b"dead", b"job key is not a hash", b"corrupt")
         ]
 
 
@@ -163,7 +169,7 @@ async def test_a_running_jobs_key_of_the_wrong_type_costs_its_batch_nothing(
         assert (entries[-1][b"event"], entries[-1][b"note"], entries[-1][b"reason"]) == (
             b"dead",
             why.encode(),
-            b"bad_payload",
+            b"corrupt",
         )
     counts = await queue.counts()
     assert (counts["completed"], counts["dead"], counts["running"]) == (2, 1, 0)

@@ -76,7 +76,7 @@ async def _consistent(queue: vr.Queue, job_id: str, state: vr.JobState) -> None:
 
 
 async def _claim(queue: vr.Queue, count: int) -> list[tuple[str, str]]:
-    reply = calls.claim_reply(await claim_raw(queue, count))
+    reply = calls.claim_reply(await claim_raw(queue, count), "tok")
     return [(job[0], job[6]) for job in reply.jobs()]
 
 

@@ -63,9 +63,9 @@ async def test_a_short_claim_empties_the_wake_list_a_full_one_keeps_it(queue: vr
     await queue.enqueue_many([Echo(text=str(i)) for i in range(3)])
     assert await tokens(queue) == 3
     reply = await claim_raw(queue, 2)  # full: the third job still waits for a worker
-    assert len(reply[2:]) == 2 * 13 and await tokens(queue) == 3
+    assert len(reply[2:]) == 2 * len(calls.CLAIM_FIELDS) and await tokens(queue) == 3
     reply = await claim_raw(queue, 2)  # short: every token left is stale
-    assert len(reply[2:]) == 13 and await tokens(queue) == 0
+    assert len(reply[2:]) == len(calls.CLAIM_FIELDS) and await tokens(queue) == 0
 
 
 async def test_a_claim_on_a_paused_queue_empties_the_wake_list(queue: vr.Queue) -> None:
@@ -90,7 +90,7 @@ async def test_a_stop_token_makes_the_claim_behind_it_claim_nothing(queue: vr.Qu
     assert (await queue.counts())["pending"] == 1
     # Without a stop token the same call claims.
     reply = await c.sender.call(call)
-    assert len(reply[2:]) == 13
+    assert len(reply[2:]) == len(calls.CLAIM_FIELDS)
 
 
 async def test_one_enqueue_wakes_several_idle_workers(queue: vr.Queue) -> None:

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 import venturi_redis as vr
-from tests.helpers import claim_raw, drain, events
+from tests.helpers import claim_raw, claimed_jobs, drain, events
 from tests.servers import RedisServer
 from venturi_redis._model.codec import pack
 from venturi_redis._store import calls
@@ -208,13 +208,11 @@ async def test_retention_purging_a_dependency_does_not_lose_its_result(queue: vr
     late = await queue.enqueue(Step(name="late"), after=[c])
     # c completes (by hand, no worker), and retention purges it before `late`
     # runs: the result copied at completion is what late reads.
-    claimed = await claim_raw(queue, 1)
-    assert claimed[2].decode() == c
+    ((claimed, token),) = claimed_jobs(await claim_raw(queue, 1))
+    assert claimed == c
     cl = queue.client
     result = pack({"name": "c"})
-    done = calls.complete(
-        queue.keys, cl._now_arg(), [calls.completion(c, claimed[8].decode(), "", b"", b"", result)]
-    )
+    done = calls.complete(queue.keys, cl._now_arg(), [calls.completion(c, token, "", b"", b"", result)])
     assert calls.completed(await cl.sender.call(done)) == [calls.APPLIED]
     assert await queue.purge("completed") == 1
     assert await queue.get(c) is None
@@ -333,14 +331,14 @@ async def test_a_cancel_finished_by_the_claim_applies_the_policy(queue: vr.Queue
     a = await queue.enqueue(Step(name="a"))
     strict = await queue.enqueue(Step(name="strict"), after=[a])
     tolerant = await queue.enqueue(Tolerant(name="tolerant"), after=[a])
-    claimed = await claim_raw(queue, 1)
+    ((_, token),) = claimed_jobs(await claim_raw(queue, 1))
     assert await queue.cancel(a) == "requested"
     cl = queue.client
     release = calls.release(
         queue.keys,
         cl._now_arg(),
         job_id=a,
-        token=claimed[8].decode(),
+        token=token,
         priority=vr.Priority.NORMAL,
         carry=b"",
         note="released",

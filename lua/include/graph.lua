@@ -77,11 +77,11 @@ local function graph_finished(prefix, flag, job_key, id, now, ok, value, why)
     local pending = G.pending[f[3] or '']
     if not pending then
       local note = bad_priority(f[3])
-      redis.call('HSET', dep_key, 'state', 'dead', 'note', note, 'finished_at', now_s,
-        'updated_at', now_s)
+      redis.call('HSET', dep_key, 'state', 'dead', 'note', note, 'dead_reason', 'corrupt',
+        'finished_at', now_s, 'updated_at', now_s)
       redis.call('HDEL', dep_key, 'eligible_at')
       redis.call('ZADD', G.dead, now_s, dep)
-      journal(journal_key, now_s, 'dead', 0, note, nil, {'reason', 'bad_payload'})
+      journal(journal_key, now_s, 'dead', 0, note, nil, {'reason', 'corrupt'})
       return 0
     end
     local eligible = tonumber(f[4]) or now
@@ -124,8 +124,8 @@ local function graph_finished(prefix, flag, job_key, id, now, ok, value, why)
           graph_detach(prefix, dep)
           redis.call('ZREM', G.waiting, dep)
           local note = 'dependency ' .. src .. ' failed: ' .. (src_why or '')
-          redis.call('HSET', dep_key, 'state', 'dead', 'note', note, 'finished_at', now_s,
-            'updated_at', now_s)
+          redis.call('HSET', dep_key, 'state', 'dead', 'note', note, 'dead_reason', 'dependency_failed',
+            'finished_at', now_s, 'updated_at', now_s)
           redis.call('HDEL', dep_key, 'eligible_at')
           redis.call('ZADD', G.dead, now_s, dep)
           journal(journal_key, now_s, 'dead', 0, note, nil,

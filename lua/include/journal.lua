@@ -1,5 +1,18 @@
--- The job's journal (a stream): appending, compacting, and the `enqueued`
--- entry that enqueue leaves for the job's first journaled event to write.
+-- The job's journal (a stream): appending, compacting, and the entries the
+-- job's hash still implies (docs/redis-layout.md, "The journal").
+--
+-- A journal holds what the job's hash cannot say. What it can is not written
+-- twice (each XADD is Redis work on every job, and a stream's first node
+-- costs 4 KB until compacted):
+-- * the `enqueued` entry: enqueue writes no journal; the hash's created_at,
+--   priority and eligible_at are what that entry says until a script changes
+--   one of them, and such a script writes it first (materialize below). A
+--   job that completes on its first run never has it written;
+-- * a run's `claimed` entry: the claim writes no journal; the hash holds the
+--   run while it runs (run_count, lease_owner, claimed_at), and the entry that
+--   ends the run carries them (`worker`, `claimed_at`, with_claim below).
+-- Readers put both back (_model/records.py, journal_from): `queue.journal()`,
+-- `venturi job show`, the dashboard and ctx.history show every entry.
 
 -- @include clock.lua
 -- @include events.lua
@@ -9,18 +22,18 @@
 local JOURNAL_MAXLEN = '1000'
 
 -- Whether a job's journal can take an entry: a stream, or no key yet. Read
--- (one TYPE) before any write for a RUNNING job by the scripts that journal
--- it (lease.lua check_owner, reclaim), so a journal overwritten by hand
+-- before any write for a RUNNING job by the scripts that journal it on their
+-- cold paths (lease.lua check_owner, reclaim), so a journal overwritten by hand
 -- (`SET journal:<id> x`) is refused or quarantined, the job's fault alone,
--- not an XADD error half way through a transition or a batch.
+-- not an XADD error half way through a transition or a batch. (XLEN: an
+-- error for a key of another type, 0 for none; TYPE's status reply costs
+-- Redis three times as much.)
 local function journal_ok(journal_key)
-  local t = redis.call('TYPE', journal_key).ok
-  return t == 'stream' or t == 'none'
+  return type(redis.pcall('XLEN', journal_key)) == 'number'
 end
 
--- Append one journal entry. `extra` is a flat list of field, value pairs.
--- The entry is also the queue's event (events.lua), when events are on.
-local function journal(key, at, event, run, note, attachment, extra)
+-- The XADD of one entry; `extra` a flat list of field, value pairs.
+local function journal_args(key, at, event, run, note, attachment, extra)
   local args = {'XADD', key, 'MAXLEN', '~', JOURNAL_MAXLEN, '*',
                 'event', event, 'at', str(at), 'run', str(run or 0)}
   if note ~= nil and note ~= false and note ~= '' then
@@ -36,11 +49,15 @@ local function journal(key, at, event, run, note, attachment, extra)
       args[#args + 1] = extra[i]
     end
   end
-  local entry = redis.call(unpack(args))
+  return args
+end
+
+-- Append one journal entry; it is also the queue's event (events.lua) when
+-- events are on: the job's id is the journal key's tail (ARGV[2], the
+-- prefix, .. 'journal:' .. id, keys.lua), its kind read from the job's hash.
+local function journal(key, at, event, run, note, attachment, extra)
+  local entry = redis.call(unpack(journal_args(key, at, event, run, note, attachment, extra)))
   if events_stream then
-    -- The entry's event (events.lua): the job's id is the journal key's tail
-    -- (ARGV[2], the prefix, .. 'journal:' .. id, keys.lua), its kind read
-    -- from the job's hash.
     local id = string.sub(key, #ARGV[2] + 9)
     local kind = redis.pcall('HGET', job_keys(ARGV[2], id), 'kind')
     if type(kind) ~= 'string' then kind = '' end -- none, or a quarantined job's broken key
@@ -63,30 +80,49 @@ local function with_error(extra, error_type, traceback)
   return extra
 end
 
+-- `extra` with the claim of the run it ends: its worker and claim time, from
+-- the job's hash (`owner`: lease_owner, `claimed`: claimed_at). The entry
+-- that ends a run carries them, since the claim writes no `claimed` entry.
+-- A run claimed by a release before 0.2 has no claimed_at: its claim is an
+-- entry of its own already.
+local function with_claim(extra, owner, claimed)
+  if claimed then
+    extra[#extra + 1] = 'worker'
+    extra[#extra + 1] = owner or ''
+    extra[#extra + 1] = 'claimed_at'
+    extra[#extra + 1] = claimed
+  end
+  return extra
+end
+
 -- A stream's first node is allocated at 4 KB on Redis 7 (t_stream.c
 -- preallocates up to stream-node-max-bytes for the XADDs to come), about six
--- times what a job's journal holds. A job that leaves a worker for a state it
--- may keep for long (finished, dead, cancelled, paused, suspended, waiting out
--- a backoff, pending again) gets its journal rewritten through DUMP and
--- RESTORE ... REPLACE, which loads the node at its exact size: ~4.7 KB ->
--- ~0.8 KB. The entries, their ids, the stream's last id and its TTL are
--- unchanged; a later XADD grows the node in place. A journal longer than one
--- node (100 entries by default) is left alone: its full nodes were shrunk by
--- Redis already, and the copy would cost more. Skipped where the server does
--- not give its version to scripts (fakeredis: no preallocation to undo, and
--- its DUMP is not Redis's).
+-- times what a job's journal holds. A job whose journal was just started and
+-- that may stay for long (finished, dead, cancelled, suspended, waiting out a
+-- backoff) gets it copied at its exact size: COPY duplicates a stream's nodes
+-- at their used size (~4.7 KB -> ~0.8 KB). RENAME to a scratch key of the
+-- queue, COPY back, DEL the scratch: three commands every user may run (no
+-- @dangerous one: DUMP and RESTORE are, and an application's ACL user
+-- seldom has them). The entries, their ids, the stream's last id and its TTL
+-- are unchanged (COPY keeps a TTL); a later XADD grows the node in place. A
+-- journal longer than one node (100 entries by default) is left alone: its
+-- full nodes were shrunk by Redis already, and the copy would cost more.
+-- Skipped where the server does not give its version to scripts (fakeredis:
+-- no preallocation to undo). `len`: the stream's length when the caller
+-- knows it (nil: read here).
 local JOURNAL_COMPACT_MAX = 100
-local function compact_journal(key)
+local function compact_journal(key, len)
   if redis.REDIS_VERSION_NUM == nil then
     return
   end
-  local len = redis.call('XLEN', key)
+  len = len or redis.call('XLEN', key)
   if len == 0 or len > JOURNAL_COMPACT_MAX then
     return
   end
-  local ttl = redis.call('PTTL', key)
-  local blob = redis.call('DUMP', key)
-  redis.call('RESTORE', key, ttl > 0 and str(ttl) or '0', blob, 'REPLACE')
+  local scratch = journal_scratch_key(ARGV[2])
+  redis.call('RENAME', key, scratch)
+  redis.call('COPY', scratch, key)
+  redis.call('DEL', scratch)
 end
 
 -- The id of a job's `enqueued` entry: its created_at, sequence 0 (0-0 is not
@@ -104,17 +140,10 @@ local function is_time(value)
   return value ~= nil and value ~= false and string.match(value, '^%d+$') ~= nil
 end
 
--- Enqueue writes no journal (a one-entry stream costs ~4.7 KB on Redis 7.0);
--- the stream is created by the job's first journaled event after enqueue.
--- Call this before that event, and before any write to the job's hash:
--- when the stream does not exist yet it first writes the `enqueued` entry
--- exactly as enqueue used to (from the hash's created_at, priority and
--- eligible_at, so their enqueue-time values). `pre` is optional: those three
--- fields already read by the caller, in that order. A stream that exists is
--- never touched, so the explicit id cannot collide; later `*` ids are greater.
--- Returns true when it wrote the entry (the stream is then that entry
--- alone), nil when it wrote nothing. write_enqueued is its write, for a
--- caller that checked the stream and created_at itself (claim.lua).
+-- Write the `enqueued` entry exactly as enqueue would have (from the hash's
+-- created_at, priority and eligible_at, so their enqueue-time values), at
+-- its explicit id. `f`: those three fields. Only into a stream that does not
+-- exist yet: a later `*` id is always greater.
 local function write_enqueued(journal_key, f)
   local id = enqueued_id(f[1])
   local fields = {'event', 'enqueued', 'at', f[1], 'run', '0', 'priority', f[2] or '',
@@ -122,6 +151,15 @@ local function write_enqueued(journal_key, f)
   redis.call('XADD', journal_key, 'MAXLEN', '~', JOURNAL_MAXLEN, id, unpack(fields))
 end
 
+-- Before a script changes a job's priority or eligible_at, or writes its
+-- journal's first entry on a cold path: the `enqueued` entry, when the job
+-- has no journal yet (its hash still says it). Call it before any write to
+-- the job's hash. `pre` is optional: those three fields already read by the
+-- caller, in that order. Returns true when it wrote the entry (the stream is
+-- then that entry alone), nil when it wrote nothing.
+-- A job never run gets `run_count` 0 with it: a pending job has a journal
+-- exactly when its hash has run_count, so the claim reads the journal (the
+-- run's ctx.history) only then, and most first claims skip the read.
 local function materialize(job_key, journal_key, pre)
   if redis.call('EXISTS', journal_key) == 1 then
     return nil
@@ -131,5 +169,6 @@ local function materialize(job_key, journal_key, pre)
     return nil -- no created_at to date it (a corrupt one: see quarantine.lua)
   end
   write_enqueued(journal_key, f)
+  redis.call('HSETNX', job_key, 'run_count', '0')
   return true
 end

@@ -11,6 +11,19 @@ local function job_keys(prefix, id)
   return prefix .. 'job:' .. id, prefix .. 'journal:' .. id
 end
 
+-- The queue's event stream (events.lua), for the scripts that reach it only
+-- while events are on (claim.lua, complete.lua): one concatenation, not the
+-- table of feature_keys.
+local function events_key(prefix)
+  return prefix .. 'events'
+end
+
+-- The scratch key journal.lua's compact_journal renames a journal to while it
+-- copies it back at its exact size (empty between calls).
+local function journal_scratch_key(prefix)
+  return prefix .. 'journal-compact'
+end
+
 -- Scripts that read a job's priority from its hash take the four pending sets
 -- in KEYS, CRITICAL first, from index `first`. A priority field that names
 -- none of them gives nil: the job's data is corrupt (see quarantine.lua).

@@ -1,24 +1,56 @@
 -- A RUNNING job's lease: who may move it out of RUNNING, and what leaving it
--- takes. Every outcome script (pause, suspend, retry, dead, release, cancel
--- by its worker) checks the owner, then leaves running.
+-- takes. Every outcome script (complete, pause, suspend, retry, dead,
+-- release, cancel by its worker) checks the owner, then leaves running.
 
 -- @include journal.lua
 
+-- The fields check_owner reads, in this order: f[1] state, f[2] lease_token,
+-- f[3] run_count, f[4] slot (the concurrency slots its run holds, include
+-- limits.lua; nil for none), f[5] lease_owner and f[6] claimed_at (the run's
+-- claim, for the entry that ends it: with_claim). `more` fields follow from f[7].
+--
+-- A job's `hooks` field ('1') says its ending has more to do than its own
+-- keys: a concurrency slot to give back (`slot`), an offload snapshot to
+-- settle (`offload`, `offload_ttl`), dependents to tell (`dependents`). The
+-- claim sets it with the run (it reads the whole hash anyway), and so does
+-- enqueue_flow.lua for a job others come to wait on while it runs; complete,
+-- the hot path, reads those four fields only for a job that has it.
+
+-- A transition out of RUNNING refused (a stale lease token, a job in another
+-- state): journaled, so `venturi job show` explains why a late outcome left
+-- no trace; the only write a refused transition makes. Returns the reason,
+-- or, when the journal itself cannot take the entry (a key of the wrong
+-- type), that.
+local function refuse(job_key, journal_key, state, reason, run, attempted, now)
+  if not journal_ok(journal_key) then
+    return 'journal key is not a stream'
+  end
+  -- A job never journaled (pending, untouched since enqueue): its `enqueued` entry first.
+  materialize(job_key, journal_key)
+  journal(journal_key, now, 'refused', run, reason, nil, {'attempted', attempted})
+  if state ~= 'running' then
+    compact_journal(journal_key)
+  end
+  return reason
+end
+
 -- Fencing: a transition out of RUNNING is allowed only for the holder of the
--- current lease token. Returns (nil, run_count) when allowed, or a reason
--- (its job or journal key of the wrong type is one too).
--- A refusal is journaled so `venturi job show` explains why a late outcome
--- left no trace. This is the only write before the precondition fails.
--- The job's fields come back third: f[4] is its `slot` (the concurrency slots
--- its run holds, include limits.lua; nil for none); `more` (optional): further
--- fields the caller needs, read in the same HMGET, as f[5], f[6], ...
--- (whatever the verdict).
+-- current lease token. Returns (nil, run_count, f) when allowed, or a reason
+-- (its job or journal key of the wrong type is one too; a refusal is
+-- journaled: refuse above). The caller writes nothing else when refused.
+-- `more` (optional): further fields the caller needs, read in the same
+-- HMGET, as f[7], f[8], ... (whatever the verdict).
+-- Every caller gets the job's `enqueued` entry written here, before its
+-- first write to the hash (complete.lua, whose writes leave the hash saying
+-- it, checks its own owner: lean_owner).
 local function check_owner(job_key, journal_key, token, attempted, now, more)
   local f
   if more then
-    f = redis.pcall('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot', unpack(more))
+    f = redis.pcall('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot',
+      'lease_owner', 'claimed_at', unpack(more))
   else
-    f = redis.pcall('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot')
+    f = redis.pcall('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot',
+      'lease_owner', 'claimed_at')
   end
   -- A job or journal key overwritten by hand: refused with nothing written
   -- (a batch's other jobs go on); the job stays in running, and at its
@@ -29,31 +61,24 @@ local function check_owner(job_key, journal_key, token, attempted, now, more)
   if not f[1] then
     return 'job does not exist', 0
   end
+  if f[1] ~= 'running' then
+    return refuse(job_key, journal_key, f[1], 'job is ' .. f[1], f[3], attempted, now), f[3], f
+  elseif f[2] ~= token then
+    return refuse(job_key, journal_key, f[1],
+      'lease token does not match (the lease expired and was reclaimed)', f[3], attempted, now), f[3], f
+  end
   if not journal_ok(journal_key) then
     return 'journal key is not a stream', f[3]
   end
-  local reason = nil
-  if f[1] ~= 'running' then
-    reason = 'job is ' .. f[1]
-  elseif f[2] ~= token then
-    reason = 'lease token does not match (the lease expired and was reclaimed)'
-  end
-  if reason then
-    -- A stale token for a job never journaled (pending, untouched since enqueue).
-    materialize(job_key, journal_key)
-    journal(journal_key, now, 'refused', f[3], reason, nil, {'attempted', attempted})
-    if f[1] ~= 'running' then
-      compact_journal(journal_key)
-    end
-  end
-  return reason, f[3], f
+  materialize(job_key, journal_key)
+  return nil, f[3], f
 end
 
 -- Clear the lease fields when a job leaves RUNNING (absent, not empty: a
 -- field costs each retained hash ~15 B); the owner stays for forensics ("who
 -- ran it last").
 local function clear_lease(job_key)
-  redis.call('HDEL', job_key, 'lease_token', 'lease_expires')
+  redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at')
 end
 
 -- Leave RUNNING with the run's outcome: out of the running set, the lease
@@ -62,7 +87,7 @@ end
 local function leave_running(running_key, job_key, id, attachment, carry)
   redis.call('ZREM', running_key, id)
   if attachment == nil or attachment == '' then
-    redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'attachment')
+    redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at', 'attachment')
   else
     clear_lease(job_key)
     redis.call('HSET', job_key, 'attachment', attachment)

@@ -1,7 +1,7 @@
 -- Quarantine: a job whose own data is corrupt (a priority that names no
 -- pending set, a missing kind or state, a state that is not the set's, a
 -- created_at that is not a time, a job or journal key of the wrong type)
--- goes DEAD at once, reason `bad_payload`, with a note naming what was wrong,
+-- goes DEAD at once, reason `corrupt`, with a note naming what was wrong,
 -- instead of failing the script for every other job of its call. It is in
 -- the dead set, so it is counted and listed like any dead job, and
 -- `venturi dead retry` gives it back once an operator has repaired it.
@@ -21,11 +21,12 @@ local function quarantine(job_key, journal_key, dead_key, id, now, what)
     materialize(job_key, journal_key) -- before the hash changes, when it can be dated
   end
   if hash then
-    redis.call('HSET', job_key, 'state', 'dead', 'note', what, 'finished_at', now, 'updated_at', now)
+    redis.call('HSET', job_key, 'state', 'dead', 'note', what, 'dead_reason', 'corrupt',
+      'finished_at', now, 'updated_at', now)
     redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'eligible_at')
   end
   redis.call('ZADD', dead_key, now, id)
   if journaled then
-    journal(journal_key, now, 'dead', 0, what, nil, {'reason', 'bad_payload'})
+    journal(journal_key, now, 'dead', 0, what, nil, {'reason', 'corrupt'})
   end
 end

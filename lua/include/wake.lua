@@ -5,16 +5,23 @@
 -- pipelined behind (docs/design.md, "Waking workers"), so a token wakes
 -- exactly one worker and a job pushed while no worker listened is not lost.
 -- A worker whose claim comes back short deletes the list (every token in it
--- is stale by then); the cap bounds it when no worker runs.
+-- is stale by then); the cap bounds it when no worker runs: the push says
+-- the list's length, and only a list past the cap (no worker drained it) is
+-- trimmed, so the usual push is one command.
 -- (WAKE_CAP: venturi_redis/_store/keys.py's, tests/test_wake.py checks.)
 local WAKE_CAP = 1024
 local function wake_workers(key, n)
-  -- Tokens beyond the cap are not pushed (an LTRIM after the push cost
-  -- more than the rest of a one-job enqueue while no worker drained them).
-  local room = WAKE_CAP - redis.call('LLEN', key)
-  if n > room then n = room end
+  if n > WAKE_CAP then n = WAKE_CAP end
   if n < 1 then return end
-  local tokens = {}
-  for i = 1, n do tokens[i] = '1' end
-  redis.call('RPUSH', key, unpack(tokens))
+  local len
+  if n == 1 then
+    len = redis.call('RPUSH', key, '1')
+  else
+    local tokens = {}
+    for i = 1, n do tokens[i] = '1' end
+    len = redis.call('RPUSH', key, unpack(tokens))
+  end
+  if len > WAKE_CAP then
+    redis.call('LTRIM', key, -WAKE_CAP, -1)
+  end
 end

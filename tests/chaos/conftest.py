@@ -20,6 +20,8 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from venturi_redis._model.records import JOURNAL_FIELDS, journal_from
+
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 LONG = os.environ.get("VENTURI_LONG", "") not in ("", "0")
@@ -117,14 +119,18 @@ async def redis_now_ms(redis: Any) -> int:
 
 
 async def journals(redis: Any, keys: Any, ids: list[str]) -> dict[str, list[tuple[str, int]]]:
-    """The journal of many jobs as (event, at ms) pairs, read in pipelined chunks."""
+    """The journal of many jobs as (event, at ms) pairs, read in pipelined chunks, as a
+    reader shows it (what the hash says put back: records.py journal_from)."""
     out: dict[str, list[tuple[str, int]]] = {}
     for i in range(0, len(ids), 1000):
         chunk = ids[i : i + 1000]
         pipe = redis.pipeline(transaction=False)
         for job_id in chunk:
             pipe.xrange(keys.journal(job_id))
-        for job_id, entries in zip(chunk, await pipe.execute(), strict=True):
+            pipe.hmget(keys.job(job_id), *JOURNAL_FIELDS)
+        replies = await pipe.execute()
+        for n, job_id in enumerate(chunk):
+            entries = journal_from(replies[2 * n], replies[2 * n + 1])
             out[job_id] = [(f[b"event"].decode(), int(f[b"at"])) for _, f in entries]
     return out
 

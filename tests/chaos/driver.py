@@ -11,6 +11,7 @@ from typing import Any
 
 import venturi_redis as vr
 from venturi_redis._model.enums import Priority
+from venturi_redis._model.records import JOURNAL_FIELDS, journal_from
 from venturi_redis._store import calls
 from venturi_redis._worker.job import jobs_of
 
@@ -55,7 +56,7 @@ class Driver:
                 self.k, self._now(), count=count, worker=worker, token_base=token, default_lease_ms=lease_ms
             )
         )
-        jobs = jobs_of(self.q, calls.claim_reply(reply))
+        jobs = jobs_of(self.q, calls.claim_reply(reply, token))
         return [(j.id, j.token) for j in jobs]
 
     async def complete(self, job_id: str, token: str, note: str = "", carry: bytes = b"") -> list[Any]:
@@ -156,5 +157,10 @@ class Driver:
         return [name for name, s in zip(keys, scores, strict=True) if s is not None]
 
     async def events(self, job_id: str) -> list[dict[str, str]]:
-        raw = await self.c.redis.xrange(self.k.journal(job_id))
+        """The job's journal as a reader shows it (what the hash says put back: records.py)."""
+        pipe = self.c.redis.pipeline(transaction=True)
+        pipe.xrange(self.k.journal(job_id))
+        pipe.hmget(self.k.job(job_id), *JOURNAL_FIELDS)
+        stream, implied = await pipe.execute()
+        raw = journal_from(stream, implied)
         return [{_t(a): _t(b) for a, b in fields.items() if a != b"attachment"} for _, fields in raw]

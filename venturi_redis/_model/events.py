@@ -1,4 +1,10 @@
-"""A queue's event, as ``queue.events()`` yields it (a ``venturi:{q}:events`` entry)."""
+"""A queue's event, as ``queue.events()`` yields it (from a ``venturi:{q}:events`` entry).
+
+An entry says one job's transition, or, written by a script that moved many
+jobs at once (an enqueue of many, a claim, a batch of completions), the same
+transition of each of them (lua/include/events.lua): ``QueueEvent.all_from_stream``
+gives one event per job either way.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ from .records import _blob, _Fields, ms_to_dt
 
 # The fields every event has; the rest are its journal entry's own (``details``).
 _CORE = {"event", "job", "kind", "at", "run", "note", "value"}
+# The many-jobs form's fields (events.lua).
+_MANY = {"event", "at", "n", "jobs", "kind", "kinds", "run", "runs"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +25,9 @@ class QueueEvent:
     """One transition of one job of a queue, from the queue's event stream.
 
     Attributes:
-        id: The stream entry id: pass it as ``since=`` to resume after it.
+        id: Where it is in the stream: pass it as ``since=`` to resume after it
+            (the entry id; ``<entry id>/<k>`` for the k-th job of an entry
+            that tells many).
         event: The journal's name for it (enqueued, claimed, completed,
             failed, dead, paused, suspended, resumed, cancelled,
             cancel_requested, lease_expired, released, refused, merged,
@@ -59,3 +69,25 @@ class QueueEvent:
             value=_blob(p.f.get("value")),
             details={k: p.text(k) for k in p.f if k not in _CORE},
         )
+
+    @classmethod
+    def all_from_stream(cls, entry_id: bytes | str, fields: dict[Any, Any]) -> list[QueueEvent]:
+        """The events of one stream entry: its job's, or, for an entry that tells many, each job's."""
+        jobs = fields.get(b"jobs", fields.get("jobs"))
+        if jobs is None:
+            return [cls.from_stream(entry_id, fields)]
+        p = _Fields(fields)
+        base = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        ids = p.text("jobs").split(" ")
+        n = len(ids)
+        kinds = p.text("kinds").split("\n") if "kinds" in p.f else [p.text("kind")] * n
+        runs_text = p.text("runs").split(" ") if "runs" in p.f else [p.text("run")] * n
+        runs = [int(r) if r.isdigit() else 0 for r in runs_text]
+        if len(kinds) != n or len(runs) != n:  # an entry written by hand: its jobs only
+            kinds, runs = [""] * n, [0] * n
+        event, at = p.text("event"), p.when("at") or ms_to_dt(0)
+        details = {k: p.text(k) for k in p.f if k not in _MANY}
+        return [
+            cls(id=f"{base}/{k}", event=event, job_id=job_id, kind=kind, at=at, run=run, details=details)
+            for k, (job_id, kind, run) in enumerate(zip(ids, kinds, runs, strict=True))
+        ]

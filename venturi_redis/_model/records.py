@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .codec import unpack
-from .enums import JobState, Priority
+from .enums import DeadReason, JobState, Priority
 from .errors import PayloadError
 
 _JOURNAL_CORE = {"event", "at", "run", "note", "attachment"}
@@ -141,17 +141,21 @@ class JournalEntry:
         return out
 
 
-# The hash fields an `enqueued` entry is made from, in this order.
+# The hash fields a journal's implied entries are made from (HMGET order):
+# the `enqueued` entry's (created_at, priority, eligible_at), then the running
+# run's claim (state, run_count, lease_owner, claimed_at).
 ENQUEUED_FIELDS = ("created_at", "priority", "eligible_at")
+JOURNAL_FIELDS = (*ENQUEUED_FIELDS, "state", "run_count", "lease_owner", "claimed_at")
 
 
 def enqueued_entry(created_at: Any, priority: Any, eligible_at: Any) -> tuple[str, dict[bytes, bytes]]:
-    """The `enqueued` stream entry of a job whose journal stream does not exist yet.
+    """The `enqueued` entry of a job whose journal does not hold it (yet).
 
-    Enqueue writes no stream (a one-entry stream costs ~4.7 KB on Redis 7.0);
-    the job's first journaled event writes this entry first (``materialize`` in
-    lua/include/common.lua), with the same id and fields, from the same hash
-    fields. A reader of a job with no stream returns it as if it were there.
+    Enqueue writes no journal; the hash's created_at, priority and
+    eligible_at say what that entry says until a script changes one of them,
+    and such a script writes it first, with the same id and fields
+    (``materialize`` in lua/include/journal.lua). A job that completes on its
+    first run never has it written. A reader returns it as if it were there.
     Returns ``(entry_id, fields)`` as XRANGE gives them.
     """
     created = _text(created_at) or "0"
@@ -169,28 +173,71 @@ def enqueued_entry(created_at: Any, priority: Any, eligible_at: Any) -> tuple[st
     return entry_id, fields
 
 
-def claim_history(raw: list[Any]) -> list[Any]:
-    """The history a claim returns for one job, as XRANGE gives it.
+def _claimed_entry(
+    after_id: str, claimed_at: bytes, run: bytes, worker: bytes
+) -> tuple[str, dict[bytes, bytes]]:
+    """A run's `claimed` entry, from the claim the entry ending the run carries (or the hash)."""
+    at = _text(claimed_at)
+    entry_id = f"{at}-0" if at.isascii() and at.isdigit() else "0-1"
+    if entry_id == after_id:  # claimed in the same millisecond as the entry before it
+        entry_id = f"{at}-1"
+    return entry_id, {b"event": b"claimed", b"at": claimed_at, b"run": run, b"worker": worker}
 
-    A first claim's journal is only the `enqueued` entry the claim has just
-    written, and claim.lua sends that entry's values (created_at, priority,
-    eligible_at) instead of the entry: a nested reply costs Redis more to
-    build. Any other claim sends the XRANGE reply, returned as it is.
-    """
-    if raw and isinstance(raw[0], (bytes, str)):
-        return [enqueued_entry(*raw)]
-    return raw
+
+def _as_dict(fields: Any) -> dict[bytes, bytes]:
+    if isinstance(fields, dict):
+        return fields
+    return dict(zip(fields[::2], fields[1::2], strict=True))
+
+
+def _b(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else _text(value).encode()
 
 
 def journal_from(raw: list[Any], job_fields: Sequence[Any] | None) -> list[Any]:
-    """An XRANGE reply, or the synthesized `enqueued` entry when it is empty.
+    """A job's whole journal, as XRANGE gives it, from its stream and its hash.
 
-    ``job_fields`` are the job's ``ENQUEUED_FIELDS`` (HMGET order), or ``None``
-    / all-``None`` when the job does not exist: then the journal is empty.
+    ``raw``: the XRANGE reply of its stream (possibly empty). ``job_fields``:
+    the job's ``JOURNAL_FIELDS`` (HMGET order; ``ENQUEUED_FIELDS`` alone will
+    do), or ``None`` / all-``None`` when the job does not exist: then the
+    journal is what the stream holds.
+
+    What the stream does not hold because the hash says it
+    (lua/include/journal.lua) is put back where it belongs: the `enqueued`
+    entry first, when the stream does not start with it; and each run's
+    `claimed` entry, from the claim the entry that ended the run carries
+    (``claimed_at``, ``worker``) or, for a running job, from its hash, right
+    before the run's first entry (a refusal of a stale worker's late outcome,
+    an operator's cancel request, or the entry that ends it). A run whose
+    `claimed` entry the stream holds (claimed by a release before 0.2) keeps it.
     """
-    if raw or not job_fields or job_fields[0] is None:
+    if not job_fields or job_fields[0] is None:
         return raw
-    return [enqueued_entry(*job_fields)]
+    entries = [(_text(entry_id), _as_dict(fields)) for entry_id, fields in raw]
+    # Each run's claim: from the entry that ended it, or the hash (the run going on).
+    claims: dict[bytes, tuple[bytes, bytes]] = {}
+    for _, fields in entries:
+        if fields.get(b"event") == b"claimed":
+            claims[fields.get(b"run", b"0")] = (b"", b"")  # in the stream: nothing to put back
+        elif (claimed_at := fields.get(b"claimed_at")) is not None:
+            claims.setdefault(fields.get(b"run", b"0"), (claimed_at, fields.get(b"worker", b"")))
+    if len(job_fields) >= len(JOURNAL_FIELDS):
+        state, run_count, owner, claimed_at = job_fields[3:7]
+        if _text(state) == "running" and claimed_at is not None:
+            claims.setdefault(_b(run_count or b"0"), (_b(claimed_at), _b(owner or b"")))
+    out: list[Any] = []
+    if not entries or entries[0][1].get(b"event") != b"enqueued":
+        out.append(enqueued_entry(*job_fields[:3]))
+    for entry_id, fields in entries:
+        run = fields.get(b"run", b"0")
+        claim = claims.pop(run, None)
+        if claim is not None and claim[0]:
+            out.append(_claimed_entry(out[-1][0] if out else "", claim[0], run, claim[1]))
+        out.append((entry_id, fields))
+    for run, (claimed_at, worker) in claims.items():
+        if claimed_at and run != b"0":  # the running run, with no entry of its own yet
+            out.append(_claimed_entry(out[-1][0] if out else "", claimed_at, run, worker))
+    return out
 
 
 class LazyJournal(Sequence[JournalEntry]):
@@ -199,20 +246,24 @@ class LazyJournal(Sequence[JournalEntry]):
     A dedup merge hands the pending job's journal to ``Task.merge``; most merges
     never look at it, and a busy job's journal can hold hundreds of entries, so
     parsing waits until someone reads it. So does a claimed job's history,
-    which most handlers never read. ``raw`` is an XRANGE reply or a claim's
-    history (``claim_history``).
+    which most handlers never read. ``raw`` is an XRANGE reply, with what the
+    hash implies put back (``journal_from``), or, with ``job_fields``, the
+    reply and the job's fields to put it back with when first read.
     """
 
-    __slots__ = ("_entries", "_raw")
+    __slots__ = ("_entries", "_fields", "_raw")
 
-    def __init__(self, raw: list[Any]) -> None:
+    def __init__(self, raw: list[Any], job_fields: Sequence[Any] | None = None) -> None:
         self._raw = raw
+        self._fields = job_fields
         self._entries: list[JournalEntry] | None = None
 
     def _parsed(self) -> list[JournalEntry]:
         if self._entries is None:
-            self._entries = JournalEntry.from_xrange(claim_history(self._raw))
+            raw = self._raw if self._fields is None else journal_from(self._raw, self._fields)
+            self._entries = JournalEntry.from_xrange(raw)
             self._raw = []
+            self._fields = None
         return self._entries
 
     def __getitem__(self, index: Any) -> Any:
@@ -233,28 +284,6 @@ class LazyJournal(Sequence[JournalEntry]):
 
     def __repr__(self) -> str:
         return repr(self._parsed())
-
-
-def eligible_ms(history: Sequence[JournalEntry]) -> int | None:
-    """When a just-claimed job became eligible (ms), from the history its claim returned.
-
-    A first claim's history is its enqueue's values (``eligible_at``); a later
-    one's ends with what sent the job back to pending: its time, plus its
-    ``delay_ms`` (a failure's backoff, a pause). None when it does not say.
-    For the worker's pickup-latency metric (``PrometheusMetrics``).
-    """
-    if isinstance(history, LazyJournal) and history._entries is None:
-        raw = history._raw
-        if raw and isinstance(raw[0], (bytes, str)):  # created_at, priority, eligible_at
-            try:
-                return int(raw[2] or raw[0])
-            except (ValueError, IndexError):
-                return None
-    if not history:
-        return None
-    last = history[-1]
-    delay = last.details.get("delay_ms", "0")
-    return int(last.at.timestamp() * 1000) + (int(delay) if delay.isdigit() else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +335,10 @@ class JobInfo:
     # time it stands for (the first, when it catches up on missed ones); None else.
     schedule_id: str | None = None
     fire_at: datetime | None = None
+    dead_reason: DeadReason | None = None
+    """Why the job is dead (None unless it is): ``vr.DeadReason``. A job that died
+    under a release before 0.2 has it in its journal's ``dead`` entry only:
+    ``queue.get`` reads it from there."""
 
     @classmethod
     def from_hash(
@@ -340,7 +373,8 @@ class JobInfo:
             failures=p.num("failures"),
             eligible_at=p.when("eligible_at"),
             created_at=created,
-            updated_at=p.when("updated_at") or created,
+            # A running job's claim is its latest change (claim.lua writes claimed_at).
+            updated_at=max(p.when("updated_at") or created, p.when("claimed_at") or created),
             finished_at=p.when("finished_at"),
             note=p.text("note") or None,
             attachment=p.blob("attachment"),
@@ -353,6 +387,7 @@ class JobInfo:
             corrupt=p.corrupt,
             schedule_id=p.text("schedule") or None,
             fire_at=p.when("fire_at"),
+            dead_reason=DeadReason.of(p.text("dead_reason")) if state is JobState.DEAD else None,
         )
 
     @classmethod

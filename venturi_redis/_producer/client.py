@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from .._model.codec import pack, text
-from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
+from .._model.enums import PRIORITIES_HIGH_FIRST, DeadReason, JobState, Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge
 from .._model.events import QueueEvent
 from .._model.flow import Flow
 from .._model.limits import LimitInfo, Rate
 from .._model.outcome import UNSET
-from .._model.records import ENQUEUED_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
+from .._model.records import JOURNAL_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.schedule import ScheduleInfo
 from .._model.task import Task
 from .._store.keys import QueueKeys
@@ -299,6 +299,9 @@ class Queue:
         if not raw:
             return None
         info = JobInfo.from_hash(self.name, job_id, raw)
+        if info.state is JobState.DEAD and info.dead_reason is None and b"dead_reason" not in raw:
+            # Dead under a release before 0.2: the reason is in its journal's `dead` entry.
+            info = replace(info, dead_reason=await self._legacy_dead_reason(job_id))
         if waiting_on or dependents:
             info = replace(
                 info,
@@ -307,14 +310,20 @@ class Queue:
             )
         return info
 
+    async def _legacy_dead_reason(self, job_id: str) -> DeadReason | None:
+        for _, fields in await self.client.redis.xrevrange(self.keys.journal(job_id), count=20):
+            if fields.get(b"event") == b"dead":
+                return DeadReason.of(text(fields.get(b"reason")))
+        return None
+
     async def journal(self, job_id: str) -> list[JournalEntry]:
         """The job's journal, oldest first (empty if the job is unknown)."""
-        # A job nothing has touched since enqueue has no stream yet: its
-        # `enqueued` entry is made from the hash (journal_from), read in the same
-        # round trip.
+        # What the job's hash says is not written to its stream (its
+        # `enqueued` entry, each run's claim: lua/include/journal.lua); it is
+        # put back from the hash, read in the same round trip (journal_from).
         pipe = self.client.redis.pipeline(transaction=True)
         pipe.xrange(self.keys.journal(job_id))
-        pipe.hmget(self.keys.job(job_id), *ENQUEUED_FIELDS)
+        pipe.hmget(self.keys.job(job_id), *JOURNAL_FIELDS)
         raw, job_fields = await pipe.execute()
         entries = journal_from(raw, job_fields)
         return [JournalEntry.from_stream(entry_id, fields) for entry_id, fields in entries]

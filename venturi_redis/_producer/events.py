@@ -48,7 +48,7 @@ _FINISH_EVENTS = frozenset({b"completed", b"dead", b"cancelled"})
 # When a queue's events are off, wait() reads the job back this often.
 _POLL_OFF = 0.25
 # Cap of a queue's stream when switched on without one (~150 B an entry: ~1.5 MB).
-EVENTS_MAXLEN = 10_000
+EVENTS_MAXLEN = int(EVENTS_DEFAULT)  # switched on without a cap: the default one
 
 
 def _text(value: Any) -> str:
@@ -103,6 +103,23 @@ async def _read(queue: Queue, after: str, block_ms: int) -> list[tuple[Any, dict
     return list(reply[0][1])
 
 
+def _resume_point(since: str) -> tuple[str, int]:
+    """Where a follower given ``since`` reads from: (a stream id to read after, events to skip).
+
+    An event of an entry that tells many jobs has the id ``<entry id>/<k>``:
+    the follower reads that entry again (from the id just before it) and skips
+    its first k + 1 events.
+    """
+    entry, sep, k = since.partition("/")
+    if not sep:
+        return since, 0
+    ms, _, seq = entry.partition("-")
+    if not (ms.isdigit() and seq.isdigit() and k.isdigit()):
+        raise ConfigurationError(f"since must be '$', '0' or an event id, got {since!r}")
+    before = f"{ms}-{int(seq) - 1}" if int(seq) > 0 else f"{int(ms) - 1}-18446744073709551615"
+    return before, int(k) + 1
+
+
 async def follow(
     queue: Queue, *, since: str = "$", kinds: Collection[str] | None = None
 ) -> AsyncIterator[QueueEvent]:
@@ -110,7 +127,13 @@ async def follow(
     if not isinstance(since, str) or not since:
         raise ConfigurationError(f"since must be '$', '0' or an event id, got {since!r}")
     wanted = None if kinds is None else {str(k) for k in kinds}
-    after = await _last_id(queue) if since == "$" else ("0-0" if since == "0" else since)
+    skip = 0
+    if since == "$":
+        after = await _last_id(queue)
+    elif since == "0":
+        after = "0-0"
+    else:
+        after, skip = _resume_point(since)
     failures = 0
     while True:
         try:
@@ -124,9 +147,22 @@ async def follow(
         failures = 0
         for entry_id, fields in entries:
             after = _text(entry_id)
-            event = QueueEvent.from_stream(after, fields)
-            if wanted is None or event.kind in wanted:
-                yield event
+            events = QueueEvent.all_from_stream(after, fields)
+            if skip:
+                events, skip = events[skip:], 0
+            for event in events:
+                if wanted is None or event.kind in wanted:
+                    yield event
+
+
+def _finished(fields: dict[Any, Any], target: bytes) -> bool:
+    """Whether a stream entry says the job ``target`` finished (one job's entry, or many's)."""
+    if fields.get(b"event") not in _FINISH_EVENTS:
+        return False
+    job = fields.get(b"job")
+    if job is not None:
+        return bool(job == target)
+    return target in fields.get(b"jobs", b"").split(b" ")
 
 
 async def _nothing(stage: str) -> None:
@@ -178,7 +214,7 @@ async def wait(
                 if not entries:
                     break  # a quiet slice: read back
                 after = _text(entries[-1][0])
-                if any(f.get(b"job") == target and f.get(b"event") in _FINISH_EVENTS for _, f in entries):
+                if any(_finished(f, target) for _, f in entries):
                     break
             failures = 0
         except _TRANSIENT:

@@ -22,7 +22,7 @@ from redis.exceptions import ResponseError
 from .._model.backoff import to_ms
 from .._model.errors import ConfigurationError, CorruptQueueError
 from .._store.keys import WAKE_CAP
-from .._store.store import FINISHED_STATES, Retried, corrupt_job
+from .._store.store import FINISHED_STATES, Retained, Retried, corrupt_job
 from .reads import _text, server_now_ms
 
 if TYPE_CHECKING:
@@ -47,23 +47,37 @@ log = logging.getLogger("venturi_redis.ops")
 
 @dataclass(frozen=True, slots=True)
 class Retention:
-    """How long finished jobs stay in Redis before the workers remove them.
+    """How long, and how many, finished jobs stay in Redis before the workers remove them.
 
-    Each period is seconds or a ``timedelta``; ``None`` keeps such jobs forever.
-    A removed job loses its hash, its journal and any index entry. Workers
-    trim on their reclaim tick, in batches of ``batch`` jobs per script call.
+    Each period is seconds or a ``timedelta``, each count a whole number;
+    ``None`` sets no such bound. Whichever bound a finished job passes first
+    removes it, oldest first. Completed jobs are trimmed by the very script
+    call that completes others (up to twice as many as it completes: trimming
+    keeps pace at any rate); dead and cancelled ones on the workers' reclaim
+    tick, as many batches as it takes. A removed job loses its hash, its
+    journal and any index entry (docs/operations.md, "Sizing").
 
     Args:
-        completed: Completed jobs (default one day).
-        dead: Dead jobs, kept longer so someone can look at them (default 7 days).
-        cancelled: Cancelled jobs (default one day).
-        batch: Jobs removed per script call (each call stays short).
+        completed: Completed jobs' period (default one day).
+        dead: Dead jobs', kept longer so someone can look at them (default 7 days).
+        cancelled: Cancelled jobs' (default one day).
+        max_completed: Most completed jobs kept (default 10,000).
+        max_dead: Most dead jobs kept (default 10,000: Sidekiq's dead set).
+        max_cancelled: Most cancelled jobs kept (default 10,000).
+        batch: Jobs removed per script call of the tick's sweep (each call stays short).
+
+    Raises:
+        ConfigurationError: A period that is not a duration, a count that is
+            not a whole number >= 0 (a bool included), a batch < 1.
     """
 
     completed: float | timedelta | None = DAY
     dead: float | timedelta | None = 7 * DAY
     cancelled: float | timedelta | None = DAY
     batch: int = _PURGE_BATCH
+    max_completed: int | None = 10_000
+    max_dead: int | None = 10_000
+    max_cancelled: int | None = 10_000
 
     def __post_init__(self) -> None:
         for name in ("completed", "dead", "cancelled"):
@@ -74,11 +88,20 @@ class Retention:
                 to_ms(value, f"retention of {name} jobs")
             except (TypeError, ValueError) as exc:
                 raise ConfigurationError(f"{exc}; use None to keep {name} jobs forever") from None
-        if self.batch < 1:
-            raise ConfigurationError(f"retention batch must be >= 1, got {self.batch}")
+        for name in ("max_completed", "max_dead", "max_cancelled"):
+            count = getattr(self, name)
+            if count is not None and (type(count) is not int or not 0 <= count < 2**53):
+                raise ConfigurationError(
+                    f"retention {name} must be a whole number of jobs >= 0, or None for no bound, "
+                    f"got {count!r}"
+                )
+        if type(self.batch) is not int or not 1 <= self.batch <= 10_000:
+            raise ConfigurationError(
+                f"retention batch must be a whole number from 1 to 10,000, got {self.batch!r}"
+            )
 
     def periods_ms(self) -> dict[FinishedState, int]:
-        """The finished states that are trimmed, with their period in ms."""
+        """The finished states that are trimmed by age, with their period in ms."""
         out: dict[FinishedState, int] = {}
         if self.completed is not None:
             out["completed"] = to_ms(self.completed, "retention")
@@ -87,6 +110,33 @@ class Retention:
         if self.cancelled is not None:
             out["cancelled"] = to_ms(self.cancelled, "retention")
         return out
+
+    def bounds(self) -> dict[FinishedState, tuple[int | None, int | None]]:
+        """Each finished state's (period in ms, most kept), None for no such bound."""
+        periods = self.periods_ms()
+        counts: dict[FinishedState, int | None] = {
+            "completed": self.max_completed,
+            "dead": self.max_dead,
+            "cancelled": self.max_cancelled,
+        }
+        states: tuple[FinishedState, ...] = ("completed", "dead", "cancelled")
+        return {state: (periods.get(state), counts[state]) for state in states}
+
+    def retained(self) -> Retained:
+        """The bounds as the finishing scripts take them ('' for none)."""
+        b = self.bounds()
+
+        def arg(value: int | None) -> str:
+            return "" if value is None else str(value)
+
+        return Retained(
+            arg(b["completed"][0]),
+            arg(b["completed"][1]),
+            arg(b["dead"][0]),
+            arg(b["dead"][1]),
+            arg(b["cancelled"][0]),
+            arg(b["cancelled"][1]),
+        )
 
 
 async def retry(queue: QueueLike, job_id: str, *, note: str = "retried by an operator") -> bool:
@@ -239,9 +289,11 @@ def _check_finished(state: str) -> None:
         )
 
 
-async def _purge_batch(queue: QueueLike, state: str, keep_ms: int, batch: int) -> tuple[int, bool]:
+async def _purge_batch(
+    queue: QueueLike, state: str, keep_ms: int | None, batch: int, *, most: int | None = None
+) -> tuple[int, bool]:
     _check_finished(state)
-    return await queue.store.purge(state, keep_ms=keep_ms, batch=batch)
+    return await queue.store.purge(state, keep_ms=keep_ms, batch=batch, most=most)
 
 
 async def purge(queue: QueueLike, state: str, *, older_than: float | timedelta = 0.0) -> int:
@@ -259,16 +311,22 @@ async def purge(queue: QueueLike, state: str, *, older_than: float | timedelta =
             return total
 
 
-async def trim(queue: QueueLike, retention: Retention, *, max_batches: int = _TRIM_MAX_BATCHES) -> int:
-    """One retention pass: remove finished jobs older than their period.
+async def trim(queue: QueueLike, retention: Retention, *, max_batches: int | None = None) -> int:
+    """One retention sweep: remove finished jobs past their period or their count.
 
-    At most ``max_batches`` script calls per state, so one pass stays short;
-    a backlog is finished by the following passes.
+    Each script call removes at most ``retention.batch`` jobs (each call stays
+    short), and the sweep calls on until nothing is left to remove, or
+    ``max_batches`` calls per state: its capacity grows with the backlog, so
+    a sweep keeps up whatever the rate jobs finish at.
     """
     total = 0
-    for state, keep_ms in retention.periods_ms().items():
-        for _ in range(max_batches):
-            removed, more = await _purge_batch(queue, state, keep_ms, retention.batch)
+    for state, (keep_ms, most) in retention.bounds().items():
+        if keep_ms is None and most is None:
+            continue
+        calls = 0
+        while max_batches is None or calls < max_batches:
+            calls += 1
+            removed, more = await _purge_batch(queue, state, keep_ms, retention.batch, most=most)
             total += removed
             if not more:
                 break

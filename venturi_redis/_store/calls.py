@@ -127,6 +127,26 @@ def _ending_keys(keys: QueueKeys) -> tuple[str, str, str, str]:
 # -- enqueue -------------------------------------------------------------------
 
 
+# job_args.lua's per-job layout (tests/test_layouts.py checks the two agree).
+JOB_ARGS = ("id", "kind", "priority", "delay_ms", "dedup", "payload", "m")
+
+
+def job_args(job: Prepared) -> list[ScriptArg]:
+    """One job's values in enqueue.lua's and enqueue_flow.lua's ARGV (``JOB_ARGS``, then its
+    optional hash fields as name, value pairs: ``Prepared.optional``)."""
+    pairs = job.optional()
+    return [
+        job.id,
+        job.kind,
+        job.priority.label,
+        job.delay_ms,
+        job.dedup,
+        job.payload,
+        len(pairs) // 2,
+        *pairs,
+    ]
+
+
 def enqueue(
     keys: QueueKeys,
     now: str,
@@ -140,78 +160,33 @@ def enqueue(
     ``offload``: one (snapshot token, retention ms) per job for ``@vr.offload``;
     the script writes each job's pending snapshot with the job.
     """
-    # The extended layout (a timeout or a limit key among the jobs) only when
-    # needed: its three keys and two fields cost every enqueue (enqueue.lua).
-    extended = any(job.timeout_ms or job.limit_key for job in jobs)
-    call_keys: list[str] = [keys.dedup, keys.wake]
-    args: list[ScriptArg] = [now, keys.prefix, len(jobs), dedup_mode + "+" if extended else dedup_mode]
-    for job in jobs:
-        call_keys += [keys.job(job.id), keys.journal(job.id), keys.pending_by_priority[job.priority]]
-        args += [
-            job.id,
-            job.kind,
-            job.priority.label,
-            job.delay_ms,
-            job.payload,
-            job.carry,
-            job.lease_ms,
-            job.max_failures,
-            job.dedup,
-        ]
-        if extended:
-            args += [job.timeout_ms, job.limit_key]
-    for token, retention_ms in offload:
+    call_keys: list[str] = [keys.dedup, keys.wake, keys.meta]
+    args: list[ScriptArg] = [now, keys.prefix, len(jobs), dedup_mode, "1" if offload else ""]
+    by_priority = keys.pending_by_priority
+    for i, job in enumerate(jobs):
+        call_keys += [keys.job(job.id), by_priority[job.priority]]
+        args += job_args(job)
+        if offload:
+            args += offload[i]
+    for token, _ in offload:
         call_keys.append(keys.offload(token))
-        args += [token, retention_ms]
-    if any(job.trace for job in jobs):  # traced (venturi_redis.otel): one per job, after the rest
-        args += [job.trace for job in jobs]
-    if extended:
-        call_keys += [keys.limits, keys.limits_parked, keys.limits_ready]
-    call_keys += [keys.meta, keys.events]
     return Call("enqueue", call_keys, args)
 
 
-def enqueue_one(keys: QueueKeys, now: str, job: Prepared) -> Call:
-    """``enqueue(keys, now, [job])``, built directly: a single enqueue's call (the hot path)."""
-    if job.trace or job.timeout_ms or job.limit_key:
-        return enqueue(keys, now, [job])
-    return Call(
-        "enqueue",
-        [
-            keys.dedup,
-            keys.wake,
-            keys.job(job.id),
-            keys.journal(job.id),
-            keys.pending_by_priority[job.priority],
-            keys.meta,
-            keys.events,
-        ],
-        [
-            now,
-            keys.prefix,
-            1,
-            "nx",
-            job.id,
-            job.kind,
-            job.priority.label,
-            job.delay_ms,
-            job.payload,
-            job.carry,
-            job.lease_ms,
-            job.max_failures,
-            job.dedup,
-        ],
-    )
-
-
 def enqueue_holders(reply: Any) -> list[str]:
-    """Per job of an enqueue call: '' when created, else the id of the pending job holding its dedup field."""
-    return [text(x) for x in reply[1:]]
+    """Per job of an enqueue call: '' when created, else the id of the pending job holding its dedup field.
+
+    A one-job call's reply is that one value (enqueue.lua), a many-job call's
+    ``{now, r1, ..., rn}``.
+    """
+    if isinstance(reply, list):
+        return [text(x) for x in reply[1:]]
+    return [text(reply)]
 
 
 def enqueue_holder(reply: Any) -> str:
     """``enqueue_holders`` of a one-job call."""
-    return text(reply[1])
+    return text(reply[1]) if isinstance(reply, list) else text(reply)
 
 
 def merge(
@@ -286,10 +261,29 @@ def claim(
 
 
 # One claimed job, decoded: id, kind, payload, carry, run_count, failures,
-# lease token, lease ms, priority, max_failures, resume input, history (the
-# journal as XRANGE returns it, or the `enqueued` entry's three values),
-# run timeout in ms (0: the worker's).
-ClaimedJob = tuple[str, str, bytes, bytes, int, int, str, int, Priority, str, bytes, Any, int]
+# lease token, lease ms, priority, max_failures, resume input, the journal
+# before this claim (its XRANGE reply, possibly empty), run timeout in ms (0:
+# the worker's), and the job's created_at, eligible_at (ms; '' when unknown):
+# what the journal's `enqueued` entry says when the stream does not hold it
+# (_model/records.py journal_from).
+ClaimedJob = tuple[str, str, bytes, bytes, int, int, str, int, Priority, str, bytes, Any, int, Any, Any]
+
+# What claim.lua returns per job (its header says it; tests/test_layouts.py
+# checks the two agree by name), and the job's optional fields it returns as
+# one value (false when the job has none of them).
+CLAIM_FIELDS = (
+    "id",
+    "kind",
+    "payload",
+    "run_count",
+    "priority",
+    "created_at",
+    "eligible_at",
+    "extras",
+    "history",
+)
+EXTRA_FIELDS = ("lease_ms", "carry", "failures", "max_failures", "resume_input", "timeout_ms")
+_PER_JOB = len(CLAIM_FIELDS)
 
 # A job hash's `priority` field, as claim.lua returns it (an empty one is NORMAL).
 _PRIORITY_OF: dict[Any, Priority] = {p.label.encode(): p for p in Priority}
@@ -302,48 +296,75 @@ def _priority(raw: Any) -> Priority:
 
 
 class ClaimReply(NamedTuple):
-    """claim.lua's reply: the script's clock, the next eligibility, the raw reply."""
+    """claim.lua's reply: the script's clock, the next eligibility, the raw reply, and the
+    call's lease token base and default lease (each job's token is ``base.k``)."""
 
     now: int
     # Earliest eligible_at still pending when the claim came back short (0:
     # none, -1: the queue is paused).
     next: int
     raw: list[Any]
+    token_base: str = ""
+    default_lease_ms: int = 0
 
     def jobs(self) -> list[ClaimedJob]:
-        """The claimed jobs, in claim order (13 values each in the raw reply).
+        """The claimed jobs, in claim order (``CLAIM_FIELDS`` values each in the raw reply).
 
         A list, not a generator: a generator's resumption per job is a Python
         call on the claim path.
         """
         raw = self.raw
+        base = self.token_base
+        lease_ms = self.default_lease_ms
         out: list[ClaimedJob] = []
-        for i in range(2, len(raw), 13):
-            job_id, kind, payload, carry, runs, failures, token, lease, prio, maxf, resume, history, tmo = (
-                raw[i : i + 13]
-            )
-            out.append(
-                (
-                    text(job_id),
-                    text(kind),
-                    payload or b"",
-                    carry or b"",
-                    int(runs),
-                    int(failures),
-                    text(token),
-                    int(lease),
-                    _priority(prio),
-                    text(maxf),
-                    resume or b"",
-                    history,
-                    int(tmo or 0),
+        for k, i in enumerate(range(2, len(raw), _PER_JOB), 1):
+            job_id, kind, payload, run, prio, created, eligible, extras, history = raw[i : i + _PER_JOB]
+            if extras:
+                lease, carry, failures, maxf, resume, tmo = extras
+                out.append(
+                    (
+                        text(job_id),
+                        text(kind),
+                        payload or b"",
+                        carry or b"",
+                        int(run),
+                        int(failures or 0),
+                        f"{base}.{k}",
+                        int(lease) if lease else lease_ms,
+                        _priority(prio),
+                        text(maxf),
+                        resume or b"",
+                        history or [],
+                        int(tmo or 0),
+                        created,
+                        eligible,
+                    )
                 )
-            )
+            else:
+                out.append(
+                    (
+                        text(job_id),
+                        text(kind),
+                        payload or b"",
+                        b"",
+                        int(run),
+                        0,
+                        f"{base}.{k}",
+                        lease_ms,
+                        _priority(prio),
+                        "",
+                        b"",
+                        history or [],
+                        0,
+                        created,
+                        eligible,
+                    )
+                )
         return out
 
 
-def claim_reply(reply: Any) -> ClaimReply:
-    return ClaimReply(int(reply[0]), int(reply[1]), reply)
+def claim_reply(reply: Any, token_base: str = "", default_lease_ms: int = 0) -> ClaimReply:
+    return ClaimReply(int(reply[0]), int(reply[1]), reply, token_base, default_lease_ms)
 
 
 def extend(keys: QueueKeys, now: str, leases: Sequence[tuple[str, str, int]]) -> Call:
@@ -408,9 +429,15 @@ def completion(
     return [job_id, token, note, attachment, carry, result]
 
 
-def complete(keys: QueueKeys, now: str, completions: Sequence[Completion]) -> Call:
-    """complete.lua for one or more jobs of one queue (each checked on its own)."""
-    args: list[ScriptArg] = [now, keys.prefix, len(completions)]
+def complete(
+    keys: QueueKeys, now: str, completions: Sequence[Completion], *, keep_ms: str = "", max_kept: str = ""
+) -> Call:
+    """complete.lua for one or more jobs of one queue (each checked on its own).
+
+    ``keep_ms`` and ``max_kept``: the retention of completed jobs ('' = no
+    such bound), trimmed in the same call (lua/include/retention.lua).
+    """
+    args: list[ScriptArg] = [now, keys.prefix, keep_ms, max_kept, len(completions)]
     for values in completions:
         args.extend(values)
     return Call(

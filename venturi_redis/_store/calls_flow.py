@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
-from .calls import Call, ScriptArg
+from .calls import Call, ScriptArg, job_args
 from .keys import QueueKeys
 from .prepare import Prepared
 
@@ -31,25 +31,9 @@ def enqueue_flow(keys: QueueKeys, now: str, jobs: Sequence[FlowJob]) -> Call:
     """enqueue_flow.lua for ``jobs``, each after every job it waits on that is in the call."""
     args: list[ScriptArg] = [now, keys.prefix, len(jobs)]
     for job, policy, after in jobs:
-        args += [
-            job.id,
-            job.kind,
-            job.priority.label,
-            job.delay_ms,
-            job.payload,
-            job.carry,
-            job.lease_ms,
-            job.max_failures,
-            policy,
-            job.trace,
-            job.timeout_ms,
-            job.limit_key,
-            len(after),
-            *after,
-        ]
-    return Call(
-        "enqueue_flow", [keys.waiting, keys.wake, *keys.pending_high_first, keys.meta, keys.events], args
-    )
+        args += job_args(job)
+        args += [policy, len(after), *after]
+    return Call("enqueue_flow", [keys.waiting, keys.wake, *keys.pending_high_first, keys.meta], args)
 
 
 def flow_created(reply: Any) -> bool:

@@ -10,9 +10,11 @@ from .calls import Call
 from .keys import QueueKeys
 
 # The event stream's switch when a queue's meta hash has no `events` field:
-# '0' = off (lua/include/events.lua's EVENTS_DEFAULT; tests/test_events.py
-# checks they agree). Off by default: docs/observability.md gives the cost.
-EVENTS_DEFAULT = "0"
+# on, capped at about this many entries (lua/include/events.lua's
+# EVENTS_DEFAULT; tests/test_events.py checks they agree). On by default:
+# docs/observability.md gives the cost (each script call that moves jobs
+# writes one entry, however many jobs it moves).
+EVENTS_DEFAULT = "1000"
 
 
 def progress(keys: QueueKeys, now: str, *, job_id: str, token: str, value: bytes) -> Call:

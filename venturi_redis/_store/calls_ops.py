@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .._model.codec import text
-from .calls import Call
+from .calls import Call, ScriptArg
 from .keys import QueueKeys
 
 # -- operators ------------------------------------------------------------------
@@ -62,10 +62,21 @@ def retried(reply: Any) -> Retried:
 FINISHED_STATES = ("completed", "dead", "cancelled")
 
 
-def purge(keys: QueueKeys, now: str, *, state: str, keep_ms: int, batch: int) -> Call:
-    """purge.lua: remove up to ``batch`` jobs of the finished ``state`` older than ``keep_ms``."""
+def purge(
+    keys: QueueKeys, now: str, *, state: str, keep_ms: int | None, batch: int, most: int | None = None
+) -> Call:
+    """purge.lua: remove up to ``batch`` of the oldest jobs of the finished ``state`` that
+    finished more than ``keep_ms`` ago or are beyond the ``most`` newest (None: no such bound)."""
     finished = {"completed": keys.completed, "dead": keys.dead, "cancelled": keys.cancelled}[state]
-    return Call("purge", [finished, keys.dedup], [now, keys.prefix, keep_ms, state, batch])
+    args: list[ScriptArg] = [
+        now,
+        keys.prefix,
+        "" if keep_ms is None else keep_ms,
+        state,
+        batch,
+        "" if most is None else most,
+    ]
+    return Call("purge", [finished, keys.dedup], args)
 
 
 class Purged(NamedTuple):

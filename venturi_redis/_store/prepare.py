@@ -57,6 +57,25 @@ class Prepared(NamedTuple):
     timeout_ms: str = ""
     limit_key: str = ""
 
+    def optional(self) -> list[str | bytes]:
+        """The optional job-hash fields this job has, as name, value pairs, for the enqueue
+        scripts to store as they come (lua/include/job_args.lua): a new optional field of a
+        job is one more line here, and none in the scripts."""
+        out: list[str | bytes] = []
+        if self.carry:
+            out += ("carry", self.carry)
+        if self.lease_ms:
+            out += ("lease_ms", self.lease_ms)
+        if self.max_failures:
+            out += ("max_failures", self.max_failures)
+        if self.timeout_ms:
+            out += ("timeout_ms", self.timeout_ms)
+        if self.limit_key:
+            out += ("limit_key", self.limit_key)
+        if self.trace:
+            out += ("trace", self.trace)
+        return out
+
 
 def prepare(
     task: Task[Any],

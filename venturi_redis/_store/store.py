@@ -21,6 +21,7 @@ contract in pyproject.toml keeps it so).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -80,13 +81,29 @@ class RunState(NamedTuple):
 NO_STATE = RunState()
 
 
+class Retained(NamedTuple):
+    """How long, and how many, finished jobs of each state stay ('' = no such bound), as the
+    finishing scripts take it: they trim the oldest past it as they add (retention.lua)."""
+
+    completed_ms: str = ""
+    completed_max: str = ""
+    dead_ms: str = ""
+    dead_max: str = ""
+    cancelled_ms: str = ""
+    cancelled_max: str = ""
+
+
+KEEP_ALL = Retained()
+
+
 class EndingArgs(NamedTuple):
-    """What the worker's settings add to an ending's call: the backoff and the backstop."""
+    """What the worker's settings add to an ending's call: the backoff, the backstop, retention."""
 
     base_ms: int
     cap_ms: int
     jitter: float
     max_failures: str  # a number, or 'none'
+    retention: Retained = KEEP_ALL
 
 
 async def send_ops(sender: Sender, ops: Sequence[Op[Any]]) -> list[Any]:
@@ -118,7 +135,7 @@ class QueueStore:
     async def enqueue_one(self, job: Prepared) -> str:
         """Create ``job`` (on the enqueue lane when free): '' when created, else the pending
         job holding its dedup key."""
-        call = calls.enqueue_one(self.keys, self.sender.now(), job)
+        call = calls.enqueue(self.keys, self.sender.now(), [job])
         return calls.enqueue_holder(await self.sender.call_on_lane(call))
 
     async def enqueue(self, jobs: Sequence[Prepared]) -> list[str]:
@@ -128,7 +145,7 @@ class QueueStore:
 
     def enqueue_blocking(self, conn: Any, job: Prepared) -> str:
         """``enqueue_one`` from the caller's thread on ``conn``, a blocking client (``SyncClient``)."""
-        call = calls.enqueue_one(self.keys, self.sender.now(), job)
+        call = calls.enqueue(self.keys, self.sender.now(), [job])
         return calls.enqueue_holder(self.sender.call_blocking(conn, call))
 
     async def enqueue_chunks(self, chunks: Sequence[Sequence[Prepared]]) -> list[list[str] | Exception]:
@@ -238,9 +255,12 @@ class QueueStore:
         call = calls_ops.retry_dead(self.keys, self.sender.now(), ids=ids, note=note)
         return calls_ops.retried(await self.sender.call(call))
 
-    async def purge(self, state: str, *, keep_ms: int, batch: int) -> Purged:
-        """Remove up to ``batch`` finished jobs of ``state`` older than ``keep_ms``."""
-        call = calls_ops.purge(self.keys, self.sender.now(), state=state, keep_ms=keep_ms, batch=batch)
+    async def purge(self, state: str, *, keep_ms: int | None, batch: int, most: int | None = None) -> Purged:
+        """Remove up to ``batch`` of the oldest finished jobs of ``state`` that finished more than
+        ``keep_ms`` ago or are beyond the ``most`` newest (None: no such bound)."""
+        call = calls_ops.purge(
+            self.keys, self.sender.now(), state=state, keep_ms=keep_ms, batch=batch, most=most
+        )
         return calls_ops.purged(await self.sender.call(call))
 
     async def limit(
@@ -343,7 +363,10 @@ class QueueStore:
             default_lease_ms=default_lease_ms,
             stop_key=stop_key,
         )
-        return Op(call, calls.claim_reply)
+        return Op(
+            call,
+            functools.partial(calls.claim_reply, token_base=token_base, default_lease_ms=default_lease_ms),
+        )
 
     async def claim(self, *, count: int, worker: str, token_base: str, default_lease_ms: int) -> ClaimReply:
         op = self.claim_op(
@@ -374,16 +397,26 @@ class QueueStore:
             lease.job_id, lease.token, ending.note, state.attachment, state.carry, ending.result
         )
 
-    def complete_op(self, completions: Sequence[Completion]) -> Op[list[Transition]]:
-        """Complete many runs of this queue in one call, each checked on its own."""
-        return Op(calls.complete(self.keys, self.sender.now(), completions), calls.completed)
+    def complete_op(
+        self, completions: Sequence[Completion], retention: Retained = KEEP_ALL
+    ) -> Op[list[Transition]]:
+        """Complete many runs of this queue in one call, each checked on its own; the
+        completed jobs past ``retention`` are trimmed in the same call."""
+        call = calls.complete(
+            self.keys,
+            self.sender.now(),
+            completions,
+            keep_ms=retention.completed_ms,
+            max_kept=retention.completed_max,
+        )
+        return Op(call, calls.completed)
 
     def end_run(self, lease: Lease, ending: Ending, state: RunState, args: EndingArgs) -> Op[Transition]:
         """The call that writes ``ending`` for the run holding ``lease`` (a completion alone too)."""
         k, now, job_id, token = self.keys, self.sender.now(), lease.job_id, lease.token
         call: calls.Call
         if isinstance(ending, Completed):
-            one = self.complete_op([self.completion(lease, ending, state)])
+            one = self.complete_op([self.completion(lease, ending, state)], args.retention)
             return Op(one.call, lambda reply: calls.completed(reply)[0])
         if isinstance(ending, Paused):
             call = calls.pause(
@@ -479,11 +512,13 @@ __all__ = [
     "FlowJob",
     "Policy",
     "Due",
+    "KEEP_ALL",
     "EndingArgs",
     "Extended",
     "Fired",
     "Purged",
     "Reclaimed",
+    "Retained",
     "Retried",
     "ScriptArg",
     "Transition",

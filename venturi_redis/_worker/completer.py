@@ -48,7 +48,7 @@ from .._model.endings import Cancelled, Completed, Dead, Ending, Failed, Paused,
 from .._model.enums import DeadReason
 from .._model.errors import LeaseLostError, PayloadError
 from .._model.task import NoCarry
-from .._store.store import EndingArgs, Lease, Op, RunState, send_ops
+from .._store.store import EndingArgs, Lease, Op, Retained, RunState, send_ops
 from .context import Context
 
 if TYPE_CHECKING:
@@ -94,6 +94,8 @@ class CompleterHost(Protocol):
     backoff: Backoff
     jitter: float
     observer: WorkerObserver | None
+    # The worker's retention, as the finishing scripts take it (they trim as they finish).
+    retained: Retained
 
     @property
     def max_failures_arg(self) -> str: ...
@@ -121,7 +123,7 @@ class Completer:
     def __init__(self, host: CompleterHost, clients: list[Client]) -> None:
         self._host = host
         # One batch per connection: the endings of finished runs share round trips.
-        self._batches: dict[int, _Batch] = {id(c): _Batch(c) for c in clients}
+        self._batches: dict[int, _Batch] = {id(c): _Batch(c, host.retained) for c in clients}
 
     async def run(self, tg: TaskGroup) -> None:
         """Start every connection's senders in ``tg`` (for as long as it runs)."""
@@ -190,7 +192,7 @@ class Completer:
     def _args(self, ending: Ending) -> EndingArgs:
         host = self._host
         policy = (ending.backoff if isinstance(ending, Failed) else None) or host.backoff
-        return EndingArgs(policy.base_ms, policy.cap_ms, host.jitter, host.max_failures_arg)
+        return EndingArgs(policy.base_ms, policy.cap_ms, host.jitter, host.max_failures_arg, host.retained)
 
     def _completed(self, job: Job, reply: Any) -> None:
         """A deferred completion's reply (or error), from its batch; the job is then off the books."""
@@ -211,7 +213,7 @@ class Completer:
 
     async def _complete_again(self, job: Job) -> None:
         assert job.completion is not None
-        op = job.queue.store.complete_op([job.completion])
+        op = job.queue.store.complete_op([job.completion], self._host.retained)
         one: Op[Transition] = Op(op.call, lambda reply: op.parse(reply)[0])
         try:
             await anyio.sleep(0.1)
@@ -290,11 +292,18 @@ class _Batch:
 
     Handlers finish in bursts (a claim batch of no-op jobs finishes almost at
     once). What is submitted while a pipeline is in flight goes out together
-    in the next one: the completions of a queue as one ``complete`` call over
-    all of them (each job still checked, written and journaled on its own),
-    every other ending as its own script, and the claim loops' claims last, so
-    that the slots those runs freed are refilled in the same round trip. A
+    in the next one: the claim loops' claims first (they refill the slots
+    those runs freed in the same round trip), then every other ending as its
+    own script, then the completions of a queue as one ``complete`` call over
+    all of them (each job still checked, written and journaled on its own). A
     lone call goes out at once: batching only happens under load.
+
+    Claims go before the completions so that the running set never empties
+    between a batch's completions and the next claim: a sorted set of up to
+    128 members is a listpack, in which each of a claim's inserts scans the
+    whole set; kept above that, it stays a skiplist (about 8% of Redis's
+    instructions per job, benchmarks/redis_cost.py). A concurrency slot a
+    completion gives back is then used by the next claim, a round trip later.
 
     Two pipelines may be in flight at once. That is safe because nothing
     orders one pipeline after another: a job's task waits for its ending's
@@ -302,8 +311,9 @@ class _Batch:
     for its claim before it claims again.
     """
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, retained: Retained) -> None:
         self.client = client
+        self.retained = retained
         # What is waiting for the next pipeline: (op, future) for an awaited
         # call; (queue, completion, done, job) for a completion nobody awaits.
         self._ops: list[tuple[Op[Any], asyncio.Future[Any], bool]] = []
@@ -349,10 +359,12 @@ class _Batch:
         ops: list[tuple[Op[Any], asyncio.Future[Any], bool]],
         completions: list[tuple[Queue, Completion, Any, Any]],
     ) -> None:
-        # The pipeline: the awaited endings, then one complete call per queue
-        # (per _COMPLETE_BATCH completions), then the claims.
-        pipeline: list[Op[Any]] = [op for op, _, claim in ops if not claim]
-        n_plain = len(pipeline)
+        # The pipeline: the claims, the awaited endings, then one complete call
+        # per queue (per _COMPLETE_BATCH completions).
+        pipeline: list[Op[Any]] = [op for op, _, claim in ops if claim]
+        n_claims = len(pipeline)
+        pipeline += [op for op, _, claim in ops if not claim]
+        first_complete = len(pipeline)
         by_queue: dict[str, tuple[Queue, list[int]]] = {}
         for i, (queue, _, _, _) in enumerate(completions):
             by_queue.setdefault(queue.keys.prefix, (queue, []))[1].append(i)
@@ -361,15 +373,13 @@ class _Batch:
             for start in range(0, len(indices), _COMPLETE_BATCH):
                 chunk = indices[start : start + _COMPLETE_BATCH]
                 chunks.append(chunk)
-                pipeline.append(queue.store.complete_op([completions[i][1] for i in chunk]))
-        first_claim = len(pipeline)
-        pipeline += [op for op, _, claim in ops if claim]
+                pipeline.append(queue.store.complete_op([completions[i][1] for i in chunk], self.retained))
         try:
             results = await send_ops(self.client.sender, pipeline)
         except Exception as exc:  # noqa: BLE001 - handed to every waiter, which retries
             results = [exc] * len(pipeline)
-        plain = iter(results[:n_plain])
-        claims = iter(results[first_claim:])
+        claims = iter(results[:n_claims])
+        plain = iter(results[n_claims:first_complete])
         for _op, future, claim in ops:
             value = next(claims) if claim else next(plain)
             if future.done():
@@ -378,7 +388,7 @@ class _Batch:
                 future.set_exception(value)
             else:
                 future.set_result(value)
-        complete_results = results[n_plain:first_claim]
+        complete_results = results[first_complete:]
         for chunk, per_call in zip(chunks, complete_results, strict=True):
             for j, i in enumerate(chunk):
                 _, _, done, job = completions[i]

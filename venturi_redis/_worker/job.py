@@ -56,6 +56,8 @@ class Job:
     # task no longer waits for it, and the completer settles it from there.
     deferred: bool = False
     completion: Completion | None = None
+    # When it became eligible (ms; 0: unknown), for an observer's pickup latency.
+    eligible_at: int = 0
 
 
 def jobs_of(queue: Queue, claimed: ClaimReply) -> list[Job]:
@@ -77,6 +79,8 @@ def jobs_of(queue: Queue, claimed: ClaimReply) -> list[Job]:
         resume,
         history,
         timeout_ms,
+        created,
+        eligible,
     ) in claimed.jobs():
         jobs.append(
             Job(
@@ -92,9 +96,12 @@ def jobs_of(queue: Queue, claimed: ClaimReply) -> list[Job]:
                 prio,
                 maxf,
                 resume,
-                LazyJournal(history),  # parsed only if the handler reads it
+                # Parsed only if the handler reads it; what the hash implies
+                # (the `enqueued` entry, past runs' claims) put back then.
+                LazyJournal(history, (created, prio.label, eligible)),
                 timeout_ms,
                 started=started,
+                eligible_at=int(eligible or created or 0),
             )
         )
     return jobs

@@ -29,7 +29,6 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.codec import text
-from .._model.records import eligible_ms
 from .._producer import ops as _ops
 from .._producer.client import Client, Queue
 from .._producer.ops import Retention
@@ -456,10 +455,8 @@ class _Runner:
             if w.observer is not None:
                 kind = w.kind_label(job.kind)
                 w.observer.job_claimed(self.queue.name, kind)
-                if waited is not None and now:
-                    eligible = eligible_ms(job.history)
-                    if eligible is not None:
-                        waited(self.queue.name, kind, max(0.0, (now - eligible) / 1000))
+                if waited is not None and now and job.eligible_at:
+                    waited(self.queue.name, kind, max(0.0, (now - job.eligible_at) / 1000))
             self.inbox.put(job)
 
     async def _wait(self, seconds: float | None) -> None:

@@ -53,7 +53,7 @@ from .._producer.client import Client, Queue
 from .._producer.offload import OffloadFunction
 from .._producer.ops import Retention
 from .._producer.sharded import ShardedQueue
-from .._store.store import ClaimReply, Op
+from .._store.store import KEEP_ALL, ClaimReply, Op
 from .._transport.urls import redact_url
 from . import options as _opt
 from .completer import Completer
@@ -248,6 +248,8 @@ class Worker(Generic[StateT]):
         self.shutdown_grace = shutdown_grace
         self.handle_signals = handle_signals
         self.retention = retention
+        # The bounds the completion scripts trim to as they complete (completer.py).
+        self.retained = retention.retained() if retention is not None else KEEP_ALL
         self.check_eviction_policy = check_eviction_policy
         self.observer = observer
         self.freeze_gc = freeze_gc

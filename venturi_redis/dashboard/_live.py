@@ -39,7 +39,8 @@ HEARTBEAT = 15.0
 LIFETIME = 300.0
 # How long the browser waits before it reconnects after a feed ends.
 RETRY_MS = 3000
-_EVENT_ID_RE = re.compile(r"\d{1,20}-\d{1,20}")
+# A stream entry's id, or one job's event of an entry that tells many ("<id>/<k>").
+_EVENT_ID_RE = re.compile(r"\d{1,20}-\d{1,20}(/\d{1,6})?")
 OPEN = 0
 _SCOPES: set[anyio.CancelScope] = set()
 
