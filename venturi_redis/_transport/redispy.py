@@ -10,12 +10,16 @@ installed redis-py, and ``.ci/run`` runs it (with the contract suite) on the
 oldest and the newest release ``pyproject.toml`` allows, so a release that
 moves one of them fails there, not in production.
 
-Checked on: redis-py 8.2.0 with hiredis 3.2.0 and 3.5.0 (the pin is
-``redis[hiredis]>=8.2,<9``; redis-py 8.2 requires hiredis 3.2 or later).
-Why not older: docs/operations.md, "Supported redis-py". The version ranges
-quoted below say where each assumption held when parts of the suite were
-run on redis-py 5.0.8, 6.2, 6.4, 7.0.1, 7.4.1, 8.0, 8.1 and 8.2 (while
-choosing the pin); only the pinned range is tested by CI.
+Checked on (CI, every run): redis-py 5.0.1 with hiredis 3.0.0 (the oldest
+the pin ``redis[hiredis]>=5.0.1,<9``, ``hiredis>=3.0`` allows, in
+``.venv-oldest``) and redis-py 8.2.0 with hiredis 3.5.0 (the newest, in
+``.venv``); a single Redis and Sentinel on both, Redis Cluster on 8.2 only
+(below it ``cluster.require_cluster_support`` refuses it). Each part below
+gives the range it holds on (read in the sources of the releases between;
+run by CI on the two ends) and, where a release in the pin lacks it, what
+the code does there instead: its fallback, or the feature's gate
+(docs/operations.md, "Supported redis-py", tabulates what works on which
+release).
 
 Everything else the package does with redis-py goes through its public API
 (``execute_command``, pipelines, ``send_packed_command`` / ``read_response``,
@@ -110,8 +114,8 @@ def swap_protocol(transport: Any, protocol: asyncio.BaseProtocol) -> asyncio.Bas
     ``StreamReader`` is never fed again, and its ``disconnect`` waits in
     ``StreamWriter.wait_closed`` for the replaced ``StreamReaderProtocol`` to
     hear ``connection_lost``, which the new protocol must forward (the lane's
-    ``_Wire`` does). Checked with redis-py 8.2, asyncio and uvloop, TCP and
-    TLS (tests/test_lane.py).
+    ``_Wire`` does). Checked with redis-py 5.0.1 and 8.2, asyncio and uvloop,
+    TCP and TLS (tests/test_lane.py).
     """
     previous: asyncio.BaseProtocol = transport.get_protocol()
     transport.set_protocol(protocol)
@@ -264,7 +268,8 @@ def forget_watch(pipe: Any) -> None:
 def cluster_uninitialized(client: Any) -> bool:
     """Whether the async ``RedisCluster`` has not learnt its slot map yet (or must learn it again).
 
-    ``RedisCluster._initialize`` (5.0 to 8.2): True until ``initialize()``
+    ``RedisCluster._initialize`` (5.0 to 8.2; reached on 8.2 and later only,
+    the Cluster floor): True until ``initialize()``
     has run, and set again by the error paths that need a refresh.
     """
     return bool(client._initialize)
@@ -278,7 +283,8 @@ def is_cut_connection(exc: AttributeError) -> bool:
     using; their commands then fail deep in redis-py with
     ``AttributeError: 'NoneType' object has no attribute 'writelines'`` (or
     ``read``...), the connection's ``_writer`` / ``_reader`` being None
-    (8.1 and 8.2). Recognised by that text alone: there is nothing else.
+    (8.1 and 8.2; reached on 8.2 and later only, the Cluster floor).
+    Recognised by that text alone: there is nothing else.
     """
     return "NoneType" in str(exc)
 
