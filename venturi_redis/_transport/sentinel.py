@@ -54,6 +54,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import (
+    MasterNotFoundError,
     SentinelConnectionPool,
     SentinelManagedConnection,
     SentinelManagedSSLConnection,
@@ -86,6 +87,26 @@ class _CheckedPool(SentinelConnectionPool):
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         self.next_check = 0.0
 
+    async def get_master_address(self) -> Any:
+        """redis-py's, with the passwords taken out of its ``MasterNotFoundError``.
+
+        When no sentinel names a master, redis-py's message lists each
+        sentinel client with the error it met; from 6.x to 7.x a client's
+        repr shows its connection options, the sentinels' password among
+        them, and the CLI prints that message. Each password the pool and
+        the sentinels' clients hold (public ``connection_kwargs``) is masked.
+        """
+        try:
+            return await super().get_master_address()  # type: ignore[no-untyped-call]
+        except MasterNotFoundError as exc:
+            message = str(exc)
+            clients = [self, *(sentinel.connection_pool for sentinel in self.sentinel_manager.sentinels)]
+            for pool in clients:
+                password = pool.connection_kwargs.get("password")
+                if password:
+                    message = message.replace(str(password), "***")
+            raise MasterNotFoundError(message) from None
+
     async def moved_from(self, connection: Any) -> bool:
         """Whether ``connection`` is on a server the sentinels no longer name as master.
 
@@ -97,7 +118,7 @@ class _CheckedPool(SentinelConnectionPool):
         if now >= self.next_check:
             self.next_check = now + MASTER_CHECK_INTERVAL
             with contextlib.suppress(RedisConnectionError, RedisTimeoutError):
-                await self.get_master_address()  # type: ignore[no-untyped-call]
+                await self.get_master_address()
         known = self.master_address
         return known is not None and (connection.host, connection.port) != known
 
