@@ -100,7 +100,7 @@ resolves: $(STAMP) ## pip resolves the built wheel beside rq, celery[redis], saq
 			|| { echo "venturi-redis does not install beside $$peer" >&2; exit 1; }; \
 		$(BIN)/python -c "import json, re, sys; peer = sys.argv[1]; name = re.split(r'[^A-Za-z0-9_.-]', peer)[0]; \
 			got = {p['metadata']['name'].lower(): p['metadata']['version'] for p in json.load(open('dist/report.json'))['install']}; \
-			print(f'resolves beside {peer}: {name} {got[name]}, redis {got[\"redis\"]}, hiredis {got[\"hiredis\"]}')" "$$peer"; \
+			print(f'resolves beside {peer}:' + ('' if name == 'redis' else f' {name} {got[name]},') + f' redis {got[\"redis\"]}, hiredis {got[\"hiredis\"]}')" "$$peer"; \
 	done
 
 check: lint typecheck test test-oldest test-cluster-oldest resolves ## Everything CI runs
