@@ -4,18 +4,40 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The oldest releases of what the transport reaches into (docs/operations.md,
-# "Supported redis-py"): redis-py's floor is read from pyproject.toml's pin;
-# hiredis's is redis-py's own (its `hiredis` extra).
+# "Supported redis-py"): redis-py's and hiredis's floors are read from
+# pyproject.toml's pins.
 OLDEST := .venv-oldest
 OLDEST_STAMP := $(OLDEST)/.installed
 REDIS_FLOOR := $(shell sed -n 's/.*"redis\[hiredis\]>=\([0-9.]*\),.*/\1/p' pyproject.toml)
-OLDEST_PINS := redis[hiredis]==$(REDIS_FLOOR) hiredis==3.2.0
-# The contract tests of every path that touches redis-py's internals.
-OLDEST_TESTS := tests/test_redispy.py tests/test_lane.py tests/test_fastpack.py tests/test_sync.py \
-	tests/test_dedup.py tests/test_wake.py tests/test_worker.py tests/test_cluster.py tests/test_tls.py
+HIREDIS_FLOOR := $(shell sed -n 's/.*"hiredis>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+OLDEST_PINS := redis[hiredis]==$(REDIS_FLOOR) hiredis==$(HIREDIS_FLOOR)
+# On the oldest: the files that exercise redis-py's internals (the fence and
+# its gates, the lane, hiredis packing, the sync client's direct enqueue, TLS,
+# Sentinel, the dedup merge's WATCH, the wake-up's pipelined claim, the
+# worker) and the contract suite's core (enqueue to finish, batches' pipelines,
+# journals and events as streams, offload results by pub/sub, lost replies),
+# on a single Redis and the embedded server: not the whole suite again. Redis
+# Cluster refuses to start below its own floor (-m "not cluster"; the gate's
+# test runs here).
+OLDEST_TESTS := tests/test_redispy.py tests/test_redispy_gates.py tests/test_lane.py tests/test_fastpack.py \
+	tests/test_sync.py tests/test_tls.py tests/test_sentinel.py tests/test_dedup.py tests/test_wake.py \
+	tests/test_worker.py tests/test_core.py tests/test_batching.py tests/test_events.py tests/test_journal.py \
+	tests/test_offload.py tests/test_resend.py
+# Redis Cluster's floor (CLUSTER_FLOOR in venturi_redis/_transport/cluster.py):
+# the Cluster tests run on that release too, in .venv-cluster-oldest, unless
+# .venv's newest is that very release (then `make test` already ran them on it).
+CLUSTER_OLDEST := .venv-cluster-oldest
+CLUSTER_OLDEST_STAMP := $(CLUSTER_OLDEST)/.installed
+CLUSTER_FLOOR := $(shell sed -n 's/^CLUSTER_FLOOR = (\([0-9]*\), \([0-9]*\))/\1.\2.0/p' venturi_redis/_transport/cluster.py)
+CLUSTER_TESTS := tests/test_cluster.py tests/test_cluster_sharded.py tests/test_dedup.py tests/test_tls.py tests/test_resend.py
+# What the built wheel must install beside (docs/operations.md): each resolved
+# on its own, at the release line an app already has (pip install --dry-run;
+# unpinned, pip would rather fall back to a years-old peer than a lower redis-py).
+# SAQ's redis-py pin (<8.0) is its `redis` extra's, which a SAQ-on-Redis app has.
+PEERS := "rq>=3.0" "celery[redis]>=5.5" "saq[redis]>=0.26" "redis==$(basename $(REDIS_FLOOR)).*"
 
 .DEFAULT_GOAL := help
-.PHONY: help install oldest example test test-oldest lint typecheck check bench clean
+.PHONY: help install oldest example test test-oldest test-cluster-oldest resolves lint typecheck check bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -29,7 +51,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## Create .venv and install the package with its dev tools
 
 $(OLDEST_STAMP): pyproject.toml
-	@test -n "$(REDIS_FLOOR)" || { echo "no redis[hiredis]>=X,<Y pin found in pyproject.toml" >&2; exit 1; }
+	@test -n "$(REDIS_FLOOR)" -a -n "$(HIREDIS_FLOOR)" || { echo "no redis[hiredis]>=X,<Y or hiredis>=X pin found in pyproject.toml" >&2; exit 1; }
 	$(PY) -m venv $(OLDEST)
 	$(OLDEST)/bin/pip install -q --upgrade pip
 	$(OLDEST)/bin/pip install -q -e ".[dev]" "$(word 1,$(OLDEST_PINS))" "$(word 2,$(OLDEST_PINS))"
@@ -53,12 +75,38 @@ typecheck: $(STAMP) ## mypy --strict on the package
 
 test-oldest: $(OLDEST_STAMP) ## The redis-py contract tests on the oldest supported redis-py and hiredis
 	$(OLDEST)/bin/python -c "import redis, hiredis; print('oldest: redis-py', redis.__version__, 'hiredis', hiredis.__version__)"
-	$(OLDEST)/bin/python -m pytest -q $(OLDEST_TESTS)
+	$(OLDEST)/bin/python -m pytest -q -m "not cluster" $(OLDEST_TESTS)
 
-check: lint typecheck test test-oldest ## Everything CI runs
+$(CLUSTER_OLDEST_STAMP): pyproject.toml venturi_redis/_transport/cluster.py
+	@test -n "$(CLUSTER_FLOOR)" || { echo "no CLUSTER_FLOOR = (X, Y) in venturi_redis/_transport/cluster.py" >&2; exit 1; }
+	$(PY) -m venv $(CLUSTER_OLDEST)
+	$(CLUSTER_OLDEST)/bin/pip install -q --upgrade pip
+	$(CLUSTER_OLDEST)/bin/pip install -q -e ".[dev]" "redis[hiredis]==$(CLUSTER_FLOOR)"
+	@touch $(CLUSTER_OLDEST_STAMP)
+
+test-cluster-oldest: $(STAMP) ## The Redis Cluster tests on the oldest redis-py that runs Cluster
+	@if [ "$$($(BIN)/python -c 'import redis; print(redis.__version__)')" = "$(CLUSTER_FLOOR)" ]; then \
+		echo "cluster-oldest: redis-py $(CLUSTER_FLOOR) is .venv's own: make test ran the Cluster tests on it"; \
+	else \
+		$(MAKE) --no-print-directory $(CLUSTER_OLDEST_STAMP) && \
+		$(CLUSTER_OLDEST)/bin/python -c "import redis; print('cluster-oldest: redis-py', redis.__version__)" && \
+		$(CLUSTER_OLDEST)/bin/python -m pytest -q -m cluster $(CLUSTER_TESTS); \
+	fi
+
+resolves: $(STAMP) ## pip resolves the built wheel beside rq, celery[redis], saq, and redis at the floor (dry run)
+	rm -rf dist && $(BIN)/python -m build -q --wheel --no-isolation --outdir dist . >/dev/null
+	@for peer in $(PEERS); do \
+		$(BIN)/pip install -q --dry-run --ignore-installed --report dist/report.json dist/*.whl "$$peer" \
+			|| { echo "venturi-redis does not install beside $$peer" >&2; exit 1; }; \
+		$(BIN)/python -c "import json, re, sys; peer = sys.argv[1]; name = re.split(r'[^A-Za-z0-9_.-]', peer)[0]; \
+			got = {p['metadata']['name'].lower(): p['metadata']['version'] for p in json.load(open('dist/report.json'))['install']}; \
+			print(f'resolves beside {peer}:' + ('' if name == 'redis' else f' {name} {got[name]},') + f' redis {got[\"redis\"]}, hiredis {got[\"hiredis\"]}')" "$$peer"; \
+	done
+
+check: lint typecheck test test-oldest test-cluster-oldest resolves ## Everything CI runs
 
 bench: $(STAMP) ## Run the benchmarks (see benchmarks/README.md)
 	$(BIN)/python benchmarks/run.py
 
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) $(OLDEST) .pytest_cache .mypy_cache .ruff_cache dist build
+	rm -rf $(VENV) $(OLDEST) $(CLUSTER_OLDEST) .pytest_cache .mypy_cache .ruff_cache dist build

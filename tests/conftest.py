@@ -25,6 +25,21 @@ from tests.servers import RedisServer, make_tls_files
 # "cluster": a real three-master Redis Cluster (tests/cluster.py), started once
 # per session on first use; the whole contract suite runs on it too.
 BACKENDS = ["redis", "memory", "cluster"]
+# A test that uses one of these fixtures (each starts a Redis Cluster) or the
+# "cluster" backend is marked `cluster`, as tests/test_cluster_failover.py
+# (which starts its own) is whole: `make test-oldest` leaves them out
+# (-m "not cluster") on a redis-py below the Cluster floor, which refuses a
+# cluster client (tests/test_redispy_gates.py checks that it does).
+CLUSTER_FIXTURES = {"redis_cluster", "tls_cluster"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        on_cluster = callspec is not None and callspec.params.get("backend") == "cluster"
+        if on_cluster or names & CLUSTER_FIXTURES:
+            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")

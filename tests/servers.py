@@ -400,7 +400,10 @@ class LocalSentinel:
         for i in range(len(self.sentinel_ports)):
             try:
                 with self.sentinel(i) as r:
-                    _, port = r.sentinel_get_master_addr_by_name(self.service)
+                    # The bare command: redis-py 6.2 to 7.x's blocking
+                    # sentinel_get_master_addr_by_name hands its reply parser
+                    # an argument it does not take (`once`).
+                    _, port = r.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
                     ports.add(int(port))
             except redis.RedisError:
                 continue

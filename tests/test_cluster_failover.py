@@ -32,7 +32,7 @@ import venturi_redis as vr
 from tests.cluster import LocalCluster
 from tests.helpers import make_worker
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 LONG = os.environ.get("VENTURI_LONG", "") not in ("", "0")
 BEFORE, AFTER = (3000, 3000) if LONG else (400, 400)  # acknowledged enqueues before / after the kill

@@ -15,6 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import venturi_redis as vr
 from tests.servers import RedisServer, make_tls_files
+from venturi_redis._transport import redispy
 from venturi_redis._transport.fastpack import FastPackConnection, FastPackSSLConnection
 
 
@@ -70,7 +71,7 @@ async def test_a_write_to_a_server_that_stopped_reading_times_out(server: RedisS
     try:
         await client.redis.ping()
         pool = client.redis.connection_pool
-        conn = await pool.get_connection()
+        conn = await redispy.pooled_connection(pool)
         sock = conn._writer.transport.get_extra_info("socket")
         await pool.release(conn)
         assert server.proc is not None

@@ -127,6 +127,22 @@ async def test_connections_from_a_pool_and_beside_it(redis_server: RedisServer) 
         await r.aclose()
 
 
+def test_a_pool_takes_the_connection_class_it_was_given_whatever_the_url_says() -> None:
+    """redis-py before 8.2 drops a class given for ``rediss://``: set on the pool, it holds on any release."""
+    from redis.asyncio.connection import ConnectionPool, SSLConnection, UnixDomainSocketConnection
+
+    from venturi_redis._transport.fastpack import FastPackSSLConnection
+
+    pool = ConnectionPool.from_url("rediss://127.0.0.1:1/0", connection_class=FastPackSSLConnection)
+    assert issubclass(FastPackSSLConnection, pool.connection_class)  # SSLConnection before 8.2
+    redispy.use_connection_class(pool, FastPackSSLConnection)
+    assert pool.connection_class is FastPackSSLConnection
+    assert isinstance(pool.make_connection(), SSLConnection)
+    unix = ConnectionPool.from_url("unix:///tmp/none.sock")
+    redispy.use_connection_class(unix, FastPackSSLConnection)  # not a subclass of its class: kept
+    assert unix.connection_class is UnixDomainSocketConnection
+
+
 def test_a_blocking_pool_hands_out_a_connection(redis_server: RedisServer) -> None:
     import redis
 
@@ -224,6 +240,7 @@ _FENCED = {
     "parse_response",
     "get_connection",
     "make_connection",
+    "connection_class",
     "get_protocol",
     "set_protocol",
 }

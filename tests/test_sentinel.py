@@ -27,6 +27,7 @@ import venturi_redis as vr
 from tests.helpers import drain, make_worker
 from tests.servers import LocalSentinel, RedisServer, make_tls_files
 from tests.tasks import Echo, EchoJob
+from venturi_redis._transport import redispy
 from venturi_redis._transport.sentinel import SentinelRedis, SentinelURL
 from venturi_redis.cli.commands import app
 
@@ -86,7 +87,7 @@ def test_a_tls_sentinel_url_uses_tls_for_the_master_and_the_sentinels() -> None:
         ("redis+sentinel://h1:26379/mymaster/0/extra", "too many path parts"),
         ("redis+sentinel://h1:26379,,h2/mymaster", "empty sentinel address"),
         ("redis+sentinel://h1:port/mymaster", "bad port"),
-        ("redis+sentinel://h1/mymaster?socket_timeout=soon", "Invalid value for 'socket_timeout'"),
+        ("redis+sentinel://h1/mymaster?socket_timeout=soon", "Invalid value for .socket_timeout."),
     ],
 )
 def test_a_malformed_sentinel_url_is_a_configuration_error(url: str, message: str) -> None:
@@ -225,7 +226,7 @@ async def test_a_queue_through_sentinel_over_tls(tmp_path: Path) -> None:
             await drain(q, EchoJob)
             info = await q.get(job_id)
             assert info is not None and info.state == vr.JobState.COMPLETED
-            conn = await client.redis.connection_pool.get_connection()
+            conn = await redispy.pooled_connection(client.redis.connection_pool)
             try:
                 assert conn._writer.transport.get_extra_info("sslcontext") is not None  # really TLS
             finally:

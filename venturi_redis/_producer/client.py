@@ -26,6 +26,7 @@ from .._store.keys import QueueKeys
 from .._store.prepare import prepare, prepare_many
 from .._store.sender import Sender
 from .._store.store import QueueStore
+from .._transport.cluster import is_cluster, require_cluster_support
 from .._transport.connect import connect, default_url
 from .._transport.durable import Durability, DurableRedis, as_durability
 from .._transport.lane import Lane
@@ -74,6 +75,8 @@ class Client:
     ) -> None:
         if max_payload_bytes < 1:
             raise ConfigurationError(f"max_payload_bytes must be >= 1, got {max_payload_bytes}")
+        if is_cluster(redis):
+            require_cluster_support()  # a caller's own RedisCluster, on a redis-py too old for it
         # Durable mode wraps the connection: each EVALSHA goes out with a WAIT.
         self.durability = as_durability(durable)
         if self.durability is not None:

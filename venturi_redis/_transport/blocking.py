@@ -20,15 +20,19 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from .redispy import pooled_sync_connection
 from .scriptref import ScriptArg, ScriptRef
+from .urls import tls_defaults
 
 
 def blocking_redis(url: str) -> redis.Redis:
     """A blocking client for ``url``, with ``Client.from_url``'s defaults.
 
-    5 s socket and connect timeouts unless the URL says otherwise, replies as
-    bytes: the same server, database and credentials as the async client.
+    5 s socket and connect timeouts and, over TLS, the host name checked
+    (``urls.tls_defaults``) unless the URL says otherwise, replies as bytes:
+    the same server, database and credentials as the async client.
     """
-    return redis.Redis.from_url(url, decode_responses=False, socket_timeout=5.0, socket_connect_timeout=5.0)
+    return redis.Redis.from_url(
+        url, decode_responses=False, socket_timeout=5.0, socket_connect_timeout=5.0, **tls_defaults(url)
+    )
 
 
 def _pack(*command: ScriptArg) -> bytes:

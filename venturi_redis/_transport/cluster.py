@@ -32,9 +32,35 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .._model.errors import ConfigurationError
-from .redispy import cluster_uninitialized, is_cut_connection
+from .redispy import cluster_uninitialized, is_cut_connection, release
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+# The oldest redis-py whose async cluster client the package runs on. Below
+# it (found by running the suite; docs/operations.md, "Supported redis-py"):
+# 8.0 and 8.1 resend a cluster transaction whose EXEC reply was lost, so a
+# dedup merge could apply twice; 6.2 to 7.4 fail reading a job's journal in
+# a transaction and have no pub/sub on the cluster client (offload results);
+# before 6.2 the async cluster client has no transactions at all. None of
+# that can be worked around from outside, so a cluster client is refused.
+CLUSTER_FLOOR = (8, 2)
+
+
+def require_cluster_support() -> None:
+    """Refuse Redis Cluster on a redis-py below ``CLUSTER_FLOOR``, before anything is sent.
+
+    Raises:
+        ConfigurationError: The installed redis-py is older than the floor.
+    """
+    installed = release()
+    if installed[:2] < CLUSTER_FLOOR:
+        need = ".".join(map(str, CLUSTER_FLOOR))
+        raise ConfigurationError(
+            f"Redis Cluster needs redis-py {need} or later; this process has redis-py "
+            f"{'.'.join(map(str, installed))}, whose async cluster client can apply a dedup merge "
+            f"twice or fail mid-transaction: pip install 'redis[hiredis]>={need},<9' "
+            '(docs/operations.md, "Supported redis-py"); a single Redis and Sentinel work on it as is.'
+        )
 
 
 def is_cluster(redis: Any) -> bool:
@@ -85,10 +111,15 @@ def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
 
 
 def cluster_redis(url: str) -> Any:
-    """A ``RedisCluster`` (``decode_responses=False``) for a cluster URL."""
+    """A ``RedisCluster`` (``decode_responses=False``) for a cluster URL.
+
+    Raises:
+        ConfigurationError: A malformed URL, or a redis-py below ``CLUSTER_FLOOR``.
+    """
     from redis.asyncio.cluster import ClusterNode
 
     single, seeds = split_cluster_url(url)
+    require_cluster_support()
     return _cluster_class().from_url(
         single,
         startup_nodes=[ClusterNode(host, port) for host, port in seeds[1:]],
@@ -166,4 +197,11 @@ def _cluster_class() -> Any:
     return _CLASS
 
 
-__all__ = ["CLUSTER_SCHEMES", "cluster_redis", "is_cluster", "split_cluster_url"]
+__all__ = [
+    "CLUSTER_FLOOR",
+    "CLUSTER_SCHEMES",
+    "cluster_redis",
+    "is_cluster",
+    "require_cluster_support",
+    "split_cluster_url",
+]

@@ -24,6 +24,7 @@ import os
 from typing import Any
 
 from .._model.errors import ConfigurationError
+from .urls import tls_defaults
 
 # Every command waits at most 5 s for its reply: a connection that went silent
 # (a half-open TCP connection, a hung server) then fails and is replaced
@@ -69,7 +70,7 @@ def connect(url: str, *, cluster: bool = False) -> Any:
     if scheme.endswith("+sentinel"):
         from .sentinel import sentinel_redis
 
-        return sentinel_redis(url, **SOCKET_TIMEOUTS)
+        return sentinel_redis(url, **SOCKET_TIMEOUTS, **tls_defaults(url))
     if scheme == "memory":
         from .memory import memory_redis
 
@@ -77,13 +78,20 @@ def connect(url: str, *, cluster: bool = False) -> Any:
     if scheme in ("redis", "rediss", "unix"):
         import redis.asyncio as aioredis
 
-        extra: dict[str, Any] = dict(SOCKET_TIMEOUTS)
+        extra: dict[str, Any] = {**SOCKET_TIMEOUTS, **tls_defaults(url)}
+        conn_cls = None
         if scheme in ("redis", "rediss"):
             from .fastpack import fast_connection_class
 
             if (conn_cls := fast_connection_class(scheme)) is not None:
                 extra["connection_class"] = conn_cls
-        return aioredis.Redis.from_url(url, decode_responses=False, **extra)
+        client = aioredis.Redis.from_url(url, decode_responses=False, **extra)
+        if conn_cls is not None:
+            from .redispy import use_connection_class
+
+            # redis-py before 8.2 drops it for rediss:// (redispy.use_connection_class).
+            use_connection_class(client.connection_pool, conn_cls)
+        return client
     raise ConfigurationError(
         f"unsupported URL {url!r}: use redis://host:port/db, rediss://, unix://, memory://, "
         "redis+cluster://host:port or redis+sentinel://host:port/service"

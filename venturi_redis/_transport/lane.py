@@ -67,8 +67,11 @@ from . import redispy
 from .scriptref import ScriptArg, ScriptRef
 
 _PING = b"*1\r\n$4\r\nPING\r\n"
-# RESP3 push messages, which hiredis parses into their own type (3.2 and later; the floor).
-_PUSH = hiredis.PushNotification
+# RESP3 push messages, which hiredis 3.2 and later parses into a type of its
+# own. Older hiredis (3.0, 3.1: the pin allows them) hands a push on as a
+# plain list, which the lane could not tell from a reply: on RESP3 it then
+# reads through redis-py (``Lane._take_over``).
+_PUSH: type | None = getattr(hiredis, "PushNotification", None)
 
 
 def _swappable(transport: Any) -> bool:
@@ -104,7 +107,7 @@ class _Wire(asyncio.Protocol):
         try:
             self._replies.feed(data)
             while (reply := self._replies.gets()) is not False:
-                if isinstance(reply, _PUSH):
+                if _PUSH is not None and isinstance(reply, _PUSH):
                     continue  # RESP3 out-of-band data (redis-py logs and drops it too)
                 waiter, self.waiter = self.waiter, None
                 if waiter is None:  # a reply nobody asked for: the stream is out of step
@@ -235,6 +238,8 @@ class Lane:
         stream = redispy.handshaken_transport(conn)
         if stream is None or conn.encoder.decode_responses or not _swappable(stream[0]):
             return None
+        if _PUSH is None and str(conn.protocol) != "2":
+            return None  # RESP3 pushes would read as replies (see _PUSH)
         transport, parse_error = stream
         wire = _Wire(transport, parse_error)
         wire.previous = redispy.swap_protocol(transport, wire)

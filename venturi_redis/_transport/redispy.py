@@ -10,12 +10,16 @@ installed redis-py, and ``.ci/run`` runs it (with the contract suite) on the
 oldest and the newest release ``pyproject.toml`` allows, so a release that
 moves one of them fails there, not in production.
 
-Checked on: redis-py 8.2.0 with hiredis 3.2.0 and 3.5.0 (the pin is
-``redis[hiredis]>=8.2,<9``; redis-py 8.2 requires hiredis 3.2 or later).
-Why not older: docs/operations.md, "Supported redis-py". The version ranges
-quoted below say where each assumption held when parts of the suite were
-run on redis-py 5.0.8, 6.2, 6.4, 7.0.1, 7.4.1, 8.0, 8.1 and 8.2 (while
-choosing the pin); only the pinned range is tested by CI.
+Checked on (CI, every run): redis-py 5.0.1 with hiredis 3.0.0 (the oldest
+the pin ``redis[hiredis]>=5.0.1,<9``, ``hiredis>=3.0`` allows, in
+``.venv-oldest``) and redis-py 8.2.0 with hiredis 3.5.0 (the newest, in
+``.venv``); a single Redis and Sentinel on both, Redis Cluster on 8.2 only
+(below it ``cluster.require_cluster_support`` refuses it). Each part below
+gives the range it holds on (read in the sources of the releases between;
+run by CI on the two ends) and, where a release in the pin lacks it, what
+the code does there instead: its fallback, or the feature's gate
+(docs/operations.md, "Supported redis-py", tabulates what works on which
+release).
 
 Everything else the package does with redis-py goes through its public API
 (``execute_command``, pipelines, ``send_packed_command`` / ``read_response``,
@@ -25,11 +29,31 @@ Everything else the package does with redis-py goes through its public API
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+# -- the release ---------------------------------------------------------------
+
+
+@functools.cache
+def release() -> tuple[int, int, int]:
+    """The installed redis-py's release, ``(8, 2, 0)``: what the gates of newer-only features read.
+
+    ``redis.__version__`` (public, 5.0 to 8.2); a part that is not a number
+    (``0b1``) counts by its leading digits.
+    """
+    import redis
+
+    numbers = [int(re.sub(r"\D.*", "", part) or 0) for part in redis.__version__.split(".")[:3]]
+    major, minor, patch = (*numbers, 0, 0, 0)[:3]
+    return major, minor, patch
+
 
 # -- redis.asyncio connections -------------------------------------------------
 
@@ -61,15 +85,23 @@ def handshaken_transport(conn: Any) -> tuple[Any, Callable[[Any], Exception]] | 
       ``ResponseError``, ...) (``BaseParser.parse_error``, 5.0 to 8.2);
     - ``asyncio.StreamReader._buffer`` (CPython 3.11 to 3.13): the bytes read
       but not consumed; after the handshake (AUTH, SELECT, HELLO,
-      CLIENT SETNAME) it must be empty, or a reply would be lost in the swap.
+      CLIENT SETNAME) it must be empty, or a reply would be lost in the swap;
+    - the hiredis parser's own ``hiredis.Reader``, ``_AsyncHiredisParser._reader``
+      (5.0 to 8.2), empty too (``Reader.has_data``, hiredis 3.0 and later): the
+      parser may have moved bytes out of the stream (redis-py before 8.0
+      does, in ``can_read_destructive``). A connection with another parser
+      (redis-py's pure-Python one, never chosen while hiredis is installed)
+      is not taken over.
     """
     reader = getattr(conn, "_reader", None)
     writer = getattr(conn, "_writer", None)
-    parse_error = getattr(getattr(conn, "_parser", None), "parse_error", None)
+    parser = getattr(conn, "_parser", None)
+    parse_error = getattr(parser, "parse_error", None)
     if not isinstance(reader, asyncio.StreamReader) or not isinstance(writer, asyncio.StreamWriter):
         return None
     unread: Any = getattr(reader, "_buffer", b"")
-    if not callable(parse_error) or unread:
+    parsed = getattr(getattr(parser, "_reader", None), "has_data", None)
+    if not callable(parse_error) or unread or not callable(parsed) or parsed():
         return None
     return writer.transport, parse_error
 
@@ -82,8 +114,8 @@ def swap_protocol(transport: Any, protocol: asyncio.BaseProtocol) -> asyncio.Bas
     ``StreamReader`` is never fed again, and its ``disconnect`` waits in
     ``StreamWriter.wait_closed`` for the replaced ``StreamReaderProtocol`` to
     hear ``connection_lost``, which the new protocol must forward (the lane's
-    ``_Wire`` does). Checked with redis-py 8.2, asyncio and uvloop, TCP and
-    TLS (tests/test_lane.py).
+    ``_Wire`` does). Checked with redis-py 5.0.1 and 8.2, asyncio and uvloop,
+    TCP and TLS (tests/test_lane.py).
     """
     previous: asyncio.BaseProtocol = transport.get_protocol()
     transport.set_protocol(protocol)
@@ -93,10 +125,13 @@ def swap_protocol(transport: Any, protocol: asyncio.BaseProtocol) -> asyncio.Bas
 def stale_check(conn: Any) -> Callable[[], Awaitable[bool]]:
     """The check the pool runs on a connection before handing it out: unread data, or closed.
 
-    ``AbstractConnection.can_read`` (8.0 and later; ``can_read_destructive``
-    before, deprecated since and warning when called).
+    ``AbstractConnection.can_read`` (8.0 to 8.2); before 8.0 the same check
+    is ``can_read_destructive`` (5.0 to 7.4), which 8.0 deprecated and warns
+    when called, so it is taken only where ``can_read`` is missing.
     """
-    check: Callable[[], Awaitable[bool]] = conn.can_read
+    check: Callable[[], Awaitable[bool]] | None = getattr(conn, "can_read", None)
+    if check is None:
+        check = conn.can_read_destructive
     return check
 
 
@@ -137,17 +172,49 @@ def unpooled_connection(pool: Any, *, untimed: bool = False) -> Any:
 # -- connection pools --------------------------------------------------------
 
 
+def use_connection_class(pool: Any, connection_class: type) -> None:
+    """Make ``pool`` open its connections as ``connection_class`` (a subclass of its own class).
+
+    ``ConnectionPool.from_url`` lets the URL's scheme choose the class over a
+    ``connection_class`` passed to it before redis-py 8.2 (``SSLConnection``
+    for ``rediss://``: the hiredis-packed TLS class was silently dropped);
+    8.2 keeps the one passed. Relies on ``ConnectionPool.connection_class``
+    being read by ``make_connection`` for each new connection (5.0 to 8.2),
+    so setting it before the first connection is the same as passing it.
+    Only a subclass of the class the pool chose replaces it: a pool that
+    chose something else (a Unix socket) keeps its own.
+    """
+    if pool.connection_class is not connection_class and issubclass(connection_class, pool.connection_class):
+        pool.connection_class = connection_class
+
+
+@functools.cache
+def _wants_command_name(pool_class: Any) -> bool:
+    """Whether ``pool_class.get_connection`` must be given a command name.
+
+    ``ConnectionPool.get_connection(command_name, *keys, **options)`` required
+    it before redis-py 5.3 (5.0 to 5.2, never used), made it optional in 5.3
+    and warns when given one since 6.0: it is passed only where the
+    signature has no default for it. Read once per pool class.
+    """
+    param = inspect.signature(pool_class.get_connection).parameters.get("command_name")
+    return param is not None and param.default is inspect.Parameter.empty
+
+
 async def pooled_connection(pool: Any) -> Any:
     """A connection from a ``redis.asyncio`` pool, to be given back with ``pool.release``.
 
-    ``ConnectionPool.get_connection`` required a command name before redis-py
-    5.3 and warns when given one since 6.0; here it is given none.
+    ``ConnectionPool.get_connection`` (5.0 to 8.2; see ``_wants_command_name``).
     """
+    if _wants_command_name(pool.__class__):
+        return await pool.get_connection("_")
     return await pool.get_connection()
 
 
 def pooled_sync_connection(pool: Any) -> Any:
     """A connection from a blocking ``redis`` pool (``get_connection``: see ``pooled_connection``)."""
+    if _wants_command_name(pool.__class__):
+        return pool.get_connection("_")
     return pool.get_connection()
 
 
@@ -201,7 +268,8 @@ def forget_watch(pipe: Any) -> None:
 def cluster_uninitialized(client: Any) -> bool:
     """Whether the async ``RedisCluster`` has not learnt its slot map yet (or must learn it again).
 
-    ``RedisCluster._initialize`` (5.0 to 8.2): True until ``initialize()``
+    ``RedisCluster._initialize`` (5.0 to 8.2; reached on 8.2 and later only,
+    the Cluster floor): True until ``initialize()``
     has run, and set again by the error paths that need a refresh.
     """
     return bool(client._initialize)
@@ -215,7 +283,8 @@ def is_cut_connection(exc: AttributeError) -> bool:
     using; their commands then fail deep in redis-py with
     ``AttributeError: 'NoneType' object has no attribute 'writelines'`` (or
     ``read``...), the connection's ``_writer`` / ``_reader`` being None
-    (8.1 and 8.2). Recognised by that text alone: there is nothing else.
+    (8.1 and 8.2; reached on 8.2 and later only, the Cluster floor).
+    Recognised by that text alone: there is nothing else.
     """
     return "NoneType" in str(exc)
 
@@ -231,9 +300,11 @@ __all__ = [
     "pipeline_reply",
     "pooled_connection",
     "pooled_sync_connection",
+    "release",
     "stale_check",
     "stream_writer",
     "swap_protocol",
     "unpooled_connection",
+    "use_connection_class",
     "watch_lost_with_connection",
 ]

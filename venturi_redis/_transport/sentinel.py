@@ -46,6 +46,7 @@ command goes through redis-py's ``SentinelManagedConnection``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from typing import Any
@@ -53,6 +54,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import (
+    MasterNotFoundError,
     SentinelConnectionPool,
     SentinelManagedConnection,
     SentinelManagedSSLConnection,
@@ -85,6 +87,26 @@ class _CheckedPool(SentinelConnectionPool):
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         self.next_check = 0.0
 
+    async def get_master_address(self) -> Any:
+        """redis-py's, with the passwords taken out of its ``MasterNotFoundError``.
+
+        When no sentinel names a master, redis-py's message lists each
+        sentinel client with the error it met; from 6.x to 7.x a client's
+        repr shows its connection options, the sentinels' password among
+        them, and the CLI prints that message. Each password the pool and
+        the sentinels' clients hold (public ``connection_kwargs``) is masked.
+        """
+        try:
+            return await super().get_master_address()  # type: ignore[no-untyped-call]
+        except MasterNotFoundError as exc:
+            message = str(exc)
+            clients = [self, *(sentinel.connection_pool for sentinel in self.sentinel_manager.sentinels)]
+            for pool in clients:
+                password = pool.connection_kwargs.get("password")
+                if password:
+                    message = message.replace(str(password), "***")
+            raise MasterNotFoundError(message) from None
+
     async def moved_from(self, connection: Any) -> bool:
         """Whether ``connection`` is on a server the sentinels no longer name as master.
 
@@ -96,7 +118,7 @@ class _CheckedPool(SentinelConnectionPool):
         if now >= self.next_check:
             self.next_check = now + MASTER_CHECK_INTERVAL
             with contextlib.suppress(RedisConnectionError, RedisTimeoutError):
-                await self.get_master_address()  # type: ignore[no-untyped-call]
+                await self.get_master_address()
         known = self.master_address
         return known is not None and (connection.host, connection.port) != known
 
@@ -138,8 +160,10 @@ class _CheckedSSL(_Checked, SentinelManagedSSLConnection):
 class SentinelRedis(aioredis.Redis):
     """The master of a Sentinel service; closing it also closes the connections to the sentinels.
 
-    redis-py leaves those open (``Sentinel.aclose`` is separate); the client
-    made from a URL owns both, so ``Client.aclose`` must close both.
+    redis-py leaves those open; the client made from a URL owns both, so
+    ``Client.aclose`` must close both. Each sentinel is a plain client in the
+    public ``Sentinel.sentinels`` (redis-py 5.0 to 8.2), closed here one by
+    one, as ``Sentinel.aclose`` does where it exists (8.1 and later).
     """
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
@@ -147,7 +171,12 @@ class SentinelRedis(aioredis.Redis):
             await super().aclose(close_connection_pool)
         finally:
             pool: Any = self.connection_pool  # a SentinelConnectionPool (see sentinel_redis)
-            await pool.sentinel_manager.aclose()
+            results = await asyncio.gather(
+                *(sentinel.aclose() for sentinel in pool.sentinel_manager.sentinels), return_exceptions=True
+            )
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
 
 
 class SentinelURL:
@@ -230,8 +259,9 @@ class SentinelURL:
 def sentinel_redis(url: str, **defaults: Any) -> SentinelRedis:
     """The master of the service named in ``url``, through redis-py's ``Sentinel``.
 
-    ``defaults`` (``socket_timeout=5.0``, ...) apply where the URL does not set
-    the same option, to the master's connections and the sentinels' alike.
+    ``defaults`` (``socket_timeout=5.0``, ``ssl_check_hostname=True``, ...)
+    apply where the URL does not set the same option, to the master's
+    connections and the sentinels' alike.
     Nothing connects here: the first command asks a sentinel for the master.
     """
     from redis.asyncio.sentinel import Sentinel
@@ -239,7 +269,7 @@ def sentinel_redis(url: str, **defaults: Any) -> SentinelRedis:
     parsed = SentinelURL(url)
     master_kwargs = {**defaults, **parsed.master_kwargs}
     sentinel_kwargs = {
-        **{k: v for k, v in defaults.items() if k.startswith("socket_")},
+        **{k: v for k, v in defaults.items() if k.startswith(("socket_", "ssl_"))},
         **parsed.sentinel_kwargs,
     }
     manager = Sentinel(parsed.sentinels, sentinel_kwargs=sentinel_kwargs, **master_kwargs)

@@ -1,8 +1,9 @@
-"""Connection URLs as they may be shown: in log lines and error messages."""
+"""Connection URLs: as they may be shown (log lines, error messages), and the TLS default."""
 
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qsl
 
 
 def redact_url(url: str) -> str:
@@ -17,4 +18,22 @@ def redact_url(url: str) -> str:
     return f"{head}{qmark}{query}"
 
 
-__all__ = ["redact_url"]
+def tls_defaults(url: str) -> dict[str, bool]:
+    """The options a TLS URL (``rediss://``, ``rediss+sentinel://``, ...) gets unless it sets them.
+
+    The server's certificate must name the host connected to
+    (``ssl_check_hostname=True``): redis-py's own default since 6.0, but
+    False before, where a certificate for any host signed by a trusted CA
+    would do, silently. A URL that sets ``ssl_check_hostname``, or turns
+    verification off (``ssl_cert_reqs=none``, where redis-py 6 and later
+    skip the host check too), keeps what it says. Nothing for a URL without TLS.
+    """
+    if not url.split("://", 1)[0].lower().startswith("rediss"):
+        return {}
+    query = dict(parse_qsl(url.partition("?")[2], keep_blank_values=True))
+    if "ssl_check_hostname" in query or query.get("ssl_cert_reqs", "").lower() in ("none", "cert_none"):
+        return {}
+    return {"ssl_check_hostname": True}
+
+
+__all__ = ["redact_url", "tls_defaults"]
