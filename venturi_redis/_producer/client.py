@@ -38,6 +38,7 @@ from . import schedules as _schedules
 from .batch import enqueue_prepared
 from .coalesce import Coalescer
 from .dedup import merge_into
+from .registry import Recorded
 
 if TYPE_CHECKING:
     from .reads import QueueStats
@@ -89,6 +90,8 @@ class Client:
         # owns its connections: aclose() is then the one place that closes them.
         self._lane: Lane | None = None
         QueueKeys.for_queue("probe", namespace)  # validates the namespace now
+        # The queues this client recorded in the registry of queues (registry.py).
+        self._recorded = Recorded(namespace)
 
     @classmethod
     def from_url(cls, url: str | None = None, **options: Any) -> Client:
@@ -209,6 +212,8 @@ class Queue:
         )
         if after is not None:
             return await _flow.enqueue_after(self, task, job, after)
+        if self.client._recorded.due(self.name):  # the first write of this client here
+            await self._record()
         holder = await self._coalescer.enqueue(job)
         if not holder:
             return job.id
@@ -276,6 +281,11 @@ class Queue:
                 a task has a dedup key (nothing written).
         """
         return await _flow.enqueue_flow(self, parent, children)
+
+    async def _record(self) -> None:
+        """Record this queue in the registry of queues, unless this client did lately
+        (registry.py): every method that can make the queue exist calls it before writing."""
+        await self.client._recorded.ensure(self.client.redis, self.name)
 
     # -- reading ---------------------------------------------------------------
 
@@ -413,10 +423,12 @@ class Queue:
 
     async def pause(self) -> None:
         """Pause claims on this queue (atomic; running jobs finish, enqueues still land)."""
+        await self._record()
         await _ops.pause(self)
 
     async def resume_queue(self) -> None:
         """Let workers claim from this queue again (and wake them)."""
+        await self._record()
         await _ops.resume_queue(self)
 
     async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
@@ -462,6 +474,7 @@ class Queue:
 
         Takes effect at the next script call of every client and worker.
         """
+        await self._record()
         await _events.set_events(self, enabled, maxlen=maxlen)
 
     # -- schedules: delegations to schedules.py (docs/schedules.md) ------------------
@@ -502,6 +515,7 @@ class Queue:
                 zone, ``end_at`` before ``start_at``, a schedule that never
                 fires; nothing is written.
         """
+        await self._record()
         return await _schedules.schedule(
             self,
             schedule_id,
@@ -563,6 +577,7 @@ class Queue:
                 concurrency that is not a whole number >= 1, a rate that is
                 not a ``vr.Rate``, or neither given (nothing is written).
         """
+        await self._record()
         await _limits.set_limit(self, kind, concurrency=concurrency, rate=rate, per_key=per_key)
 
     async def clear_limit(self, kind: str, *, per_key: bool = False) -> bool:

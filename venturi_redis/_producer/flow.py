@@ -62,6 +62,7 @@ def checked_ids(after: object) -> tuple[str, ...]:
 
 
 async def _run(queue: QueueLike, jobs: list[FlowJob]) -> None:
+    await queue.client._recorded.ensure(queue.client.redis, queue.name)  # registry.py
     call = calls_flow.enqueue_flow(queue.keys, queue.client._now_arg(), jobs)
     await queue.client._scripts.call(queue.client.redis, *call)
 

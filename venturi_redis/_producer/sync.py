@@ -231,6 +231,8 @@ class SyncQueue:
             carry=carry,
             timeout=timeout,
         )
+        if client._recorded.due(self.name):  # the registry of queues (registry.py), once
+            client._recorded.record_blocking(direct, self.name)
         call = calls.enqueue_one(q.keys, client._now_arg(), job)
         holder = calls.enqueue_holder(run_script(direct, client._scripts[call.name], call.keys, call.args))
         if not holder:
