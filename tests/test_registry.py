@@ -234,9 +234,12 @@ async def test_prune_keeps_a_name_recorded_again_since_it_was_read(url: str, que
 async def test_prune_loses_to_a_record_made_while_it_checks(
     redis_server: RedisServer, queue_name: str
 ) -> None:
-    """A producer records the name between prune's read and its removal: the WATCH makes the
-    removal fail, and the name stays."""
-    async with vr.Client.from_url(redis_server.url) as client:
+    """A producer records the name after prune read it and before it removes it (its enqueue
+    comes next): the WATCH makes the removal fail, and the name stays for that enqueue."""
+    async with (
+        vr.Client.from_url(redis_server.url) as client,
+        vr.Client.from_url(redis_server.url) as producer,
+    ):
         await client.redis.zadd(REGISTRY, {queue_name: 1})
         real_exists = client.redis.exists
         recorded = False
@@ -245,14 +248,14 @@ async def test_prune_loses_to_a_record_made_while_it_checks(
             nonlocal recorded
             if not recorded:
                 recorded = True
-                async with vr.Client.from_url(redis_server.url) as producer:
-                    await producer.queue(queue_name).enqueue(Echo(text="now"))
+                await producer._recorded.record(producer.redis, queue_name)
             return await real_exists(*keys)
 
         client.redis.exists = exists_while_a_producer_records
         assert await discovery.prune(client, [(queue_name, 1.0)]) == 0
         client.redis.exists = real_exists
         assert recorded and (await score(client, queue_name) or 0) > 1
+        await producer.queue(queue_name).enqueue(Echo(text="now"))  # remembered: no record of its own
         assert queue_name in await discovery.discover_queues(client)
 
 
