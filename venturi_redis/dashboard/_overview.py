@@ -1,10 +1,12 @@
 """The overview: a row per registered queue, cheap to refresh while a page stays open.
 
-An open overview polls every 5 s (htmx). A refresh reads Redis's clock once
-(``TIME``), then each queue in one pipelined round trip: the 21 reads of
-``queue.stats()`` and the open minutes of the last-hour chart (two
-``ZCOUNT``; four in a minute's first seconds): about 23 commands per queue,
-4.6 a second. What cannot change since the last refresh is not read again:
+An open overview polls every 5 s (htmx). A refresh reads each queue in one
+pipelined round trip: the 21 reads of ``queue.stats()`` and the open minutes
+of the last-hour chart (two ``ZCOUNT``; four in a minute's first seconds):
+23 commands per queue, 4.6 a second. Redis's clock (``TIME``, the scripts'
+clock, which the counts are read at) is read once per ``discovery_interval``
+and followed by the local clock between. What cannot change since the last
+refresh is not read again:
 
 - The chart's past minutes. A finished job's score is when it finished, by
   Redis's clock, so once that clock is past a minute (and ``_SETTLE_MS``
@@ -90,7 +92,16 @@ class _Kept:
     running: dict[str, str] = field(default_factory=dict)  # running job id -> its lease owner
     finished: dict[tuple[str, float], str] = field(default_factory=dict)  # (id, finish ms) -> owner
     newest: list[tuple[float, str]] = field(default_factory=list)  # the newest finished (ms, id)
-    signature: tuple[Any, ...] | None = None  # the counts the newest were read at
+    counts: tuple[int, int] | None = None  # completed and dead when the newest were read
+    open_bars: dict[int, tuple[int, int]] = field(default_factory=dict)  # and the open minutes' bars
+
+    def finished_since(self, counts: tuple[int, int], open_bars: dict[int, tuple[int, int]]) -> bool:
+        """Whether a job may have finished, or left the finished indexes, since the newest
+        were read: a count moved, or an open minute's bar (one that opened since counts 0
+        before it). A minute that closed meanwhile was read open until its end and after."""
+        if counts != self.counts:
+            return True
+        return any(bar != self.open_bars.get(lo, (0, 0)) for lo, bar in open_bars.items())
 
 
 class Discovery:
@@ -138,6 +149,18 @@ class Overview:
         self.client = client
         self.discovery = Discovery(client, discovery_interval)
         self._kept: dict[str, _Kept] = {}
+        # Redis's clock as an offset from ours, read (TIME) once per discovery_interval:
+        # the scripts' clock, without a command per refresh.
+        self._offset_ms = 0.0
+        self._offset_at: float | None = None
+
+    async def _now(self) -> int:
+        """Redis's clock now (ms): TIME when the last reading is older than the discovery interval."""
+        at = time.monotonic()
+        if self._offset_at is None or at - self._offset_at >= self.discovery.interval:
+            self._offset_ms = await server_now_ms(self.client) - time.time() * 1000
+            self._offset_at = at
+        return int(time.time() * 1000 + self._offset_ms)
 
     async def rows(self) -> tuple[list[QueueOverview], dict[str, str]]:
         """Every queue found, with its row, and the queues that cannot be read.
@@ -150,7 +173,7 @@ class Overview:
         rows: list[QueueOverview] = []
         broken: dict[str, str] = {}
         if names:
-            now = await server_now_ms(self.client)
+            now = await self._now()
             for name in names:
                 kept = self._kept.setdefault(name, _Kept())
                 try:
@@ -181,8 +204,8 @@ async def overview(queue: Queue, kept: _Kept, now: int) -> QueueOverview:
     known.update({lo: c for lo, c in read.items() if lo + _MINUTE + _SETTLE_MS <= now})
     kept.minutes = known
     bars = [read[lo] if lo in read else known[lo] for lo in range(begin, end, _MINUTE)]
-    open_bars = tuple(sorted((lo, c) for lo, c in read.items() if lo not in known))
-    workers = await _lease_owners_seen(queue, kept, stats, (open_bars, stats.completed, stats.dead))
+    open_bars = {lo: c for lo, c in read.items() if lo not in known}
+    workers = await _lease_owners_seen(queue, kept, stats, open_bars)
     return QueueOverview(
         stats=stats,
         throughput=Throughput(
@@ -193,12 +216,13 @@ async def overview(queue: Queue, kept: _Kept, now: int) -> QueueOverview:
 
 
 async def _lease_owners_seen(
-    queue: Queue, kept: _Kept, stats: QueueStats, signature: tuple[Any, ...]
+    queue: Queue, kept: _Kept, stats: QueueStats, open_bars: dict[int, tuple[int, int]]
 ) -> dict[str, datetime]:
     """The lease owners of the running jobs (seen now) and of the newest finished ones (seen then)."""
     k = queue.keys
     redis = queue.client.redis
-    reread = signature != kept.signature
+    counts = (stats.completed, stats.dead)
+    reread = kept.finished_since(counts, open_bars)
     pipe = redis.pipeline(transaction=False)
     if stats.running:
         pipe.zrange(k.running, 0, _WORKER_SAMPLE - 1)
@@ -211,7 +235,7 @@ async def _lease_owners_seen(
         completed, dead = res
         both = [(float(s), _text(j)) for j, s in [*completed, *dead]]
         kept.newest = sorted(both, reverse=True)[:_WORKER_SAMPLE]
-        kept.signature = signature
+        kept.counts, kept.open_bars = counts, open_bars
     kept.running = {j: kept.running[j] for j in running if j in kept.running}
     kept.finished = {(j, s): kept.finished[(j, s)] for s, j in kept.newest if (j, s) in kept.finished}
     unknown_running = [j for j in running if j not in kept.running]
