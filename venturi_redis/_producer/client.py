@@ -212,8 +212,8 @@ class Queue:
         )
         if after is not None:
             return await _flow.enqueue_after(self, task, job, after)
-        if self.client._recorded.due(self.name):  # the first write of this client here
-            await self._record()
+        if self.client._recorded.due(self.name):  # checked here: no coroutine per enqueue
+            await self.client._recorded.record(self.client.redis, self.name)  # registry.py
         holder = await self._coalescer.enqueue(job)
         if not holder:
             return job.id
@@ -281,11 +281,6 @@ class Queue:
                 a task has a dedup key (nothing written).
         """
         return await _flow.enqueue_flow(self, parent, children)
-
-    async def _record(self) -> None:
-        """Record this queue in the registry of queues, unless this client did lately
-        (registry.py): every method that can make the queue exist calls it before writing."""
-        await self.client._recorded.ensure(self.client.redis, self.name)
 
     # -- reading ---------------------------------------------------------------
 
@@ -423,12 +418,12 @@ class Queue:
 
     async def pause(self) -> None:
         """Pause claims on this queue (atomic; running jobs finish, enqueues still land)."""
-        await self._record()
+        await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _ops.pause(self)
 
     async def resume_queue(self) -> None:
         """Let workers claim from this queue again (and wake them)."""
-        await self._record()
+        await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _ops.resume_queue(self)
 
     async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
@@ -474,7 +469,7 @@ class Queue:
 
         Takes effect at the next script call of every client and worker.
         """
-        await self._record()
+        await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _events.set_events(self, enabled, maxlen=maxlen)
 
     # -- schedules: delegations to schedules.py (docs/schedules.md) ------------------
@@ -515,7 +510,7 @@ class Queue:
                 zone, ``end_at`` before ``start_at``, a schedule that never
                 fires; nothing is written.
         """
-        await self._record()
+        await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         return await _schedules.schedule(
             self,
             schedule_id,
@@ -577,7 +572,7 @@ class Queue:
                 concurrency that is not a whole number >= 1, a rate that is
                 not a ``vr.Rate``, or neither given (nothing is written).
         """
-        await self._record()
+        await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _limits.set_limit(self, kind, concurrency=concurrency, rate=rate, per_key=per_key)
 
     async def clear_limit(self, kind: str, *, per_key: bool = False) -> bool:
