@@ -183,6 +183,36 @@ async def test_a_client_records_a_queue_once_not_per_job(
         assert await score(client, queue_name) == later
 
 
+async def test_a_running_worker_records_its_queues_again_when_the_memo_lapses(
+    redis_server: RedisServer, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue only workers write to stays listed after the registry was lost (DEL, a failover)."""
+    async with vr.Client.from_url(redis_server.url) as client:
+        q = client.queue(queue_name)
+        worker = make_worker(q, EchoJob, lease=0.3)  # a beat every 0.1 s
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            with anyio.fail_after(10):
+                while await score(client, queue_name) is None:
+                    await anyio.sleep(0.02)
+            await client.redis.zrem(REGISTRY, queue_name)
+            await anyio.sleep(0.5)  # beats, within the memo's period: no record
+            assert await score(client, queue_name) is None
+
+            class Later:
+                time = staticmethod(time.time)
+
+                @staticmethod
+                def monotonic() -> float:
+                    return time.monotonic() + registry_module.RECORD_EVERY + 1
+
+            monkeypatch.setattr(registry_module, "time", Later)
+            with anyio.fail_after(10):
+                while await score(client, queue_name) is None:
+                    await anyio.sleep(0.02)
+            worker.shutdown()
+
+
 async def test_an_enqueue_that_is_refused_before_writing_records_nothing(url: str, queue_name: str) -> None:
     async with vr.Client.from_url(url, max_payload_bytes=10) as client:
         with pytest.raises(vr.PayloadTooLarge):
