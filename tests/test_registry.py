@@ -14,6 +14,7 @@ import anyio
 import pytest
 import redis
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
 from typer.testing import CliRunner
 
 import venturi_redis as vr
@@ -181,6 +182,49 @@ async def test_a_client_records_a_queue_once_not_per_job(
         await anyio.sleep(0.01)
         await q.enqueue(Echo(text="and then"))  # remembered again
         assert await score(client, queue_name) == later
+
+
+async def test_a_burst_of_first_enqueues_sends_one_record(url: str, queue_name: str) -> None:
+    """300 concurrent first enqueues (a web server's burst): one ZADD, not one each (which
+    also ran the connection pool dry)."""
+    async with vr.Client.from_url(url) as client:
+        real_zadd = client.redis.zadd
+        sent: list[Any] = []
+
+        async def counting_zadd(key: str, *args: Any, **kwargs: Any) -> Any:
+            if key == REGISTRY:
+                sent.append(args)
+            return await real_zadd(key, *args, **kwargs)
+
+        client.redis.zadd = counting_zadd
+        q = client.queue(queue_name)
+        async with anyio.create_task_group() as tg:
+            for i in range(300):
+                tg.start_soon(q.enqueue, Echo(text=str(i)))
+        assert len(sent) == 1
+        assert (await q.counts())["pending"] == 300
+        assert queue_name in await discovery.discover_queues(client)
+
+
+async def test_a_record_that_failed_is_sent_again_by_the_next_write(
+    redis_server: RedisServer, queue_name: str
+) -> None:
+    async with vr.Client.from_url(redis_server.url) as client:
+        real_zadd = client.redis.zadd
+        failures = [RedisConnectionError("connection lost")]
+
+        async def flaky_zadd(key: str, *args: Any, **kwargs: Any) -> Any:
+            if key == REGISTRY and failures:
+                raise failures.pop()
+            return await real_zadd(key, *args, **kwargs)
+
+        client.redis.zadd = flaky_zadd
+        q = client.queue(queue_name)
+        with pytest.raises(RedisConnectionError):
+            await q.enqueue(Echo(text="first"))  # nothing written: the record goes first
+        assert (await q.counts())["pending"] == 0
+        await q.enqueue(Echo(text="again"))
+        assert await score(client, queue_name) is not None
 
 
 async def test_a_running_worker_records_its_queues_again_when_the_memo_lapses(

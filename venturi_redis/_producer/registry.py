@@ -68,20 +68,39 @@ class Recorded:
             await self.record(redis, name)
 
     async def record(self, redis: Any, *names: str) -> None:
-        """Record ``names`` now: one ``ZADD ... GT`` (a name's time only moves forward)."""
+        """Record ``names`` now: one ``ZADD ... GT`` (a name's time only moves forward).
+
+        Remembered before the command goes out, so that the calls made
+        meanwhile (a burst of a web server's first enqueues) send none of their
+        own: they may write to the queue a moment before the name lands, which
+        no reader can mistake for a queue that is gone (it has keys). Forgotten
+        again if the command fails, so that the next call sends it.
+        """
         if names:
-            await redis.zadd(self.key, _members(names), gt=True)
             self._mark(names)
+            try:
+                await redis.zadd(self.key, _members(names), gt=True)
+            except BaseException:
+                self._forget(names)
+                raise
 
     def record_blocking(self, redis: Any, name: str) -> None:
         """``record`` on a blocking redis-py client (``SyncQueue``'s direct enqueue, from its thread)."""
-        redis.zadd(self.key, _members((name,)), gt=True)
         self._mark((name,))
+        try:
+            redis.zadd(self.key, _members((name,)), gt=True)
+        except BaseException:
+            self._forget((name,))
+            raise
 
     def _mark(self, names: Iterable[str]) -> None:
         until = time.monotonic() + RECORD_EVERY
         for name in names:
             self._until[name] = until
+
+    def _forget(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._until.pop(name, None)
 
 
 def _members(names: Iterable[str]) -> dict[str, int]:
