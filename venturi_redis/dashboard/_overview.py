@@ -250,8 +250,10 @@ async def _lease_owners_seen(
         kept.running.update(zip(unknown_running, owners[:split], strict=True))
         kept.finished.update(zip(unknown_finished, owners[split:], strict=True))
     seen: dict[str, datetime] = {}
-    sightings = [(kept.running[j], stats.at) for j in running]
-    sightings += [(kept.finished[(j, s)], ms_to_dt(s)) for s, j in kept.newest]
+    # .get: a refresh of the same queue running alongside (another tab) may have replaced
+    # what is kept while this one awaited its reads; an owner it lacks is shown next time.
+    sightings = [(kept.running.get(j, ""), stats.at) for j in running]
+    sightings += [(kept.finished.get((j, s), ""), ms_to_dt(s)) for s, j in kept.newest]
     for name, at in sightings:
         if name and (name not in seen or seen[name] < at):
             seen[name] = at
