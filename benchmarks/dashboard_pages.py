@@ -6,8 +6,8 @@ Starts a throwaway redis-server, enqueues ``--jobs`` pending jobs on queue
 ``big`` (``enqueue_many`` in batches of 1,000), then serves the dashboard with
 ``venturi dashboard`` (uvicorn) and times, over real HTTP on loopback, each
 page ``--runs`` times after a first request (shown apart: the very first
-request of all finds the queues by SCAN, which the app then keeps 30 s): the overview (``GET /``, which finds
-the queues by SCAN), the first page of pending jobs (HTML and JSON), a page
+request of all reads the registry of queues, which the app then keeps 30 s): the overview
+(``GET /``), the first page of pending jobs (HTML and JSON), a page
 half-way through (its cursor taken from the middle of the index), and a job's
 page. Prints the median and the slowest run of each, in milliseconds.
 """
@@ -85,7 +85,7 @@ def main() -> None:
                 ),
                 ("job       GET /queues/big/jobs/{id}", f"/queues/big/jobs/{job_id}"),
             ]
-            # The first request of all finds the queues by SCAN (kept 30 s after).
+            # The first request of all reads the registry of queues (kept 30 s after).
             print(f"{'page':55} {'first ms':>9} {'median ms':>10} {'max ms':>9} {'bytes':>8}")
             for name, path in pages:
                 first, median, worst, size = timed(base + path, args.runs)

@@ -152,7 +152,7 @@ def test_jobs_filters_and_errors(rurl: str, qname: str, sq: vr.SyncQueue) -> Non
 def test_job_show_with_and_without_queue(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
     jid = sq.enqueue(Doomed())
     drain(rurl, qname, DoomedJob)
-    res = venturi("job", "show", jid, "--redis", rurl, "--json")  # found by SCAN
+    res = venturi("job", "show", jid, "--redis", rurl, "--json")  # found among the registered queues
     doc = json.loads(res.stdout)
     assert doc["job"]["queue"] == qname and doc["job"]["state"] == "dead"
     assert [e["event"] for e in doc["journal"]] == ["enqueued", "claimed", "dead"]
@@ -171,7 +171,8 @@ def test_job_show_with_and_without_queue(rurl: str, qname: str, sq: vr.SyncQueue
 
 def test_job_show_errors(rurl: str, qname: str) -> None:
     res = venturi("job", "show", "01J0000000000000000000NONE", "--redis", rurl)
-    assert res.exit_code == 1 and "not found in any queue" in res.stderr
+    assert res.exit_code == 1 and "not found in any of the" in res.stderr
+    assert "queue(s) in the registry" in res.stderr and "venturi queues rebuild" in res.stderr
     res = venturi("job", "show", "01J0000000000000000000NONE", "--redis", rurl, "-q", qname)
     assert res.exit_code == 1 and f"not found in queue {qname}" in res.stderr
     res = venturi("job", "show", "*", "--redis", rurl)

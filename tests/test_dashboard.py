@@ -1,7 +1,7 @@
 """The web dashboard over HTTP (httpx's ASGI transport) against a real Redis holding jobs in every state.
 
-Each test's client has a namespace of its own, so the overview (which finds
-queues by SCAN) shows only that test's queues.
+Each test's client has a namespace of its own, so the overview (which lists
+the queues of its namespace's registry) shows only that test's queues.
 """
 
 from __future__ import annotations
@@ -559,7 +559,7 @@ def test_cli_refuses_a_public_bind_without_a_token() -> None:
 
 
 async def test_discovery_keeps_names_for_its_interval(world: World) -> None:
-    """SCAN walks the whole keyspace: the overview repeats it only after ``discovery_interval``."""
+    """The overview reads the registry of queues again only after ``discovery_interval``."""
     async with http(create_app(world.client, discovery_interval=3600)) as h:
         assert [q["queue"] for q in (await h.get("/api/queues")).json()["queues"]] == ["mail"]
         await world.client.queue("other").enqueue(Echo(text="x"))
@@ -574,7 +574,7 @@ async def test_stale_queue_names_are_found_again_in_the_background(world: World)
     async with http(create_app(world.client, discovery_interval=1e-6)) as h:
         assert [q["queue"] for q in (await h.get("/api/queues")).json()["queues"]] == ["mail"]
         await world.client.queue("other").enqueue(Echo(text="x"))
-        # The request that finds the names stale answers with them and starts a new SCAN.
+        # The request that finds the names stale answers with them and reads them again.
         stale = (await h.get("/api/queues")).json()["queues"]
         assert [q["queue"] for q in stale] == ["mail"]
         with anyio.fail_after(10):

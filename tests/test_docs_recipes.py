@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -56,6 +57,7 @@ TESTED = {
     "events",
     "schedules",
     "limit-key",
+    "registry",
 }
 
 
@@ -300,3 +302,16 @@ async def test_limit_key(queue: vr.Queue) -> None:
     running, waiting, limits, ready = await run("limit-key", queue)
     assert (text(running), waiting, text(limits)) == ("1", 2, "0 0 0 1 0 0")
     assert [m for m, _ in pairs(ready)] == ["mail\t11:example.com", "mail\t9:other.org"]
+
+
+async def test_registry(queue: vr.Queue) -> None:
+    await queue.enqueue(Echo(text="a"))
+    registered, present, recorded = await run("registry", queue)
+    mine = dict(pairs(registered))[queue.name]
+    assert abs(mine - time.time() * 1000) < 60_000  # recorded by the enqueue, by this clock
+    assert present == 1 and recorded == 0  # one key (pending:normal); GT: an update, not an add
+    assert (await queue.client.redis.zscore("venturi:queues", queue.name)) >= mine
+    await queue.cancel((await queue.list_jobs())[0].id)
+    assert await queue.purge("cancelled") == 1
+    _, present, _ = await run("registry", queue)
+    assert present == 0  # gone: `venturi stats` no longer lists it

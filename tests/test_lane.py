@@ -173,6 +173,10 @@ async def test_a_silent_connection_times_out_drops_the_lane_and_resends_nothing(
     try:
         q = client.queue(name)
         await q.enqueue(Echo(text="before"))
+        # That first enqueue also recorded the queue in the registry through the pool (one
+        # ZADD, _producer/registry.py): its idle connection would go silent too, and closing a
+        # TLS connection waits for the peer (5 s, or for ever on uvloop). This test is the lane's.
+        await client.redis.connection_pool.disconnect()
         proxy.blackhole()  # the lane's connection now swallows everything
         with pytest.raises(RedisTimeoutError):
             await q.enqueue(Echo(text="lost"))

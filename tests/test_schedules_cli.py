@@ -38,7 +38,7 @@ def define(url: str, queue: str, *schedules: tuple[str, dict[str, Any]]) -> None
 
 def test_list_pause_resume_trigger_remove(rurl: str) -> None:
     q = f"cli-sched-{uuid.uuid4().hex[:8]}"
-    tick = f"tick-{uuid.uuid4().hex[:8]}"  # found by SCAN below: unique on the shared server
+    tick = f"tick-{uuid.uuid4().hex[:8]}"  # found in the registry below: unique on the shared server
     define(rurl, q, ("nightly", {"cron": "0 3 * * *", "tz": "Europe/Berlin"}), (tick, {"every": 30}))
     res = venturi("schedules", "--redis", rurl, "-q", q, "--json")
     assert res.exit_code == 0, res.output
@@ -49,7 +49,7 @@ def test_list_pause_resume_trigger_remove(rurl: str) -> None:
     assert docs[tick]["last_at"] is None and docs[tick]["last_job_id"] is None
     table = venturi("schedules", "--redis", rurl, "-q", q)
     assert table.exit_code == 0 and "0 3 * * * Europe/Berlin" in table.stdout and "every 30s" in table.stdout
-    # Without -q the schedule is found by SCAN.
+    # Without -q the schedule is found among the registered queues.
     res = venturi("schedule", "pause", tick, "--redis", rurl, "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == {"id": tick, "queue": q, "action": "pause", "done": True}

@@ -172,7 +172,7 @@ def test_the_cli_reads_a_queue_over_tls(tls_server: RedisServer) -> None:
     shown = CliRunner().invoke(
         app, ["job", "show", job_id, "--redis", tls_server.url, "--json", "--show-payload"]
     )
-    assert shown.exit_code == 0, shown.output  # found by SCAN, over TLS
+    assert shown.exit_code == 0, shown.output  # found in the registry, over TLS
     doc = json.loads(shown.stdout)
     assert doc["job"]["queue"] == name and doc["job"]["payload"] == {"text": "seen by the CLI"}
 

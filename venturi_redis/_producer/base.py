@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from .._store.keys import QueueKeys
 from .._store.sender import Sender
 from .._store.store import QueueStore
+from .registry import Recorded
 
 
 class ClientLike(Protocol):
@@ -38,6 +39,9 @@ class ClientLike(Protocol):
 
     @property
     def url(self) -> str: ...
+
+    @property
+    def _recorded(self) -> Recorded: ...  # what it recorded in the registry of queues (registry.py)
 
     def _now_arg(self) -> str: ...
 

@@ -30,6 +30,7 @@ async def enqueue_prepared(queue: QueueLike, tasks: Sequence[Task[Any]], jobs: l
     """The writing half of ``enqueue_many``: ``jobs`` are ``tasks`` prepared (see ``Queue.enqueue_many``)."""
     if not jobs:
         return []
+    await queue.client._recorded.ensure(queue.client.redis, queue.name)  # registry.py
     chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
     replies = await queue.store.enqueue_chunks(chunks)
     ids: list[str | None] = [None] * len(jobs)

@@ -39,6 +39,7 @@ from . import schedules as _schedules
 from .batch import enqueue_prepared
 from .coalesce import Coalescer
 from .dedup import merge_into
+from .registry import Recorded
 
 if TYPE_CHECKING:
     from .reads import QueueStats
@@ -93,6 +94,8 @@ class Client:
         self.sender = Sender(redis, clock=clock)
         self._queues: dict[str, Queue] = {}
         QueueKeys.for_queue("probe", namespace)  # validates the namespace now
+        # The queues this client recorded in the registry of queues (registry.py).
+        self._recorded = Recorded(namespace)
 
     @classmethod
     def from_url(cls, url: str | None = None, **options: Any) -> Client:
@@ -218,6 +221,8 @@ class Queue:
         )
         if after is not None:
             return await _flow.enqueue_after(self, task, job, after)
+        if self.client._recorded.due(self.name):  # checked here: no coroutine per enqueue
+            await self.client._recorded.record(self.client.redis, self.name)  # registry.py
         holder = await self._coalescer.enqueue(job)
         if not holder:
             return job.id
@@ -430,10 +435,12 @@ class Queue:
 
     async def pause(self) -> None:
         """Pause claims on this queue (atomic; running jobs finish, enqueues still land)."""
+        await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _ops.pause(self)
 
     async def resume_queue(self) -> None:
         """Let workers claim from this queue again (and wake them)."""
+        await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _ops.resume_queue(self)
 
     async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
@@ -479,6 +486,7 @@ class Queue:
 
         Takes effect at the next script call of every client and worker.
         """
+        await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _events.set_events(self, enabled, maxlen=maxlen)
 
     # -- schedules: delegations to schedules.py (docs/schedules.md) ------------------
@@ -519,6 +527,7 @@ class Queue:
                 zone, ``end_at`` before ``start_at``, a schedule that never
                 fires; nothing is written.
         """
+        await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         return await _schedules.schedule(
             self,
             schedule_id,
@@ -580,6 +589,7 @@ class Queue:
                 concurrency that is not a whole number >= 1, a rate that is
                 not a ``vr.Rate``, or neither given (nothing is written).
         """
+        await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _limits.set_limit(self, kind, concurrency=concurrency, rate=rate, per_key=per_key)
 
     async def clear_limit(self, kind: str, *, per_key: bool = False) -> bool:

@@ -61,6 +61,7 @@ def checked_ids(after: object) -> tuple[str, ...]:
 
 
 async def _run(queue: QueueLike, jobs: list[FlowJob]) -> None:
+    await queue.client._recorded.ensure(queue.client.redis, queue.name)  # registry.py
     await queue.store.enqueue_flow(jobs)
 
 

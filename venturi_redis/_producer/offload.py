@@ -160,6 +160,7 @@ class OffloadFunction(Generic[P, R]):
         )
         if job.dedup:  # a merge would leave the snapshot describing no job
             raise TaskDefinitionError(f"{job.kind}: an offload task cannot have a dedup key")
+        await client._recorded.ensure(client.redis, queue.name)  # the registry of queues (registry.py)
         # The job and its pending snapshot in one script call (one atomic step).
         await queue.store.enqueue_offloaded(job, token, self.retention_ms)
         return OffloadHandle(key=f"{self.queue}:{token}", job_id=job.id, result_type=self.result_type)

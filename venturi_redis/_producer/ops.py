@@ -4,8 +4,8 @@ The CLI (``venturi``) calls these, through the ``Queue`` methods that
 delegate here. Every write is one Lua script (``cancel``, ``retry_dead``,
 ``purge``) or, for the queue pause flag, one ``HSET`` that the claim script
 reads atomically. Reading a queue (``stats``, ``list_jobs``) is
-``reads.py``; finding queues and jobs by SCAN, ``discovery.py``; the server
-check a worker makes, ``server.py``.
+``reads.py``; finding queues and jobs in the registry of queues,
+``discovery.py``; the server check a worker makes, ``server.py``.
 """
 
 from __future__ import annotations

@@ -108,9 +108,20 @@ async def server_now_ms(client: ClientLike) -> int:
 
 async def stats(queue: QueueLike) -> QueueStats:
     """Counts, lag and throughput of ``queue`` (see ``QueueStats``)."""
-    k = queue.keys
     now = await server_now_ms(queue.client)
     pipe = _atomic_pipeline(queue.client)
+    stats_commands(pipe, queue, now)
+    return stats_from(queue, now, await pipe.execute())
+
+
+# What stats_commands queues on a pipeline: stats_from reads that many replies.
+STATS_COMMANDS = 21
+
+
+def stats_commands(pipe: Any, queue: QueueLike, now: int) -> None:
+    """Queue the ``STATS_COMMANDS`` reads of ``stats`` on ``pipe`` (the dashboard's
+    overview adds them to a pipeline of its own); ``stats_from`` reads their replies."""
+    k = queue.keys
     for p in PRIORITIES_HIGH_FIRST:
         pipe.zcount(k.pending(p), "-inf", now)
         pipe.zcount(k.pending(p), f"({now}", "+inf")
@@ -121,7 +132,10 @@ async def stats(queue: QueueLike) -> QueueStats:
     pipe.hget(k.meta, "paused")
     pipe.zcard(k.waiting)
     pipe.zcard(k.limits_parked)
-    res = await pipe.execute()
+
+
+def stats_from(queue: QueueLike, now: int, res: list[Any]) -> QueueStats:
+    """The ``QueueStats`` of the replies to ``stats_commands`` (read at ``now``)."""
     pending: dict[str, int] = {}
     delayed = 0
     oldest: float | None = None
@@ -132,7 +146,8 @@ async def stats(queue: QueueLike) -> QueueStats:
         if head:
             score = float(head[0][1])
             oldest = score if oldest is None else min(oldest, score)
-    running, suspended, completed, dead, cancelled, last_minute, paused, waiting, limited = res[12:]
+    counts = res[12:STATS_COMMANDS]
+    running, suspended, completed, dead, cancelled, last_minute, paused, waiting, limited = counts
     return QueueStats(
         queue=queue.name,
         paused=_text(paused) == "1",

@@ -230,6 +230,8 @@ class SyncQueue:
             carry=carry,
             timeout=timeout,
         )
+        if client._recorded.due(self.name):  # the registry of queues (registry.py), once
+            client._recorded.record_blocking(direct, self.name)
         holder = q.store.enqueue_blocking(direct, job)
         if not holder:
             return job.id

@@ -39,6 +39,17 @@ key                                type    what it holds
 Pub/sub channel ``venturi:{q}:offload:<token>:done`` carries the redacted
 wake-up published when an offload snapshot settles (completed or failed).
 
+Two keys belong to no queue, and so carry no hash tag (each lives in the slot
+of its own name, on whichever Cluster master owns it; nothing writes them
+together with a queue's keys, so no script or MULTI ever spans both):
+
+=================================  ======  ===========================================
+``venturi:queues``                 zset    the registry: queue name -> when a process last
+                                           recorded writing to it (ms, that process's clock)
+``venturi:queues:rebuild``         hash    ``venturi queues rebuild``'s progress: a SCAN
+                                           cursor per node, so an interrupted run resumes
+=================================  ======  ===========================================
+
 ``docs/redis-layout.md`` is the long form of this table.
 """
 
@@ -67,6 +78,41 @@ def validate_name(value: str, what: str = "queue name") -> str:
     if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
         raise ConfigurationError(f"invalid {what} {value!r}: use {NAME_RULE}")
     return value
+
+
+def is_queue_name(value: str) -> bool:
+    """Whether ``value`` is a valid queue name (``validate_name`` without the error)."""
+    return bool(_NAME_RE.fullmatch(value))
+
+
+def registry_key(namespace: str = "venturi") -> str:
+    """The registry of queues (``_producer/registry.py`` writes it, ``discovery.py`` reads it).
+
+    No hash tag: it is one key for every queue of the namespace, so it cannot
+    live in any queue's slot, and ``{`` never appears in it, so it can never
+    be taken for a queue's key (a queue name holds no ``{``, ``}`` or ``:``).
+    """
+    return f"{namespace}:queues"
+
+
+def rebuild_key(namespace: str = "venturi") -> str:
+    """The progress of ``venturi queues rebuild`` (``_producer/rebuild.py``): cursors per node."""
+    return f"{namespace}:queues:rebuild"
+
+
+def queue_keys_match(namespace: str = "venturi") -> str:
+    """The SCAN pattern of every key of every queue of the namespace (the rebuild's one SCAN)."""
+    return f"{namespace}:{{*}}:*"
+
+
+def queue_of_key(key: str, namespace: str = "venturi") -> str | None:
+    """The queue a key belongs to (``venturi:{q}:...`` -> ``q``), or None for any other key."""
+    head = f"{namespace}:{{"
+    if not key.startswith(head):
+        return None
+    end = key.find("}:", len(head))
+    name = key[len(head) : end] if end > 0 else ""
+    return name if _NAME_RE.fullmatch(name) else None
 
 
 def dedup_field(kind: str, key: str) -> str:
@@ -163,6 +209,27 @@ class QueueKeys:
         validate_name(name)
         validate_name(namespace, "key namespace")
         return cls(name=name, prefix=f"{namespace}:{{{name}}}:")
+
+    @property
+    def presence(self) -> tuple[str, ...]:
+        """The keys whose existence makes the queue exist: its indexes (every state,
+        parked jobs), its meta hash, its workers, its schedules, its limits. A
+        registered queue with none of them is gone (purged, expired) and is no
+        longer listed; one ``EXISTS`` of them all is one command in one slot."""
+        return (
+            *self.pending_high_first,
+            self.waiting,
+            self.limits_parked,
+            self.running,
+            self.suspended,
+            self.completed,
+            self.dead,
+            self.cancelled,
+            self.meta,
+            self.workers,
+            self.schedules,
+            self.limits,
+        )
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}"

@@ -82,6 +82,10 @@ class Registration:
 
     async def beat(self, queue: Queue, tick_s: float, running: int) -> None:
         """Renew the registration on ``queue``: one round trip, of one command (four when indexing)."""
+        # The registry of queues too (_producer/registry.py): recorded at the worker's start and
+        # again each time the client's memo of it lapses (five minutes), so that a queue only
+        # workers write to (its schedules firing) is listed again after the registry was lost.
+        await queue.client._recorded.ensure(queue.client.redis, queue.name)
         now_ms = int(time.time() * 1000)
         ttl_ms = max(int(tick_s * 1000 * TTL_TICKS), 1000)
         keys = queue.keys

@@ -451,6 +451,8 @@ class Worker(Generic[StateT]):
             raise ConfigurationError("this worker is already running")
         for client in {id(q.client): q.client for q in self.queues}.values():
             await _server.check_server(client, eviction_policy=self.check_eviction_policy)
+            # A queue a worker serves is listed from its start, jobs or not (_producer/registry.py).
+            await client._recorded.record(client.redis, *(q.name for q in self.queues if q.client is client))
         await declare(self.schedules)
         self._running = True
         self._until_idle = until_idle

@@ -126,7 +126,7 @@ ShowPayloadOpt = Annotated[
 ]
 JobQueueOpt = Annotated[
     str | None,
-    typer.Option("--queue", "-q", metavar="NAME", help="Queue of the job (found by SCAN when omitted)."),
+    typer.Option("--queue", "-q", metavar="NAME", help="Queue of the job (else found in the registry)."),
 ]
 
 
@@ -204,11 +204,9 @@ CreateOpt = Annotated[
 
 
 async def queue_exists(client: Client, name: str) -> bool:
-    """Whether queue ``name`` has any index zset, its meta hash, a registered worker or a
-    schedule: one EXISTS (one slot)."""
-    keys = QueueKeys.for_queue(name, client.namespace)
-    names = [*keys.pending_high_first, keys.running, keys.suspended, keys.completed, keys.dead]
-    return bool(await client.redis.exists(*names, keys.cancelled, keys.meta, keys.workers, keys.schedules))
+    """Whether queue ``name`` has any index zset, its meta hash, a registered worker, a
+    schedule or a limit (``QueueKeys.presence``): one EXISTS (one slot)."""
+    return bool(await client.redis.exists(*QueueKeys.for_queue(name, client.namespace).presence))
 
 
 async def known_queue(client: Client, name: str, *, create: bool = False, change: bool = True) -> Queue:
@@ -234,10 +232,16 @@ async def known_queue(client: Client, name: str, *, create: bool = False, change
 
 
 async def job_queue(client: Client, job_id: str, queue: str | None) -> Queue:
-    """The queue of ``job_id``: the one named, else the one SCAN finds it in."""
+    """The queue of ``job_id``: the one named, else the registered queue that holds it
+    (one EXISTS per queue of the registry, never a walk of the keyspace)."""
     if queue is not None:
         return client.queue(queue)
     name = await _discovery.find_job_queue(client, job_id)
     if name is None:
-        raise Fail(f"job {job_id} not found in any queue (namespace {client.namespace!r})")
+        n = len(await _discovery.registered(client))
+        raise Fail(
+            f"job {job_id} not found in any of the {n} queue(s) in the registry (namespace "
+            f"{client.namespace!r}); a queue written before the registry existed is found once "
+            "`venturi queues rebuild` has run; or name the queue with -q"
+        )
     return client.queue(name)

@@ -27,7 +27,12 @@ SchedulesQueueOpt = Annotated[
 ]
 ScheduleQueueOpt = Annotated[
     str | None,
-    typer.Option("--queue", "-q", metavar="NAME", help="Queue of the schedule (found by SCAN when omitted)."),
+    typer.Option(
+        "--queue",
+        "-q",
+        metavar="NAME",
+        help="Queue of the schedule (found among the registered queues when omitted).",
+    ),
 ]
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="The schedule id.")]
 
@@ -87,7 +92,7 @@ def schedules_cmd(
 
 
 async def schedule_queue(client: Client, schedule_id: str, queue: str | None) -> Queue:
-    """The queue of ``schedule_id``: the one named, else the only one SCAN finds it in."""
+    """The queue of ``schedule_id``: the one named, else the only registered queue holding it."""
     if queue is not None:
         return await known_queue(client, queue, change=False)
     holders = [

@@ -31,7 +31,7 @@ from .._model.enums import JobState
 from .._model.errors import VenturiError
 from .._model.schedule import validate_schedule_id
 from .._producer.events import events_cap
-from . import _data, _listing, _live, _render
+from . import _data, _listing, _live, _overview, _render
 from ._security import (
     AUTH_COOKIE,
     CSRF_FIELD,
@@ -85,7 +85,7 @@ class Dashboard:
         discovery_interval: float,
     ) -> None:
         self.client = client
-        self.discovery = _data.Discovery(client, discovery_interval)
+        self.overview_rows = _overview.Overview(client, discovery_interval)
         self.read_only = read_only
         self.keys = keys
         self.redaction = redaction
@@ -138,7 +138,7 @@ class Dashboard:
     # -- pages and their JSON ------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
-        rows, broken = await _data.all_queues(self.client, self.discovery)
+        rows, broken = await self.overview_rows.rows()
         if request.url.path.endswith("/api/queues") or wants_json(request.scope):
             return JSONResponse(
                 {
@@ -441,9 +441,10 @@ def create_app(
         tasks: Task classes whose sensitive fields stay masked when
             ``show_payloads`` is on (matched by KIND; nothing is imported by a
             name read from Redis).
-        discovery_interval: Seconds the overview keeps the queue names it found
-            by SCAN before it scans again (a SCAN walks every key in Redis);
-            the counts are read fresh on every request. ``0`` scans every time.
+        discovery_interval: Seconds the overview keeps the queue names it read
+            from the registry of queues before it reads them again (one
+            command, and one per queue); the counts are read fresh on every
+            request. ``0`` reads them every time.
         close_client: Close ``client`` when the app shuts down (the CLI's case).
     """
     dash = Dashboard(

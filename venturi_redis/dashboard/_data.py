@@ -6,40 +6,29 @@ pages and the JSON routes render; nothing here knows about HTTP.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import enum
 import logging
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ResponseError
-
 from .._model.enums import JobState
 from .._model.limits import LimitInfo
-from .._model.records import JobInfo, JournalEntry, WorkerInfo, ms_to_dt
+from .._model.records import JobInfo, JournalEntry, WorkerInfo
 from .._model.redact import redact
 from .._model.schedule import ScheduleInfo
-from .._producer.discovery import discover_queues
-from .._producer.reads import QueueStats
 from .._store.keys import dedup_field, validate_name
 
 if TYPE_CHECKING:
     from .._model.task import Task
-    from .._producer.client import Client, Queue
+    from .._producer.client import Queue
 
 log = logging.getLogger("venturi_redis.dashboard")
 JOB_ID_RE = re.compile(r"[0-9A-Za-z]{1,64}")
 
-# The throughput chart: one bar per minute over the last hour.
-CHART_MINUTES = 60
-# Workers are seen through the jobs they hold or held: the lease owner of
-# every running job (up to this many) and of the most recently finished ones.
-_WORKER_SAMPLE = 100
 _DEDUP_SCAN_LIMIT = 100_000
 # A search lists at most this many jobs, and reads the dedup field of at most
 # this many of the newest jobs of each state but pending.
@@ -55,153 +44,9 @@ def valid_queue_name(name: str) -> bool:
     return True
 
 
-@dataclass(frozen=True, slots=True)
-class Throughput:
-    """Completions and deaths per minute, oldest minute first."""
-
-    completed: list[int]
-    dead: list[int]
-    since: datetime
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"since": self.since.isoformat(), "completed": self.completed, "dead": self.dead}
-
-
-@dataclass(frozen=True, slots=True)
-class QueueOverview:
-    """One row of the overview: the queue's stats, its last hour, its workers."""
-
-    stats: QueueStats
-    throughput: Throughput
-    workers: dict[str, datetime] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **self.stats.to_dict(),
-            "throughput_per_minute": self.throughput.to_dict(),
-            "workers": {w: at.isoformat() for w, at in sorted(self.workers.items())},
-        }
-
-
 async def queue_exists(queue: Queue) -> bool:
-    """Whether ``queue`` has any index zset, a meta hash, a schedule or a worker (what discovery finds)."""
-    from .._store.keys import QueueKeys
-
-    k: QueueKeys = queue.keys
-    keys = [
-        *k.pending_high_first,
-        k.waiting,
-        k.limits_parked,
-        k.running,
-        k.suspended,
-        k.completed,
-        k.dead,
-        k.cancelled,
-        k.meta,
-        k.schedules,
-        k.workers,
-    ]
-    return int(await queue.client.redis.exists(*keys)) > 0
-
-
-async def overview(queue: Queue) -> QueueOverview:
-    """Stats (``queue.stats()``), the last hour per minute, and the workers seen."""
-    stats = await queue.stats()
-    now = int(stats.at.timestamp() * 1000)
-    # Whole minutes, the current one last: bar i covers [t_i, t_i + 60 s).
-    end = now - now % 60_000 + 60_000
-    begin = end - CHART_MINUTES * 60_000
-    redis = queue.client.redis
-    pipe = redis.pipeline(transaction=False)
-    for key in (queue.keys.completed, queue.keys.dead):
-        for i in range(CHART_MINUTES):
-            lo = begin + i * 60_000
-            pipe.zcount(key, lo, f"({lo + 60_000}")
-    pipe.zrange(queue.keys.running, 0, _WORKER_SAMPLE - 1)
-    pipe.zrevrange(queue.keys.completed, 0, _WORKER_SAMPLE - 1, withscores=True)
-    pipe.zrevrange(queue.keys.dead, 0, _WORKER_SAMPLE - 1, withscores=True)
-    res = await pipe.execute()
-    counts = [int(n) for n in res[: 2 * CHART_MINUTES]]
-    running_ids, completed, dead = res[2 * CHART_MINUTES :]
-    seen: dict[str, datetime] = {}
-    ids = [_text(j) for j in running_ids]
-    finished = sorted(((float(s), _text(j)) for j, s in [*completed, *dead]), reverse=True)
-    finished = finished[:_WORKER_SAMPLE]
-    if ids or finished:
-        pipe = redis.pipeline(transaction=False)
-        for job_id in [*ids, *(j for _, j in finished)]:
-            pipe.hget(queue.keys.job(job_id), "lease_owner")
-        owners = await pipe.execute(raise_on_error=False)
-        for i, owner in enumerate(owners):
-            if not owner or isinstance(owner, Exception):
-                continue
-            at = stats.at if i < len(ids) else ms_to_dt(finished[i - len(ids)][0])
-            name = _text(owner)
-            if name not in seen or seen[name] < at:
-                seen[name] = at
-    return QueueOverview(
-        stats=stats,
-        throughput=Throughput(
-            completed=counts[:CHART_MINUTES], dead=counts[CHART_MINUTES:], since=ms_to_dt(begin)
-        ),
-        workers=seen,
-    )
-
-
-class Discovery:
-    """The queue names, found by SCAN (as ``venturi stats`` finds them), kept ``interval`` seconds.
-
-    SCAN walks the whole keyspace: with a million jobs that is a thousand
-    round trips, too much to repeat on every 5-second refresh of every open
-    overview. Names are found again once ``interval`` has passed, in the
-    background (the refresh that notices shows the names it has); the counts
-    of the known queues are read fresh every time.
-    """
-
-    def __init__(self, client: Client, interval: float) -> None:
-        self.client = client
-        self.interval = interval
-        self._names: list[str] = []
-        self._at: float | None = None
-        self._refresh: asyncio.Task[None] | None = None
-
-    async def names(self) -> list[str]:
-        """The names found last; the first call waits for the SCAN, later ones
-        never do: once stale, the names are found again in the background."""
-        if self._at is None or self.interval <= 0:
-            await self._scan()
-        elif time.monotonic() - self._at >= self.interval and self._refresh is None:
-            self._refresh = asyncio.get_running_loop().create_task(self._scan_in_background())
-        return self._names
-
-    async def _scan(self) -> None:
-        self._at = time.monotonic()
-        self._names = await discover_queues(self.client)
-
-    async def _scan_in_background(self) -> None:
-        try:
-            await self._scan()
-        except Exception as exc:  # noqa: BLE001 - logged; the next refresh tries again
-            log.warning("dashboard: finding the queues failed: %s", exc)
-        finally:
-            self._refresh = None
-
-
-async def all_queues(client: Client, discovery: Discovery) -> tuple[list[QueueOverview], dict[str, str]]:
-    """Every queue found (``discovery``), with its overview, and the queues that cannot be read.
-
-    A queue with a key of the wrong type (written by hand) answers WRONGTYPE;
-    it is returned by name with Redis's error, and the other queues are still
-    shown (as ``venturi stats`` does).
-    """
-    rows: list[QueueOverview] = []
-    broken: dict[str, str] = {}
-    for name in await discovery.names():
-        try:
-            rows.append(await overview(client.queue(name)))
-        except ResponseError as exc:
-            broken[name] = str(exc)[:300]
-    return rows, broken
+    """Whether ``queue`` has any of its keys (``QueueKeys.presence``: what the registry's listing checks)."""
+    return int(await queue.client.redis.exists(*queue.keys.presence)) > 0
 
 
 async def find_by_dedup(queue: Queue, key: str, kind: str | None) -> list[str]:
