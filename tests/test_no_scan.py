@@ -114,7 +114,8 @@ def test_no_scan_behind_the_cli_read_commands_nor_a_dashboard_session(
                     "/api/queues/orders/schedules",
                     "/api/queues/orders/workers",
                     "/api/queues/orders/limits",
-                    "/queues/orders/events",
+                    # (Not the live feed, /queues/orders/events: events are on by
+                    # default and it streams; it reads by XREAD, never SCAN.)
                     "/queues/nosuch",
                     "/",
                 ]
