@@ -210,6 +210,7 @@ local function take(id, from)
     'lease_owner', worker, 'lease_token', token, 'lease_expires', expires_s,
     'updated_at', now_s)
   if not from then redis.call('HDEL', job_key, 'parked') end
+  if (tonumber(f[5]) or 0) > 0 then redis.call('ZREM', retrying_key(prefix), id) end
   unindex(KEYS[6], f[10], id)
   journal(journal_key, now_s, 'claimed', run_s, nil, nil, {'worker', worker})
   local o = #out

@@ -11,6 +11,7 @@
 -- ARGV[4] the state the zset holds ('completed', 'dead' or 'cancelled')
 -- ARGV[5] at most this many jobs per call
 --
+-- A removed job leaves the `retrying` index too (keys.lua retrying_key).
 -- A removed job's workflow keys go with it (keys.lua graph_keys): its
 -- dependents set and the results copied to it (its deps set is gone by the
 -- time it finished).
@@ -37,7 +38,9 @@ if #ids > limit then
   ids[#ids] = nil
 end
 local removed = 0
+local retrying = retrying_key(prefix)
 for _, id in ipairs(ids) do
+  local before = removed
   redis.call('ZREM', KEYS[1], id)
   local job_key, journal_key = job_keys(prefix, id)
   local deps_key, dependents_key, results_key = graph_keys(prefix, id)
@@ -50,5 +53,8 @@ for _, id in ipairs(ids) do
     redis.call('DEL', job_key, journal_key, deps_key, dependents_key, results_key)
     removed = removed + 1
   end
+  -- A job the claim cancelled or quarantined while it waited for a retry
+  -- left no other trace in the `retrying` index (keys.lua): it goes here.
+  if removed > before then redis.call('ZREM', retrying, id) end
 end
 return {removed, more}

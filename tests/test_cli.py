@@ -75,6 +75,7 @@ def test_stats_json_and_table(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
     assert res.exit_code == 0, res.output
     (row,) = json.loads(res.stdout)
     assert row["queue"] == qname and row["pending"]["high"] == 1 and row["delayed"] == 1
+    assert row["retrying"] == 0
     assert row["paused"] is False
     table = venturi("stats", "--redis", rurl, "-q", qname)
     assert table.exit_code == 0 and qname in table.stdout and "lag" in table.stdout
@@ -146,6 +147,13 @@ def test_jobs_filters_and_errors(rurl: str, qname: str, sq: vr.SyncQueue) -> Non
     assert table.exit_code == 0 and echo in table.stdout and dead not in table.stdout
     bad = venturi("jobs", "--redis", rurl, "-q", qname, "--state", "sleeping")
     assert bad.exit_code == 2 and "unknown state 'sleeping'" in bad.stderr
+    assert "retrying, delayed, limited" in bad.stderr
+    # The parts of pending that `venturi stats` counts are listed too (issue 39).
+    later = sq.enqueue(Echo(text="c"), delay=3600)
+    res = venturi("jobs", "--redis", rurl, "-q", qname, "--state", "delayed", "--json")
+    assert res.exit_code == 0 and [j["id"] for j in json.loads(res.stdout)] == [later]
+    res = venturi("jobs", "--redis", rurl, "-q", qname, "--state", "retrying", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout) == []
     assert venturi("jobs", "--redis", rurl).exit_code == 2  # --queue is required
 
 

@@ -315,31 +315,11 @@ class Queue:
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: ``pending:<level>`` for each priority, ``limited`` (pending jobs
-        parked on a limit: docs/flow-control.md), the sum of those ``pending``, then
-        ``waiting`` (workflows), ``running``, ``suspended``, ``completed``, ``dead`` and
-        ``cancelled``."""
-        pipe = self.client.redis.pipeline(transaction=False)
-        for p in PRIORITIES_HIGH_FIRST:
-            pipe.zcard(self.keys.pending(p))
-        k = self.keys
-        for key in (k.waiting, k.running, k.suspended, k.completed, k.dead, k.cancelled):
-            pipe.zcard(key)
-        pipe.zcard(k.limits_parked)
-        finished = (
-            JobState.WAITING,
-            JobState.RUNNING,
-            JobState.SUSPENDED,
-            JobState.COMPLETED,
-            JobState.DEAD,
-            JobState.CANCELLED,
-        )
-        res = await pipe.execute()
-        out = {f"pending:{p.label}": int(n) for p, n in zip(PRIORITIES_HIGH_FIRST, res[:4], strict=True)}
-        out["limited"] = int(res[-1])
-        out["pending"] = sum(res[:4]) + out["limited"]
-        for state, n in zip(finished, res[4:-1], strict=True):
-            out[state.value] = int(n)
-        return out
+        parked on a limit: docs/flow-control.md), the sum of those ``pending``, ``delayed``
+        (pending, eligible later) and ``retrying`` (pending after a failed run, waiting for
+        its retry), then ``waiting`` (workflows), ``running``, ``suspended``, ``completed``,
+        ``dead`` and ``cancelled``. O(1) or O(log n) per index, whatever the queue's size."""
+        return await _reads.counts(self.client, [self.keys])
 
     async def is_drained(self) -> bool:
         """Nothing pending (delayed and retry-waiting included) and nothing running."""
@@ -388,7 +368,11 @@ class Queue:
     async def list_jobs(
         self, *, state: JobState | str | None = None, kind: str | None = None, limit: int = 50
     ) -> list[JobInfo]:
-        """Jobs read from the index zsets, optionally of one state and KIND (see ``reads.list_jobs``)."""
+        """Jobs read from the index zsets, optionally of one state and KIND (see ``reads.list_jobs``).
+
+        ``state`` is a ``JobState`` or a view of the pending jobs: ``"retrying"``
+        (the last run failed), ``"delayed"`` (eligible later), ``"limited"``
+        (parked on a limit)."""
         return await _reads.list_jobs(self, state=state, kind=kind, limit=limit)
 
     async def retry(self, job_id: str) -> bool:

@@ -54,7 +54,7 @@ import anyio
 from pydantic import BaseModel
 from redis.crc import key_slot
 
-from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
+from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
 from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry
@@ -315,26 +315,9 @@ class ShardedQueue:
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state summed over the partitions (same keys as ``Queue.counts``)."""
-        pipe = self.client.redis.pipeline(transaction=False)
-        for q in self.partitions:
-            for pr in PRIORITIES_HIGH_FIRST:
-                pipe.zcard(q.keys.pending(pr))
-            for key in (
-                q.keys.limits_parked,
-                q.keys.running,
-                q.keys.suspended,
-                q.keys.completed,
-                q.keys.dead,
-            ):
-                pipe.zcard(key)
-        res = [int(x) for x in await pipe.execute()]
-        labels = [f"pending:{pr.label}" for pr in PRIORITIES_HIGH_FIRST]
-        labels += ["limited", "running", "suspended", "completed", "dead"]
-        out = dict.fromkeys(labels, 0)
-        for i, n in enumerate(res):
-            out[labels[i % len(labels)]] += n
-        out["pending"] = sum(out[label] for label in labels[:5])
-        return {k: out[k] for k in [*labels[:5], "pending", *labels[5:]]}
+        from .reads import counts
+
+        return await counts(self.client, [q.keys for q in self.partitions])
 
     async def stats(self) -> QueueStats:
         """``Queue.stats()`` of the whole sharded queue (see ``merge_stats``)."""
@@ -433,6 +416,7 @@ def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:
         at=max(p.at for p in parts),
         waiting=sum(p.waiting for p in parts),
         limited=sum(p.limited for p in parts),
+        retrying=sum(p.retrying for p in parts),
     )
 
 
