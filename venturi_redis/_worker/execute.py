@@ -27,6 +27,7 @@ from .._model.outcome import UNSET, Outcome
 from .._model.redact import scrub, secret_values
 from .._model.task import Task
 from .context import Context
+from .failure_log import failed_run
 
 if TYPE_CHECKING:
     from .runner import _Job
@@ -153,7 +154,7 @@ async def execute(host: RunHost, job: _Job) -> None:
             ctx._job = None
         if timed_out:
             note = f"timed out after {limit:g} s"
-            log.info("job %s (%s) %s", job.id, job.kind, note)
+            failed_run(job.id, job.kind, "timeout", note)
             await host._commit(job, "retry", ctx=ctx, note=note, task=task)
             return
         if not isinstance(outcome, Outcome):
@@ -192,19 +193,21 @@ async def execute(host: RunHost, job: _Job) -> None:
         if exc.is_permanent:
             await host._commit(job, "dead", ctx=ctx, note=note, reason="permanent", error=error)
         else:
+            failed_run(job.id, job.kind, error[0], note)
             await host._commit(job, "retry", ctx=ctx, note=note, task=task, error=error)
         return
     except GeneratorExit:
         raise  # this coroutine itself is being closed: nothing may be awaited
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - a failed run, logged by failed_run below
         # An Exception, or a BaseException of the handler's own (a library's,
         # `class Boom(BaseException)`) other than the three above: a failed run,
         # and the worker goes on. Before, the latter stopped the worker with a
         # traceback and left the job running, its run never recorded.
         secrets = secret_values(task, ctx.carry)
         note = scrub(str(exc) or type(exc).__name__, secrets)
-        log.info("job %s (%s) failed: %s", job.id, job.kind, note, exc_info=log.isEnabledFor(logging.DEBUG))
-        await host._commit(job, "retry", ctx=ctx, note=note, task=task, error=failure_of(exc, secrets))
+        error = failure_of(exc, secrets)
+        failed_run(job.id, job.kind, error[0], note, exc if log.isEnabledFor(logging.DEBUG) else None)
+        await host._commit(job, "retry", ctx=ctx, note=note, task=task, error=error)
         return
     try:
         blob = _pack_optional(outcome.result if outcome.kind == "completed" else outcome.output)
