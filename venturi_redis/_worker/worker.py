@@ -55,6 +55,7 @@ from .._producer.sharded import ShardedQueue
 from .._transport.urls import redact_url
 from . import options as _opt
 from .committer import _Committer
+from .declared_limits import declare_limits, declared_limits
 from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import Handler
@@ -73,6 +74,7 @@ from .scheduler import Scheduler, declare, declared_schedules
 from .transitions import Transitions
 
 if TYPE_CHECKING:
+    from .._model.limits import Limit
     from .._model.schedule import Schedule
     from .metrics import WorkerObserver
 
@@ -160,6 +162,9 @@ class Worker(Generic[StateT]):
             it is (its next fire time too). A stored schedule no longer
             declared is left alone (docs/schedules.md). Every worker fires
             the due schedules of its queues, declared or not.
+        limits: Limits declared in code (``vr.Limit``), set on every queue
+            of the worker when it starts, unless stored as declared already
+            (docs/flow-control.md); a stored limit not declared is left alone.
         timeout: Seconds one run may take when its job sets no timeout of
             its own (``Task.timeout()``, ``enqueue(timeout=...)``). A run
             still going then is cancelled and counts as a failed run
@@ -197,6 +202,7 @@ class Worker(Generic[StateT]):
         health_file: str | os.PathLike[str] | None = None,
         schedules: Sequence[Schedule] = (),
         timeout: float | None = None,
+        limits: Sequence[Limit] = (),
     ) -> None:
         qs = _opt.worker_queues(queues, client)
         # Every other argument is checked here, where it is given, not when
@@ -219,6 +225,7 @@ class Worker(Generic[StateT]):
         timeout = _opt.optional_seconds(timeout, "timeout")
         self.health_file = _opt.path_or_none(health_file, "health_file")
         self.schedules = declared_schedules(schedules, qs)
+        self.limits = declared_limits(limits)
         self.queues = qs
         self.state = state
         self.concurrency = concurrency
@@ -434,6 +441,7 @@ class Worker(Generic[StateT]):
         for client in {id(q.client): q.client for q in self.queues}.values():
             await _server.check_server(client, eviction_policy=self.check_eviction_policy)
         await declare(self.schedules)
+        await declare_limits(self.limits, self.queues)
         self._running = True
         self._until_idle = until_idle
         # A shutdown() that came before this point is kept, not reset: the
