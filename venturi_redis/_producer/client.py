@@ -24,7 +24,7 @@ from .._model.schedule import ScheduleInfo
 from .._model.task import Task
 from .._store import calls, calls_ops
 from .._store.keys import QueueKeys
-from .._store.prepare import prepare, prepare_many
+from .._store.prepare import checked_at, prepare, prepare_many
 from .._store.scripts import ScriptSet, scripts
 from .._transport.connect import connect, default_url
 from .._transport.durable import Durability, DurableRedis, as_durability
@@ -175,6 +175,7 @@ class Queue:
         carry: BaseModel | None = None,
         after: Sequence[str] | None = None,
         timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
+        at: datetime | None = None,
     ) -> str:
         """Enqueue one task and return its job id (a ULID).
 
@@ -193,10 +194,18 @@ class Queue:
                 written; so does a task with a dedup key.
             timeout: Seconds one run of this job may take (overrides
                 ``task.timeout()`` and the worker's ``timeout``).
+            at: Or when the job becomes eligible: a timezone-aware datetime
+                (a past one: now), by the clock every script uses (Redis
+                ``TIME``, read once more for it). A naive datetime, or ``at``
+                with a ``delay``, raises ``ConfigurationError`` with nothing
+                written.
 
         When the task has a dedup key and a pending job holds it, the task's
         ``merge`` decides, and the id returned is the job that holds the work.
         """
+        if at is not None:
+            at_ms = checked_at(at, delay)
+            delay = max(0, at_ms - await _reads.server_now_ms(self.client)) / 1000
         job = prepare(
             task,
             self.client.max_payload_bytes,

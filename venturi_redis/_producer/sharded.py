@@ -47,7 +47,7 @@ import random
 import re
 import zlib
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -205,6 +205,7 @@ class ShardedQueue:
         carry: BaseModel | None = None,
         after: Sequence[str] | None = None,
         timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
+        at: datetime | None = None,
     ) -> str:
         """Enqueue one task on its partition (see ``Queue.enqueue``); returns the job id.
 
@@ -224,6 +225,7 @@ class ShardedQueue:
             max_failures=max_failures,
             carry=carry,
             timeout=timeout,
+            at=at,
         )
 
     async def enqueue_many(
