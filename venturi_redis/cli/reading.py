@@ -68,8 +68,7 @@ def stats(
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Per queue: eligible per priority, delayed, retrying, limited (waiting on a limit), running,
-    suspended, dead, completed, lag, throughput."""
+    """Per queue: jobs per state (eligible by priority, delayed, retrying, limited...), lag, throughput."""
 
     async def go(client: Client) -> int:
         names = await chosen_queues(client, queue)
