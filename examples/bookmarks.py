@@ -9,16 +9,20 @@ enqueue replaces a pending one); a worker fetches the pages. One URL is gone
 then succeeds on its third run; the first two retries of the Fibonacci
 schedule wait 0 s, see docs/design.md, "Outcomes").
 
-It prints one line per job (its URL, final state, runs, failed runs and last
-note) and, under it, the job's journal, oldest event first; then how to see
-the queue in the web dashboard (docs/dashboard.md), which can read it only
-when it ran on a real Redis (``REDIS_URL``), not on ``memory://``.
+It says first what to expect (the worker logs a WARNING for each failed run
+and for the dead job: those are the point of the example, not a failure of
+it), then prints one line per job (its URL, final state, runs, failed runs and
+last note) and, under it, the job's journal, oldest event first; then the
+commands that show the queue in the web dashboard (docs/dashboard.md), which
+can read it only when it ran on a real Redis (``REDIS_URL``), not on ``memory://``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import sys
 import uuid
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -92,6 +96,20 @@ class FetchBookmarkJob(FetchBookmark, vr.Handler[App]):
 # ---- Wiring it together ----
 
 
+def venturi_command() -> str:
+    """The ``venturi`` command beside this Python (``.venv/bin/venturi`` after ``make``)."""
+    here = os.path.join(os.path.dirname(sys.executable), "venturi")
+    if not os.path.exists(here):
+        return "venturi"  # installed elsewhere: on PATH, as pip puts it
+    relative = os.path.relpath(here)
+    return here if relative.startswith("..") else relative
+
+
+def shown_url(url: str) -> str:
+    """``url`` to print in a command: as given, unless it holds a password."""
+    return '"$REDIS_URL"' if "@" in url else url
+
+
 async def main() -> dict[str, vr.JobInfo]:
     client = vr.Client.from_url(os.environ.get("REDIS_URL") or "memory://")
     queue = client.queue(f"bookmarks-{uuid.uuid4().hex[:8]}")
@@ -121,6 +139,11 @@ async def main() -> dict[str, vr.JobInfo]:
         handle_signals=False,
     )
     worker.register(FetchBookmarkJob)
+    print(
+        "Fetching 4 bookmarks. Expect three WARNING lines from the worker: /flaky fails\n"
+        "twice (retried, then it succeeds) and /gone is gone for good (its job is dead).\n",
+        flush=True,
+    )
     await worker.run(until_idle=True)
 
     results: dict[str, vr.JobInfo] = {}
@@ -135,19 +158,26 @@ async def main() -> dict[str, vr.JobInfo]:
             f"failures={info.failures} note={info.note!r}"
         )
         print("    journal: " + " -> ".join(e.event for e in journal))
+    venturi = venturi_command()
     if os.environ.get("REDIS_URL"):
-        print(f'\nSee queue {queue.name} in a browser: venturi dashboard --redis "$REDIS_URL"')
+        print(
+            f"\nSee queue {queue.name} in a browser: start the dashboard,\n"
+            f"  {venturi} dashboard --redis {shown_url(os.environ['REDIS_URL'])}\n"
+            f"then open http://127.0.0.1:8080/queues/{queue.name} (Ctrl-C stops the dashboard)."
+        )
     else:
         # memory:// lives in this process: once it exits, nothing can read it.
         print(
             "\nThis ran on memory://, a Redis inside this process: its jobs are gone now, and no\n"
             "dashboard could see them. To see them in a browser, run on a real Redis:\n"
             "  REDIS_URL=redis://127.0.0.1:6379/0 make example\n"
-            "  .venv/bin/venturi dashboard --redis redis://127.0.0.1:6379/0   # then open http://127.0.0.1:8080/"
+            f"  {venturi} dashboard --redis redis://127.0.0.1:6379/0   # then open http://127.0.0.1:8080/"
         )
     await client.aclose()
     return results
 
 
 if __name__ == "__main__":
+    # The worker's log lines, readable: a level and where they come from.
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     asyncio.run(main())

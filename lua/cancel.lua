@@ -12,6 +12,7 @@
 -- KEYS[13] limits:state hash   KEYS[14] limits:ready zset   KEYS[15] wake list
 -- KEYS[16] limits:parked zset: a run holding a concurrency slot gives it back,
 --         a pending job parked on a limit leaves the parked set (limits.lua)
+-- A pending job leaves the `retrying` index (keys.lua retrying_key).
 -- A WAITING job leaves the graph; the jobs waiting on a cancelled job apply
 -- their on_dependency_failure policy (graph.lua; its queue-wide keys derive
 -- from the prefix, keys.lua graph_queue_keys).
@@ -99,6 +100,7 @@ elseif state == 'pending' then
     limits_lib().unpark(KEYS[16], f[6])
     redis.call('HDEL', KEYS[1], 'parked')
   end
+  redis.call('ZREM', retrying_key(ARGV[2]), id) -- waiting for a retry, maybe (keys.lua)
   unindex(KEYS[6], f[3], id)
 elseif state == 'suspended' then
   redis.call('ZREM', KEYS[3], id)

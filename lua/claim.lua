@@ -237,6 +237,8 @@ local function take(id, listed)
   end
   if not listed then redis.call('HDEL', job_key, 'parked') end
   if dedup then unindex(KEYS[6], dedup, id) end
+  -- A retried job leaves the retrying index (retry.lua, reclaim.lua) as it runs again.
+  if failures then redis.call('ZREM', retrying_key(prefix), id) end
   running[2 * n - 1] = expires_s
   running[2 * n] = id
   if events_stream then

@@ -14,6 +14,7 @@
 -- ARGV[6] keep at most this many, the newest ('' = no count bound): the
 --         oldest beyond them go too (retention's count bound, issue 47)
 --
+-- A removed job leaves the `retrying` index too (keys.lua retrying_key).
 -- A removed job's workflow keys go with it (keys.lua graph_keys): its
 -- dependents set and the results copied to it (its deps set is gone by the
 -- time it finished).
@@ -51,7 +52,9 @@ if doomed > 0 then
   ids = redis.call('ZRANGE', KEYS[1], 0, doomed - 1)
 end
 local removed = 0
+local retrying = retrying_key(prefix)
 for _, id in ipairs(ids) do
+  local before = removed
   redis.call('ZREM', KEYS[1], id)
   local job_key, journal_key = job_keys(prefix, id)
   local deps_key, dependents_key, results_key = graph_keys(prefix, id)
@@ -64,5 +67,8 @@ for _, id in ipairs(ids) do
     redis.call('DEL', job_key, journal_key, deps_key, dependents_key, results_key)
     removed = removed + 1
   end
+  -- A job the claim cancelled or quarantined while it waited for a retry
+  -- left no other trace in the `retrying` index (keys.lua): it goes here.
+  if removed > before then redis.call('ZREM', retrying, id) end
 end
 return {removed, more}

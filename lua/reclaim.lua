@@ -53,7 +53,8 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local job_key, journal_key = job_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'failures', 'max_failures',
-    'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents', 'slot', 'claimed_at')
+    'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents', 'slot', 'claimed_at',
+    'cancel_requested')
   local pending = nil
   if f.err then
     quarantine(job_key, journal_key, KEYS[2], id, now, 'job key is not a hash')
@@ -88,23 +89,27 @@ for _, id in ipairs(ids) do
       end
       journal(journal_key, now, 'lease_expired', f[5], 'lease expired; worker presumed dead', nil, extra)
       if limit and failures >= limit then
+        local runs = failures .. (failures == 1 and ' failed run' or ' failed runs')
         redis.call('HSET', job_key, 'state', 'dead', 'failures', failures,
           'note', 'lease expired', 'dead_reason', 'max_failures', 'finished_at', now, 'updated_at', now)
         redis.call('ZADD', KEYS[2], now, id)
         journal(journal_key, now, 'dead', f[5],
-          'retry backstop: ' .. failures .. ' failed runs (max_failures=' .. limit .. ')', nil,
+          'retry backstop: ' .. runs .. ' (max_failures=' .. limit .. ')', nil,
           {'reason', 'max_failures'})
         offload_settle(prefix, job_key, id, 'failed', nil,
-          'lease expired; retry backstop: ' .. failures .. ' failed runs', now)
+          'lease expired; retry backstop: ' .. runs, now)
         if f[8] then
           graph_finished(prefix, f[8], job_key, id, now, false, nil,
-            'lease expired; retry backstop: ' .. failures .. ' failed runs')
+            'lease expired; retry backstop: ' .. runs)
         end
         died = died + 1
       else
         redis.call('HSET', job_key, 'state', 'pending', 'failures', failures,
           'note', 'lease expired', 'eligible_at', now, 'updated_at', now)
         back_to_pending(pending, KEYS[3], job_key, id, now)
+        -- A failed run: the job waits for its retry in the `retrying` index
+        -- (keys.lua), unless the claim is to cancel it (cancel requested).
+        if not f[11] then redis.call('ZADD', retrying_key(prefix), now, id) end
         requeued = requeued + 1
       end
       compact_journal(journal_key)

@@ -9,6 +9,9 @@
 --         concurrency slot gives it back (include limits.lua)
 -- When the backstop kills a job others wait on, they apply their policy
 -- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
+-- A job back to pending joins the `retrying` index (keys.lua retrying_key),
+-- scored by when it is due, unless its cancel was requested (the claim
+-- that reaches it cancels it instead of running it).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the backstop kills an offload job,
 --         its snapshot becomes `failed` with the error and the redacted
@@ -24,6 +27,7 @@
 -- or {0, reason} when refused.
 
 -- @include clock.lua
+-- @include keys.lua
 -- @include lease.lua
 -- @include dedup.lua
 -- @include wake.lua
@@ -42,7 +46,7 @@ end
 if o[4] and limits_lib().release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) then
   wake_workers(KEYS[7], 1)
 end
-local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents')
+local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents', 'cancel_requested')
 local failures = (tonumber(f[1]) or 0) + 1
 local limit = backstop(f[2], ARGV[11])
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
@@ -54,7 +58,8 @@ if limit and failures >= limit then
   journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
     with_error(with_claim({'failures', failures}, o[5], o[6]), ARGV[12], ARGV[13]))
   journal(KEYS[2], now, 'dead', run,
-    'retry backstop: ' .. failures .. ' failed runs (max_failures=' .. limit .. ')', nil,
+    'retry backstop: ' .. failures .. (failures == 1 and ' failed run' or ' failed runs') ..
+    ' (max_failures=' .. limit .. ')', nil,
     {'reason', 'max_failures'})
   compact_journal(KEYS[2])
   offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now)
@@ -70,6 +75,7 @@ local eligible = now + delay
 redis.call('HSET', KEYS[1], 'state', 'pending', 'failures', failures,
   'note', ARGV[5], 'eligible_at', eligible, 'updated_at', now)
 back_to_pending(KEYS[4], KEYS[6], KEYS[1], id, eligible)
+if not f[4] then redis.call('ZADD', retrying_key(ARGV[2]), eligible, id) end
 journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
   with_error(with_claim({'failures', failures, 'delay_ms', delay}, o[5], o[6]), ARGV[12], ARGV[13]))
 compact_journal(KEYS[2])

@@ -58,6 +58,9 @@ for i = 4, #ARGV do
       'updated_at', now, 'note', ARGV[3])
     redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason')
     back_to_pending(pending, KEYS[2], job_key, id, now)
+    -- A fresh start, not a retry after a failure: out of the `retrying`
+    -- index, where a job the claim quarantined may have been left (keys.lua).
+    redis.call('ZREM', retrying_key(prefix), id)
     offload_repend(prefix, job_key, id)
     journal(journal_key, now, 'retried', f[3], ARGV[3], nil,
       {'failures_before', f[4] or '0'})

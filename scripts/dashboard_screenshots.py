@@ -7,9 +7,10 @@ state (a worker runs some, fails some for good, leaves one suspended, one
 running, a backlog pending), serves the dashboard with ``venturi dashboard``
 as a user would, and walks it in headless Chromium (Debian's
 ``/usr/bin/chromium``, driven by Playwright; no browser is downloaded):
-overview, the queue's dead jobs, a dead job, the same job after pressing
-retry, and the queue page of a second tab whose live event feed shows that
-retry. tests/test_dashboard_browser.py runs the same walk.
+overview, the queue's dead jobs (under their heading, on the first screen),
+a dead job, the same job after pressing retry (and a second retry, sent as
+JSON, refused with 409), and the queue page of a second tab whose live event
+feed shows that retry. tests/test_dashboard_browser.py runs the same walk.
 """
 
 from __future__ import annotations
@@ -217,6 +218,9 @@ def walk(base: str, out_dir: Path, dead_id: str) -> list[Path]:
             page.locator(f'tr[data-queue="{QUEUE}"] a', has_text=QUEUE).first.click()
             page.locator("nav.states a", has_text="dead").click()
             expect(page.locator(f'tr[data-job="{dead_id}"]')).to_be_visible()
+            # The filtered list under its own heading, on the first screen (not below the feed).
+            expect(page.locator("#jobs-heading")).to_have_text("Dead jobs")
+            expect(page.locator("#jobs-heading")).to_be_in_viewport()
             shot("queue-dead")
             page.locator(f'tr[data-job="{dead_id}"] a').first.click()
             expect(page.locator("#job-state")).to_have_text("dead")
@@ -230,6 +234,14 @@ def walk(base: str, out_dir: Path, dead_id: str) -> list[Path]:
             expect(page.locator("#job-state")).to_have_text("pending")
             expect(page.locator(".flash")).to_contain_text("moved back to pending")
             shot("job-retried")
+            # Retried again, as a script would (JSON): refused with 409 and the reason, not a 200.
+            token = page.locator("input[name=csrf_token]").first.get_attribute("value") or ""
+            again = page.request.post(
+                f"{base}/queues/{QUEUE}/jobs/{dead_id}/retry",
+                headers={"Accept": "application/json", "X-CSRF-Token": token},
+            )
+            assert again.status == 409, again.status
+            assert again.json()["error"] == "Nothing done: the job is not dead.", again.json()
             # The retry shows in the other tab's feed, linking to the job.
             expect(feed.locator('ol.feed li[data-event="retried"] a.id')).to_have_text(dead_id)
             feed.screenshot(path=str(out_dir / "dashboard-queue-live.png"), full_page=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,6 +76,7 @@ def test_stats_json_and_table(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
     assert res.exit_code == 0, res.output
     (row,) = json.loads(res.stdout)
     assert row["queue"] == qname and row["pending"]["high"] == 1 and row["delayed"] == 1
+    assert row["retrying"] == 0
     assert row["paused"] is False
     table = venturi("stats", "--redis", rurl, "-q", qname)
     assert table.exit_code == 0 and qname in table.stdout and "lag" in table.stdout
@@ -146,6 +148,13 @@ def test_jobs_filters_and_errors(rurl: str, qname: str, sq: vr.SyncQueue) -> Non
     assert table.exit_code == 0 and echo in table.stdout and dead not in table.stdout
     bad = venturi("jobs", "--redis", rurl, "-q", qname, "--state", "sleeping")
     assert bad.exit_code == 2 and "unknown state 'sleeping'" in bad.stderr
+    assert "retrying, delayed, limited" in bad.stderr
+    # The parts of pending that `venturi stats` counts are listed too (issue 39).
+    later = sq.enqueue(Echo(text="c"), delay=3600)
+    res = venturi("jobs", "--redis", rurl, "-q", qname, "--state", "delayed", "--json")
+    assert res.exit_code == 0 and [j["id"] for j in json.loads(res.stdout)] == [later]
+    res = venturi("jobs", "--redis", rurl, "-q", qname, "--state", "retrying", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout) == []
     assert venturi("jobs", "--redis", rurl).exit_code == 2  # --queue is required
 
 
@@ -421,6 +430,10 @@ def test_job_cancel_pending_running_finished(rurl: str, qname: str, sq: vr.SyncQ
     assert res.exit_code == 0 and "cancelled" in res.stdout
     again = venturi("job", "cancel", pend, "--redis", rurl, "-q", qname, "--json")
     assert again.exit_code == 1 and json.loads(again.stdout)["result"] == "finished"
+    said = venturi("job", "cancel", pend, "--redis", rurl, "-q", qname)
+    assert said.exit_code == 1 and said.stderr == f"venturi: job {pend} is cancelled; nothing done\n"
+    none = venturi("job", "cancel", "01NOSUCHJOB0000000000000000", "--redis", rurl, "-q", qname)
+    assert none.stderr == "venturi: job 01NOSUCHJOB0000000000000000 does not exist; nothing done\n"
     running = sq.enqueue(Echo(text="b"))
 
     async def claim() -> None:
@@ -497,6 +510,14 @@ def test_queue_pause_and_resume(rurl: str, qname: str, sq: vr.SyncQueue) -> None
     assert json.loads(res.stdout) == {"queue": qname, "paused": False}
     drain(rurl, qname, EchoJob)
     assert sq.counts()["completed"] == 1
+
+
+def test_help_lists_the_commands_in_the_order_a_newcomer_needs_them() -> None:
+    res = venturi("--help")
+    assert res.exit_code == 0
+    listed = re.findall(r"^│ (\w+) ", res.stdout.split("Commands")[1], re.M)
+    assert listed[:6] == ["worker", "dashboard", "stats", "jobs", "job", "dead"]
+    assert listed[-1] == "purge" and sorted(listed) == sorted(set(listed))
 
 
 def test_cli_reports_missing_typer() -> None:

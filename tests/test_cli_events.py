@@ -57,3 +57,14 @@ def test_follow_a_queue(redis_server: RedisServer) -> None:
     assert (doc["event"], doc["job_id"], doc["run"]) == ("enqueued", first, 0)
     res = runner.invoke(app, ["events", "no-such-queue-here", "--redis", url])
     assert res.exit_code == 1 and "unknown" in res.output.lower()
+
+
+def test_follow_a_queue_whose_events_are_off_exits_with_the_hint(redis_server: RedisServer) -> None:
+    # It used to print the hint and wait forever for events that could not come (issue 39).
+    name = f"cli-ev-{uuid.uuid4().hex[:8]}"
+    with vr.SyncClient(redis_server.url) as sc:
+        sc.queue(name).enqueue(Echo(text="one"))
+    res = runner.invoke(app, ["events", name, "--redis", redis_server.url])
+    assert res.exit_code == 1
+    assert res.stderr == f"venturi: events are off for queue {name}: venturi queue events {name} on\n"
+    assert res.stdout == ""

@@ -301,7 +301,25 @@ async def test_retry_cancel_pause_resume_and_dead_retry(world: World) -> None:
             data={"csrf_token": token},
             headers={"accept": "application/json"},
         )
-        assert again.json() == {"done": "not-dead", "job_id": ids["hostile"]}
+        # Refused (the job is not dead any more): 409 with the reason, never a 200 (issue 39).
+        assert again.status_code == 409
+        assert again.json() == {
+            "done": "not-dead",
+            "job_id": ids["hostile"],
+            "error": "Nothing done: the job is not dead.",
+        }
+        gone = await h.post(
+            f"/queues/mail/jobs/{ids['delayed']}/cancel",
+            data={"csrf_token": token},
+            headers={"accept": "application/json"},
+        )
+        assert (gone.status_code, gone.json()["done"]) == (409, "finished")  # cancelled above
+        none = await h.post(
+            "/queues/mail/schedules/nope/trigger",
+            data={"csrf_token": token},
+            headers={"accept": "application/json"},
+        )
+        assert (none.status_code, none.json()["error"]) == (404, "Nothing done: no such schedule.")
     assert (await q.stats()).dead == 0
 
 
@@ -677,7 +695,12 @@ async def test_schedules_page_json_and_actions(world: World) -> None:
             data={"csrf_token": token},
             headers={"accept": "application/json"},
         )
-        assert gone.json() == {"done": "no-schedule", "schedule_id": "nope"}
+        assert gone.status_code == 404
+        assert gone.json() == {
+            "done": "no-schedule",
+            "schedule_id": "nope",
+            "error": "Nothing done: no such schedule.",
+        }
         assert (await h.post(base + "/explode", data={"csrf_token": token})).status_code == 404
         assert (
             await h.post("/queues/mail/schedules/bad%20id/pause", data={"csrf_token": token})
@@ -753,7 +776,7 @@ async def test_limits_on_the_queue_page_and_limited_in_the_counts(world: World) 
         },
     ]
     row = overview.text.split('data-queue="mail"')[1].split("</tr>")[0]
-    assert "limited 1" in row
+    assert '<a href="/queues/mail?state=limited">1</a>' in row  # a column of its own
     assert counts["limited"] == 1 and counts["waiting"] == 0
 
 

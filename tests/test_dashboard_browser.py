@@ -2,8 +2,10 @@
 
 ``venturi dashboard`` runs as a user starts it, against a redis-server of its
 own holding a queue with jobs in every state (scripts/dashboard_screenshots.py
-fills it). The browser opens the overview, follows the queue to a dead job,
-presses retry and sees the job pending, and sees that retry arrive in the live
+fills it). The browser opens the overview, follows the queue to its dead jobs
+(their list under its heading, on the first screen), to a dead job, presses
+retry and sees the job pending, sends the same retry as JSON and gets 409 with
+the reason, and sees that retry arrive in the live
 event feed of the queue page open in a second tab, taking a screenshot at each step; a
 script error or a Content-Security-Policy violation in the page fails the test.
 No browser is downloaded: .ci/run installs Debian's chromium when missing, and

@@ -285,18 +285,34 @@ def test_a_newcomer_runs_the_example_then_venturi_dashboard_and_sees_its_queue(
         timeout=60,
     )
     assert ran.returncode == 0, ran.stderr
+    # It says first that the WARNING lines to come are expected, then walks the
+    # newcomer to the dashboard command by command (issue 39): a command that
+    # runs as printed (the venturi beside this Python, the Redis it ran on)...
+    assert ran.stdout.startswith("Fetching 4 bookmarks. Expect three WARNING lines")
     m = re.search(
-        r'See queue (bookmarks-[0-9a-f]{8}) in a browser: venturi dashboard --redis "\$REDIS_URL"', ran.stdout
+        r"See queue (bookmarks-[0-9a-f]{8}) in a browser: start the dashboard,\n"
+        r"  (\S+) dashboard --redis (\S+)\n"
+        r"then open http://127\.0\.0\.1:8080(/queues/bookmarks-[0-9a-f]{8}) ",
+        ran.stdout,
     )
     assert m, ran.stdout
-    name = m.group(1)
-    with shots.dashboard(redis_server.url) as base:
-        with urllib.request.urlopen(base + "/", timeout=10) as r:
-            assert f'data-queue="{name}"' in r.read().decode()
+    name, venturi, url, path = m.groups()
+    assert (venturi, url, path) == (".venv/bin/venturi", redis_server.url, f"/queues/{name}")
+    assert (root / venturi).exists()
+    port = str(shots.free_port())  # the printed command on a port of the test's own
+    proc = subprocess.Popen([str(root / venturi), "dashboard", "--redis", url, "--port", port], cwd=root)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        shots.wait_http(base + "/static/dashboard.css", proc)
+        with urllib.request.urlopen(base + path, timeout=10) as r:
+            assert '<h2 id="jobs-heading">Jobs</h2>' in r.read().decode()
         with urllib.request.urlopen(base + "/api/queues", timeout=10) as r:
             (row,) = [q for q in json.loads(r.read())["queues"] if q["queue"] == name]
-        with urllib.request.urlopen(f"{base}/queues/{name}?state=dead", timeout=10) as r:
+        with urllib.request.urlopen(f"{base}{path}?state=dead", timeout=10) as r:
             dead = r.read().decode()
+    finally:
+        proc.terminate()
+        proc.wait(10)
     assert (row["completed"], row["dead"]) == (3, 1)
     assert "resource gone" in dead
     # On memory:// the example says the dashboard cannot see it, and how to run it so it can.

@@ -1,4 +1,8 @@
-"""A death is never silent (issue 33 item 3): one WARNING line with the job id, kind, reason and note."""
+"""A death is never silent (issue 33 item 3): one WARNING line with the job id, kind, reason and note.
+
+Nor is a failed run (issue 39 item 3): a WARNING with its exception type,
+a few per kind per minute (``_worker/failure_log.py``).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,17 @@ from pydantic import Field
 import venturi_redis as vr
 from tests.helpers import drain
 from tests.tasks import Doomed, DoomedJob, Echo, Flaky, FlakyJob
+from venturi_redis._worker import failure_log
 from venturi_redis._worker.execute import TRACEBACK_TAIL
+from venturi_redis._worker.failure_log import FailureLog
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def fresh_failure_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rate limit is per process: runs of other tests must not use up this one's lines.
+    monkeypatch.setattr(failure_log, "FAILURES", FailureLog())
 
 
 async def test_every_death_logs_a_warning(queue: vr.Queue, caplog: pytest.LogCaptureFixture) -> None:
@@ -31,9 +43,39 @@ async def test_every_death_logs_a_warning(queue: vr.Queue, caplog: pytest.LogCap
     for jid in (doomed, unknown, flaky):
         info = await queue.get(jid)
         assert info is not None and info.state.value == "dead"
-    # A retried failure is not a death: it stays at INFO.
-    failed = [r for r in caplog.records if "failed: boom 1" in r.getMessage()]
-    assert failed and all(r.levelno == logging.INFO for r in failed)
+    # A retried failure is not a death, but an operator sees it: a WARNING with its type.
+    failed = [r for r in caplog.records if "boom 1" in r.getMessage()]
+    assert [(r.levelno, r.getMessage()) for r in failed] == [
+        (logging.WARNING, f"job {flaky} (flaky) failed: RuntimeError: boom 1")
+    ]
+
+
+async def test_failed_runs_warn_with_their_type_a_few_per_kind(
+    queue: vr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A deploy that breaks a handler fails every run: the log says so, but not 40 times.
+    ids = await queue.enqueue_many([Lookup(user=f"u{i}", token="t0ken") for i in range(20)])
+    with caplog.at_level(logging.WARNING, logger="venturi_redis.worker"):
+        await drain(queue, LookupJob, max_failures=2)
+    failed = [r.getMessage() for r in caplog.records if " failed: " in r.getMessage()]
+    assert len(failed) == failure_log.BURST
+    assert all(m.endswith("(lookup) failed: KeyError: 'user_id ***'") for m in failed)
+    assert {m.split()[1] for m in failed} <= set(ids)
+
+
+def test_the_failure_log_holds_back_then_says_how_many(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    flog = FailureLog(burst=2, window=60, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="venturi_redis.worker"):
+        shown = [flog.failed(f"j{i}", "send", "OSError", "down") for i in range(5)]
+        assert flog.failed("x", "other-kind", "OSError", "down")  # per kind
+        now[0] = 61.0  # the next window: its first line tells what was held back
+        assert flog.failed("j5", "send", "OSError", "down")
+    assert shown == [True, True, False, False, False]
+    assert (
+        caplog.messages[-1]
+        == "job j5 (send) failed: OSError: down (3 more failed runs of send were not logged)"
+    )
 
 
 class Lookup(vr.Task):

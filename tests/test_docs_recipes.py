@@ -50,6 +50,7 @@ TESTED = {
     "expired-leases",
     "ran-twice",
     "dead-why",
+    "retrying",
     "paused",
     "throughput",
     "waiting-on",
@@ -191,6 +192,32 @@ async def test_dead_why(queue: vr.Queue) -> None:
     assert (kind, failures, note) == ("doomed", "1", "resource gone") and int(finished) > 0
     entry = fields(last[0])
     assert entry["event"] == "dead" and entry["reason"] == "permanent"
+
+
+class Failing(Flaky):
+    def backoff(self) -> vr.Backoff | None:
+        return vr.Backoff.fibonacci(base=3600, cap=3600)  # the third retry waits an hour
+
+
+class FailingJob(Failing, FlakyJob):
+    pass
+
+
+async def test_retrying(queue: vr.Queue) -> None:
+    jid = await queue.enqueue(Failing(fail_times=5))
+    worker = make_worker(queue, FailingJob)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(10):
+            while (info := await queue.get(jid)) is None or info.failures < 3:
+                await anyio.sleep(0.02)
+        worker.shutdown()
+    count, head, hm = await run("retrying", queue, jid)
+    ((member, score),) = pairs(head)
+    assert (count, member) == (1, jid)
+    kind, failures, note, eligible = (text(v) for v in hm)
+    assert (kind, failures, note, int(eligible)) == ("flaky", "3", "boom 3", int(score))
+    assert (await queue.counts())["retrying"] == 1
 
 
 async def test_paused(queue: vr.Queue) -> None:

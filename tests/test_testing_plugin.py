@@ -16,22 +16,27 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
+import anyio
 import pytest
 import redis
 
 import venturi_redis as vr
 from tests.servers import RedisServer
 from venturi_redis.testing import Clock, DrainLimitError, drain
+from venturi_redis.testing._drain import LIMIT_HELD
 
 pytestmark = pytest.mark.anyio
 
 PROJECT = Path(__file__).resolve().parent / "plugin_project"
-USER_TESTS = 6  # the tests in plugin_project/user_test_tasks.py
+DOC = Path(__file__).resolve().parent.parent / "docs" / "testing.md"
+# The tests in plugin_project/user_test_tasks.py (6) and user_test_limits_schedules.py (2).
+USER_TESTS = 8
 
 
 def user_project(tmp_path: Path, ini: str = "") -> Path:
     shutil.copy(PROJECT / "tasks.py", tmp_path / "tasks.py")
     shutil.copy(PROJECT / "user_test_tasks.py", tmp_path / "test_tasks.py")
+    shutil.copy(PROJECT / "user_test_limits_schedules.py", tmp_path / "test_limits_schedules.py")
     (tmp_path / "pytest.ini").write_text(f"[pytest]\nfilterwarnings = error\n{ini}")
     return tmp_path
 
@@ -154,6 +159,81 @@ async def test_drain_refuses_to_wait_on_a_client_without_a_test_clock(queue: vr.
     assert seen == [1]  # what was due ran; the delayed job was not waited for
 
 
+class Tenant(vr.Task):
+    KIND: ClassVar[str] = "plugin-tenant"
+    tenant: str
+
+    def limit_key(self) -> str | None:
+        return self.tenant
+
+
+class TenantJob(Tenant, vr.Handler[dict[str, Any]]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: dict[str, Any]) -> vr.Outcome:
+        running = state.setdefault("running", {})
+        running[self.tenant] = running.get(self.tenant, 0) + 1
+        state["most"] = max(state.get("most", 0), running[self.tenant])
+        await anyio.sleep(0.01)  # overlap with the other runs drain lets start
+        running[self.tenant] -= 1
+        state.setdefault("ran", []).append(self.tenant)
+        return vr.Outcome.completed()
+
+
+@pytest.mark.parametrize("backend", ["redis", "memory"])
+async def test_drain_runs_limited_jobs_within_their_limits(clocked: vr.Client, queue_name: str) -> None:
+    # Parked on a limit at enqueue (a limit key and a limit): drain used to run none of them.
+    queue = clocked.queue(queue_name)
+    await queue.set_limit(Tenant.KIND, concurrency=1, per_key=True)
+    for tenant in ["a", "a", "a", "b", "b", "c"]:
+        await queue.enqueue(Tenant(tenant=tenant))
+    assert (await queue.counts())["limited"] == 6
+    seen: dict[str, Any] = {}
+
+    report = await drain(queue, TenantJob, state=seen, concurrency=4)
+
+    assert (report.runs, len(report.completed)) == (6, 6)
+    assert sorted(seen["ran"]) == ["a", "a", "a", "b", "b", "c"]
+    assert seen["most"] == 1  # never two runs of one tenant at once, four slots or not
+    assert await queue.is_drained()
+
+
+@pytest.mark.parametrize("backend", ["redis", "memory"])
+async def test_drain_waits_out_a_rate_limit_on_its_clock(clocked: vr.Client, queue_name: str) -> None:
+    queue = clocked.queue(queue_name)
+    for n in range(3):
+        await queue.enqueue(Nap(n=n), timeout=5)  # a timeout parks it at enqueue, as a key does
+    seen: list[int] = []
+    hourly = vr.Limit(Nap.KIND, rate=vr.Rate(1, 3600))
+
+    report = await drain(queue, NapJob, state=seen, limits=[hourly])
+
+    assert (seen, report.advanced_ms) == ([0, 1, 2], 2 * 3600 * 1000)
+    assert [x.rate for x in await queue.limits()] == [vr.Rate(1, 3600)]
+
+
+@pytest.mark.parametrize("backend", ["redis", "memory"])
+async def test_drain_fires_the_schedules_due_on_its_clock(clocked: vr.Client, queue_name: str) -> None:
+    queue = clocked.queue(queue_name)
+    assert isinstance(clocked.clock, Clock)
+    seen: list[int] = []
+    await queue.schedule("stored", Nap(n=1), every=600)  # stored beforehand, by anyone
+    declared = vr.Schedule("declared", Nap(n=2), every=900)
+
+    report = await drain(queue, NapJob, state=seen, schedules=[declared])
+    assert (report.runs, seen) == (0, [])  # none is due yet, and a schedule never moves the clock
+
+    clocked.clock.advance(600)
+    report = await drain(queue, NapJob, state=seen, schedules=[declared])
+    assert (report.runs, seen, report.advanced_ms) == (1, [1], 0)
+    clocked.clock.advance(300)
+    report = await drain(queue, NapJob, state=seen)  # declared earlier: stored now
+    assert seen == [1, 2] and [j.schedule_id for j in report.completed] == ["declared"]
+
+
+def test_drain_knows_where_a_held_limit_starts() -> None:
+    text = (Path(vr.__file__).resolve().parent.parent / "lua" / "include" / "limits.lua").read_text()
+    assert f"local LIMIT_HELD = {LIMIT_HELD}\n" in text
+
+
 def test_clock_moves_only_forward() -> None:
     clock = Clock()
     t = clock()
@@ -167,13 +247,21 @@ def test_clock_moves_only_forward() -> None:
 def test_docs_testing_md_shows_the_tested_code() -> None:
     # Every Python block of docs/testing.md's examples is verbatim in the user
     # project this file runs: the docs cannot drift from what passes.
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "testing.md").read_text()
+    doc = DOC.read_text()
     examples = doc.split("## Examples", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in examples.split("```python\n")[1:]]
     code = (PROJECT / "tasks.py").read_text() + (PROJECT / "user_test_tasks.py").read_text()
     assert len(blocks) >= 6
     for block in blocks:
         assert block in code, block
+
+
+def test_docs_testing_md_shows_a_whole_test_file_of_limits_and_schedules() -> None:
+    # Pasted as it stands into a test file, it runs (the user project above runs it).
+    doc = DOC.read_text()
+    section = doc.split("## Limits and schedules in drain()", 1)[1].split("\n## ", 1)[0]
+    (block,) = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+    assert block == (PROJECT / "user_test_limits_schedules.py").read_text()
 
 
 def test_the_users_test_file_imports_only_pytest_the_plugin_and_its_tasks() -> None:

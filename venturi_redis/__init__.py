@@ -25,7 +25,7 @@ from ._model.errors import (
 )
 from ._model.events import QueueEvent
 from ._model.flow import Flow
-from ._model.limits import LimitInfo, LimitKeyLoad, Rate
+from ._model.limits import Limit, LimitInfo, LimitKeyLoad, Rate
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
 from ._model.schedule import Schedule, ScheduleInfo
@@ -93,6 +93,7 @@ __all__ = [
     "JobState",
     "JournalEntry",
     "LeaseLostError",
+    "Limit",
     "LimitInfo",
     "LimitKeyLoad",
     "Merge",

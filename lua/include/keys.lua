@@ -95,6 +95,18 @@ local function feature_keys(prefix)
   }
 end
 
+-- The index of the pending jobs whose last run failed, waiting for their
+-- retry (`retrying`, docs/redis-layout.md): what `queue.counts()["retrying"]`
+-- counts with one ZCARD. retry.lua and reclaim.lua add a job (scored by when
+-- it is due again); the claim of a job with failures, a cancel, an operator's
+-- retry and a purge remove it. Derived here, not passed in KEYS: the claim
+-- reaches it only for a job that has failed (a key in KEYS costs every claim
+-- ~1,600 Redis instructions, keys.lua feature_keys), and every script that
+-- touches it then names it the same way.
+local function retrying_key(prefix)
+  return prefix .. 'retrying'
+end
+
 local function graph_queue_keys(prefix)
   return {
     waiting = prefix .. 'waiting', dead = prefix .. 'dead', wake = prefix .. 'wake',

@@ -1,4 +1,7 @@
-"""Flow control's value types: ``vr.Rate``, ``vr.LimitInfo``, ``vr.LimitKeyLoad`` (docs/flow-control.md)."""
+"""Flow control's value types (docs/flow-control.md).
+
+``vr.Rate``, ``vr.Limit``, ``vr.LimitInfo``, ``vr.LimitKeyLoad``.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +46,29 @@ class Rate:
 
     def __str__(self) -> str:
         return f"{self.count}/{self.seconds:g}s"
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """A limit declared in code, beside the handlers: ``vr.Worker(..., limits=[vr.Limit(...)])``.
+
+    The worker sets it when it starts, on every queue it consumes (each
+    partition of a sharded queue), as ``queue.set_limit(kind, concurrency=...,
+    rate=..., per_key=...)`` would; a limit already stored as declared is left
+    as it is. Checked here, where it is declared (``vr.ConfigurationError``).
+
+    ``vr.Limit("send-mail", concurrency=20, rate=vr.Rate(100, 1))``: at most 20
+    at once and 100 started a second; ``vr.Limit("send-mail", concurrency=5,
+    per_key=True)``: at most 5 at once per ``limit_key()``.
+    """
+
+    kind: str
+    concurrency: int | None = None
+    rate: Rate | None = None
+    per_key: bool = False
+
+    def __post_init__(self) -> None:
+        limit_args(self.kind, self.concurrency, self.rate, self.per_key, "vr.Limit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +123,11 @@ class LimitInfo:
     keys_total: int | None = 0
 
 
-def limit_args(kind: object, concurrency: object, rate: object, per_key: object) -> tuple[str, int, int, int]:
-    """The checked arguments of ``set_limit``: kind, concurrency, rate count, rate ms (0 = none)."""
+def limit_args(
+    kind: object, concurrency: object, rate: object, per_key: object, call: str = "set_limit"
+) -> tuple[str, int, int, int]:
+    """The checked arguments of ``set_limit`` (``call``, in errors): kind, concurrency,
+    rate count, rate ms (0 = none)."""
     checked_kind = checked_limit_kind(kind)
     if not isinstance(per_key, bool):
         raise ConfigurationError(f"per_key must be True or False, got {per_key!r}")
@@ -109,7 +138,7 @@ def limit_args(kind: object, concurrency: object, rate: object, per_key: object)
     if rate is not None and not isinstance(rate, Rate):
         raise ConfigurationError(f"rate must be a vr.Rate(count, per) or None, got {rate!r}")
     if concurrency is None and rate is None:
-        raise ConfigurationError("set_limit needs a concurrency or a rate (clear_limit removes a limit)")
+        raise ConfigurationError(f"{call} needs a concurrency or a rate (clear_limit removes a limit)")
     count, per = (rate.count, rate.per_ms()) if rate is not None else (0, 0)
     return checked_kind, concurrency or 0, count, per
 

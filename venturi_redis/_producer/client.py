@@ -23,7 +23,7 @@ from .._model.records import JOURNAL_FIELDS, JobInfo, JournalEntry, WorkerInfo, 
 from .._model.schedule import ScheduleInfo
 from .._model.task import Task
 from .._store.keys import QueueKeys
-from .._store.prepare import prepare, prepare_many
+from .._store.prepare import checked_at, prepare, prepare_many
 from .._store.sender import Sender
 from .._store.store import QueueStore
 from .._transport.cluster import is_cluster, require_cluster_support
@@ -187,6 +187,7 @@ class Queue:
         carry: BaseModel | None = None,
         after: Sequence[str] | None = None,
         timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
+        at: datetime | None = None,
     ) -> str:
         """Enqueue one task and return its job id (a ULID).
 
@@ -205,10 +206,18 @@ class Queue:
                 written; so does a task with a dedup key.
             timeout: Seconds one run of this job may take (overrides
                 ``task.timeout()`` and the worker's ``timeout``).
+            at: Or when the job becomes eligible: a timezone-aware datetime
+                (a past one: now), by the clock every script uses (Redis
+                ``TIME``, read once more for it). A naive datetime, or ``at``
+                with a ``delay``, raises ``ConfigurationError`` with nothing
+                written.
 
         When the task has a dedup key and a pending job holds it, the task's
         ``merge`` decides, and the id returned is the job that holds the work.
         """
+        if at is not None:
+            at_ms = checked_at(at, delay)
+            delay = max(0, at_ms - await _reads.server_now_ms(self.client)) / 1000
         job = prepare(
             task,
             self.client.max_payload_bytes,
@@ -338,31 +347,11 @@ class Queue:
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: ``pending:<level>`` for each priority, ``limited`` (pending jobs
-        parked on a limit: docs/flow-control.md), the sum of those ``pending``, then
-        ``waiting`` (workflows), ``running``, ``suspended``, ``completed``, ``dead`` and
-        ``cancelled``."""
-        pipe = self.client.redis.pipeline(transaction=False)
-        for p in PRIORITIES_HIGH_FIRST:
-            pipe.zcard(self.keys.pending(p))
-        k = self.keys
-        for key in (k.waiting, k.running, k.suspended, k.completed, k.dead, k.cancelled):
-            pipe.zcard(key)
-        pipe.zcard(k.limits_parked)
-        finished = (
-            JobState.WAITING,
-            JobState.RUNNING,
-            JobState.SUSPENDED,
-            JobState.COMPLETED,
-            JobState.DEAD,
-            JobState.CANCELLED,
-        )
-        res = await pipe.execute()
-        out = {f"pending:{p.label}": int(n) for p, n in zip(PRIORITIES_HIGH_FIRST, res[:4], strict=True)}
-        out["limited"] = int(res[-1])
-        out["pending"] = sum(res[:4]) + out["limited"]
-        for state, n in zip(finished, res[4:-1], strict=True):
-            out[state.value] = int(n)
-        return out
+        parked on a limit: docs/flow-control.md), the sum of those ``pending``, ``delayed``
+        (pending, eligible later) and ``retrying`` (pending after a failed run, waiting for
+        its retry), then ``waiting`` (workflows), ``running``, ``suspended``, ``completed``,
+        ``dead`` and ``cancelled``. O(1) or O(log n) per index, whatever the queue's size."""
+        return await _reads.counts(self.client, [self.keys])
 
     async def is_drained(self) -> bool:
         """Nothing pending (delayed and retry-waiting included) and nothing running."""
@@ -410,7 +399,11 @@ class Queue:
     async def list_jobs(
         self, *, state: JobState | str | None = None, kind: str | None = None, limit: int = 50
     ) -> list[JobInfo]:
-        """Jobs read from the index zsets, optionally of one state and KIND (see ``reads.list_jobs``)."""
+        """Jobs read from the index zsets, optionally of one state and KIND (see ``reads.list_jobs``).
+
+        ``state`` is a ``JobState`` or a view of the pending jobs: ``"retrying"``
+        (the last run failed), ``"delayed"`` (eligible later), ``"limited"``
+        (parked on a limit)."""
         return await _reads.list_jobs(self, state=state, kind=kind, limit=limit)
 
     async def retry(self, job_id: str) -> bool:

@@ -1,4 +1,4 @@
-"""Reading a queue: ``QueueStats`` and ``stats``, ``list_jobs``, the server's clock.
+"""Reading a queue: ``QueueStats`` and ``stats``, ``counts``, ``list_jobs``, the server's clock.
 
 The ``Queue`` methods of the same names (and the CLI's ``stats`` and ``jobs``)
 call these. Reads only, pipelines of plain commands anyone can repeat with
@@ -7,6 +7,7 @@ call these. Reads only, pipelines of plain commands anyone can repeat with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -16,10 +17,29 @@ from .._model.errors import ConfigurationError
 from .._model.records import JobInfo, WorkerInfo, ms_to_dt
 
 if TYPE_CHECKING:
+    from .._store.keys import QueueKeys
     from .base import ClientLike, QueueLike
 
 
 _PAGE = 200
+
+# What ``list_jobs(state=...)`` lists besides the job states: views of the
+# pending jobs, each read from an index of its own (docs/redis-layout.md).
+# ``retrying``: pending because the last run failed (the ``retrying`` index);
+# ``delayed``: eligible later (a delay, a retry's backoff, a pause); ``limited``:
+# eligible but parked on a limit (flow control).
+VIEWS = ("retrying", "delayed", "limited")
+LISTINGS = (*(s.value for s in JobState), *VIEWS)
+
+
+def listing(state: JobState | str | None) -> JobState | str | None:
+    """``state`` as ``list_jobs`` takes it: a ``JobState``, one of ``VIEWS``, or None (all)."""
+    if state is None or isinstance(state, JobState) or state in VIEWS:
+        return state
+    try:
+        return JobState(state)
+    except ValueError:
+        raise ConfigurationError(f"unknown state {state!r}: use one of {', '.join(LISTINGS)}") from None
 
 
 def _atomic_pipeline(client: ClientLike) -> Any:
@@ -55,6 +75,8 @@ class QueueStats:
         waiting: Jobs waiting for other jobs to finish (workflows).
         limited: Jobs eligible but waiting on a limit (flow control:
             ``queue.set_limit``), not counted in ``pending``.
+        retrying: Pending jobs whose last run failed, waiting for their
+            retry (counted in ``pending`` or ``delayed`` as well).
     """
 
     queue: str
@@ -71,6 +93,7 @@ class QueueStats:
     at: datetime = field(compare=False)
     waiting: int = 0
     limited: int = 0
+    retrying: int = 0
 
     @property
     def eligible(self) -> int:
@@ -93,6 +116,7 @@ class QueueStats:
             "lag_seconds": self.lag_seconds,
             "completed_last_minute": self.completed_last_minute,
             "limited": self.limited,
+            "retrying": self.retrying,
             "at": self.at.isoformat(),
             "waiting": self.waiting,
         }
@@ -115,7 +139,7 @@ async def stats(queue: QueueLike) -> QueueStats:
 
 
 # What stats_commands queues on a pipeline: stats_from reads that many replies.
-STATS_COMMANDS = 21
+STATS_COMMANDS = 22
 
 
 def stats_commands(pipe: Any, queue: QueueLike, now: int) -> None:
@@ -132,6 +156,7 @@ def stats_commands(pipe: Any, queue: QueueLike, now: int) -> None:
     pipe.hget(k.meta, "paused")
     pipe.zcard(k.waiting)
     pipe.zcard(k.limits_parked)
+    pipe.zcard(k.retrying)
 
 
 def stats_from(queue: QueueLike, now: int, res: list[Any]) -> QueueStats:
@@ -147,7 +172,7 @@ def stats_from(queue: QueueLike, now: int, res: list[Any]) -> QueueStats:
             score = float(head[0][1])
             oldest = score if oldest is None else min(oldest, score)
     counts = res[12:STATS_COMMANDS]
-    running, suspended, completed, dead, cancelled, last_minute, paused, waiting, limited = counts
+    running, suspended, completed, dead, cancelled, last_minute, paused, waiting, limited, retrying = counts
     return QueueStats(
         queue=queue.name,
         paused=_text(paused) == "1",
@@ -163,23 +188,95 @@ def stats_from(queue: QueueLike, now: int, res: list[Any]) -> QueueStats:
         at=ms_to_dt(now),
         waiting=int(waiting),
         limited=int(limited),
+        retrying=int(retrying),
     )
 
 
-def _state_keys(queue: QueueLike, state: JobState) -> list[tuple[str, bool]]:
-    """The index zsets of ``state``, each with whether to list newest first."""
+async def counts(client: ClientLike, queues: Sequence[QueueKeys]) -> dict[str, int]:
+    """Jobs per state of ``queues`` (one queue, or a sharded queue's partitions), summed.
+
+    ``pending:<level>`` for each priority, ``limited`` (pending jobs parked on
+    a limit), ``pending`` (the sum of those), ``delayed`` (pending, eligible
+    later), ``retrying`` (pending after a failed run), then ``waiting``,
+    ``running``, ``suspended``, ``completed``, ``dead`` and ``cancelled``.
+    One ZCARD or ZCOUNT per index (O(1), O(log n)), in one round trip after
+    the clock is read: nothing walks a set.
+    """
+    now = await server_now_ms(client)
+    pipe = client.redis.pipeline(transaction=False)
+    for k in queues:
+        for key in k.pending_high_first:
+            pipe.zcard(key)
+        for key in k.pending_high_first:
+            pipe.zcount(key, f"({now}", "+inf")
+        for key in (k.limits_parked, k.retrying, k.waiting, k.running, k.suspended, k.completed):
+            pipe.zcard(key)
+        pipe.zcard(k.dead)
+        pipe.zcard(k.cancelled)
+    res = [int(n) for n in await pipe.execute()]
+    names = [f"pending:{p.label}" for p in PRIORITIES_HIGH_FIRST] + ["delayed"] * 4
+    names += ["limited", "retrying", "waiting", "running", "suspended", "completed", "dead", "cancelled"]
+    total = dict.fromkeys(names, 0)
+    for i, n in enumerate(res):
+        total[names[i % len(names)]] += n
+    out = {f"pending:{p.label}": total[f"pending:{p.label}"] for p in PRIORITIES_HIGH_FIRST}
+    out["limited"] = total["limited"]
+    out["pending"] = sum(out.values())
+    for name in ("delayed", "retrying", "waiting", "running", "suspended", "completed", "dead", "cancelled"):
+        out[name] = total[name]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """One index ``list_jobs`` reads: its key, its order, and how to read it."""
+
+    key: str
+    state: JobState
+    newest_first: bool = False
+    # Only the members scored above this (``delayed``: eligible after now).
+    above: int | None = None
+    # The members are ``<kind>\t<key>\t<level><id>`` (limits:parked).
+    parked: bool = False
+    # An entry whose job is no longer pending is skipped (``retrying``: the
+    # claim cancelled or quarantined it, purge has not removed it yet).
+    pending_only: bool = False
+
+
+async def _sources(queue: QueueLike, state: JobState | str) -> list[_Source]:
+    """The indexes of ``state`` (a JobState or one of ``VIEWS``), in listing order."""
     k = queue.keys
-    if state is JobState.PENDING:
+    pending = JobState.PENDING
+    if state == "retrying":
+        return [_Source(k.retrying, pending, pending_only=True)]
+    if state == "delayed":
+        now = await server_now_ms(queue.client)
+        return [_Source(key, pending, above=now) for key in k.pending_high_first]
+    if state == "limited":
+        return [_Source(k.limits_parked, pending, parked=True)]
+    if state is pending:
         # Then the jobs parked on a limit (flow control), by kind, key, priority.
-        return [*((key, False) for key in k.pending_high_first), (k.limits_parked, False)]
-    return {
-        JobState.WAITING: [(k.waiting, False)],
-        JobState.RUNNING: [(k.running, False)],
-        JobState.SUSPENDED: [(k.suspended, False)],
-        JobState.COMPLETED: [(k.completed, True)],
-        JobState.DEAD: [(k.dead, True)],
-        JobState.CANCELLED: [(k.cancelled, True)],
-    }[state]
+        return [
+            *(_Source(key, pending) for key in k.pending_high_first),
+            _Source(k.limits_parked, pending, parked=True),
+        ]
+    key, newest_first = {
+        JobState.WAITING: (k.waiting, False),
+        JobState.RUNNING: (k.running, False),
+        JobState.SUSPENDED: (k.suspended, False),
+        JobState.COMPLETED: (k.completed, True),
+        JobState.DEAD: (k.dead, True),
+        JobState.CANCELLED: (k.cancelled, True),
+    }[JobState(state)]
+    return [_Source(key, JobState(state), newest_first)]
+
+
+async def _page(queue: QueueLike, src: _Source, start: int) -> list[Any]:
+    redis = queue.client.redis
+    if src.above is not None:
+        return list(await redis.zrangebyscore(src.key, f"({src.above}", "+inf", start=start, num=_PAGE))
+    read = redis.zrevrange if src.newest_first else redis.zrange
+    return list(await read(src.key, start, start + _PAGE - 1))
 
 
 async def list_jobs(
@@ -196,25 +293,31 @@ async def list_jobs(
     suspended by suspension time; finished states newest first. Without
     ``state`` every state is listed in that order (pending first). ``kind``
     filters on the job's KIND (read from each hash, page by page).
+
+    ``state`` may also be one of ``VIEWS``, each a part of the pending jobs:
+    ``"retrying"`` (the last run failed; next retry first), ``"delayed"``
+    (eligible later; by priority, then eligibility) or ``"limited"``
+    (parked on a limit; by kind, key and priority).
+
+    Raises:
+        ConfigurationError: ``state`` is none of those, or ``limit`` < 1.
     """
     if limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit}")
-    states = [JobState(state)] if state is not None else list(JobState)
+    wanted = listing(state)
+    states: list[JobState | str] = [wanted] if wanted is not None else list(JobState)
     redis = queue.client.redis
     out: list[JobInfo] = []
     for st in states:
-        for key, newest_first in _state_keys(queue, st):
+        for src in await _sources(queue, st):
             start = 0
             while len(out) < limit:
-                stop = start + _PAGE - 1
-                page = await (
-                    redis.zrevrange(key, start, stop) if newest_first else redis.zrange(key, start, stop)
-                )
+                page = await _page(queue, src, start)
                 if not page:
                     break
                 pipe = redis.pipeline(transaction=False)
                 ids = [_text(raw_id) for raw_id in page]
-                if key == queue.keys.limits_parked:  # members <kind>\t<key>\t<level><id>
+                if src.parked:  # members <kind>\t<key>\t<level><id>
                     ids = [member.rsplit("\t", 1)[-1][1:] for member in ids]
                 for job_id in ids:
                     pipe.hgetall(queue.keys.job(job_id))
@@ -222,10 +325,14 @@ async def list_jobs(
                 for job_id, raw in zip(ids, await pipe.execute(raise_on_error=False), strict=True):
                     if isinstance(raw, Exception):
                         if kind is None:
-                            out.append(JobInfo.unreadable(queue.name, job_id, st, str(raw)))
+                            out.append(JobInfo.unreadable(queue.name, job_id, src.state, str(raw)))
                     # A hash may be gone (purged between the two reads): skip it.
-                    elif raw and (kind is None or _text(raw.get(b"kind")) == kind):
-                        out.append(JobInfo.from_hash(queue.name, job_id, raw, indexed_as=st))
+                    elif (
+                        raw
+                        and (kind is None or _text(raw.get(b"kind")) == kind)
+                        and (not src.pending_only or raw.get(b"state") == b"pending")
+                    ):
+                        out.append(JobInfo.from_hash(queue.name, job_id, raw, indexed_as=src.state))
                     if len(out) >= limit:
                         break
                 if len(page) < _PAGE:

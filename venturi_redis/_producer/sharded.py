@@ -47,14 +47,14 @@ import random
 import re
 import zlib
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import BaseModel
 from redis.crc import key_slot
 
-from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
+from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
 from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry
@@ -205,6 +205,7 @@ class ShardedQueue:
         carry: BaseModel | None = None,
         after: Sequence[str] | None = None,
         timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
+        at: datetime | None = None,
     ) -> str:
         """Enqueue one task on its partition (see ``Queue.enqueue``); returns the job id.
 
@@ -224,6 +225,7 @@ class ShardedQueue:
             max_failures=max_failures,
             carry=carry,
             timeout=timeout,
+            at=at,
         )
 
     async def enqueue_many(
@@ -315,26 +317,9 @@ class ShardedQueue:
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state summed over the partitions (same keys as ``Queue.counts``)."""
-        pipe = self.client.redis.pipeline(transaction=False)
-        for q in self.partitions:
-            for pr in PRIORITIES_HIGH_FIRST:
-                pipe.zcard(q.keys.pending(pr))
-            for key in (
-                q.keys.limits_parked,
-                q.keys.running,
-                q.keys.suspended,
-                q.keys.completed,
-                q.keys.dead,
-            ):
-                pipe.zcard(key)
-        res = [int(x) for x in await pipe.execute()]
-        labels = [f"pending:{pr.label}" for pr in PRIORITIES_HIGH_FIRST]
-        labels += ["limited", "running", "suspended", "completed", "dead"]
-        out = dict.fromkeys(labels, 0)
-        for i, n in enumerate(res):
-            out[labels[i % len(labels)]] += n
-        out["pending"] = sum(out[label] for label in labels[:5])
-        return {k: out[k] for k in [*labels[:5], "pending", *labels[5:]]}
+        from .reads import counts
+
+        return await counts(self.client, [q.keys for q in self.partitions])
 
     async def stats(self) -> QueueStats:
         """``Queue.stats()`` of the whole sharded queue (see ``merge_stats``)."""
@@ -433,6 +418,7 @@ def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:
         at=max(p.at for p in parts),
         waiting=sum(p.waiting for p in parts),
         limited=sum(p.limited for p in parts),
+        retrying=sum(p.retrying for p in parts),
     )
 
 

@@ -13,7 +13,7 @@ the suite.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
@@ -44,6 +44,7 @@ class QueueSurface(Protocol):
         carry: BaseModel | None = None,
         after: Sequence[str] | None = None,
         timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
+        at: datetime | None = None,
     ) -> str: ...
 
     async def enqueue_many(

@@ -200,12 +200,13 @@ class SyncQueue:
         carry: BaseModel | None = None,
         after: Sequence[str] | None = None,
         timeout: float | timedelta | None = None,
+        at: datetime | None = None,
     ) -> str:
         """Enqueue one task and return its job id (see ``Queue.enqueue``; dedup merges included)."""
         portal, client = self._sc._ensure()
         direct = self._sc._direct
         q = client.queue(self.name)
-        if direct is None or after is not None:
+        if direct is None or after is not None or at is not None:
             result: str = portal.call(
                 lambda: q.enqueue(
                     task,
@@ -216,6 +217,7 @@ class SyncQueue:
                     carry=carry,
                     after=after,
                     timeout=timeout,
+                    at=at,
                 )
             )
             return result

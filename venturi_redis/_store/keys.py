@@ -9,6 +9,7 @@ key                                type    what it holds
 ``venturi:{q}:job:<id>``           hash    one job: plain-text metadata, msgpack blobs
 ``venturi:{q}:journal:<id>``       stream  the job's journal, one entry per event
 ``venturi:{q}:pending:<level>``    zset    pending job ids scored by eligible_at (ms)
+``venturi:{q}:retrying``           zset    pending ids whose last run failed, by eligible_at
 ``venturi:{q}:running``            zset    running job ids scored by lease expiry (ms)
 ``venturi:{q}:suspended``          zset    suspended job ids scored by suspension time
 ``venturi:{q}:completed``          zset    completed job ids scored by finish time
@@ -174,6 +175,8 @@ class QueueKeys:
     wake: str = field(init=False)
     events: str = field(init=False)
     waiting: str = field(init=False)
+    # The pending jobs whose last run failed (lua/include/keys.lua retrying_key).
+    retrying: str = field(init=False)
     limits: str = field(init=False)
     limits_state: str = field(init=False)
     limits_parked: str = field(init=False)
@@ -195,6 +198,7 @@ class QueueKeys:
             "wake",
             "events",
             "waiting",
+            "retrying",
         ):
             object.__setattr__(self, suffix, f"{p}{suffix}")
         for suffix in ("state", "parked", "ready"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel
@@ -234,6 +234,26 @@ def prepare_many(
             )
         )
     return jobs
+
+
+def checked_at(at: object, delay: object) -> int:
+    """``enqueue(at=...)`` in ms since the epoch: an aware datetime, never beside a ``delay``.
+
+    Checked before anything is read or written, so a refused call sends
+    nothing. The caller subtracts the scripts' clock (one read of it) to make
+    the job's delay: the job is eligible at ``at`` by that clock, the one every
+    worker's claim uses, whatever this process's clock says.
+    """
+    if not isinstance(at, datetime):
+        raise ConfigurationError(f"at must be a timezone-aware datetime, got {at!r}")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ConfigurationError(
+            f"at must be timezone-aware (a naive datetime names no instant), got {at!r}: "
+            "use datetime(..., tzinfo=UTC) or datetime.now(UTC) + timedelta(...)"
+        )
+    if not (delay == 0 and delay is not False):
+        raise ConfigurationError(f"give at= or delay=, not both (got delay={delay!r})")
+    return round(at.timestamp() * 1000)
 
 
 def checked_dedup_field(kind: str, key: object) -> str:

@@ -32,6 +32,7 @@ from .._model.redact import scrub, secret_values
 from .._model.task import Task
 from .._store.store import bad_delay
 from .context import Context
+from .failure_log import failed_run
 
 if TYPE_CHECKING:
     from .job import Job
@@ -138,7 +139,7 @@ async def execute(host: RunHost, job: Job) -> Ending:
             ctx._job = None
         if timed_out:
             note = f"timed out after {limit:g} s"
-            log.info("job %s (%s) %s", job.id, job.kind, note)
+            failed_run(job.id, job.kind, "timeout", note)
             return Failed(note, backoff=task.backoff())
         if not isinstance(outcome, Outcome):
             got = type(outcome).__name__
@@ -167,18 +168,19 @@ async def execute(host: RunHost, job: Job) -> Ending:
         error_type, tb = failure_of(exc, secrets)
         if exc.is_permanent:
             return Dead(DeadReason.PERMANENT, note, error_type, tb)
+        failed_run(job.id, job.kind, error_type, note)
         return Failed(note, error_type, tb, task.backoff())
     except GeneratorExit:
         raise  # this coroutine itself is being closed: nothing may be awaited
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - a failed run, logged by failed_run below
         # An Exception, or a BaseException of the handler's own (a library's,
         # `class Boom(BaseException)`) other than the three above: a failed run,
         # and the worker goes on. Before, the latter stopped the worker with a
         # traceback and left the job running, its run never recorded.
         secrets = secret_values(task, ctx.carry)
         note = scrub(str(exc) or type(exc).__name__, secrets)
-        log.info("job %s (%s) failed: %s", job.id, job.kind, note, exc_info=log.isEnabledFor(logging.DEBUG))
         error_type, tb = failure_of(exc, secrets)
+        failed_run(job.id, job.kind, error_type, note, exc if log.isEnabledFor(logging.DEBUG) else None)
         return Failed(note, error_type, tb, task.backoff())
     try:
         blob = _pack_optional(outcome.result if outcome.kind == "completed" else outcome.output)

@@ -16,7 +16,7 @@ worker is registered for is reported as ``unregistered``)::
     venturi_leases_expired_total{queue,outcome}  runs whose lease expired (worker presumed
                                                  dead), taken back by this worker's reclaim:
                                                  outcome requeued or dead
-    venturi_queue_jobs{queue,state}              depth: eligible, delayed, running, suspended, dead, ...
+    venturi_queue_jobs{queue,state}              depth: eligible, delayed, retrying, running, ...
     venturi_queue_eligible{queue,priority}       eligible now, per priority
     venturi_queue_lag_seconds{queue}             age of the oldest eligible job
     venturi_queue_paused{queue}                  1 while claims are paused
@@ -143,6 +143,7 @@ class PrometheusMetrics:
             for state, n in (
                 ("eligible", st.eligible),
                 ("delayed", st.delayed),
+                ("retrying", st.retrying),
                 ("running", st.running),
                 ("suspended", st.suspended),
                 ("completed", st.completed),

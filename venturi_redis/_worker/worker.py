@@ -57,6 +57,7 @@ from .._store.store import KEEP_ALL, ClaimReply, Op
 from .._transport.urls import redact_url
 from . import options as _opt
 from .completer import Completer
+from .declared_limits import declare_limits, declared_limits
 from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import Handler
@@ -74,6 +75,7 @@ from .runner import (
 from .scheduler import Scheduler, declare, declared_schedules
 
 if TYPE_CHECKING:
+    from .._model.limits import Limit
     from .._model.schedule import Schedule
     from .metrics import WorkerObserver
 
@@ -161,6 +163,9 @@ class Worker(Generic[StateT]):
             it is (its next fire time too). A stored schedule no longer
             declared is left alone (docs/schedules.md). Every worker fires
             the due schedules of its queues, declared or not.
+        limits: Limits declared in code (``vr.Limit``), set on every queue
+            of the worker when it starts, unless stored as declared already
+            (docs/flow-control.md); a stored limit not declared is left alone.
         timeout: Seconds one run may take when its job sets no timeout of
             its own (``Task.timeout()``, ``enqueue(timeout=...)``). A run
             still going then is cancelled and counts as a failed run
@@ -198,6 +203,7 @@ class Worker(Generic[StateT]):
         health_file: str | os.PathLike[str] | None = None,
         schedules: Sequence[Schedule] = (),
         timeout: float | None = None,
+        limits: Sequence[Limit] = (),
     ) -> None:
         qs = _opt.worker_queues(queues, client)
         # Every other argument is checked here, where it is given, not when
@@ -220,6 +226,7 @@ class Worker(Generic[StateT]):
         timeout = _opt.optional_seconds(timeout, "timeout")
         self.health_file = _opt.path_or_none(health_file, "health_file")
         self.schedules = declared_schedules(schedules, qs)
+        self.limits = declared_limits(limits)
         self.queues = qs
         self.state = state
         self.concurrency = concurrency
@@ -454,6 +461,7 @@ class Worker(Generic[StateT]):
             # A queue a worker serves is listed from its start, jobs or not (_producer/registry.py).
             await client._recorded.record(client.redis, *(q.name for q in self.queues if q.client is client))
         await declare(self.schedules)
+        await declare_limits(self.limits, self.queues)
         self._running = True
         self._until_idle = until_idle
         # A shutdown() that came before this point is kept, not reset: the

@@ -79,7 +79,9 @@ def job_cancel(
                 "renewal and the run will end cancelled"
             )
         else:
-            typer.echo(f"venturi: job {job_id}: {clean(detail)}; nothing done", err=True)
+            # The script's reason names the job itself ("job is completed"): said once.
+            why = detail.removeprefix("job ")
+            typer.echo(f"venturi: job {job_id} {clean(why)}; nothing done", err=True)
         return 0 if result in ("cancelled", "requested") else 1
 
     run_with_client(redis, go)

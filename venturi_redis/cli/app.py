@@ -36,6 +36,27 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 _clicks = _typer_core._click.exceptions  # type: ignore[attr-defined,unused-ignore]
 
 
+# ``venturi --help`` lists the commands in the order a newcomer needs them:
+# run a worker, look (dashboard, stats, jobs, one job, the dead), follow,
+# then the switches and the housekeeping. A command not named here goes last.
+COMMAND_ORDER = (
+    "worker",
+    "dashboard",
+    "stats",
+    "jobs",
+    "job",
+    "dead",
+    "events",
+    "workers",
+    "queue",
+    "limits",
+    "limit",
+    "schedules",
+    "schedule",
+    "purge",
+)
+
+
 class OneLineUsage(TyperGroup):
     """The root group: a usage error is one line on stderr, like every other error.
 
@@ -43,6 +64,12 @@ class OneLineUsage(TyperGroup):
     typer's default is a framed box of usage, hint and message. The line names
     the command's ``--help`` instead of repeating its usage.
     """
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        # Typer lists them in the order the modules registered them: import order.
+        names = super().list_commands(ctx)
+        rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+        return sorted(names, key=lambda n: rank.get(n, len(rank)))
 
     def main(  # type: ignore[override]
         self,

@@ -49,14 +49,17 @@ def events_cmd(
     redis: RedisOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON document per event, per line.")] = False,
 ) -> None:
-    """Follow the queue's events as they happen (Ctrl-C to stop)."""
+    """Follow the queue's events as they happen (Ctrl-C to stop); exits 1 when they are off."""
 
     async def go(client: Client) -> int:
         q = await known_queue(client, name, change=False)
         if await _events.events_cap(q) == 0:
+            # Nothing would ever arrive: say how to turn them on, and leave
+            # (following an empty stream looked like a hang).
             typer.echo(
                 f"venturi: events are off for queue {q.name}: venturi queue events {q.name} on", err=True
             )
+            return 1
         seen = 0
         async for e in q.events(since=since, kinds=kind or None):
             typer.echo(json.dumps(_doc(e), default=str) if json_out else _line(e))

@@ -17,7 +17,7 @@ from .._model.records import WorkerInfo
 from .._model.redact import redact
 from .._producer import discovery as _discovery
 from .._producer.client import Client
-from .._producer.reads import QueueStats
+from .._producer.reads import LISTINGS, QueueStats
 from .._producer.sharded import group_partitions, grouped_stats
 from .app import (
     Fail,
@@ -68,8 +68,7 @@ def stats(
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Per queue: eligible per priority, delayed, limited (waiting on a limit), running, suspended, dead,
-    completed, lag, throughput."""
+    """Per queue: jobs per state (eligible by priority, delayed, retrying, limited...), lag, throughput."""
 
     async def go(client: Client) -> int:
         names = await chosen_queues(client, queue)
@@ -109,6 +108,7 @@ def stats(
             "normal",
             "low",
             "delayed",
+            "retry",
             "wait",
             "limited",
             "running",
@@ -123,6 +123,7 @@ def stats(
                 "yes" if r.paused else "",
                 *(str(r.pending[p]) for p in ("critical", "high", "normal", "low")),
                 str(r.delayed),
+                str(r.retrying),
                 str(r.waiting),
                 str(r.limited),
                 str(r.running),
@@ -186,13 +187,13 @@ def workers_cmd(
 # -- jobs -------------------------------------------------------------------------------------
 
 
-def _state(value: str | None) -> JobState | None:
+def _state(value: str | None) -> str | None:
+    """``--state``: a job state, or a view of the pending jobs (retrying, delayed, limited)."""
     if value is None:
         return None
-    try:
-        return JobState(value.lower())
-    except ValueError:
-        raise Fail(f"unknown state {value!r}: use one of {', '.join(s.value for s in JobState)}", 2) from None
+    if value.lower() not in LISTINGS:
+        raise Fail(f"unknown state {value!r}: use one of {', '.join(LISTINGS)}", 2)
+    return value.lower()
 
 
 @app.command()
@@ -200,7 +201,12 @@ def jobs(
     queue: QueueOpt,
     state: Annotated[
         str | None,
-        typer.Option("--state", "-s", help="pending, running, suspended, completed, dead, cancelled."),
+        typer.Option(
+            "--state",
+            "-s",
+            help="pending, waiting, running, suspended, completed, dead, cancelled; or a part of "
+            "pending: retrying (its last run failed), delayed (eligible later), limited (on a limit).",
+        ),
     ] = None,
     kind: Annotated[str | None, typer.Option("--kind", "-k", help="Only jobs of this KIND.")] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many jobs.")] = 50,

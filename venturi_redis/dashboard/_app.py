@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from .._model.enums import JobState
 from .._model.errors import VenturiError
 from .._model.schedule import validate_schedule_id
 from .._producer.events import events_cap
+from .._producer.reads import LISTINGS
 from . import _data, _listing, _live, _overview, _render
 from ._security import (
     AUTH_COOKIE,
@@ -177,7 +179,7 @@ class Dashboard:
                     "found": found,
                 }
             )
-        filters = {"state": state.value if state else "", "kind": kind or ""}
+        filters = {"state": str(state) if state else "", "kind": kind or ""}
         next_url = None
         if page.next_cursor:
             params = {k: v for k, v in filters.items() if v}
@@ -199,7 +201,8 @@ class Dashboard:
             next_url=next_url,
             first_page=not q.get("cursor"),
             filters=filters,
-            states=[s.value for s in JobState],
+            states=LISTINGS,
+            heading=_render.jobs_heading(filters["state"], filters["kind"]),
             search=search,
             found=found,
         )
@@ -230,7 +233,18 @@ class Dashboard:
         entries = [_data.entry_dict(e, info.kind, self.redaction) for e in journal]
         if request.url.path.startswith(self.url(request, "api_queues")):
             return JSONResponse({"job": doc, "journal": entries})
-        return self.page(request, "job.html", queue=queue.name, job=doc, journal=entries)
+        # How long the run going on has taken: since its last `claimed` entry.
+        claims = [e.at for e in journal if e.event == "claimed"]
+        elapsed = time.time() - claims[-1].timestamp() if info.state is JobState.RUNNING and claims else None
+        return self.page(
+            request,
+            "job.html",
+            queue=queue.name,
+            job=doc,
+            journal=entries,
+            elapsed=elapsed,
+            fields=_render.FIELD_LABELS,
+        )
 
     async def schedules(self, request: Request) -> Response:
         queue = await self.known_queue(request.path_params["queue"])
@@ -267,9 +281,18 @@ class Dashboard:
         if not ok:
             raise HTTPException(403, "refused: the form's CSRF token is missing or wrong (reload the page)")
 
-    def _answer(self, request: Request, target: str, done: str, **result: Any) -> Response:
+    def _answer(self, request: Request, target: str, done: str, status: int = 200, **result: Any) -> Response:
+        """The action's answer: a redirect to ``target`` saying ``done``, or JSON.
+
+        An action that did nothing (``status`` 409: the job is in another
+        state; 404: no such job or schedule) answers a JSON client with that
+        status and the reason as ``error``, so a script cannot take a refusal
+        for success; a browser is sent back with the reason shown.
+        """
         if "application/json" in request.headers.get("accept", ""):
-            return JSONResponse({"done": done, **result})
+            if status != 200:
+                result["error"] = MESSAGES.get(done, done)
+            return JSONResponse({"done": done, **result}, status_code=status)
         return RedirectResponse(f"{target}?{urlencode({'done': done})}", status_code=303)
 
     async def retry(self, request: Request) -> Response:
@@ -278,7 +301,9 @@ class Dashboard:
         job_id = self._job_id(request)
         moved = await queue.retry(job_id)
         target = self.url(request, "job", queue=queue.name, job_id=job_id)
-        return self._answer(request, target, "retried" if moved else "not-dead", job_id=job_id)
+        if not moved:
+            return self._answer(request, target, "not-dead", 409, job_id=job_id)
+        return self._answer(request, target, "retried", job_id=job_id)
 
     async def cancel(self, request: Request) -> Response:
         await self._guard_post(request)
@@ -286,7 +311,8 @@ class Dashboard:
         job_id = self._job_id(request)
         result = await queue.cancel(job_id)
         target = self.url(request, "job", queue=queue.name, job_id=job_id)
-        return self._answer(request, target, result, job_id=job_id)
+        status = {"finished": 409, "not_found": 404}.get(result, 200)
+        return self._answer(request, target, result, status, job_id=job_id)
 
     async def pause(self, request: Request) -> Response:
         await self._guard_post(request)
@@ -322,12 +348,13 @@ class Dashboard:
         if action == "trigger":
             job_id = await queue.trigger_schedule(schedule_id)
             if job_id is None:
-                return self._answer(request, target, "no-schedule", schedule_id=schedule_id)
+                return self._answer(request, target, "no-schedule", 404, schedule_id=schedule_id)
             target = self.url(request, "job", queue=queue.name, job_id=job_id)
             return self._answer(request, target, "schedule-triggered", schedule_id=schedule_id, job_id=job_id)
         change = queue.pause_schedule if action == "pause" else queue.resume_schedule
-        done = f"schedule-{action}d" if await change(schedule_id) else "no-schedule"
-        return self._answer(request, target, done, schedule_id=schedule_id)
+        if not await change(schedule_id):
+            return self._answer(request, target, "no-schedule", 404, schedule_id=schedule_id)
+        return self._answer(request, target, f"schedule-{action}d", schedule_id=schedule_id)
 
     def _job_id(self, request: Request) -> str:
         job_id = str(request.path_params["job_id"])

@@ -20,6 +20,7 @@ from .._model.limits import LimitInfo
 from .._model.records import JobInfo, JournalEntry, WorkerInfo
 from .._model.redact import redact
 from .._model.schedule import ScheduleInfo
+from .._producer.reads import listing
 from .._store.keys import dedup_field, validate_name
 
 if TYPE_CHECKING:
@@ -263,11 +264,12 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
-def parse_state(value: str | None) -> JobState | None:
-    """``?state=`` as a JobState; empty means every state. Raises ValueError."""
+def parse_state(value: str | None) -> JobState | str | None:
+    """``?state=`` as a JobState, or a view of the pending jobs (``retrying``,
+    ``delayed``, ``limited``); empty means every state. Raises ValueError."""
     if not value:
         return None
-    return JobState(value)
+    return listing(value)
 
 
 def _text(value: Any) -> str:

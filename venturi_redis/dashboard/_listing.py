@@ -14,12 +14,15 @@ Reads only: plain commands anyone can repeat with ``redis-cli``
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._model.enums import JobState
 from .._model.records import JobInfo
+from .._producer.reads import server_now_ms
 
 if TYPE_CHECKING:
     from .._producer.client import Queue
@@ -31,6 +34,10 @@ _BATCH = 200
 MAX_SCAN = 5_000
 
 _CURSOR_RE = re.compile(r"(\d{1,2})~(-?\d+(?:\.\d+)?)~([0-9A-Za-z]{1,64})")
+# In limits:parked every score is 0 and the members are ordered by their text,
+# `<kind>\t<key field>\t<level><id>`: its cursor names the member itself
+# (URL-safe base64), found again by ZRANK, or by ZLEXCOUNT once it has left.
+_LEX_CURSOR_RE = re.compile(r"(\d{1,2})~L~([0-9A-Za-z_=-]{1,4096})")
 
 
 class BadCursor(ValueError):
@@ -44,6 +51,12 @@ class Source:
     state: JobState
     key: str
     newest_first: bool
+    # ``delayed``: only the members scored above this (eligible later).
+    above: int | None = None
+    # limits:parked: members are ``<kind>\t<key field>\t<level><id>``, all scored 0.
+    parked: bool = False
+    # ``retrying``: an index entry whose job is no longer pending is skipped.
+    pending_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +68,25 @@ class Page:
     scanned: int
 
 
-def sources(queue: Queue, state: JobState | None) -> list[Source]:
+def sources(queue: Queue, state: JobState | str | None, now: int = 0) -> list[Source]:
     """The index zsets of ``state`` (every state when ``None``), in listing order:
     pending by priority then eligibility, running by lease expiry, suspended by
-    suspension time, finished states newest first (as ``Queue.list_jobs``)."""
+    suspension time, finished states newest first (as ``Queue.list_jobs``).
+
+    ``state`` may be a view of the pending jobs (``reads.VIEWS``): ``retrying``
+    (its index, next retry first), ``delayed`` (the pending sets above ``now``)
+    or ``limited`` (parked on a limit).
+    """
     k = queue.keys
+    pending = JobState.PENDING
+    if state == "retrying":
+        return [Source(pending, k.retrying, False, pending_only=True)]
+    if state == "delayed":
+        return [Source(pending, key, False, above=now) for key in k.pending_high_first]
+    if state == "limited":
+        return [Source(pending, k.limits_parked, False, parked=True)]
     out: list[Source] = []
-    for st in [state] if state is not None else list(JobState):
+    for st in [JobState(state)] if state is not None else list(JobState):
         if st is JobState.PENDING:
             out += [Source(st, key, False) for key in k.pending_high_first]
         else:
@@ -85,15 +110,31 @@ def _score_text(score: float) -> str:
     return str(int(score)) if score == int(score) else repr(score)
 
 
-def encode_cursor(index: int, score: float, job_id: str) -> str:
+def encode_cursor(index: int, score: float, job_id: str, parked: bool = False) -> str:
+    if parked:  # job_id is the parked member (see _LEX_CURSOR_RE)
+        return f"{index}~L~{base64.urlsafe_b64encode(job_id.encode()).decode()}"
     return f"{index}~{_score_text(score)}~{job_id}"
 
 
 def decode_cursor(cursor: str, n_sources: int) -> tuple[int, float, str]:
     m = _CURSOR_RE.fullmatch(cursor)
+    if m is None:
+        lex = _LEX_CURSOR_RE.fullmatch(cursor)
+        if lex is not None and int(lex.group(1)) < n_sources:
+            try:
+                return int(lex.group(1)), 0.0, base64.urlsafe_b64decode(lex.group(2)).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                pass
     if m is None or int(m.group(1)) >= n_sources:
         raise BadCursor(f"not a cursor of this listing: {cursor[:80]!r}")
     return int(m.group(1)), float(m.group(2)), m.group(3)
+
+
+async def _first_rank(queue: Queue, src: Source) -> int:
+    """Where a listing of ``src`` starts: 0, or past the members eligible now (``delayed``)."""
+    if src.above is None:
+        return 0
+    return int(await queue.client.redis.zcount(src.key, "-inf", src.above))
 
 
 async def _start_after(queue: Queue, src: Source, score: float, job_id: str) -> tuple[int, bool]:
@@ -101,6 +142,11 @@ async def _start_after(queue: Queue, src: Source, score: float, job_id: str) -> 
     ``score`` must still be skipped up to ``job_id`` (it left the index)."""
     redis = queue.client.redis
     pipe = redis.pipeline(transaction=False)
+    if src.parked:  # job_id is the member; the members sort by their text
+        pipe.zrank(src.key, job_id)
+        pipe.zlexcount(src.key, "-", f"({job_id}")
+        rank, before = await pipe.execute()
+        return (int(rank) + 1 if rank is not None else int(before)), False
     if src.newest_first:
         pipe.zrevrank(src.key, job_id)
         pipe.zcount(src.key, f"({_score_text(score)}", "+inf")
@@ -116,7 +162,7 @@ async def _start_after(queue: Queue, src: Source, score: float, job_id: str) -> 
 async def page_jobs(
     queue: Queue,
     *,
-    state: JobState | None = None,
+    state: JobState | str | None = None,
     kind: str | None = None,
     cursor: str | None = None,
     limit: int = 50,
@@ -129,7 +175,8 @@ async def page_jobs(
     is rare: it stops after reading ``max_scan`` ids, so no request walks a
     whole index.
     """
-    srcs = sources(queue, state)
+    now = await server_now_ms(queue.client) if state == "delayed" else 0
+    srcs = sources(queue, state, now)
     redis = queue.client.redis
     index, after_score, after_id = 0, 0.0, ""
     if cursor:
@@ -140,9 +187,10 @@ async def page_jobs(
     while index < len(srcs):
         src = srcs[index]
         skip_ties = False
-        start = 0
         if after_id:
             start, skip_ties = await _start_after(queue, src, after_score, after_id)
+        else:
+            start = await _first_rank(queue, src)
         while True:
             # Without a KIND filter every id read is shown: read only what the
             # page still needs (50 hashes, not 200, for a first page).
@@ -166,17 +214,17 @@ async def page_jobs(
                         continue
                     break
             pipe = redis.pipeline(transaction=False)
-            for job_id, _ in batch:
-                pipe.hgetall(queue.keys.job(job_id))
+            for member, _ in batch:
+                pipe.hgetall(queue.keys.job(_job_id(src, member)))
             hashes = await pipe.execute(raise_on_error=False)
-            for (job_id, score), raw in zip(batch, hashes, strict=True):
+            for (member, score), raw in zip(batch, hashes, strict=True):
                 scanned += 1
-                last = (index, score, job_id)
-                info = _info(queue, src.state, job_id, raw, kind)
+                last = (index, score, member)
+                info = _info(queue, src, _job_id(src, member), raw, kind)
                 if info is not None:
                     out.append(info)
                 if len(out) >= limit or scanned >= max_scan:
-                    return Page(out, encode_cursor(*last), scanned)
+                    return Page(out, encode_cursor(*last, src.parked), scanned)
             if not full:
                 break
         index += 1
@@ -191,15 +239,21 @@ def _tie_before(item: tuple[str, float], score: float, job_id: str, newest_first
     return item[0] >= job_id if newest_first else item[0] <= job_id
 
 
-def _info(queue: Queue, state: JobState, job_id: str, raw: Any, kind: str | None) -> JobInfo | None:
+def _job_id(src: Source, member: str) -> str:
+    return member.rsplit("\t", 1)[-1][1:] if src.parked else member
+
+
+def _info(queue: Queue, src: Source, job_id: str, raw: Any, kind: str | None) -> JobInfo | None:
     """The snapshot to list for one index entry, or ``None`` to skip it."""
     if isinstance(raw, Exception):
         # A key of the wrong type where a job hash should be: an error row.
         if kind is not None:
             return None
-        return JobInfo.unreadable(queue.name, job_id, state, str(raw))
+        return JobInfo.unreadable(queue.name, job_id, src.state, str(raw))
     if not raw:
         return None  # purged between the two reads
     if kind is not None and _text(raw.get(b"kind", b"")) != kind:
         return None
-    return JobInfo.from_hash(queue.name, job_id, raw, indexed_as=state)
+    if src.pending_only and raw.get(b"state") != b"pending":
+        return None  # left in the retrying index by a claim that cancelled it (until purged)
+    return JobInfo.from_hash(queue.name, job_id, raw, indexed_as=src.state)

@@ -3,8 +3,15 @@
 Every job goes through the real scripts and the real codec, run by a real
 ``Worker``: a payload that cannot be stored, a carry that does not decode or a
 merge that raises fails the test as it would fail in production. Only time is
-not real: jobs that wait (a delay, a retry's backoff, a pause) are made due by
-moving the client's ``Clock`` forward to the earliest of them, never by sleeping.
+not real: jobs that wait (a delay, a retry's backoff, a pause, a rate limit's
+window) are made due by moving the client's ``Clock`` forward to the earliest
+of them, never by sleeping.
+
+What a worker would run, drain runs: jobs parked on a limit (flow control),
+through the same claim and within the same caps, and the schedules due on the
+clock, fired by the worker's own scheduler. A schedule alone never moves the
+clock (every schedule has a next fire time: drain would never end); a test
+moves it (``clock.advance``) and drains again.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from .._model.task import Task
 from .._producer.client import Queue
 from .._producer.offload import OffloadFunction
 from .._producer.reads import server_now_ms
+from .._worker.declared_limits import declare_limits
+from .._worker.scheduler import declare
 from .._worker.worker import Worker
 from ._clock import Clock
 
@@ -28,6 +37,9 @@ from ._clock import Clock
 # bounds the wait when a job leaves the running set without a run ending
 # (a job of a kind nobody registered is buried that way).
 _RECHECK = 0.05
+# lua/include/limits.lua's LIMIT_HELD: a limits:ready score from here up is a
+# (kind, key) waiting for a slot to be freed, not for a time.
+LIMIT_HELD = 4503599627370496
 
 
 class DrainLimitError(VenturiError):
@@ -91,9 +103,11 @@ async def drain(
 ) -> DrainReport:
     """Run every job of ``queue`` that can run, until none is left, and report.
 
-    A ``Worker`` with ``handlers`` registered runs the jobs. Whenever nothing
-    is running and nothing is due, but jobs wait for a later time (a delay, a
-    retry's backoff, a pause), the queue's clock jumps to the earliest of them.
+    A ``Worker`` with ``handlers`` registered runs the jobs, as it would in
+    production: jobs of a limited kind within their limits, and the schedules
+    due on the clock. Whenever nothing is running and nothing is due, but jobs
+    wait for a later time (a delay, a retry's backoff, a pause, a rate
+    limit's window), the queue's clock jumps to the earliest of them.
     Suspended jobs do not keep drain going: they are reported and stay
     suspended (``queue.resume(...)`` them and drain again).
 
@@ -106,7 +120,7 @@ async def drain(
             ``DrainLimitError`` (a handler that pauses forever).
         concurrency: Jobs run at once (default 1: a test sees them in order).
         **worker_options: More ``vr.Worker`` arguments (``max_failures``,
-            ``backoff``, ``lease``...).
+            ``backoff``, ``lease``, ``schedules``, ``limits``...).
 
     Raises:
         DrainLimitError: ``max_runs`` runs did not empty the queue.
@@ -131,6 +145,11 @@ async def drain(
     }
     worker: Worker[Any] = Worker(queue, state=state, concurrency=concurrency, observer=runs, **options)
     worker.register(*handlers)
+    # Declared now (as the worker does when it starts), so a schedule already
+    # due is seen as due below, and one declared by this very drain exists
+    # for the test's next drain after it moves the clock; limits likewise.
+    await declare(worker.schedules)
+    await declare_limits(worker.limits, worker.queues)
     while True:
         # One worker run per instant of the clock: it runs until nothing is
         # due and nothing runs, then stops, and the clock moves on.
@@ -176,22 +195,36 @@ async def drain(
 
 
 async def _settled(queue: Queue) -> bool:
-    """Nothing running and nothing due now, read in one MULTI (no claim between the reads)."""
+    """Nothing running and nothing due now, read in one MULTI (no claim between the reads).
+
+    Due: a pending job eligible now, a limited (kind, key) whose turn has come
+    (``limits:ready``, scored by when it may run), or a schedule to fire.
+    """
+    k = queue.keys
     now = await server_now_ms(queue.client)
     pipe = queue.client.redis.pipeline(transaction=True)
-    pipe.zcard(queue.keys.running)
-    for key in queue.keys.pending_high_first:
+    pipe.zcard(k.running)
+    for key in (*k.pending_high_first, k.limits_ready, k.schedules_due):
         pipe.zrangebyscore(key, "-inf", now, start=0, num=1)
     running, *due = await pipe.execute()
     return int(running) == 0 and not any(due)
 
 
 async def _next_due(queue: Queue) -> int | None:
-    """The earliest eligibility time (ms) of any pending job, or None if none is pending."""
+    """The earliest time (ms) a job may run: a pending job's eligibility, or the
+    end of a limited job's rate window; None if no job waits for a time."""
+    k = queue.keys
     pipe = queue.client.redis.pipeline(transaction=False)
-    for key in queue.keys.pending_high_first:
+    for key in k.pending_high_first:
         pipe.zrange(key, 0, 0, withscores=True)
-    firsts = [int(entries[0][1]) for entries in await pipe.execute() if entries]
+    pipe.zrangebyscore(k.limits_ready, "-inf", f"({LIMIT_HELD}", start=0, num=1, withscores=True)
+    pipe.exists(k.limits_parked)
+    *reads, parked = await pipe.execute()
+    if not parked:
+        # A (kind, key) whose last job ran stays in the rotation until a claim
+        # finds it empty, scored by its rate window's end: no job waits for that.
+        reads.pop()
+    firsts = [int(entries[0][1]) for entries in reads if entries]
     return min(firsts, default=None)
 
 
