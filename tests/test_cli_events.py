@@ -64,6 +64,7 @@ def test_follow_a_queue_whose_events_are_off_exits_with_the_hint(redis_server: R
     name = f"cli-ev-{uuid.uuid4().hex[:8]}"
     with vr.SyncClient(redis_server.url) as sc:
         sc.queue(name).enqueue(Echo(text="one"))
+        sc.queue(name).set_events(False)  # on by default: switched off
     res = runner.invoke(app, ["events", name, "--redis", redis_server.url])
     assert res.exit_code == 1
     assert res.stderr == f"venturi: events are off for queue {name}: venturi queue events {name} on\n"

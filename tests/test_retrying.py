@@ -121,11 +121,11 @@ async def test_a_lease_expiry_is_a_failed_run_waiting_for_its_retry(
     job_id = await queue.enqueue(Echo(text="x"))
     now = queue.client._now_arg()
     claim = calls.claim(queue.keys, now, count=1, worker="gone", token_base="t", default_lease_ms=1000)
-    await clocked._scripts.call(clocked.redis, *claim)  # a worker that dies with the job
+    await clocked.sender.call(claim)  # a worker that dies with the job
     assert isinstance(clocked.clock, Clock)
     clocked.clock.advance(2)
     reclaim = calls.reclaim(queue.keys, queue.client._now_arg(), batch=10, max_failures="none")
-    await clocked._scripts.call(clocked.redis, *reclaim)
+    await clocked.sender.call(reclaim)
     assert (await queue.counts())["retrying"] == 1
     info = (await queue.list_jobs(state="retrying"))[0]
     assert (info.id, info.note) == (job_id, "lease expired")
@@ -141,9 +141,9 @@ async def test_delayed_and_limited_jobs_are_listed_apart(client: vr.Client, queu
     await queue.set_limit("echo", concurrency=1)
     # The claim parks a job of a limited kind: hold one run so the other waits.
     claim = calls.claim(queue.keys, "", count=2, worker="w", token_base="t", default_lease_ms=60_000)
-    await client._scripts.call(client.redis, *claim)
+    await client.sender.call(claim)
     parked = await queue.enqueue(Echo(text="parked"))
-    await client._scripts.call(client.redis, *claim)  # parks it: the cap of 1 is taken
+    await client.sender.call(claim)  # parks it: the cap of 1 is taken
 
     assert [j.id for j in await queue.list_jobs(state="delayed")] == [later]
     assert [j.id for j in await queue.list_jobs(state="limited")] == [parked]
