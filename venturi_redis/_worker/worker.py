@@ -57,7 +57,7 @@ from . import options as _opt
 from .committer import _Committer
 from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
-from .handler import Handler
+from .handler import Handler, sync_handle
 from .keeper import LeaseKeeper
 from .offload import offload_handler
 from .registry import keep_touching
@@ -70,6 +70,7 @@ from .runner import (
     _Runner,
 )
 from .scheduler import Scheduler, declare, declared_schedules
+from .threads import HandlerThreads
 from .transitions import Transitions
 
 if TYPE_CHECKING:
@@ -290,6 +291,8 @@ class Worker(Generic[StateT]):
         self._jobs_tg: TaskGroup | None = None
         # A run's transition, built and sent by transitions.py (for execute.py and the shutdown).
         self._commit = Transitions(self).commit
+        # Sync handlers' threads: as many as the slots of every queue (threads.py).
+        self._threads = HandlerThreads(lambda: self.concurrency * len(self.queues))
 
     # -- registration --------------------------------------------------------------
 
@@ -304,6 +307,7 @@ class Worker(Generic[StateT]):
             kind = entry.kind()
             entry.carry_type()  # fails now, not at the first run, if the carry is wrong
             entry.resume_adapter()  # likewise a RESUME type pydantic cannot validate
+            sync_handle(entry)  # a `def handle` runs in a worker thread (threads.py)
             existing = self._registry.get(kind)
             if existing is not None and existing is not entry:
                 raise TaskDefinitionError(
