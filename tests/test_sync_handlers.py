@@ -378,3 +378,27 @@ def test_a_worker_process_exits_though_its_sync_handler_never_returns(
         assert (info.state, info.failures) == (vr.JobState.PENDING, 0), err
         last = queue.journal(job_id)[-1]
         assert (last.event, last.note) == ("released", "released on worker shutdown"), err
+
+
+class Quitter(vr.Task):
+    KIND: ClassVar[str] = "sync-quitter"
+
+
+class QuitterJob(Quitter, vr.Handler[Any]):
+    def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        state["thread"] = threading.current_thread().name
+        sys.exit(3)
+
+
+async def test_system_exit_in_a_sync_handler_stops_the_worker_as_in_an_async_one(queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Quitter())
+    state: dict[str, Any] = {}
+    worker = make_worker(queue, QuitterJob, state=state, shutdown_grace=60)
+    with pytest.raises(SystemExit) as raised, anyio.fail_after(30):
+        await worker.run()
+    assert raised.value.code == 3 and state["thread"].startswith("venturi-handler-")
+    info = await queue.get(job_id)
+    assert info is not None and (info.state, info.failures) == (vr.JobState.PENDING, 1)
+    # Its one run failed; a claim in flight as the worker stopped is given back unstarted.
+    failed = [e for e in await queue.journal(job_id) if e.event == "failed"]
+    assert len(failed) == 1 and "SystemExit(3)" in (failed[0].note or "")
