@@ -399,6 +399,27 @@ def test_a_signal_lets_the_running_task_finish_then_the_worker_exits(up: Upstrea
         assert (result.status, result.return_value) == ("SUCCESSFUL", "saw it"), log.read_text()
 
 
+def test_a_signal_stops_a_batch_worker_with_tasks_still_due(up: Upstream, tmp_path: Path) -> None:
+    from tests.djangoapp import tasks
+
+    marker, go = up.marker(), up.marker()
+    running = tasks.wait_for_file.enqueue(marker, go)
+    left = tasks.noop_task.enqueue()
+    log = tmp_path / "worker.log"
+    proc = start_worker(up, "--batch", "--concurrency", "1", log=log)
+    try:
+        wait_until(proc, Path(marker).exists, log)
+        proc.send_signal(signal.SIGTERM)
+        wait_until(proc, says(log, "received, shutting down"), log)
+        Path(go).write_text("go")
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        stop(proc)
+    running.refresh()
+    left.refresh()
+    assert (running.status, left.status) == ("SUCCESSFUL", "READY"), log.read_text()
+
+
 @pytest.mark.parametrize("how", ["second-signal", "grace"])
 def test_a_task_that_never_returns_cannot_hold_the_shutdown(
     up: Upstream, sync: vr.SyncClient, tmp_path: Path, how: str

@@ -270,12 +270,17 @@ async def run_worker(worker: Worker[Any], *, batch: bool = False) -> None:
     if not batch:
         await worker.run()
         return
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(worker.run)
+
+    async def watch() -> None:
         # Polled, not waited for: another worker's running jobs count too.
         while not await _nothing_due(worker):  # noqa: ASYNC110
             await anyio.sleep(BATCH_POLL)
         worker.shutdown()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        await worker.run()  # returns after that shutdown, or a signal's
+        tg.cancel_scope.cancel()
 
 
 async def _nothing_due(worker: Worker[Any]) -> bool:
