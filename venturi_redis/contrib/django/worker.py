@@ -202,13 +202,22 @@ def _async_handle(task: Any) -> Callable[..., Any]:
     return handle
 
 
+# Made once per task per process (a registered class is remembered by the worker side).
+_handlers: dict[str, tuple[Any, type[Any]]] = {}
+
+
 def handler_class(task: Any) -> type[Any]:
     """The Task+Handler class that runs ``task``'s jobs: a sync handler for a sync function."""
     path = task.module_path
+    made = _handlers.get(path)
+    if made is not None and made[0] is task:
+        return made[1]
     handle = _async_handle(task) if iscoroutinefunction(task.func) else _sync_handle(task)
-    base = call_class(path)
     name = f"DjangoJob[{path}]"
-    return type(name, (base, Handler), {"handle": handle, "__module__": __name__, "__qualname__": name})
+    attrs = {"handle": handle, "__module__": __name__, "__qualname__": name}
+    cls = type(name, (call_class(path), Handler), attrs)
+    _handlers[path] = (task, cls)
+    return cls
 
 
 def _selected_queues(backend: Any, queue_names: Sequence[str] | None) -> list[str]:
