@@ -14,6 +14,7 @@ import threading
 import traceback
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,6 +67,39 @@ def redis_cluster() -> Iterator[LocalCluster]:
     """A real Redis Cluster (three masters, no replicas) for the whole session."""
     with LocalCluster(masters=3) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def django_project(redis_server: RedisServer) -> Iterator[dict[str, str]]:
+    """Django, set up once per session with tests/djangoapp/settings.py; the environment its workers need.
+
+    Those settings are examples/django's (``shop.settings``) plus the
+    ``tests.djangoapp`` app and its ``upstream`` backend. Django reads its
+    settings once per process: every test module that uses Django shares this.
+    """
+    import django
+    from django.conf import settings
+
+    env = {
+        "REDIS_URL": redis_server.url,
+        "VENTURI_QUEUE": f"shop-{uuid.uuid4().hex[:8]}",
+        "VENTURI_UPSTREAM_QUEUE": f"up-{uuid.uuid4().hex[:8]}",
+        "VENTURI_OTHER_QUEUE": f"q1-{uuid.uuid4().hex[:8]}",
+    }
+    saved = {k: os.environ.get(k) for k in [*env, "DJANGO_SETTINGS_MODULE"]}
+    os.environ.update(env, DJANGO_SETTINGS_MODULE="tests.djangoapp.settings")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "django"))
+    try:
+        if not settings.configured:
+            django.setup()  # reads the settings, and so the environment, once
+        assert settings.TASKS["default"]["OPTIONS"]["queue"] == env["VENTURI_QUEUE"]
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture(params=BACKENDS)

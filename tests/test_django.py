@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import types
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,27 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "django"
 
 
-@pytest.fixture(scope="module")
-def project(redis_server: RedisServer) -> Iterator[dict[str, str]]:
-    """Django set up with the example's settings; the environment its worker needs."""
-    import django
-    from django.conf import settings
-
-    env = {"REDIS_URL": redis_server.url, "VENTURI_QUEUE": f"shop-{uuid.uuid4().hex[:8]}"}
-    saved = {k: os.environ.get(k) for k in [*env, "DJANGO_SETTINGS_MODULE"]}
-    os.environ.update(env, DJANGO_SETTINGS_MODULE="shop.settings")
-    sys.path.insert(0, str(EXAMPLE))
-    try:
-        if not settings.configured:
-            django.setup()  # reads shop.settings, and so the environment, once
-        assert settings.TASKS["default"]["OPTIONS"]["queue"] == env["VENTURI_QUEUE"]
-        yield env
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+@pytest.fixture
+def project(django_project: dict[str, str]) -> dict[str, str]:
+    """Django set up once per session (tests/conftest.py); the environment its workers need."""
+    return django_project
 
 
 @pytest.fixture
@@ -96,7 +78,8 @@ def test_views_enqueue_and_manage_py_venturi_worker_runs_the_tasks(
         worker = subprocess.Popen(
             [sys.executable, "manage.py", "venturi_worker"],
             cwd=EXAMPLE,
-            env={**os.environ, **project, "PYTHONUNBUFFERED": "1"},
+            # As a user runs it: the example project's own settings.
+            env={**os.environ, **project, "DJANGO_SETTINGS_MODULE": "shop.settings", "PYTHONUNBUFFERED": "1"},
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -156,7 +139,7 @@ def test_priority_run_after_and_queue_map_onto_the_venturi_job(
     assert [r.id for r in seen] == [res.id, low.id]
 
     job = sync.queue(project["VENTURI_QUEUE"]).get(res.id)
-    assert job is not None and job.kind == "django.task"
+    assert job is not None and job.kind == "shop.tasks.send_welcome"  # a KIND of its own: its module path
     assert (job.state, job.priority) == (vr.JobState.PENDING, vr.Priority.CRITICAL)
     assert job.eligible_at is not None and job.eligible_at >= later - timedelta(seconds=1)
     assert job.payload == {
@@ -220,6 +203,7 @@ def test_importable_against_djangos_own_tasks_module(
     for name in ["TaskResultDoesNotExist", "TaskResultMismatch"]:
         setattr(exceptions, name, getattr(django_tasks.exceptions, name))
     exceptions.InvalidTask = type("InvalidTask", (Exception,), {})  # type: ignore[attr-defined]
+    exceptions.InvalidTaskBackend = type("InvalidTaskBackend", (Exception,), {})  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "django.tasks.exceptions", exceptions)
     try:
         reloaded = importlib.reload(_compat)
@@ -275,6 +259,16 @@ async def test_aenqueue_aget_result_arefresh_and_a_cancelled_task_reads_failed(
     assert (res.status, res.is_finished) == ("FAILED", True)
     with pytest.raises(ValueError, match="Task failed"):
         _ = res.return_value
+    # A FAILED result always has an error to show (django-tasks' example view reads errors[0]).
+    from venturi_redis.contrib.django import TaskCancelled
+
+    [error] = res.errors
+    assert error.exception_class is TaskCancelled
+    assert error.exception_class_path == "venturi_redis.contrib.django.TaskCancelled"
+    assert (
+        error.traceback.startswith("venturi_redis.contrib.django.TaskCancelled: ")
+        and "cancel" in error.traceback
+    )
 
 
 @pytest.mark.anyio
@@ -288,7 +282,7 @@ async def test_a_run_reads_running_then_successful_with_its_times_and_worker(
     from shop.tasks import send_welcome
 
     from venturi_redis.contrib.django import _compat
-    from venturi_redis.contrib.django._jobs import DjangoCall
+    from venturi_redis.contrib.django._jobs import call_class
     from venturi_redis.contrib.django.worker import make_worker
 
     running: list[Any] = []
@@ -304,7 +298,9 @@ async def test_a_run_reads_running_then_successful_with_its_times_and_worker(
         queue = client.queue(project["VENTURI_QUEUE"])
         res = await send_welcome.aenqueue("kay@example.org")
         # A job naming a function the worker never found: dead, nothing imported.
-        gone = await queue.enqueue(DjangoCall(task="os.system", args=["true"], kwargs={}, backend="default"))
+        gone = await queue.enqueue(
+            call_class("os.system")(task="os.system", args=["true"], kwargs={}, backend="default")
+        )
         _compat.task_started.connect(on_started)
         _compat.task_finished.connect(on_finished)
         try:
@@ -321,7 +317,7 @@ async def test_a_run_reads_running_then_successful_with_its_times_and_worker(
             _compat.task_finished.disconnect(on_finished)
         dead = await queue.get(gone)
     assert dead is not None and dead.state == vr.JobState.DEAD
-    assert "'os.system' is not among the tasks this worker found" in (dead.note or "")
+    assert "no handler for kind 'os.system'" in (dead.note or "")
     with pytest.raises(_compat.TaskResultDoesNotExist, match="not among this process's tasks"):
         send_welcome.get_backend().get_result(gone)
 
@@ -389,3 +385,40 @@ def test_venturi_worker_pointed_at_the_django_settings_runs_the_tasks(
             worker.kill()
             code = worker.wait()
     assert code == 0, log.read_text()
+
+
+@pytest.mark.anyio
+async def test_venturi_job_show_prints_a_failed_tasks_traceback_once(
+    project: dict[str, str], redis_server: RedisServer
+) -> None:
+    """Issue 39, item 5: the traceback was printed four times (twice in the
+    attachment's JSON, twice more chained in the journal's own)."""
+    import anyio
+    from shop.tasks import send_welcome
+
+    from venturi_redis.contrib.django.worker import make_worker
+
+    res = await send_welcome.aenqueue("nobody")  # max_failures=2: failed, failed, dead
+    async with vr.Client.from_url(redis_server.url) as client:
+        queue = client.queue(project["VENTURI_QUEUE"])
+        backoff = vr.Backoff.fibonacci(base=0.01, cap=0.05)
+        worker = make_worker(client=client, handle_signals=False, backoff=backoff)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            with anyio.fail_after(60):
+                while (info := await queue.get(res.id)) is None or info.state != vr.JobState.DEAD:
+                    await anyio.sleep(0.02)
+            worker.shutdown()
+    shown = subprocess.run(
+        [sys.executable, "-m", "venturi_redis.cli", "job", "show", res.id, "--redis", redis_server.url],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        check=True,
+    ).stdout
+    assert shown.count("Traceback (most recent call last)") == 1, shown
+    assert shown.count("ValueError: not an address: 'nobody'") == 1, shown
+    assert "kind" in shown and "shop.tasks.send_welcome" in shown  # named without --show-payload
+    await res.arefresh()
+    assert [e.exception_class_path for e in res.errors] == ["builtins.ValueError"] * 2
+    assert all(e.traceback.endswith("ValueError: not an address: 'nobody'\n") for e in res.errors)

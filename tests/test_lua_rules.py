@@ -60,8 +60,8 @@ def test_no_key_name_is_spliced_outside_keys_lua() -> None:
 
 
 QUEUE_WIDE = (
-    r"prefix \.\. '(waiting|dead|wake|graph:orphans|journal-compact|retrying|pending:(critical|high|normal|low)"
-    r"|events|limits|limits:(state|parked|ready))'\}?\s*"
+    r"prefix \.\. '(waiting|dead|wake|graph:orphans|journal-compact|retrying"
+    r"|pending:(critical|high|normal|low)|events|limits|limits:(state|parked|ready))'\}?\s*"
 )
 
 

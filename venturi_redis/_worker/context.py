@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic
 
 import anyio
 import anyio.lowlevel
 from pydantic import BaseModel
-from typing_extensions import TypeVar
+from typing_extensions import TypeVar, TypeVarTuple, Unpack
 
 from .._model.codec import pack
 from .._model.outcome import UNSET
@@ -18,6 +19,8 @@ from .dependencies import read_dependency_results
 from .progress import Progress
 
 CarryT = TypeVar("CarryT", bound=BaseModel, default=NoCarry)
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class Context(Generic[CarryT]):
@@ -42,6 +45,7 @@ class Context(Generic[CarryT]):
         "_cancel_reason",
         "_cancelled",
         "_job",
+        "_loop",
         "_progress",
         "_registry",
         "carry",
@@ -84,6 +88,8 @@ class Context(Generic[CarryT]):
         self._progress: Progress | None = None
         # The worker's handlers by KIND (set by the worker): dependency results are typed by them.
         self._registry: dict[str, type[Any]] | None = None
+        # The worker's event loop, set when a sync handler's thread runs (for from_thread).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def dependency_results(self) -> dict[str, Any]:
         """The result of each job this one waited on (``after=``, ``enqueue_flow``), by job id.
@@ -129,6 +135,36 @@ class Context(Generic[CarryT]):
                 raise RuntimeError("report_progress() needs a run started by a worker")
             progress = self._progress = Progress(self._job)
         await progress.report(raw)
+
+    def from_thread(self, fn: Callable[[Unpack[Ts]], Awaitable[T]], /, *args: *Ts) -> T:
+        """From a sync handler (a ``def handle``, in its thread): ``await fn(*args)`` on the worker's loop.
+
+        Blocks the handler's thread until it is done and returns its result
+        (or raises its error), as ``anyio.from_thread.run`` does. For the
+        context's own coroutines (``ctx.from_thread(ctx.report_progress, 0.5)``,
+        ``ctx.from_thread(ctx.dependency_results)``, ``ctx.from_thread(ctx.cancelled)``)
+        and for async clients in the worker's state. The plain attributes and
+        methods (``carry``, ``set_attachment``, ``is_cancelled``...) need no hop.
+
+        Raises:
+            RuntimeError: Not called from a sync handler's thread (in an
+                ``async def handle``, await ``fn(*args)`` instead), or the
+                worker's loop has closed.
+        """
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("ctx.from_thread() is for a sync handler (def handle) in its worker thread")
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RuntimeError("ctx.from_thread() called on the worker's loop: in async def handle, await it")
+
+        async def call() -> T:
+            return await fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(call(), loop).result()
 
     @property
     def attachment(self) -> Any:

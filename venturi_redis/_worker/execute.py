@@ -33,6 +33,7 @@ from .._model.task import Task
 from .._store.store import bad_delay
 from .context import Context
 from .failure_log import failed_run
+from .threads import HandlerThreads, call_handler
 
 if TYPE_CHECKING:
     from .job import Job
@@ -51,6 +52,7 @@ class RunHost(Protocol):
     state: Any
     # Worker(timeout=...): seconds a run may take when its job sets none.
     timeout: float | None
+    handler_threads: HandlerThreads  # where sync handlers run (threads.py)
 
     @property
     def registry(self) -> dict[str, type[Any]]:
@@ -115,19 +117,19 @@ async def execute(host: RunHost, job: Job) -> Ending:
         timed_out = False
         try:
             run_span = _tracing.RUN_SPAN  # venturi_redis.otel, while instrumented
-            if limit is None and run_span is None:
-                outcome = await task.handle(ctx, host.state)  # the common case: no scope to pay for
+            if limit is None and run_span is None:  # the common case: no scope to pay for
+                outcome = await call_handler(host.handler_threads, task, ctx, host.state)
             else:
                 # The run's own deadline (a timeout): a cancellation of this
                 # scope alone, caught here; the worker's (shutdown) passes through.
                 deadline = math.inf if limit is None else limit
                 if run_span is None:
                     with anyio.move_on_after(deadline) as scope:
-                        outcome = await task.handle(ctx, host.state)
+                        outcome = await call_handler(host.handler_threads, task, ctx, host.state)
                 else:
                     async with run_span(job) as span:
                         with anyio.move_on_after(deadline) as scope:
-                            outcome = await task.handle(ctx, host.state)
+                            outcome = await call_handler(host.handler_threads, task, ctx, host.state)
                         if scope.cancelled_caught:  # the span says why the run ended
                             span.timed_out(deadline)
                 timed_out = scope.cancelled_caught

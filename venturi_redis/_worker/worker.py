@@ -60,7 +60,7 @@ from .completer import Completer
 from .declared_limits import declare_limits, declared_limits
 from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
-from .handler import Handler
+from .handler import Handler, sync_handle
 from .job import Job
 from .keeper import LeaseKeeper
 from .offload import offload_handler
@@ -73,6 +73,7 @@ from .runner import (
     _Runner,
 )
 from .scheduler import Scheduler, declare, declared_schedules
+from .threads import HandlerThreads
 
 if TYPE_CHECKING:
     from .._model.limits import Limit
@@ -298,6 +299,8 @@ class Worker(Generic[StateT]):
         self._fatal: KeyboardInterrupt | SystemExit | None = None
         # The slot tasks' task group while run() runs (a deferred completion's retry runs there).
         self._jobs_tg: TaskGroup | None = None
+        # Sync handlers' threads: as many as the slots of every queue (threads.py).
+        self.handler_threads = HandlerThreads(lambda: self.concurrency * len(self.queues))
 
     # -- registration --------------------------------------------------------------
 
@@ -312,6 +315,7 @@ class Worker(Generic[StateT]):
             kind = entry.kind()
             entry.carry_type()  # fails now, not at the first run, if the carry is wrong
             entry.resume_adapter()  # likewise a RESUME type pydantic cannot validate
+            sync_handle(entry)  # a `def handle` runs in a worker thread (threads.py)
             existing = self._registry.get(kind)
             if existing is not None and existing is not entry:
                 raise TaskDefinitionError(

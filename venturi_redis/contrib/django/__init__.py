@@ -9,5 +9,6 @@ docs/integrations.md has the long form.
 """
 
 from ._backend import VenturiBackend
+from ._jobs import TaskCancelled
 
-__all__ = ["VenturiBackend"]
+__all__ = ["TaskCancelled", "VenturiBackend"]

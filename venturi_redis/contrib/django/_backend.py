@@ -27,7 +27,7 @@ from django.utils import timezone
 from ..._model.errors import ConfigurationError
 from ..._producer.sync import SyncClient, SyncQueue
 from . import _compat
-from ._jobs import DjangoCall, is_job_id, known, priority_of, remember, result_from_job
+from ._jobs import as_call, call_class, is_job_id, known, priority_of, remember, result_from_job
 
 _clients: dict[str, SyncClient] = {}
 _clients_lock = threading.Lock()
@@ -58,6 +58,11 @@ class VenturiBackend(_compat.BaseTaskBackend):
     A task's ``priority`` (-100..100) maps onto venturi's levels: above 50
     critical, 1..50 high, 0 normal, below 0 low. ``run_after`` becomes the
     job's delay.
+
+    ``QUEUES`` lists the Django queue names it takes, and its worker consumes
+    exactly those. ``QUEUES: []`` (Django's "any name") is taken as
+    ``["default"]``, as the RQ backend takes it as its configured queues: a
+    name no worker consumes would be enqueued and never run.
     """
 
     supports_defer = True
@@ -67,6 +72,10 @@ class VenturiBackend(_compat.BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
+        # QUEUES: [] would accept any name; a worker consumes only names it knows.
+        listed: set[str] = set(self.queues)
+        self._no_queues_listed = not listed
+        self.queues: set[str] = listed or {_compat.DEFAULT_TASK_QUEUE_NAME}
         options: dict[str, Any] = dict(params.get("OPTIONS", {}))
         self.url: str = options.pop("url", None) or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
         self.default_queue: str = options.pop("queue", "default")
@@ -85,13 +94,26 @@ class VenturiBackend(_compat.BaseTaskBackend):
 
     def venturi_queues(self) -> list[str]:
         """Every venturi queue of this backend (what its worker consumes)."""
-        names = self.queues or {_compat.DEFAULT_TASK_QUEUE_NAME}
-        return sorted({self.venturi_queue(name) for name in names})
+        return sorted({self.venturi_queue(name) for name in self.queues})
 
     def _queue(self, queue_name: str) -> SyncQueue:
         return sync_client(self.url).queue(self.venturi_queue(queue_name))
 
     # -- the contract ----------------------------------------------------------------
+
+    def validate_task(self, task: Any) -> None:
+        if task.queue_name not in self.queues:
+            listed = sorted(self.queues)
+            why = (
+                f"TASKS[{self.alias!r}] has QUEUES: [], which VenturiBackend takes as {listed}"
+                if self._no_queues_listed
+                else f"TASKS[{self.alias!r}]['QUEUES'] is {listed}"
+            )
+            raise _compat.InvalidTaskError(
+                f"Queue '{task.queue_name}' is not valid for backend: {why}, and its worker consumes only "
+                f"those; add {task.queue_name!r} to QUEUES to run tasks there"
+            )
+        super().validate_task(task)
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
@@ -116,12 +138,18 @@ class VenturiBackend(_compat.BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        call = DjangoCall(task=task.module_path, args=pending.args, kwargs=pending.kwargs, backend=self.alias)
-        job_id = self._queue(task.queue_name).enqueue(
+        path = task.module_path
+        call = call_class(path)(task=path, args=pending.args, kwargs=pending.kwargs, backend=self.alias)
+        queue = self._queue(task.queue_name)
+        job_id = queue.enqueue(
             call, delay=delay, priority=priority_of(task.priority), max_failures=self.max_failures
         )
+        # The stored creation time (Redis's clock, to the millisecond), read
+        # back: get_result() reads the same, so the two results compare equal
+        # and refresh() changes nothing on a READY one. One round trip more.
+        info = queue.get(job_id)
         object.__setattr__(pending, "id", job_id)
-        object.__setattr__(pending, "enqueued_at", now)
+        object.__setattr__(pending, "enqueued_at", info.created_at if info is not None else now)
         _compat.task_enqueued.send(type(self), task_result=pending)
         return pending
 
@@ -130,9 +158,10 @@ class VenturiBackend(_compat.BaseTaskBackend):
             for name in self.venturi_queues():
                 queue = sync_client(self.url).queue(name)
                 info = queue.get(result_id)
-                if info is None or info.kind != DjangoCall.KIND:
+                call = None if info is None else as_call(info)
+                if info is None or call is None:
                     continue
-                path = str((info.payload or {}).get("task", ""))
+                path = call.task
                 task = known(path)
                 if task is None:
                     from ._discovery import discover
@@ -144,5 +173,5 @@ class VenturiBackend(_compat.BaseTaskBackend):
                         f"{result_id}: its task {path!r} is not among this process's tasks"
                     )
                 journal = queue.journal(result_id)
-                return result_from_job(task, info, journal)
+                return result_from_job(task, info, call, journal)
         raise _compat.TaskResultDoesNotExist(result_id)

@@ -48,6 +48,9 @@ TaskResultStatus: Any = _base.TaskResultStatus
 BaseTaskBackend: Any = _backends.BaseTaskBackend
 # The backport says InvalidTaskError, Django 6 InvalidTask.
 InvalidTaskError: Any = getattr(_exceptions, "InvalidTaskError", None) or _exceptions.InvalidTask
+InvalidTaskBackendError: Any = (
+    getattr(_exceptions, "InvalidTaskBackendError", None) or _exceptions.InvalidTaskBackend
+)
 TaskResultDoesNotExist: Any = _exceptions.TaskResultDoesNotExist
 TaskResultMismatch: Any = _exceptions.TaskResultMismatch
 task_enqueued: Any = _signals.task_enqueued

@@ -2,11 +2,17 @@
 
 Producer side only: the backend (in the web process) and the worker both use
 it; nothing here imports the worker.
+
+Each task function is a KIND of its own, its module path
+(``shop.tasks.send_welcome``), so ``venturi jobs --kind``, the dashboard,
+limits and metrics tell tasks apart, and ``venturi job show`` names the task
+without ``--show-payload``.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -17,23 +23,50 @@ from ..._model.records import JobInfo, JournalEntry
 from ..._model.task import Task as VenturiTask
 from . import _compat
 
-KIND = "django.task"
 _ULID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
+
+
+class TaskCancelled(Exception):
+    """The error a cancelled task's result lists: its job was cancelled (``venturi job cancel``).
+
+    Never raised: it names what happened in ``TaskResult.errors`` (a Django
+    result that is ``FAILED`` always has an error to show).
+    """
+
+
+# Its path in a TaskError (the public name: TaskError.exception_class imports it).
+CANCELLED_PATH = "venturi_redis.contrib.django.TaskCancelled"
 
 
 class DjangoCall(VenturiTask):
     """One call of a Django ``@task`` function: which function, with what, for which backend.
 
-    ``task`` is the function's module path; a worker runs it only if it found
-    that function among the tasks it discovered (it never imports a name read
-    from Redis).
+    The base of every task's own class (``call_class``), whose KIND is the
+    function's module path. ``task`` repeats that path; a worker runs a job
+    only if it found that function among the tasks it discovered (it never
+    imports a name read from Redis).
     """
 
-    KIND: ClassVar[str] = KIND
     task: str
     args: list[Any]
     kwargs: dict[str, Any]
     backend: str
+
+
+_classes: dict[str, type[DjangoCall]] = {}
+_classes_lock = threading.Lock()
+
+
+def call_class(path: str) -> type[DjangoCall]:
+    """The ``DjangoCall`` class of the task at ``path``: KIND = ``path``, made once per process."""
+    with _classes_lock:
+        cls = _classes.get(path)
+        if cls is None:
+            name = f"DjangoCall[{path}]"
+            attrs: dict[str, Any] = {"KIND": path, "__module__": __name__, "__qualname__": name}
+            attrs["__annotations__"] = {"KIND": ClassVar[str]}
+            cls = _classes[path] = type(name, (DjangoCall,), attrs)
+        return cls
 
 
 # Every Django task this process has seen, by module path: the ones it enqueued
@@ -43,9 +76,23 @@ _known: dict[str, Any] = {}
 _known_lock = threading.Lock()
 
 
+def _definition(task: Any) -> Any:
+    """The module-level task ``task`` was made from (``task.using(...)`` makes copies).
+
+    A result read back names the task as defined, as Django's other backends
+    do (the priority given to ``using`` is not stored with the result).
+    """
+    func = getattr(task, "func", None)
+    module = sys.modules.get(getattr(func, "__module__", ""))
+    defined = getattr(module, getattr(func, "__name__", ""), None)
+    if isinstance(defined, _compat.Task) and defined.func is func:
+        return defined
+    return task
+
+
 def remember(task: Any) -> None:
     with _known_lock:
-        _known.setdefault(task.module_path, task)
+        _known.setdefault(task.module_path, _definition(task))
 
 
 def remember_all(tasks: Iterable[Any]) -> None:
@@ -88,23 +135,39 @@ _STATUS = {
 }
 
 
+def class_path(error_type: str) -> str:
+    """A journal's ``error_type`` (``ValueError``, ``shop.errors.OutOfStock``) as Django's class path."""
+    if not error_type:
+        return "builtins.Exception"
+    return error_type if "." in error_type else f"builtins.{error_type}"
+
+
+def error_of(entry: JournalEntry) -> Any:
+    """The Django ``TaskError`` of one journal entry (a failure, a death, a cancellation)."""
+    if entry.event == "cancelled":
+        note = entry.note or "the job was cancelled"
+        return _compat.TaskError(exception_class_path=CANCELLED_PATH, traceback=f"{CANCELLED_PATH}: {note}\n")
+    doc = entry.attachment if isinstance(entry.attachment, dict) else {}
+    # The journal keeps the exception's type and its traceback's tail; a
+    # SystemExit or KeyboardInterrupt, recorded as a TaskError so that the
+    # worker goes on, names its own class in the attachment.
+    path = str(doc.get("exception_class_path") or class_path(entry.details.get("error_type", "")))
+    text = entry.details.get("traceback") or entry.note or ""
+    return _compat.TaskError(
+        exception_class_path=path, traceback=text if text.endswith("\n") else text + "\n"
+    )
+
+
 def errors_of(journal: Sequence[JournalEntry]) -> list[Any]:
-    """Django ``TaskError``s from the journal's failures (their attachments)."""
+    """Django ``TaskError``s from the journal: each failed run, and a cancellation."""
     out = []
     # A run that fails its last allowed time is journaled "failed" and then
     # "dead": one error. A "dead" alone (a permanent error, an unknown task)
     # is its run's error.
     failed_runs = {e.run for e in journal if e.event == "failed"}
     for entry in journal:
-        if entry.event != "failed" and not (entry.event == "dead" and entry.run not in failed_runs):
-            continue
-        doc = entry.attachment if isinstance(entry.attachment, dict) else {}
-        out.append(
-            _compat.TaskError(
-                exception_class_path=str(doc.get("exception_class_path") or "builtins.Exception"),
-                traceback=str(doc.get("traceback") or entry.note or ""),
-            )
-        )
+        if entry.event in ("failed", "cancelled") or (entry.event == "dead" and entry.run not in failed_runs):
+            out.append(error_of(entry))
     return out
 
 
@@ -140,8 +203,18 @@ def build_result(
     return result
 
 
-def result_from_job(task: Any, info: JobInfo, journal: Sequence[JournalEntry]) -> Any:
-    call = DjangoCall.model_validate(info.payload)
+def as_call(info: JobInfo) -> DjangoCall | None:
+    """The Django call a job holds, or None when it is not one (another kind of job)."""
+    payload = info.payload
+    if not isinstance(payload, dict) or payload.get("task") != info.kind:
+        return None
+    try:
+        return DjangoCall.model_validate(payload)
+    except ValueError:
+        return None
+
+
+def result_from_job(task: Any, info: JobInfo, call: DjangoCall, journal: Sequence[JournalEntry]) -> Any:
     return build_result(
         task,
         job_id=info.id,
