@@ -44,6 +44,9 @@ ALIASES = {
 # count says "at least" (a one-minute cron down for a week would step 10,080 times).
 MAX_COUNTED = 10_000
 _SEARCH_STEPS = 100_000  # fire times stepped over before a start_at is given up on
+# The last instant a datetime can name (9999-12-31T23:59:59.999Z): no fire time
+# after it (the schedule has ended), and no start_at or end_at.
+MAX_MS = 253_402_300_799_999
 
 
 def _cronsim() -> Any:
@@ -56,9 +59,21 @@ def _cronsim() -> Any:
     return cronsim
 
 
+# Names the zone database answers to that are no one zone: `localtime` is each
+# host's own (a schedule would fire at a different instant on each worker),
+# `Factory` and `posixrules` are placeholders, and `posix/...`, `right/...` are
+# copies of the database (`right/` counting leap seconds) beside the IANA names.
+_NOT_A_ZONE = frozenset({"localtime", "factory", "posixrules"})
+
+
 def _zone(tz: object) -> zoneinfo.ZoneInfo:
     if not isinstance(tz, str) or not tz:
         raise ConfigurationError(f"tz must be an IANA time zone name such as 'Europe/Berlin', got {tz!r}")
+    if tz.lower() in _NOT_A_ZONE or tz.startswith(("posix/", "right/")):
+        raise ConfigurationError(
+            f"tz {tz!r} is not one IANA zone ('localtime' is each host's own): "
+            "name the zone, such as 'Europe/Berlin' or 'UTC'"
+        )
     try:
         return zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
@@ -77,7 +92,15 @@ def _when_ms(value: object, what: str) -> int | None:
         raise ConfigurationError(
             f"{what} must be timezone-aware (a naive datetime has no instant), got {value!r}"
         )
-    return int(value.timestamp() * 1000)
+    try:
+        ms = int(value.timestamp() * 1000)
+    except (OverflowError, ValueError):  # past year 9999 in UTC
+        ms = MAX_MS + 1
+    # Stored times are ms since 1970 (a score, a field the scripts read as digits),
+    # and each must read back as a datetime.
+    if not 0 <= ms <= MAX_MS:
+        raise ConfigurationError(f"{what} must be from 1970-01-01 to 9999-12-31 UTC, got {value.isoformat()}")
+    return ms
 
 
 def ms_dt(ms: int) -> datetime:
@@ -126,7 +149,7 @@ class Timing:
             nxt = anchor_ms if t_ms < anchor_ms else anchor_ms + ((t_ms - anchor_ms) // every + 1) * every
         else:
             nxt = self._cron_after(t_ms)
-        if nxt is None or (self.end_ms is not None and nxt > self.end_ms):
+        if nxt is None or nxt > MAX_MS or (self.end_ms is not None and nxt > self.end_ms):
             return None
         return nxt
 
@@ -148,7 +171,7 @@ class Timing:
                 # cronsim may give a fire time of the hour a fall-back repeats
                 # that is before `start` in real time: the caller skips it.
                 yield int(dt.timestamp() * 1000)
-        except StopIteration:  # pragma: no cover
+        except (OverflowError, ValueError):  # stepped past year 9999: no more fire times
             return
 
     def catch_up(self, due_ms: int, now_ms: int, anchor_ms: int) -> tuple[int, int | None]:
