@@ -113,8 +113,8 @@ async def drain(
         ConfigurationError: jobs wait for a later time and the client's clock
             is not a ``Clock``.
     """
-    if max_runs < 1:
-        raise ConfigurationError(f"max_runs must be >= 1, got {max_runs}")
+    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+        raise ConfigurationError(f"max_runs must be a whole number >= 1, got {max_runs!r}")
     before = await _finished(queue)
     runs = _Runs()
     report = DrainReport()
@@ -136,6 +136,12 @@ async def drain(
         # due and nothing runs, then stops, and the clock moves on.
         # shutdown() below stops the run even if it has not got going yet.
         if not await _settled(queue):
+            if await _paused(queue):
+                # No worker claims from a paused queue: drain would wait for ever.
+                raise ConfigurationError(
+                    f"queue {queue.name!r} is paused and has jobs due: drain would wait for ever; "
+                    "resume it first (await queue.resume_queue())"
+                )
             async with anyio.create_task_group() as tg:
                 tg.start_soon(worker.run)
                 while not (await _settled(queue)) and runs.count < max_runs:
@@ -175,24 +181,55 @@ async def drain(
     return report
 
 
+# A job of a limited kind waits parked (flow control), its key in limits:ready
+# scored by when it may be claimed: a time, or from 2**52 up (limits.lua's
+# LIMIT_HELD and LIMIT_BLOCKED) a place in line for a slot, which a run ending
+# frees. Only the times are a later time drain can move the clock to
+# (tests/test_testing_plugin.py checks the constant against limits.lua).
+_NOT_A_TIME = 2**52
+# Limited keys whose rate window rolls first, looked at for one with parked jobs.
+_READY_LOOK = 100
+
+
 async def _settled(queue: Queue) -> bool:
-    """Nothing running and nothing due now, read in one MULTI (no claim between the reads)."""
+    """Nothing running and nothing due now, read in one MULTI (no claim between the reads):
+    no pending job eligible, and no limited key whose parked jobs may be claimed."""
     now = await server_now_ms(queue.client)
     pipe = queue.client.redis.pipeline(transaction=True)
     pipe.zcard(queue.keys.running)
-    for key in queue.keys.pending_high_first:
+    for key in (*queue.keys.pending_high_first, queue.keys.limits_ready):
         pipe.zrangebyscore(key, "-inf", now, start=0, num=1)
     running, *due = await pipe.execute()
     return int(running) == 0 and not any(due)
 
 
 async def _next_due(queue: Queue) -> int | None:
-    """The earliest eligibility time (ms) of any pending job, or None if none is pending."""
-    pipe = queue.client.redis.pipeline(transaction=False)
-    for key in queue.keys.pending_high_first:
+    """The earliest time (ms) a pending job is eligible, or a limited key's rate window
+    rolls; None if there is none (before, a queue whose jobs waited on a rate limit
+    looked drained with them still parked)."""
+    redis, k = queue.client.redis, queue.keys
+    pipe = redis.pipeline(transaction=False)
+    for key in k.pending_high_first:
         pipe.zrange(key, 0, 0, withscores=True)
-    firsts = [int(entries[0][1]) for entries in await pipe.execute() if entries]
+    pipe.zrangebyscore(k.limits_ready, "-inf", f"({_NOT_A_TIME}", start=0, num=_READY_LOOK, withscores=True)
+    *pending, ready = await pipe.execute()
+    firsts = [int(entries[0][1]) for entries in pending if entries]
+    if ready:
+        # A key stays in the rotation a little after its last parked job left
+        # (the next claim drops it): only a key with parked jobs is waited for.
+        pipe = redis.pipeline(transaction=False)
+        for entity, _ in ready:
+            pipe.zlexcount(k.limits_parked, b"[" + entity + b"\t", b"(" + entity + b"\t\xff")
+        for (_, score), parked in zip(ready, await pipe.execute(), strict=True):
+            if int(parked):
+                firsts.append(int(score))
+                break
     return min(firsts, default=None)
+
+
+async def _paused(queue: Queue) -> bool:
+    paused = await queue.client.redis.hget(queue.keys.meta, "paused")
+    return paused in (b"1", "1")
 
 
 async def _finished(queue: Queue) -> dict[str, list[tuple[str, float]]]:
