@@ -43,9 +43,10 @@
 -- reads or writes that it cannot use, the caller's ARGV[10], a key in the new
 -- job's journal's place) is paused with a note instead, taken out of the
 -- due index, and {0, note} returned, the note starting 'schedule is corrupt: '
--- (a key that is not a hash can hold no note: it only leaves the index). An
--- entry of the due index that names no schedule, or a paused one, is dropped;
--- one scored before the schedule's own next fire time is scored at it again.
+-- (a key that is not a hash can hold no note: it only leaves the index); a
+-- trigger writes nothing and returns {0, note}. An entry of the due index
+-- that names no schedule, or a paused one, is dropped; one scored before the
+-- schedule's own next fire time is scored at it again.
 -- Errors: VR_WRONGTYPE when a queue-wide key it writes is of the wrong type
 -- (the due index, dedup index, wake list, meta hash, the pending set, or the
 -- event stream while events are on); VR_BADARG for a next fire time not after
@@ -79,16 +80,23 @@ if broken then
   return redis.error_reply('VR_WRONGTYPE ' .. broken)
 end
 
+-- A worker's fire sets a corrupt schedule aside (paused, out of the due index);
+-- an operator's trigger is refused with nothing written, as the operator
+-- scripts refuse a corrupt job: the operator is there to see why.
+local quarantine = schedule_quarantine
+if mode == 'trigger' then
+  quarantine = function(_, _, _, what) return SCHEDULE_CORRUPT .. what end
+end
 local t = redis.call('TYPE', sched).ok
 if t == 'none' then
   -- unschedule() removes the hash and the index entry together: an entry
   -- left alone would be due in every fire round, for ever.
-  redis.call('ZREM', due_key, sid)
+  if mode ~= 'trigger' then redis.call('ZREM', due_key, sid) end
   return {0, 'schedule does not exist'}
 end
 local fault = schedule_key_fault(sched)
 if fault then
-  redis.call('ZREM', due_key, sid)
+  if mode ~= 'trigger' then redis.call('ZREM', due_key, sid) end
   return {0, SCHEDULE_CORRUPT .. fault}
 end
 local f = redis.call('HMGET', sched, 'version', 'paused', 'next_at', 'kind', 'priority', 'payload', 'dedup',
@@ -97,12 +105,12 @@ if version ~= '' and f[1] ~= version then
   return {0, 'schedule changed since it was read'}
 end
 if mode == 'quarantine' then
-  return {0, schedule_quarantine(sched, due_key, sid, ARGV[10])}
+  return {0, quarantine(sched, due_key, sid, ARGV[10])}
 end
 local pending = pending_key(7, f[5])
 fault = schedule_fault(f, pending)
 if fault then
-  return {0, schedule_quarantine(sched, due_key, sid, fault)}
+  return {0, quarantine(sched, due_key, sid, fault)}
 end
 local fire_at, fires = now_s, '1'
 if mode == 'fire' then
@@ -151,7 +159,7 @@ if status == 1 then
   local jt = redis.call('TYPE', KEYS[6]).ok
   if jt ~= 'none' then
     local what = jt == 'stream' and ' exists without its job' or ' is not a stream'
-    return {0, schedule_quarantine(sched, due_key, sid, 'the journal key of its job ' .. id .. what)}
+    return {0, quarantine(sched, due_key, sid, 'the journal key of its job ' .. id .. what)}
   end
 end
 

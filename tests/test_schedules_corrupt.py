@@ -158,10 +158,13 @@ async def test_operators_are_told_what_is_wrong(timed: tuple[vr.Queue, Clock]) -
     with pytest.raises(vr.CorruptQueueError, match='every_ms field "-5"'):
         await queue.resume_schedule("bad")
     assert (await queue.get_schedule("bad")).paused  # type: ignore[union-attr]
-    await queue.client.redis.hset(queue.keys.schedule("bad"), "fires", "x")
+    # An operator's trigger is refused and writes nothing (the operator is there to see why).
+    await queue.client.redis.hset(queue.keys.schedule("good"), "fires", "x")
+    before = await queue.client.redis.hgetall(queue.keys.schedule("good"))
     with pytest.raises(vr.CorruptQueueError, match='fires field "x" is not a count'):
-        await queue.trigger_schedule("bad")
-    assert await made_by(queue, "bad") == 0
+        await queue.trigger_schedule("good")
+    assert await queue.client.redis.hgetall(queue.keys.schedule("good")) == before
+    assert await made_by(queue, "good") == 0 and "good" in await due_ids(queue)
 
 
 async def test_an_index_entry_with_no_schedule_or_a_stale_score_is_repaired(

@@ -257,8 +257,8 @@ async def trigger_schedule(queue: QueueLike, schedule_id: str) -> str | None:
 
     Raises:
         CorruptQueueError: The schedule's own data is corrupt (its key not a
-            hash, a field the fire cannot use); it is paused with a note saying
-            what is wrong, and no job is made.
+            hash, a field the fire cannot use): nothing is written, and the
+            error says what is wrong.
     """
     validate_schedule_id(schedule_id)
     client = queue.client
