@@ -18,11 +18,21 @@
 -- give their slot back when they end.
 --
 -- Returns 1 when a limit was set or cleared, 0 when clear found none.
+-- Errors: VR_WRONGTYPE when one of its keys is of the wrong type (nothing
+-- written: before, the limit was stored and the script failed after it, its
+-- waiting jobs not readied). A stored config edited by hand is read as the
+-- claim reads it (limits.lua limit_config) and written whole again.
 
 -- @include clock.lua
 -- @include limits.lua
+-- @include types.lua
 -- @include wake.lua
 
+local broken = wrong_type(KEYS[1], 'hash') or wrong_type(KEYS[2], 'hash') or wrong_type(KEYS[3], 'zset')
+  or wrong_type(KEYS[4], 'zset') or wrong_type(KEYS[5], 'hash') or wrong_type(KEYS[6], 'list')
+if broken then
+  return redis.error_reply('VR_WRONGTYPE ' .. broken)
+end
 local now = now_ms(ARGV[1])
 local now_s = str(now)
 local kind = ARGV[4]

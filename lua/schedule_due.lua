@@ -11,10 +11,16 @@
 -- Returns {now, earliest, id, id, ...}: the ids due (score <= now), earliest
 -- first; `earliest` is the lowest score in the index (-1: the index is empty),
 -- for the caller to sleep until it.
+-- Errors: VR_WRONGTYPE when the due index is not a sorted set.
 
 -- @include clock.lua
+-- @include schedule.lua
 
 local now = now_ms(ARGV[1])
+local broken = wrong_type(KEYS[1], 'zset')
+if broken then
+  return redis.error_reply('VR_WRONGTYPE ' .. broken)
+end
 local out = {now, -1}
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] then

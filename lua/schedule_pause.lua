@@ -16,17 +16,31 @@
 -- fire time after now).
 --
 -- Returns {1, ''} when applied, {0, reason} when not (the schedule does not
--- exist, or, on resume, changed since it was read: read it again).
+-- exist, its key is not a hash: 'schedule is corrupt: ...', or, on resume, it
+-- changed since it was read: read it again). A version that is not a number
+-- (edited by hand) is bumped as 0: a pause is what an operator does to a
+-- schedule gone wrong.
+-- Errors: VR_WRONGTYPE when the due index or the wake list is of the wrong
+-- type (nothing written).
 
 -- @include clock.lua
+-- @include schedule.lua
 
 local now_s = str(now_ms(ARGV[1]))
 local sched, sid = KEYS[1], ARGV[3]
-local version = redis.call('HGET', sched, 'version')
-if not version then
+local broken = wrong_type(KEYS[2], 'zset') or wrong_type(KEYS[3], 'list')
+if broken then
+  return redis.error_reply('VR_WRONGTYPE ' .. broken)
+end
+if redis.call('EXISTS', sched) == 0 then
   return {0, 'schedule does not exist'}
 end
-local bumped = str(tonumber(version) + 1)
+local fault = schedule_key_fault(sched)
+if fault then
+  return {0, SCHEDULE_CORRUPT .. fault}
+end
+local version = redis.call('HGET', sched, 'version') or ''
+local bumped = next_version(version)
 if ARGV[4] == 'pause' then
   redis.call('HSET', sched, 'paused', '1', 'version', bumped, 'updated_at', now_s)
   redis.call('ZREM', KEYS[2], sid)

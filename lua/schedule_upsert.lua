@@ -23,11 +23,22 @@
 -- more than one): the idle worker whose BLPOP pops it looks at the due index
 -- at once, instead of at its next periodic look (docs/schedules.md).
 --
--- Returns {created, changed, next_at}: 1/0, 1/0, the next fire time ('' none).
+-- A schedule whose own data is corrupt is repaired by being declared again
+-- (a worker's start does it): a key that is not a hash is replaced; a hash
+-- whose bookkeeping (version, fires, paused, next_at, anchor) is not what the
+-- scripts write, or that a fire paused as corrupt (its note starts 'schedule
+-- is corrupt: '), is written whole as a new timing: the next fire time from
+-- ARGV[5], a count of fires that is not one restarted at 0, the quarantine's
+-- pause lifted (an operator's pause of a sound schedule stays).
+--
+-- Returns {created, changed, next_at, repaired}: 1/0, 1/0, the next fire time
+-- ('' none), and what was repaired ('' nothing; the caller logs it).
 -- Errors: VR_BADARG for a next fire time or anchor that is not a number, or an
--- odd list of pairs (nothing written).
+-- odd list of pairs; VR_WRONGTYPE when the set of schedule ids, the due index
+-- or the wake list is of the wrong type. Nothing is written then.
 
 -- @include clock.lua
+-- @include schedule.lua
 
 local now_s = str(now_ms(ARGV[1]))
 local sched, sid, fp, next_at, anchor = KEYS[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -35,9 +46,33 @@ if (next_at ~= '' and not string.match(next_at, '^%d+$'))
     or (anchor ~= '' and not string.match(anchor, '^%d+$')) or (#ARGV - 6) % 2 ~= 0 then
   return redis.error_reply('VR_BADARG schedule ' .. sid .. ': bad next fire time, anchor or fields')
 end
-local cur = redis.call('HMGET', sched, 'version', 'timing', 'next_at', 'paused')
-local created = not cur[1]
-local new_timing = created or cur[2] ~= fp
+local broken = wrong_type(KEYS[2], 'set') or wrong_type(KEYS[3], 'zset') or wrong_type(KEYS[4], 'list')
+if broken then
+  return redis.error_reply('VR_WRONGTYPE ' .. broken)
+end
+local repaired = schedule_key_fault(sched) or ''
+if repaired ~= '' then
+  redis.call('DEL', sched) -- the schedule's own key, not a hash: the declaration replaces it
+end
+local cur = redis.call('HMGET', sched, 'version', 'timing', 'next_at', 'paused', 'fires', 'anchor', 'note')
+local created = redis.call('EXISTS', sched) == 0
+if not created and repaired == '' then
+  local function count(v) return v and string.match(v, '^%d+$') and #v <= 15 end
+  if not count(cur[1]) then
+    repaired = 'version field ' .. string.format('%q', cur[1] or '')
+  elseif cur[5] and not count(cur[5]) then
+    repaired = 'fires field ' .. string.format('%q', cur[5])
+  elseif cur[4] ~= '0' and cur[4] ~= '1' then
+    repaired = 'paused field ' .. string.format('%q', cur[4] or '')
+  elseif cur[3] and cur[3] ~= '' and not count(cur[3]) then
+    repaired = 'next_at field ' .. string.format('%q', cur[3])
+  elseif cur[6] and cur[6] ~= '' and not count(cur[6]) then
+    repaired = 'anchor field ' .. string.format('%q', cur[6])
+  elseif cur[7] and string.sub(cur[7], 1, #SCHEDULE_CORRUPT) == SCHEDULE_CORRUPT then
+    repaired = string.sub(cur[7], #SCHEDULE_CORRUPT + 1)
+  end
+end
+local new_timing = created or repaired ~= '' or cur[2] ~= fp
 local changed = new_timing
 if not changed then
   for i = 7, #ARGV, 2 do
@@ -48,7 +83,7 @@ if not changed then
   end
 end
 if not changed then
-  return {0, 0, cur[3] or ''}
+  return {0, 0, cur[3] or '', ''}
 end
 for i = 7, #ARGV, 2 do
   redis.call('HSET', sched, ARGV[i], ARGV[i + 1])
@@ -58,13 +93,23 @@ if new_timing then
 else
   next_at = cur[3] or ''
 end
-redis.call('HSET', sched, 'version', str((tonumber(cur[1]) or 0) + 1), 'updated_at', now_s)
+redis.call('HSET', sched, 'version', next_version(cur[1]), 'updated_at', now_s)
+local paused = cur[4]
 if created then
   redis.call('HSET', sched, 'created_at', now_s, 'paused', '0', 'fires', '0')
+  paused = '0'
+elseif repaired ~= '' then
+  if paused ~= '1' or (cur[7] and string.sub(cur[7], 1, #SCHEDULE_CORRUPT) == SCHEDULE_CORRUPT) then
+    paused = '0' -- not a pause an operator made
+  end
+  redis.call('HSET', sched, 'paused', paused)
+  if cur[5] and not (string.match(cur[5], '^%d+$') and #cur[5] <= 15) then
+    redis.call('HSET', sched, 'fires', '0')
+  end
 end
 redis.call('HDEL', sched, 'note')
 redis.call('SADD', KEYS[2], sid)
-if cur[4] == '1' or next_at == '' then
+if paused == '1' or next_at == '' then
   redis.call('ZREM', KEYS[3], sid)
 else
   redis.call('ZADD', KEYS[3], next_at, sid)
@@ -72,4 +117,4 @@ else
     redis.call('RPUSH', KEYS[4], '1')
   end
 end
-return {created and 1 or 0, 1, next_at}
+return {created and 1 or 0, 1, next_at, repaired}

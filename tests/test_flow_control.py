@@ -396,6 +396,43 @@ async def test_a_run_past_its_timeout_fails_then_dies_at_the_backstop(
     assert (await events(q, job_id))[-1] == "dead"
 
 
+class Swallower(vr.Task):
+    KIND: ClassVar[str] = "swallow"
+    outcome: str = "completed"
+
+    def timeout(self) -> float | None:
+        return 0.05
+
+
+class SwallowerJob(Swallower, vr.Handler[Any]):
+    """Catches its timeout's cancellation and returns an outcome anyway."""
+
+    async def handle(self, ctx: vr.Context[Any], state: Any) -> vr.Outcome:
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            pass
+        if self.outcome == "pause":
+            return vr.Outcome.pause_in(0)
+        return vr.Outcome.completed_with("done, honest")
+
+
+@pytest.mark.parametrize("outcome", ["completed", "pause"])
+async def test_a_handler_that_swallows_its_timeout_is_still_a_failed_run(
+    client: vr.Client, queue_name: str, outcome: str
+) -> None:
+    """Issue 38, item 7: the run overran its timeout; what the handler returned after
+    catching the cancellation does not make it a completed (or paused) run."""
+    q = client.queue(queue_name)
+    job_id = await q.enqueue(Swallower(outcome=outcome), max_failures=1)
+    await drain(q, SwallowerJob)
+    info = await q.get(job_id)
+    assert info is not None and info.state == vr.JobState.DEAD and info.failures == 1
+    journal = await q.journal(job_id)
+    assert [e.note for e in journal if e.event == "failed"] == ["timed out after 0.05 s"]
+    assert not [e for e in journal if e.event in ("completed", "paused")]
+
+
 async def test_enqueue_timeout_overrides_the_task_and_the_worker_default_applies(
     client: vr.Client, queue_name: str
 ) -> None:

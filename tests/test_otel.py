@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
+import pydantic
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from pydantic import Field
 
 import venturi_redis as vr
 from tests.helpers import drain
@@ -133,6 +135,77 @@ async def test_a_run_cut_by_its_timeout_is_an_error(queue: vr.Queue, exporter: I
     await drain(queue, SlowJob)
     (run,) = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.CONSUMER]
     assert run.status.status_code == StatusCode.ERROR and run.status.description == "timed out after 0.05 s"
+
+
+class Swallowing(Slow, vr.Handler[Any]):
+    KIND: ClassVar[str] = "swallowing"
+
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        try:
+            await anyio.sleep(5)
+        except anyio.get_cancelled_exc_class():
+            pass
+        return vr.Outcome.completed()
+
+
+async def test_a_run_that_swallows_its_timeout_is_an_error_too(
+    queue: vr.Queue, exporter: InMemorySpanExporter
+) -> None:
+    job_id = await queue.enqueue(Swallowing(), max_failures=1)
+    await drain(queue, Swallowing)
+    (run,) = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.CONSUMER]
+    assert run.status.status_code == StatusCode.ERROR and run.status.description == "timed out after 0.05 s"
+    assert (await queue.get(job_id)).state == vr.JobState.DEAD  # type: ignore[union-attr]
+
+
+CARD = "4242424242424242"
+
+
+class CardCarry(pydantic.BaseModel):
+    pin: str = Field("", json_schema_extra={"sensitive": True})
+
+
+class Charge(vr.Task):
+    KIND: ClassVar[str] = "charge"
+    card: str = Field(json_schema_extra={"sensitive": True})
+    permanent: bool = False
+
+
+class ChargeJob(Charge, vr.Handler[CardCarry]):
+    async def handle(self, ctx: vr.Context[CardCarry], state: Any) -> vr.Outcome:
+        ctx.carry = CardCarry(pin="9876-secret")
+        if self.permanent:
+            raise vr.TaskError.permanent(f"card {self.card} refused, pin {ctx.carry.pin}")
+        try:
+            raise KeyError(f"no such card {self.card}")
+        except KeyError as cause:
+            raise ValueError(f"card {self.card} declined (pin {ctx.carry.pin})") from cause
+
+
+async def test_sensitive_values_never_reach_a_span(queue: vr.Queue, exporter: InMemorySpanExporter) -> None:
+    """Issue 38, item 4: the span's status, exception.message and exception.stacktrace
+    are masked as the stored note is (the task's and the carry's sensitive fields)."""
+    failed = await queue.enqueue(Charge(card=CARD), max_failures=1)
+    refused = await queue.enqueue(Charge(card=CARD, permanent=True))
+    await drain(queue, ChargeJob)
+    assert (await queue.get(failed)).note == "card *** declined (pin ***)"  # type: ignore[union-attr]
+    runs = {
+        s.attributes["messaging.message.id"]: s  # type: ignore[index]
+        for s in exporter.get_finished_spans()
+        if s.kind == SpanKind.CONSUMER
+    }
+    for job_id, said in ((failed, "card *** declined (pin ***)"), (refused, "card *** refused, pin ***")):
+        run = runs[job_id]
+        assert run.status.status_code == StatusCode.ERROR
+        assert run.status.description is not None and run.status.description.endswith(said)
+        (event,) = run.events
+        attributes = dict(event.attributes or {})
+        assert event.name == "exception" and attributes["exception.message"] == said
+        assert said in str(attributes["exception.stacktrace"])
+        everything = repr((run.status.description, attributes, run.attributes))
+        assert CARD not in everything and "9876-secret" not in everything
+    stack = str(dict(runs[failed].events[0].attributes or {})["exception.stacktrace"])
+    assert "no such card ***" in stack and "ValueError" in stack  # the chained cause too
 
 
 async def test_not_instrumented_nothing_is_stored(queue: vr.Queue) -> None:

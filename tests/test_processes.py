@@ -191,13 +191,137 @@ def test_restarts_back_off_doubling_to_the_cap_and_reset_after_a_stable_run() ->
     for now in range(8):  # each death right after its start
         slot.started = float(now)
         slot.quick_deaths = 0  # only the backoff is looked at here
-        assert processes._died(slot, 1, -9, now + 0.1) is None
+        assert processes._died(slot, "worker 0 (pid 1) killed by SIGKILL", -9, now + 0.1) is None
         assert slot.restart_at is not None
         waits.append(round(slot.restart_at - (now + 0.1), 3))
     assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     slot.started = 0.0  # a child that ran longer than STABLE starts over
-    processes._died(slot, 1, 1, processes.STABLE + 1)
+    processes._died(slot, "worker 0 (pid 1) exited with status 1", 1, processes.STABLE + 1)
     assert (slot.quick_deaths, slot.backoff) == (1, 2 * processes.BACKOFF_FIRST)
+
+
+def test_a_sigkilled_supervisor_takes_its_children_down_gracefully(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Issue 38's probe: the children (in sessions of their own) outlived a SIGKILLed
+    supervisor as orphans, still claiming, and its restart started N more. Now each
+    sees its lifeline close, and stops as on SIGTERM: its running job finishes."""
+    name = f"procs-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "REDIS_URL": redis_server.url, "VENTURI_QUEUE": name, "PYTHONUNBUFFERED": "1"}
+    log = tmp_path / "supervisor.log"
+    cmd = [sys.executable, "-m", "venturi_redis.cli", "worker", "tests.procs.pworker:make_worker"]
+    with log.open("wb") as out:
+        sup = subprocess.Popen(
+            [*cmd, "--processes", "2", "--concurrency", "1"], cwd=ROOT, env=env, stdout=out, stderr=out
+        )
+    children: list[int] = []
+    try:
+        with vr.SyncClient(redis_server.url) as client:
+            q = client.queue(name)
+            children = [int(m[2]) for m in wait_for(log, STARTED.pattern, 2)]
+            for pid in children:
+                wait_for(log, rf":{pid}:\w+ starting on {name}")
+            ids = [q.enqueue(Stamp(seconds=1.5)) for _ in range(2)]
+            deadline = time.monotonic() + 30
+            while q.counts()["running"] < 2:
+                assert time.monotonic() < deadline, q.counts()
+                time.sleep(0.02)
+            sup.kill()
+            sup.wait(timeout=30)
+            deadline = time.monotonic() + 60
+            while any(_alive(pid) for pid in children):
+                assert time.monotonic() < deadline, f"orphans left running:\n{log.read_text()}"
+                time.sleep(0.05)
+            infos = [q.get(i) for i in ids]
+            assert [(i.state, i.failures) for i in infos if i] == [(vr.JobState.COMPLETED, 0)] * 2
+    finally:
+        for pid in children:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert log.read_text().count("is gone: stopping as on SIGTERM") == 2
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+UNSPAWNABLE = """
+import logging, subprocess, sys
+from venturi_redis.cli import processes
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+processes.BACKOFF_FIRST = 0.01
+refusals = int(sys.argv[1])
+
+def spawn(argv):
+    global refusals
+    if argv[-1] == "flaky" and refusals > 0:
+        refusals -= 1
+        raise OSError(11, "Resource temporarily unavailable")
+    return subprocess.Popen(list(argv[:-1]), start_new_session=True)
+
+live = [sys.executable, "-c", "import signal, sys, time; "
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); time.sleep(60)"]
+print("supervise returned", processes.supervise([[*live, "steady"], [*live, "flaky"]], spawn=spawn))
+"""
+
+
+@pytest.mark.parametrize("refusals", [2, 99])
+def test_a_child_that_cannot_be_spawned_is_a_quick_death_not_a_crash(refusals: int) -> None:
+    """A fork refused (EAGAIN, ENOMEM) crashed the supervisor with a traceback,
+    SIGKILLing the healthy children. Now it is retried with the backoff, and
+    given up on like a child that keeps dying (the others stopped by SIGTERM)."""
+    sup = subprocess.Popen(
+        [sys.executable, "-c", UNSPAWNABLE, str(refusals)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if refusals == 2:  # started at the third try: it runs
+            deadline = time.monotonic() + 60
+            err = ""
+            while "worker 1 started" not in err:
+                assert sup.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+                err = _peek(sup)
+            sup.send_signal(signal.SIGTERM)
+        seen = _peek(sup) if refusals == 2 else ""
+        out, rest = sup.communicate(timeout=60)
+        err = seen + rest
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
+    assert "Traceback" not in err, err
+    retried = "worker 1 could not be started ([Errno 11] Resource temporarily unavailable); restarting in"
+    assert err.count(retried) == min(refusals, processes.MAX_QUICK_DEATHS - 1), err
+    if refusals == 2:
+        assert out.strip() == "supervise returned 0", err
+    else:
+        assert out.strip() == "supervise returned 1", err
+        assert "died 5 times in a row" in err and "status -9" not in err
+
+
+_peeked: dict[int, list[str]] = {}
+
+
+def _peek(proc: subprocess.Popen[str]) -> str:
+    """What the supervisor logged so far (stderr read without blocking)."""
+    import select
+
+    assert proc.stderr is not None
+    lines = _peeked.setdefault(proc.pid, [])
+    while select.select([proc.stderr], [], [], 0)[0]:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+    return "".join(lines)
 
 
 def test_one_process_unless_asked() -> None:

@@ -175,6 +175,20 @@ class TenantJob(Tenant, vr.Handler[dict[str, Any]]):
         await anyio.sleep(0.01)  # overlap with the other runs drain lets start
         running[self.tenant] -= 1
         state.setdefault("ran", []).append(self.tenant)
+
+
+class Ping(vr.Task):
+    KIND: ClassVar[str] = "plugin-ping"
+    n: int
+    host: str | None = None
+
+    def limit_key(self) -> str | None:
+        return self.host
+
+
+class PingJob(Ping, vr.Handler[list[int]]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: list[int]) -> vr.Outcome:
+        state.append(self.n)
         return vr.Outcome.completed()
 
 
@@ -232,6 +246,46 @@ async def test_drain_fires_the_schedules_due_on_its_clock(clocked: vr.Client, qu
 def test_drain_knows_where_a_held_limit_starts() -> None:
     text = (Path(vr.__file__).resolve().parent.parent / "lua" / "include" / "limits.lua").read_text()
     assert f"local LIMIT_HELD = {LIMIT_HELD}\n" in text
+
+
+@pytest.mark.parametrize("per_key", [False, True])
+async def test_drain_waits_out_a_rate_limit_by_moving_the_clock(
+    clocked: vr.Client, queue_name: str, per_key: bool
+) -> None:
+    """Issue 38's probe of the plugin: jobs parked on a rate limit are not in a
+    pending set; drain took the queue for drained and left them parked."""
+    queue = clocked.queue(queue_name)
+    await queue.set_limit("plugin-ping", rate=vr.Rate(1, 60), per_key=per_key)
+    for n in range(3):
+        await queue.enqueue(Ping(n=n, host="a.example" if per_key else None))
+    seen: list[int] = []
+    report = await drain(queue, PingJob, state=seen)
+    assert sorted(seen) == [0, 1, 2] and len(report.completed) == 3
+    assert report.advanced_ms == 120_000  # two windows: nothing more, nothing slept
+    stats = await queue.stats()
+    assert (stats.limited, sum(stats.pending.values())) == (0, 0)
+
+
+@pytest.mark.parametrize("backend", ["memory"])
+async def test_drain_of_a_paused_queue_says_so_instead_of_waiting_for_ever(
+    clocked: vr.Client, queue_name: str
+) -> None:
+    queue = clocked.queue(queue_name)
+    await queue.enqueue(Nap(n=1))
+    await queue.pause()
+    with anyio.fail_after(30), pytest.raises(vr.ConfigurationError, match="is paused"):
+        await drain(queue, NapJob, state=[])
+    await queue.resume_queue()
+    assert (await drain(queue, NapJob, state=[])).runs == 1
+
+
+@pytest.mark.parametrize("backend", ["memory"])
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "3"])
+async def test_drain_checks_max_runs(clocked: vr.Client, queue_name: str, bad: Any) -> None:
+    with pytest.raises(vr.ConfigurationError, match="max_runs must be a whole number"):
+        await drain(clocked.queue(queue_name), NapJob, max_runs=bad)
+
+
 
 
 def test_clock_moves_only_forward() -> None:

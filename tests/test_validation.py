@@ -8,7 +8,7 @@ still empty afterwards, on a real Redis and on the embedded server.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, ClassVar
 
 import pytest
@@ -288,3 +288,78 @@ async def test_a_plain_str_token_round_trips(queue: vr.Queue) -> None:
     job_id = await queue.enqueue(PlainToken(token="s3cr3t"))
     info = await queue.get(job_id)
     assert info is not None and info.payload == {"token": "s3cr3t"}
+
+
+# -- every number the API stores is bounded (issue 38, item 7) -----------------------------
+
+BIG = [2**53 + 1, 10**20, 2**64, 1_000_000_001]
+
+
+@pytest.mark.parametrize("bad", [*BIG, 0, -1, True, 2.0])
+async def test_limits_refuse_counts_no_script_reads_back(queue: vr.Queue, bad: Any) -> None:
+    """2**53+1 read back rounded; 10**20 and 2**64 silently meant no cap."""
+    with pytest.raises(vr.ConfigurationError, match="concurrency must be a whole number from 1 to"):
+        await queue.set_limit("echo", concurrency=bad)
+    with pytest.raises(vr.ConfigurationError, match="Rate count must be a whole number from 1 to"):
+        vr.Rate(bad, 1)
+    assert await queue.limits() == []
+
+
+async def test_the_largest_limit_reads_back_exactly(queue: vr.Queue) -> None:
+    from venturi_redis._model.limits import MAX_COUNT
+
+    await queue.set_limit("echo", concurrency=MAX_COUNT, rate=vr.Rate(MAX_COUNT, 100 * 365 * 86400))
+    [limit] = await queue.limits()
+    assert limit.concurrency == MAX_COUNT and limit.rate == vr.Rate(MAX_COUNT, 100 * 365 * 86400)
+
+
+@pytest.mark.parametrize("bad", [*BIG, 0, -1, True, 2.0])
+async def test_set_events_refuses_a_cap_xadd_cannot_take(queue: vr.Queue, bad: Any) -> None:
+    with pytest.raises(vr.ConfigurationError, match="events maxlen must be a whole number from 1 to"):
+        await queue.set_events(True, maxlen=bad)
+    assert await queue.client.redis.hget(queue.keys.meta, "events") is None
+    await queue.set_events(False, maxlen=bad)  # the cap of a switch-off is not read
+
+
+@pytest.mark.parametrize("bad", [0, 10_001, 10**20, True, 2.5])
+def test_retention_refuses_a_batch_no_script_call_should_take(bad: Any) -> None:
+    with pytest.raises(
+        vr.ConfigurationError, match="retention batch must be a whole number from 1 to 10,000"
+    ):
+        vr.Retention(batch=bad)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tz": "localtime"}, "each host's own"),
+        ({"tz": "Factory"}, "not one IANA zone"),
+        ({"tz": "right/UTC"}, "not one IANA zone"),
+        ({"start_at": datetime(1, 1, 1, tzinfo=UTC)}, "start_at must be from 1970-01-01 to 9999-12-31 UTC"),
+        ({"end_at": datetime(1969, 12, 31, tzinfo=UTC)}, "end_at must be from 1970-01-01"),
+        (
+            {"start_at": datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-14)))},
+            "start_at must be from 1970-01-01 to 9999-12-31 UTC",
+        ),
+        ({"every": 10**20}, "every"),
+    ],
+)
+async def test_schedules_refuse_a_zone_or_instant_no_host_agrees_on(
+    queue: vr.Queue, kwargs: dict[str, Any], message: str
+) -> None:
+    kwargs = {"every": 5, **kwargs}
+    with pytest.raises(vr.ConfigurationError, match=message):
+        await queue.schedule("s", Echo(text="x"), **kwargs)
+    with pytest.raises(vr.ConfigurationError, match=message):
+        vr.Schedule("s", Echo(text="x"), **kwargs)
+    assert await queue.schedules() == []
+
+
+async def test_a_cron_that_would_step_past_year_9999_has_ended(queue: vr.Queue) -> None:
+    late = datetime(9999, 12, 31, 23, tzinfo=UTC)
+    with pytest.raises(vr.ConfigurationError, match="never fires"):
+        await queue.schedule("s", Echo(text="x"), cron="0 0 * * *", start_at=late)
+    info = await queue.schedule(
+        "s", Echo(text="x"), cron="0 0 29 2 *", end_at=datetime(9999, 12, 31, tzinfo=UTC)
+    )
+    assert info.next_at is not None

@@ -16,7 +16,8 @@ instrumented:
 * Each run is a CONSUMER span ``process <queue>`` whose parent is that context
   (a retry's run is a new span in the same trace, linked to the run before
   it); the handler's own spans nest under it. A handler that raises records the exception and sets the
-  span's status to ERROR (whatever then happens to the job: retried or dead).
+  span's status to ERROR (whatever then happens to the job: retried or dead), with the
+  values of the task's sensitive fields masked as in the stored note.
 * Attributes follow the messaging semantic conventions: ``messaging.system``
   (``redis``), ``messaging.destination.name`` (the queue),
   ``messaging.operation.type`` (``send`` / ``process``),
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import traceback
 from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
@@ -47,6 +49,8 @@ from redis.exceptions import RedisError
 
 from . import __version__
 from ._model import tracing as _tracing
+from ._model.codec import unpack_model
+from ._model.redact import scrub, secret_values
 from ._producer.client import Queue
 
 _W3C = TraceContextTextMapPropagator()
@@ -96,6 +100,48 @@ class _Run:
     def timed_out(self, seconds: float) -> None:
         """The run's own timeout cut the handler short (no exception reaches the span)."""
         self.span.set_status(Status(StatusCode.ERROR, f"timed out after {seconds:g} s"))
+
+
+def _secrets(job: Any) -> list[str] | None:
+    """The values of the run's sensitive fields, which the worker masks in its notes
+    (``_model/redact.py``): its task's (decoded again from the payload, on this error
+    path only) and its carry's as the handler left it. None when the task cannot be
+    read (no handler class, a payload that no longer decodes): nothing can be masked."""
+    ctx = getattr(job, "ctx", None)
+    registry = getattr(ctx, "_registry", None) or {}
+    cls = registry.get(job.kind)
+    if cls is None:
+        return None
+    try:
+        task = unpack_model(cls, job.payload)
+    except Exception:  # noqa: BLE001 - it decoded for the run; anything now means: unknown
+        return None
+    return secret_values(task, getattr(ctx, "carry", None))
+
+
+def _record_failure(span: trace.Span, job: Any, exc: BaseException) -> None:
+    """``span.record_exception`` and an ERROR status, with the task's sensitive values
+    masked in all three texts, as in the stored note (docs/observability.md).
+
+    The exception event is written here rather than by ``record_exception``, whose
+    message and stacktrace come from the exception itself: a handler's error often
+    quotes its input (``card 4242... declined``), and spans leave for whatever
+    backend the exporter sends them to. When the secrets cannot be known, the
+    event carries the exception's type alone.
+    """
+    cls = type(exc)
+    module = cls.__module__
+    kind = cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+    secrets = _secrets(job)
+    attributes: dict[str, str] = {"exception.type": kind, "exception.escaped": "False"}
+    status = cls.__name__
+    if secrets is not None:
+        message = scrub(str(exc), secrets)
+        attributes["exception.message"] = message
+        attributes["exception.stacktrace"] = scrub("".join(traceback.format_exception(exc)), secrets)
+        status = f"{cls.__name__}: {message}"
+    span.add_event("exception", attributes)
+    span.set_status(Status(StatusCode.ERROR, status))
 
 
 class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -174,8 +220,7 @@ class VenturiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             try:
                 yield _Run(span)
             except Exception as exc:  # the handler's error: recorded, then handled by the worker
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                _record_failure(span, job, exc)
                 raise
             finally:
                 otel_context.detach(token)

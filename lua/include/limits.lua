@@ -53,17 +53,36 @@ local function limits_lib()
     return kind .. '\t' .. key
   end
 
-  -- The config of a kind: {KC, KN, KP, PC, PN, PP}, all 0 for none.
+  -- The config of a kind: {KC, KN, KP, PC, PN, PP}, all 0 for none. A value
+  -- edited by hand that is no whole number of at most 15 digits (`abc`,
+  -- `-5`, `0.5`, `1e400`) is no such cap, as a missing one is: a cap the
+  -- scripts cannot count with would fail every claim of the kind
+  -- (_producer/limits.py reads it the same way).
   local function limit_config(raw)
     local c = {0, 0, 0, 0, 0, 0}
     if raw then
       local i = 0
       for v in string.gmatch(raw, '%S+') do
         i = i + 1
-        c[i] = tonumber(v) or 0
+        c[i] = (#v <= 15 and string.match(v, '^%d+$')) and tonumber(v) or 0
       end
     end
     return c
+  end
+
+  -- Add `by` to a count of limits:state (a kind's or a key's running runs, the
+  -- hold sequence) and return it. A count edited by hand into one HINCRBY
+  -- refuses (`abc`, `0.5`) is counted again from 0, written whole: the claim
+  -- that takes a slot and the script that gives it back never fail half way
+  -- on it (before, every claim of the kind stranded its job in running).
+  local function limit_add(state_key, field, by)
+    local n = redis.pcall('HINCRBY', state_key, field, by)
+    if type(n) == 'table' and n.err then
+      n = by > 0 and by or 0
+      -- (A key of the wrong type, not a count, fails here with its own error.)
+      redis.call('HSET', state_key, field, str(n))
+    end
+    return n
   end
 
   -- Park a pending job of a limited kind: out of the pending sets (the caller
@@ -91,6 +110,10 @@ local function limits_lib()
   local function limit_ring(state_key, base, count, per, now)
     local head = base .. '\t#' .. str(count)
     local p = redis.call('HGET', state_key, head .. 'p') or '0'
+    -- A slot that is not one of the ring's (edited by hand): the ring's first.
+    if #p > 15 or not string.match(p, '^%d+$') or tonumber(p) >= count then
+      p = '0'
+    end
     local old = tonumber(redis.call('HGET', state_key, head .. ':' .. p))
     if old and now - old < per then
       return old + per, p
@@ -136,14 +159,14 @@ local function limits_lib()
   local function limit_take(state_key, cfg, kind, entity, keyed, kp, ep, now_s)
     local slot = ''
     if cfg[1] > 0 then
-      redis.call('HINCRBY', state_key, kind, 1)
+      limit_add(state_key, kind, 1)
       slot = 'k'
     end
     if kp then limit_ring_write(state_key, kind, cfg[2], kp, now_s) end
     if keyed then
       if cfg[4] > 0 then
-        redis.call('HINCRBY', state_key, entity, 1)
-        redis.call('HINCRBY', state_key, kind .. '\t+', 1) -- all its keys together (queue.limits())
+        limit_add(state_key, entity, 1)
+        limit_add(state_key, kind .. '\t+', 1) -- all its keys together (queue.limits())
         slot = slot .. 'p'
       end
       if ep then limit_ring_write(state_key, entity, cfg[5], ep, now_s) end
@@ -153,7 +176,7 @@ local function limits_lib()
 
   -- An entity waits on its kind-wide cap: behind the ones already waiting.
   local function limit_hold(state_key, ready_key, entity, kind)
-    local seq = redis.call('HINCRBY', state_key, '\tseq', 1)
+    local seq = limit_add(state_key, '\tseq', 1)
     redis.call('ZADD', ready_key, str(LIMIT_HELD + seq), entity)
     redis.call('HSET', state_key, kind .. '\t!', '1')
   end
@@ -184,7 +207,7 @@ local function limits_lib()
   end
 
   local function limit_decr(state_key, field)
-    if redis.call('HINCRBY', state_key, field, -1) <= 0 then
+    if limit_add(state_key, field, -1) <= 0 then
       redis.call('HDEL', state_key, field)
     end
   end

@@ -13,6 +13,18 @@ from .backoff import to_ms
 from .errors import ConfigurationError, TaskDefinitionError
 from .task import validate_kind
 
+# The largest count the API takes (a concurrency, a rate's count, an event
+# stream's cap): far above any real cap, and exact where it is stored and
+# read, as text through Lua (whose `..` writes a number with "%.14g": 2**53+1
+# read back rounded) and as a Redis integer (10**20 and 2**64 overflow
+# XADD MAXLEN; a cap Lua could not read meant no cap at all).
+MAX_COUNT = 1_000_000_000
+
+
+def whole_count(value: object) -> bool:
+    """Whether ``value`` is a whole number from 1 to ``MAX_COUNT`` (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_COUNT
+
 
 @dataclass(frozen=True, slots=True)
 class Rate:
@@ -25,8 +37,10 @@ class Rate:
     per: float | timedelta
 
     def __post_init__(self) -> None:
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
-            raise ConfigurationError(f"Rate count must be a whole number >= 1, got {self.count!r}")
+        if not whole_count(self.count):
+            raise ConfigurationError(
+                f"Rate count must be a whole number from 1 to {MAX_COUNT:,}, got {self.count!r}"
+            )
         self.per_ms()  # checked here, where it is given
 
     def per_ms(self) -> int:
@@ -131,16 +145,16 @@ def limit_args(
     checked_kind = checked_limit_kind(kind)
     if not isinstance(per_key, bool):
         raise ConfigurationError(f"per_key must be True or False, got {per_key!r}")
-    if concurrency is not None and (
-        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
-    ):
-        raise ConfigurationError(f"concurrency must be a whole number >= 1 or None, got {concurrency!r}")
+    if concurrency is not None and not whole_count(concurrency):
+        raise ConfigurationError(
+            f"concurrency must be a whole number from 1 to {MAX_COUNT:,}, or None; got {concurrency!r}"
+        )
     if rate is not None and not isinstance(rate, Rate):
         raise ConfigurationError(f"rate must be a vr.Rate(count, per) or None, got {rate!r}")
     if concurrency is None and rate is None:
         raise ConfigurationError(f"{call} needs a concurrency or a rate (clear_limit removes a limit)")
     count, per = (rate.count, rate.per_ms()) if rate is not None else (0, 0)
-    return checked_kind, concurrency or 0, count, per
+    return checked_kind, concurrency if isinstance(concurrency, int) else 0, count, per
 
 
 def checked_limit_kind(kind: object) -> str:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import re
 import zoneinfo
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .backoff import to_ms
+from .backoff import MAX_SECONDS, to_ms
 from .enums import Priority
 from .errors import ConfigurationError, TaskDefinitionError
 from .task import Task
@@ -44,6 +44,17 @@ ALIASES = {
 # count says "at least" (a one-minute cron down for a week would step 10,080 times).
 MAX_COUNTED = 10_000
 _SEARCH_STEPS = 100_000  # fire times stepped over before a start_at is given up on
+# The last instant a datetime can name (9999-12-31T23:59:59.999Z): no fire time
+# after it (the schedule has ended), and no start_at or end_at.
+MAX_MS = 253_402_300_799_999
+
+
+def _has_cronsim() -> bool:
+    try:
+        import cronsim  # noqa: F401
+    except ImportError:  # pragma: no cover - the extra is in dev
+        return False
+    return True
 
 
 def _cronsim() -> Any:
@@ -56,9 +67,21 @@ def _cronsim() -> Any:
     return cronsim
 
 
+# Names the zone database answers to that are no one zone: `localtime` is each
+# host's own (a schedule would fire at a different instant on each worker),
+# `Factory` and `posixrules` are placeholders, and `posix/...`, `right/...` are
+# copies of the database (`right/` counting leap seconds) beside the IANA names.
+_NOT_A_ZONE = frozenset({"localtime", "factory", "posixrules"})
+
+
 def _zone(tz: object) -> zoneinfo.ZoneInfo:
     if not isinstance(tz, str) or not tz:
         raise ConfigurationError(f"tz must be an IANA time zone name such as 'Europe/Berlin', got {tz!r}")
+    if tz.lower() in _NOT_A_ZONE or tz.startswith(("posix/", "right/")):
+        raise ConfigurationError(
+            f"tz {tz!r} is not one IANA zone ('localtime' is each host's own): "
+            "name the zone, such as 'Europe/Berlin' or 'UTC'"
+        )
     try:
         return zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
@@ -77,7 +100,15 @@ def _when_ms(value: object, what: str) -> int | None:
         raise ConfigurationError(
             f"{what} must be timezone-aware (a naive datetime has no instant), got {value!r}"
         )
-    return int(value.timestamp() * 1000)
+    try:
+        ms = int(value.timestamp() * 1000)
+    except (OverflowError, ValueError):  # past year 9999 in UTC
+        ms = MAX_MS + 1
+    # Stored times are ms since 1970 (a score, a field the scripts read as digits),
+    # and each must read back as a datetime.
+    if not 0 <= ms <= MAX_MS:
+        raise ConfigurationError(f"{what} must be from 1970-01-01 to 9999-12-31 UTC, got {value.isoformat()}")
+    return ms
 
 
 def ms_dt(ms: int) -> datetime:
@@ -126,7 +157,7 @@ class Timing:
             nxt = anchor_ms if t_ms < anchor_ms else anchor_ms + ((t_ms - anchor_ms) // every + 1) * every
         else:
             nxt = self._cron_after(t_ms)
-        if nxt is None or (self.end_ms is not None and nxt > self.end_ms):
+        if nxt is None or nxt > MAX_MS or (self.end_ms is not None and nxt > self.end_ms):
             return None
         return nxt
 
@@ -148,7 +179,7 @@ class Timing:
                 # cronsim may give a fire time of the hour a fall-back repeats
                 # that is before `start` in real time: the caller skips it.
                 yield int(dt.timestamp() * 1000)
-        except StopIteration:  # pragma: no cover
+        except (OverflowError, ValueError):  # stepped past year 9999: no more fire times
             return
 
     def catch_up(self, due_ms: int, now_ms: int, anchor_ms: int) -> tuple[int, int | None]:
@@ -220,6 +251,98 @@ def timing(
     return result
 
 
+# How a corrupt schedule's note starts (lua/include/schedule.lua writes the same
+# words): the fire scripts pause it with this note, and readers mark it.
+CORRUPT = "schedule is corrupt: "
+
+
+class ScheduleFault(ValueError):
+    """A schedule's own stored data cannot be used (its hash edited by hand); says which field."""
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _digits(value: str) -> bool:
+    return value.isascii() and value.isdigit()
+
+
+def _stored_ms(f: Mapping[str, str], name: str, *, required: bool = False) -> int | None:
+    """A time field of a schedule's hash (ms since 1970); '' is none unless ``required``."""
+    value = f.get(name, "")
+    if value == "" and not required:
+        return None
+    if not _digits(value) or int(value) > MAX_MS:
+        raise ScheduleFault(f"{name} field {_quoted(value)} is not a time in ms")
+    return int(value)
+
+
+def stored_timing(f: Mapping[str, str], *, parse_cron: bool = True) -> Timing:
+    """The timing a schedule's hash holds, each field checked as ``timing()`` checks an argument.
+
+    Raises:
+        ScheduleFault: A field no worker can fire by (an every_ms of -5, a cron
+            that does not parse, an unknown or host-local tz, a time that is
+            not ms), named with its value.
+        ConfigurationError: cronsim is not installed (not the schedule's fault).
+    """
+    cron, every = f.get("cron", ""), f.get("every_ms", "")
+    if bool(cron) == bool(every):
+        raise ScheduleFault(
+            f"it has {'both' if cron else 'neither'} a cron {'and' if cron else 'nor'} an every_ms field"
+        )
+    every_ms: int | None = None
+    if every:
+        if not _digits(every) or not 1 <= int(every) <= MAX_SECONDS * 1000:
+            raise ScheduleFault(f"every_ms field {_quoted(every)} is not a positive whole number of ms")
+        every_ms = int(every)
+    tz = f.get("tz") or "UTC"
+    try:
+        _zone(tz)
+    except ConfigurationError:
+        raise ScheduleFault(f"tz field {_quoted(tz)} is not one IANA time zone") from None
+    if cron and parse_cron:
+        expr = ALIASES.get(cron, cron)
+        cs = _cronsim()
+        try:
+            if len(expr.split()) != 5:
+                raise ValueError("not 5 fields")
+            cs.CronSim(expr, datetime.now(UTC))
+        except Exception:  # noqa: BLE001 - whatever cronsim makes of it, the field is wrong
+            raise ScheduleFault(f"cron field {_quoted(cron)} does not parse") from None
+    return Timing(cron or None, every_ms, tz, _stored_ms(f, "start_at"), _stored_ms(f, "end_at"))
+
+
+def fire_plan(f: Mapping[str, str], now_ms: int) -> tuple[int, int, int | None]:
+    """Firing a due schedule stored as ``f`` at ``now_ms``: its due fire time, how many
+    fire times the job stands for, and the next fire time (None: it has ended).
+
+    Raises:
+        ScheduleFault: What in ``f`` no worker can fire by (the schedule is then
+            paused with it as its note, lua/schedule_fire.lua).
+    """
+    when = stored_timing(f)
+    fire_at = _stored_ms(f, "next_at", required=True)
+    assert fire_at is not None  # required
+    anchor = _stored_ms(f, "anchor") or 0
+    try:
+        fires, nxt = when.catch_up(fire_at, now_ms, anchor)
+    except (ArithmeticError, ValueError) as exc:
+        raise ScheduleFault(f"its next fire time cannot be computed ({exc})") from None
+    return fire_at, fires, nxt
+
+
+def next_fire(f: Mapping[str, str], now_ms: int) -> int | None:
+    """The first fire time after ``now_ms`` of the schedule stored as ``f`` (a resume's)."""
+    when = stored_timing(f)
+    anchor = _stored_ms(f, "anchor") or 0
+    try:
+        return when.next_after(now_ms, anchor)
+    except (ArithmeticError, ValueError) as exc:
+        raise ScheduleFault(f"its next fire time cannot be computed ({exc})") from None
+
+
 def checked_priority(priority: object) -> Priority | None:
     if priority is None:
         return None
@@ -282,14 +405,56 @@ class ScheduleInfo:
     updated_at: datetime | None
     note: str | None = None
 
+    @property
+    def corrupt(self) -> bool:
+        """Its stored data is corrupt (edited by hand): ``note`` says what is wrong. A worker
+        pauses it when it is next due; declaring it again (``queue.schedule``) repairs it."""
+        return self.note is not None and self.note.startswith(CORRUPT)
+
+    @classmethod
+    def unreadable(cls, queue: str, schedule_id: str, why: str) -> ScheduleInfo:
+        """A schedule whose key cannot be read as one (not a hash): listed, marked."""
+        return cls(
+            id=schedule_id,
+            queue=queue,
+            kind="",
+            cron=None,
+            every=None,
+            tz="",
+            next_at=None,
+            last_at=None,
+            last_job_id=None,
+            paused=True,
+            task_kind="",
+            priority=Priority.NORMAL,
+            start_at=None,
+            end_at=None,
+            fires=0,
+            created_at=None,
+            updated_at=None,
+            note=CORRUPT + why,
+        )
+
     @classmethod
     def from_hash(cls, queue: str, schedule_id: str, raw: dict[bytes, bytes]) -> ScheduleInfo:
-        f = {k.decode(): v.decode("utf-8", "replace") for k, v in raw.items() if k != b"payload"}
+        """Never raises: a field that cannot be read is None (0, NORMAL), and a timing no
+        worker can fire by is named in ``note`` (``corrupt``) even before one tries."""
+        f = {
+            k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+            for k, v in raw.items()
+            if k != b"payload"
+        }
 
         def when(name: str) -> datetime | None:
             v = f.get(name, "")
-            return ms_dt(int(v)) if v.isdigit() else None
+            return ms_dt(int(v)) if _digits(v) and int(v) <= MAX_MS else None
 
+        note = f.get("note") or None
+        if note is None:
+            try:
+                stored_timing(f, parse_cron=_has_cronsim())
+            except ScheduleFault as exc:
+                note = CORRUPT + str(exc)
         every = f.get("every_ms", "")
         try:
             priority = Priority.parse(f.get("priority") or "normal")
@@ -301,7 +466,7 @@ class ScheduleInfo:
             queue=queue,
             kind="every" if every else "cron",
             cron=f.get("cron") or None,
-            every=int(every) / 1000 if every.isdigit() else None,
+            every=int(every) / 1000 if _digits(every) else None,
             tz=f.get("tz", "UTC"),
             next_at=None if paused else when("next_at"),
             last_at=when("last_at"),
@@ -311,10 +476,10 @@ class ScheduleInfo:
             priority=priority,
             start_at=when("start_at"),
             end_at=when("end_at"),
-            fires=int(f["fires"]) if f.get("fires", "").isdigit() else 0,
+            fires=int(f["fires"]) if _digits(f.get("fires", "")) else 0,
             created_at=when("created_at"),
             updated_at=when("updated_at"),
-            note=f.get("note") or None,
+            note=note,
         )
 
 

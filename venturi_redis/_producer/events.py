@@ -31,6 +31,7 @@ from .._model.backoff import to_ms
 from .._model.enums import JobState
 from .._model.errors import ConfigurationError, JobNotFound
 from .._model.events import QueueEvent
+from .._model.limits import MAX_COUNT, whole_count
 from .._model.records import JobInfo
 from .._store.store import EVENTS_DEFAULT
 
@@ -61,8 +62,10 @@ async def set_events(queue: Queue, enabled: bool, *, maxlen: int = EVENTS_MAXLEN
     Each switch is an entry of the stream itself (``events_on``, ``events_off``;
     no job), so a follower sees where the stream went quiet, and why.
     """
-    if enabled and (not isinstance(maxlen, int) or isinstance(maxlen, bool) or maxlen < 1):
-        raise ConfigurationError(f"events maxlen must be a whole number >= 1, got {maxlen!r}")
+    if enabled and not whole_count(maxlen):
+        raise ConfigurationError(
+            f"events maxlen must be a whole number from 1 to {MAX_COUNT:,}, got {maxlen!r}"
+        )
     k = queue.keys
     # The stream must exist for events to be appended (lua/include/events.lua):
     # switching on writes an `events_on` entry, creating it; switching off

@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import ResponseError
+
 from .._model.codec import text
-from .._model.errors import ConfigurationError
+from .._model.errors import ConfigurationError, CorruptQueueError
 from .._model.limits import LimitInfo, LimitKeyLoad, Rate, checked_limit_kind, limit_args
 from .._store.keys import limit_key_of
 
@@ -46,19 +48,28 @@ async def limits(queue: QueueLike, keys: int = 50) -> list[LimitInfo]:
     if isinstance(keys, bool) or not isinstance(keys, int) or keys < 0:
         raise ConfigurationError(f"keys must be a whole number >= 0, got {keys!r}")
     redis, k = queue.client.redis, queue.keys
-    raw = await redis.hgetall(k.limits)
+    try:
+        raw = await redis.hgetall(k.limits)
+    except ResponseError as exc:
+        raise _wrong_type(exc, k.limits, "hash") from None
     if not raw:
         return []
     out: list[LimitInfo] = []
     for kind_raw, value in sorted(raw.items()):
         kind = text(kind_raw)
-        numbers = [int(float(x)) for x in text(value).split()] + [0] * 6
+        numbers = _config(text(value))
         head = kind + "\t"
-        waiting = int(await redis.zlexcount(k.limits_parked, "[" + head, "(" + kind + "\t\xff"))
+        try:
+            waiting = int(await redis.zlexcount(k.limits_parked, "[" + head, "(" + kind + "\t\xff"))
+        except ResponseError as exc:
+            raise _wrong_type(exc, k.limits_parked, "sorted set") from None
         for per_key, (conc, count, per_ms) in ((False, numbers[0:3]), (True, numbers[3:6])):
-            if not conc and not count:
+            if not conc and not (count and per_ms):  # no cap the claim would hold a run back by
                 continue
-            running = int(await redis.hget(k.limits_state, kind + ("\t+" if per_key else "")) or 0)
+            try:
+                running = _count(await redis.hget(k.limits_state, kind + ("\t+" if per_key else "")))
+            except ResponseError as exc:
+                raise _wrong_type(exc, k.limits_state, "hash") from None
             loads: tuple[LimitKeyLoad, ...] = ()
             total: int | None = 0
             if per_key:
@@ -68,7 +79,7 @@ async def limits(queue: QueueLike, keys: int = 50) -> list[LimitInfo]:
                     kind=kind,
                     per_key=per_key,
                     concurrency=conc or None,
-                    rate=Rate(count, per_ms / 1000) if count else None,
+                    rate=_rate(count, per_ms),
                     running=running,
                     waiting=waiting,
                     keys=loads,
@@ -95,13 +106,16 @@ async def key_loads(queue: QueueLike, kind: str, shown: int) -> tuple[tuple[Limi
     found: dict[bytes, str | None] = {}
     complete = True
     # The running keys may take half the candidates: the waiting ones get the rest.
-    for scan, key, room in (
-        (redis.hscan, k.limits_state, _CANDIDATES_MAX // 2),
-        (redis.zscan, k.limits_ready, _CANDIDATES_MAX),
+    for scan, key, room, type_name in (
+        (redis.hscan, k.limits_state, _CANDIDATES_MAX // 2, "hash"),
+        (redis.zscan, k.limits_ready, _CANDIDATES_MAX, "sorted set"),
     ):
         cursor: Any = 0
         for _ in range(_SCAN_CALLS):
-            cursor, page = await scan(key, cursor, match=match, count=_SCAN_COUNT)
+            try:
+                cursor, page = await scan(key, cursor, match=match, count=_SCAN_COUNT)
+            except ResponseError as exc:
+                raise _wrong_type(exc, key, type_name) from None
             for item in page:  # a hash's fields, or a zset's (member, score) pairs
                 field = item[0] if isinstance(item, tuple) else item
                 if isinstance(field, bytes) and field.startswith(head) and field not in found:
@@ -128,6 +142,30 @@ async def key_loads(queue: QueueLike, kind: str, shown: int) -> tuple[tuple[Limi
             busy.append(LimitKeyLoad(found[entity], running, waiting))
     busy.sort(key=lambda x: (-(x.running + x.waiting), -x.running, x.key is None, x.key or ""))
     return tuple(busy[:shown]), len(busy) if complete else None
+
+
+def _config(value: str) -> list[int]:
+    """A kind's six numbers as the claim reads them (lua/include/limits.lua limit_config):
+    one edited by hand that is no whole number of at most 15 digits is 0, no such cap."""
+    numbers = [int(x) if len(x) <= 15 and x.isascii() and x.isdigit() else 0 for x in value.split()]
+    return (numbers + [0] * 6)[:6]
+
+
+def _rate(count: int, per_ms: int) -> Rate | None:
+    if not count:
+        return None
+    try:
+        return Rate(count, per_ms / 1000)
+    except ConfigurationError:  # set by hand past the API's bounds (a window of 0: no cap)
+        return None
+
+
+def _wrong_type(exc: ResponseError, key: str, kind: str) -> Exception:
+    if not str(exc).startswith("WRONGTYPE"):
+        return exc
+    return CorruptQueueError(
+        f"{key} is not a {kind}: the queue's limits cannot be read; repair or delete that key"
+    )
 
 
 def _count(raw: object) -> int:

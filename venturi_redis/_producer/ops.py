@@ -35,6 +35,9 @@ CancelResult = Literal["cancelled", "requested", "not_found", "finished"]
 _RETRY_BATCH = 100
 
 _PURGE_BATCH = 100
+# A retention batch is one script call, which holds Redis while it runs: a
+# larger one would stall every client (and 10**20 was no count Redis takes).
+_PURGE_BATCH_MAX = 10_000
 
 # One retention pass removes at most this many batches per state, so a worker
 # that finds a large backlog (retention just lowered) spreads it over ticks.
@@ -95,9 +98,10 @@ class Retention:
                     f"retention {name} must be a whole number of jobs >= 0, or None for no bound, "
                     f"got {count!r}"
                 )
-        if type(self.batch) is not int or not 1 <= self.batch <= 10_000:
+        batch = self.batch
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= _PURGE_BATCH_MAX:
             raise ConfigurationError(
-                f"retention batch must be a whole number from 1 to 10,000, got {self.batch!r}"
+                f"retention batch must be a whole number from 1 to {_PURGE_BATCH_MAX:,}, got {batch!r}"
             )
 
     def periods_ms(self) -> dict[FinishedState, int]:

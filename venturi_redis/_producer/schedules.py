@@ -21,11 +21,22 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from redis.exceptions import ResponseError
+
 from .._model.codec import pack_model, text, unpack_model
 from .._model.enums import Priority
-from .._model.errors import TaskDefinitionError
+from .._model.errors import CorruptQueueError, TaskDefinitionError
 from .._model.ids import derived_job_id, new_job_id
-from .._model.schedule import ScheduleInfo, Timing, checked_priority, timing, validate_schedule_id
+from .._model.schedule import (
+    CORRUPT,
+    ScheduleFault,
+    ScheduleInfo,
+    checked_priority,
+    fire_plan,
+    next_fire,
+    timing,
+    validate_schedule_id,
+)
 from .._model.task import Task, task_kind
 from .._store.prepare import Prepared, checked_dedup_field, checked_limit_key, payload_too_large
 from .._store.store import Fired, ScriptArg
@@ -37,20 +48,34 @@ log = logging.getLogger("venturi_redis.schedules")
 
 # Due schedules one fire round reads (the next round takes the rest).
 DUE_BATCH = 50
+# The version a fire passes for a schedule it could not read (no stored one is it).
+_UNREAD = "(unread)"
 
 
 def _fields(raw: dict[bytes, bytes]) -> dict[str, str]:
-    return {k.decode(): v.decode("utf-8", "replace") for k, v in raw.items() if k != b"payload"}
+    return {
+        k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items() if k != b"payload"
+    }
 
 
-def _stored_timing(f: dict[str, str]) -> Timing:
-    def opt(name: str) -> int | None:
-        v = f.get(name, "")
-        return int(v) if v else None
-
-    return Timing(
-        f.get("cron") or None, opt("every_ms"), f.get("tz") or "UTC", opt("start_at"), opt("end_at")
+def _corrupt(queue: QueueLike, schedule_id: str, note: str) -> CorruptQueueError:
+    """The error of an operator's action on a corrupt schedule (nothing was written)."""
+    return CorruptQueueError(
+        f"schedule {schedule_id} of queue {queue.name}: {note}; nothing was written: repair its hash, "
+        "or declare it again (queue.schedule, or the worker that declares it), or unschedule it"
     )
+
+
+async def _read(queue: QueueLike, schedule_id: str) -> dict[bytes, bytes] | str:
+    """The schedule's hash ({} when there is none), or why it cannot be read (a note)."""
+    try:
+        raw: dict[bytes, bytes] = await queue.client.redis.hgetall(queue.keys.schedule(schedule_id))
+    except ResponseError as exc:
+        if not str(exc).startswith("WRONGTYPE"):
+            raise
+        kind = text(await queue.client.redis.type(queue.keys.schedule(schedule_id)))
+        return f"its key is a {kind}, not a hash"
+    return raw
 
 
 async def schedule(
@@ -94,13 +119,20 @@ async def schedule(
         "start_at": "" if when.start_ms is None else when.start_ms,
         "end_at": "" if when.end_ms is None else when.end_ms,
     }
-    await queue.store.schedule_upsert(
+    done = await queue.store.schedule_upsert(
         schedule_id=schedule_id,
         fingerprint=when.fingerprint(),
         next_at=when.next_after(now, anchor or 0),
         anchor=anchor,
         definition=definition,
     )
+    if done.repaired:
+        log.warning(
+            "queue %s: schedule %s was corrupt (%s); declaring it again repaired it",
+            queue.name,
+            schedule_id,
+            done.repaired,
+        )
     info = await get_schedule(queue, schedule_id)
     assert info is not None  # just written; only an unschedule() racing this call removes it
     return info
@@ -119,27 +151,62 @@ async def unschedule(queue: QueueLike, schedule_id: str) -> bool:
 
 
 async def get_schedule(queue: QueueLike, schedule_id: str) -> ScheduleInfo | None:
+    """The schedule as stored; one whose key is not a hash is returned marked (``corrupt``)."""
     validate_schedule_id(schedule_id)
-    raw = await queue.client.redis.hgetall(queue.keys.schedule(schedule_id))
+    raw = await _read(queue, schedule_id)
+    if isinstance(raw, str):
+        return ScheduleInfo.unreadable(queue.name, schedule_id, raw)
     return ScheduleInfo.from_hash(queue.name, schedule_id, raw) if raw else None
 
 
 async def list_schedules(queue: QueueLike) -> list[ScheduleInfo]:
-    """Every schedule of the queue, by id."""
-    ids = sorted(text(x) for x in await queue.client.redis.smembers(queue.keys.schedules))
+    """Every schedule of the queue, by id; a corrupt one is listed marked (``corrupt``), never raises.
+
+    Raises:
+        CorruptQueueError: The queue's set of schedule ids is not a set.
+    """
+    redis = queue.client.redis
+    try:
+        members = await redis.smembers(queue.keys.schedules)
+    except ResponseError as exc:
+        if not str(exc).startswith("WRONGTYPE"):
+            raise
+        raise CorruptQueueError(
+            f"{queue.keys.schedules} is not a set: the queue's schedules cannot be listed; "
+            "repair or delete that key"
+        ) from None
+    ids = sorted(text(x) for x in members)
     if not ids:
         return []
-    pipe = queue.client.redis.pipeline(transaction=False)
+    pipe = redis.pipeline(transaction=False)
     for sid in ids:
         pipe.hgetall(queue.keys.schedule(sid))
-    raws = await pipe.execute()
-    return [ScheduleInfo.from_hash(queue.name, sid, raw) for sid, raw in zip(ids, raws, strict=True) if raw]
+    raws = await pipe.execute(raise_on_error=False)
+    out: list[ScheduleInfo] = []
+    for sid, raw in zip(ids, raws, strict=True):
+        if isinstance(raw, Exception):  # WRONGTYPE: one schedule's key, not the listing's
+            found = await _read(queue, sid)
+            if isinstance(found, str):
+                out.append(ScheduleInfo.unreadable(queue.name, sid, found))
+            elif found:
+                out.append(ScheduleInfo.from_hash(queue.name, sid, found))
+        elif raw:
+            out.append(ScheduleInfo.from_hash(queue.name, sid, raw))
+    return out
+
+
+def _refused(queue: QueueLike, schedule_id: str, detail: str) -> None:
+    """Raise for a script's refusal that names a corrupt schedule."""
+    if detail.startswith(CORRUPT):
+        raise _corrupt(queue, schedule_id, detail)
 
 
 async def pause_schedule(queue: QueueLike, schedule_id: str) -> bool:
     """Stop firing ``schedule_id`` until resumed; False if there is no such schedule."""
     validate_schedule_id(schedule_id)
-    return (await queue.store.schedule_pause(schedule_id=schedule_id, pause=True)).applied
+    result = await queue.store.schedule_pause(schedule_id=schedule_id, pause=True)
+    _refused(queue, schedule_id, result.detail)
+    return result.applied
 
 
 async def resume_schedule(queue: QueueLike, schedule_id: str) -> bool:
@@ -148,17 +215,23 @@ async def resume_schedule(queue: QueueLike, schedule_id: str) -> bool:
     validate_schedule_id(schedule_id)
     client = queue.client
     for _ in range(8):  # the schedule changed between our read and the script: read again
-        raw = await client.redis.hgetall(queue.keys.schedule(schedule_id))
+        raw = await _read(queue, schedule_id)
+        if isinstance(raw, str):
+            raise _corrupt(queue, schedule_id, CORRUPT + raw)
         if not raw:
             return False
         f = _fields(raw)
         now = await server_now_ms(client)
-        nxt = _stored_timing(f).next_after(now, int(f.get("anchor") or 0))
+        try:
+            nxt = next_fire(f, now)
+        except ScheduleFault as exc:
+            raise _corrupt(queue, schedule_id, CORRUPT + str(exc)) from None
         result = await queue.store.schedule_pause(
             schedule_id=schedule_id, pause=False, version=f.get("version", ""), next_at=nxt
         )
         if result.applied:
             return True
+        _refused(queue, schedule_id, result.detail)
         if result.detail == "schedule does not exist":
             return False
     return False
@@ -169,10 +242,18 @@ async def trigger_schedule(queue: QueueLike, schedule_id: str) -> str | None:
 
     Returns the job id (or the pending job holding the task's dedup key), None
     if there is no such schedule.
+
+    Raises:
+        CorruptQueueError: The schedule's own data is corrupt (its key not a
+            hash, a field the fire cannot use): nothing is written, and the
+            error says what is wrong.
     """
     validate_schedule_id(schedule_id)
     result = await queue.store.schedule_fire(schedule_id=schedule_id, job_id=new_job_id())
-    return None if result.status == "refused" else result.id
+    if result.status == "refused":
+        _refused(queue, schedule_id, result.id)
+        return None
+    return result.id
 
 
 class FireRound(NamedTuple):
@@ -203,19 +284,25 @@ async def fire_due(
     pipe = client.redis.pipeline(transaction=False)
     for sid in due.ids:
         pipe.hgetall(keys.schedule(sid))
-    raws = await pipe.execute()
+    # One schedule's key of the wrong type is its own trouble: the others fire.
+    raws = await pipe.execute(raise_on_error=False)
     for sid, raw in zip(due.ids, raws, strict=True):
-        if not raw:
-            continue  # removed since
-        f = _fields(raw)
-        try:
-            fire_at = int(f["next_at"])
-            when = _stored_timing(f)
-            fires, nxt = when.catch_up(fire_at, due.now, int(f.get("anchor") or 0))
-        except Exception as exc:  # noqa: BLE001 - a corrupt stored timing must not stop the others
-            log.warning("queue %s: schedule %s cannot be read (%s); pausing it", queue.name, sid, exc)
-            await pause_schedule(queue, sid)
-            continue
+        f: dict[str, str] = {}
+        fire_at, fires, nxt, fault = 0, 1, None, ""
+        if isinstance(raw, Exception) or not raw:
+            # Gone (an entry of the index naming no schedule) or not a hash: the
+            # script sees which, and takes it out of the due index. A version no
+            # hash holds: one created since this read is left alone.
+            f, fault = {"version": _UNREAD}, "its key could not be read"
+        else:
+            f = _fields(raw)
+            try:
+                fire_at, fires, nxt = fire_plan(f, due.now)
+            except ScheduleFault as exc:
+                fault = str(exc)
+            except Exception as exc:  # noqa: BLE001 - not the schedule's data (cronsim missing): skip it
+                log.warning("queue %s: schedule %s cannot be fired here (%r)", queue.name, sid, exc)
+                continue
         job_id = derived_job_id(fire_at, f"{queue.name}\0{sid}\0{fire_at}".encode())
         result = await queue.store.schedule_fire(
             schedule_id=sid,
@@ -224,11 +311,13 @@ async def fire_due(
             fire_at=fire_at,
             next_at=nxt,
             fires=fires,
+            fault=fault,
         )
         out.append((sid, result))
         if result.status == "merged":
+            assert not isinstance(raw, Exception)
             await _merge(queue, tasks or {}, sid, f, raw.get(b"payload", b""), job_id, result.id)
-        elif result.status == "refused" and result.id.startswith("schedule is corrupt"):
+        elif result.status == "refused" and result.id.startswith(CORRUPT):
             log.warning("queue %s: schedule %s paused: %s", queue.name, sid, result.id)
     # The earliest fire time now that these moved on (one ZRANGE; the due
     # script's was read before them).

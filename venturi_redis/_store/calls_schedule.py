@@ -64,11 +64,12 @@ class Upserted(NamedTuple):
     created: bool
     changed: bool
     next_at: int | None
+    repaired: str  # what of a corrupt schedule the declaration repaired ('' nothing)
 
 
 def upserted(reply: Any) -> Upserted:
     nxt = text(reply[2])
-    return Upserted(int(reply[0]) == 1, int(reply[1]) == 1, int(nxt) if nxt else None)
+    return Upserted(int(reply[0]) == 1, int(reply[1]) == 1, int(nxt) if nxt else None, text(reply[3]))
 
 
 def schedule_due(keys: QueueKeys, now: str, *, limit: int) -> Call:
@@ -97,10 +98,13 @@ def schedule_fire(
     fire_at: int | None = None,
     next_at: int | None = None,
     fires: int = 1,
+    fault: str = "",
 ) -> Call:
     """schedule_fire.lua: fire the due ``fire_at`` of ``schedule_id`` (compare-and-advance
-    to ``next_at``), or, with ``fire_at=None``, trigger one extra job now."""
-    mode = "trigger" if fire_at is None else "fire"
+    to ``next_at``), or, with ``fire_at=None``, trigger one extra job now; with a
+    ``fault`` (what the caller found wrong with its stored timing), pause it with
+    that as its note, if it is still ``version``."""
+    mode = "quarantine" if fault else "trigger" if fire_at is None else "fire"
     return Call(
         "schedule_fire",
         [
@@ -124,6 +128,7 @@ def schedule_fire(
             "" if next_at is None else next_at,
             fires,
             job_id,
+            fault,
         ],
     )
 

@@ -335,7 +335,10 @@ class QueueStore:
         fire_at: int | None = None,
         next_at: int | None = None,
         fires: int = 1,
+        fault: str = "",
     ) -> Fired:
+        """Fire a due schedule (or, ``fire_at`` None, trigger one job now); ``fault``: what the
+        caller found corrupt in its stored timing ('' for nothing): the script pauses it instead."""
         call = calls_schedule.schedule_fire(
             self.keys,
             self.sender.now(),
@@ -345,6 +348,7 @@ class QueueStore:
             fire_at=fire_at,
             next_at=next_at,
             fires=fires,
+            fault=fault,
         )
         return calls_schedule.fired(await self.sender.call(call))
 

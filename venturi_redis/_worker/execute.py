@@ -130,9 +130,9 @@ async def execute(host: RunHost, job: Job) -> Ending:
                     async with run_span(job) as span:
                         with anyio.move_on_after(deadline) as scope:
                             outcome = await call_handler(host.handler_threads, task, ctx, host.state)
-                        if scope.cancelled_caught:  # the span says why the run ended
+                        if _past(scope):  # the span says why the run ended
                             span.timed_out(deadline)
-                timed_out = scope.cancelled_caught
+                timed_out = _past(scope)
         finally:
             if ctx._progress is not None:  # a held-back report lands before the ending
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
@@ -219,6 +219,17 @@ def failure_of(exc: BaseException, secrets: Sequence[str]) -> tuple[str, str]:
         cut = tail.find("\n")
         text = "...\n" + (tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail)
     return name, text
+
+
+def _past(scope: anyio.CancelScope) -> bool:
+    """Whether a run's timeout scope reached its deadline: a timed-out run.
+
+    Whatever the handler did then: a handler that caught the cancellation and
+    returned an outcome (or one that blocked the loop past the deadline) still
+    overran its timeout, and a timed-out run is a failed run (docs/flow-control.md);
+    ``cancelled_caught`` alone would record it as the handler said.
+    """
+    return scope.cancelled_caught or scope.cancel_called or anyio.current_time() >= scope.deadline
 
 
 def _task_timeout(task: Any, default: float | None) -> float | None:

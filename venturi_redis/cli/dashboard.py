@@ -49,8 +49,19 @@ def dashboard(
             "--show-payload", help="Show payload, carry and result values (masked as *** by default)."
         ),
     ] = False,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            help="Also answer to this host name (repeatable); without a token, a request whose "
+            "Host is not the bound address (or localhost) is refused, against DNS rebinding.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the web dashboard: every queue, its jobs, a job's journal; retry, cancel, pause."""
+    # A blank token (VENTURI_DASHBOARD_TOKEN=" ") is no token: it must not open a public bind.
+    token = token.strip() if token else None
     if not token and not is_loopback(host):
         typer.echo(
             f"venturi: refusing to serve the dashboard on {host} without a token: "
@@ -62,14 +73,24 @@ def dashboard(
         import uvicorn
 
         from ..dashboard import create_app
+        from ..dashboard._security import checked_host
     except ImportError as exc:
         typer.echo(f"venturi: {exc}; pip install 'venturi-redis[dashboard]'", err=True)
         raise typer.Exit(1) from None
     from .._producer.client import Client
 
+    try:
+        allowed = [checked_host(name) for name in allow_host or []]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--allow-host") from None
     client = Client.from_url(redis_url(redis))
     web = create_app(
-        client, read_only=read_only, token=token or None, show_payloads=show_payload, close_client=True
+        client,
+        read_only=read_only,
+        token=token or None,
+        show_payloads=show_payload,
+        close_client=True,
+        allowed_hosts=allowed,
     )
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"venturi dashboard on http://{shown}:{port}/ (Ctrl-C to stop)", err=True)

@@ -13,15 +13,26 @@ alone and the children get exactly one signal each, forwarded. Then:
   when they all stopped cleanly;
 - a child that cannot be kept alive (``MAX_QUICK_DEATHS`` deaths in a row,
   each within ``STABLE`` seconds of its start, or a usage error, status 2)
-  makes the supervisor stop the others and exit 1.
+  makes the supervisor stop the others and exit 1; a child that cannot even
+  be spawned (``fork`` or ``exec`` refused: out of processes, memory, file
+  descriptors) counts as a quick death, instead of the supervisor crashing
+  and SIGKILLing the healthy ones;
+- a supervisor that dies without a word (SIGKILL, the OOM killer) takes its
+  children down gracefully: each holds the read end of a pipe whose write end
+  only the supervisor holds (``LIFELINE_ENV`` names the descriptor), sees its
+  end of file when the supervisor is gone, and stops as on SIGTERM
+  (``watch_lifeline``). Before, the children lived on as orphans, and the
+  restarted supervisor started N more.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,6 +45,8 @@ BACKOFF_CAP = 30.0
 STABLE = 60.0  # a child that ran this long has its backoff and death count reset
 MAX_QUICK_DEATHS = 5
 _TICK = 0.05
+# The environment variable that tells a child which descriptor is its lifeline.
+LIFELINE_ENV = "VENTURI_SUPERVISOR_FD"
 
 
 @dataclass
@@ -77,7 +90,15 @@ def supervise(
     Returns the supervisor's exit status: 0 after a clean shutdown, 1 when a
     child could not be kept alive or a child ended badly on shutdown.
     """
-    start = spawn or (lambda argv: subprocess.Popen(list(argv), start_new_session=True))
+    # The lifeline: the supervisor holds the write end (never inherited, PEP 446)
+    # for as long as it lives; each child gets the read end.
+    lifeline_r, lifeline_w = os.pipe()
+
+    def spawn_child(argv: Sequence[str]) -> subprocess.Popen[bytes]:
+        env = {**os.environ, LIFELINE_ENV: str(lifeline_r)}
+        return subprocess.Popen(list(argv), start_new_session=True, pass_fds=(lifeline_r,), env=env)
+
+    start = spawn or spawn_child
     slots = [_Slot(i) for i in range(len(commands))]
     received: list[int] = []
 
@@ -89,7 +110,10 @@ def supervise(
     failed: str | None = None
     try:
         for slot in slots:
-            _start(slot, commands[slot.index], start)
+            failed = failed or _start(slot, commands[slot.index], start, time.monotonic())
+        if failed is not None:
+            log.error("supervisor: %s; stopping the other workers", failed)
+            _terminate(slots)
         while True:
             now = time.monotonic()
             if forwarded < len(received):
@@ -108,7 +132,10 @@ def supervise(
                 proc = slot.proc
                 if proc is None:
                     if not stopping and slot.restart_at is not None and now >= slot.restart_at:
-                        _start(slot, commands[slot.index], start)
+                        failed = _start(slot, commands[slot.index], start, now)
+                        if failed is not None:
+                            log.error("supervisor: %s; stopping the other workers", failed)
+                            _terminate(slots)
                     continue
                 code = proc.poll()
                 if code is None:
@@ -123,12 +150,11 @@ def supervise(
                         )
                         failed = failed or f"worker {slot.index} ended with status {code} on shutdown"
                     continue
-                failed = _died(slot, proc.pid, code, now)
+                how = f"killed by {_name(-code)}" if code < 0 else f"exited with status {code}"
+                failed = _died(slot, f"worker {slot.index} (pid {proc.pid}) {how}", code, now)
                 if failed is not None:
                     log.error("supervisor: %s; stopping the other workers", failed)
-                    for other in slots:
-                        if other.proc is not None and other.proc.poll() is None:
-                            other.proc.send_signal(signal.SIGTERM)
+                    _terminate(slots)
             if stopping and all(slot.proc is None for slot in slots):
                 break
             time.sleep(_TICK)
@@ -139,6 +165,8 @@ def supervise(
             if slot.proc is not None and slot.proc.poll() is None:
                 slot.proc.kill()
                 slot.proc.wait()
+        os.close(lifeline_r)
+        os.close(lifeline_w)
     if failed is not None:
         log.error("supervisor: exiting with status 1: %s", failed)
         return 1
@@ -147,19 +175,27 @@ def supervise(
 
 
 def _start(
-    slot: _Slot, command: Sequence[str], start: Callable[[Sequence[str]], subprocess.Popen[bytes]]
-) -> None:
-    slot.proc = start(command)
-    slot.started = time.monotonic()
+    slot: _Slot,
+    command: Sequence[str],
+    start: Callable[[Sequence[str]], subprocess.Popen[bytes]],
+    now: float,
+) -> str | None:
+    """Start the slot's child; the reason to give up, if it cannot be spawned once too often."""
+    slot.started = now
+    try:
+        slot.proc = start(command)
+    except OSError as exc:  # fork/exec refused: a death before birth, retried with the backoff
+        slot.proc = None
+        return _died(slot, f"worker {slot.index} could not be started ({exc})", 1, now)
     slot.restart_at = None
     log.info("supervisor: worker %d started (pid %d)", slot.index, slot.proc.pid)
+    return None
 
 
-def _died(slot: _Slot, pid: int, code: int, now: float) -> str | None:
+def _died(slot: _Slot, what: str, code: int, now: float) -> str | None:
     """Schedule the slot's restart; the reason to give up instead, if there is one."""
-    how = f"killed by {_name(-code)}" if code < 0 else f"exited with status {code}"
     if code == 2:
-        return f"worker {slot.index} (pid {pid}) {how}: a usage error, restarting cannot help"
+        return f"{what}: a usage error, restarting cannot help"
     if now - slot.started < STABLE:
         slot.quick_deaths += 1
     else:
@@ -167,12 +203,49 @@ def _died(slot: _Slot, pid: int, code: int, now: float) -> str | None:
     if slot.quick_deaths >= MAX_QUICK_DEATHS:
         return (
             f"worker {slot.index} died {slot.quick_deaths} times in a row, each within {STABLE:g}s "
-            f"of its start (last: {how})"
+            f"of its start (last: {what})"
         )
     slot.restart_at = now + slot.backoff
-    log.warning("supervisor: worker %d (pid %d) %s; restarting in %.1fs", slot.index, pid, how, slot.backoff)
+    log.warning("supervisor: %s; restarting in %.1fs", what, slot.backoff)
     slot.backoff = min(slot.backoff * 2, BACKOFF_CAP)
     return None
+
+
+def _terminate(slots: Sequence[_Slot]) -> None:
+    for other in slots:
+        if other.proc is not None and other.proc.poll() is None:
+            other.proc.send_signal(signal.SIGTERM)
+
+
+def watch_lifeline() -> None:
+    """In a child of the supervisor: stop as on SIGTERM once the supervisor is gone.
+
+    A daemon thread blocks reading the lifeline (``LIFELINE_ENV``), which the
+    supervisor never writes: the read returns end of file when the last
+    write end closes, that is when the supervisor exits, however it died.
+    The descriptor is kept from this process's own children.
+    """
+    raw = os.environ.pop(LIFELINE_ENV, "")
+    if not raw.isdigit():
+        return
+    fd = int(raw)
+    try:
+        os.set_inheritable(fd, False)
+    except OSError:  # not open here (a command line copied by hand): nothing to watch
+        return
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        try:
+            while os.read(fd, 1):
+                pass
+        except OSError:
+            pass
+        log.warning("supervisor (pid %d) is gone: stopping as on SIGTERM", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="venturi-lifeline", daemon=True).start()
 
 
 def _alive(slots: Sequence[_Slot]) -> int:

@@ -10,6 +10,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from .._model.errors import CorruptQueueError
 from .._model.schedule import ScheduleInfo
 from .._producer import discovery as _discovery
 from .._producer.client import Client, Queue
@@ -41,13 +42,22 @@ def spec(info: ScheduleInfo) -> str:
     """The timing as an operator writes it: ``0 3 * * * Europe/Berlin`` or ``every 30s``."""
     if info.cron is not None:
         return f"{info.cron} {info.tz}"
+    if info.every is None:
+        return "-"  # a corrupt one: its note says why
     return f"every {info.every:g}s"
 
 
 def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
     doc = dataclasses.asdict(info)
     doc["priority"] = info.priority.label
+    doc["corrupt"] = info.corrupt
     return doc
+
+
+def _state(s: ScheduleInfo) -> str:
+    if s.corrupt:
+        return "corrupt"
+    return "paused" if s.paused else (when(s.next_at) if s.next_at else "ended")
 
 
 @app.command("schedules")
@@ -62,14 +72,21 @@ def schedules_cmd(
         for name in queue or []:
             await known_queue(client, name, change=False)
         names = list(queue or []) or await _discovery.discover_schedule_queues(client)
-        found = [s for name in names for s in await client.queue(name).schedules()]
+        found: list[ScheduleInfo] = []
+        failed = 0
+        for name in names:
+            try:
+                found += await client.queue(name).schedules()
+            except CorruptQueueError as exc:  # that queue's set of ids: the others are listed
+                typer.echo(f"venturi: queue {name}: {exc}", err=True)
+                failed += 1
         if json_out:
             print_json([schedule_dict(s) for s in found])
-            return 0
+            return 1 if failed else 0
         if not found:
             where = ", ".join(names) if queue else "any queue"
             console().print(Text(f"no schedules on {where}"))
-            return 0
+            return 1 if failed else 0
         table = Table(title=f"{len(found)} schedule(s)", box=box.SIMPLE_HEAD)
         for col in ("queue", "id", "kind", "spec", "task", "next", "last", "last job", "fires"):
             table.add_column(col, no_wrap=col not in ("spec", "task"))
@@ -80,13 +97,22 @@ def schedules_cmd(
                 s.kind,
                 safe_text(spec(s)),
                 safe_text(s.task_kind),
-                "paused" if s.paused else (when(s.next_at) if s.next_at else "ended"),
+                _state(s),
                 when(s.last_at) if s.last_at else "-",
                 safe_text(s.last_job_id or "-"),
                 str(s.fires),
             )
         print_table(table)
-        return 0
+        for s in found:
+            if s.corrupt:  # what is wrong, and what to do, under the table
+                console().print(Text(f"{s.queue}/{s.id}: {s.note}"))
+        if any(s.corrupt for s in found):
+            console().print(
+                Text(
+                    "repair a corrupt schedule's hash and resume it, or declare it again (docs/schedules.md)"
+                )
+            )
+        return 1 if failed else 0
 
     run_with_client(redis, go)
 

@@ -170,6 +170,9 @@ def worker(
         options += [f"--health-file={health_file}"] if health_file is not None else []
         commands = child_commands(target, processes, options=options, metrics_port=metrics_port)
         raise typer.Exit(supervise(commands))
+    from .processes import watch_lifeline
+
+    watch_lifeline()  # a child of --processes: stop when the supervisor is gone
 
     async def main() -> int:
         obj = _load_target(target)

@@ -29,7 +29,7 @@ from starlette.routing import Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 
 from .._model.enums import JobState
-from .._model.errors import VenturiError
+from .._model.errors import ConfigurationError, VenturiError
 from .._model.schedule import validate_schedule_id
 from .._producer.events import events_cap
 from .._producer.reads import LISTINGS
@@ -39,8 +39,10 @@ from ._security import (
     CSRF_FIELD,
     CSRF_HEADER,
     Guard,
+    Hosts,
     Keys,
     check_csrf,
+    checked_host,
     cookie_header,
     mount_path,
     safe_next,
@@ -455,6 +457,7 @@ def create_app(
     tasks: Sequence[type[Task[Any]]] = (),
     discovery_interval: float = 30.0,
     close_client: bool = False,
+    allowed_hosts: Sequence[str] = (),
 ) -> Starlette:
     """The dashboard as an ASGI application, to serve or to mount under any path.
 
@@ -473,11 +476,29 @@ def create_app(
             command, and one per queue); the counts are read fresh on every
             request. ``0`` reads them every time.
         close_client: Close ``client`` when the app shuts down (the CLI's case).
+        allowed_hosts: Host names (or addresses) the dashboard answers to
+            besides the address its server listens on (and ``localhost``
+            when that is a loopback address); ``["*"]``: any. Without a
+            token, a request whose ``Host`` header names another host gets
+            ``421``, against DNS rebinding; with a token, the names are
+            checked only when some are given.
+
+    Raises:
+        ConfigurationError: A blank ``token``, or an allowed host that is
+            no host name (a scheme or a port in it).
     """
+    if token is not None and not token.strip():
+        raise ConfigurationError("token is blank: give a token, or None for none (bind loopback only)")
+    if isinstance(allowed_hosts, str):
+        raise ConfigurationError(f"allowed_hosts must be a list of host names, got {allowed_hosts!r}")
+    try:
+        hosts = Hosts(frozenset(checked_host(h) for h in allowed_hosts))
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
     dash = Dashboard(
         client,
         read_only=read_only,
-        keys=Keys.make(token),
+        keys=Keys.make(token.strip() if token is not None else None),
         redaction=_data.Redaction.build(show_payloads, tasks),
         discovery_interval=discovery_interval,
     )
@@ -529,7 +550,7 @@ def create_app(
     }
     web = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, keys=dash.keys)],
+        middleware=[Middleware(Guard, keys=dash.keys, hosts=hosts)],
         exception_handlers=handlers,
         lifespan=lifespan,
     )

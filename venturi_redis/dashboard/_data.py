@@ -188,6 +188,7 @@ def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
             "end_at": info.end_at,
             "fires": info.fires,
             "note": info.note,
+            "corrupt": info.corrupt,
         }
     )
     return doc

@@ -11,18 +11,28 @@ One ASGI middleware (``Guard``) wraps the whole dashboard:
   login cookie that ``POST /login`` sets (an HMAC of the token and the session
   id, so it is worthless on another session and after the token changes).
   Static files and the login page stay open: they hold nothing from Redis.
+- without a token, only a request whose ``Host`` names the address the server
+  listens on (and ``localhost`` when that is a loopback address), or one of
+  the names the operator allowed, is served (``Hosts``): DNS rebinding.
+  A page at ``http://evil.example:8080/`` whose name is then re-resolved to
+  127.0.0.1 is same-origin with the dashboard for the browser, and could read
+  its pages (the CSRF token too) and POST; its requests still say ``Host:
+  evil.example``. A POST whose ``Origin`` header (when the browser sends one)
+  names another host is refused as well.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
+import re
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -77,6 +87,100 @@ class Keys:
         return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
 
+# A host name as a Host header or an Origin gives it: DNS labels, or an IPv4
+# address (an IPv6 one comes in brackets and is checked by ipaddress).
+_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_\-.]{0,252}[a-z0-9_])?")
+
+
+def host_name(authority: str) -> str | None:
+    """The host of a ``Host`` header's value (``name[:port]``, ``[v6][:port]``), lowercased,
+    without a trailing dot (an IPv6 address compressed); None when it is not one."""
+    value = authority.strip().lower()
+    if value.startswith("["):
+        name, bracket, port = value[1:].partition("]")
+        try:
+            address = str(ipaddress.IPv6Address(name))
+        except ValueError:
+            return None
+        ok = bool(bracket) and (not port or (port[0] == ":" and port[1:].isdigit()))
+        return address if ok else None
+    name, colon, port = value.partition(":")
+    if colon and not port.isdigit():
+        return None
+    name = name.removesuffix(".")
+    return name if _NAME.fullmatch(name) else None
+
+
+def checked_host(value: object) -> str:
+    """One name of ``create_app(allowed_hosts=...)`` / ``--allow-host``, normalized;
+    ``*`` allows any. ``ValueError`` names a value that is no host name."""
+    if value == "*":
+        return "*"
+    name = None
+    if isinstance(value, str):
+        text = value.strip()
+        if ":" in text and not text.startswith("["):
+            text = f"[{text}]"  # a bare IPv6 address (a name with a port is refused below)
+        if ":" not in text.rpartition("]")[2]:  # no port after the name or address
+            name = host_name(text)
+    if name is None:
+        raise ValueError(
+            f"allowed host {value!r} is not a host name or address (no scheme, no port: "
+            "'dash.example.com', '10.0.0.5', '::1'; '*' allows any)"
+        )
+    return name
+
+
+def _loopback(name: str) -> bool:
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return name == "localhost"
+
+
+@dataclass(frozen=True, slots=True)
+class Hosts:
+    """Which ``Host`` a request may name: the server's own address (as the ASGI
+    server reports it), ``localhost`` when that address is a loopback one (a name
+    no one can rebind), and the names allowed; ``*`` allows any."""
+
+    allowed: frozenset[str]
+
+    def served(self, scope: Scope) -> set[str]:
+        names = set(self.allowed)
+        server = scope.get("server")
+        address = str(server[0]).lower().strip("[]") if server else ""
+        if address:
+            names.add(address)
+        if not address or _loopback(address):
+            # No address reported (the ASGI server need not say): loopback names only.
+            names.update({"localhost", "127.0.0.1", "::1"} if not address else {"localhost"})
+        return names
+
+    def refusal(self, scope: Scope) -> tuple[int, str] | None:
+        """None when the request may be served, else its status and why."""
+        if "*" in self.allowed:
+            return None
+        given = header(scope, b"host")
+        name = host_name(given) if given is not None else None
+        if name is None:
+            return 400, f"bad or missing Host header: {given!r}"
+        served = self.served(scope)
+        if name not in served:
+            return 421, (
+                f"this dashboard has no token and answers only to {', '.join(sorted(served))}, "
+                f"not to {name!r}: open it by one of those names, or allow this one "
+                "(venturi dashboard --allow-host NAME, create_app(allowed_hosts=[...]))"
+            )
+        origin = header(scope, b"origin")
+        if scope.get("method") not in ("GET", "HEAD") and origin is not None:
+            parts = urlsplit(origin.strip())
+            source = host_name(parts.netloc) if parts.scheme in ("http", "https") else None
+            if source not in served:
+                return 403, f"a POST from another site (Origin {origin!r}) is refused"
+        return None
+
+
 def cookies(scope: Scope) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in scope.get("headers", []):
@@ -125,13 +229,21 @@ def cookie_header(name: str, value: str, scope: Scope, *, max_age: int | None = 
 class Guard:
     """The middleware described in the module docstring."""
 
-    def __init__(self, app: ASGIApp, keys: Keys) -> None:
+    def __init__(self, app: ASGIApp, keys: Keys, hosts: Hosts) -> None:
         self.app = app
         self.keys = keys
+        # Checked without a token (DNS rebinding), or when the operator named hosts.
+        self.hosts = hosts if keys.token is None or hosts.allowed else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        refused = self.hosts.refusal(scope) if self.hosts is not None else None
+        if refused is not None:  # before anything else: no session for a page that is not ours
+            status, why = refused
+            body = json.dumps({"error": why}).encode()
+            await _respond(send, status, [*HEADERS, (b"content-type", b"application/json")], body)
             return
         jar = cookies(scope)
         session = jar.get(SESSION_COOKIE, "")

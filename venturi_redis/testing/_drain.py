@@ -127,8 +127,8 @@ async def drain(
         ConfigurationError: jobs wait for a later time and the client's clock
             is not a ``Clock``.
     """
-    if max_runs < 1:
-        raise ConfigurationError(f"max_runs must be >= 1, got {max_runs}")
+    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+        raise ConfigurationError(f"max_runs must be a whole number >= 1, got {max_runs!r}")
     before = await _finished(queue)
     runs = _Runs()
     report = DrainReport()
@@ -155,6 +155,12 @@ async def drain(
         # due and nothing runs, then stops, and the clock moves on.
         # shutdown() below stops the run even if it has not got going yet.
         if not await _settled(queue):
+            if await _paused(queue):
+                # No worker claims from a paused queue: drain would wait for ever.
+                raise ConfigurationError(
+                    f"queue {queue.name!r} is paused and has jobs due: drain would wait for ever; "
+                    "resume it first (await queue.resume_queue())"
+                )
             async with anyio.create_task_group() as tg:
                 tg.start_soon(worker.run)
                 while not (await _settled(queue)) and runs.count < max_runs:
@@ -194,6 +200,16 @@ async def drain(
     return report
 
 
+# A job of a limited kind waits parked (flow control), its key in limits:ready
+# scored by when it may be claimed: a time, or from 2**52 up (limits.lua's
+# LIMIT_HELD and LIMIT_BLOCKED) a place in line for a slot, which a run ending
+# frees. Only the times are a later time drain can move the clock to
+# (tests/test_testing_plugin.py checks the constant against limits.lua).
+_NOT_A_TIME = 2**52
+# Limited keys whose rate window rolls first, looked at for one with parked jobs.
+_READY_LOOK = 100
+
+
 async def _settled(queue: Queue) -> bool:
     """Nothing running and nothing due now, read in one MULTI (no claim between the reads).
 
@@ -226,6 +242,11 @@ async def _next_due(queue: Queue) -> int | None:
         reads.pop()
     firsts = [int(entries[0][1]) for entries in reads if entries]
     return min(firsts, default=None)
+
+
+async def _paused(queue: Queue) -> bool:
+    paused = await queue.client.redis.hget(queue.keys.meta, "paused")
+    return paused in (b"1", "1")
 
 
 async def _finished(queue: Queue) -> dict[str, list[tuple[str, float]]]:
