@@ -175,6 +175,7 @@ class TenantJob(Tenant, vr.Handler[dict[str, Any]]):
         await anyio.sleep(0.01)  # overlap with the other runs drain lets start
         running[self.tenant] -= 1
         state.setdefault("ran", []).append(self.tenant)
+        return vr.Outcome.completed()
 
 
 class Ping(vr.Task):
