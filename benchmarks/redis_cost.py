@@ -178,7 +178,9 @@ def main() -> None:
     ap.add_argument(
         "--floor", action="store_true", help="drive the storage shape's floor (redis_cpu.py) instead of ours"
     )
-    ap.add_argument("--bulk", type=int, default=1, help="jobs per enqueue call (default 1; ours takes <= 500)")
+    ap.add_argument(
+        "--bulk", type=int, default=1, help="jobs per enqueue call (default 1; ours takes <= 500)"
+    )
     a = ap.parse_args()
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(a.root.resolve()))

@@ -287,8 +287,6 @@ async def test_drain_checks_max_runs(clocked: vr.Client, queue_name: str, bad: A
         await drain(clocked.queue(queue_name), NapJob, max_runs=bad)
 
 
-
-
 def test_clock_moves_only_forward() -> None:
     clock = Clock()
     t = clock()
