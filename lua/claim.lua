@@ -346,25 +346,26 @@ for level = 1, 4 do
   while again and n < want and not broken and parked < PARK_MAX do
     again = false
     local k = want - n
-    local z = redis.pcall('ZRANGE', KEYS[level], 0, k - 1, 'WITHSCORES')
+    -- The due ids alone (no scores: a score is a double formatted for the
+    -- reply and parsed back, per job); the next one's time is read once,
+    -- below, when the level has no more due.
+    local z = redis.pcall('ZRANGE', KEYS[level], '-inf', now, 'BYSCORE', 'LIMIT', 0, k)
     if z.err then
       broken = KEYS[level] .. ' is not a sorted set'
       break
     end
-    local later = false
-    local taken = 0
-    for i = 1, #z, 2 do
-      local score = tonumber(z[i + 1])
-      if score > now then
-        if nxt == 0 or score < nxt then nxt = score end
-        later = true
-        break
-      end
-      taken = taken + 1
+    for i = 1, #z do
       if take(z[i], true) == 'parked' then parked = parked + 1 end
     end
-    if taken > 0 then redis.call('ZREMRANGEBYRANK', KEYS[level], 0, taken - 1) end
-    again = not later and #z == 2 * k
+    if #z > 0 then redis.call('ZREMRANGEBYRANK', KEYS[level], 0, #z - 1) end
+    again = #z == k
+    if not again then
+      local later = redis.call('ZRANGE', KEYS[level], 0, 0, 'WITHSCORES')
+      if later[2] then
+        local score = tonumber(later[2])
+        if nxt == 0 or score < nxt then nxt = score end
+      end
+    end
   end
   if broken then break end
 end

@@ -98,8 +98,10 @@ for i = 0, n - 1 do
       local note, attachment, carry, result = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
       -- The job's first write: a journal of the wrong type refuses it here,
       -- with nothing written (the reclaim quarantines it at its lease's end).
-      local entry = redis.pcall(unpack(journal_args(journal_key, now_s, 'completed', run, note,
-        attachment, with_claim({}, f[4], f[5]))))
+      local args = journal_args(journal_key, now_s, 'completed', run, note, attachment,
+        with_claim({}, f[4], f[5]))
+      local first = run == '1' -- a first run starts the journal (journal_start compacts it)
+      local entry = first and journal_start(journal_key, args) or redis.pcall(unpack(args))
       if type(entry) == 'table' and entry.err then
         out[i + 1] = 'journal key is not a stream'
       else
@@ -111,17 +113,18 @@ for i = 0, n - 1 do
           kinds[#done] = f[7] or ''
           runs[#done] = run
         end
+        -- No updated_at: a completed job's last change is its finished_at
+        -- (records.py reads the latest of the three).
         -- The lease fields and an empty note are removed, not emptied (a
         -- field costs each retained hash ~15 B). A first run has no note,
         -- attachment or result of an earlier run to drop: the usual
         -- completion is one HSET and one HDEL of the lease's fields.
         if note == '' then
-          redis.call('HSET', job_key, 'state', 'completed', 'finished_at', now_s, 'updated_at', now_s)
+          redis.call('HSET', job_key, 'state', 'completed', 'finished_at', now_s)
         else
           redis.call('HSET', job_key, 'state', 'completed', 'note', note,
-            'finished_at', now_s, 'updated_at', now_s)
+            'finished_at', now_s)
         end
-        local first = run == '1'
         if attachment == '' and result == '' then
           if first then
             redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at')
@@ -139,7 +142,6 @@ for i = 0, n - 1 do
           set_blob(job_key, 'result', result)
         end
         if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
-        if first then compact_journal(journal_key, 1) end -- a first run started the journal
         -- A slot, an offload, dependents (lease.lua, `hooks`); a run claimed
         -- before 0.2 (no claimed_at) may have any of them without the flag.
         if f[6] or not f[5] then

@@ -355,6 +355,60 @@ async def test_compacting_keeps_a_journal_ttl(backend: str, queue: vr.Queue) -> 
     assert 590_000 < await r.pttl(key) <= 600_000
 
 
+@pytest.mark.parametrize("left", ["entries", "a string"])
+async def test_a_first_completion_starts_its_journal_alone_whatever_the_scratch_holds(
+    backend: str, queue: vr.Queue, left: str
+) -> None:
+    """complete.lua writes a first run's entry to the queue's scratch key and
+    copies it to the journal: entries left there by hand never reach a job's
+    journal, a scratch of the wrong type only takes the longer way, and the
+    scratch is gone after the call either way."""
+    job_id = await queue.enqueue(Echo(text="x"))
+    ((claimed, token, _),) = await claim(queue)
+    assert claimed == job_id
+    r = queue.client.redis
+    scratch = queue.keys.prefix + "journal-compact"
+    if left == "entries":
+        await r.xadd(scratch, {"event": "forged"})
+    else:
+        await r.set(scratch, "junk")
+    await complete_raw(queue, job_id, token)
+    assert [e.event for e in await stream(queue, job_id)] == ["completed"]
+    assert (await queue.get(job_id)).state is vr.JobState.COMPLETED
+    if backend != "memory":  # fakeredis: no preallocation, so no copy and no scratch
+        assert await r.exists(scratch) == 0
+        assert await r.memory_usage(queue.keys.journal(job_id), samples=0) < 1500
+
+
+async def test_a_first_completion_appends_to_a_journal_that_exists(backend: str, queue: vr.Queue) -> None:
+    """A journal started before the run ended (here a stale worker's refused
+    completion) gets the entry after its own, and is compacted all the same."""
+    job_id = await queue.enqueue(Echo(text="x"))
+    ((_, token, _),) = await claim(queue)
+    await complete_raw(queue, job_id, "stale-token")
+    before = await stream(queue, job_id)
+    assert [e.event for e in before][-1] == "refused"
+    await complete_raw(queue, job_id, token)
+    after = await stream(queue, job_id)
+    assert after[:-1] == before
+    assert after[-1].event == "completed"
+    assert (await queue.get(job_id)).state is vr.JobState.COMPLETED
+    if backend != "memory":
+        assert await queue.client.redis.memory_usage(queue.keys.journal(job_id), samples=0) < 1500
+
+
+async def test_a_first_completion_on_a_journal_of_the_wrong_type_writes_nothing(queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Echo(text="x"))
+    ((_, token, _),) = await claim(queue)
+    r = queue.client.redis
+    await r.set(queue.keys.journal(job_id), "not a stream")
+    before = await r.hgetall(queue.keys.job(job_id))
+    await complete_raw(queue, job_id, token)
+    assert await r.hgetall(queue.keys.job(job_id)) == before
+    assert await r.get(queue.keys.journal(job_id)) == b"not a stream"
+    assert await r.exists(queue.keys.prefix + "journal-compact") == 0
+
+
 @pytest.mark.parametrize("op", ["cancel", "merge", "reclaim", "resume", "retry"])
 async def test_an_operator_transition_keeps_a_compact_journal(backend: str, queue: vr.Queue, op: str) -> None:
     """The transitions a worker does not make compact the journal too."""

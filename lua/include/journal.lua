@@ -125,6 +125,33 @@ local function compact_journal(key, len)
   redis.call('DEL', scratch)
 end
 
+-- A journal that `args` (journal_args's XADD) starts: a first run's
+-- completion, the usual job's first and only entry. compact_journal's result
+-- at one command less: the entry goes to the queue's scratch key (MAXLEN = 1:
+-- the scratch holds that entry alone whatever was left there by hand), COPY
+-- puts it at the journal's name at its exact size and the scratch goes. A
+-- journal that exists already (COPY never overwrites: entries written before,
+-- e.g. a refusal's) gets the entry itself and is compacted as before.
+-- Returns what XADD returns (an error table: a journal of the wrong type,
+-- nothing written).
+local function journal_start(key, args)
+  if redis.REDIS_VERSION_NUM == nil then
+    return redis.pcall(unpack(args))
+  end
+  local scratch = journal_scratch_key(ARGV[2])
+  args[2], args[4], args[5] = scratch, '=', '1'
+  local entry = redis.pcall(unpack(args))
+  if type(entry) == 'string' and redis.call('COPY', scratch, key) == 1 then
+    redis.call('DEL', scratch)
+    return entry
+  end
+  redis.call('DEL', scratch)
+  args[2], args[4], args[5] = key, '~', JOURNAL_MAXLEN
+  entry = redis.pcall(unpack(args))
+  if type(entry) == 'string' then compact_journal(key) end
+  return entry
+end
+
 -- The id of a job's `enqueued` entry: its created_at, sequence 0 (0-0 is not
 -- a valid stream id, so a job created at 0 gets 0-1). _records.py
 -- (enqueued_entry) synthesizes the same id for a job with no stream yet.

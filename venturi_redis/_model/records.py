@@ -373,8 +373,14 @@ class JobInfo:
             failures=p.num("failures"),
             eligible_at=p.when("eligible_at"),
             created_at=created,
-            # A running job's claim is its latest change (claim.lua writes claimed_at).
-            updated_at=max(p.when("updated_at") or created, p.when("claimed_at") or created),
+            # A running job's claim is its latest change (claim.lua writes
+            # claimed_at), a completed job's its end (complete.lua writes
+            # finished_at alone).
+            updated_at=max(
+                p.when("updated_at") or created,
+                p.when("claimed_at") or created,
+                p.when("finished_at") or created,
+            ),
             finished_at=p.when("finished_at"),
             note=p.text("note") or None,
             attachment=p.blob("attachment"),
