@@ -85,3 +85,6 @@ class Cancelled:
 
 
 Ending = Completed | Paused | Suspended | Failed | Dead | Released | Cancelled
+
+# The usual ending, made once: a completion without a note or a result.
+COMPLETED = Completed()

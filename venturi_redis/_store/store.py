@@ -395,11 +395,9 @@ class QueueStore:
     # -- the worker: a run's ending --------------------------------------------------------
 
     @staticmethod
-    def completion(lease: Lease, ending: Completed, state: RunState) -> Completion:
+    def completion(job_id: str, token: str, ending: Completed, state: RunState) -> Completion:
         """One job's values in a (batched) completion call (``complete_op``)."""
-        return calls.completion(
-            lease.job_id, lease.token, ending.note, state.attachment, state.carry, ending.result
-        )
+        return calls.completion(job_id, token, ending.note, state.attachment, state.carry, ending.result)
 
     def complete_op(
         self, completions: Sequence[Completion], retention: Retained = KEEP_ALL
@@ -420,7 +418,7 @@ class QueueStore:
         k, now, job_id, token = self.keys, self.sender.now(), lease.job_id, lease.token
         call: calls.Call
         if isinstance(ending, Completed):
-            one = self.complete_op([self.completion(lease, ending, state)], args.retention)
+            one = self.complete_op([self.completion(job_id, token, ending, state)], args.retention)
             return Op(one.call, lambda reply: calls.completed(reply)[0])
         if isinstance(ending, Paused):
             call = calls.pause(

@@ -44,11 +44,21 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.backoff import Backoff
 from .._model.codec import pack, pack_model
-from .._model.endings import Cancelled, Completed, Dead, Ending, Failed, Paused, Released, Suspended
+from .._model.endings import (
+    COMPLETED,
+    Cancelled,
+    Completed,
+    Dead,
+    Ending,
+    Failed,
+    Paused,
+    Released,
+    Suspended,
+)
 from .._model.enums import DeadReason
 from .._model.errors import LeaseLostError, PayloadError
 from .._model.task import NoCarry
-from .._store.store import EndingArgs, Lease, Op, Retained, RunState, send_ops
+from .._store.store import NO_STATE, EndingArgs, Lease, Op, Retained, RunState, send_ops
 from .context import Context
 
 if TYPE_CHECKING:
@@ -161,7 +171,6 @@ class Completer:
         job.committing = True
         if job.runner is not None:
             job.runner.release_slot(job)
-        lease = Lease(job.id, job.token, job.priority)
         store = job.queue.store
         if isinstance(ending, Completed) and not direct and host.jobs_group is not None:
             batch = self.batch_for(job.queue.client)
@@ -169,10 +178,10 @@ class Completer:
                 # The slot task goes on to its next job at once; the batch
                 # settles this one when its reply is in.
                 job.deferred = True
-                job.completion = store.completion(lease, ending, state)
+                job.completion = store.completion(job.id, job.token, ending, state)
                 batch.complete_soon(job.queue, job.completion, self._completed, job)
                 return
-        op = store.end_run(lease, ending, state, self._args(ending))
+        op = store.end_run(Lease(job.id, job.token, job.priority), ending, state, self._args(ending))
         result, attempt = await self._send(job, op, direct=direct)
         if result is not None:
             self._settled(job, ending, result, attempt)
@@ -181,12 +190,14 @@ class Completer:
         """The run's encoded state, and the ending that can be stored with it."""
         ctx: Context[Any] | None = job.ctx
         if ctx is None:
-            return RunState(), ending
+            return NO_STATE, ending
+        if ctx.attachment is None and type(ctx.carry) is NoCarry:
+            return NO_STATE, ending  # the usual run: nothing to save
         try:
             attachment = pack(ctx.attachment) if ctx.attachment is not None else b""
             carry = b"" if isinstance(ctx.carry, NoCarry) else pack_model(ctx.carry)
         except PayloadError as exc:
-            return RunState(), Dead(DeadReason.INVALID_PAYLOAD, f"cannot save run state: {exc}")
+            return NO_STATE, Dead(DeadReason.INVALID_PAYLOAD, f"cannot save run state: {exc}")
         return RunState(attachment, carry), ending
 
     def _args(self, ending: Ending) -> EndingArgs:
@@ -207,7 +218,7 @@ class Completer:
                     "queue %s: internal error completing job %s", job.queue.name, job.id, exc_info=reply
                 )
             else:
-                self._settled(job, Completed(), reply, 0)
+                self._settled(job, COMPLETED, reply, 0)
         finally:
             host.job_done(job)
 
@@ -219,7 +230,7 @@ class Completer:
             await anyio.sleep(0.1)
             result, attempt = await self._send(job, one, attempt=1)
             if result is not None:
-                self._settled(job, Completed(), result, attempt)
+                self._settled(job, COMPLETED, result, attempt)
         except Exception:
             log.exception("queue %s: internal error completing job %s", job.queue.name, job.id)
         finally:

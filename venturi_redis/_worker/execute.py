@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from .._model import tracing as _tracing
 from .._model.codec import pack, unpack, unpack_as, unpack_model
-from .._model.endings import Completed, Dead, Ending, Failed, Paused, Suspended
+from .._model.endings import COMPLETED, Completed, Dead, Ending, Failed, Paused, Suspended
 from .._model.enums import DeadReason
 from .._model.errors import PayloadError, TaskDefinitionError, TaskError
 from .._model.outcome import UNSET, Outcome
@@ -68,7 +68,8 @@ class RunHost(Protocol):
 
 async def execute(host: RunHost, job: Job) -> Ending:
     """Run ``job``'s handler: how the run ended (never raises but for a cancellation asked of it)."""
-    handler_cls = host.registry.get(job.kind)
+    registry = host.registry
+    handler_cls = registry.get(job.kind)
     if handler_cls is None:
         return Dead(DeadReason.UNKNOWN_KIND, f"no handler for kind {job.kind!r} on worker {host.id}")
     try:
@@ -100,7 +101,7 @@ async def execute(host: RunHost, job: Job) -> Ending:
     # While the handler runs only (cleared below): ctx -> job -> ctx is a cycle,
     # which only the cyclic GC would free (~5% of the worker's CPU per job).
     ctx._job = job
-    ctx._registry = host.registry
+    ctx._registry = registry
     if host.stopping:
         ctx._cancel("worker shutting down")
     # The job's own timeout (stored at enqueue), else its task's (a job
@@ -190,7 +191,8 @@ async def execute(host: RunHost, job: Job) -> Ending:
         what = "result" if outcome.kind == "completed" else "output"
         return Failed(f"{what} cannot be stored: {exc}", backoff=task.backoff())
     if outcome.kind == "completed":
-        return Completed(outcome.note or "", blob)
+        done_note = outcome.note
+        return Completed(done_note or "", blob) if done_note or blob else COMPLETED
     if outcome.kind == "pause":
         if (bad := bad_delay(outcome.delay_ms)) is not None:
             # The handler's outcome cannot be stored (a NaN delay): a failed run, never a lost job.

@@ -180,13 +180,13 @@ class _Runner:
         self.active: dict[str, Job] = {}
         # Jobs whose handler is still running: what `concurrency` limits.
         self.busy = 0
-        self.poke = anyio.Event()
+        self.poke = asyncio.Event()
         self.idle = False
         # Claimed jobs on their way to the slot tasks (made anew by each run()).
         self.inbox = _Inbox()
         # Set to cut an idle wait short (shutdown; the last job of an
         # until_idle run finishing): pushes onto this worker's stop list.
-        self.interrupt = anyio.Event()
+        self.interrupt = asyncio.Event()
         self.stop_key = queue.keys.wake_stop(settings.worker_id)
         # A producer that creates or resumes a schedule leaves one token on this
         # list; the idle BLPOP that pops it (the same command, one more key)
@@ -399,14 +399,14 @@ class _Runner:
         while not w.stopping:
             free = w.concurrency - self.busy
             if free <= 0:
-                self.poke = anyio.Event()
+                self.poke = asyncio.Event()
                 await self._wait(None)
                 idle_for = None
                 continue
             # Fresh events before the claim: a wake-up or an interrupt that
             # lands while the claim is in flight is kept, not lost.
-            self.poke = anyio.Event()
-            self.interrupt = anyio.Event()
+            self.poke = asyncio.Event()
+            self.interrupt = asyncio.Event()
             want = min(free, w.batch_size)
             try:
                 if idle_for is None:

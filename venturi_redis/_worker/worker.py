@@ -30,6 +30,7 @@ a job it no longer owns: its late outcome is refused, journaled and logged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -37,7 +38,7 @@ import signal
 import socket
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
 import anyio.lowlevel
@@ -291,7 +292,7 @@ class Worker(Generic[StateT]):
         self._stopping = False
         self._force = False
         self._running = False
-        self._changed = anyio.Event()  # set whenever a job ends or shutdown escalates
+        self._changed = asyncio.Event()  # set whenever a job ends or shutdown escalates
         self._until_idle = False
         self._frozen_start = FrozenStart(False)  # made anew by each run()
         # What a handler raised that stops the worker (KeyboardInterrupt, SystemExit):
@@ -575,7 +576,7 @@ class Worker(Generic[StateT]):
     async def _drain(self, jobs_tg: TaskGroup) -> None:
         with anyio.move_on_after(self.shutdown_grace):
             while any(r.active for r in self._runners) and not self._force:
-                self._changed = anyio.Event()
+                self._changed = asyncio.Event()
                 await self._changed.wait()
         if any(r.active for r in self._runners):
             # Out of patience: cancel the handlers; each releases its job (with
@@ -632,7 +633,7 @@ class Worker(Generic[StateT]):
 
     def job_done(self, job: Job) -> None:
         """A deferred completion is written (or given up on): off the books (``CompleterHost``)."""
-        self._finish(cast(_Runner, job.runner), job)
+        self._finish(job.runner, job)  # type: ignore[arg-type]  # a deferred job has its runner
 
     def _finish(self, runner: _Runner, job: Job) -> None:
         """The job's transition is written (or given up on): it leaves the worker's books."""

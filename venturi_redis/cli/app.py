@@ -38,7 +38,8 @@ _clicks = _typer_core._click.exceptions  # type: ignore[attr-defined,unused-igno
 
 # ``venturi --help`` lists the commands in the order a newcomer needs them:
 # run a worker, look (dashboard, stats, jobs, one job, the dead), follow,
-# then the switches and the housekeeping. A command not named here goes last.
+# then the switches and the housekeeping, the destructive purge last. A
+# command not named here goes before it, in the order its module registered it.
 COMMAND_ORDER = (
     "worker",
     "dashboard",
@@ -53,6 +54,7 @@ COMMAND_ORDER = (
     "limit",
     "schedules",
     "schedule",
+    "queues",
     "purge",
 )
 
@@ -69,7 +71,8 @@ class OneLineUsage(TyperGroup):
         # Typer lists them in the order the modules registered them: import order.
         names = super().list_commands(ctx)
         rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
-        return sorted(names, key=lambda n: rank.get(n, len(rank)))
+        before_purge = rank["purge"] - 0.5
+        return sorted(names, key=lambda n: rank.get(n, before_purge))
 
     def main(  # type: ignore[override]
         self,
