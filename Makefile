@@ -37,7 +37,7 @@ CLUSTER_TESTS := tests/test_cluster.py tests/test_cluster_sharded.py tests/test_
 PEERS := "rq>=3.0" "celery[redis]>=5.5" "saq[redis]>=0.26" "redis==$(basename $(REDIS_FLOOR)).*"
 
 .DEFAULT_GOAL := help
-.PHONY: help install oldest example test test-oldest test-cluster-oldest resolves lint typecheck check bench clean
+.PHONY: help install oldest example test test-managed test-oldest test-cluster-oldest resolves lint typecheck check bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -62,8 +62,18 @@ oldest: $(OLDEST_STAMP) ## Create .venv-oldest: the package on the oldest redis-
 example: $(STAMP) ## Run examples/bookmarks.py end to end (REDIS_URL, else the embedded memory://)
 	$(BIN)/python examples/bookmarks.py
 
-test: $(STAMP) ## Run the whole test suite (starts its own redis-server processes)
+test: $(STAMP) ## Run the whole test suite (starts its own redis-server processes), then the managed set-ups
 	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory test-managed
+
+# The contract suite again on each server set-up of managed Redis and
+# least-privilege users (tests/servers.py, MANAGED_SETUPS; docs/deployment.md):
+# CONFIG renamed away, `+@all -@dangerous`, and that with `+info`.
+MANAGED_SETUPS := noconfig acl acl+info
+test-managed: $(STAMP) ## The contract suite on CONFIG-less and ACL-restricted redis-servers
+	@for setup in $(MANAGED_SETUPS); do \
+		VENTURI_REDIS_SETUP=$$setup $(BIN)/python -m pytest -q -p no:cacheprovider || exit 1; \
+	done
 
 lint: $(STAMP) ## ruff (lint and format), and the import contracts (lint-imports)
 	$(BIN)/ruff check .

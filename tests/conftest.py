@@ -26,6 +26,15 @@ from tests.servers import RedisServer, make_tls_files
 # "cluster": a real three-master Redis Cluster (tests/cluster.py), started once
 # per session on first use; the whole contract suite runs on it too.
 BACKENDS = ["redis", "memory", "cluster"]
+# VENTURI_REDIS_SETUP=noconfig|acl|acl+info (tests/servers.py, MANAGED_SETUPS):
+# the contract suite alone (the tests parametrized by `backend`), on the
+# session's redis-server started that way, as the application's user. A test
+# that needs what such a user may not run (INFO, CONFIG, DEBUG...: it counts
+# commands, tunes the server) is marked `admin` and left out, and the run
+# says how many it left out.
+SETUP = os.environ.get("VENTURI_REDIS_SETUP", "")
+if SETUP:
+    BACKENDS = ["redis"]
 # A test that uses one of these fixtures (each starts a Redis Cluster) or the
 # "cluster" backend is marked `cluster`, as tests/test_cluster_failover.py
 # (which starts its own) is whole: `make test-oldest` leaves them out
@@ -34,7 +43,21 @@ BACKENDS = ["redis", "memory", "cluster"]
 CLUSTER_FIXTURES = {"redis_cluster", "tls_cluster"}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if SETUP:
+        kept = [
+            i
+            for i in items
+            if "backend" in getattr(i, "fixturenames", ()) and not i.get_closest_marker("admin")
+        ]
+        dropped = [i for i in items if i not in kept]
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+        admin = sum(1 for i in dropped if i.get_closest_marker("admin"))
+        print(
+            f"\nVENTURI_REDIS_SETUP={SETUP}: the contract suite, {len(kept)} tests "
+            f"({admin} admin tests left out)"
+        )
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)
@@ -50,8 +73,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    """A real redis-server for the whole session, on a free port."""
-    with RedisServer() as server:
+    """A real redis-server for the whole session, on a free port (started as VENTURI_REDIS_SETUP says)."""
+    with RedisServer(setup=SETUP) as server:
         yield server
 
 

@@ -62,3 +62,9 @@ async def claim_raw(queue: vr.Queue, count: int, *, worker: str = "w1", lease_ms
 def claimed_jobs(reply: list[Any]) -> list[tuple[str, str]]:
     """(id, lease token) of each job of a ``claim_raw`` reply (its token base is 'tok')."""
     return [(job[0], job[6]) for job in calls.claim_reply(reply, "tok").jobs()]
+
+
+async def keys_matching(redis: Any, pattern: str) -> list[bytes]:
+    """The key names matching ``pattern``, by SCAN: KEYS is @dangerous, which an
+    application's ACL user does not have (VENTURI_REDIS_SETUP=acl runs these tests so)."""
+    return sorted({key async for key in redis.scan_iter(match=pattern, count=1000)})

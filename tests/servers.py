@@ -80,6 +80,33 @@ def make_tls_files(directory: Path) -> TlsFiles:
     return files
 
 
+# The server set-ups of managed Redis and least-privilege users (issue 45,
+# docs/deployment.md "Managed Redis and ACL users"): the extra redis-server
+# arguments, and the ACL rules of the application's user (None: the default
+# user, unrestricted). An ACL set-up's url is that user's; admin_url the
+# default user's. `VENTURI_REDIS_SETUP` runs the contract suite on one of them
+# (tests/conftest.py).
+APP_USER = "venturi-app"
+APP_PASSWORD = "app-s3cret-pw-4711"
+ACL_KEYS = ("~venturi:*", "&venturi:*")
+MANAGED_SETUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
+    "": ((), None),
+    # A managed service's CONFIG, renamed away.
+    "noconfig": (("--rename-command", "CONFIG", ""), None),
+    # Redis's own least-privilege pattern: everything but @dangerous, on our keys.
+    "acl": ((), ("+@all", "-@dangerous")),
+    "acl+info": ((), ("+@all", "-@dangerous", "+info")),
+}
+
+
+def managed_args(setup: str) -> list[str]:
+    """redis-server's arguments for ``setup``: its extra ones, and the application's user."""
+    extra, rules = MANAGED_SETUPS[setup]
+    if rules is None:
+        return list(extra)
+    return [*extra, "--user", APP_USER, "on", f">{APP_PASSWORD}", *ACL_KEYS, *rules]
+
+
 class RedisServer:
     """One redis-server child process that a test may kill and restart.
 
@@ -96,7 +123,11 @@ class RedisServer:
         directory: Path | None = None,
         tls: TlsFiles | None = None,
         password: str | None = None,
+        setup: str = "",
     ) -> None:
+        if setup not in MANAGED_SETUPS:
+            raise ValueError(f"unknown server setup {setup!r}: one of {sorted(MANAGED_SETUPS)}")
+        self.setup = setup
         self.port = port or free_port()
         self.extra = list(extra)
         self.dir = directory or Path(tempfile.mkdtemp(prefix="venturi-redis-"))
@@ -106,9 +137,15 @@ class RedisServer:
 
     @property
     def url(self) -> str:
+        """The URL an application uses: under an ACL setup, the restricted user's."""
         return self.url_with()
 
-    def url_with(self, port: int | None = None, **query: str | float) -> str:
+    @property
+    def admin_url(self) -> str:
+        """The URL of the unrestricted default user (the tests' own setup and checks)."""
+        return self.url_with(admin=True)
+
+    def url_with(self, port: int | None = None, *, admin: bool = False, **query: str | float) -> str:
         """This server's URL, through ``port`` if given (a proxy in front), with ``query`` added."""
         scheme = "rediss" if self.tls else "redis"
         params: dict[str, str | float] = {}
@@ -117,6 +154,8 @@ class RedisServer:
         params.update(query)
         tail = f"?{urlencode(params, quote_via=quote, safe='/')}" if params else ""
         auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        if MANAGED_SETUPS[self.setup][1] is not None and not admin:
+            auth = f"{APP_USER}:{quote(APP_PASSWORD, safe='')}@"
         return f"{scheme}://{auth}127.0.0.1:{port or self.port}/0{tail}"
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -152,6 +191,7 @@ class RedisServer:
             str(self.dir),
             "--logfile",
             str(self.dir / "redis.log"),
+            *managed_args(self.setup),
             *self.extra,
         ]
         self.proc = proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -293,7 +333,13 @@ class LocalSentinel:
 
     @property
     def url(self) -> str:
+        """The URL an application uses: under an ACL setup, the restricted user's."""
         return self.url_with()
+
+    @property
+    def admin_url(self) -> str:
+        """The URL of the unrestricted default user (the tests' own setup and checks)."""
+        return self.url_with(admin=True)
 
     def url_with(self, **query: str | float) -> str:
         """``redis+sentinel://`` (``rediss+`` with TLS) naming every sentinel, the service and db 0."""

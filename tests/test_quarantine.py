@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 import venturi_redis as vr
-from tests.helpers import claim_raw, drain, make_worker
+from tests.helpers import claim_raw, drain, keys_matching, make_worker
 from tests.tasks import Echo, EchoJob
 from venturi_redis._model.errors import CorruptQueueError
 from venturi_redis._store import calls
@@ -36,8 +36,7 @@ async def _dead_entry(queue: vr.Queue, job_id: str) -> Any:
 
 
 async def _keys(queue: vr.Queue) -> set[str]:
-    r = queue.client.redis
-    return {k.decode() for k in await r.keys(f"{queue.keys.prefix}pending:*")}
+    return {k.decode() for k in await keys_matching(queue.client.redis, f"{queue.keys.prefix}pending:*")}
 
 
 async def _corrupt_one_of_six(queue: vr.Queue, field: str, value: str | None) -> tuple[str, list[str]]:

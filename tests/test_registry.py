@@ -333,6 +333,7 @@ async def test_prune_loses_to_a_record_made_while_it_checks(
         assert queue_name in await discovery.discover_queues(client)
 
 
+@pytest.mark.admin  # a namespace of its own: keys outside the ACL user's venturi:*
 async def test_names_that_are_no_queue_names_are_ignored(url: str) -> None:
     async with vr.Client.from_url(url, namespace=f"n{uuid.uuid4().hex[:8]}") as client:
         await client.redis.zadd(registry_key(client.namespace), {"bad name{": 1, "": 1})
@@ -379,6 +380,7 @@ def test_job_show_without_queue_says_when_the_registry_does_not_know_the_queue(
 # -- the rebuild: bounded, resumable ---------------------------------------------------------------
 
 
+@pytest.mark.admin  # a namespace of its own: keys outside the ACL user's venturi:*
 async def test_rebuild_is_bounded_resumable_and_finds_every_queue(url: str) -> None:
     async with vr.Client.from_url(url, namespace=f"r{uuid.uuid4().hex[:8]}") as client:
         ns = client.namespace

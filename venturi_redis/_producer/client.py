@@ -30,6 +30,7 @@ from .._transport.cluster import is_cluster, require_cluster_support
 from .._transport.connect import connect, default_url
 from .._transport.durable import Durability, DurableRedis, as_durability
 from .._transport.lane import Lane
+from .._transport.urls import redact_url
 from . import events as _events
 from . import flow as _flow
 from . import limits as _limits
@@ -172,7 +173,7 @@ class Queue:
         return Client.from_url(url, **options).queue(name)
 
     def __repr__(self) -> str:
-        return f"<Queue {self.name!r} at {self.client.url or 'redis'}>"
+        return f"<Queue {self.name!r} at {redact_url(self.client.url) if self.client.url else 'redis'}>"
 
     # -- enqueue ---------------------------------------------------------------
 

@@ -61,6 +61,7 @@ from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.keys import QueueKeys, validate_name
 from .._store.prepare import checked_dedup_field, prepare_many
+from .._transport.urls import redact_url
 from .batch import enqueue_prepared, lost_in_flight
 from .client import Client, Queue
 
@@ -165,7 +166,8 @@ class ShardedQueue:
         self._next = random.randrange(partitions)
 
     def __repr__(self) -> str:
-        return f"<ShardedQueue {self.name!r} x{len(self.partitions)} at {self.client.url or 'redis'}>"
+        at = redact_url(self.client.url) if self.client.url else "redis"
+        return f"<ShardedQueue {self.name!r} x{len(self.partitions)} at {at}>"
 
     # -- routing -----------------------------------------------------------------
 

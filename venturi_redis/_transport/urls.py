@@ -9,13 +9,19 @@ from urllib.parse import parse_qsl
 def redact_url(url: str) -> str:
     """``url`` fit for a log line or an error message: its passwords replaced by ``***``.
 
-    The userinfo's password, and a Sentinel URL's ``sentinel_password`` option.
+    The userinfo's password, and the value of every query option whose name
+    says it is a secret (``password``, ``sentinel_password``, ``token``,
+    ``access_token``, ``secret``, ``auth``...).
     """
     head, qmark, query = url.partition("?")
     # Up to the last '@': a password with an unencoded '@' or '/' is still all masked.
     head = re.sub(r"(://[^:/@]*:).*@", r"\1***@", head)
-    query = re.sub(r"((?:^|&)sentinel_password=)[^&]*", r"\1***", query)
+    query = _SECRET_OPTION.sub(r"\1***", query)
     return f"{head}{qmark}{query}"
+
+
+# A query option named like a secret, up to its value's end.
+_SECRET_OPTION = re.compile(r"((?:^|&)[^=&]*(?:password|passwd|pwd|token|secret|auth)[^=&]*=)[^&]*", re.I)
 
 
 def tls_defaults(url: str) -> dict[str, bool]:
