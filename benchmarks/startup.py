@@ -118,9 +118,8 @@ def main() -> None:
             for root in a.roots:
                 results[str(root)].append(one_run(root.resolve(), app_dir))
     for name, xs in {**floors, **results}.items():
-        print(
-            f"{name}: median {statistics.median(xs) * 1000:.0f} ms (runs: {', '.join(f'{x * 1000:.0f}' for x in xs)})"
-        )
+        runs = ", ".join(f"{x * 1000:.0f}" for x in xs)
+        print(f"{name}: median {statistics.median(xs) * 1000:.0f} ms (runs: {runs})")
 
 
 if __name__ == "__main__":

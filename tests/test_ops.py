@@ -412,10 +412,11 @@ async def test_memory_backend_passes_the_checks(monkeypatch: pytest.MonkeyPatch)
         await _server.check_server(c)
 
 
-async def test_unreadable_policy_is_refused_with_the_override_named() -> None:
-    with RedisServer("--rename-command", "CONFIG", "") as server:
+async def test_a_policy_config_cannot_read_is_read_from_info() -> None:
+    """CONFIG renamed away (managed services): INFO memory says the policy (tests/test_managed_redis.py)."""
+    with RedisServer("--rename-command", "CONFIG", "", "--maxmemory-policy", "volatile-lru") as server:
         async with vr.Client.from_url(server.url) as c:
-            with pytest.raises(vr.ConfigurationError, match="check_eviction_policy=False"):
+            with pytest.raises(vr.ConfigurationError, match="maxmemory-policy volatile-lru"):
                 await _server.check_server(c)
             await _server.check_server(c, eviction_policy=False)
 

@@ -32,7 +32,6 @@ from ._model.schedule import Schedule, ScheduleInfo
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.client import Client, Queue
 from ._producer.offload import OffloadFunction, offload
-from ._producer.ops import Retention
 from ._producer.reads import QueueStats
 from ._producer.results import (
     OffloadHandle,
@@ -42,6 +41,7 @@ from ._producer.results import (
     read_result_redacted,
     resolve,
 )
+from ._producer.retention import Retention
 from ._producer.sharded import ShardedQueue
 from ._producer.sync import SyncClient, SyncQueue
 from ._transport.durable import Durability, NotDurableError

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
@@ -22,125 +21,23 @@ from redis.exceptions import ResponseError
 from .._model.backoff import to_ms
 from .._model.errors import ConfigurationError, CorruptQueueError
 from .._store.keys import WAKE_CAP
-from .._store.store import FINISHED_STATES, Retained, Retried, corrupt_job
+from .._store.store import FINISHED_STATES, Retried, corrupt_job
 from .reads import _text, server_now_ms
+from .retention import _PURGE_BATCH, Retention, retention_field
 
 if TYPE_CHECKING:
     from .base import QueueLike
-
-FinishedState = Literal["completed", "dead", "cancelled"]
 
 CancelResult = Literal["cancelled", "requested", "not_found", "finished"]
 
 _RETRY_BATCH = 100
 
-_PURGE_BATCH = 100
-# A retention batch is one script call, which holds Redis while it runs: a
-# larger one would stall every client (and 10**20 was no count Redis takes).
-_PURGE_BATCH_MAX = 10_000
 
 # One retention pass removes at most this many batches per state, so a worker
 # that finds a large backlog (retention just lowered) spreads it over ticks.
 _TRIM_MAX_BATCHES = 10
 
-DAY = 86_400.0
-
 log = logging.getLogger("venturi_redis.ops")
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    """How long, and how many, finished jobs stay in Redis before the workers remove them.
-
-    Each period is seconds or a ``timedelta``, each count a whole number;
-    ``None`` sets no such bound. Whichever bound a finished job passes first
-    removes it, oldest first. Completed jobs are trimmed by the very script
-    call that completes others (up to twice as many as it completes: trimming
-    keeps pace at any rate); dead and cancelled ones on the workers' reclaim
-    tick, as many batches as it takes. A removed job loses its hash, its
-    journal and any index entry (docs/operations.md, "Sizing").
-
-    Args:
-        completed: Completed jobs' period (default one day).
-        dead: Dead jobs', kept longer so someone can look at them (default 7 days).
-        cancelled: Cancelled jobs' (default one day).
-        max_completed: Most completed jobs kept (default 10,000).
-        max_dead: Most dead jobs kept (default 10,000: Sidekiq's dead set).
-        max_cancelled: Most cancelled jobs kept (default 10,000).
-        batch: Jobs removed per script call of the tick's sweep (each call stays short).
-
-    Raises:
-        ConfigurationError: A period that is not a duration, a count that is
-            not a whole number >= 0 (a bool included), a batch < 1.
-    """
-
-    completed: float | timedelta | None = DAY
-    dead: float | timedelta | None = 7 * DAY
-    cancelled: float | timedelta | None = DAY
-    batch: int = _PURGE_BATCH
-    max_completed: int | None = 10_000
-    max_dead: int | None = 10_000
-    max_cancelled: int | None = 10_000
-
-    def __post_init__(self) -> None:
-        for name in ("completed", "dead", "cancelled"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            try:
-                to_ms(value, f"retention of {name} jobs")
-            except (TypeError, ValueError) as exc:
-                raise ConfigurationError(f"{exc}; use None to keep {name} jobs forever") from None
-        for name in ("max_completed", "max_dead", "max_cancelled"):
-            count = getattr(self, name)
-            if count is not None and (type(count) is not int or not 0 <= count < 2**53):
-                raise ConfigurationError(
-                    f"retention {name} must be a whole number of jobs >= 0, or None for no bound, "
-                    f"got {count!r}"
-                )
-        batch = self.batch
-        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= _PURGE_BATCH_MAX:
-            raise ConfigurationError(
-                f"retention batch must be a whole number from 1 to {_PURGE_BATCH_MAX:,}, got {batch!r}"
-            )
-
-    def periods_ms(self) -> dict[FinishedState, int]:
-        """The finished states that are trimmed by age, with their period in ms."""
-        out: dict[FinishedState, int] = {}
-        if self.completed is not None:
-            out["completed"] = to_ms(self.completed, "retention")
-        if self.dead is not None:
-            out["dead"] = to_ms(self.dead, "retention")
-        if self.cancelled is not None:
-            out["cancelled"] = to_ms(self.cancelled, "retention")
-        return out
-
-    def bounds(self) -> dict[FinishedState, tuple[int | None, int | None]]:
-        """Each finished state's (period in ms, most kept), None for no such bound."""
-        periods = self.periods_ms()
-        counts: dict[FinishedState, int | None] = {
-            "completed": self.max_completed,
-            "dead": self.max_dead,
-            "cancelled": self.max_cancelled,
-        }
-        states: tuple[FinishedState, ...] = ("completed", "dead", "cancelled")
-        return {state: (periods.get(state), counts[state]) for state in states}
-
-    def retained(self) -> Retained:
-        """The bounds as the finishing scripts take them ('' for none)."""
-        b = self.bounds()
-
-        def arg(value: int | None) -> str:
-            return "" if value is None else str(value)
-
-        return Retained(
-            arg(b["completed"][0]),
-            arg(b["completed"][1]),
-            arg(b["dead"][0]),
-            arg(b["dead"][1]),
-            arg(b["cancelled"][0]),
-            arg(b["cancelled"][1]),
-        )
 
 
 async def retry(queue: QueueLike, job_id: str, *, note: str = "retried by an operator") -> bool:
@@ -313,6 +210,15 @@ async def purge(queue: QueueLike, state: str, *, older_than: float | timedelta =
         total += removed
         if not more:
             return total
+
+
+async def record_retention(queue: QueueLike, retention: Retention | None) -> None:
+    """Record in the queue's meta hash the retention a worker trims by (``retention``,
+    docs/redis-layout.md): ``stats`` measures how far trimming is behind against it."""
+    try:
+        await queue.client.redis.hset(queue.keys.meta, "retention", retention_field(retention))
+    except ResponseError as exc:  # a meta key of the wrong type: the claim reports it
+        log.warning("queue %s: cannot record its retention (%s)", queue.name, exc)
 
 
 async def trim(queue: QueueLike, retention: Retention, *, max_batches: int | None = None) -> int:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._model.enums import PRIORITIES_HIGH_FIRST, JobState
 from .._model.errors import ConfigurationError
 from .._model.records import JobInfo, WorkerInfo, ms_to_dt
+from .retention import FINISHED, FinishedState, bounds_of_field, trim_behind
 
 if TYPE_CHECKING:
     from .._store.keys import QueueKeys
@@ -77,6 +78,11 @@ class QueueStats:
             ``queue.set_limit``), not counted in ``pending``.
         retrying: Pending jobs whose last run failed, waiting for their
             retry (counted in ``pending`` or ``delayed`` as well).
+        trim_lag_seconds: How long the oldest finished job has been past its
+            state's retention period (0 while trimming keeps up), against the
+            ``vr.Retention`` the workers record (the defaults before one has).
+        over_retention: Finished jobs past their state's count bound
+            (``max_completed``...), not yet trimmed.
     """
 
     queue: str
@@ -94,6 +100,8 @@ class QueueStats:
     waiting: int = 0
     limited: int = 0
     retrying: int = 0
+    trim_lag_seconds: float = 0.0
+    over_retention: int = 0
 
     @property
     def eligible(self) -> int:
@@ -119,6 +127,8 @@ class QueueStats:
             "retrying": self.retrying,
             "at": self.at.isoformat(),
             "waiting": self.waiting,
+            "trim_lag_seconds": self.trim_lag_seconds,
+            "over_retention": self.over_retention,
         }
 
 
@@ -139,7 +149,7 @@ async def stats(queue: QueueLike) -> QueueStats:
 
 
 # What stats_commands queues on a pipeline: stats_from reads that many replies.
-STATS_COMMANDS = 22
+STATS_COMMANDS = 26
 
 
 def stats_commands(pipe: Any, queue: QueueLike, now: int) -> None:
@@ -157,6 +167,10 @@ def stats_commands(pipe: Any, queue: QueueLike, now: int) -> None:
     pipe.zcard(k.waiting)
     pipe.zcard(k.limits_parked)
     pipe.zcard(k.retrying)
+    # Trimming's progress: each finished set's oldest, and the retention the workers record.
+    for key in (k.completed, k.dead, k.cancelled):
+        pipe.zrange(key, 0, 0, withscores=True)
+    pipe.hget(k.meta, "retention")
 
 
 def stats_from(queue: QueueLike, now: int, res: list[Any]) -> QueueStats:
@@ -171,8 +185,17 @@ def stats_from(queue: QueueLike, now: int, res: list[Any]) -> QueueStats:
         if head:
             score = float(head[0][1])
             oldest = score if oldest is None else min(oldest, score)
-    counts = res[12:STATS_COMMANDS]
+    counts = res[12:22]
     running, suspended, completed, dead, cancelled, last_minute, paused, waiting, limited, retrying = counts
+    held: dict[FinishedState, int] = {
+        "completed": int(completed),
+        "dead": int(dead),
+        "cancelled": int(cancelled),
+    }
+    oldest_finished: dict[FinishedState, float | None] = {
+        state: float(head[0][1]) if head else None for state, head in zip(FINISHED, res[22:25], strict=True)
+    }
+    trim_lag, over = trim_behind(bounds_of_field(res[25]), now, held, oldest_finished)
     return QueueStats(
         queue=queue.name,
         paused=_text(paused) == "1",
@@ -189,6 +212,8 @@ def stats_from(queue: QueueLike, now: int, res: list[Any]) -> QueueStats:
         waiting=int(waiting),
         limited=int(limited),
         retrying=int(retrying),
+        trim_lag_seconds=max(0.0, trim_lag),
+        over_retention=over,
     )
 
 

@@ -397,7 +397,7 @@ class ShardedQueue:
 def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:
     """One ``QueueStats`` for the partitions of sharded queue ``name``.
 
-    Counts and throughput add up; ``lag_seconds`` is the worst partition's;
+    Counts and throughput add up; ``lag_seconds`` and ``trim_lag_seconds`` are the worst partition's;
     ``paused`` is true when any partition is paused (claims stop there).
     """
     from .reads import QueueStats
@@ -421,6 +421,8 @@ def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:
         waiting=sum(p.waiting for p in parts),
         limited=sum(p.limited for p in parts),
         retrying=sum(p.retrying for p in parts),
+        trim_lag_seconds=max(p.trim_lag_seconds for p in parts),
+        over_retention=sum(p.over_retention for p in parts),
     )
 
 

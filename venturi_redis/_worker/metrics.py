@@ -20,6 +20,8 @@ worker is registered for is reported as ``unregistered``)::
     venturi_queue_eligible{queue,priority}       eligible now, per priority
     venturi_queue_lag_seconds{queue}             age of the oldest eligible job
     venturi_queue_paused{queue}                  1 while claims are paused
+    venturi_queue_trim_lag_seconds{queue}        how long the oldest finished job is past its retention
+    venturi_queue_over_retention{queue}          finished jobs past their count bound, not yet trimmed
 
 ``venturi_queue_eligible`` and ``venturi_queue_lag_seconds`` are the inputs an
 autoscaler (KEDA's Prometheus scaler) wants; see docs/operations.md.
@@ -110,6 +112,18 @@ class PrometheusMetrics:
             "venturi_queue_lag_seconds", "Age of the oldest eligible job", ["queue"], registry=r
         )
         self.paused = pc.Gauge("venturi_queue_paused", "1 while claims are paused", ["queue"], registry=r)
+        self.trim_lag = pc.Gauge(
+            "venturi_queue_trim_lag_seconds",
+            "How long the oldest finished job has been past its retention period (0: trimming keeps up)",
+            ["queue"],
+            registry=r,
+        )
+        self.over_retention = pc.Gauge(
+            "venturi_queue_over_retention",
+            "Finished jobs past their state's retention count bound, not yet trimmed",
+            ["queue"],
+            registry=r,
+        )
 
     # -- WorkerObserver ---------------------------------------------------------------
 
@@ -153,6 +167,8 @@ class PrometheusMetrics:
                 self.depth.labels(q.name, state).set(n)
             self.lag.labels(q.name).set(st.lag_seconds)
             self.paused.labels(q.name).set(1 if st.paused else 0)
+            self.trim_lag.labels(q.name).set(st.trim_lag_seconds)
+            self.over_retention.labels(q.name).set(st.over_retention)
 
     async def refresh_forever(self, queues: Sequence[Queue], interval: float = 5.0) -> None:
         """Refresh the gauges every ``interval`` seconds (run beside the worker)."""

@@ -31,7 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .._model.codec import text
 from .._producer import ops as _ops
 from .._producer.client import Client, Queue
-from .._producer.ops import Retention
+from .._producer.retention import Retention
 from .._store.store import ClaimReply, Op
 from .._transport.cluster import is_cluster
 from .._transport.redispy import unpooled_connection
@@ -487,9 +487,16 @@ class _Runner:
     async def reclaim_loop(self) -> None:
         s = self.settings
         trimmed_at = -math.inf
+        recorded = False
         while True:
             try:
                 await self.reclaim_once()
+                if not recorded or (
+                    s.retention is not None and time.monotonic() - trimmed_at >= s.trim_interval
+                ):
+                    # What stats measure trimming against (the fleet's last word).
+                    await _ops.record_retention(self.queue, s.retention)
+                    recorded = True
                 if s.retention is not None and time.monotonic() - trimmed_at >= s.trim_interval:
                     # Retention rides on the reclaim tick: bounded batches, idempotent
                     # across pods (a job removed by one is skipped by the others).

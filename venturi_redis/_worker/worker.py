@@ -52,7 +52,7 @@ from .._model.task import Task
 from .._producer import server as _server
 from .._producer.client import Client, Queue
 from .._producer.offload import OffloadFunction
-from .._producer.ops import Retention
+from .._producer.retention import Retention
 from .._producer.sharded import ShardedQueue
 from .._store.store import KEEP_ALL, ClaimReply, Op
 from .._transport.urls import redact_url

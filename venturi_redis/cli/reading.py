@@ -115,7 +115,7 @@ def stats(
             "susp",
         ):
             table.add_column(col, justify="right", no_wrap=True)
-        for col in ("dead", "compl", "cancel", "lag", "done/1m", "workers"):
+        for col in ("dead", "compl", "cancel", "lag", "trim lag", "done/1m", "workers"):
             table.add_column(col, justify="right", no_wrap=True)
         for r in rows:
             table.add_row(
@@ -132,6 +132,7 @@ def stats(
                 str(r.completed),
                 str(r.cancelled),
                 f"{r.lag_seconds:.1f}s",
+                _trim_lag(r),
                 str(r.completed_last_minute),
                 str(workers[r.queue]),
             )
@@ -139,6 +140,13 @@ def stats(
         return status
 
     run_with_client(redis, go)
+
+
+def _trim_lag(r: QueueStats) -> str:
+    """How far trimming is behind: the oldest finished job's time past its period, and the
+    jobs past a count bound (``+N``); "0s" while it keeps up."""
+    lag = f"{r.trim_lag_seconds:.0f}s"
+    return f"{lag} +{r.over_retention:,}" if r.over_retention else lag
 
 
 @app.command("workers")
