@@ -115,9 +115,9 @@ for i = 0, n - 1 do
       if one then
         -- One job: its entry straight away (events.lua's one-job form, with
         -- its priority and eligibility), no tables built for it.
-        redis.call('XADD', events_stream, 'MAXLEN', '~', events_cap, '*', 'event', 'enqueued',
-          'job', id, 'kind', kind, 'at', now_s, 'run', '0', 'priority', priority,
-          'eligible_at', eligible_s)
+        events_checked(redis.pcall('XADD', events_stream, 'MAXLEN', '~', events_cap, '*', 'event',
+          'enqueued', 'job', id, 'kind', kind, 'at', now_s, 'run', '0', 'priority', priority,
+          'eligible_at', eligible_s))
       else
         ids[created], kinds[created], runs[created] = id, kind, 0
       end

@@ -126,11 +126,15 @@ if #orphans > 0 and not events_read then
 end
 for _, oid in ipairs(orphans) do
   local o_key = job_keys(prefix, oid)
-  local s = redis.pcall('HMGET', o_key, 'state', 'note')
+  local s = redis.pcall('HMGET', o_key, 'state', 'note', 'result')
   if not s.err and (s[1] == 'cancelled' or s[1] == 'dead') then
     local why = s[2] or ''
     if s[1] == 'cancelled' then why = 'cancelled: ' .. why end
     graph_finished(prefix, '1', o_key, oid, now, false, nil, why)
+  elseif not s.err and s[1] == 'completed' then
+    -- A completion whose dependents could not be told then (graph.lua: a
+    -- queue-wide key was damaged): told now, or kept for the next sweep.
+    graph_finished(prefix, '1', o_key, oid, now, true, s[3] or '', nil)
   end
 end
 out[1] = requeued

@@ -192,3 +192,17 @@ async def test_a_reclaimed_lease_is_an_event(queue: vr.Queue) -> None:
     events = [e.event for e in await _take(queue.events(since="0"), 5)]
     assert events == [j.event for j in await queue.journal(jid)]
     assert events[:3] == ["enqueued", "claimed", "lease_expired"]
+
+
+async def test_a_stream_of_the_wrong_type_loses_events_never_a_transition(queue: vr.Queue) -> None:
+    """Issue 38 item 6: the event is every script's last write and never fails it; an
+    enqueue that raised after writing its job made a caller's retry a duplicate."""
+    r = queue.client.redis
+    await r.set(queue.keys.events, "not a stream")
+    one = await queue.enqueue(Echo(text="one"))
+    many = await queue.enqueue_many([Echo(text=str(i)) for i in range(3)])
+    doomed = await queue.enqueue(Doomed())
+    await drain(queue, EchoJob, DoomedJob, max_failures=1)
+    states = {j: (await queue.get(j)).state for j in (one, *many, doomed)}  # type: ignore[union-attr]
+    assert states == {**{j: vr.JobState.COMPLETED for j in (one, *many)}, doomed: vr.JobState.DEAD}
+    assert await r.get(queue.keys.events) == b"not a stream"

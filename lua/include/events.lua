@@ -26,6 +26,12 @@
 -- Every script that journals reads the switch with `events_open` at its top
 -- (claim and complete together with their other meta fields); a script that
 -- does not (a new one not wired yet) emits nothing.
+--
+-- An event is the last write of its script and never fails it: the XADD runs
+-- in a pcall, and a stream key of the wrong type (made by hand) loses that
+-- event, with a WARNING in the Redis server's log, while the transition
+-- stands (issue 38 item 6: an enqueue that raised after writing its job made
+-- a caller's retry a duplicate). Each XADD's reply goes to `events_checked`.
 
 -- @include clock.lua
 -- @include keys.lua
@@ -54,6 +60,14 @@ local function events_open(meta_key, stream_key, prefix, field)
   events_cap = v
 end
 
+-- The reply of an event's `redis.pcall('XADD', ...)`: a refusal (the key is
+-- not a stream) is logged and dropped.
+local function events_checked(r)
+  if type(r) == 'table' and r.err and redis.log then
+    redis.log(redis.LOG_WARNING, 'venturi: event not written to ' .. events_stream .. ': ' .. tostring(r.err))
+  end
+end
+
 -- Append one job's event; `extra` a flat list of field, value pairs. The
 -- caller checks `events_stream` first (the off path builds nothing).
 local function emit(id, kind, event, at, run, note, extra)
@@ -73,7 +87,7 @@ local function emit(id, kind, event, at, run, note, extra)
       end
     end
   end
-  redis.call(unpack(args))
+  events_checked(redis.pcall(unpack(args)))
 end
 
 -- Append one entry for the jobs `ids` (with their `kinds` and `runs`, lists
@@ -102,5 +116,5 @@ local function emit_many(event, at, ids, kinds, runs, extra)
   if extra then
     for i = 1, #extra do args[#args + 1] = extra[i] end
   end
-  redis.call(unpack(args))
+  events_checked(redis.pcall(unpack(args)))
 end

@@ -28,6 +28,7 @@
 -- @include journal.lua
 -- @include offload.lua
 -- @include wake.lua
+-- @include quarantine.lua
 
 -- Take a job out of the sets of the jobs it waits on (it no longer waits:
 -- cancelled, or dead by its policy), and drop its own set.
@@ -52,6 +53,28 @@ local function graph_orphaned(prefix, job_key, id)
   end
 end
 
+-- The queue-wide keys graph_finished writes, checked once per script call
+-- (nil: not yet; false: sound; else what is wrong with one of them).
+local graph_queue_damage = nil
+
+-- Take a waiting dependent whose own keys are damaged out of the graph: it
+-- goes dead, reason corrupt, with `note` naming the key (quarantine.lua), and
+-- what can be read of its sets is left as it was.
+local function graph_quarantine(prefix, G, dep, note, now_s)
+  local dep_key, journal_key = job_keys(prefix, dep)
+  redis.call('ZREM', G.waiting, dep)
+  local deps_key = graph_keys(prefix, dep)
+  local others = redis.pcall('SMEMBERS', deps_key)
+  if not others.err then
+    for _, other in ipairs(others) do
+      local _, other_dependents = graph_keys(prefix, other)
+      redis.pcall('SREM', other_dependents, dep)
+    end
+    redis.call('DEL', deps_key)
+  end
+  quarantine(dep_key, journal_key, G.dead, dep, now_s, note)
+end
+
 -- Job `id` (its hash `job_key`) finished: `ok` = completed (with `value`, its
 -- msgpack result or ''), else dead or cancelled (`why`, its note). `flag`:
 -- the job's `dependents` field; anything but '1' returns at once. Each
@@ -61,12 +84,42 @@ end
 -- a work list, not a recursion: a chain of any depth costs no Lua stack, and
 -- each job goes dead at most once (only a WAITING job can, and it leaves
 -- WAITING as it does). Workers are woken for the jobs made pending.
+--
+-- It never fails its script (issue 38): the finished job's own transition is
+-- written by then, and so may be others of a batch. Every key of a dependent
+-- is read before the first write to it, and a dependent whose own keys are
+-- damaged (its hash, journal, `deps` or `depresults` of the wrong type) is
+-- quarantined instead of told. A queue-wide key of the wrong type (the
+-- waiting, dead or pending sets, the wake list) stops the telling before any
+-- write: the job joins `graph:orphans`, whose reclaim sweep tells its
+-- dependents once the key is repaired, and the server log says which key.
+-- A finished job whose own `dependents` set is damaged finds its dependents
+-- by the waiting set instead.
 local function graph_finished(prefix, flag, job_key, id, now, ok, value, why)
   if flag ~= '1' then
     return
   end
   local G = graph_queue_keys(prefix)
   local now_s = str(now)
+  if graph_queue_damage == nil then
+    graph_queue_damage = false
+    local want = {[G.waiting] = 'zset', [G.dead] = 'zset', [G.wake] = 'list'}
+    for _, key in pairs(G.pending) do want[key] = 'zset' end
+    for key, t in pairs(want) do
+      local got = redis.call('TYPE', key).ok
+      if got ~= t and got ~= 'none' then
+        graph_queue_damage = key .. ' is not a ' .. (t == 'zset' and 'sorted set' or t)
+      end
+    end
+  end
+  if graph_queue_damage then
+    redis.pcall('SADD', graph_orphans_key(prefix), id)
+    if redis.log then
+      redis.log(redis.LOG_WARNING, 'venturi: ' .. graph_queue_damage .. ': the dependents of job ' .. id ..
+        ' are told once it is repaired')
+    end
+    return
+  end
 
   -- The last dependency of a waiting job is done: to pending, eligible at
   -- its enqueue-time eligible_at, or now if that has passed. A priority
@@ -94,23 +147,60 @@ local function graph_finished(prefix, flag, job_key, id, now, ok, value, why)
     return 1
   end
 
+  -- The jobs waiting on `src`: its `dependents` set, or, when that is
+  -- damaged, the waiting jobs whose `deps` set holds it.
+  local function dependents_of(src)
+    local _, dependents_key = graph_keys(prefix, src)
+    local members = redis.pcall('SMEMBERS', dependents_key)
+    if not members.err then
+      return members
+    end
+    local found = {}
+    for _, w in ipairs(redis.call('ZRANGE', G.waiting, 0, -1)) do
+      if redis.pcall('SISMEMBER', graph_keys(prefix, w), src) == 1 then found[#found + 1] = w end
+    end
+    return found
+  end
+
   local made = 0
-  local work = {{id, redis.call('HGET', job_key, 'kind'), ok, why}}
+  local work = {{id, redis.pcall('HGET', job_key, 'kind'), ok, why}}
   local i = 1
   while i <= #work do
     local src, src_kind, src_ok, src_why = work[i][1], work[i][2], work[i][3], work[i][4]
+    if type(src_kind) ~= 'string' then src_kind = '' end
     i = i + 1
-    local _, dependents_key = graph_keys(prefix, src)
-    for _, dep in ipairs(redis.call('SMEMBERS', dependents_key)) do
+    for _, dep in ipairs(dependents_of(src)) do
       local dep_key, journal_key = job_keys(prefix, dep)
       local deps_key, _, results_key = graph_keys(prefix, dep)
-      local f = redis.call('HMGET', dep_key, 'state', 'on_dependency_failure', 'priority',
+      local f = redis.pcall('HMGET', dep_key, 'state', 'on_dependency_failure', 'priority',
         'eligible_at', 'kind')
-      -- SREM answers 0 when `src` was counted already (a dependency retried
-      -- from dead and finishing again): nothing is told twice.
-      if f[1] == 'waiting' and redis.call('SREM', deps_key, src) == 1 then
+      -- Read before any write: is it waiting on `src` (not counted already:
+      -- a dependency retried from dead and finishing again is told once), and
+      -- is each of its keys of its type?
+      local damaged, told = nil, false
+      if f.err then
+        damaged = dep_key .. ' is not a hash'
+      elseif f[1] == 'waiting' then
+        local member = redis.pcall('SISMEMBER', deps_key, src)
+        if type(member) == 'table' then
+          damaged = deps_key .. ' is not a set'
+        elseif member == 1 then
+          told = true
+          if src_ok and type(redis.pcall('HEXISTS', results_key, src)) == 'table' then
+            damaged = results_key .. ' is not a hash'
+          elseif type(redis.pcall('XLEN', journal_key)) == 'table' then
+            damaged = journal_key .. ' is not a stream'
+          end
+        end
+      end
+      if damaged then
+        local note = 'workflow data is corrupt: ' .. damaged
+        graph_quarantine(prefix, G, dep, note, now_s)
+        work[#work + 1] = {dep, not f.err and f[5] or '', false, note}
+      elseif told then
+        redis.call('SREM', deps_key, src)
         if src_ok then
-          redis.call('HSET', results_key, src, (src_kind or '') .. '\n' .. (value or ''))
+          redis.call('HSET', results_key, src, src_kind .. '\n' .. (value or ''))
           journal(journal_key, now_s, 'dependency_completed', 0, nil, nil, {'dependency', src})
         else
           journal(journal_key, now_s, 'dependency_failed', 0, src_why, nil,

@@ -6,14 +6,13 @@ Nothing here imports the worker: a web process that only enqueues stays light.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .._model.codec import pack, text
-from .._model.enums import PRIORITIES_HIGH_FIRST, DeadReason, JobState, Priority
+from .._model.codec import pack
+from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge
 from .._model.events import QueueEvent
 from .._model.flow import Flow
@@ -309,30 +308,7 @@ class Queue:
         ``waiting_on`` and ``dependents`` (workflows) are read in the same
         transaction as the hash.
         """
-        pipe = self.client.redis.pipeline(transaction=True)
-        pipe.hgetall(self.keys.job(job_id))
-        pipe.smembers(self.keys.deps(job_id))
-        pipe.smembers(self.keys.dependents(job_id))
-        raw, waiting_on, dependents = await pipe.execute()
-        if not raw:
-            return None
-        info = JobInfo.from_hash(self.name, job_id, raw)
-        if info.state is JobState.DEAD and info.dead_reason is None and b"dead_reason" not in raw:
-            # Dead under a release before 0.2: the reason is in its journal's `dead` entry.
-            info = replace(info, dead_reason=await self._legacy_dead_reason(job_id))
-        if waiting_on or dependents:
-            info = replace(
-                info,
-                waiting_on=tuple(sorted(text(x) for x in waiting_on)),
-                dependents=tuple(sorted(text(x) for x in dependents)),
-            )
-        return info
-
-    async def _legacy_dead_reason(self, job_id: str) -> DeadReason | None:
-        for _, fields in await self.client.redis.xrevrange(self.keys.journal(job_id), count=20):
-            if fields.get(b"event") == b"dead":
-                return DeadReason.of(text(fields.get(b"reason")))
-        return None
+        return await _reads.get_job(self, job_id)
 
     async def journal(self, job_id: str) -> list[JournalEntry]:
         """The job's journal, oldest first (empty if the job is unknown)."""

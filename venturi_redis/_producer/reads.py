@@ -8,11 +8,11 @@ call these. Reads only, pipelines of plain commands anyone can repeat with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .._model.enums import PRIORITIES_HIGH_FIRST, JobState
+from .._model.enums import PRIORITIES_HIGH_FIRST, DeadReason, JobState
 from .._model.errors import ConfigurationError
 from .._model.records import JobInfo, WorkerInfo, ms_to_dt
 from .retention import FINISHED, FinishedState, bounds_of_field, trim_behind
@@ -130,6 +130,46 @@ class QueueStats:
             "trim_lag_seconds": self.trim_lag_seconds,
             "over_retention": self.over_retention,
         }
+
+
+async def get_job(queue: QueueLike, job_id: str) -> JobInfo | None:
+    """``queue.get``: the job's hash, and (workflows) the jobs it waits on and that wait
+    on it, in one transaction. A damaged graph set (not a set) is shown in ``corrupt``
+    instead of failing the read (issue 38: reads never fail on corrupt data)."""
+    k = queue.keys
+    pipe = queue.client.redis.pipeline(transaction=True)
+    pipe.hgetall(k.job(job_id))
+    pipe.smembers(k.deps(job_id))
+    pipe.smembers(k.dependents(job_id))
+    raw, waiting_on, dependents = await pipe.execute(raise_on_error=False)
+    if isinstance(raw, Exception):
+        raise raw
+    if not raw:
+        return None
+    info = JobInfo.from_hash(queue.name, job_id, raw)
+    if info.state is JobState.DEAD and info.dead_reason is None and b"dead_reason" not in raw:
+        # Dead under a release before 0.2: the reason is in its journal's `dead` entry.
+        info = replace(info, dead_reason=await _legacy_dead_reason(queue, job_id))
+    corrupt = dict(info.corrupt)
+    sets: dict[str, tuple[str, ...]] = {}
+    for name, key, members in (
+        ("waiting_on", k.deps(job_id), waiting_on),
+        ("dependents", k.dependents(job_id), dependents),
+    ):
+        if isinstance(members, Exception):
+            corrupt[name] = f"{key} is not a set"
+        elif members:
+            sets[name] = tuple(sorted(_text(x) for x in members))
+    if sets or corrupt != info.corrupt:
+        info = replace(info, corrupt=corrupt, **sets)  # type: ignore[arg-type]
+    return info
+
+
+async def _legacy_dead_reason(queue: QueueLike, job_id: str) -> DeadReason | None:
+    for _, fields in await queue.client.redis.xrevrange(queue.keys.journal(job_id), count=20):
+        if fields.get(b"event") == b"dead":
+            return DeadReason.of(_text(fields.get(b"reason")))
+    return None
 
 
 async def server_now_ms(client: ClientLike) -> int:
