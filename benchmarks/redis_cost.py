@@ -102,7 +102,15 @@ async def measure_floor(port: int, pid: int, out: Path, n: int, batch: int, bulk
 
 
 async def measure(
-    port: int, pid: int, out: Path, n: int, batch: int, events: int = 0, fanin: int = 0, bulk: int = 1
+    port: int,
+    pid: int,
+    out: Path,
+    n: int,
+    batch: int,
+    events: int = 0,
+    fanin: int = 0,
+    bulk: int = 1,
+    max_kept: int | None = None,
 ) -> dict[str, int]:
     """Drive the server on ``port`` (callgrind's pid ``pid``, dumping to ``out``)."""
     from venturi_only import Raw
@@ -113,6 +121,7 @@ async def measure(
         await callgrind_control(pid, flag)
 
     raw = Raw(f"redis://127.0.0.1:{port}")
+    raw.max_kept = max_kept
     try:
         await server_up(raw.r)
         await raw.load()
@@ -181,6 +190,12 @@ def main() -> None:
     ap.add_argument(
         "--bulk", type=int, default=1, help="jobs per enqueue call (default 1; ours takes <= 500)"
     )
+    ap.add_argument(
+        "--max-kept",
+        type=int,
+        default=None,
+        help="completed jobs kept (default: all); past it each completion trims the oldest",
+    )
     a = ap.parse_args()
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(a.root.resolve()))
@@ -203,7 +218,9 @@ def main() -> None:
             if a.floor:
                 got = asyncio.run(measure_floor(port, server.pid, out, a.n, a.batch, a.bulk))
             else:
-                got = asyncio.run(measure(port, server.pid, out, a.n, a.batch, a.events, a.fanin, a.bulk))
+                got = asyncio.run(
+                    measure(port, server.pid, out, a.n, a.batch, a.events, a.fanin, a.bulk, a.max_kept)
+                )
         finally:
             server.terminate()
             server.wait()

@@ -56,6 +56,9 @@ class Raw:
         self.k = QueueKeys.for_queue(queue)
         self.s = scripts()
         self.payload = msgpack.packb({"i": 0, "t": 0.0})
+        # Completed jobs kept (None: every one): with a bound, each completion past it
+        # also trims the oldest (retention.lua), as a queue with a count retention does.
+        self.max_kept: int | None = None
 
     async def load(self) -> None:
         for name in ("enqueue", "claim", "complete"):
@@ -77,7 +80,9 @@ class Raw:
 
     def complete_call(self, pipe: Any, jobs: list[tuple[str, str]]) -> Any:
         """complete.lua over every job of a claim, in one call."""
-        call = calls.complete(self.k, "", [calls.completion(j, t, "", b"", b"", b"") for j, t in jobs])
+        done = [calls.completion(j, t, "", b"", b"", b"") for j, t in jobs]
+        kept = "" if self.max_kept is None else str(self.max_kept)
+        call = calls.complete(self.k, "", done, max_kept=kept)
         return pipe.evalsha(self.s["complete"].sha, len(call.keys), *call.keys, *call.args)
 
     def claim_call(self, pipe: Any, count: int) -> Any:
