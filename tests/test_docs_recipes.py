@@ -49,6 +49,7 @@ TESTED = {
     "job-doing",
     "expired-leases",
     "ran-twice",
+    "journal",
     "dead-why",
     "retrying",
     "paused",
@@ -188,10 +189,13 @@ async def test_dead_why(queue: vr.Queue) -> None:
     deaths, hm, last = await run("dead-why", queue, jid)
     ((member, score),) = pairs(deaths)
     assert member == jid and score > 0
-    kind, failures, note, finished = (text(v) for v in hm)
-    assert (kind, failures, note) == ("doomed", "1", "resource gone") and int(finished) > 0
+    kind, failures, note, finished, reason = (text(v) for v in hm)
+    assert (kind, failures, note, reason) == ("doomed", "1", "resource gone", "permanent")
+    assert int(finished) > 0
     entry = fields(last[0])
     assert entry["event"] == "dead" and entry["reason"] == "permanent"
+    info = await queue.get(jid)
+    assert info is not None and info.dead_reason is vr.DeadReason.PERMANENT
 
 
 class Failing(Flaky):
@@ -262,8 +266,9 @@ async def test_workers(queue: vr.Queue) -> None:
 
 
 async def test_events(queue: vr.Queue) -> None:
-    """The blocking XREAD returns the first event after it started: an enqueue a moment later."""
+    """On by default; the blocking XREAD returns the first event after it started: an enqueue a moment later."""
     replies: list[Any] = []
+    stream_key = f"venturi:{{{queue.name}}}:events"
 
     async def follow() -> None:
         replies.extend(await run("events", queue))
@@ -273,14 +278,50 @@ async def test_events(queue: vr.Queue) -> None:
             tg.start_soon(follow)
             await anyio.sleep(0.2)  # the XREAD is blocking
             jid = await queue.enqueue(Echo(text="live"))
-    on, marker, read, off = replies
-    assert on == 1 and off == 0 and marker
+    default, capped, read, off = replies
+    assert default is None and capped == 1 and off == 0  # absent: on; then a new field, then updated
     ((stream, entries),) = read if isinstance(read, list) else list(read.items())
-    assert text(stream) == f"venturi:{{{queue.name}}}:events"
+    assert text(stream) == stream_key
     entry = fields(entries[0])
     assert (entry["event"], entry["job"], entry["kind"], entry["run"]) == ("enqueued", jid, "echo", "0")
     await queue.enqueue(Echo(text="off again"))
-    assert await queue.client.redis.xlen(f"venturi:{{{queue.name}}}:events") == 2  # events_on, enqueued
+    assert await queue.client.redis.xlen(stream_key) == 1  # the enqueue before the switch went off
+    # A stream deleted by hand comes back with the next event (the first event makes it).
+    await queue.client.redis.hdel(f"venturi:{{{queue.name}}}:meta", "events")
+    await queue.client.redis.delete(stream_key)
+    await queue.enqueue(Echo(text="back"))
+    assert await queue.client.redis.xlen(stream_key) == 1
+
+
+async def test_journal(queue: vr.Queue) -> None:
+    """A first run's completion: one entry in the stream; readers add what the hash implies."""
+    jid = await queue.enqueue(Echo(text="a"))
+    await drain(queue, EchoJob)
+    hm, stream, scratch = await run("journal", queue, jid)
+    state, runs, created, priority, eligible, owner, claimed = (
+        text(v) if v is not None else None for v in hm
+    )
+    assert (state, runs, priority, claimed) == ("completed", "1", "normal", None)  # claimed_at: a run's
+    (only,) = [(text(i), fields((i, f))) for i, f in stream]
+    entry_id, entry = only
+    assert (entry["event"], entry["run"], entry["worker"]) == ("completed", "1", owner)
+    assert scratch == 0
+    shown = await queue.journal(jid)
+    assert [e.event for e in shown] == ["enqueued", "claimed", "completed"]
+    enqueued, claim, completed = shown
+    assert enqueued.id == f"{created}-0" and enqueued.details == {"priority": "normal", "eligible_at": eligible}
+    assert claim.id == f"{entry['claimed_at']}-0" and claim.details == {"worker": owner} and claim.run == 1
+    assert completed.id == entry_id
+    # A running job on its first run: no stream, its claim in the hash.
+    running = await queue.enqueue(Echo(text="b"))
+    await make_worker(queue, EchoJob, name="pod-9")._runners[0].claim(1)
+    hm, stream, scratch = await run("journal", queue, running)
+    assert [text(v) if v is not None else None for v in hm][:2] == ["running", "1"]
+    assert text(hm[5]) == "pod-9" and hm[6] is not None and stream == [] and scratch == 0
+    assert [(e.event, e.details.get("worker")) for e in await queue.journal(running)] == [
+        ("enqueued", None),
+        ("claimed", "pod-9"),
+    ]
 
 
 async def test_waiting_on(queue: vr.Queue) -> None:
