@@ -266,7 +266,7 @@ async def test_workers(queue: vr.Queue) -> None:
 
 
 async def test_events(queue: vr.Queue) -> None:
-    """On by default; the blocking XREAD returns the first event after it started: an enqueue a moment later."""
+    """On by default; the blocking XREAD returns the first event after it started (an enqueue)."""
     replies: list[Any] = []
     stream_key = f"venturi:{{{queue.name}}}:events"
 
@@ -309,7 +309,8 @@ async def test_journal(queue: vr.Queue) -> None:
     shown = await queue.journal(jid)
     assert [e.event for e in shown] == ["enqueued", "claimed", "completed"]
     enqueued, claim, completed = shown
-    assert enqueued.id == f"{created}-0" and enqueued.details == {"priority": "normal", "eligible_at": eligible}
+    assert enqueued.id == f"{created}-0"
+    assert enqueued.details == {"priority": "normal", "eligible_at": eligible}
     assert claim.id == f"{entry['claimed_at']}-0" and claim.details == {"worker": owner} and claim.run == 1
     assert completed.id == entry_id
     # A running job on its first run: no stream, its claim in the hash.

@@ -420,7 +420,7 @@ class Queue:
     # -- observability: the event stream (events.py) ----------------------------
 
     def events(self, *, since: str = "$", kinds: Collection[str] | None = None) -> AsyncIterator[QueueEvent]:
-        """The queue's events as they happen (when its event stream is on: ``set_events``).
+        """The queue's events as they happen (while its event stream is on: the default, ``set_events``).
 
         Args:
             since: ``"$"`` (from now), ``"0"`` (everything the capped stream

@@ -5,9 +5,11 @@ The stream, ``venturi:{q}:events``, is appended to by the transition scripts
 themselves (``lua/include/events.lua``), in the same atomic step as the job's
 journal entry, so what it says never disagrees with the journals. It is
 capped (XADD ``MAXLEN ~ N``) and switched per queue by the meta hash's
-``events`` field: absent = ``EVENTS_DEFAULT``, ``0`` = off, ``N`` = on
-with a cap of about N entries; and only while the stream exists (``set_events``
-creates it). docs/observability.md is the user's manual.
+``events`` field: absent = on with the cap ``EVENTS_DEFAULT``, ``0`` = off,
+``N`` = on with a cap of about N entries. The first event makes the stream.
+An entry tells one job, or every job one script call moved alike
+(``QueueEvent.all_from_stream`` reads both). docs/observability.md is the
+user's manual.
 
 A reader follows it with ``XREAD BLOCK`` from the last id it saw, so a reader
 that reconnects (or a new one given ``since=`` an id it kept) misses nothing
@@ -48,8 +50,9 @@ FINISHED = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED})
 _FINISH_EVENTS = frozenset({b"completed", b"dead", b"cancelled"})
 # When a queue's events are off, wait() reads the job back this often.
 _POLL_OFF = 0.25
-# Cap of a queue's stream when switched on without one (~150 B an entry: ~1.5 MB).
-EVENTS_MAXLEN = int(EVENTS_DEFAULT)  # switched on without a cap: the default one
+# Cap of a queue's stream when switched on without one: the default one (an entry of
+# one job ~100 B, docs/redis-layout.md "Memory per job").
+EVENTS_MAXLEN = int(EVENTS_DEFAULT)
 
 
 def _text(value: Any) -> str:
@@ -67,9 +70,9 @@ async def set_events(queue: Queue, enabled: bool, *, maxlen: int = EVENTS_MAXLEN
             f"events maxlen must be a whole number from 1 to {MAX_COUNT:,}, got {maxlen!r}"
         )
     k = queue.keys
-    # The stream must exist for events to be appended (lua/include/events.lua):
-    # switching on writes an `events_on` entry, creating it; switching off
-    # writes `events_off` (to a stream that exists only), then the switch.
+    # A marker entry says where the stream went quiet or started again:
+    # switching on writes an `events_on` entry (making the stream); switching
+    # off writes `events_off` (to a stream that exists only), then the switch.
     marker = {"event": "events_on" if enabled else "events_off", "job": "", "kind": "", "run": "0"}
     marker["at"] = str(int(time.time() * 1000))  # this client's clock: a marker, not a transition
     pipe = queue.client.redis.pipeline(transaction=False)

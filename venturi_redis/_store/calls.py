@@ -9,16 +9,15 @@ so "where is the claim script called, with which keys" is answered here:
 ``claim`` below, and ``lua/claim.lua``'s header for what the script does
 with them.
 
-A ``Call`` is sent by one of the runners of ``scripts.py`` (the pool:
-``ScriptSet.call``; a pipeline: ``ScriptSet.run_pipeline`` or
-``run_transaction``; a command inside the caller's own MULTI:
-``ScriptSet.queue_call``), or by the transport's own runners, which take
-``(script, keys, args)``: the enqueue lane (``_transport/lane.py``) and the
-blocking client's connection (``_producer/sync.py``).
+A ``Call`` is sent by the client's ``Sender`` (``sender.py``: the pool,
+``Sender.call``; a pipeline, ``pipeline``; a transaction, ``transaction``; a
+command inside the caller's own MULTI, ``in_multi``; the enqueue lane,
+``call_on_lane``; a blocking connection, ``call_blocking``), and made by the
+queue's ``QueueStore`` (``store.py``), one method per operation.
 
 The conventions every script follows (CONTRIBUTING.md, "Lua"):
 
-* ARGV[1] is ``now`` (the caller's clock, ``Client._now_arg()``: '' for
+* ARGV[1] is ``now`` (the caller's clock, ``Sender.now()``: '' for
   Redis TIME, else integer ms) and ARGV[2] the queue's key prefix, in every
   script; the script's own arguments follow from ARGV[3].
 * Every key known before the call is in KEYS (queue-wide keys first, then
@@ -589,7 +588,7 @@ def dead(
     error_type: str = "",
     traceback: str = "",
 ) -> Call:
-    """dead.lua: a RUNNING job dies at once (``reason``: permanent, unknown_kind, bad_payload).
+    """dead.lua: a RUNNING job dies at once (``reason``: a ``DeadReason``, e.g. permanent, unknown_kind).
 
     ``error_type`` and ``traceback``: as for ``retry``, kept in the ``dead`` entry.
     """

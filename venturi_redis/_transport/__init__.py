@@ -2,6 +2,6 @@
 
 Every reach into a private part of redis-py or asyncio lives in
 ``redispy.py``, each commented with what it relies on (docs/operations.md,
-"Supported redis-py"). Imports ``_store`` and ``_model``, never the producer,
-the worker or the CLI.
+"Supported redis-py"). Imports ``_model`` only: ``_store`` sends its calls
+through these connections.
 """

@@ -9,7 +9,7 @@ What does differ is handled here or at the call site, each with a comment:
 
 * connecting (``redis+cluster://`` URLs, ``cluster=True``);
 * the first command of a fresh client (``_cluster_class`` below);
-* pipelines of scripts (``ScriptSet.run_pipeline``): redis-py refuses
+* pipelines of scripts (``Sender.pipeline``, ``_store/sender.py``): redis-py refuses
   ``pipe.evalsha`` in cluster pipelines but not ``execute_command("EVALSHA",
   ...)``, which routes each call by its first key; the cluster pipeline groups
   the calls by node (one connection each, concurrently) and returns NOSCRIPT
@@ -155,7 +155,7 @@ def _cluster_class() -> Any:
     the ``redis.exceptions.ConnectionError`` it is, which callers (workers, the
     failover test's producers) already treat as transient: like any connection
     error, the script may or may not have run. Pipelines need it as much as
-    single commands: a worker's committer has two in flight at once.
+    single commands: a worker's completer has two in flight at once.
     """
     global _CLASS
     if _CLASS is None:

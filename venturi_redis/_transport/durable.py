@@ -131,7 +131,7 @@ class DurableRedis:
         return await self._with_wait("EVALSHA", sha, numkeys, *keys_and_args)
 
     async def eval(self, source: str, numkeys: int, *keys_and_args: Any) -> Any:
-        """EVAL (the NOSCRIPT fallback of ``ScriptSet.call``), then WAIT on the same connection."""
+        """EVAL (the NOSCRIPT fallback of ``Sender.call``), then WAIT on the same connection."""
         return await self._with_wait("EVAL", source, numkeys, *keys_and_args)
 
     async def _with_wait(self, command: str, script: str, numkeys: int, *keys_and_args: Any) -> Any:
@@ -165,7 +165,7 @@ class DurableRedis:
 
     def _finish(self, res: Any, acked: Any, what: str) -> Any:
         if isinstance(res, Exception):
-            raise res  # NOSCRIPT included: ScriptSet.call loads and retries
+            raise res  # NOSCRIPT included: Sender.call sends the source by EVAL
         if isinstance(acked, ResponseError):
             # The script ran; only the wait is impossible (an old server, or
             # appendonly off): a configuration problem, said plainly.

@@ -25,7 +25,7 @@ What it keeps from the pool path, so that nothing but speed changes:
   (the next call connects again) and the call raises; nothing is resent, so a
   lost reply never creates a job twice (docs/guarantees.md);
 - ``script`` sends ``EVALSHA``, and ``EVAL`` after ``NOSCRIPT`` (as
-  ``ScriptSet.call`` does on the pool path), so the script is found again
+  ``Sender.call`` does on the pool path), so the script is found again
   after a flush.
 
 Over TLS the lane's protocol takes the place of the stream protocol above

@@ -332,7 +332,7 @@ class _Batch:
         self._kick = anyio.Event()
 
     async def submit(self, op: Op[Any], *, claim: bool = False) -> Any:
-        """Run ``op`` in the next round trip (a claim after that trip's endings): its parsed reply."""
+        """Run ``op`` in the next round trip (a claim before that trip's endings): its parsed reply."""
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._ops.append((op, reply, claim))
         self._kick.set()
