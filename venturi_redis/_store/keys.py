@@ -7,7 +7,8 @@ one Redis Cluster slot and every script and MULTI touches a single slot.
 key                                type    what it holds
 =================================  ======  ===========================================
 ``venturi:{q}:job:<id>``           hash    one job: plain-text metadata, msgpack blobs
-``venturi:{q}:journal:<id>``       stream  the job's journal, one entry per event
+``venturi:{q}:journal:<id>``       stream  the job's journal: what its hash cannot say
+``venturi:{q}:journal-compact``    stream  journal compaction's scratch (lua/include/journal.lua)
 ``venturi:{q}:pending:<level>``    zset    pending job ids scored by eligible_at (ms)
 ``venturi:{q}:retrying``           zset    pending ids whose last run failed, by eligible_at
 ``venturi:{q}:running``            zset    running job ids scored by lease expiry (ms)
@@ -16,7 +17,7 @@ key                                type    what it holds
 ``venturi:{q}:dead``               zset    dead job ids scored by time of death
 ``venturi:{q}:cancelled``          zset    cancelled job ids scored by cancel time
 ``venturi:{q}:dedup``              hash    dedup field -> id of the pending job holding it
-``venturi:{q}:meta``               hash    queue-wide flags (``paused``, ``events``) and counters
+``venturi:{q}:meta``               hash    queue-wide flags: paused, events, limits, retention
 ``venturi:{q}:events``             stream  the queue's events, capped (lua/include/events.lua)
 ``venturi:{q}:wake``               list    wake-up tokens: one per job made claimable
 ``venturi:{q}:wake:<worker>``      list    a worker's stop tokens (only while it stops)
@@ -25,6 +26,7 @@ key                                type    what it holds
 ``venturi:{q}:deps:<id>``          set     ids a waiting job still waits on
 ``venturi:{q}:dependents:<id>``    set     ids of the jobs that wait (or waited) on this job
 ``venturi:{q}:depresults:<id>``    hash    dependency id -> its KIND, newline, msgpack result
+``venturi:{q}:graph:orphans``      set     finished ids whose dependents the reclaim tells
 ``venturi:{q}:workers``            zset    running worker names scored by registration expiry
 ``venturi:{q}:worker:<name>``      string  a running worker's record (JSON), expires unless renewed
 ``venturi:{q}:schedules``          set     every schedule id of the queue (paused and ended ones too)
@@ -47,7 +49,7 @@ together with a queue's keys, so no script or MULTI ever spans both):
 =================================  ======  ===========================================
 ``venturi:queues``                 zset    the registry: queue name -> when a process last
                                            recorded writing to it (ms, that process's clock)
-``venturi:queues:rebuild``         hash    ``venturi queues rebuild``'s progress: a SCAN
+``venturi:queues:rebuild``         string  ``venturi queues rebuild``'s progress (JSON): a SCAN
                                            cursor per node, so an interrupted run resumes
 =================================  ======  ===========================================
 
