@@ -19,8 +19,10 @@ Shape of a running worker (one anyio task group)::
                            ending, completer.py writes it
 
 This module is the ``Worker`` itself: its arguments (checked by options.py),
-registration, and the lifecycle (run, shutdown, drain, signals); the lease
-keeper, which also renews the worker's registration, is keeper.py.
+registration, ``run`` and ``shutdown``, and one claimed job's way from its
+handler to its written ending (``run_job``). The task groups ``run`` starts,
+the drain and the signal watcher are serving.py (a mixin); the lease keeper,
+which also renews the worker's registration, is keeper.py.
 
 Every transition is one Lua script that checks the job's lease token, so a
 worker that lost its lease (it hung, its connection dropped, the lease expired
