@@ -568,9 +568,14 @@ class Worker(Serving, Generic[StateT]):
 
     def _finish(self, runner: _Runner, job: Job) -> None:
         """The job's transition is written (or given up on): it leaves the worker's books."""
-        runner.release_slot(job)
+        if job.holds_slot:
+            runner.release_slot(job)
         runner.active.pop(job.id, None)
-        runner.wake()
-        if self._until_idle and not runner.active:
-            runner.interrupt.set()  # an idle wait is cut short to check whether all is done
-        self._changed.set()
+        if self._until_idle or self._stopping:
+            # Only a run that ends when the work does looks at what is left
+            # (the claim loop's idle check, the drain's wait): a serving
+            # worker's claim loop was woken when the job's slot came back.
+            runner.wake()
+            if self._until_idle and not runner.active:
+                runner.interrupt.set()  # an idle wait is cut short to check whether all is done
+            self._changed.set()
