@@ -177,7 +177,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000, help="jobs (default 2000)")
     ap.add_argument("--batch", type=int, default=100, help="claim batch (default 100)")
     ap.add_argument("--root", type=Path, default=HERE.parent, help="checkout whose scripts to drive")
-    ap.add_argument("--events", type=int, default=0, help="switch the queue's event stream on, capped at N")
+    ap.add_argument(
+        "--events",
+        type=int,
+        default=0,
+        help="the queue's event stream capped at N (default 0: as the release does, on; -1: off)",
+    )
     ap.add_argument(
         "--keep",
         type=Path,
@@ -228,7 +233,8 @@ def main() -> None:
     if a.bulk > 1 and not a.fanin:
         what = f"enqueue ({a.bulk} jobs per call)"
     print(
-        f"{'the floor' if a.floor else a.root}{' (events on)' if a.events else ''}: "
+        f"{'the floor' if a.floor else a.root}"
+        f"{' (events off)' if a.events < 0 else f' (events capped at {a.events})' if a.events else ''}: "
         "Redis instructions per job: "
         f"{what} {got['enqueue']:,}; "
         f"claim + complete (batch {a.batch}) {got['drain']:,}"

@@ -26,6 +26,26 @@ from tests.servers import RedisServer, make_tls_files
 # "cluster": a real three-master Redis Cluster (tests/cluster.py), started once
 # per session on first use; the whole contract suite runs on it too.
 BACKENDS = ["redis", "memory", "cluster"]
+# The script-level contract suite (issue 37 item 4): the modules whose tests
+# drive the scripts' behaviour, run on every backend above (a script that
+# behaves differently on the embedded server or across a Cluster's slots
+# fails there). Every other test that takes a `backend` runs once, on real
+# Redis: a worker's, a validation's or a face's behaviour does not depend on
+# the server, so three runs would only fail three times for one bug.
+CONTRACT_MODULES = {
+    "test_batching", "test_claim", "test_cluster_sharded", "test_coalesce", "test_continuations",
+    "test_core", "test_dedup", "test_enqueue_at", "test_events", "test_flow_control", "test_journal",
+    "test_limit_keys", "test_limits_corrupt", "test_offload", "test_ops", "test_progress",
+    "test_quarantine", "test_quarantine_ops", "test_read_corrupt", "test_registry", "test_resend",
+    "test_retention", "test_retrying", "test_schedules", "test_schedules_corrupt", "test_scripts",
+    "test_sync", "test_upgrade", "test_wait", "test_wake", "test_workflows", "test_workflows_corrupt",
+}  # fmt: skip
+# Process, chaos and failover tests: `pytest -m "not slow"` leaves them out
+# of a quick local run; `make test` (and so .ci/run) runs them.
+SLOW_MODULES = {
+    "test_cluster_failover", "test_dashboard_browser", "test_flow_processes", "test_offload_multiprocess",
+    "test_processes", "test_schedules_procs", "test_sentinel", "test_workflows_procs",
+}  # fmt: skip
 # VENTURI_REDIS_SETUP=noconfig|acl|acl+info (tests/servers.py, MANAGED_SETUPS):
 # the contract suite alone (the tests parametrized by `backend`), on the
 # session's redis-server started that way, as the application's user. A test
@@ -43,12 +63,34 @@ if SETUP:
 CLUSTER_FIXTURES = {"redis_cluster", "tls_cluster"}
 
 
+def _module(item: pytest.Item) -> str:
+    return Path(str(item.fspath)).stem
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`backend`: every backend in the contract suite, real Redis elsewhere (a test's own
+    `parametrize("backend", ...)` says otherwise)."""
+    if "backend" not in metafunc.fixturenames or hasattr(metafunc.module, "backend"):
+        return  # no backend, or the module's own `backend` fixture says which
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if "backend" in (names.split(",") if isinstance(names, str) else names):
+            return
+    contract = Path(str(metafunc.definition.fspath)).stem in CONTRACT_MODULES
+    metafunc.parametrize("backend", BACKENDS if contract else ["redis"])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _module(item) in SLOW_MODULES or "chaos" in Path(str(item.fspath)).parts:
+            item.add_marker(pytest.mark.slow)
     if SETUP:
         kept = [
             i
             for i in items
-            if "backend" in getattr(i, "fixturenames", ()) and not i.get_closest_marker("admin")
+            if "backend" in getattr(i, "fixturenames", ())
+            and _module(i) in CONTRACT_MODULES
+            and not i.get_closest_marker("admin")
         ]
         dropped = [i for i in items if i not in kept]
         config.hook.pytest_deselected(items=dropped)
@@ -125,8 +167,9 @@ def django_project(redis_server: RedisServer) -> Iterator[dict[str, str]]:
                 os.environ[k] = v
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
+    """Parametrized by pytest_generate_tests (above), or by the test itself."""
     return str(request.param)
 
 

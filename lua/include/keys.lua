@@ -63,18 +63,11 @@ local function graph_keys(prefix, id)
   return prefix .. 'deps:' .. id, prefix .. 'dependents:' .. id, prefix .. 'depresults:' .. id
 end
 
--- The queue-wide keys a finishing job's dependents move between (graph.lua):
--- derived here, from the prefix, and only when the job has dependents. They
--- are known before the call and would belong in KEYS, but seven more KEYS
--- cost every call of the five finish scripts ~18,700 Redis instructions
--- (+3.7% for claim + complete at batch 1, benchmarks/redis_cost.py) for a
--- feature most queues never use; derived, a job nobody waits on pays nothing
--- for them. The pending sets come as a table by priority label, so a
--- priority field picks one of these four names, never makes one.
 -- The set of finished jobs whose dependents are still to be told: the
 -- claim's rare endings (a cancel requested while the job ran; a quarantine)
--- add to it rather than carry the graph's code on every claim, and
--- reclaim.lua tells their dependents on its next sweep (graph.lua).
+-- add to it rather than carry the graph's code on every claim, and so does a
+-- completion that found a queue-wide key damaged; reclaim.lua tells their
+-- dependents on its next sweep (graph.lua).
 local function graph_orphans_key(prefix)
   return prefix .. 'graph:orphans'
 end
@@ -107,6 +100,14 @@ local function retrying_key(prefix)
   return prefix .. 'retrying'
 end
 
+-- The queue-wide keys a finishing job's dependents move between (graph.lua):
+-- derived here, from the prefix, and only when the job has dependents. They
+-- are known before the call and would belong in KEYS, but seven more KEYS
+-- cost every call of the five finish scripts ~18,700 Redis instructions
+-- (+3.7% for claim + complete at batch 1, benchmarks/redis_cost.py) for a
+-- feature most queues never use; derived, a job nobody waits on pays nothing
+-- for them. The pending sets come as a table by priority label, so a
+-- priority field picks one of these four names, never makes one.
 local function graph_queue_keys(prefix)
   return {
     waiting = prefix .. 'waiting', dead = prefix .. 'dead', wake = prefix .. 'wake',

@@ -9,11 +9,17 @@ so "where is the claim script called, with which keys" is answered here:
 ``claim`` below, and ``lua/claim.lua``'s header for what the script does
 with them.
 
-A ``Call`` is sent by the client's ``Sender`` (``sender.py``: the pool,
-``Sender.call``; a pipeline, ``pipeline``; a transaction, ``transaction``; a
-command inside the caller's own MULTI, ``in_multi``; the enqueue lane,
-``call_on_lane``; a blocking connection, ``call_blocking``), and made by the
-queue's ``QueueStore`` (``store.py``), one method per operation.
+A ``Call`` is sent by the client's ``Sender`` (``sender.py``: the pool, a
+pipeline, a transaction, the caller's own MULTI under WATCH, the enqueue
+lane, a blocking connection), always through the queue's ``QueueStore``
+(``store.py``), which pairs each call with its parser.
+
+The builders live in this module and its siblings: ``calls_base.py`` (the
+``Call`` and ``Transition`` types, the coded errors), here (enqueue, merge,
+the claim and the worker's upkeep), ``calls_ending.py`` (a run's endings),
+``calls_flow.py``, ``calls_ops.py``, ``calls_obs.py`` and
+``calls_schedule.py``. This module re-exports the first and the second, so
+``calls.complete`` and ``calls.Call`` are where they always were.
 
 The conventions every script follows (CONTRIBUTING.md, "Lua"):
 
@@ -36,92 +42,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from redis.exceptions import ResponseError
-
 from .._model.codec import text
 from .._model.enums import Priority
-from .._model.errors import ConfigurationError, CorruptQueueError
+from .calls_base import (
+    APPLIED,
+    Call,
+    ScriptArg,
+    Transition,
+    _ending_keys,
+    corrupt_job,
+    script_error,
+    transition,
+)
+from .calls_ending import (
+    Completion,
+    bad_delay,
+    cancel,
+    complete,
+    completed,
+    completion,
+    dead,
+    pause,
+    release,
+    retry,
+    suspend,
+)
 from .keys import QueueKeys
 from .prepare import Prepared
-
-ScriptArg = str | bytes | int | float
-
-
-def script_error(exc: ResponseError) -> Exception:
-    """The exception a script's error reply stands for: ``exc`` itself unless coded.
-
-    The codes, and what they mean for the caller:
-
-    * ``VR_WRONGTYPE``: a queue-wide key (a pending, running or completed set)
-      holds the wrong type; the script stopped before moving any job
-      (``CorruptQueueError``: repair or delete the key).
-    * ``VR_BADARG``: an argument the script cannot use (a NaN delay); nothing
-      was written (``ConfigurationError``).
-    * ``VR_CORRUPTJOB``: an operator's transition of one job (cancel, resume,
-      a dedup merge) found the job's own data corrupt (lua/include/operator.lua);
-      nothing was written (``CorruptQueueError`` naming the job).
-    """
-    code, _, rest = str(exc).partition(" ")
-    if code == "VR_WRONGTYPE":
-        return CorruptQueueError(f"{rest}: the script moved no job; repair or delete that key")
-    if code == "VR_CORRUPTJOB":
-        return corrupt_job(rest)
-    if code == "VR_BADARG":
-        return ConfigurationError(rest)
-    return exc
-
-
-def corrupt_job(what: str) -> CorruptQueueError:
-    """The error of an operation refused because one job's own data is corrupt.
-
-    ``what``: ``job <id>: <what is wrong>``, as the scripts say it.
-    """
-    return CorruptQueueError(
-        f"{what}; nothing was written: repair the job's hash and journal, or delete them "
-        "(docs/guarantees.md, 'Corrupt jobs are quarantined')"
-    )
-
-
-class Call(NamedTuple):
-    """One script call: the script's name (its file in ``lua/``), KEYS and ARGV."""
-
-    name: str
-    keys: list[str]
-    args: list[ScriptArg]
-
-
-class Transition(NamedTuple):
-    """The reply of a transition of one job (a RUNNING job's outcome, a cancel).
-
-    ``applied``: the job moved. ``detail``: when applied, what the script
-    says it did (retry: ``'pending'`` or ``'dead'``; cancel: ``'cancelled'``
-    or ``'requested'``; else ''); when refused, why (the job is unknown, in
-    another state, or the lease token is stale).
-    """
-
-    applied: bool
-    detail: str
-
-
-APPLIED = Transition(True, "")
-# Largest delay in ms a script takes: Lua numbers are doubles, exact to 2**53.
-_MAX_MS = 2**53
-
-
-def transition(reply: Any) -> Transition:
-    """``{1, ...}`` or ``{0, reason}``: the reply of pause, suspend, retry, dead, release, cancel, resume."""
-    if int(reply[0]) == 1:
-        return Transition(True, text(reply[1])) if len(reply) > 1 else APPLIED
-    return Transition(False, text(reply[1]))
-
-
-def _ending_keys(keys: QueueKeys) -> tuple[str, str, str, str]:
-    """The last four KEYS of every script that ends a run (pause, suspend, retry,
-    dead, release, cancel, reclaim): the queue's meta hash and event stream
-    (events.lua), and the limits state and ready rotation a held slot goes back
-    to (limits.lua)."""
-    return (keys.meta, keys.events, keys.limits_state, keys.limits_ready)
-
 
 # -- enqueue -------------------------------------------------------------------
 
@@ -415,240 +362,43 @@ def reclaimed(reply: Any) -> Reclaimed:
     return Reclaimed(int(reply[0]), int(reply[1]), [text(x) for x in reply[2:]])
 
 
-# -- a running job's outcome -------------------------------------------------------
-
-# complete.lua's six values for one job: id, lease token, note, attachment,
-# carry ('' = unchanged), result.
-Completion = list[ScriptArg]
-
-
-def completion(
-    job_id: str, token: str, note: str, attachment: bytes, carry: bytes, result: bytes
-) -> Completion:
-    return [job_id, token, note, attachment, carry, result]
-
-
-def complete(
-    keys: QueueKeys, now: str, completions: Sequence[Completion], *, keep_ms: str = "", max_kept: str = ""
-) -> Call:
-    """complete.lua for one or more jobs of one queue (each checked on its own).
-
-    ``keep_ms`` and ``max_kept``: the retention of completed jobs ('' = no
-    such bound), trimmed in the same call (lua/include/retention.lua).
-    """
-    args: list[ScriptArg] = [now, keys.prefix, keep_ms, max_kept, len(completions)]
-    for values in completions:
-        args.extend(values)
-    return Call(
-        "complete",
-        [
-            keys.running,
-            keys.completed,
-            keys.meta,
-        ],
-        args,
-    )
-
-
-def completed(reply: Any) -> list[Transition]:
-    """complete.lua's reply: per job, applied, or refused with its reason."""
-    return [APPLIED if one == 1 else Transition(False, text(one)) for one in reply]
-
-
-def pause(
-    keys: QueueKeys,
-    now: str,
-    *,
-    job_id: str,
-    token: str,
-    priority: Priority,
-    delay_ms: int,
-    note: str,
-    attachment: bytes,
-    carry: bytes,
-) -> Call:
-    """pause.lua: a RUNNING job goes back to pending ``delay_ms`` from now, not charged."""
-    bad = bad_delay(delay_ms)
-    if bad is not None:
-        raise ConfigurationError(bad)
-    return Call(
-        "pause",
-        [
-            keys.job(job_id),
-            keys.journal(job_id),
-            keys.running,
-            keys.pending_by_priority[priority],
-            keys.dedup,
-            keys.wake,
-            *_ending_keys(keys),
-        ],
-        [now, keys.prefix, job_id, token, delay_ms, note, attachment, carry],
-    )
-
-
-def bad_delay(delay_ms: object) -> str | None:
-    """Why ``delay_ms`` cannot be a pause's delay, or None when it can.
-
-    A NaN or infinite delay (``vr.Outcome("pause", delay_ms=nan)``) never
-    reaches Redis: the worker turns it into a failed run with this note.
-    """
-    if isinstance(delay_ms, int) and not isinstance(delay_ms, bool) and 0 <= delay_ms < _MAX_MS:
-        return None
-    return f"pause delay must be a whole number of ms from 0 to 2**53, got {delay_ms!r}"
-
-
-def suspend(
-    keys: QueueKeys,
-    now: str,
-    *,
-    job_id: str,
-    token: str,
-    note: str,
-    attachment: bytes,
-    carry: bytes,
-    output: bytes,
-) -> Call:
-    """suspend.lua: a RUNNING job waits, suspended, for ``resume``."""
-    return Call(
-        "suspend",
-        [
-            keys.job(job_id),
-            keys.journal(job_id),
-            keys.running,
-            keys.suspended,
-            *_ending_keys(keys),
-            keys.wake,
-        ],
-        [now, keys.prefix, job_id, token, note, attachment, carry, output],
-    )
-
-
-def retry(
-    keys: QueueKeys,
-    now: str,
-    *,
-    job_id: str,
-    token: str,
-    priority: Priority,
-    note: str,
-    attachment: bytes,
-    carry: bytes,
-    base_ms: int,
-    cap_ms: int,
-    jitter: float,
-    max_failures: str,
-    error_type: str = "",
-    traceback: str = "",
-) -> Call:
-    """retry.lua: a failed run goes back to pending after its backoff, or dies at the backstop.
-
-    ``error_type`` and ``traceback`` (the raised exception's type and the tail
-    of its traceback, '' for none) are kept in the run's ``failed`` journal entry.
-    """
-    return Call(
-        "retry",
-        [
-            keys.job(job_id),
-            keys.journal(job_id),
-            keys.running,
-            keys.pending_by_priority[priority],
-            keys.dead,
-            keys.dedup,
-            keys.wake,
-            *_ending_keys(keys),
-        ],
-        [
-            now,
-            keys.prefix,
-            job_id,
-            token,
-            note,
-            attachment,
-            carry,
-            base_ms,
-            cap_ms,
-            repr(jitter),
-            max_failures,
-            error_type,
-            traceback,
-        ],
-    )
-
-
-def dead(
-    keys: QueueKeys,
-    now: str,
-    *,
-    job_id: str,
-    token: str,
-    note: str,
-    attachment: bytes,
-    carry: bytes,
-    reason: str,
-    error_type: str = "",
-    traceback: str = "",
-) -> Call:
-    """dead.lua: a RUNNING job dies at once (``reason``: a ``DeadReason``, e.g. permanent, unknown_kind).
-
-    ``error_type`` and ``traceback``: as for ``retry``, kept in the ``dead`` entry.
-    """
-    return Call(
-        "dead",
-        [
-            keys.job(job_id),
-            keys.journal(job_id),
-            keys.running,
-            keys.dead,
-            *_ending_keys(keys),
-            keys.wake,
-        ],
-        [now, keys.prefix, job_id, token, note, attachment, carry, reason, error_type, traceback],
-    )
-
-
-def release(
-    keys: QueueKeys, now: str, *, job_id: str, token: str, priority: Priority, carry: bytes, note: str
-) -> Call:
-    """release.lua: a RUNNING job goes back to pending, not charged (a graceful shutdown)."""
-    return Call(
-        "release",
-        [
-            keys.job(job_id),
-            keys.journal(job_id),
-            keys.running,
-            keys.pending_by_priority[priority],
-            keys.dedup,
-            keys.wake,
-            *_ending_keys(keys),
-        ],
-        [now, keys.prefix, job_id, token, carry, note],
-    )
-
-
-def cancel(
-    keys: QueueKeys,
-    now: str,
-    *,
-    job_id: str,
-    note: str,
-    token: str = "",
-    attachment: bytes = b"",
-    carry: bytes = b"",
-) -> Call:
-    """cancel.lua: an operator's cancel (``token`` ''), or a worker ending its own run cancelled."""
-    return Call(
-        "cancel",
-        [
-            keys.job(job_id),
-            keys.journal(job_id),
-            keys.suspended,
-            keys.running,
-            keys.cancelled,
-            keys.dedup,
-            *keys.pending_high_first,
-            *_ending_keys(keys),
-            keys.wake,
-            keys.limits_parked,
-        ],
-        [now, keys.prefix, job_id, note, token, attachment, carry],
-    )
+# What this module defines, and what it re-exports from calls_base and calls_ending.
+__all__ = [
+    "APPLIED",
+    "CLAIM_FIELDS",
+    "Call",
+    "ClaimReply",
+    "ClaimedJob",
+    "Completion",
+    "EXTRA_FIELDS",
+    "Extended",
+    "JOB_ARGS",
+    "Reclaimed",
+    "ScriptArg",
+    "Transition",
+    "bad_delay",
+    "cancel",
+    "claim",
+    "claim_reply",
+    "complete",
+    "completed",
+    "completion",
+    "corrupt_job",
+    "dead",
+    "enqueue",
+    "enqueue_holder",
+    "enqueue_holders",
+    "extend",
+    "extended",
+    "job_args",
+    "merge",
+    "merged",
+    "pause",
+    "reclaim",
+    "reclaimed",
+    "release",
+    "retry",
+    "script_error",
+    "suspend",
+    "transition",
+]

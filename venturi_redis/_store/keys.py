@@ -290,5 +290,16 @@ class QueueKeys:
     def offload(self, token: str) -> str:
         return f"{self.prefix}offload:{token}"
 
+    @property
+    def journal_compact(self) -> str:
+        """The scratch key a journal is copied through at its exact size (keys.lua
+        journal_scratch_key; empty between script calls)."""
+        return f"{self.prefix}journal-compact"
+
+    @property
+    def graph_orphans(self) -> str:
+        """Finished jobs whose dependents the next reclaim sweep tells (keys.lua graph_orphans_key)."""
+        return f"{self.prefix}graph:orphans"
+
     def offload_channel(self, token: str) -> str:
         return f"{self.prefix}offload:{token}:done"

@@ -19,8 +19,10 @@ Shape of a running worker (one anyio task group)::
                            ending, completer.py writes it
 
 This module is the ``Worker`` itself: its arguments (checked by options.py),
-registration, and the lifecycle (run, shutdown, drain, signals); the lease
-keeper, which also renews the worker's registration, is keeper.py.
+registration, ``run`` and ``shutdown``, and one claimed job's way from its
+handler to its written ending (``run_job``). The task groups ``run`` starts,
+the drain and the signal watcher are serving.py (a mixin); the lease keeper,
+which also renews the worker's registration, is keeper.py.
 
 Every transition is one Lua script that checks the job's lease token, so a
 worker that lost its lease (it hung, its connection dropped, the lease expired
@@ -34,9 +36,7 @@ import asyncio
 import logging
 import os
 import secrets
-import signal
 import socket
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -65,15 +65,14 @@ from .handler import Handler, sync_handle
 from .job import Job
 from .keeper import LeaseKeeper
 from .offload import offload_handler
-from .registry import keep_touching
 from .runner import (
     _IDLE_BLOCK_MAX,
     _MIN_BLOCK,
     RunnerSettings,
-    _Inbox,
     _Runner,
 )
 from .scheduler import Scheduler, declare, declared_schedules
+from .serving import Serving
 from .threads import HandlerThreads
 
 if TYPE_CHECKING:
@@ -96,7 +95,7 @@ def _server_of(client: Client) -> str:
     return repr(getattr(client.redis, "venturi_inner", client.redis))
 
 
-class Worker(Generic[StateT]):
+class Worker(Serving, Generic[StateT]):
     """Runs the handlers registered with it on jobs from one or more queues.
 
     Args:
@@ -502,55 +501,6 @@ class Worker(Generic[StateT]):
             fatal, self._fatal = self._fatal, None
             raise fatal
 
-    async def _serve(self, until_idle: bool) -> None:
-        """The worker's tasks: services, slot tasks, claim loops; returns once all have stopped."""
-        async with anyio.create_task_group() as service_tg:
-            service_tg.start_soon(self._keeper.run)
-            if self.health_file is not None:
-                service_tg.start_soon(keep_touching, self.health_file, self.lease_ms / 3000, self.id)
-            await self._completer.run(service_tg)
-            for r in self._runners:
-                service_tg.start_soon(r.reclaim_loop)
-            for scheduler in self._schedulers:
-                service_tg.start_soon(scheduler.run)
-            if self.handle_signals and threading.current_thread() is threading.main_thread():
-                service_tg.start_soon(self._signal_watcher)
-            try:
-                async with anyio.create_task_group() as jobs_tg:
-                    self._jobs_tg = jobs_tg
-                    for r in self._runners:
-                        r.inbox = _Inbox()
-                        for _ in range(2 * self.concurrency):
-                            jobs_tg.start_soon(r.slot)
-                    async with anyio.create_task_group() as claim_tg:
-                        for r in self._runners:
-                            claim_tg.start_soon(r.claim_loop, until_idle)
-                    # Claiming has stopped (shutdown, or every queue drained).
-                    for r in self._runners:
-                        r.inbox.close()
-                    await self._drain(jobs_tg)
-            finally:
-                self._jobs_tg = None
-                await self._release_unstarted()
-            service_tg.cancel_scope.cancel()
-
-    async def _release_unstarted(self) -> None:
-        """Jobs claimed but not started when the slots were cancelled go back to pending.
-
-        A forced stop (or run() cancelled) can catch a job between its claim
-        and its handler, in an inbox. It is released as a started one is,
-        instead of waiting out its lease to be charged a failure.
-        """
-        left = [
-            (r, j) for r in self._runners for j in r.active.values() if j.ctx is None and not j.committing
-        ]
-        if not left:
-            return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            for r, job in left:
-                await self._completer.finish(job, Released(_NOT_STARTED), direct=True)
-                self._finish(r, job)
-
     def crash(self, exc: KeyboardInterrupt | SystemExit, job: Job) -> None:
         """A handler raised ``exc``: stop now, and have run() raise it once the other jobs are released."""
         if self._fatal is None:
@@ -572,25 +522,6 @@ class Worker(Generic[StateT]):
         """A claim loop is going to wait for work: if nothing runs anywhere, housekeeping."""
         if not any(r.active for r in self._runners):
             self._frozen_start.idle()
-
-    async def _drain(self, jobs_tg: TaskGroup) -> None:
-        with anyio.move_on_after(self.shutdown_grace):
-            while any(r.active for r in self._runners) and not self._force:
-                self._changed = asyncio.Event()
-                await self._changed.wait()
-        if any(r.active for r in self._runners):
-            # Out of patience: cancel the handlers; each releases its job (with
-            # its carry) on the way out, under a shield.
-            jobs_tg.cancel_scope.cancel()
-
-    async def _signal_watcher(self) -> None:
-        try:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
-                    log.warning("worker %s: %s received, shutting down", self.id, signal.Signals(signum).name)
-                    self.shutdown()
-        except (NotImplementedError, ValueError, RuntimeError):  # pragma: no cover - platform
-            return
 
     # -- running one job ---------------------------------------------------------------
 
@@ -637,9 +568,14 @@ class Worker(Generic[StateT]):
 
     def _finish(self, runner: _Runner, job: Job) -> None:
         """The job's transition is written (or given up on): it leaves the worker's books."""
-        runner.release_slot(job)
+        if job.holds_slot:
+            runner.release_slot(job)
         runner.active.pop(job.id, None)
-        runner.wake()
-        if self._until_idle and not runner.active:
-            runner.interrupt.set()  # an idle wait is cut short to check whether all is done
-        self._changed.set()
+        if self._until_idle or self._stopping:
+            # Only a run that ends when the work does looks at what is left
+            # (the claim loop's idle check, the drain's wait): a serving
+            # worker's claim loop was woken when the job's slot came back.
+            runner.wake()
+            if self._until_idle and not runner.active:
+                runner.interrupt.set()  # an idle wait is cut short to check whether all is done
+            self._changed.set()

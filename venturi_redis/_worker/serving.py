@@ -1,0 +1,126 @@
+"""The worker's running tasks: what ``Worker.run`` starts, and how it winds them down.
+
+A mixin of ``Worker`` (worker.py holds its arguments, registration and the
+run/shutdown entry points): the service tasks (lease keeper, health file,
+completer senders, reclaimers, schedulers, the signal watcher), the slot
+tasks and the claim loops in their task groups, the drain within the
+shutdown grace, and the release of jobs claimed but never started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from .._model.endings import Released
+from .registry import keep_touching
+from .runner import _Inbox
+
+if TYPE_CHECKING:
+    from .completer import Completer
+    from .job import Job
+    from .keeper import LeaseKeeper
+    from .runner import _Runner
+    from .scheduler import Scheduler
+
+log = logging.getLogger("venturi_redis.worker")
+_NOT_STARTED = "released on worker shutdown (not started)"
+
+
+class Serving:
+    """``Worker``'s task groups, from ``run()`` to every task stopped."""
+
+    # Worker's, set in its __init__.
+    id: str
+    concurrency: int
+    lease_ms: int
+    shutdown_grace: float
+    handle_signals: bool
+    health_file: Any
+    _keeper: LeaseKeeper
+    _completer: Completer
+    _runners: list[_Runner]
+    _schedulers: list[Scheduler]
+    _jobs_tg: TaskGroup | None
+    _force: bool
+    _changed: asyncio.Event
+
+    if TYPE_CHECKING:  # Worker's methods
+
+        def shutdown(self, *, grace: float | None = None) -> None: ...
+
+        def _finish(self, runner: _Runner, job: Job) -> None: ...
+
+    async def _serve(self, until_idle: bool) -> None:
+        """The worker's tasks: services, slot tasks, claim loops; returns once all have stopped."""
+        async with anyio.create_task_group() as service_tg:
+            service_tg.start_soon(self._keeper.run)
+            if self.health_file is not None:
+                service_tg.start_soon(keep_touching, self.health_file, self.lease_ms / 3000, self.id)
+            await self._completer.run(service_tg)
+            for r in self._runners:
+                service_tg.start_soon(r.reclaim_loop)
+            for scheduler in self._schedulers:
+                service_tg.start_soon(scheduler.run)
+            if self.handle_signals and threading.current_thread() is threading.main_thread():
+                service_tg.start_soon(self._signal_watcher)
+            try:
+                async with anyio.create_task_group() as jobs_tg:
+                    self._jobs_tg = jobs_tg
+                    for r in self._runners:
+                        r.inbox = _Inbox()
+                        for _ in range(2 * self.concurrency):
+                            jobs_tg.start_soon(r.slot)
+                    async with anyio.create_task_group() as claim_tg:
+                        for r in self._runners:
+                            claim_tg.start_soon(r.claim_loop, until_idle)
+                    # Claiming has stopped (shutdown, or every queue drained).
+                    for r in self._runners:
+                        r.inbox.close()
+                    await self._drain(jobs_tg)
+            finally:
+                self._jobs_tg = None
+                await self._release_unstarted()
+            service_tg.cancel_scope.cancel()
+
+    async def _release_unstarted(self) -> None:
+        """Jobs claimed but not started when the slots were cancelled go back to pending.
+
+        A forced stop (or run() cancelled) can catch a job between its claim
+        and its handler, in an inbox. It is released as a started one is,
+        instead of waiting out its lease to be charged a failure.
+        """
+        left = [
+            (r, j) for r in self._runners for j in r.active.values() if j.ctx is None and not j.committing
+        ]
+        if not left:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            for r, job in left:
+                await self._completer.finish(job, Released(_NOT_STARTED), direct=True)
+                self._finish(r, job)
+
+    async def _drain(self, jobs_tg: TaskGroup) -> None:
+        with anyio.move_on_after(self.shutdown_grace):
+            while any(r.active for r in self._runners) and not self._force:
+                self._changed = asyncio.Event()
+                await self._changed.wait()
+        if any(r.active for r in self._runners):
+            # Out of patience: cancel the handlers; each releases its job (with
+            # its carry) on the way out, under a shield.
+            jobs_tg.cancel_scope.cancel()
+
+    async def _signal_watcher(self) -> None:
+        try:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    log.warning("worker %s: %s received, shutting down", self.id, signal.Signals(signum).name)
+                    self.shutdown()
+        except (NotImplementedError, ValueError, RuntimeError):  # pragma: no cover - platform
+            return
