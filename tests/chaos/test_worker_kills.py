@@ -28,7 +28,9 @@ JOBS = 50_000 if LONG else 3_000
 KILL_EVERY = (0.8, 1.2) if LONG else (0.3, 0.6)
 WORKERS = 3
 LEASE = 1.0
-BUDGET = 1200.0 if LONG else 90.0
+# A bound that fails a lost job instead of hanging, not a timing: ~30 s alone, it
+# took over 90 on this 2-core machine beside two other suites.
+BUDGET = 1200.0 if LONG else 300.0
 
 
 async def test_random_sigkills_lose_nothing(
