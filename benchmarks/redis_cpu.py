@@ -31,8 +31,10 @@ Lua scripts driven by bare redis-py (``FLOOR_*`` below): a hash per job, a
 pending sorted set scored by eligibility, a running set scored by the lease's
 expiry with a lease token checked at completion (fencing), a completed index,
 and one ``XADD`` per job to its own journal stream. Its drain is the worker's
-shape: claim 100, the handlers' ``INCR``s, then the completions of those 100
-and the next claim in one round trip.
+shape: claim 100, the handlers' ``INCR``s (each its own request on its own
+connection, concurrently, as 100 handlers send them: a floor that pipelined
+them would charge every library a round trip per job that it does not pay),
+then the completions of those 100 and the next claim in one round trip.
 
 Every subject runs each phase ``--runs`` times, in rounds (every subject's
 run 1, then every subject's run 2...), and the median is shown: the
@@ -184,17 +186,16 @@ class Floor:
     async def drain(self, n: int, batch: int = 100) -> int:
         """The worker's shape: claim, the handlers' INCRs, then complete + next claim per round trip."""
         r, shas = await self._open()
-        handler = aioredis.Redis.from_url(self.url)  # the handlers' own client, as in every adapter
+        # The handlers' own client, as in every adapter: one connection per concurrent
+        # handler, each INCR its own request (a worker's handlers do not pipeline).
+        handler = aioredis.Redis.from_url(self.url, max_connections=batch)
         claim_keys = (2, self.keys[0], self.keys[1], self.PREFIX, batch, "w")
         done = 0
         try:
             reply = await r.evalsha(shas["claim"], *claim_keys)
             while reply:
                 jobs = [(reply[i], reply[i + 3]) for i in range(0, len(reply), 4)]
-                pipe = handler.pipeline(transaction=False)
-                for _ in jobs:
-                    pipe.incr(R.COUNT)
-                await pipe.execute()
+                await asyncio.gather(*(handler.incr(R.COUNT) for _ in jobs))
                 args: list[Any] = []
                 for job_id, token in jobs:
                     args += [job_id, token]

@@ -116,9 +116,10 @@ for i = 0, n - 1 do
         -- No updated_at: a completed job's last change is its finished_at
         -- (records.py reads the latest of the three).
         -- The lease fields and an empty note are removed, not emptied (a
-        -- field costs each retained hash ~15 B). A first run has no note,
-        -- attachment or result of an earlier run to drop: the usual
-        -- completion is one HSET and one HDEL of the lease's fields.
+        -- field costs each retained hash ~15 B). A first run has no
+        -- attachment or result of an earlier run to drop (a note it may have:
+        -- an operator's retry of a job that died unstarted): the usual
+        -- completion is one HSET and one HDEL.
         if note == '' then
           redis.call('HSET', job_key, 'state', 'completed', 'finished_at', now_s)
         else
@@ -126,8 +127,12 @@ for i = 0, n - 1 do
             'finished_at', now_s)
         end
         if attachment == '' and result == '' then
-          if first then
+          if first and note ~= '' then
             redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at')
+          elseif first then
+            -- `note` too: a first run may follow an operator's retry of a job
+            -- that died unstarted ("retried by an operator").
+            redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at', 'note')
           elseif note == '' then
             redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at', 'note',
               'attachment', 'result')
@@ -137,7 +142,7 @@ for i = 0, n - 1 do
           end
         else
           clear_lease(job_key)
-          if note == '' and not first then redis.call('HDEL', job_key, 'note') end
+          if note == '' then redis.call('HDEL', job_key, 'note') end
           set_blob(job_key, 'attachment', attachment)
           set_blob(job_key, 'result', result)
         end

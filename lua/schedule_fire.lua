@@ -168,13 +168,16 @@ if status == 1 then
   redis.call('HSET', KEYS[5],
     'kind', f[4], 'state', 'pending', 'priority', f[5],
     'eligible_at', now_s, 'created_at', now_s, 'payload', f[6],
-    'schedule', sid, 'fire_at', fire_at, 'fires', fires)
+    'schedule', sid, 'fire_at', fire_at, 'fires', fires, 'run_count', '0')
   if field ~= '' then redis.call('HSET', KEYS[5], 'dedup', field) end
   -- Task.limit_key(): the claim parks a job of a limited kind under it (limits.lua).
   if f[8] and f[8] ~= '' then redis.call('HSET', KEYS[5], 'limit_key', f[8]) end
   redis.call('ZADD', pending, now_s, id)
   -- The `enqueued` entry is written now, not left to the job's first event
   -- (enqueue.lua's way): it names the schedule and the fire times it stands for.
+  -- `run_count` '0' says the journal exists, so the claim reads it for the
+  -- first run's history (journal.lua: a pending job has a journal exactly
+  -- when its hash has run_count).
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', JOURNAL_MAXLEN, enqueued_id(now_s),
     'event', 'enqueued', 'at', now_s, 'run', '0', 'priority', f[5], 'eligible_at', now_s,
     'schedule', sid, 'fire_at', fire_at, 'fires', fires)

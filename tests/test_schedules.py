@@ -120,6 +120,33 @@ async def test_each_fire_time_gives_one_job_naming_its_schedule(timed: tuple[vr.
     assert plain is not None and plain.schedule_id is None and plain.fire_at is None
 
 
+class Seen(vr.Task):
+    KIND: ClassVar[str] = "seen-history"
+
+
+class SeenJob(Seen, vr.Handler[list[Any]]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: list[Any]) -> vr.Outcome:
+        state.extend(ctx.history)
+        return vr.Outcome.completed()
+
+
+async def test_a_scheduled_jobs_first_run_sees_the_fire_in_its_history(timed: tuple[vr.Queue, Clock]) -> None:
+    """The fire writes the `enqueued` entry with the schedule and its fire time, and
+    run_count '0' with it, so the claim reads that entry (not one rebuilt from the hash)."""
+    queue, clock = timed
+    await queue.schedule("tick", Seen(), every=timedelta(seconds=10))
+    clock.ms = T0 + 10_000
+    await fire_due(queue)
+    seen: list[Any] = []
+    worker = vr.Worker(queue, handle_signals=False, state=seen, check_eviction_policy=False)
+    worker.register(SeenJob)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    [enqueued] = seen
+    assert enqueued.event == "enqueued" and enqueued.details["schedule"] == "tick"
+    assert enqueued.details["fire_at"] == str(T0 + 10_000)
+
+
 async def test_workers_racing_on_one_fire_time_make_one_job(timed: tuple[vr.Queue, Clock]) -> None:
     queue, clock = timed
     await queue.schedule("tick", Echo(text="hi"), every=1)

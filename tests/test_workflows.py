@@ -257,6 +257,21 @@ async def test_a_dead_dependency_retried_later_tells_nobody_twice(queue: vr.Queu
     assert entries.count("dependency_failed") == 1 and entries.count("claimed") == 1
 
 
+async def test_a_job_that_died_unstarted_completes_without_the_operators_note(queue: vr.Queue) -> None:
+    """Its first run follows an operator's retry: the completion drops the retry's note
+    (complete.lua's first-run path once kept it)."""
+    a = await queue.enqueue(Step(name="a", fail="permanent"))
+    b = await queue.enqueue(Step(name="b"), after=[a])
+    await run_all(queue)
+    dead = await queue.get(b)
+    assert dead is not None and dead.state is vr.JobState.DEAD and dead.run_count == 0
+    assert await queue.retry(b)
+    assert (await queue.get(b)).note == "retried by an operator"  # type: ignore[union-attr]
+    await run_all(queue)
+    done = await queue.get(b)
+    assert done is not None and (done.state, done.run_count, done.note) == (vr.JobState.COMPLETED, 1, None)
+
+
 async def test_sharded_queue_refuses_after(client: vr.Client, queue_name: str) -> None:
     sharded = vr.ShardedQueue(client, queue_name, partitions=3)
     with pytest.raises(vr.ConfigurationError, match="after="):

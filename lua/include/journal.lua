@@ -102,8 +102,8 @@ end
 -- backoff) gets it copied at its exact size: COPY duplicates a stream's nodes
 -- at their used size (~4.7 KB -> ~0.8 KB). RENAME to a scratch key of the
 -- queue, COPY back, DEL the scratch: three commands every user may run (no
--- @dangerous one: DUMP and RESTORE are, and an application's ACL user
--- seldom has them). The entries, their ids, the stream's last id and its TTL
+-- @dangerous one: RESTORE is, and an application's ACL user
+-- seldom has it). The entries, their ids, the stream's last id and its TTL
 -- are unchanged (COPY keeps a TTL); a later XADD grows the node in place. A
 -- journal longer than one node (100 entries by default) is left alone: its
 -- full nodes were shrunk by Redis already, and the copy would cost more.

@@ -194,7 +194,7 @@ def queue_events(
     name: Annotated[str, typer.Argument(metavar="QUEUE")],
     switch: Annotated[str, typer.Argument(metavar="on|off", help="the event stream on or off")],
     maxlen: Annotated[
-        int, typer.Option("--maxlen", min=1, help="cap of the stream, in entries (~150 B each)")
+        int, typer.Option("--maxlen", min=1, help="cap of the stream, in entries (~100 B each)")
     ] = _events.EVENTS_MAXLEN,
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
