@@ -1,9 +1,9 @@
 """The overview: a row per registered queue, cheap to refresh while a page stays open.
 
 An open overview polls every 5 s (htmx). A refresh reads each queue in one
-pipelined round trip: the 21 reads of ``queue.stats()`` and the open minutes
-of the last-hour chart (two ``ZCOUNT``; four in a minute's first seconds):
-23 commands per queue, 4.6 a second. Redis's clock (``TIME``, the scripts'
+pipelined round trip: the ``STATS_COMMANDS`` (26) reads of ``queue.stats()``
+and the open minutes of the last-hour chart (two ``ZCOUNT``; four in a
+minute's first seconds): 28 commands per queue, 5.6 a second. Redis's clock (``TIME``, the scripts'
 clock, which the counts are read at) is read once per ``discovery_interval``
 and followed by the local clock between. What cannot change since the last
 refresh is not read again:
