@@ -188,11 +188,13 @@ async def stats(queue: QueueLike) -> QueueStats:
     return stats_from(queue, now, await pipe.execute())
 
 
-# What stats_commands queues on a pipeline: stats_from reads that many replies.
+# What stats_commands queues on a pipeline: stats_from reads that many replies
+# (COUNT_COMMANDS without the trim lag's reads: the dashboard's refresh).
 STATS_COMMANDS = 26
+COUNT_COMMANDS = 22
 
 
-def stats_commands(pipe: Any, queue: QueueLike, now: int) -> None:
+def stats_commands(pipe: Any, queue: QueueLike, now: int, *, trim_lag: bool = True) -> None:
     """Queue the ``STATS_COMMANDS`` reads of ``stats`` on ``pipe`` (the dashboard's
     overview adds them to a pipeline of its own); ``stats_from`` reads their replies."""
     k = queue.keys
@@ -207,14 +209,16 @@ def stats_commands(pipe: Any, queue: QueueLike, now: int) -> None:
     pipe.zcard(k.waiting)
     pipe.zcard(k.limits_parked)
     pipe.zcard(k.retrying)
-    # Trimming's progress: each finished set's oldest, and the retention the workers record.
-    for key in (k.completed, k.dead, k.cancelled):
-        pipe.zrange(key, 0, 0, withscores=True)
-    pipe.hget(k.meta, "retention")
+    if trim_lag:
+        # Trimming's progress: each finished set's oldest, and the retention the workers record.
+        for key in (k.completed, k.dead, k.cancelled):
+            pipe.zrange(key, 0, 0, withscores=True)
+        pipe.hget(k.meta, "retention")
 
 
-def stats_from(queue: QueueLike, now: int, res: list[Any]) -> QueueStats:
-    """The ``QueueStats`` of the replies to ``stats_commands`` (read at ``now``)."""
+def stats_from(queue: QueueLike, now: int, res: list[Any], *, trim_lag: bool = True) -> QueueStats:
+    """The ``QueueStats`` of the replies to ``stats_commands`` (read at ``now``, with
+    the trim lag's reads or without them: then ``trim_lag_seconds`` and ``over_retention`` are 0)."""
     pending: dict[str, int] = {}
     delayed = 0
     oldest: float | None = None
@@ -225,17 +229,20 @@ def stats_from(queue: QueueLike, now: int, res: list[Any]) -> QueueStats:
         if head:
             score = float(head[0][1])
             oldest = score if oldest is None else min(oldest, score)
-    counts = res[12:22]
+    counts = res[12:COUNT_COMMANDS]
     running, suspended, completed, dead, cancelled, last_minute, paused, waiting, limited, retrying = counts
     held: dict[FinishedState, int] = {
         "completed": int(completed),
         "dead": int(dead),
         "cancelled": int(cancelled),
     }
-    oldest_finished: dict[FinishedState, float | None] = {
-        state: float(head[0][1]) if head else None for state, head in zip(FINISHED, res[22:25], strict=True)
-    }
-    trim_lag, over = trim_behind(bounds_of_field(res[25]), now, held, oldest_finished)
+    lag, over = 0.0, 0
+    if trim_lag:
+        heads = zip(FINISHED, res[COUNT_COMMANDS : COUNT_COMMANDS + 3], strict=True)
+        oldest_finished: dict[FinishedState, float | None] = {
+            state: float(head[0][1]) if head else None for state, head in heads
+        }
+        lag, over = trim_behind(bounds_of_field(res[COUNT_COMMANDS + 3]), now, held, oldest_finished)
     return QueueStats(
         queue=queue.name,
         paused=_text(paused) == "1",
@@ -252,7 +259,7 @@ def stats_from(queue: QueueLike, now: int, res: list[Any]) -> QueueStats:
         waiting=int(waiting),
         limited=int(limited),
         retrying=int(retrying),
-        trim_lag_seconds=max(0.0, trim_lag),
+        trim_lag_seconds=max(0.0, lag),
         over_retention=over,
     )
 

@@ -1,9 +1,10 @@
 """The overview: a row per registered queue, cheap to refresh while a page stays open.
 
 An open overview polls every 5 s (htmx). A refresh reads each queue in one
-pipelined round trip: the ``STATS_COMMANDS`` (26) reads of ``queue.stats()``
-and the open minutes of the last-hour chart (two ``ZCOUNT``; four in a
-minute's first seconds): 28 commands per queue, 5.6 a second. Redis's clock (``TIME``, the scripts'
+pipelined round trip: the ``COUNT_COMMANDS`` (22) reads of ``queue.stats()``
+without its trim lag (``venturi stats`` and the metrics say that) and the
+open minutes of the last-hour chart (two ``ZCOUNT``; four in a minute's first
+seconds): 24 commands per queue, 4.8 a second. Redis's clock (``TIME``, the scripts'
 clock, which the counts are read at) is read once per ``discovery_interval``
 and followed by the local clock between. What cannot change since the last
 refresh is not read again:
@@ -38,7 +39,7 @@ from redis.exceptions import ResponseError
 
 from .._model.records import ms_to_dt
 from .._producer.discovery import discover_queues
-from .._producer.reads import STATS_COMMANDS, QueueStats, server_now_ms, stats_commands, stats_from
+from .._producer.reads import COUNT_COMMANDS, QueueStats, server_now_ms, stats_commands, stats_from
 
 if TYPE_CHECKING:
     from .._producer.client import Client, Queue
@@ -193,13 +194,13 @@ async def overview(queue: Queue, kept: _Kept, now: int) -> QueueOverview:
     known = {lo: c for lo, c in kept.minutes.items() if lo >= begin}
     unread = [lo for lo in range(begin, end, _MINUTE) if lo not in known]
     pipe = queue.client.redis.pipeline(transaction=False)
-    stats_commands(pipe, queue, now)
+    stats_commands(pipe, queue, now, trim_lag=False)
     for lo in unread:
         for key in (k.completed, k.dead):
             pipe.zcount(key, lo, f"({lo + _MINUTE}")
     res = await pipe.execute()
-    stats = stats_from(queue, now, res)
-    counts = [int(n) for n in res[STATS_COMMANDS:]]
+    stats = stats_from(queue, now, res, trim_lag=False)
+    counts = [int(n) for n in res[COUNT_COMMANDS:]]
     read = {lo: (counts[2 * i], counts[2 * i + 1]) for i, lo in enumerate(unread)}
     known.update({lo: c for lo, c in read.items() if lo + _MINUTE + _SETTLE_MS <= now})
     kept.minutes = known
