@@ -43,7 +43,9 @@ from tests.servers import RedisServer, version_of  # noqa: E402
 VENVS = HERE / ".venvs"
 RESULTS = HERE / "results"
 PEERS_DIR = HERE / "peers"
-PROJECT_PY = ROOT / ".venv" / "bin" / "python"
+# venturi's own interpreter: .venv, or VENTURI_BENCH_PYTHON (e.g. .venv-oldest/bin/python
+# to measure the package on the oldest redis-py it supports: docs/operations.md).
+PROJECT_PY = Path(os.environ.get("VENTURI_BENCH_PYTHON") or ROOT / ".venv" / "bin" / "python")
 
 COUNT, START, END, LAT = "bench:count", "bench:start", "bench:end", "bench:lat"
 
