@@ -103,17 +103,21 @@ async def test_an_unknown_enqueue_option_is_a_type_error_naming_it(
         sc = vr.SyncClient(url)
         q = sc.queue(queue_name)
     try:
-        for call in (
-            lambda: q.enqueue(Echo(text="x"), dealy=1),
-            lambda: q.enqueue_many([Echo(text="x")], carry=None),
-        ):
-            with pytest.raises(TypeError, match="dealy|carry"):
-                result = call()
-                if inspect.isawaitable(result):
-                    await result
-        assert await client.queue(queue_name).counts() == dict.fromkeys(
-            (await client.queue(queue_name).counts()), 0
-        )
+        if face == "sync":
+            with pytest.raises(TypeError, match=r"enqueue\(\) got an unexpected keyword argument 'dealy'"):
+                q.enqueue(Echo(text="x"), dealy=1)
+            with pytest.raises(
+                TypeError, match=r"enqueue_many\(\) got an unexpected keyword argument 'carry'"
+            ):
+                q.enqueue_many([Echo(text="x")], carry=None)
+        else:
+            with pytest.raises(TypeError, match=r"enqueue\(\) got an unexpected keyword argument 'dealy'"):
+                await q.enqueue(Echo(text="x"), dealy=1)
+            with pytest.raises(
+                TypeError, match=r"enqueue_many\(\) got an unexpected keyword argument 'carry'"
+            ):
+                await q.enqueue_many([Echo(text="x")], carry=None)
+        assert not any((await client.queue(queue_name).counts()).values())
     finally:
         if face == "sync":
             sc.close()
