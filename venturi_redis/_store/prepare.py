@@ -45,6 +45,13 @@ class EnqueueManyOptions(TypedDict, total=False):
         max_failures: Overrides the worker's retry backstop; ``None`` disables it.
         timeout: Seconds one run of this job may take (overrides
             ``task.timeout()`` and the worker's ``timeout``).
+        expires: Seconds (or a timedelta) from now within which the job must
+            start (overrides ``task.expires()``): a job not started before
+            this deadline, on Redis's clock, never runs (its first run or a
+            retry) and goes dead, ``vr.DeadReason.EXPIRED``. A value that is
+            not a positive finite number or timedelta, or a ``delay`` (or
+            ``at``) that puts eligibility at or past the deadline, raises
+            ``ConfigurationError`` with nothing written.
     """
 
     delay: float | timedelta
@@ -52,6 +59,7 @@ class EnqueueManyOptions(TypedDict, total=False):
     lease: float | timedelta | None
     max_failures: int | None
     timeout: float | timedelta | None
+    expires: float | timedelta | None
 
 
 class PrepareOptions(EnqueueManyOptions, total=False):
@@ -118,6 +126,9 @@ class Prepared(NamedTuple):
     # as stored (``limit_field``: length-prefixed; '' = none).
     timeout_ms: str = ""
     limit_key: str = ""
+    # The start deadline in ms from the enqueue script's clock ('' = none):
+    # job_args.lua stores it as ``expires_at`` (that clock + this) and indexes it.
+    expires_ms: str = ""
 
     def optional(self) -> list[str | bytes]:
         """The optional job-hash fields this job has, as name, value pairs, for the enqueue
@@ -136,6 +147,8 @@ class Prepared(NamedTuple):
             out += ("limit_key", self.limit_key)
         if self.trace:
             out += ("trace", self.trace)
+        if self.expires_ms:
+            out += ("expires_at", self.expires_ms)
         return out
 
 
@@ -149,6 +162,7 @@ def prepare(
     max_failures: int | None = UNSET,
     carry: BaseModel | None = None,
     timeout: float | timedelta | None = None,
+    expires: float | timedelta | None = None,
 ) -> Prepared:
     if not isinstance(task, Task):
         raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
@@ -198,9 +212,11 @@ def prepare(
     timeout_ms = "" if tmo is None else checked_timeout(kind, tmo)
     lkey = task.limit_key()
     limit = "" if lkey is None else checked_limit_key(kind, lkey)
+    exp = task.expires() if expires is None else expires
+    expires_ms = "" if exp is None else checked_expires(kind, exp, delay_ms)
     # Positional, in Prepared's field order (id, kind, priority, delay_ms,
     # payload, carry, lease_ms, max_failures, dedup, explicit_priority, trace,
-    # timeout_ms, limit_key): keywords double the cost of this line.
+    # timeout_ms, limit_key, expires_ms): keywords double the cost of this line.
     job = Prepared(
         new_job_id(),
         kind,
@@ -215,6 +231,7 @@ def prepare(
         "",
         timeout_ms,
         limit,
+        expires_ms,
     )
     if _tracing.TRACE is not None:
         return job._replace(trace=_tracing.TRACE())
@@ -230,6 +247,7 @@ def prepare_many(
     lease: float | timedelta | None = None,
     max_failures: int | None = UNSET,
     timeout: float | timedelta | None = None,
+    expires: float | timedelta | None = None,
 ) -> list[Prepared]:
     """``prepare`` of each task (no carry), with the per-call work done once.
 
@@ -250,6 +268,7 @@ def prepare_many(
         max_failures=max_failures,
         carry=None,
         timeout=timeout,
+        expires=expires,
     )
     jobs = [first]
     kinds: dict[type[Task[Any]], str] = {}
@@ -276,6 +295,11 @@ def prepare_many(
             timeout_ms = "" if tmo is None else checked_timeout(kind, tmo)
         lkey = task.limit_key()
         limit = "" if lkey is None else checked_limit_key(kind, lkey)
+        if expires is not None:
+            expires_ms = first.expires_ms  # the call's own, checked once
+        else:
+            exp = task.expires()
+            expires_ms = "" if exp is None else checked_expires(kind, exp, delay_ms)
         # Positional, in Prepared's field order: keywords double the cost
         # of this line. The tests read every field back from Redis.
         jobs.append(
@@ -293,6 +317,7 @@ def prepare_many(
                 first.trace,
                 timeout_ms,
                 limit,
+                expires_ms,
             )
         )
     return jobs
@@ -343,6 +368,30 @@ def checked_timeout(kind: str, value: object) -> str:
     ms = to_ms(value, "timeout") if ok else 0  # type: ignore[arg-type]
     if not ok or ms < 1:
         raise ConfigurationError(f"{kind} timeout must be a positive finite number of seconds, got {value!r}")
+    return str(ms)
+
+
+def checked_expires(kind: str, value: object, delay_ms: int) -> str:
+    """A start deadline as job_args.lua takes it: whole ms from the enqueue, as text.
+
+    Past the deadline a job never starts, so one whose eligibility (``delay``,
+    ``at``) is at or after it could never run: refused, as a bad value is.
+    """
+    if isinstance(value, timedelta):
+        ok = value > timedelta(0)
+    else:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+    ms = to_ms(value, "expires") if ok else 0  # type: ignore[arg-type]
+    if not ok or ms < 1:
+        raise ConfigurationError(
+            f"{kind} expires must be a positive finite number of seconds (or a timedelta) "
+            f"of at least 1 ms, got {value!r}"
+        )
+    if delay_ms >= ms:
+        raise ConfigurationError(
+            f"{kind} would be eligible {delay_ms} ms from now, at or past its deadline "
+            f"(expires={value!r}): it could never run"
+        )
     return str(ms)
 
 
