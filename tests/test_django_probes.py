@@ -250,3 +250,40 @@ def timezone_of(hours: int) -> Any:
     from datetime import timezone
 
     return timezone(timedelta(hours=hours))
+
+
+# -- a secret in an exception's message ------------------------------------------------------------
+
+
+def test_an_exception_quoting_an_argument_is_stored_and_sent_as_raised(
+    up: Upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pinned, not masked: Django's tasks have no sensitive marker (a ``vr.Task``'s
+    ``Field(json_schema_extra={"sensitive": True})``), so an exception that quotes an
+    argument reaches the job's note and traceback, the worker's log and
+    ``task_finished`` as raised, as on Django's database backend. What venturi
+    masks by itself: the arguments' values in ``venturi job show`` without
+    ``--show-payload``. docs/integrations.md says to pass a reference, not a secret."""
+    import logging
+    import subprocess
+
+    from tests.djangoapp import tasks
+
+    caplog.set_level(logging.WARNING)
+    card = "4111111111111111"
+    result = tasks.charge.enqueue(card)
+    run_batch()
+    result.refresh()
+    assert result.status == "FAILED" and f"card {card} declined" in result.errors[0].traceback
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("venturi")]
+    assert any(f"card {card} declined" in line for line in logged), logged
+    cli = [sys.executable, "-m", "venturi_redis.cli", "job", "show", result.id]
+    shown = subprocess.run(
+        [*cli, "--redis", os.environ["REDIS_URL"]],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        check=True,
+    ).stdout
+    payload = next(line for line in shown.splitlines() if line.startswith("payload"))
+    assert card not in payload and '"args": "***"' in payload, payload
