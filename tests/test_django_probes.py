@@ -150,6 +150,21 @@ def test_a_corrupt_job_is_an_error_never_a_false_result(up: Upstream, field: str
         _backend().get_result(result.id)
 
 
+def test_a_payload_edited_into_no_task_call_is_an_error_naming_the_job(up: Upstream) -> None:
+    """Found: a Django job whose payload an operator edited (``args`` not a list)
+    read as a result that "does not exist"."""
+    from tests.djangoapp import tasks
+    from venturi_redis._model.codec import pack
+
+    result = tasks.calculate_meaning_of_life.enqueue()
+    run_batch()
+    path = tasks.calculate_meaning_of_life.module_path
+    edited = pack({"task": path, "args": "not a list", "kwargs": {}, "backend": "upstream"})
+    _raw().hset(QueueKeys.for_queue(up.queue).job(result.id), "payload", edited)
+    with pytest.raises(vr.CorruptQueueError, match=f"{result.id}: .*its payload is no task call"):
+        _backend().get_result(result.id)
+
+
 def test_a_wrong_type_job_key_or_journal_is_an_error_naming_the_job(up: Upstream) -> None:
     """Found: a raw WRONGTYPE ResponseError, naming neither the job nor what to do."""
     from tests.djangoapp import tasks

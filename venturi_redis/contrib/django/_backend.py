@@ -172,7 +172,11 @@ class VenturiBackend(_compat.BaseTaskBackend):
                     raise _corrupt(result_id, name, "its key is not a hash", exc) from None
                 if info is not None and (damaged := sorted(set(info.corrupt) & _READ_FIELDS)):
                     raise _corrupt(result_id, name, f"its fields {', '.join(damaged)} do not parse")
-                call = None if info is None else as_call(info)
+                try:
+                    call = None if info is None else as_call(info)
+                except ValueError as exc:
+                    first = str(exc).splitlines()[1:2] or [type(exc).__name__]
+                    raise _corrupt(result_id, name, f"its payload is no task call ({first[0]})") from None
                 if info is None or call is None:
                     continue
                 path = call.task
