@@ -9,9 +9,9 @@ for a batch with the per-call work done once.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from pydantic import BaseModel
 
@@ -29,6 +29,68 @@ DEDUP_KEY_MAX = 1024
 LIMIT_KEY_MAX = 1024
 # Jobs per enqueue script call (a batch's chunks, a coalesced burst).
 ENQUEUE_CHUNK = 500
+
+
+class EnqueueManyOptions(TypedDict, total=False):
+    """The options of ``queue.enqueue_many`` (every job of the call gets them), all optional.
+
+    The queue faces (``Queue``, ``ShardedQueue``, ``SyncQueue``) take them as
+    ``**options`` and pass them on, so an option is declared here, once, and
+    read by ``prepare``: a new one changes this module and no face.
+
+    Attributes:
+        delay: Seconds (or a timedelta) before the job becomes eligible (default 0).
+        priority: Overrides ``task.priority()``.
+        lease: Lease for this job's runs, for work known to run long.
+        max_failures: Overrides the worker's retry backstop; ``None`` disables it.
+        timeout: Seconds one run of this job may take (overrides
+            ``task.timeout()`` and the worker's ``timeout``).
+    """
+
+    delay: float | timedelta
+    priority: Priority | int | str | None
+    lease: float | timedelta | None
+    max_failures: int | None
+    timeout: float | timedelta | None
+
+
+class PrepareOptions(EnqueueManyOptions, total=False):
+    """What ``prepare`` takes: the batch options and a single job's ``carry``."""
+
+    carry: BaseModel | None
+
+
+class EnqueueOptions(PrepareOptions, total=False):
+    """The options of ``queue.enqueue``: ``EnqueueManyOptions``, and these.
+
+    Attributes:
+        carry: Initial carry (an instance of the task's carry model).
+        after: Job ids of this queue the job waits for (workflows,
+            docs/workflows.md): it is WAITING until every one has completed
+            (one already completed counts as done), then pending (after
+            ``delay``, counted from now). An id that is no job of this queue
+            raises ``ConfigurationError`` with nothing written; so does a task
+            with a dedup key. A ``ShardedQueue`` refuses it.
+        at: Or when the job becomes eligible: a timezone-aware datetime (a
+            past one: now), by the clock every script uses (Redis ``TIME``,
+            read once more for it). A naive datetime, or ``at`` with a
+            ``delay``, raises ``ConfigurationError`` with nothing written.
+    """
+
+    after: Sequence[str] | None
+    at: datetime | None
+
+
+ENQUEUE_OPTIONS: frozenset[str] = EnqueueOptions.__optional_keys__
+ENQUEUE_MANY_OPTIONS: frozenset[str] = EnqueueManyOptions.__optional_keys__
+
+
+def unknown_option(options: Mapping[str, object], known: frozenset[str], call: str) -> TypeError | None:
+    """A TypeError naming the first option of ``options`` that ``call`` does not take, if any."""
+    for name in options:
+        if name not in known:
+            return TypeError(f"{call}() got an unexpected keyword argument {name!r}")
+    return None
 
 
 class Prepared(NamedTuple):
@@ -81,11 +143,11 @@ def prepare(
     task: Task[Any],
     cap: int,
     *,
-    delay: float | timedelta,
-    priority: Priority | int | str | None,
-    lease: float | timedelta | None,
-    max_failures: int | None,
-    carry: BaseModel | None,
+    delay: float | timedelta = 0.0,
+    priority: Priority | int | str | None = None,
+    lease: float | timedelta | None = None,
+    max_failures: int | None = UNSET,
+    carry: BaseModel | None = None,
     timeout: float | timedelta | None = None,
 ) -> Prepared:
     if not isinstance(task, Task):
@@ -163,10 +225,10 @@ def prepare_many(
     tasks: Sequence[Task[Any]],
     cap: int,
     *,
-    delay: float | timedelta,
-    priority: Priority | int | str | None,
-    lease: float | timedelta | None,
-    max_failures: int | None,
+    delay: float | timedelta = 0.0,
+    priority: Priority | int | str | None = None,
+    lease: float | timedelta | None = None,
+    max_failures: int | None = UNSET,
     timeout: float | timedelta | None = None,
 ) -> list[Prepared]:
     """``prepare`` of each task (no carry), with the per-call work done once.
