@@ -61,7 +61,7 @@ from .completer import Completer
 from .declared_limits import declare_limits, declared_limits
 from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
-from .handler import Handler, sync_handle
+from .handler import BatchHandler, Handler, batch_settings, sync_handle
 from .job import Job
 from .keeper import LeaseKeeper
 from .offload import offload_handler
@@ -316,6 +316,8 @@ class Worker(Serving, Generic[StateT]):
             entry.carry_type()  # fails now, not at the first run, if the carry is wrong
             entry.resume_adapter()  # likewise a RESUME type pydantic cannot validate
             sync_handle(entry)  # a `def handle` runs in a worker thread (threads.py)
+            if issubclass(entry, BatchHandler):
+                batch_settings(entry)  # checked again: a class attribute may have changed since
             existing = self._registry.get(kind)
             if existing is not None and existing is not entry:
                 raise TaskDefinitionError(
