@@ -131,7 +131,7 @@ def main() -> None:
     w2 = statistics.median(x["jobs_s"] for x in runs["single W2"])
     w2_cpu = statistics.median(x["redis_us_per_job"] for x in runs["single W2"])
     print(f"{a.n:,} jobs per drain, concurrency 100, median of {a.rounds} round(s)")
-    print(f"| variant | jobs/s | Redis CPU µs/job | jobs/s vs single W2 | runs (jobs/s) |")
+    print("| variant | jobs/s | Redis CPU µs/job | jobs/s vs single W2 | runs (jobs/s) |")
     print("|---|---|---|---|---|")
     for variant in VARIANTS:
         rate = statistics.median(x["jobs_s"] for x in runs[variant])

@@ -356,7 +356,8 @@ def test_bad_batch_settings_set_later_are_refused_at_registration() -> None:
 
     Later.BATCH_SIZE = 0
     worker = vr.Worker(vr.Queue.from_url("memory://batch-later"), handle_signals=False)
-    with pytest.raises(vr.TaskDefinitionError, match=r"Later\.BATCH_SIZE must be an int from 1 to 10,000, got 0"):
+    expected = r"Later\.BATCH_SIZE must be an int from 1 to 10,000, got 0"
+    with pytest.raises(vr.TaskDefinitionError, match=expected):
         worker.register(Later)
     assert worker.kinds == []
 
