@@ -94,7 +94,7 @@ async def test_unknown_filter_is_a_type_error(q: vr.Queue) -> None:
         {"kind": ""},
         {"error_type": b"ValueError"},
         {"note_contains": ["x"]},
-        {"since": datetime(2030, 1, 1)},  # naive  # noqa: DTZ001
+        {"since": datetime(2030, 1, 1)},  # naive
         {"until": 5.0},
         {"since": timedelta(seconds=-1)},
         {"since": timedelta(seconds=1), "until": timedelta(seconds=2)},  # since after until
