@@ -33,6 +33,7 @@ from .._model.errors import ConfigurationError, VenturiError
 from .._model.schedule import validate_schedule_id
 from .._producer.events import events_cap
 from .._producer.reads import LISTINGS
+from .._producer.scale import scale_signal
 from . import _data, _listing, _live, _overview, _render
 from ._security import (
     AUTH_COOKIE,
@@ -265,6 +266,11 @@ class Dashboard:
         queue = await self.known_queue(request.path_params["queue"])
         rows = [_data.worker_dict(w) for w in await queue.workers()]
         return JSONResponse({"queue": queue.name, "workers": rows})
+
+    async def scale(self, request: Request) -> Response:
+        # No existence check: an autoscaler asks about a queue before its first job (all 0).
+        queue = self.queue_of(request.path_params["queue"])
+        return JSONResponse((await scale_signal(queue)).to_dict())
 
     async def events(self, request: Request) -> Response:
         queue = await self.known_queue(request.path_params["queue"])
@@ -513,6 +519,7 @@ def create_app(
         Route("/api/queues/{queue}/schedules", dash.schedules, name="api_schedules"),
         Route("/api/queues/{queue}/limits", dash.limits, name="api_limits"),
         Route("/api/queues/{queue}/workers", dash.workers, name="api_registry"),
+        Route("/api/queues/{queue}/scale", dash.scale, name="api_scale"),
         Route("/queues/{queue}/events", dash.events, name="events"),
         Route("/login", dash.login_form, name="login_form"),
         Route("/login", dash.login, methods=["POST"], name="login"),
