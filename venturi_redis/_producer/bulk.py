@@ -46,7 +46,7 @@ PAGE = 1000
 # Jobs per script call: about half a millisecond of Redis's time for a dead
 # retry, so a live worker's claim never waits long behind a redrive
 # (benchmarks/redrive.py measures both).
-BATCH = 50
+BATCH = 25
 
 # The states ``cancel_jobs`` takes (cancel.lua: a running job's cancel is a request).
 CANCELLABLE = ("pending", "suspended", "waiting", "running")
