@@ -219,3 +219,13 @@ async def test_sharded_and_blocking_faces(client: vr.Client, queue_name: str, ur
     assert await sharded.purge("cancelled", kind="doomed") == 3
     assert await sharded.purge("dead", error_type="venturi_redis.TaskError") == 1
     assert all([await sharded.get(i) is None for i in ids])
+
+
+async def test_cancel_jobs_leaves_a_corrupt_job_and_cancels_the_others(q: vr.Queue) -> None:
+    ids = await q.enqueue_many([Echo(text=str(i)) for i in range(3)])
+    await q.client.redis.set(q.keys.journal(ids[1]), "not a stream")
+    reports: list[vr.BulkProgress] = []
+    got = await q.cancel_jobs(kind="echo", on_progress=reports.append)
+    assert got == [ids[0], ids[2]]
+    assert reports[-1].skipped == 1
+    assert (await q.client.redis.hget(q.keys.job(ids[1]), "state")) == b"pending"
