@@ -56,6 +56,10 @@ class Prepared(NamedTuple):
     # as stored (``limit_field``: length-prefixed; '' = none).
     timeout_ms: str = ""
     limit_key: str = ""
+    # The task's dedup window in ms ('' = none: ``Task.dedup_window``), stored
+    # as the job's `dedup_window` field: the claim keeps its dedup key held,
+    # and its completion holds it on for the window (lua/complete.lua).
+    dedup_window: str = ""
 
     def optional(self) -> list[str | bytes]:
         """The optional job-hash fields this job has, as name, value pairs, for the enqueue
@@ -74,6 +78,8 @@ class Prepared(NamedTuple):
             out += ("limit_key", self.limit_key)
         if self.trace:
             out += ("trace", self.trace)
+        if self.dedup_window:
+            out += ("dedup_window", self.dedup_window)
         return out
 
 
@@ -154,6 +160,8 @@ def prepare(
         timeout_ms,
         limit,
     )
+    if type(task)._vr_dedup_timing is not None:  # one read for a task without them
+        job = with_dedup_timing(job, type(task)._vr_dedup_timing)
     if _tracing.TRACE is not None:
         return job._replace(trace=_tracing.TRACE())
     return job
@@ -216,24 +224,41 @@ def prepare_many(
         limit = "" if lkey is None else checked_limit_key(kind, lkey)
         # Positional, in Prepared's field order: keywords double the cost
         # of this line. The tests read every field back from Redis.
-        jobs.append(
-            Prepared(
-                job_id,
-                kind,
-                prio,
-                delay_ms,
-                payload,
-                b"",
-                first.lease_ms,
-                first.max_failures,
-                field,
-                explicit,
-                first.trace,
-                timeout_ms,
-                limit,
-            )
+        job = Prepared(
+            job_id,
+            kind,
+            prio,
+            delay_ms,
+            payload,
+            b"",
+            first.lease_ms,
+            first.max_failures,
+            field,
+            explicit,
+            first.trace,
+            timeout_ms,
+            limit,
         )
+        if cls._vr_dedup_timing is not None:
+            job = with_dedup_timing(job, cls._vr_dedup_timing)
+        jobs.append(job)
     return jobs
+
+
+def with_dedup_timing(job: Prepared, timing: tuple[int, int]) -> Prepared:
+    """``job`` with its task's dedup window and debounce (``Task._vr_dedup_timing``).
+
+    Both act on the dedup key, so a job without one keeps neither. A debounced
+    job is eligible no sooner than the debounce after its enqueue (a later
+    ``delay`` or ``at`` wins): a burst's first enqueue waits for the burst too.
+    """
+    if not job.dedup:
+        return job
+    window, debounce = timing
+    return job._replace(
+        delay_ms=max(job.delay_ms, debounce),
+        dedup_window=str(window) if window else "",
+    )
 
 
 def checked_at(at: object, delay: object) -> int:

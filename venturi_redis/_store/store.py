@@ -198,9 +198,12 @@ class QueueStore:
         carry_action: str,
         carry: bytes,
         by: str,
+        dedup: str = "",
+        debounce_ms: str = "",
     ) -> calls.Call:
         """merge.lua's call for ``holder``, for ``merge_watched`` (built once, applied again after a
-        NOSCRIPT)."""
+        NOSCRIPT). Decision ``check``: whether a throttled holder out of pending still holds
+        the key ``dedup``."""
         return calls.merge(
             self.keys,
             self.sender.now(),
@@ -212,6 +215,8 @@ class QueueStore:
             carry_action=carry_action,
             carry=carry,
             by=by,
+            dedup=dedup,
+            debounce_ms=debounce_ms,
         )
 
     async def merge_watched(self, pipe: Any, call: calls.Call) -> bool:
