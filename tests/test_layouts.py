@@ -35,6 +35,7 @@ J = "01J9ZQ4K8V3M0S5B2N7XWYQ1RT"
 # A header's words for a key (in order: the first that matches names it) -> its name.
 HEADER_NAMES = [
     (r"pending (zsets|sets), CRITICAL", "pending"),
+    (r"^retrying zset", "retrying"),
     (r"pending zset", "pending"),
     (r"new job's hash", "job"),
     (r"new job's journal", "journal"),
@@ -104,6 +105,7 @@ def key_names() -> dict[str, str]:
             "wake",
             "events",
             "waiting",
+            "retrying",
             "limits",
             "limits_state",
             "limits_parked",
@@ -179,6 +181,7 @@ BUILDERS: dict[str, Any] = {
     "schedule_due": calls_schedule.schedule_due,
     "schedule_fire": calls_schedule.schedule_fire,
     "schedule_pause": calls_schedule.schedule_pause,
+    "update": calls_ops.update,
 }
 
 

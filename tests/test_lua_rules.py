@@ -154,6 +154,9 @@ def _sample_calls() -> dict[str, calls.Call]:
         ),
         "cancel": calls.cancel(K, now, job_id="01JOB", note="n"),
         "resume": calls_ops.resume(K, now, job_id="01JOB", value=b"v"),
+        "update": calls_ops.update(
+            K, now, job_id="01JOB", kind="k", payload=b"p", dedup="", priority="high", delay_ms="0"
+        ),
         "extend": calls.extend(K, now, [("01JOB", "t", 1000)]),
         "reclaim": calls.reclaim(K, now, batch=1, max_failures="none"),
         "purge": calls_ops.purge(K, now, state="dead", keep_ms=0, batch=1),

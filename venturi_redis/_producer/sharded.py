@@ -344,6 +344,19 @@ class ShardedQueue:
         p = await self.partition_of(job_id)
         return 0 if p is None else await p.resume(job_id, value)
 
+    async def update(
+        self,
+        job_id: str,
+        *,
+        task: Task[Any] | None = None,
+        priority: Priority | int | str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        """Change a pending job in place (see ``Queue.update``); False if no partition holds it."""
+        p = await self.partition_of(job_id)
+        return False if p is None else await p.update(job_id, task=task, priority=priority, delay=delay, at=at)
+
     async def cancel(self, job_id: str) -> str:
         """Cancel a job (see ``Queue.cancel``); ``"not_found"`` if no partition holds it."""
         p = await self.partition_of(job_id)

@@ -78,6 +78,16 @@ class QueueSurface(Protocol):
 
     async def resume(self, job_id: str, value: Any = None) -> int: ...
 
+    async def update(
+        self,
+        job_id: str,
+        *,
+        task: Task[Any] | None = None,
+        priority: Priority | int | str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> bool: ...
+
     async def cancel(self, job_id: str) -> str: ...
 
     async def retry(self, job_id: str) -> bool: ...

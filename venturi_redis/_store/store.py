@@ -250,6 +250,23 @@ class QueueStore:
         call = calls_ops.resume(self.keys, self.sender.now(), job_id=job_id, value=value)
         return calls.transition(await self.sender.call(call))
 
+    async def update(
+        self, job_id: str, *, kind: str, payload: bytes, dedup: str, priority: str, delay_ms: str
+    ) -> calls_ops.Updated:
+        """A PENDING job changed in place (update.lua): its task (``kind`` '' = unchanged),
+        priority and eligibility ('' = unchanged)."""
+        call = calls_ops.update(
+            self.keys,
+            self.sender.now(),
+            job_id=job_id,
+            kind=kind,
+            payload=payload,
+            dedup=dedup,
+            priority=priority,
+            delay_ms=delay_ms,
+        )
+        return calls_ops.updated(await self.sender.call(call))
+
     async def cancel(self, job_id: str, note: str) -> Transition:
         """An operator's cancel: ``cancelled`` (pending or suspended) or ``requested`` (running)."""
         call = calls.cancel(self.keys, self.sender.now(), job_id=job_id, note=note)
