@@ -446,6 +446,25 @@ def test_job_cancel_pending_running_finished(rurl: str, qname: str, sq: vr.SyncQ
     assert [e.event for e in sq.journal(running)][-1] == "cancel_requested"
 
 
+def test_job_update_priority_and_delay(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    pend = sq.enqueue(Echo(text="a"), delay=3600)
+    res = venturi("job", "update", pend, "--priority", "high", "--delay", "0", "--redis", rurl)
+    assert res.exit_code == 0 and "priority high, eligible at" in res.stdout
+    info = sq.get(pend)
+    assert info is not None and info.priority is vr.Priority.HIGH
+    assert sq.journal(pend)[-1].details["changed"] == "priority,eligible_at"
+    doc = venturi("job", "update", pend, "--delay", "60", "--redis", rurl, "-q", qname, "--json")
+    assert doc.exit_code == 0 and json.loads(doc.stdout)["updated"] is True
+    bad = venturi("job", "update", pend, "--priority", "urgent", "--redis", rurl, "-q", qname)
+    assert bad.exit_code == 2 and "urgent" in bad.stderr and "Traceback" not in bad.stderr
+    empty = venturi("job", "update", pend, "--redis", rurl, "-q", qname)
+    assert empty.exit_code == 2 and "--priority or --delay" in empty.stderr
+    assert sq.cancel(pend) == "cancelled"
+    gone = venturi("job", "update", pend, "--priority", "low", "--redis", rurl, "-q", qname)
+    assert gone.exit_code == 1
+    assert gone.stderr == f"venturi: job {pend} is cancelled, not pending in queue {qname}; nothing done\n"
+
+
 def test_dead_retry(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
     ids = sq.enqueue_many([Doomed() for _ in range(3)])
     drain(rurl, qname, DoomedJob)
