@@ -76,7 +76,9 @@ async def index_of(queue: vr.Queue, kind: str, key: str) -> str | None:
 # -- throttle ---------------------------------------------------------------------
 
 
-async def test_an_enqueue_inside_the_window_returns_the_finished_job(client: vr.Client, queue_name: str) -> None:
+async def test_an_enqueue_inside_the_window_returns_the_finished_job(
+    client: vr.Client, queue_name: str
+) -> None:
     t, queue = clocked(client, queue_name)
     first = await queue.enqueue(Sync(account="a"))
     await drain(queue, SyncJob)
@@ -99,7 +101,7 @@ async def test_an_enqueue_inside_the_window_returns_the_finished_job(client: vr.
 
 
 async def test_the_key_is_held_while_the_job_runs(client: vr.Client, queue_name: str) -> None:
-    t, queue = clocked(client, queue_name)
+    _t, queue = clocked(client, queue_name)
     first = await queue.enqueue(Sync(account="a"))
     await claim_raw(queue, 1)
     assert (await queue.get(first)).state is vr.JobState.RUNNING  # type: ignore[union-attr]
@@ -109,7 +111,7 @@ async def test_the_key_is_held_while_the_job_runs(client: vr.Client, queue_name:
 
 
 async def test_a_dead_job_releases_the_key(client: vr.Client, queue_name: str) -> None:
-    t, queue = clocked(client, queue_name)
+    _t, queue = clocked(client, queue_name)
     first = await queue.enqueue(Sync(account="a", fail=True))
     await drain(queue, SyncJob)
     assert (await queue.get(first)).state is vr.JobState.DEAD  # type: ignore[union-attr]
@@ -119,7 +121,7 @@ async def test_a_dead_job_releases_the_key(client: vr.Client, queue_name: str) -
 
 
 async def test_a_cancelled_job_releases_the_key(client: vr.Client, queue_name: str) -> None:
-    t, queue = clocked(client, queue_name)
+    _t, queue = clocked(client, queue_name)
     first = await queue.enqueue(Sync(account="a"))
     assert await queue.cancel(first)
     second = await queue.enqueue(Sync(account="a"))

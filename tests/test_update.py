@@ -72,7 +72,7 @@ async def test_update_changes_the_task_priority_and_eligibility(client: vr.Clien
 
 
 async def test_update_at_an_aware_time(client: vr.Client, queue_name: str) -> None:
-    t, queue = clocked(client, queue_name)
+    _t, queue = clocked(client, queue_name)
     job = await queue.enqueue(Mail(to="a"))
     at = datetime.fromtimestamp((BASE + 90_000) / 1000, UTC)
     assert await queue.update(job, at=at)
@@ -81,7 +81,7 @@ async def test_update_at_an_aware_time(client: vr.Client, queue_name: str) -> No
 
 
 async def test_a_job_out_of_pending_is_not_updated(client: vr.Client, queue_name: str) -> None:
-    t, queue = clocked(client, queue_name)
+    _t, queue = clocked(client, queue_name)
     assert not await queue.update("01J9ZQ4K8V3M0S5B2N7XWYQ1RT", priority="high")  # unknown
     job = await queue.enqueue(Mail(to="a"))
     await claim_raw(queue, 1)
@@ -92,7 +92,7 @@ async def test_a_job_out_of_pending_is_not_updated(client: vr.Client, queue_name
 
 
 async def test_a_dedup_key_change_moves_the_index_entry(client: vr.Client, queue_name: str) -> None:
-    t, queue = clocked(client, queue_name)
+    _t, queue = clocked(client, queue_name)
     redis = queue.client.redis
     job = await queue.enqueue(Mail(to="a", key="k1"))
     assert await queue.update(job, task=Mail(to="a", key="k2"))
@@ -106,7 +106,7 @@ async def test_a_dedup_key_change_moves_the_index_entry(client: vr.Client, queue
 
 
 async def test_a_key_another_job_holds_is_refused(client: vr.Client, queue_name: str) -> None:
-    t, queue = clocked(client, queue_name)
+    _t, queue = clocked(client, queue_name)
     first = await queue.enqueue(Mail(to="a", key="k1"))
     second = await queue.enqueue(Mail(to="b", key="k2"))
     before = await queue.client.redis.hgetall(queue.keys.job(second))
@@ -116,10 +116,10 @@ async def test_a_key_another_job_holds_is_refused(client: vr.Client, queue_name:
 
 
 async def test_bad_input_writes_nothing(client: vr.Client, queue_name: str) -> None:
-    t, queue = clocked(client, queue_name)
+    _t, queue = clocked(client, queue_name)
     job = await queue.enqueue(Mail(to="a"))
     before = await queue.client.redis.hgetall(queue.keys.job(job))
-    naive = datetime(2030, 1, 1)  # noqa: DTZ001 (the point of the test)
+    naive = datetime(2030, 1, 1)  # naive: the point of the test
     aware = datetime(2030, 1, 1, tzinfo=UTC)
     for kwargs in [
         {},

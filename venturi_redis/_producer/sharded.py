@@ -355,7 +355,9 @@ class ShardedQueue:
     ) -> bool:
         """Change a pending job in place (see ``Queue.update``); False if no partition holds it."""
         p = await self.partition_of(job_id)
-        return False if p is None else await p.update(job_id, task=task, priority=priority, delay=delay, at=at)
+        return (
+            False if p is None else await p.update(job_id, task=task, priority=priority, delay=delay, at=at)
+        )
 
     async def cancel(self, job_id: str) -> str:
         """Cancel a job (see ``Queue.cancel``); ``"not_found"`` if no partition holds it."""

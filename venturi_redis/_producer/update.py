@@ -49,7 +49,9 @@ async def update(
             raise ConfigurationError(f"update of job {job_id}: {exc}") from None
         cap = queue.client.max_payload_bytes
         if len(payload) > cap:
-            raise PayloadTooLarge(f"update of job {job_id}: {kind} payload is {len(payload)} bytes, over {cap}")
+            raise PayloadTooLarge(
+                f"update of job {job_id}: {kind} payload is {len(payload)} bytes, over {cap}"
+            )
     label = "" if priority is None else Priority.parse(priority).label
     delay_ms = ""
     if at is not None:

@@ -160,8 +160,9 @@ def prepare(
         timeout_ms,
         limit,
     )
-    if type(task)._vr_dedup_timing is not None:  # one read for a task without them
-        job = with_dedup_timing(job, type(task)._vr_dedup_timing)
+    timing = type(task)._vr_dedup_timing
+    if timing is not None:  # one read for a task without them
+        job = with_dedup_timing(job, timing)
     if _tracing.TRACE is not None:
         return job._replace(trace=_tracing.TRACE())
     return job
@@ -239,8 +240,9 @@ def prepare_many(
             timeout_ms,
             limit,
         )
-        if cls._vr_dedup_timing is not None:
-            job = with_dedup_timing(job, cls._vr_dedup_timing)
+        timing = cls._vr_dedup_timing
+        if timing is not None:
+            job = with_dedup_timing(job, timing)
         jobs.append(job)
     return jobs
 

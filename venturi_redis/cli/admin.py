@@ -1,4 +1,4 @@
-"""The commands that change jobs and queues: retry, cancel, update, dead retry, purge, pause, resume, events."""
+"""Commands that change jobs and queues: retry, cancel, update, dead retry, purge, pause, resume, events."""
 
 from __future__ import annotations
 
@@ -94,7 +94,8 @@ def job_update(
         str | None, typer.Option("--priority", metavar="P", help="critical, high, normal or low.")
     ] = None,
     delay: Annotated[
-        float | None, typer.Option("--delay", metavar="S", help="Eligible S seconds from now (Redis's clock).")
+        float | None,
+        typer.Option("--delay", metavar="S", help="Eligible S seconds from now (Redis's clock)."),
     ] = None,
     queue: JobQueueOpt = None,
     redis: RedisOpt = None,
