@@ -154,6 +154,19 @@ async def test_the_window_outlives_the_trimmed_job(client: vr.Client, queue_name
     assert await queue.enqueue(Sync(account="a")) != first
 
 
+async def test_the_window_outlives_a_purge(client: vr.Client, queue_name: str) -> None:
+    t, queue = clocked(client, queue_name)
+    first = await queue.enqueue(Sync(account="a"))
+    await drain(queue, SyncJob)
+    assert await queue.purge("completed") == 1
+    assert await queue.get(first) is None
+    assert await queue.enqueue(Sync(account="a")) == first
+    t[0] += 61_000
+    await queue.store.reclaim(batch=10, max_failures="none")
+    assert await index_of(queue, "sync", "a") is None
+    assert await queue.enqueue(Sync(account="a")) != first
+
+
 # -- debounce ---------------------------------------------------------------------
 
 
