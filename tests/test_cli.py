@@ -465,6 +465,32 @@ def test_job_update_priority_and_delay(rurl: str, qname: str, sq: vr.SyncQueue) 
     assert gone.stderr == f"venturi: job {pend} is cancelled, not pending in queue {qname}; nothing done\n"
 
 
+class Digest(vr.Task):
+    KIND: ClassVar[str] = "digest"
+
+    def dedup_key(self) -> str | None:
+        return "daily"
+
+    @classmethod
+    def dedup_window(cls) -> float:
+        return 3600
+
+
+class DigestJob(Digest, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[Any], state: Any) -> vr.Outcome:
+        return vr.Outcome.completed()
+
+
+def test_job_show_says_until_when_a_throttled_key_is_held(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    job = sq.enqueue(Digest())
+    drain(rurl, qname, DigestJob)
+    res = venturi("job", "show", job, "--redis", rurl, "-q", qname)
+    assert res.exit_code == 0 and "dedup held until" in res.stdout
+    doc = json.loads(venturi("job", "show", job, "--redis", rurl, "-q", qname, "--json").stdout)
+    assert doc["job"]["dedup_until"]
+    assert sq.enqueue(Digest()) == job  # inside the hour
+
+
 def test_dead_retry(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
     ids = sq.enqueue_many([Doomed() for _ in range(3)])
     drain(rurl, qname, DoomedJob)
