@@ -155,3 +155,14 @@ def test_the_sync_client_updates(url: str, queue_name: str) -> None:
         assert sq.update(job, task=Mail(to="z"), priority=vr.Priority.CRITICAL)
         info = sq.get(job)
         assert info is not None and info.payload["to"] == "z" and info.priority is vr.Priority.CRITICAL
+
+
+async def test_a_corrupt_job_is_refused_with_nothing_written(client: vr.Client, queue_name: str) -> None:
+    _t, queue = clocked(client, queue_name)
+    job = await queue.enqueue(Mail(to="a"))
+    redis = queue.client.redis
+    await redis.set(queue.keys.journal(job), "x")  # its journal overwritten by hand
+    before = await redis.hgetall(queue.keys.job(job))
+    with pytest.raises(vr.CorruptQueueError, match="journal key is not a stream"):
+        await queue.update(job, priority="high")
+    assert await redis.hgetall(queue.keys.job(job)) == before
