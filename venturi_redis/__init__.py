@@ -44,6 +44,7 @@ from ._producer.results import (
 from ._producer.retention import Retention
 from ._producer.sharded import ShardedQueue
 from ._producer.sync import SyncClient, SyncQueue
+from ._store.prepare import EnqueueManyOptions, EnqueueOptions
 from ._transport.durable import Durability, NotDurableError
 from ._worker.context import Context
 from ._worker.handler import Handler
@@ -86,6 +87,8 @@ __all__ = [
     "CorruptQueueError",
     "DeadReason",
     "Durability",
+    "EnqueueManyOptions",
+    "EnqueueOptions",
     "Flow",
     "Handler",
     "JobInfo",
