@@ -167,6 +167,15 @@ async def test_the_window_outlives_a_purge(client: vr.Client, queue_name: str) -
     assert await queue.enqueue(Sync(account="a")) != first
 
 
+async def test_a_schedule_fire_into_a_held_key_creates_nothing(client: vr.Client, queue_name: str) -> None:
+    _t, queue = clocked(client, queue_name)
+    first = await queue.enqueue(Sync(account="a"))
+    await drain(queue, SyncJob)
+    await queue.schedule("hourly", Sync(account="a"), every=3600)
+    assert await queue.trigger_schedule("hourly") == first
+    assert (await queue.counts())["pending"] == 0
+
+
 # -- debounce ---------------------------------------------------------------------
 
 
