@@ -213,7 +213,9 @@ end
 -- suspended, trimmed). A pending holder keeps the key: its claim adds it back.
 local held_key = dedup_held_key(prefix)
 local due = redis.pcall('ZRANGEBYSCORE', held_key, '-inf', now, 'LIMIT', 0, 100)
-if type(due) == 'table' and not due.err and #due > 0 and redis.call('TYPE', KEYS[3]).ok == 'hash' then
+local index_type = #due > 0 and redis.call('TYPE', KEYS[3]).ok
+-- No index at all (its last field freed) still lets the sweep drop the fields.
+if type(due) == 'table' and not due.err and #due > 0 and (index_type == 'hash' or index_type == 'none') then
   for _, field in ipairs(due) do
     local holder = redis.call('HGET', KEYS[3], field)
     local again = nil

@@ -142,6 +142,16 @@ async def test_the_reclaim_sweep_frees_a_window_that_ended(client: vr.Client, qu
     assert await redis.zcard(queue.keys.dedup_held) == 0
 
 
+async def test_the_sweep_empties_the_held_set_without_an_index(client: vr.Client, queue_name: str) -> None:
+    t, queue = clocked(client, queue_name)
+    await queue.enqueue(Sync(account="a"))
+    await drain(queue, SyncJob)
+    await queue.client.redis.delete(queue.keys.dedup)  # its last field freed: no index key left
+    t[0] += 61_000
+    await queue.store.reclaim(batch=10, max_failures="none")
+    assert await queue.client.redis.zcard(queue.keys.dedup_held) == 0
+
+
 async def test_the_window_outlives_the_trimmed_job(client: vr.Client, queue_name: str) -> None:
     t, queue = clocked(client, queue_name)
     first = await queue.enqueue(Sync(account="a"))
