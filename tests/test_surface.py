@@ -38,6 +38,7 @@ def test_the_surface_names_every_shared_operation() -> None:
         sorted(
             [
                 "cancel",
+                "cancel_jobs",
                 "counts",
                 "enqueue",
                 "enqueue_many",
@@ -52,6 +53,7 @@ def test_the_surface_names_every_shared_operation() -> None:
                 "retry",
                 "retry_dead",
                 "stats",
+                "update",
             ]
         )
         == OPERATIONS
