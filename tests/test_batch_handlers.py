@@ -21,7 +21,7 @@ import pytest
 import venturi_redis as vr
 from tests.helpers import drain, events, make_worker
 from tests.tasks import Echo, EchoJob
-from venturi_redis._worker.batch import BATCH_NOTE
+from venturi_redis._model import batch_note
 
 pytestmark = pytest.mark.anyio
 
@@ -63,14 +63,22 @@ async def test_none_completes_every_job_of_each_batch(queue: vr.Queue) -> None:
     marks = {}
     for job_id in ids:
         info = await queue.get(job_id)
-        assert info is not None and info.note is not None
-        m = BATCH_NOTE.search(info.note)
-        assert m is not None, info.note
-        marks[job_id] = m
-    for job_id, m in marks.items():
-        lead = marks[m.group(1)]
-        assert job_id in lead.group(3).split()
-        assert int(m.group(2)) == len(lead.group(3).split())
+        assert info is not None
+        found = batch_note.parse(info.note)
+        assert found is not None, info.note
+        marks[job_id] = found
+    for job_id, found in marks.items():
+        lead = marks[found.lead]
+        assert job_id in lead.ids and found.size == len(lead.ids)
+
+
+def test_a_batch_mark_lists_at_most_100_ids_and_reads_back() -> None:
+    ids = [f"J{i:03}" for i in range(150)]
+    text = batch_note.mark("J000", 150, ids)
+    assert text.endswith(" J099 (+50 more)]")
+    assert batch_note.parse(f"sent {text}") == batch_note.BatchMark("J000", 150, tuple(ids[:100]), 50)
+    assert batch_note.parse("done [batch J000 of 150]") == batch_note.BatchMark("J000", 150)
+    assert batch_note.parse("done") is None and batch_note.parse(None) is None
 
 
 class Mixed(vr.Task):

@@ -31,7 +31,7 @@ None): its claim loop and dispatch pay one ``is None`` test.
 The dashboard shows a batch's jobs to each other by the run's note (no field
 more for any job): every job of a batch ends with ``[batch LEAD of N]``
 appended, LEAD being the batch's first job, whose own note also lists the
-batch's job ids (up to ``NOTE_IDS``).
+batch's job ids (``_model/batch_note.py``).
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ import contextlib
 import dataclasses
 import logging
 import math
-import re
 from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from .._model import batch_note
 from .._model.endings import COMPLETED, Completed, Dead, Ending, Failed, Released
 from .._model.outcome import Outcome
 from .execute import (
@@ -76,12 +76,7 @@ log = logging.getLogger("venturi_redis.worker")
 # Redis, and one of 1,000 jobs already takes milliseconds. A larger
 # BATCH_SIZE fills over several claims, within its BATCH_WAIT.
 MAX_CLAIM = 1_000
-# Job ids the batch's first job lists in its note (the dashboard's batch-mates).
-NOTE_IDS = 100
 _NOT_STARTED = "released on worker shutdown (not started)"
-# What every job of a batch appends to its note, and the first job's list:
-# "[batch 01J... of 3]", "[batch 01J... of 3: 01J... 01K... 01M...]".
-BATCH_NOTE = re.compile(r"\[batch (\S+) of (\d+)(?:: ([^\]]*))?\]$")
 
 
 class BatchHost(RunHost, Protocol):
@@ -457,13 +452,8 @@ def _limit(host: RunHost, items: list[BatchItem[Any]], jobs: list[Job]) -> float
 def _noted(ending: Ending, jobs: list[Job], ran: list[int], i: int) -> Ending:
     """``ending`` with the batch's mark appended to its note (the dashboard's batch-mates)."""
     lead = jobs[ran[0]].id
-    mark = f"[batch {lead} of {len(ran)}"
-    if i == ran[0]:
-        ids = [jobs[j].id for j in ran[:NOTE_IDS]]
-        more = f" +{len(ran) - NOTE_IDS} more" if len(ran) > NOTE_IDS else ""
-        mark += ": " + " ".join(ids) + more
-    mark += "]"
+    text = batch_note.mark(lead, len(ran), [jobs[j].id for j in ran] if i == ran[0] else None)
     note = getattr(ending, "note", "")
     with contextlib.suppress(TypeError):
-        return dataclasses.replace(ending, note=f"{note} {mark}" if note else mark)
+        return dataclasses.replace(ending, note=f"{note} {text}" if note else text)
     return ending
