@@ -297,8 +297,9 @@ async def execute_batch(host: RunHost, cls: type[Any], jobs: list[Job], sync: bo
     endings: list[Ending | None] = [None] * len(jobs)
     items: list[BatchItem[Any]] = []
     ran: list[int] = []  # the positions of the jobs in the handler's call
+    registry = host.registry
     for i, job in enumerate(jobs):
-        started = start_run(host, cls, job)
+        started = start_run(host, cls, job, registry)
         if isinstance(started, Dead):
             endings[i] = started  # its data does not decode: dead, and not in the call
             continue

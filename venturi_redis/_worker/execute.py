@@ -72,7 +72,7 @@ async def execute(host: RunHost, job: Job) -> Ending:
     handler_cls = registry.get(job.kind)
     if handler_cls is None:
         return Dead(DeadReason.UNKNOWN_KIND, f"no handler for kind {job.kind!r} on worker {host.id}")
-    started = start_run(host, handler_cls, job)
+    started = start_run(host, handler_cls, job, registry)
     if isinstance(started, Dead):
         return started
     task, ctx = started
@@ -135,10 +135,13 @@ async def execute(host: RunHost, job: Job) -> Ending:
     return outcome_ending(task, outcome)
 
 
-def start_run(host: RunHost, handler_cls: type[Any], job: Job) -> tuple[Any, Context[Any]] | Dead:
+def start_run(
+    host: RunHost, handler_cls: type[Any], job: Job, registry: dict[str, type[Any]]
+) -> tuple[Any, Context[Any]] | Dead:
     """A claimed job's task and context, decoded (or the death of data that does not decode).
 
     Sets ``job.ctx``; the context points back at the job until the run's end.
+    ``registry``: the worker's handlers by KIND (``host.registry``, read once by the caller).
     """
     try:
         task = unpack_model(handler_cls, job.payload)
@@ -169,7 +172,7 @@ def start_run(host: RunHost, handler_cls: type[Any], job: Job) -> tuple[Any, Con
     # While the handler runs only (cleared when it returns): ctx -> job -> ctx is
     # a cycle, which only the cyclic GC would free (~5% of the worker's CPU per job).
     ctx._job = job
-    ctx._registry = host.registry
+    ctx._registry = registry
     if host.stopping:
         ctx._cancel("worker shutting down")
     return task, ctx
