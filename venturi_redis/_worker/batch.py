@@ -37,7 +37,6 @@ batch's job ids (``_model/batch_note.py``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import math
@@ -136,7 +135,12 @@ class Batching:
         A batch KIND's job joins its forming batch; an ordinary job is taken
         only when no slot is free (it waits, held).
         """
-        if job.kind in self.batchers or self.held or self.runner.busy >= self.host.concurrency:
+        batcher = self.batchers.get(job.kind)
+        if batcher is not None:
+            if not batcher.add(job):
+                self.held.append(job)
+            return True
+        if self.held or self.runner.busy >= self.host.concurrency:
             if not self._place(job):
                 self.held.append(job)
             return True
@@ -275,9 +279,14 @@ class _Batcher:
         direct = host.forcing
         async with anyio.create_task_group() as tg:
             for job, ending in zip(jobs, endings, strict=True):
-                if isinstance(ending, Completed) and not direct:
+                if type(ending) is Completed and not direct:
                     # Handed to the connection's batch at once (deferred): nothing to wait for.
-                    await _finish(host, job, ending, direct)
+                    try:
+                        await completer.finish(job, ending)
+                    except Exception:
+                        log.exception("queue %s: internal error ending job %s", job.queue.name, job.id)
+                    if not job.deferred:
+                        host.job_done(job)
                 else:
                     tg.start_soon(_finish, host, job, ending, direct)
 
@@ -303,13 +312,15 @@ async def execute_batch(host: RunHost, cls: type[Any], jobs: list[Job], sync: bo
         if isinstance(started, Dead):
             endings[i] = started  # its data does not decode: dead, and not in the call
             continue
-        items.append(BatchItem(started[0], started[1]))
+        items.append(BatchItem(*started))
         ran.append(i)
     if items:
         ran_jobs = [jobs[i] for i in ran]
         returned = await _call(host, cls, items, ran_jobs, sync)
-        for i, ending in zip(ran, _endings(host, cls, items, ran_jobs, returned), strict=True):
-            endings[i] = _noted(ending, jobs, ran, i)
+        for i, ending in zip(
+            ran, _marked(_endings(host, cls, items, ran_jobs, returned), ran_jobs), strict=True
+        ):
+            endings[i] = ending
     return [e for e in endings if e is not None]
 
 
@@ -450,11 +461,20 @@ def _limit(host: RunHost, items: list[BatchItem[Any]], jobs: list[Job]) -> float
     return min(limits, default=None)
 
 
-def _noted(ending: Ending, jobs: list[Job], ran: list[int], i: int) -> Ending:
-    """``ending`` with the batch's mark appended to its note (the dashboard's batch-mates)."""
-    lead = jobs[ran[0]].id
-    text = batch_note.mark(lead, len(ran), [jobs[j].id for j in ran] if i == ran[0] else None)
-    note = getattr(ending, "note", "")
-    with contextlib.suppress(TypeError):
-        return dataclasses.replace(ending, note=f"{note} {text}" if note else text)
-    return ending
+def _marked(endings: list[Ending], jobs: list[Job]) -> list[Ending]:
+    """``endings`` with the batch's mark appended to each note (the dashboard's batch-mates)."""
+    lead = jobs[0].id
+    mate = batch_note.mark(lead, len(jobs))
+    mate_done = Completed(mate)  # the usual ending of a batch-mate, made once per batch
+    out: list[Ending] = []
+    for k, ending in enumerate(endings):
+        text = mate if k else batch_note.mark(lead, len(jobs), [job.id for job in jobs])
+        if ending is COMPLETED:
+            out.append(mate_done if k else Completed(text))
+            continue
+        note = getattr(ending, "note", "")
+        try:
+            out.append(dataclasses.replace(ending, note=f"{note} {text}" if note else text))
+        except TypeError:
+            out.append(ending)
+    return out
