@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -91,9 +92,12 @@ async def child(url: str, n: int, variant: str) -> dict[str, float]:
     worker.register(BatchJob if variant.startswith("batch") else SingleJob)
     if rec is not None:
         await rec.ping()  # its connection open before the clock starts
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     cpu0, t0 = _cpu(sync), time.perf_counter()
     await worker.run(until_idle=True)
     t, cpu1 = time.perf_counter() - t0, _cpu(sync)
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    own = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
     counts = await q.counts()  # completed jobs past the default retention's cap are trimmed
     left = {k: v for k, v in counts.items() if k not in ("completed", "limited") and v}
     assert not left, f"{variant}: not every job completed: {left}"
@@ -101,7 +105,7 @@ async def child(url: str, n: int, variant: str) -> dict[str, float]:
         assert int(sync.get("bench:count") or 0) == n
         await rec.aclose()
     await client.aclose()
-    return {"jobs_s": n / t, "redis_us_per_job": (cpu1 - cpu0) / n * 1e6}
+    return {"jobs_s": n / t, "redis_us_per_job": (cpu1 - cpu0) / n * 1e6, "worker_us_per_job": own / n * 1e6}
 
 
 def main() -> None:
@@ -131,13 +135,14 @@ def main() -> None:
     w2 = statistics.median(x["jobs_s"] for x in runs["single W2"])
     w2_cpu = statistics.median(x["redis_us_per_job"] for x in runs["single W2"])
     print(f"{a.n:,} jobs per drain, concurrency 100, median of {a.rounds} round(s)")
-    print("| variant | jobs/s | Redis CPU µs/job | jobs/s vs single W2 | runs (jobs/s) |")
-    print("|---|---|---|---|---|")
+    print("| variant | jobs/s | Redis CPU µs/job | worker CPU µs/job | jobs/s vs single W2 | runs (jobs/s) |")
+    print("|---|---|---|---|---|---|")
     for variant in VARIANTS:
         rate = statistics.median(x["jobs_s"] for x in runs[variant])
         cpu = statistics.median(x["redis_us_per_job"] for x in runs[variant])
+        own = statistics.median(x["worker_us_per_job"] for x in runs[variant])
         each = ", ".join(f"{x['jobs_s']:,.0f}" for x in runs[variant])
-        print(f"| {variant} | {rate:,.0f} | {cpu:.1f} | {rate / w2:.2f}x | {each} |")
+        print(f"| {variant} | {rate:,.0f} | {cpu:.1f} | {own:.1f} | {rate / w2:.2f}x | {each} |")
     batch = statistics.median(x["jobs_s"] for x in runs["batch no-op"])
     batch_cpu = statistics.median(x["redis_us_per_job"] for x in runs["batch no-op"])
     met = batch >= 3 * w2 and batch_cpu <= w2_cpu

@@ -18,7 +18,8 @@ How jobs become batches, per runner (one queue):
   seconds after its first job (0: as soon as the claim that brought it is
   dispatched, so a batch is at least what one claim brought).
 - While a worker has a batch KIND, a claim asks for enough jobs to fill a
-  batch (up to ``MAX_CLAIM``), not only one per free slot. An ordinary job
+  batch, not only one per free slot; while its claims bring batch jobs
+  only, a batch per free slot (up to ``MAX_CLAIM`` jobs per claim). An ordinary job
   such a claim brings beyond the free slots is *held* (claimed, its lease
   renewed, not started) until a slot frees; a batch job of a KIND whose new
   batch has no slot likewise. The claim loop places held jobs before it
@@ -128,6 +129,10 @@ class Batching:
         self.largest = min(MAX_CLAIM, max(b.size for b in self.batchers.values()))
         # Claimed jobs waiting for a slot, oldest first.
         self.held: deque[Job] = deque()
+        # Whether an ordinary job came since the last claim was sized: a claim
+        # then fills one batch only, so that a mixed queue's ordinary jobs are
+        # not taken by the hundred to wait here for a slot.
+        self.saw_ordinary = False
 
     def place(self, job: Job) -> bool:
         """Take a claimed job the dispatch cannot start at once: True if taken here.
@@ -140,6 +145,7 @@ class Batching:
             if not batcher.add(job):
                 self.held.append(job)
             return True
+        self.saw_ordinary = True
         if self.held or self.runner.busy >= self.host.concurrency:
             if not self._place(job):
                 self.held.append(job)
@@ -167,9 +173,13 @@ class Batching:
             return 0  # a slot first
         free = self.host.concurrency - self.runner.busy
         room = sum(b.room for b in self.batchers.values())  # forming batches hold their slot already
+        ordinary, self.saw_ordinary = self.saw_ordinary, False
         if free <= 0:
             return room
-        return max(min(free, batch_size), room, self.largest)
+        # Only batch jobs lately: a batch per free slot, up to MAX_CLAIM (fewer
+        # round trips: a drain of batch jobs is bound by them, not by the CPU).
+        fill = self.largest if ordinary else min(MAX_CLAIM, free * self.largest)
+        return max(min(free, batch_size), room, fill)
 
     def stop(self) -> None:
         """The claim loop has stopped: held jobs and forming batches go back to pending, unstarted."""
