@@ -72,10 +72,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("venturi_redis.worker")
 
-# Most jobs one claim asks for to fill a batch: a claim script runs alone on
-# Redis, and one of 1,000 jobs already takes milliseconds. A larger
-# BATCH_SIZE fills over several claims, within its BATCH_WAIT.
-MAX_CLAIM = 1_000
+# Most jobs one claim asks for to fill batches: a claim script runs alone on
+# Redis, so it is kept to the size of enqueue_many's chunks (ENQUEUE_CHUNK).
+# A larger BATCH_SIZE fills over several claims, within its BATCH_WAIT.
+MAX_CLAIM = 500
 _NOT_STARTED = "released on worker shutdown (not started)"
 
 
