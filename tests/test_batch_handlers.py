@@ -9,6 +9,7 @@ so. Run on every backend: the claims, renewals and endings are the scripts'.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import types
@@ -376,3 +377,36 @@ def test_handle_batch_must_be_a_classmethod() -> None:
         class NotClassmethod(Mail, vr.BatchHandler[Any]):
             async def handle_batch(self, items: Any, state: Any) -> None:  # type: ignore[override]
                 return None
+
+
+class Cancellable(vr.Task):
+    KIND: ClassVar[str] = "batch.cancellable"
+    n: int
+
+
+class CancellableJob(Cancellable, vr.BatchHandler[dict[str, Any]]):
+    @classmethod
+    async def handle_batch(
+        cls, items: Sequence[vr.BatchItem[Cancellable]], state: dict[str, Any]
+    ) -> Returned:
+        first = items[0].ctx
+        state["first"] = first.job_id
+        state["started"].set()
+        with anyio.fail_after(10):
+            await first.cancelled()  # an operator cancels this job alone
+        assert not any(item.ctx.is_cancelled() for item in items[1:])
+        return [RuntimeError("stopped"), *(vr.Outcome.completed() for _ in items[1:])]
+
+
+async def test_an_operators_cancel_reaches_one_job_of_a_running_batch(queue: vr.Queue) -> None:
+    ids = await queue.enqueue_many([Cancellable(n=n) for n in range(3)])
+    state: dict[str, Any] = {"started": anyio.Event()}
+    worker = make_worker(queue, CancellableJob, state=state, lease=0.3)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(worker.run, until_idle=True))
+        with anyio.fail_after(10):
+            await state["started"].wait()
+        assert await queue.cancel(state["first"]) == "requested"
+    for job_id, job_state in zip(ids, await _states(queue, ids), strict=True):
+        expected = vr.JobState.CANCELLED if job_id == state["first"] else vr.JobState.COMPLETED
+        assert job_state is expected
