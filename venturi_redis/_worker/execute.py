@@ -132,6 +132,9 @@ async def execute(host: RunHost, job: Job) -> Ending:
         raise  # this coroutine itself is being closed: nothing may be awaited
     except BaseException as exc:  # noqa: BLE001 - a failed run (error_ending says which)
         return error_ending(host, job, task, ctx, exc)
+    result = outcome.result
+    if outcome.kind == "completed" and not outcome.note and (result is UNSET or result is None):
+        return COMPLETED  # the usual run: nothing to encode
     return outcome_ending(task, outcome)
 
 
