@@ -16,7 +16,8 @@ Shape of a running worker (one anyio task group)::
     │   └── scheduler      fires the queue's due schedules (scheduler.py)
     └── slot tasks         run the claimed jobs (at most `concurrency` handlers
                            per queue): execute.py runs one and returns its
-                           ending, completer.py writes it
+                           ending, completer.py writes it; a batch KIND's
+                           jobs run many per handler call (batch.py)
 
 This module is the ``Worker`` itself: its arguments (checked by options.py),
 registration, ``run`` and ``shutdown``, and one claimed job's way from its
