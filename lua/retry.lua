@@ -4,7 +4,9 @@
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dead zset
 -- KEYS[6] dedup index hash   KEYS[7] wake list
--- KEYS[8] queue meta hash   KEYS[9] event stream (include events.lua)
+-- KEYS[8] queue meta hash (its `history` field: include history.lua, the
+--         failed run, and a death, counted by kind)
+-- KEYS[9] event stream (include events.lua)
 -- KEYS[10] limits:state hash   KEYS[11] limits:ready zset: a run holding a
 --         concurrency slot gives it back (include limits.lua)
 -- When the backstop kills a job others wait on, they apply their policy
@@ -35,9 +37,11 @@
 -- @include offload.lua
 -- @include graph.lua
 -- @include limits.lua
+-- @include history.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[8], KEYS[9], ARGV[2])
+history_open(KEYS[8], ARGV[2])
 local id = ARGV[3]
 local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now)
 if refused then
@@ -46,7 +50,7 @@ end
 if o[4] and limits_lib().release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) then
   wake_workers(KEYS[7], 1)
 end
-local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents', 'cancel_requested')
+local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents', 'cancel_requested', 'kind')
 local failures = (tonumber(f[1]) or 0) + 1
 local limit = backstop(f[2], ARGV[11])
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
@@ -66,6 +70,11 @@ if limit and failures >= limit then
   if f[3] then
     graph_finished(ARGV[2], f[3], KEYS[1], id, now, false, nil, ARGV[5])
   end
+  if history_on then
+    history_count(f[5] or '', 'failed', 1)
+    history_count(f[5] or '', 'dead', 1)
+    history_flush(now)
+  end
   return {1, 'dead', 0, failures}
 end
 
@@ -80,4 +89,8 @@ journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
   with_error(with_claim({'failures', failures, 'delay_ms', delay}, o[5], o[6]), ARGV[12], ARGV[13]))
 compact_journal(KEYS[2])
 wake_workers(KEYS[7], 1)
+if history_on then
+  history_count(f[5] or '', 'failed', 1)
+  history_flush(now)
+end
 return {1, 'pending', delay, failures}
