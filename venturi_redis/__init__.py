@@ -27,6 +27,7 @@ from ._model.events import QueueEvent
 from ._model.flow import Flow
 from ._model.limits import Limit, LimitInfo, LimitKeyLoad, Rate
 from ._model.outcome import Outcome
+from ._model.history import HistoryPoint
 from ._model.records import JobInfo, JournalEntry
 from ._model.schedule import Schedule, ScheduleInfo
 from ._model.task import Merge, NoCarry, Pending, Task
@@ -91,6 +92,7 @@ __all__ = [
     "EnqueueOptions",
     "Flow",
     "Handler",
+    "HistoryPoint",
     "JobInfo",
     "JobNotFound",
     "JobState",

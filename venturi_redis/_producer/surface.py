@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from .._model.enums import JobState
+from .._model.history import HistoryPoint
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.prepare import EnqueueManyOptions, EnqueueOptions
@@ -68,6 +69,12 @@ class QueueSurface(Protocol):
     async def resume_queue(self) -> None: ...
 
     async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int: ...
+
+    # -- observability -----------------------------------------------------------
+
+    async def history(
+        self, *, since: timedelta = timedelta(hours=1), kind: str | None = None, step: timedelta | None = None
+    ) -> list[HistoryPoint]: ...
 
 
 if TYPE_CHECKING:
