@@ -5,7 +5,8 @@
 -- KEYS[1..4] pending zsets, CRITICAL, HIGH, NORMAL, LOW
 -- KEYS[5]    running zset (scored by lease expiry)
 -- KEYS[6]    dedup index hash
--- KEYS[7]    queue meta hash (fields `paused`, `events`, `limits`)
+-- KEYS[7]    queue meta hash (fields `paused`, `events`, `limits`; `history`
+--            on a job's expiry only: include history.lua)
 -- KEYS[8]    wake list (wake.lua wake_workers): deleted when the claim
 --            comes back short or the queue is paused, since every token in it
 --            is stale then (whatever enqueue pushed it for is claimed, or not
@@ -69,6 +70,7 @@
 -- @include quarantine.lua
 -- @include graph.lua
 -- @include limits.lua
+-- @include history.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -246,6 +248,13 @@ local function take(id, listed)
     compact_journal(journal_key)
     offload_settle(prefix, job_key, id, 'failed', nil, note, now_s)
     graph_orphaned(prefix, job_key, id)
+    -- The metrics history's switch is read on this rare path only, not by
+    -- every claim (include history.lua): the death counted, by kind.
+    history_open(KEYS[7], prefix)
+    if history_on then
+      history_count(kind, 'dead', 1)
+      history_flush(now)
+    end
     return 'dropped'
   end
   local lease = tonumber(lease_ms) or default_lease

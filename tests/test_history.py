@@ -208,3 +208,26 @@ async def test_sharded_and_blocking_faces(url: str, queue_name: str) -> None:
         assert _sum(q.history(kind="echo")) == (1, 0, 0, 0)
         with pytest.raises(vr.ConfigurationError):
             q.history(step=timedelta(seconds=1))
+
+
+async def test_flows_schedules_leases_and_deadlines_are_counted(clocked: vr.Client, queue_name: str) -> None:
+    queue = clocked.queue(queue_name)
+    clock = _clock(clocked)
+    await queue.set_history(True)
+    await queue.enqueue_flow(Echo(text="parent"), [Echo(text="a"), Doomed()])  # enqueue_flow.lua
+    await queue.schedule("tick", Echo(text="tick"), every=timedelta(hours=1))
+    assert await queue.trigger_schedule("tick") is not None  # schedule_fire.lua
+    late = await queue.enqueue(Flaky(fail_times=0), expires=timedelta(seconds=30))
+    clock.advance(timedelta(seconds=40))
+    await queue.store.reclaim(batch=100, max_failures="25")  # its deadline passed: dead (reclaim.lua)
+    info = await queue.get(late)
+    assert info is not None and info.state is vr.JobState.DEAD
+    # A lease that runs out: a failed run (reclaim.lua); at the backstop, a death too.
+    claimed = claimed_jobs(await claim_raw(queue, 10, lease_ms=1000))
+    assert len(claimed) == 3  # the flow's two children, the trigger's job (the parent waits)
+    clock.advance(timedelta(seconds=2))
+    await queue.store.reclaim(batch=100, max_failures="1")
+    # The parent goes dead with its first failed dependency (graph.lua), counted too.
+    assert _sum(await queue.history(since=timedelta(minutes=2), kind="echo")) == (3, 0, 2, 3)
+    assert _sum(await queue.history(since=timedelta(minutes=2), kind="doomed")) == (1, 0, 1, 1)
+    assert _sum(await queue.history(since=timedelta(minutes=2), kind="flaky")) == (1, 0, 0, 1)
