@@ -250,10 +250,10 @@ local function take(id, listed)
     graph_orphaned(prefix, job_key, id)
     -- The metrics history's switch is read on this rare path only, not by
     -- every claim (include history.lua): the death counted, by kind.
-    history_open(KEYS[7], prefix)
-    if history_on then
+    history_counts = redis.call('HGET', KEYS[7], 'history') == '1' and {} or nil
+    if history_counts then
       history_count(kind, 'dead', 1)
-      history_flush(now)
+      history_flush(prefix, now)
     end
     return 'dropped'
   end

@@ -59,7 +59,7 @@ local now_s = str(now)
 local prefix = ARGV[2]
 local meta = redis.call('HMGET', KEYS[3], 'events', 'history')
 events_open(KEYS[3], events_key(prefix), prefix, meta[1] or false)
-history_open(KEYS[3], prefix, meta[2] or false)
+history_counts = meta[2] == '1' and {} or nil
 if type(redis.pcall('ZCARD', KEYS[1])) == 'table' then
   return redis.error_reply('VR_WRONGTYPE ' .. KEYS[1] .. ' is not a sorted set')
 end
@@ -117,7 +117,7 @@ for i = 0, n - 1 do
           kinds[#done] = f[7] or ''
           runs[#done] = run
         end
-        if history_on then
+        if history_counts then
           -- The run's time: from its claim to now, on the clock of both.
           local kind = f[7] or ''
           history_count(kind, 'completed', 1)
@@ -185,6 +185,6 @@ if events_stream then
   emit_many('completed', now_s, done, kinds, runs)
 end
 trim_finished(prefix, KEYS[2], now, ARGV[3], ARGV[4], #done)
-history_flush(now)
+history_flush(prefix, now)
 if woke > 0 then wake_workers(feature_keys(prefix).wake, woke) end
 return out

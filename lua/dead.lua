@@ -32,7 +32,7 @@
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[5], KEYS[6], ARGV[2])
-history_open(KEYS[5], ARGV[2])
+history_counts = redis.call('HGET', KEYS[5], 'history') == '1' and {} or nil
 local id = ARGV[3]
 local refused, run, f = check_owner(KEYS[1], KEYS[2], ARGV[4], 'dead', now,
   {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents', 'kind'})
@@ -54,9 +54,9 @@ end
 if f[4] and limits_lib().release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then
   wake_workers(KEYS[9], 1)
 end
-if history_on then
+if history_counts then
   history_count(f[10] or '', 'failed', 1)
   history_count(f[10] or '', 'dead', 1)
-  history_flush(now)
+  history_flush(ARGV[2], now)
 end
 return {1}

@@ -59,7 +59,7 @@ local force = ARGV[4] == 'force'
 local offload = ARGV[5] == '1'
 local meta = redis.call('HMGET', KEYS[3], 'events', 'limits', 'history')
 events_open(KEYS[3], events_key(prefix), prefix, meta[1] or false)
-history_open(KEYS[3], prefix, meta[3] or false)
+history_counts = meta[3] == '1' and {} or nil
 local fk = nil -- flow control's keys, while limits are on
 if meta[2] == '1' then fk = feature_keys(prefix) end
 local one = n == 1
@@ -115,7 +115,7 @@ for i = 0, n - 1 do
       offload_pending(KEYS[4 + 2 * n + i], job_key, id, kind, token, ttl, now)
     end
     created = created + 1
-    if history_on then history_count(kind, 'enqueued', 1) end
+    if history_counts then history_count(kind, 'enqueued', 1) end
     if events_stream then
       if one then
         -- One job: its entry straight away (events.lua's one-job form, with
@@ -131,7 +131,7 @@ for i = 0, n - 1 do
   if one then
     if created > 0 then
       wake_workers(KEYS[2], 1)
-      history_flush(now)
+      history_flush(prefix, now)
     end
     return holder or ''
   end
@@ -142,6 +142,6 @@ if created > 0 then
   if events_stream then
     emit_many('enqueued', now_s, ids, kinds, runs)
   end
-  history_flush(now)
+  history_flush(prefix, now)
 end
 return out

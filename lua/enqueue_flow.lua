@@ -50,7 +50,7 @@ local now_s = str(now)
 local prefix = ARGV[2]
 local n = tonumber(ARGV[3])
 events_open(KEYS[7], events_key(prefix), prefix)
-history_open(KEYS[7], prefix)
+history_counts = redis.call('HGET', KEYS[7], 'history') == '1' and {} or nil
 
 -- Parse, then check every dependency before the first write.
 local jobs, new = {}, {}
@@ -116,7 +116,7 @@ for _, job in ipairs(jobs) do
   if events_stream then
     emit(id, job.kind, 'enqueued', now_s, 0, nil, {'priority', job.priority, 'eligible_at', eligible_s})
   end
-  if history_on then history_count(job.kind, 'enqueued', 1) end
+  if history_counts then history_count(job.kind, 'enqueued', 1) end
   if #waits == 0 then
     redis.call('ZADD', pending_key(3, job.priority), eligible_s, id)
     made = made + 1
@@ -141,5 +141,5 @@ end
 if made > 0 then
   wake_workers(KEYS[2], made)
 end
-history_flush(now)
+history_flush(prefix, now)
 return {now, n}

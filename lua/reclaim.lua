@@ -56,7 +56,7 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumb
 local events_read = #ids > 0
 if events_read then
   events_open(KEYS[9], KEYS[10], ARGV[2])
-  history_open(KEYS[9], prefix)
+  history_counts = redis.call('HGET', KEYS[9], 'history') == '1' and {} or nil
 end
 local requeued, died = 0, 0
 local requeued_slots = false
@@ -100,7 +100,7 @@ for _, id in ipairs(ids) do
         extra[#extra + 1] = f[6] or ''
       end
       journal(journal_key, now, 'lease_expired', f[5], 'lease expired; worker presumed dead', nil, extra)
-      if history_on then history_count(f[12] or '', 'failed', 1) end
+      if history_counts then history_count(f[12] or '', 'failed', 1) end
       if limit and failures >= limit then
         local runs = failures .. (failures == 1 and ' failed run' or ' failed runs')
         redis.call('HSET', job_key, 'state', 'dead', 'failures', failures,
@@ -115,7 +115,7 @@ for _, id in ipairs(ids) do
           graph_finished(prefix, f[8], job_key, id, now, false, nil,
             'lease expired; retry backstop: ' .. runs)
         end
-        if history_on then history_count(f[12] or '', 'dead', 1) end
+        if history_counts then history_count(f[12] or '', 'dead', 1) end
         died = died + 1
       else
         redis.call('HSET', job_key, 'state', 'pending', 'failures', failures,
@@ -137,7 +137,7 @@ local exp_key = feature_keys(prefix).expiring
 local due = redis.call('ZRANGE', exp_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, EXPIRE_MAX)
 if #due > 0 and not events_read then
   events_open(KEYS[9], KEYS[10], ARGV[2])
-  history_open(KEYS[9], prefix)
+  history_counts = redis.call('HGET', KEYS[9], 'history') == '1' and {} or nil
   events_read = true
 end
 for _, eid in ipairs(due) do
@@ -178,7 +178,7 @@ for _, eid in ipairs(due) do
       compact_journal(journal_key)
       offload_settle(prefix, job_key, eid, 'failed', nil, note, now)
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, note)
-      if history_on then history_count(f[10] or '', 'dead', 1) end
+      if history_counts then history_count(f[10] or '', 'dead', 1) end
     end
     redis.call('ZREM', exp_key, eid)
   elseif state == 'running' then
@@ -198,7 +198,7 @@ end
 local orphans = redis.call('SPOP', graph_orphans_key(prefix), 100)
 if #orphans > 0 and not events_read then
   events_open(KEYS[9], KEYS[10], ARGV[2])
-  history_open(KEYS[9], prefix)
+  history_counts = redis.call('HGET', KEYS[9], 'history') == '1' and {} or nil
 end
 for _, oid in ipairs(orphans) do
   local o_key = job_keys(prefix, oid)
@@ -213,7 +213,7 @@ for _, oid in ipairs(orphans) do
     graph_finished(prefix, '1', o_key, oid, now, true, s[3] or '', nil)
   end
 end
-history_flush(now)
+history_flush(prefix, now)
 out[1] = requeued
 out[2] = died
 if requeued > 0 or requeued_slots then

@@ -41,7 +41,7 @@
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[8], KEYS[9], ARGV[2])
-history_open(KEYS[8], ARGV[2])
+history_counts = redis.call('HGET', KEYS[8], 'history') == '1' and {} or nil
 local id = ARGV[3]
 local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now)
 if refused then
@@ -70,10 +70,10 @@ if limit and failures >= limit then
   if f[3] then
     graph_finished(ARGV[2], f[3], KEYS[1], id, now, false, nil, ARGV[5])
   end
-  if history_on then
+  if history_counts then
     history_count(f[5] or '', 'failed', 1)
     history_count(f[5] or '', 'dead', 1)
-    history_flush(now)
+    history_flush(ARGV[2], now)
   end
   return {1, 'dead', 0, failures}
 end
@@ -89,8 +89,8 @@ journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
   with_error(with_claim({'failures', failures, 'delay_ms', delay}, o[5], o[6]), ARGV[12], ARGV[13]))
 compact_journal(KEYS[2])
 wake_workers(KEYS[7], 1)
-if history_on then
+if history_counts then
   history_count(f[5] or '', 'failed', 1)
-  history_flush(now)
+  history_flush(ARGV[2], now)
 end
 return {1, 'pending', delay, failures}

@@ -78,7 +78,7 @@ if switch and not (string.match(switch, '^%d+$') and #switch <= 10) then
   switch = EVENTS_DEFAULT
 end
 events_open(KEYS[11], KEYS[12], ARGV[2], switch or false)
-history_open(KEYS[11], ARGV[2], hswitch or false)
+history_counts = hswitch == '1' and {} or nil
 broken = events_stream and wrong_type(KEYS[12], 'stream')
 if broken then
   return redis.error_reply('VR_WRONGTYPE ' .. broken)
@@ -191,9 +191,9 @@ if status == 1 then
       'schedule', sid, 'fire_at', fire_at, 'fires', fires})
   end
   wake_workers(KEYS[4], 1)
-  if history_on then
+  if history_counts then
     history_count(f[4], 'enqueued', 1)
-    history_flush(now)
+    history_flush(ARGV[2], now)
   end
 end
 redis.call('HSET', sched, 'last_at', fire_at, 'last_job_id', out)

@@ -55,9 +55,18 @@ def _clock(client: vr.Client) -> Clock:
     return client.clock
 
 
-def test_the_default_switch_is_the_same_in_lua_and_python() -> None:
-    m = re.search(r"local HISTORY_DEFAULT = '(\d)'", (LUA / "include" / "history.lua").read_text())
-    assert m is not None and m.group(1) == calls_obs.HISTORY_DEFAULT == "0"
+def test_the_switch_is_read_the_same_in_lua_and_python() -> None:
+    """Only '1' turns it on, in every script that counts: absent is off (HISTORY_DEFAULT)."""
+    assert calls_obs.HISTORY_DEFAULT == "0"
+    opens: set[str] = set()
+    for path in LUA.glob("*.lua"):
+        for line in path.read_text().splitlines():
+            if re.match(r"\s*history_counts = ", line):
+                assert line.rstrip().endswith("== '1' and {} or nil"), (path.name, line)
+                opens.add(path.stem)
+    assert opens == {
+        "claim", "complete", "dead", "enqueue", "enqueue_flow", "reclaim", "retry", "schedule_fire"
+    }  # fmt: skip
 
 
 async def test_off_by_default_writes_nothing(clocked: vr.Client, queue_name: str) -> None:
@@ -231,3 +240,16 @@ async def test_flows_schedules_leases_and_deadlines_are_counted(clocked: vr.Clie
     assert _sum(await queue.history(since=timedelta(minutes=2), kind="echo")) == (3, 0, 2, 3)
     assert _sum(await queue.history(since=timedelta(minutes=2), kind="doomed")) == (1, 0, 1, 1)
     assert _sum(await queue.history(since=timedelta(minutes=2), kind="flaky")) == (1, 0, 0, 1)
+
+
+async def test_a_claim_that_finds_a_job_past_its_deadline_counts_its_death(
+    clocked: vr.Client, queue_name: str
+) -> None:
+    queue = clocked.queue(queue_name)
+    await queue.set_history(True)
+    late = await queue.enqueue(Flaky(fail_times=0), expires=timedelta(seconds=30))
+    _clock(clocked).advance(timedelta(seconds=40))
+    assert claimed_jobs(await claim_raw(queue, 10)) == []  # claim.lua ends it, dead
+    info = await queue.get(late)
+    assert info is not None and info.state is vr.JobState.DEAD
+    assert _sum(await queue.history(since=timedelta(minutes=1), kind="flaky")) == (1, 0, 0, 1)

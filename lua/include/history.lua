@@ -15,8 +15,7 @@
 -- (its reply is the amount), so a key never outlives its period's window.
 --
 -- Off by default (it costs the hot path: docs/observability.md gives the
--- figures). The switch is the queue meta hash's field `history`: absent =
--- HISTORY_DEFAULT, '0' = off, '1' = on (anything else = the default).
+-- figures). The switch is the queue meta hash's field `history`: '1' = on.
 --
 -- History is the last write of its script and never fails it: each HINCRBY
 -- runs in a pcall, and a history key of the wrong type (or a field that is
@@ -26,29 +25,19 @@
 -- @include clock.lua
 -- @include keys.lua
 
--- (tests/test_history.py checks this is _store/calls_obs.py's HISTORY_DEFAULT.)
-local HISTORY_DEFAULT = '0'
--- How long a minute's and an hour's hash outlive their period (ms).
-local HISTORY_MINUTE_KEEP = 48 * 3600000
-local HISTORY_HOUR_KEEP = 30 * 24 * 3600000
--- This call's key prefix while history is on (nil: off, or not opened).
-local history_on = nil
--- This call's counts: kind -> {counter -> amount}, written by history_flush.
+-- The switch: only '1' turns it on; absent (or anything else) is off
+-- (tests/test_history.py checks this against _store/calls_obs.py's
+-- HISTORY_DEFAULT). A script opens its call's counts, once, inline:
+--   history_counts = <the meta hash's `history` field> == '1' and {} or nil
+-- no function: a script runs its whole body every call, and each top-level
+-- function is a closure made per call, which a queue without history should
+-- not pay for (benchmarks/redis_cost.py).
+
+-- This call's counts while history is on (kind -> {counter -> amount}); nil
+-- while off, or not opened (a script that does not count).
 local history_counts = nil
 
--- Read the switch (once per call): `field` is the meta hash's `history` field
--- when the caller read it anyway (false/nil = absent); else it is read here.
-local function history_open(meta_key, prefix, field)
-  local v = field
-  if v == nil then v = redis.call('HGET', meta_key, 'history') end
-  if v ~= '0' and v ~= '1' then v = HISTORY_DEFAULT end
-  if v == '1' then
-    history_on = prefix
-    history_counts = {}
-  end
-end
-
--- Count `n` of `counter` for `kind` in this call (the caller checks history_on).
+-- Count `n` of `counter` for `kind` (the caller checks `history` first).
 local function history_count(kind, counter, n)
   local c = history_counts[kind]
   if not c then
@@ -58,31 +47,33 @@ local function history_count(kind, counter, n)
   c[counter] = (c[counter] or 0) + n
 end
 
--- One HINCRBY, and the key's expiry when it made the field.
-local function history_incr(key, field, n, expire_at)
-  local r = redis.pcall('HINCRBY', key, field, n)
-  if type(r) == 'table' then
-    if redis.log then
-      redis.log(redis.LOG_WARNING, 'venturi: history not written to ' .. key .. ': ' .. tostring(r.err))
+-- Write this call's counts to the minute and the hour of `now` (ms): one
+-- HINCRBY per kind, counter and hash, and the hash's expiry when a HINCRBY
+-- made its field (the reply is the amount). Its helper is defined inside,
+-- made only while history is on.
+local function history_flush(prefix, now)
+  if not history_counts then return end
+  -- How long a minute's and an hour's hash outlive their period (ms).
+  local minute_keep, hour_keep = 48 * 3600000, 30 * 24 * 3600000
+  local minute, hour = now - now % 60000, now - now % 3600000
+  local mkey, hkey = history_keys(prefix, str(minute / 1000), str(hour / 1000))
+  local mexp, hexp = str(minute + 60000 + minute_keep), str(hour + 3600000 + hour_keep)
+  local function incr(key, field, n, expire_at)
+    local r = redis.pcall('HINCRBY', key, field, n)
+    if type(r) == 'table' then
+      if redis.log then
+        redis.log(redis.LOG_WARNING, 'venturi: history not written to ' .. key .. ': ' .. tostring(r.err))
+      end
+    elseif r == n then
+      redis.pcall('PEXPIREAT', key, expire_at)
     end
-  elseif r == n then
-    redis.pcall('PEXPIREAT', key, expire_at)
   end
-end
-
--- Write this call's counts to the minute and the hour of `now` (ms).
-local function history_flush(now)
-  if not history_on then return end
-  local minute = now - now % 60000
-  local hour = now - now % 3600000
-  local mkey, hkey = history_keys(history_on, str(minute / 1000), str(hour / 1000))
-  local mexp, hexp = str(minute + 60000 + HISTORY_MINUTE_KEEP), str(hour + 3600000 + HISTORY_HOUR_KEEP)
   for kind, c in pairs(history_counts) do
     for counter, n in pairs(c) do
       if n > 0 then
         local field = kind .. '\t' .. counter
-        history_incr(mkey, field, n, mexp)
-        history_incr(hkey, field, n, hexp)
+        incr(mkey, field, n, mexp)
+        incr(hkey, field, n, hexp)
       end
     end
   end
