@@ -33,7 +33,7 @@ from .._model.errors import ConfigurationError, VenturiError
 from .._model.schedule import validate_schedule_id
 from .._producer.events import events_cap
 from .._producer.reads import LISTINGS
-from . import _data, _listing, _live, _overview, _render
+from . import _data, _history, _listing, _live, _overview, _render
 from ._security import (
     AUTH_COOKIE,
     CSRF_FIELD,
@@ -265,6 +265,16 @@ class Dashboard:
         queue = await self.known_queue(request.path_params["queue"])
         rows = [_data.worker_dict(w) for w in await queue.workers()]
         return JSONResponse({"queue": queue.name, "workers": rows})
+
+    async def history(self, request: Request) -> Response:
+        """The metrics history's chart (a fragment for htmx, else a page) or, under /api, its points."""
+        queue = await self.known_queue(request.path_params["queue"])
+        q = request.query_params
+        got = await _history.read(queue, q.get("span", "1h"), q.get("kind"))
+        if "/api/queues/" in request.url.path or wants_json(request.scope):
+            return JSONResponse({**got, "points": [_history.point_dict(p) for p in got["points"]]})
+        template = "_history.html" if request.headers.get("hx-request") else "history.html"
+        return self.page(request, template, spans=list(_history.SPANS), refresh=_history.REFRESH_S, **got)
 
     async def events(self, request: Request) -> Response:
         queue = await self.known_queue(request.path_params["queue"])
@@ -514,6 +524,8 @@ def create_app(
         Route("/api/queues/{queue}/limits", dash.limits, name="api_limits"),
         Route("/api/queues/{queue}/workers", dash.workers, name="api_registry"),
         Route("/queues/{queue}/events", dash.events, name="events"),
+        Route("/queues/{queue}/history", dash.history, name="history"),
+        Route("/api/queues/{queue}/history", dash.history, name="api_history"),
         Route("/login", dash.login_form, name="login_form"),
         Route("/login", dash.login, methods=["POST"], name="login"),
         Route("/logout", dash.logout, methods=["POST"], name="logout"),
