@@ -187,7 +187,8 @@ async def test_a_damaged_history_key_never_fails_a_transition(clocked: vr.Client
     flaky = await queue.enqueue(Flaky(fail_times=1))
     doomed = await queue.enqueue(Doomed())
     await drain(queue, EchoJob, FlakyJob, DoomedJob)
-    for job_id, state in ((ok, vr.JobState.COMPLETED), (flaky, vr.JobState.COMPLETED), (doomed, vr.JobState.DEAD)):
+    ended = ((ok, vr.JobState.COMPLETED), (flaky, vr.JobState.COMPLETED), (doomed, vr.JobState.DEAD))
+    for job_id, state in ended:
         info = await queue.get(job_id)
         assert info is not None and info.state is state
     assert await clocked.redis.get(minute) == b"not a hash"

@@ -72,7 +72,7 @@ async def test_the_queue_page_loads_its_history_chart(client: vr.Client) -> None
         bad = await h.get("/queues/mail/history", params={"span": "2y"})
     assert fragment.status_code == 200 and "<html" not in fragment.text
     svg = fragment.text
-    for part in ('<svg class="history"', 'class="axis y-axis"', 'class="axis x-axis"', 'class="series completed"'):
+    for part in ('<svg class="history"', 'class="axis y-axis"', 'class="axis x-axis"', "series completed"):
         assert part in svg, part
     assert re.search(r'<text class="tick"[^>]*>5</text>', svg)  # the scale's top: 3 enqueued at once
     assert "enqueued 3" in svg and "completed 2" in svg and "failed 1" in svg and "dead 1" in svg

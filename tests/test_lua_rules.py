@@ -75,7 +75,8 @@ def test_keys_lua_derives_names_from_the_prefix_and_an_id_only() -> None:
         # the metrics history's hash of a minute or hour, from the script's clock.
         assert (
             re.fullmatch(
-                r"prefix \.\. '(job:|journal:|offload:|deps:|dependents:|depresults:)' \.\. (id|token)\s*", expr
+                r"prefix \.\. '(job:|journal:|offload:|deps:|dependents:|depresults:)' \.\. (id|token)\s*",
+                expr,
             )
             or re.fullmatch(QUEUE_WIDE, expr)
             or re.fullmatch(r"prefix \.\. 'history:(m|h):' \.\. (minute_s|hour_s)\s*", expr)

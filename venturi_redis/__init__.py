@@ -25,9 +25,9 @@ from ._model.errors import (
 )
 from ._model.events import QueueEvent
 from ._model.flow import Flow
+from ._model.history import HistoryPoint
 from ._model.limits import Limit, LimitInfo, LimitKeyLoad, Rate
 from ._model.outcome import Outcome
-from ._model.history import HistoryPoint
 from ._model.records import JobInfo, JournalEntry
 from ._model.schedule import Schedule, ScheduleInfo
 from ._model.task import Merge, NoCarry, Pending, Task
