@@ -372,6 +372,33 @@ async def test_a_burst_runs_once(client: vr.Client, queue_name: str) -> None:
     assert (await queue.counts())["completed"] == 1
 
 
+async def test_a_merge_moves_a_retrying_jobs_due_time_with_its_debounce(
+    client: vr.Client, queue_name: str
+) -> None:
+    t, queue = clocked(client, queue_name)
+    job = await queue.enqueue(Reindex(doc="d"))
+    t[0] += 10_000
+    jobs = claimed_jobs(await claim_raw(queue, 1))
+    assert [j for j, _ in jobs] == [job]
+    await end(queue, job, jobs[0][1], Failed(note="boom"))
+    retrying = queue.keys.retrying
+    assert await queue.client.redis.zscore(retrying, job) == t[0]  # the first retry is due at once
+    t[0] += 500
+    assert await queue.enqueue(Reindex(doc="d")) == job  # merged: due after the debounce now
+    assert await queue.client.redis.zscore(queue.keys.pending(vr.Priority.NORMAL), job) == t[0] + 10_000
+    assert await queue.client.redis.zscore(retrying, job) == t[0] + 10_000
+    assert [i.id for i in await queue.list_jobs(state="retrying")] == [job]
+
+
+async def test_a_debounced_merge_adds_no_job_to_the_retrying_index(
+    client: vr.Client, queue_name: str
+) -> None:
+    _t, queue = clocked(client, queue_name)
+    job = await queue.enqueue(Reindex(doc="d"))
+    assert await queue.enqueue(Reindex(doc="d")) == job
+    assert await queue.client.redis.zcard(queue.keys.retrying) == 0
+
+
 # -- bad input --------------------------------------------------------------------
 
 
