@@ -276,7 +276,12 @@ local function take(id, listed)
     -- Throttled: the index keeps pointing at the job while it runs (an enqueue
     -- of its key returns its id, _producer/dedup.py); the reclaim's sweep
     -- looks at the field again at the lease's expiry (keys.lua dedup_held_key).
-    if dedup then redis.pcall('ZADD', dedup_held_key(prefix), expires_s, dedup) end
+    -- Only for the key's holder: a job that runs as its own row (another took
+    -- the key while it was out of pending) must not move the holder's look,
+    -- which may be a completed window's end that outlives its trimmed job.
+    if dedup and redis.pcall('HGET', KEYS[6], dedup) == id then
+      redis.pcall('ZADD', dedup_held_key(prefix), expires_s, dedup)
+    end
   elseif dedup then
     unindex(KEYS[6], dedup, id)
   end

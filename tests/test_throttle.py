@@ -227,6 +227,27 @@ async def test_a_run_back_to_pending_keeps_the_key(
     assert await queue.enqueue(Sync(account="a")) == job
 
 
+async def test_a_claim_of_a_job_that_does_not_hold_the_key_leaves_the_holders_window(
+    client: vr.Client, queue_name: str
+) -> None:
+    t, queue = clocked(client, queue_name)
+    suspended = await queue.enqueue(Sync(account="a"))
+    await end(queue, suspended, await claim_one(queue), Suspended(note="waiting"))  # frees the key
+    holder = await queue.enqueue(Sync(account="a"))
+    await drain(queue, SyncJob)  # completes at BASE: held until BASE + 60 s
+    assert await held_score(queue) == BASE + 60_000
+    assert await queue.resume(suspended, None)  # the key is held: it runs as its own row
+    assert await index_of(queue, "sync", "a") == holder
+    t[0] += 1_000
+    await claim_one(queue)  # not the holder: the holder's window stays as it was
+    assert await held_score(queue) == BASE + 60_000
+    assert await queue.purge("completed") == 1  # the window outlives the holder
+    t[0] += LEASE_MS + 1_000  # past the claim's lease, inside the window
+    await queue.store.reclaim(batch=10, max_failures="none")
+    assert await index_of(queue, "sync", "a") == holder
+    assert await queue.enqueue(Sync(account="a")) == holder
+
+
 async def test_the_reclaims_backstop_frees_the_key(client: vr.Client, queue_name: str) -> None:
     t, queue = clocked(client, queue_name)
     job = await queue.enqueue(Sync(account="a"))
