@@ -16,6 +16,9 @@
 -- ARGV[3] at most this many jobs per call
 -- ARGV[4] default max_failures ('none' = off)
 --
+-- A throttled job that dies here (its `dedup_window`) frees its dedup key
+-- at once, the index entry and its `dedup:held` field (dedup.lua unhold):
+-- only a completion opens a window (docs/dedup.md).
 -- A job that dies here and is an offload gets its `failed` snapshot and the
 -- redacted wake-up (include offload.lua), its error 'lease expired ...'.
 -- A job whose own data is corrupt (a job key that is not a hash, a priority
@@ -64,7 +67,7 @@ for _, id in ipairs(ids) do
   local job_key, journal_key = job_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'failures', 'max_failures',
     'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents', 'slot', 'claimed_at',
-    'cancel_requested')
+    'cancel_requested', 'dedup_window', 'dedup')
   local pending = nil
   if f.err then
     quarantine(job_key, journal_key, KEYS[2], id, now, 'job key is not a hash')
@@ -83,8 +86,11 @@ for _, id in ipairs(ids) do
     elseif not journal_ok(journal_key) then
       bad = 'journal key is not a stream'
     end
+    -- A throttled job that dies here frees its key at once (dedup.lua unhold).
+    local held = f[12] and f[13]
     if bad then
       quarantine(job_key, journal_key, KEYS[2], id, now, bad)
+      if held then unhold(KEYS[3], dedup_held_key(prefix), f[13], id) end
       graph_finished(prefix, f[8], job_key, id, now, false, nil, bad)
       died = died + 1
     else
@@ -103,6 +109,7 @@ for _, id in ipairs(ids) do
         redis.call('HSET', job_key, 'state', 'dead', 'failures', failures,
           'note', 'lease expired', 'dead_reason', 'max_failures', 'finished_at', now, 'updated_at', now)
         redis.call('ZADD', KEYS[2], now, id)
+        if held then unhold(KEYS[3], dedup_held_key(prefix), f[13], id) end
         journal(journal_key, now, 'dead', f[5],
           'retry backstop: ' .. runs .. ' (max_failures=' .. limit .. ')', nil,
           {'reason', 'max_failures'})
@@ -128,6 +135,7 @@ for _, id in ipairs(ids) do
   end
 end
 -- Past their start deadline (enqueue(expires=...)): see the header.
+local held_key = dedup_held_key(prefix)
 local EXPIRE_MAX = 1000
 local exp_key = feature_keys(prefix).expiring
 local due = redis.call('ZRANGE', exp_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, EXPIRE_MAX)
@@ -138,7 +146,7 @@ end
 for _, eid in ipairs(due) do
   local job_key, journal_key = job_keys(prefix, eid)
   local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'priority', 'dedup', 'parked',
-    'failures', 'dependents', 'lease_expires', 'run_count')
+    'failures', 'dependents', 'lease_expires', 'run_count', 'dedup_window')
   local state = not f.err and f[1]
   local deadline = not f.err and tonumber(f[2])
   if (state == 'pending' or state == 'waiting') and deadline and deadline <= now then
@@ -157,7 +165,7 @@ for _, eid in ipairs(due) do
           limits_lib().unpark(feature_keys(prefix).limits_parked, f[5])
           redis.call('HDEL', job_key, 'parked')
         end
-        unindex(KEYS[3], f[4], eid)
+        if f[10] then unhold(KEYS[3], held_key, f[4], eid) else unindex(KEYS[3], f[4], eid) end
         if f[6] then redis.call('ZREM', retrying_key(prefix), eid) end
       else
         redis.call('ZREM', graph_queue_keys(prefix).waiting, eid)
@@ -211,7 +219,6 @@ end
 -- until its window's end) is looked at again then; any other is freed, if
 -- the index still gives that job (its window over, dead, cancelled,
 -- suspended, trimmed). A pending holder keeps the key: its claim adds it back.
-local held_key = dedup_held_key(prefix)
 local due = redis.pcall('ZRANGEBYSCORE', held_key, '-inf', now, 'LIMIT', 0, 100)
 local index_type = #due > 0 and redis.call('TYPE', KEYS[3]).ok
 -- No index at all (its last field freed) still lets the sweep drop the fields.
