@@ -13,6 +13,7 @@ from ._model.enums import DeadReason, JobState, Priority
 from ._model.errors import (
     ConfigurationError,
     CorruptQueueError,
+    EncryptionKeyMissing,
     JobNotFound,
     LeaseLostError,
     MergeConflictError,
@@ -28,6 +29,7 @@ from ._model.flow import Flow
 from ._model.limits import Limit, LimitInfo, LimitKeyLoad, Rate
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
+from ._model.sealing import Encrypted, Encryption
 from ._model.schedule import Schedule, ScheduleInfo
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.client import Client, Queue
@@ -86,6 +88,9 @@ __all__ = [
     "CorruptQueueError",
     "DeadReason",
     "Durability",
+    "Encrypted",
+    "Encryption",
+    "EncryptionKeyMissing",
     "Flow",
     "Handler",
     "JobInfo",

@@ -20,6 +20,7 @@ from .._model.limits import LimitInfo, Rate
 from .._model.outcome import UNSET
 from .._model.records import JOURNAL_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.schedule import ScheduleInfo
+from .._model.sealing import Encryption
 from .._model.task import Task
 from .._store.keys import QueueKeys
 from .._store.prepare import checked_at, prepare, prepare_many
@@ -62,6 +63,11 @@ class Client:
         durable: Durable mode (``vr.Durability``, or a replica count): every
             transition returns only once that many replicas acknowledged it
             (WAIT on the same connection); see docs/cluster.md.
+        encryption: Encryption at rest (``vr.Encryption(keys=[...])``): every
+            payload, carry, result, output, attachment, progress value and
+            resume input this client (or a worker on it) writes is encrypted,
+            and read back with any of the keys; without the key a read shows
+            ``vr.Encrypted``. See docs/security.md.
     """
 
     def __init__(
@@ -73,6 +79,7 @@ class Client:
         clock: Callable[[], int] | None = None,
         url: str = "",
         durable: Durability | int | None = None,
+        encryption: Encryption | None = None,
     ) -> None:
         if max_payload_bytes < 1:
             raise ConfigurationError(f"max_payload_bytes must be >= 1, got {max_payload_bytes}")
@@ -86,6 +93,12 @@ class Client:
         self.namespace = namespace
         self.max_payload_bytes = max_payload_bytes
         self.url = url
+        if encryption is not None and not isinstance(encryption, Encryption):
+            raise ConfigurationError(
+                f"encryption must be a vr.Encryption (or None), got {type(encryption).__name__}"
+            )
+        # None: nothing is sealed or opened (one `is None` check where values are packed).
+        self.encryption = encryption
         # Every script call of this client goes out through its sender
         # (_store/sender.py); each queue's store (queue.store) builds them.
         # The enqueue lane (_transport/lane.py) is only made by from_url, where
@@ -221,6 +234,7 @@ class Queue:
         job = prepare(
             task,
             self.client.max_payload_bytes,
+            encryption=self.client.encryption,
             delay=delay,
             priority=priority,
             lease=lease,
@@ -276,6 +290,7 @@ class Queue:
         jobs = prepare_many(
             tasks,
             self.client.max_payload_bytes,
+            encryption=self.client.encryption,
             delay=delay,
             priority=priority,
             lease=lease,
@@ -355,6 +370,8 @@ class Queue:
                 nothing was written.
         """
         raw = pack(value)
+        if self.client.encryption is not None:
+            raw = self.client.encryption.seal(raw)
         if len(raw) > self.client.max_payload_bytes:
             raise PayloadTooLarge(
                 f"resume value for job {job_id} is {len(raw)} bytes, over the cap of "

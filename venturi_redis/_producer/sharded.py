@@ -258,6 +258,7 @@ class ShardedQueue:
             part: prepare_many(
                 [tasks[i] for i in positions],
                 self.partitions[part].client.max_payload_bytes,
+                encryption=self.partitions[part].client.encryption,
                 delay=delay,
                 priority=priority,
                 lease=lease,

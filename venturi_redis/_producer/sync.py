@@ -225,6 +225,7 @@ class SyncQueue:
         job = prepare(
             task,
             client.max_payload_bytes,
+            encryption=client.encryption,
             delay=delay,
             priority=priority,
             lease=lease,
