@@ -29,8 +29,8 @@ from ._model.flow import Flow
 from ._model.limits import Limit, LimitInfo, LimitKeyLoad, Rate
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
-from ._model.sealing import Encrypted, Encryption
 from ._model.schedule import Schedule, ScheduleInfo
+from ._model.sealing import Encrypted, Encryption
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.client import Client, Queue
 from ._producer.offload import OffloadFunction, offload

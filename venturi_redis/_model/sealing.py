@@ -73,7 +73,7 @@ def sealed_key_id(raw: bytes) -> str | None:
 
 def _aesgcm() -> Any:
     try:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415 - lazy on purpose
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     except ImportError as exc:
         raise ConfigurationError(
             "encryption at rest needs the 'cryptography' package: pip install 'venturi-redis[crypto]'"
@@ -113,9 +113,7 @@ class Encryption:
         for i, key in enumerate(keys):
             if not isinstance(key, (bytes, bytearray)):
                 hint = " (decode it first, e.g. base64.b64decode(text))" if isinstance(key, str) else ""
-                raise ConfigurationError(
-                    f"encryption key {i} must be bytes, got {type(key).__name__}{hint}"
-                )
+                raise ConfigurationError(f"encryption key {i} must be bytes, got {type(key).__name__}{hint}")
             if len(key) != KEY_BYTES:
                 raise ConfigurationError(
                     f"encryption key {i} must be {KEY_BYTES} bytes (AES-256), got {len(key)}: "
@@ -171,7 +169,7 @@ class Encryption:
             raise EncryptionKeyMissing(kid, self.key_ids)
         try:
             plain: bytes = aead.decrypt(raw[_HEAD : _HEAD + _NONCE], raw[_HEAD + _NONCE :], raw[:_HEAD])
-        except Exception as exc:  # cryptography's InvalidTag: damaged or edited
+        except Exception as exc:  # noqa: BLE001 - cryptography's InvalidTag (imported lazily): damaged or edited
             raise PayloadError(
                 f"stored value under key id {kid} does not decrypt (damaged or edited): {type(exc).__name__}"
             ) from None

@@ -335,7 +335,8 @@ class Queue:
         pipe.hmget(self.keys.job(job_id), *JOURNAL_FIELDS)
         raw, job_fields = await pipe.execute()
         entries = journal_from(raw, job_fields)
-        return [JournalEntry.from_stream(entry_id, fields) for entry_id, fields in entries]
+        crypt = self.client.encryption
+        return [JournalEntry.from_stream(entry_id, fields, crypt) for entry_id, fields in entries]
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: ``pending:<level>`` for each priority, ``limited`` (pending jobs

@@ -142,7 +142,10 @@ async def _try_merge(
                 return None  # claimed or replaced under us: the index has moved on
             # No stream yet for a job untouched since enqueue: journal_from
             # gives its `enqueued` entry from the hash just read.
-            journal = LazyJournal(journal_from(entries, [raw.get(name.encode()) for name in ENQUEUED_FIELDS]))
+            journal = LazyJournal(
+                journal_from(entries, [raw.get(name.encode()) for name in ENQUEUED_FIELDS]),
+                encryption=client.encryption,
+            )
             # The merge decides here, client-side, under WATCH: it opens what it
             # reads (a client without the key raises EncryptionKeyMissing) and
             # seals what it writes; the merge script sees opaque bytes.

@@ -21,8 +21,8 @@ from .._model.codec import pack_model
 from .._model.enums import Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
 from .._model.ids import new_job_id, new_job_ids
-from .._model.sealing import Encryption
 from .._model.outcome import UNSET
+from .._model.sealing import Encryption
 from .._model.task import Task, task_kind
 from .keys import dedup_field, limit_field
 
