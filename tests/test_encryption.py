@@ -356,3 +356,52 @@ def test_without_cryptography_the_error_says_what_to_install(monkeypatch: pytest
     monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.ciphers.aead", None)
     with pytest.raises(vr.ConfigurationError, match=r"venturi-redis\[crypto\]"):
         vr.Encryption(keys=[KEY_A])
+
+
+async def test_a_schedule_stores_its_payload_sealed_and_its_fires_are_sealed(
+    url: str, queue_name: str
+) -> None:
+    from tests.test_schedules import T0, Clock
+    from venturi_redis._producer.schedules import fire_due
+
+    clock = Clock(T0)
+    async with vr.Client.from_url(url, clock=clock, encryption=vr.Encryption(keys=[KEY_A])) as client:
+        queue = client.queue(queue_name)
+        await queue.schedule("tick", Charge(card=SECRET), every=10)
+        clock.ms = T0 + 10_000
+        round_ = await fire_due(queue)
+        [(_, fired)] = round_.fired
+        sched = await client.redis.hgetall(queue.keys.schedule("tick"))
+        assert sched[b"payload"].startswith(HEADER_V1) and SECRET.encode() not in b"".join(sched.values())
+        raw = await client.redis.hgetall(queue.keys.job(fired.id))
+        assert sealed_key_id(raw[b"payload"]) == key_id_of(KEY_A)
+        info = await queue.get(fired.id)
+        assert info is not None and info.payload == {"card": SECRET, "pad": ""}
+
+
+class Part(vr.Task):
+    KIND: ClassVar[str] = "enc.part"
+    card: str
+
+
+class PartJob(Part, vr.Handler[Any]):
+    seen: ClassVar[list[dict[str, Any]]] = []
+
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        deps = await ctx.dependency_results()
+        if deps:
+            PartJob.seen.append(deps)
+        return vr.Outcome.completed(result={"part": self.card})
+
+
+async def test_dependency_results_are_copied_sealed_and_opened_by_the_parent(
+    url: str, queue_name: str
+) -> None:
+    PartJob.seen = []
+    async with _client(url, KEY_A) as client:
+        queue = client.queue(queue_name)
+        flow = await queue.enqueue_flow(Part(card="parent"), [Part(card=SECRET)])
+        await drain(queue, PartJob)
+        copied = await client.redis.hgetall(queue.keys.depresults(flow.parent_id))
+        assert copied and SECRET.encode() not in b"".join(copied.values())
+        assert PartJob.seen == [{flow.children_ids[0]: {"part": SECRET}}]
