@@ -405,3 +405,23 @@ async def test_dependency_results_are_copied_sealed_and_opened_by_the_parent(
         copied = await client.redis.hgetall(queue.keys.depresults(flow.parent_id))
         assert copied and SECRET.encode() not in b"".join(copied.values())
         assert PartJob.seen == [{flow.children_ids[0]: {"part": SECRET}}]
+
+
+async def test_the_dashboard_without_the_key_shows_the_marker(url: str, queue_name: str) -> None:
+    import httpx
+
+    from venturi_redis.dashboard import create_app
+
+    async with _client(url, KEY_A) as client:
+        job_id = await client.queue(queue_name).enqueue(Charge(card=SECRET))
+    marker = f"<encrypted: key id {key_id_of(KEY_A)}>"
+    async with _client(url) as keyless:
+        for show in (False, True):
+            app = create_app(keyless, show_payloads=show)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://dash") as h:
+                page = await h.get(f"/queues/{queue_name}/jobs/{job_id}")
+                assert page.status_code == 200 and "&lt;encrypted: key id" in page.text
+                assert SECRET not in page.text
+                doc = (await h.get(f"/api/queues/{queue_name}/jobs/{job_id}")).json()
+                assert doc["job"]["payload"] == marker
