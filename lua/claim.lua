@@ -150,8 +150,9 @@ local function take(id, listed)
   local h = redis.pcall('HGETALL', job_key)
   local bad = nil
   local state, kind, payload, priority, run_count, created, eligible, dedup, cancel
-  local lease_ms, carry, failures, maxf, resume, timeout_ms
+  local lease_ms, carry, failures, maxf, resume, timeout_ms, expires
   local hooks = false -- an offload or dependents to see to at the run's end (lease.lua)
+  local expired = false
   if h.err then
     bad = 'job key is not a hash'
   else
@@ -172,6 +173,7 @@ local function take(id, listed)
       elseif k == 'resume_input' then resume = v
       elseif k == 'timeout_ms' then timeout_ms = v
       elseif k == 'cancel_requested' then cancel = v
+      elseif k == 'expires_at' then expires = v
       elseif k == 'offload' or k == 'dependents' then hooks = true
       end
     end
@@ -184,6 +186,10 @@ local function take(id, listed)
       bad = 'kind field is missing'
     elseif not PRIORITY_LEVEL[priority or ''] then
       bad = bad_priority(priority)
+    elseif expires and not is_time(expires) then
+      bad = 'expires_at field is not a time in ms'
+    elseif expires and tonumber(expires) <= now then
+      expired = true -- past its start deadline: never runs (below)
     elseif listed and limits_on and config_of(kind) then
       -- A limited kind: parked, to be claimed through the rotation.
       local key = redis.call('HGET', job_key, 'limit_key')
@@ -194,6 +200,9 @@ local function take(id, listed)
     end
   end
   local history = false
+  if expired and not run_count and not journal_ok(journal_key) then
+    bad = 'journal key is not a stream' -- its `dead` entry could not be written
+  end
   if not bad and run_count then
     -- The journal before this claim: a job has one once its hash has
     -- run_count (journal.lua materialize); most first claims have none.
@@ -219,6 +228,23 @@ local function take(id, listed)
     unindex(KEYS[6], dedup, id)
     finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, run_count,
       'cancel requested while running', 'pending')
+    graph_orphaned(prefix, job_key, id)
+    return 'dropped'
+  elseif expired then
+    -- Not started before its deadline (enqueue(expires=...)): dead, never
+    -- run; its `expiring` index entry leaves with the reclaim's next sweep.
+    if not listed then redis.call('HDEL', job_key, 'parked') end
+    materialize(job_key, journal_key, {created, priority, eligible})
+    unindex(KEYS[6], dedup, id)
+    if failures then redis.call('ZREM', retrying_key(prefix), id) end
+    local note = 'expired: not started before its deadline'
+    redis.call('HSET', job_key, 'state', 'dead', 'note', note, 'dead_reason', 'expired',
+      'finished_at', now_s, 'updated_at', now_s)
+    redis.call('HDEL', job_key, 'eligible_at')
+    redis.call('ZADD', KEYS[10], now_s, id)
+    journal(journal_key, now_s, 'dead', run_count or 0, note, nil, {'reason', 'expired', 'expires_at', expires})
+    compact_journal(journal_key)
+    offload_settle(prefix, job_key, id, 'failed', nil, note, now_s)
     graph_orphaned(prefix, job_key, id)
     return 'dropped'
   end

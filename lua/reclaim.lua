@@ -22,6 +22,13 @@
 -- that names no pending set, a journal key that is not a stream) is
 -- quarantined (quarantine.lua), counted dead; the other jobs of the sweep go
 -- on as usual.
+-- Then the jobs past their start deadline (the `expiring` index, keys.lua
+-- feature_keys; at most EXPIRE_MAX a call, the rest on the next sweep): a
+-- pending (listed or parked) or waiting one goes dead, reason `expired`,
+-- never run; a running one (started before its deadline) is looked at again
+-- when its lease would end, since a failed run leaves it pending; a finished
+-- or missing one leaves the index. A claim that reaches an expired job first
+-- ends it the same way (claim.lua).
 -- Then the finished jobs of the `graph:orphans` set (keys.lua; the claim's
 -- cancel and quarantine endings add to it) tell their dependents.
 --
@@ -117,6 +124,65 @@ for _, id in ipairs(ids) do
     out[#out + 1] = id
   end
 end
+-- Past their start deadline (enqueue(expires=...)): see the header.
+local EXPIRE_MAX = 1000
+local exp_key = feature_keys(prefix).expiring
+local due = redis.call('ZRANGE', exp_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, EXPIRE_MAX)
+if #due > 0 and not events_read then
+  events_open(KEYS[9], KEYS[10], ARGV[2])
+  events_read = true
+end
+for _, eid in ipairs(due) do
+  local job_key, journal_key = job_keys(prefix, eid)
+  local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'priority', 'dedup', 'parked',
+    'failures', 'dependents', 'lease_expires', 'run_count')
+  local state = not f.err and f[1]
+  local deadline = not f.err and tonumber(f[2])
+  if (state == 'pending' or state == 'waiting') and deadline and deadline <= now then
+    local pending = state == 'pending' and pending_key(5, f[3])
+    if state == 'pending' and not pending then
+      quarantine(job_key, journal_key, KEYS[2], eid, now, bad_priority(f[3]))
+      graph_finished(prefix, f[7], job_key, eid, now, false, nil, bad_priority(f[3]))
+    elseif not journal_ok(journal_key) then
+      if pending then redis.call('ZREM', pending, eid) end
+      quarantine(job_key, journal_key, KEYS[2], eid, now, 'journal key is not a stream')
+      graph_finished(prefix, f[7], job_key, eid, now, false, nil, 'journal key is not a stream')
+    else
+      if pending then
+        redis.call('ZREM', pending, eid)
+        if f[5] then
+          limits_lib().unpark(feature_keys(prefix).limits_parked, f[5])
+          redis.call('HDEL', job_key, 'parked')
+        end
+        unindex(KEYS[3], f[4], eid)
+        if f[6] then redis.call('ZREM', retrying_key(prefix), eid) end
+      else
+        redis.call('ZREM', graph_queue_keys(prefix).waiting, eid)
+        graph_detach(prefix, eid)
+      end
+      materialize(job_key, journal_key)
+      local note = 'expired: not started before its deadline'
+      redis.call('HSET', job_key, 'state', 'dead', 'note', note, 'dead_reason', 'expired',
+        'finished_at', now, 'updated_at', now)
+      redis.call('HDEL', job_key, 'eligible_at')
+      redis.call('ZADD', KEYS[2], now, eid)
+      journal(journal_key, now, 'dead', f[9] or 0, note, nil, {'reason', 'expired', 'expires_at', f[2]})
+      compact_journal(journal_key)
+      offload_settle(prefix, job_key, eid, 'failed', nil, note, now)
+      graph_finished(prefix, f[7], job_key, eid, now, false, nil, note)
+    end
+    redis.call('ZREM', exp_key, eid)
+  elseif state == 'running' then
+    -- Its run may fail and leave it pending: looked at again when its lease
+    -- would end (an expired lease is taken back by the sweep above).
+    redis.call('ZADD', exp_key, str(math.max(tonumber(f[8]) or 0, now + 1)), eid)
+  elseif (state == 'pending' or state == 'waiting') and deadline then
+    redis.call('ZADD', exp_key, f[2], eid) -- a later deadline than its entry said
+  else
+    redis.call('ZREM', exp_key, eid) -- finished, gone, or no deadline any more
+  end
+end
+
 -- Jobs the claim ended (cancelled, quarantined) whose dependents are still
 -- to be told (graph.lua graph_orphaned): told here, a batch per sweep. A job
 -- back in another state since (an operator's retry) tells them when it ends.

@@ -52,6 +52,7 @@ TESTED = {
     "journal",
     "dead-why",
     "retrying",
+    "expiring",
     "paused",
     "throughput",
     "waiting-on",
@@ -222,6 +223,19 @@ async def test_retrying(queue: vr.Queue) -> None:
     kind, failures, note, eligible = (text(v) for v in hm)
     assert (kind, failures, note, int(eligible)) == ("flaky", "3", "boom 3", int(score))
     assert (await queue.counts())["retrying"] == 1
+
+
+async def test_expiring(queue: vr.Queue) -> None:
+    jid = await queue.enqueue(Echo(text="soon"), expires=60)
+    await queue.enqueue(Echo(text="no deadline"))
+    count, head, hm = await run("expiring", queue, jid)
+    ((member, score),) = pairs(head)
+    assert (count, member) == (1, jid)
+    state, expires_at, reason = (text(v) if v is not None else None for v in hm)
+    assert (state, int(expires_at or 0), reason) == ("pending", int(score), None)
+    info = await queue.get(jid)
+    assert info is not None and info.expires_at is not None
+    assert round(info.expires_at.timestamp() * 1000) == int(score)
 
 
 async def test_paused(queue: vr.Queue) -> None:

@@ -49,6 +49,35 @@ def test_secret_values_follow_the_hook_and_skip_short_ones() -> None:
     assert secret_values(Progress()) == []
 
 
+class Bundle(BaseModel):
+    token: str
+    note: str = "ok"
+
+
+class Many(vr.Task):
+    KIND: ClassVar[str] = "many"
+    tokens: list[str] = Field(json_schema_extra={"sensitive": True})
+    header: dict[str, str] = Field(json_schema_extra={"sensitive": True})
+    creds: Bundle = Field(json_schema_extra={"sensitive": True})
+    deep: dict[str, list[Bundle]] = Field(default_factory=dict, json_schema_extra={"sensitive": True})
+
+
+def test_a_sensitive_list_mapping_or_model_masks_each_value_inside() -> None:
+    """Issue 38, found probing the Django backend's exceptions: a sensitive field
+    holding a list, a dict or a model gave its ``repr`` to scrub, which no message
+    quotes, so ``token {self.tokens[0]} refused`` reached the note and the log."""
+    task = Many(
+        tokens=["alpha-secret-1", "beta-secret-2", "ab"],
+        header={"Authorization": "Bearer xyz-123"},
+        creds=Bundle(token="nested-secret"),
+        deep={"k": [Bundle(token="deeper-secret", note="ok")]},
+    )
+    secrets = secret_values(task)
+    message = "alpha-secret-1, beta-secret-2, Bearer xyz-123, nested-secret, deeper-secret; Authorization ab"
+    assert scrub(message, secrets) == f"{MASK}, {MASK}, {MASK}, {MASK}, {MASK}; Authorization ab"
+    assert "ok" not in secrets and "ab" not in secrets  # too short to scrub, as a plain field's are
+
+
 def test_scrub_masks_longest_first() -> None:
     assert scrub("a hunter22 and hunter2 b", ["hunter2", "hunter22"]) == f"a {MASK} and {MASK} b"
     assert scrub("nothing", []) == "nothing"

@@ -75,6 +75,55 @@ def test_every_face_has_the_surface_signature(face: type[Any], operation: str) -
     assert method.__doc__, f"{face.__name__}.{operation} has no docstring"
 
 
+def test_the_enqueue_options_are_declared_once_and_read_by_prepare() -> None:
+    """Every face takes ``**options`` of one TypedDict; ``prepare`` takes each option.
+
+    A new enqueue option is one line in ``_store/prepare.py`` and none in the
+    faces: this fails when an option is declared that ``prepare`` does not read.
+    """
+    from venturi_redis._store.prepare import prepare, prepare_many
+
+    # `cap` and `encryption` are the client's, not options of a call.
+    taken = set(inspect.signature(prepare).parameters) - {"task", "cap", "encryption"}
+    assert set(vr.EnqueueOptions.__optional_keys__) - {"after", "at"} == taken
+    many = set(inspect.signature(prepare_many).parameters) - {"tasks", "cap", "encryption"}
+    assert set(vr.EnqueueManyOptions.__optional_keys__) == many
+    assert vr.EnqueueManyOptions.__optional_keys__ < vr.EnqueueOptions.__optional_keys__
+
+
+@pytest.mark.parametrize("face", ["queue", "sharded", "sync"])
+async def test_an_unknown_enqueue_option_is_a_type_error_naming_it(
+    client: vr.Client, url: str, queue_name: str, face: str
+) -> None:
+    q: Any
+    if face == "queue":
+        q = client.queue(queue_name)
+    elif face == "sharded":
+        q = vr.ShardedQueue(client, queue_name, partitions=2)
+    else:
+        sc = vr.SyncClient(url)
+        q = sc.queue(queue_name)
+    try:
+        if face == "sync":
+            with pytest.raises(TypeError, match=r"enqueue\(\) got an unexpected keyword argument 'dealy'"):
+                q.enqueue(Echo(text="x"), dealy=1)
+            with pytest.raises(
+                TypeError, match=r"enqueue_many\(\) got an unexpected keyword argument 'carry'"
+            ):
+                q.enqueue_many([Echo(text="x")], carry=None)
+        else:
+            with pytest.raises(TypeError, match=r"enqueue\(\) got an unexpected keyword argument 'dealy'"):
+                await q.enqueue(Echo(text="x"), dealy=1)
+            with pytest.raises(
+                TypeError, match=r"enqueue_many\(\) got an unexpected keyword argument 'carry'"
+            ):
+                await q.enqueue_many([Echo(text="x")], carry=None)
+        assert not any((await client.queue(queue_name).counts()).values())
+    finally:
+        if face == "sync":
+            sc.close()
+
+
 # -- what the sharded face gained ------------------------------------------------------
 
 

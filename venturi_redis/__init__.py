@@ -46,6 +46,7 @@ from ._producer.results import (
 from ._producer.retention import Retention
 from ._producer.sharded import ShardedQueue
 from ._producer.sync import SyncClient, SyncQueue
+from ._store.prepare import EnqueueManyOptions, EnqueueOptions
 from ._transport.durable import Durability, NotDurableError
 from ._worker.context import Context
 from ._worker.handler import Handler
@@ -91,6 +92,8 @@ __all__ = [
     "Encrypted",
     "Encryption",
     "EncryptionKeyMissing",
+    "EnqueueManyOptions",
+    "EnqueueOptions",
     "Flow",
     "Handler",
     "JobInfo",

@@ -4,9 +4,13 @@
 -- field, value pairs: the job hash's optional fields this job has (carry,
 -- lease_ms, max_failures, timeout_ms, limit_key, trace, ...), written as
 -- they come. A new optional field of a job is one more pair: no script
--- changes to store it.
+-- changes to store it. One pair is read as it is stored: `expires_at` comes
+-- as ms from the script's clock (enqueue(expires=...)) and is stored as that
+-- clock plus them, the start deadline on Redis's clock, and the job joins the
+-- `expiring` index (keys.lua feature_keys) the reclaim sweep reads.
 
 -- @include clock.lua
+-- @include keys.lua
 
 local JOB_ARGS = 7
 
@@ -34,11 +38,20 @@ local function write_job(job_key, state, kind, priority, eligible_s, now_s, payl
     args[15], args[16] = 'dedup', dedup
     k = 16
   end
-  for j = first, first + 2 * m - 1 do
-    k = k + 1
-    args[k] = ARGV[j]
+  local deadline = nil
+  for j = first, first + 2 * m - 1, 2 do
+    args[k + 1], args[k + 2] = ARGV[j], ARGV[j + 1]
+    if ARGV[j] == 'expires_at' then
+      deadline = str(tonumber(now_s) + tonumber(ARGV[j + 1]))
+      args[k + 2] = deadline
+    end
+    k = k + 2
   end
   redis.call(unpack(args))
+  if deadline then
+    local prefix, id = string.match(job_key, '^(.*)job:([^:]*)$')
+    redis.call('ZADD', feature_keys(prefix).expiring, deadline, id)
+  end
 end
 
 -- The value of the optional field `name` among a job's m pairs at ARGV[first] ('' = none).

@@ -85,6 +85,10 @@ local function feature_keys(prefix)
     events = prefix .. 'events', wake = prefix .. 'wake', limits = prefix .. 'limits',
     limits_state = prefix .. 'limits:state', limits_parked = prefix .. 'limits:parked',
     limits_ready = prefix .. 'limits:ready',
+    -- The jobs with a start deadline (`expiring`, docs/redis-layout.md): id
+    -- scored by expires_at (enqueue(expires=...)). job_args.lua adds a job
+    -- as it is created; the reclaim sweep takes the ones past their deadline.
+    expiring = prefix .. 'expiring',
   }
 end
 

@@ -7,6 +7,9 @@ from shop.settings import INSTALLED_APPS, TASKS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.djangoapp"]
 
+# A database, for transaction.atomic (the probe of enqueue inside a transaction).
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+
 # The Django queue names of the upstream backend: "default" and one more,
 # named per test run so that runs sharing a redis-server never meet.
 OTHER_QUEUE = os.environ.get("VENTURI_OTHER_QUEUE", "queue-1")

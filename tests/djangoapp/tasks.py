@@ -94,3 +94,9 @@ def get_task_id(context: TaskContext) -> str:
 def check_context(context: TaskContext, attempt: int) -> None:
     assert isinstance(context, TaskContext)
     assert context.attempt == attempt
+
+
+@task(backend="upstream")
+def charge(card: str) -> None:
+    """A careless task: its exception quotes its argument (issue 38, the Django probe)."""
+    raise ValueError(f"card {card} declined")

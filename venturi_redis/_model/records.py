@@ -366,6 +366,9 @@ class JobInfo:
     """Why the job is dead (None unless it is): ``vr.DeadReason``. A job that died
     under a release before 0.2 has it in its journal's ``dead`` entry only:
     ``queue.get`` reads it from there."""
+    expires_at: datetime | None = None
+    """The job's start deadline (``enqueue(expires=...)``, ``Task.expires()``), on
+    Redis's clock: a job not started by then goes dead, ``DeadReason.EXPIRED``."""
 
     @classmethod
     def from_hash(
@@ -428,6 +431,7 @@ class JobInfo:
             schedule_id=p.text("schedule") or None,
             fire_at=p.when("fire_at"),
             dead_reason=DeadReason.of(p.text("dead_reason")) if state is JobState.DEAD else None,
+            expires_at=p.when("expires_at"),
         )
 
     @classmethod

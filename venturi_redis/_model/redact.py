@@ -75,7 +75,11 @@ def redact(doc: Any, fields: Iterable[str] | None = None) -> Any:
 
 def secret_values(*models: BaseModel | None) -> list[str]:
     """The values of the sensitive fields of ``models`` (a task, its carry) as text,
-    for ``scrub``; empty (and cheap) for a model with no sensitive field."""
+    for ``scrub``; empty (and cheap) for a model with no sensitive field.
+
+    A sensitive field that holds a list, a mapping or a model gives each value
+    inside it (at any depth), the way a message quotes them: ``tokens: list[str]``
+    masks each token, not the list's ``repr``, which no message holds."""
     out: list[str] = []
     for model in models:
         if model is None:
@@ -83,12 +87,26 @@ def secret_values(*models: BaseModel | None) -> list[str]:
         hook = getattr(type(model), "sensitive_fields", None)
         names = hook() if callable(hook) else marked_fields(type(model))
         for name in names:
-            value = getattr(model, name, None)
-            if isinstance(value, bytes):
-                value = value.decode("utf-8", "replace")
-            if value is not None and len(text := str(value)) >= _MIN_SCRUB:
-                out.append(text)
+            _leaves(getattr(model, name, None), out)
     return out
+
+
+def _leaves(value: Any, out: list[str], depth: int = 0) -> None:
+    """Each scalar inside ``value`` as text (long enough to scrub) into ``out``."""
+    if value is None or depth > 20:
+        return
+    if isinstance(value, BaseModel):
+        value = dict(value)
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            _leaves(item, out, depth + 1)
+        return
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if len(text := str(value)) >= _MIN_SCRUB:
+        out.append(text)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:

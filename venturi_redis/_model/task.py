@@ -21,6 +21,8 @@ from .errors import TaskDefinitionError
 from .redact import marked_fields
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from .records import JournalEntry
 
 _KIND_MAX = 256
@@ -204,6 +206,16 @@ class Task(BaseModel, Generic[CarryT]):
 
         ``None`` (the default): the worker's ``timeout``; ``enqueue(timeout=...)``
         overrides both. Read at enqueue and stored with the job.
+        """
+        return None
+
+    def expires(self) -> float | timedelta | None:
+        """Seconds (or a timedelta) from enqueue within which this job must start, or never run.
+
+        ``None`` (the default): no deadline. A job not *started* before its
+        deadline (its first run or a retry) goes dead, reason
+        ``vr.DeadReason.EXPIRED``; ``enqueue(expires=...)`` overrides it.
+        Read at enqueue; the deadline is on Redis's clock (docs/semantics.md).
         """
         return None
 

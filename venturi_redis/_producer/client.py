@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from .._model.codec import pack
 from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
@@ -17,13 +15,22 @@ from .._model.errors import ConfigurationError, PayloadTooLarge
 from .._model.events import QueueEvent
 from .._model.flow import Flow
 from .._model.limits import LimitInfo, Rate
-from .._model.outcome import UNSET
 from .._model.records import JOURNAL_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.schedule import ScheduleInfo
 from .._model.sealing import Encryption
 from .._model.task import Task
 from .._store.keys import QueueKeys
-from .._store.prepare import checked_at, prepare, prepare_many
+from .._store.prepare import (
+    ENQUEUE_MANY_OPTIONS,
+    ENQUEUE_OPTIONS,
+    EnqueueManyOptions,
+    EnqueueOptions,
+    PrepareOptions,
+    checked_at,
+    prepare,
+    prepare_many,
+    unknown_option,
+)
 from .._store.sender import Sender
 from .._store.store import QueueStore
 from .._transport.cluster import is_cluster, require_cluster_support
@@ -189,61 +196,34 @@ class Queue:
 
     # -- enqueue ---------------------------------------------------------------
 
-    async def enqueue(
-        self,
-        task: Task[Any],
-        *,
-        delay: float | timedelta = 0.0,
-        priority: Priority | int | str | None = None,
-        lease: float | timedelta | None = None,
-        max_failures: int | None = UNSET,
-        carry: BaseModel | None = None,
-        after: Sequence[str] | None = None,
-        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
-        at: datetime | None = None,
-    ) -> str:
+    async def enqueue(self, task: Task[Any], **options: Unpack[EnqueueOptions]) -> str:
         """Enqueue one task and return its job id (a ULID).
 
-        Args:
-            task: The task (its KIND, payload, priority and dedup key).
-            delay: Seconds (or a timedelta) before the job becomes eligible.
-            priority: Overrides ``task.priority()``.
-            lease: Lease for this job's runs, for work known to run long.
-            max_failures: Overrides the worker's retry backstop; ``None`` disables it.
-            carry: Initial carry (an instance of the task's carry model).
-            after: Job ids of this queue the job waits for (workflows,
-                docs/workflows.md): it is WAITING until every one has
-                completed (one already completed counts as done), then
-                pending (after ``delay``, counted from now). An id that is no
-                job of this queue raises ``ConfigurationError`` with nothing
-                written; so does a task with a dedup key.
-            timeout: Seconds one run of this job may take (overrides
-                ``task.timeout()`` and the worker's ``timeout``).
-            at: Or when the job becomes eligible: a timezone-aware datetime
-                (a past one: now), by the clock every script uses (Redis
-                ``TIME``, read once more for it). A naive datetime, or ``at``
-                with a ``delay``, raises ``ConfigurationError`` with nothing
-                written.
+        ``options`` are ``vr.EnqueueOptions`` (``delay``, ``priority``,
+        ``lease``, ``max_failures``, ``timeout``, ``carry``, ``after``,
+        ``at``, ...): each is described there. A bad one raises
+        ``ConfigurationError`` (or ``TypeError``, for a name no option has)
+        with nothing written.
 
         When the task has a dedup key and a pending job holds it, the task's
         ``merge`` decides, and the id returned is the job that holds the work.
         """
-        if at is not None:
-            at_ms = checked_at(at, delay)
-            delay = max(0, at_ms - await _reads.server_now_ms(self.client)) / 1000
-        job = prepare(
-            task,
-            self.client.max_payload_bytes,
-            encryption=self.client.encryption,
-            delay=delay,
-            priority=priority,
-            lease=lease,
-            max_failures=max_failures,
-            carry=carry,
-            timeout=timeout,
-        )
-        if after is not None:
-            return await _flow.enqueue_after(self, task, job, after)
+        if options:
+            bad = unknown_option(options, ENQUEUE_OPTIONS, "enqueue")
+            if bad is not None:
+                raise bad
+            after = options.pop("after", None)
+            at = options.pop("at", None)
+            if at is not None:
+                at_ms = checked_at(at, options.get("delay", 0.0))
+                options["delay"] = max(0, at_ms - await _reads.server_now_ms(self.client)) / 1000
+            job = prepare(
+                task, self.client.max_payload_bytes, self.client.encryption, **cast("PrepareOptions", options)
+            )
+            if after is not None:
+                return await _flow.enqueue_after(self, task, job, after)
+        else:
+            job = prepare(task, self.client.max_payload_bytes, self.client.encryption)
         if self.client._recorded.due(self.name):  # checked here: no coroutine per enqueue
             await self.client._recorded.record(self.client.redis, self.name)  # registry.py
         holder = await self._coalescer.enqueue(job)
@@ -252,17 +232,12 @@ class Queue:
         return await merge_into(self, task, job, holder)
 
     async def enqueue_many(
-        self,
-        tasks: Sequence[Task[Any]],
-        *,
-        delay: float | timedelta = 0.0,
-        priority: Priority | int | str | None = None,
-        lease: float | timedelta | None = None,
-        max_failures: int | None = UNSET,
-        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
+        self, tasks: Sequence[Task[Any]], **options: Unpack[EnqueueManyOptions]
     ) -> list[str]:
         """Enqueue many tasks in one round trip, all or nothing.
 
+        ``options`` are ``vr.EnqueueManyOptions`` (``delay``, ``priority``,
+        ``lease``, ``max_failures``, ``timeout``, ...), the same for every job.
         Every task is validated and encoded before anything is sent, so a bad
         task raises with nothing written. The jobs are then created by one
         MULTI/EXEC transaction (chunks of 500 jobs per script call inside it):
@@ -287,16 +262,10 @@ class Queue:
                 ``unknown`` which ones nobody can tell; the original error is
                 its ``__cause__``.
         """
-        jobs = prepare_many(
-            tasks,
-            self.client.max_payload_bytes,
-            encryption=self.client.encryption,
-            delay=delay,
-            priority=priority,
-            lease=lease,
-            max_failures=max_failures,
-            timeout=timeout,
-        )
+        bad = unknown_option(options, ENQUEUE_MANY_OPTIONS, "enqueue_many")
+        if bad is not None:
+            raise bad
+        jobs = prepare_many(tasks, self.client.max_payload_bytes, self.client.encryption, **options)
         return await enqueue_prepared(self, tasks, jobs)
 
     async def enqueue_flow(self, parent: Task[Any], children: Sequence[Task[Any] | Flow]) -> Flow:

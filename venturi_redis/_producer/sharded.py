@@ -47,20 +47,25 @@ import random
 import re
 import zlib
 from collections.abc import Sequence
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
-from pydantic import BaseModel
 from redis.crc import key_slot
 
-from .._model.enums import JobState, Priority
+from .._model.enums import JobState
 from .._model.errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
-from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.keys import QueueKeys, validate_name
-from .._store.prepare import checked_dedup_field, prepare_many
+from .._store.prepare import (
+    ENQUEUE_MANY_OPTIONS,
+    EnqueueManyOptions,
+    EnqueueOptions,
+    checked_dedup_field,
+    prepare_many,
+    unknown_option,
+)
 from .._transport.urls import redact_url
 from .batch import enqueue_prepared, lost_in_flight
 from .client import Client, Queue
@@ -196,49 +201,21 @@ class ShardedQueue:
 
     # -- enqueue -------------------------------------------------------------------
 
-    async def enqueue(
-        self,
-        task: Task[Any],
-        *,
-        delay: float | timedelta = 0.0,
-        priority: Priority | int | str | None = None,
-        lease: float | timedelta | None = None,
-        max_failures: int | None = UNSET,
-        carry: BaseModel | None = None,
-        after: Sequence[str] | None = None,
-        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
-        at: datetime | None = None,
-    ) -> str:
+    async def enqueue(self, task: Task[Any], **options: Unpack[EnqueueOptions]) -> str:
         """Enqueue one task on its partition (see ``Queue.enqueue``); returns the job id.
 
         ``after=`` is refused (``ConfigurationError``): a job waits only on
         jobs of its own queue, and a partition is chosen by the task.
         """
-        if after is not None:
+        if options.get("after") is not None:
             raise ConfigurationError(
                 "a ShardedQueue cannot enqueue with after=: a job waits only on jobs of its own "
                 "queue; use one of its partitions (sharded.partitions) for a workflow"
             )
-        return await self.partition_for(task).enqueue(
-            task,
-            delay=delay,
-            priority=priority,
-            lease=lease,
-            max_failures=max_failures,
-            carry=carry,
-            timeout=timeout,
-            at=at,
-        )
+        return await self.partition_for(task).enqueue(task, **options)
 
     async def enqueue_many(
-        self,
-        tasks: Sequence[Task[Any]],
-        *,
-        delay: float | timedelta = 0.0,
-        priority: Priority | int | str | None = None,
-        lease: float | timedelta | None = None,
-        max_failures: int | None = UNSET,
-        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
+        self, tasks: Sequence[Task[Any]], **options: Unpack[EnqueueManyOptions]
     ) -> list[str]:
         """Enqueue many tasks: one ``enqueue_many`` per partition, all at once.
 
@@ -250,6 +227,9 @@ class ShardedQueue:
         partitions fail and others do not, ``PartialEnqueueError`` says which
         tasks were enqueued, over the whole of ``tasks``.
         """
+        bad = unknown_option(options, ENQUEUE_MANY_OPTIONS, "enqueue_many")
+        if bad is not None:
+            raise bad
         groups: dict[int, list[int]] = {}
         index = {id(p): i for i, p in enumerate(self.partitions)}
         for pos, task in enumerate(tasks):
@@ -258,12 +238,8 @@ class ShardedQueue:
             part: prepare_many(
                 [tasks[i] for i in positions],
                 self.partitions[part].client.max_payload_bytes,
-                encryption=self.partitions[part].client.encryption,
-                delay=delay,
-                priority=priority,
-                lease=lease,
-                max_failures=max_failures,
-                timeout=timeout,
+                self.partitions[part].client.encryption,
+                **options,
             )
             for part, positions in groups.items()
         }

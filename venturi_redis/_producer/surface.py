@@ -13,15 +13,13 @@ the suite.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
-from pydantic import BaseModel
-
-from .._model.enums import JobState, Priority
-from .._model.outcome import UNSET
+from .._model.enums import JobState
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
+from .._store.prepare import EnqueueManyOptions, EnqueueOptions
 from .reads import QueueStats
 
 
@@ -33,29 +31,10 @@ class QueueSurface(Protocol):
 
     # -- enqueue ---------------------------------------------------------------
 
-    async def enqueue(
-        self,
-        task: Task[Any],
-        *,
-        delay: float | timedelta = 0.0,
-        priority: Priority | int | str | None = None,
-        lease: float | timedelta | None = None,
-        max_failures: int | None = UNSET,
-        carry: BaseModel | None = None,
-        after: Sequence[str] | None = None,
-        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
-        at: datetime | None = None,
-    ) -> str: ...
+    async def enqueue(self, task: Task[Any], **options: Unpack[EnqueueOptions]) -> str: ...
 
     async def enqueue_many(
-        self,
-        tasks: Sequence[Task[Any]],
-        *,
-        delay: float | timedelta = 0.0,
-        priority: Priority | int | str | None = None,
-        lease: float | timedelta | None = None,
-        max_failures: int | None = UNSET,
-        timeout: float | timedelta | None = None,  # noqa: ASYNC109 (the job's run timeout, not this call's)
+        self, tasks: Sequence[Task[Any]], **options: Unpack[EnqueueManyOptions]
     ) -> list[str]: ...
 
     # -- reading ---------------------------------------------------------------

@@ -30,22 +30,27 @@ import os
 import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Unpack, cast
 
 import anyio
 import redis
 from anyio.from_thread import BlockingPortal
-from pydantic import BaseModel
 
 from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError
 from .._model.flow import Flow
 from .._model.limits import LimitInfo, Rate
-from .._model.outcome import UNSET
 from .._model.records import JobInfo, JournalEntry, WorkerInfo
 from .._model.schedule import ScheduleInfo
 from .._model.task import Task
-from .._store.prepare import prepare
+from .._store.prepare import (
+    ENQUEUE_OPTIONS,
+    EnqueueManyOptions,
+    EnqueueOptions,
+    PrepareOptions,
+    prepare,
+    unknown_option,
+)
 from .._transport.blocking import blocking_redis
 from .client import Client, Queue
 from .events import EVENTS_MAXLEN
@@ -189,50 +194,19 @@ class SyncQueue:
     def __repr__(self) -> str:
         return f"<SyncQueue {self.name!r}>"
 
-    def enqueue(
-        self,
-        task: Task[Any],
-        *,
-        delay: float | timedelta = 0.0,
-        priority: Priority | int | str | None = None,
-        lease: float | timedelta | None = None,
-        max_failures: int | None = UNSET,
-        carry: BaseModel | None = None,
-        after: Sequence[str] | None = None,
-        timeout: float | timedelta | None = None,
-        at: datetime | None = None,
-    ) -> str:
+    def enqueue(self, task: Task[Any], **options: Unpack[EnqueueOptions]) -> str:
         """Enqueue one task and return its job id (see ``Queue.enqueue``; dedup merges included)."""
         portal, client = self._sc._ensure()
         direct = self._sc._direct
         q = client.queue(self.name)
-        if direct is None or after is not None or at is not None:
-            result: str = portal.call(
-                lambda: q.enqueue(
-                    task,
-                    delay=delay,
-                    priority=priority,
-                    lease=lease,
-                    max_failures=max_failures,
-                    carry=carry,
-                    after=after,
-                    timeout=timeout,
-                    at=at,
-                )
-            )
+        if direct is None or "after" in options or "at" in options:
+            result: str = portal.call(lambda: q.enqueue(task, **options))
             return result
         # The direct path (module docstring): Queue.enqueue's own steps, from this thread.
-        job = prepare(
-            task,
-            client.max_payload_bytes,
-            encryption=client.encryption,
-            delay=delay,
-            priority=priority,
-            lease=lease,
-            max_failures=max_failures,
-            carry=carry,
-            timeout=timeout,
-        )
+        bad = unknown_option(options, ENQUEUE_OPTIONS, "enqueue")
+        if bad is not None:
+            raise bad
+        job = prepare(task, client.max_payload_bytes, client.encryption, **cast("PrepareOptions", options))
         if client._recorded.due(self.name):  # the registry of queues (registry.py), once
             client._recorded.record_blocking(direct, self.name)
         holder = q.store.enqueue_blocking(direct, job)
@@ -248,27 +222,10 @@ class SyncQueue:
         result: Flow = self._sc._call(self._queue().enqueue_flow, parent, children)
         return result
 
-    def enqueue_many(
-        self,
-        tasks: Sequence[Task[Any]],
-        *,
-        delay: float | timedelta = 0.0,
-        priority: Priority | int | str | None = None,
-        lease: float | timedelta | None = None,
-        max_failures: int | None = UNSET,
-        timeout: float | timedelta | None = None,
-    ) -> list[str]:
+    def enqueue_many(self, tasks: Sequence[Task[Any]], **options: Unpack[EnqueueManyOptions]) -> list[str]:
         """Enqueue many tasks in one round trip (see ``Queue.enqueue_many``)."""
         q = self._queue()
-        result: list[str] = self._sc._call(
-            q.enqueue_many,
-            tasks,
-            delay=delay,
-            priority=priority,
-            lease=lease,
-            max_failures=max_failures,
-            timeout=timeout,
-        )
+        result: list[str] = self._sc._call(q.enqueue_many, tasks, **options)
         return result
 
     def get(self, job_id: str) -> JobInfo | None:

@@ -11,6 +11,7 @@ key                                type    what it holds
 ``venturi:{q}:journal-compact``    stream  journal compaction's scratch (lua/include/journal.lua)
 ``venturi:{q}:pending:<level>``    zset    pending job ids scored by eligible_at (ms)
 ``venturi:{q}:retrying``           zset    pending ids whose last run failed, by eligible_at
+``venturi:{q}:expiring``           zset    ids of jobs with a start deadline, by expires_at
 ``venturi:{q}:running``            zset    running job ids scored by lease expiry (ms)
 ``venturi:{q}:suspended``          zset    suspended job ids scored by suspension time
 ``venturi:{q}:completed``          zset    completed job ids scored by finish time
@@ -179,6 +180,8 @@ class QueueKeys:
     waiting: str = field(init=False)
     # The pending jobs whose last run failed (lua/include/keys.lua retrying_key).
     retrying: str = field(init=False)
+    # The jobs with a start deadline (lua/include/keys.lua feature_keys).
+    expiring: str = field(init=False)
     limits: str = field(init=False)
     limits_state: str = field(init=False)
     limits_parked: str = field(init=False)
@@ -201,6 +204,7 @@ class QueueKeys:
             "events",
             "waiting",
             "retrying",
+            "expiring",
         ):
             object.__setattr__(self, suffix, f"{p}{suffix}")
         for suffix in ("state", "parked", "ready"):

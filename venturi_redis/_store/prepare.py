@@ -9,9 +9,9 @@ for a batch with the per-call work done once.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from pydantic import BaseModel
 
@@ -30,6 +30,76 @@ DEDUP_KEY_MAX = 1024
 LIMIT_KEY_MAX = 1024
 # Jobs per enqueue script call (a batch's chunks, a coalesced burst).
 ENQUEUE_CHUNK = 500
+
+
+class EnqueueManyOptions(TypedDict, total=False):
+    """The options of ``queue.enqueue_many`` (every job of the call gets them), all optional.
+
+    The queue faces (``Queue``, ``ShardedQueue``, ``SyncQueue``) take them as
+    ``**options`` and pass them on, so an option is declared here, once, and
+    read by ``prepare``: a new one changes this module and no face.
+
+    Attributes:
+        delay: Seconds (or a timedelta) before the job becomes eligible (default 0).
+        priority: Overrides ``task.priority()``.
+        lease: Lease for this job's runs, for work known to run long.
+        max_failures: Overrides the worker's retry backstop; ``None`` disables it.
+        timeout: Seconds one run of this job may take (overrides
+            ``task.timeout()`` and the worker's ``timeout``).
+        expires: Seconds (or a timedelta) from now within which the job must
+            start (overrides ``task.expires()``): a job not started before
+            this deadline, on Redis's clock, never runs (its first run or a
+            retry) and goes dead, ``vr.DeadReason.EXPIRED``. A value that is
+            not a positive finite number or timedelta, or a ``delay`` (or
+            ``at``) that puts eligibility at or past the deadline, raises
+            ``ConfigurationError`` with nothing written.
+    """
+
+    delay: float | timedelta
+    priority: Priority | int | str | None
+    lease: float | timedelta | None
+    max_failures: int | None
+    timeout: float | timedelta | None
+    expires: float | timedelta | None
+
+
+class PrepareOptions(EnqueueManyOptions, total=False):
+    """What ``prepare`` takes: the batch options and a single job's ``carry``."""
+
+    carry: BaseModel | None
+
+
+class EnqueueOptions(PrepareOptions, total=False):
+    """The options of ``queue.enqueue``: ``EnqueueManyOptions``, and these.
+
+    Attributes:
+        carry: Initial carry (an instance of the task's carry model).
+        after: Job ids of this queue the job waits for (workflows,
+            docs/workflows.md): it is WAITING until every one has completed
+            (one already completed counts as done), then pending (after
+            ``delay``, counted from now). An id that is no job of this queue
+            raises ``ConfigurationError`` with nothing written; so does a task
+            with a dedup key. A ``ShardedQueue`` refuses it.
+        at: Or when the job becomes eligible: a timezone-aware datetime (a
+            past one: now), by the clock every script uses (Redis ``TIME``,
+            read once more for it). A naive datetime, or ``at`` with a
+            ``delay``, raises ``ConfigurationError`` with nothing written.
+    """
+
+    after: Sequence[str] | None
+    at: datetime | None
+
+
+ENQUEUE_OPTIONS: frozenset[str] = EnqueueOptions.__optional_keys__
+ENQUEUE_MANY_OPTIONS: frozenset[str] = EnqueueManyOptions.__optional_keys__
+
+
+def unknown_option(options: Mapping[str, object], known: frozenset[str], call: str) -> TypeError | None:
+    """A TypeError naming the first option of ``options`` that ``call`` does not take, if any."""
+    for name in options:
+        if name not in known:
+            return TypeError(f"{call}() got an unexpected keyword argument {name!r}")
+    return None
 
 
 class Prepared(NamedTuple):
@@ -57,6 +127,9 @@ class Prepared(NamedTuple):
     # as stored (``limit_field``: length-prefixed; '' = none).
     timeout_ms: str = ""
     limit_key: str = ""
+    # The start deadline in ms from the enqueue script's clock ('' = none):
+    # job_args.lua stores it as ``expires_at`` (that clock + this) and indexes it.
+    expires_ms: str = ""
 
     def optional(self) -> list[str | bytes]:
         """The optional job-hash fields this job has, as name, value pairs, for the enqueue
@@ -75,20 +148,23 @@ class Prepared(NamedTuple):
             out += ("limit_key", self.limit_key)
         if self.trace:
             out += ("trace", self.trace)
+        if self.expires_ms:
+            out += ("expires_at", self.expires_ms)
         return out
 
 
 def prepare(
     task: Task[Any],
     cap: int,
-    *,
     encryption: Encryption | None,
-    delay: float | timedelta,
-    priority: Priority | int | str | None,
-    lease: float | timedelta | None,
-    max_failures: int | None,
-    carry: BaseModel | None,
+    *,
+    delay: float | timedelta = 0.0,
+    priority: Priority | int | str | None = None,
+    lease: float | timedelta | None = None,
+    max_failures: int | None = UNSET,
+    carry: BaseModel | None = None,
     timeout: float | timedelta | None = None,
+    expires: float | timedelta | None = None,
 ) -> Prepared:
     if not isinstance(task, Task):
         raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
@@ -142,9 +218,11 @@ def prepare(
     timeout_ms = "" if tmo is None else checked_timeout(kind, tmo)
     lkey = task.limit_key()
     limit = "" if lkey is None else checked_limit_key(kind, lkey)
+    exp = task.expires() if expires is None else expires
+    expires_ms = "" if exp is None else checked_expires(kind, exp, delay_ms)
     # Positional, in Prepared's field order (id, kind, priority, delay_ms,
     # payload, carry, lease_ms, max_failures, dedup, explicit_priority, trace,
-    # timeout_ms, limit_key): keywords double the cost of this line.
+    # timeout_ms, limit_key, expires_ms): keywords double the cost of this line.
     job = Prepared(
         new_job_id(),
         kind,
@@ -159,6 +237,7 @@ def prepare(
         "",
         timeout_ms,
         limit,
+        expires_ms,
     )
     if _tracing.TRACE is not None:
         return job._replace(trace=_tracing.TRACE())
@@ -168,13 +247,14 @@ def prepare(
 def prepare_many(
     tasks: Sequence[Task[Any]],
     cap: int,
-    *,
     encryption: Encryption | None,
-    delay: float | timedelta,
-    priority: Priority | int | str | None,
-    lease: float | timedelta | None,
-    max_failures: int | None,
+    *,
+    delay: float | timedelta = 0.0,
+    priority: Priority | int | str | None = None,
+    lease: float | timedelta | None = None,
+    max_failures: int | None = UNSET,
     timeout: float | timedelta | None = None,
+    expires: float | timedelta | None = None,
 ) -> list[Prepared]:
     """``prepare`` of each task (no carry), with the per-call work done once.
 
@@ -196,6 +276,7 @@ def prepare_many(
         max_failures=max_failures,
         carry=None,
         timeout=timeout,
+        expires=expires,
     )
     jobs = [first]
     kinds: dict[type[Task[Any]], str] = {}
@@ -224,6 +305,11 @@ def prepare_many(
             timeout_ms = "" if tmo is None else checked_timeout(kind, tmo)
         lkey = task.limit_key()
         limit = "" if lkey is None else checked_limit_key(kind, lkey)
+        if expires is not None:
+            expires_ms = first.expires_ms  # the call's own, checked once
+        else:
+            exp = task.expires()
+            expires_ms = "" if exp is None else checked_expires(kind, exp, delay_ms)
         # Positional, in Prepared's field order: keywords double the cost
         # of this line. The tests read every field back from Redis.
         jobs.append(
@@ -241,6 +327,7 @@ def prepare_many(
                 first.trace,
                 timeout_ms,
                 limit,
+                expires_ms,
             )
         )
     return jobs
@@ -291,6 +378,30 @@ def checked_timeout(kind: str, value: object) -> str:
     ms = to_ms(value, "timeout") if ok else 0  # type: ignore[arg-type]
     if not ok or ms < 1:
         raise ConfigurationError(f"{kind} timeout must be a positive finite number of seconds, got {value!r}")
+    return str(ms)
+
+
+def checked_expires(kind: str, value: object, delay_ms: int) -> str:
+    """A start deadline as job_args.lua takes it: whole ms from the enqueue, as text.
+
+    Past the deadline a job never starts, so one whose eligibility (``delay``,
+    ``at``) is at or after it could never run: refused, as a bad value is.
+    """
+    if isinstance(value, timedelta):
+        ok = value > timedelta(0)
+    else:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+    ms = to_ms(value, "expires") if ok else 0  # type: ignore[arg-type]
+    if not ok or ms < 1:
+        raise ConfigurationError(
+            f"{kind} expires must be a positive finite number of seconds (or a timedelta) "
+            f"of at least 1 ms, got {value!r}"
+        )
+    if delay_ms >= ms:
+        raise ConfigurationError(
+            f"{kind} would be eligible {delay_ms} ms from now, at or past its deadline "
+            f"(expires={value!r}): it could never run"
+        )
     return str(ms)
 
 

@@ -17,14 +17,16 @@ per URL, not per request thread).
 
 from __future__ import annotations
 
+import json
 import os
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
+from redis.exceptions import ResponseError
 
-from ..._model.errors import ConfigurationError
+from ..._model.errors import ConfigurationError, CorruptQueueError, PayloadError
 from ..._producer.sync import SyncClient, SyncQueue
 from . import _compat
 from ._jobs import as_call, call_class, is_job_id, known, priority_of, remember, result_from_job
@@ -118,10 +120,10 @@ class VenturiBackend(_compat.BaseTaskBackend):
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
         remember(task)
-        now = timezone.now()
+        now = datetime.now(UTC)
         delay = timedelta(0)
         if task.run_after is not None:
-            delay = max(timedelta(0), task.run_after - now)
+            delay = max(timedelta(0), _aware(task.run_after) - now)
         # A TaskResult first: it normalises args and kwargs to JSON, refusing
         # what cannot be (the same check Django's own backends make).
         pending = _compat.TaskResult(
@@ -139,7 +141,14 @@ class VenturiBackend(_compat.BaseTaskBackend):
             worker_ids=[],
         )
         path = task.module_path
-        call = call_class(path)(task=path, args=pending.args, kwargs=pending.kwargs, backend=self.alias)
+        # As the job will hold them: JSON's own (a dict's int keys become
+        # strings), so that the result returned here is what get_result()
+        # reads back and the task is called with; a NaN or an infinity, which
+        # would be stored as null, is refused.
+        args, kwargs = _as_stored(path, pending.args), _as_stored(path, pending.kwargs)
+        object.__setattr__(pending, "args", args)
+        object.__setattr__(pending, "kwargs", kwargs)
+        call = call_class(path)(task=path, args=args, kwargs=kwargs, backend=self.alias)
         queue = self._queue(task.queue_name)
         job_id = queue.enqueue(
             call, delay=delay, priority=priority_of(task.priority), max_failures=self.max_failures
@@ -157,8 +166,17 @@ class VenturiBackend(_compat.BaseTaskBackend):
         if is_job_id(result_id):
             for name in self.venturi_queues():
                 queue = sync_client(self.url).queue(name)
-                info = queue.get(result_id)
-                call = None if info is None else as_call(info)
+                try:
+                    info = queue.get(result_id)
+                except ResponseError as exc:
+                    raise _corrupt(result_id, name, "its key is not a hash", exc) from None
+                if info is not None and (damaged := sorted(set(info.corrupt) & _READ_FIELDS)):
+                    raise _corrupt(result_id, name, f"its fields {', '.join(damaged)} do not parse")
+                try:
+                    call = None if info is None else as_call(info)
+                except ValueError as exc:
+                    first = str(exc).splitlines()[1:2] or [type(exc).__name__]
+                    raise _corrupt(result_id, name, f"its payload is no task call ({first[0]})") from None
                 if info is None or call is None:
                     continue
                 path = call.task
@@ -172,6 +190,42 @@ class VenturiBackend(_compat.BaseTaskBackend):
                     raise _compat.TaskResultDoesNotExist(
                         f"{result_id}: its task {path!r} is not among this process's tasks"
                     )
-                journal = queue.journal(result_id)
+                try:
+                    journal = queue.journal(result_id)
+                except ResponseError as exc:
+                    raise _corrupt(result_id, name, "its journal is not a stream", exc) from None
+                if damaged_entries := ", ".join(e.id for e in journal if e.corrupt):
+                    raise _corrupt(result_id, name, f"its journal entries {damaged_entries} do not parse")
                 return result_from_job(task, info, call, journal)
         raise _compat.TaskResultDoesNotExist(result_id)
+
+
+# The fields of a job's hash a result is read from: one that does not parse
+# would be shown as its neutral default (JobInfo.corrupt), and so a result
+# that is not true (a lost return value read as None, a completed task READY).
+_READ_FIELDS = frozenset({"key", "state", "kind", "payload", "result", "created_at", "finished_at"})
+
+
+def _corrupt(job_id: str, queue: str, why: str, error: ResponseError | None = None) -> Exception:
+    """The error of a job whose data a result cannot be read from (``error``: Redis's, a WRONGTYPE)."""
+    if error is not None and "WRONGTYPE" not in str(error):
+        return error  # not the job's data: Redis's own error, as is
+    return CorruptQueueError(
+        f"{job_id}: the job of queue {queue!r} is corrupt, {why}: its result cannot be read; "
+        f"`venturi job show {job_id} --queue {queue}` shows what is stored"
+    )
+
+
+def _aware(when: datetime) -> datetime:
+    """``run_after`` as an aware time: a naive one is in the current time zone (USE_TZ = False)."""
+    return when if timezone.is_aware(when) else timezone.make_aware(when)
+
+
+def _as_stored(path: str, value: Any) -> Any:
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except ValueError:
+        raise PayloadError(
+            f"the arguments of task {path!r} hold a float JSON cannot store (NaN or infinity): "
+            "pass it as a string, or None"
+        ) from None

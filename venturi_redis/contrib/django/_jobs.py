@@ -204,14 +204,16 @@ def build_result(
 
 
 def as_call(info: JobInfo) -> DjangoCall | None:
-    """The Django call a job holds, or None when it is not one (another kind of job)."""
+    """The Django call a job holds, or None when it is not one (another kind of job).
+
+    Raises:
+        ValueError: The payload names the job's KIND as its task, as a Django
+            call's does, but does not validate as one (edited by hand).
+    """
     payload = info.payload
     if not isinstance(payload, dict) or payload.get("task") != info.kind:
         return None
-    try:
-        return DjangoCall.model_validate(payload)
-    except ValueError:
-        return None
+    return DjangoCall.model_validate(payload)
 
 
 def result_from_job(task: Any, info: JobInfo, call: DjangoCall, journal: Sequence[JournalEntry]) -> Any:
