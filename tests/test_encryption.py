@@ -425,3 +425,18 @@ async def test_the_dashboard_without_the_key_shows_the_marker(url: str, queue_na
                 assert SECRET not in page.text
                 doc = (await h.get(f"/api/queues/{queue_name}/jobs/{job_id}")).json()
                 assert doc["job"]["payload"] == marker
+
+
+async def test_the_payload_cap_applies_to_the_plain_value(url: str, queue_name: str) -> None:
+    from venturi_redis._model.codec import pack_model
+
+    task = Charge(card=SECRET)
+    size = len(pack_model(task))
+    enc = vr.Encryption(keys=[KEY_A])
+    async with vr.Client.from_url(url, encryption=enc, max_payload_bytes=size) as client:
+        queue = client.queue(queue_name)
+        job_id = await queue.enqueue(task)  # stored 34 bytes longer, accepted
+        raw = await client.redis.hgetall(queue.keys.job(job_id))
+        assert len(raw[b"payload"]) == size + 34
+        with pytest.raises(vr.PayloadTooLarge):
+            await queue.enqueue(Charge(card=SECRET + "x"))

@@ -340,13 +340,13 @@ class Queue:
                 nothing was written.
         """
         raw = pack(value)
-        if self.client.encryption is not None:
-            raw = self.client.encryption.seal(raw)
         if len(raw) > self.client.max_payload_bytes:
             raise PayloadTooLarge(
                 f"resume value for job {job_id} is {len(raw)} bytes, over the cap of "
                 f"{self.client.max_payload_bytes}"
             )
+        if self.client.encryption is not None:  # after the cap's check, as at enqueue
+            raw = self.client.encryption.seal(raw)
         return int((await self.store.resume(job_id, raw)).applied)
 
     # -- operations: thin delegations to reads.py and ops.py; the CLI calls these -----
