@@ -152,6 +152,7 @@ local function take(id, listed)
   local state, kind, payload, priority, run_count, created, eligible, dedup, cancel
   local lease_ms, carry, failures, maxf, resume, timeout_ms, expires
   local hooks = false -- an offload or dependents to see to at the run's end (lease.lua)
+  local held = false -- a dedup window: the key stays held through the run (docs/dedup.md)
   local expired = false
   if h.err then
     bad = 'job key is not a hash'
@@ -175,6 +176,7 @@ local function take(id, listed)
       elseif k == 'cancel_requested' then cancel = v
       elseif k == 'expires_at' then expires = v
       elseif k == 'offload' or k == 'dependents' then hooks = true
+      elseif k == 'dedup_window' then hooks, held = true, true -- throttled: complete.lua holds the key on
       end
     end
     if not state then
@@ -262,7 +264,14 @@ local function take(id, listed)
       'claimed_at', now_s)
   end
   if not listed then redis.call('HDEL', job_key, 'parked') end
-  if dedup then unindex(KEYS[6], dedup, id) end
+  if held then
+    -- Throttled: the index keeps pointing at the job while it runs (an enqueue
+    -- of its key returns its id, _producer/dedup.py); the reclaim's sweep
+    -- looks at the field again at the lease's expiry (keys.lua dedup_held_key).
+    if dedup then redis.pcall('ZADD', dedup_held_key(prefix), expires_s, dedup) end
+  elseif dedup then
+    unindex(KEYS[6], dedup, id)
+  end
   -- A retried job leaves the retrying index (retry.lua, reclaim.lua) as it runs again.
   if failures then redis.call('ZREM', retrying_key(prefix), id) end
   running[2 * n - 1] = expires_s

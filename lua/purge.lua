@@ -14,6 +14,8 @@
 -- ARGV[6] keep at most this many, the newest ('' = no count bound): the
 --         oldest beyond them go too (retention's count bound, issue 47)
 --
+-- A completed throttled job inside its window (`dedup_until`) keeps its
+-- dedup index entry: the window outlives the job (docs/dedup.md).
 -- A removed job leaves the `retrying` index too (keys.lua retrying_key).
 -- A removed job's workflow keys go with it (keys.lua graph_keys): its
 -- dependents set and the results copied to it (its deps set is gone by the
@@ -58,12 +60,16 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local job_key, journal_key = job_keys(prefix, id)
   local deps_key, dependents_key, results_key = graph_keys(prefix, id)
-  local f = redis.pcall('HMGET', job_key, 'state', 'dedup')
+  local f = redis.pcall('HMGET', job_key, 'state', 'dedup', 'dedup_until')
   if f.err then
     redis.call('DEL', job_key, journal_key, deps_key, dependents_key, results_key)
     removed = removed + 1
   elseif f[1] == ARGV[4] or not f[1] or not JOB_STATES[f[1]] then
-    unindex(KEYS[2], f[2], id)
+    -- A throttled job inside its window keeps its key held (docs/dedup.md):
+    -- the `dedup:held` set says until when, and the reclaim's sweep frees it.
+    if not (f[3] and (tonumber(f[3]) or 0) > now) then
+      unindex(KEYS[2], f[2], id)
+    end
     redis.call('DEL', job_key, journal_key, deps_key, dependents_key, results_key)
     removed = removed + 1
   end

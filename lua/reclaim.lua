@@ -32,6 +32,9 @@
 -- Then the finished jobs of the `graph:orphans` set (keys.lua; the claim's
 -- cancel and quarantine endings add to it) tell their dependents.
 --
+-- Then the throttled dedup keys due a look (keys.lua dedup_held_key) are
+-- kept or freed, up to 100 per sweep.
+--
 -- Returns {requeued, dead, id...}.
 
 -- @include clock.lua
@@ -201,6 +204,42 @@ for _, oid in ipairs(orphans) do
     -- A completion whose dependents could not be told then (graph.lua: a
     -- queue-wide key was damaged): told now, or kept for the next sweep.
     graph_finished(prefix, '1', o_key, oid, now, true, s[3] or '', nil)
+  end
+end
+-- Throttled keys due a look (keys.lua dedup_held_key; docs/dedup.md): a key
+-- whose job still holds it (running: until its lease's expiry; completed:
+-- until its window's end) is looked at again then; any other is freed, if
+-- the index still gives that job (its window over, dead, cancelled,
+-- suspended, trimmed). A pending holder keeps the key: its claim adds it back.
+local held_key = dedup_held_key(prefix)
+local due = redis.pcall('ZRANGEBYSCORE', held_key, '-inf', now, 'LIMIT', 0, 100)
+local index_type = #due > 0 and redis.call('TYPE', KEYS[3]).ok
+-- No index at all (its last field freed) still lets the sweep drop the fields.
+if type(due) == 'table' and not due.err and #due > 0 and (index_type == 'hash' or index_type == 'none') then
+  for _, field in ipairs(due) do
+    local holder = redis.call('HGET', KEYS[3], field)
+    local again = nil
+    if holder then
+      local h = redis.pcall('HMGET', job_keys(prefix, holder), 'state', 'lease_expires', 'dedup_until')
+      if h.err then
+        h = {}
+      end
+      if h[1] == 'pending' then
+        again = nil
+      elseif h[1] == 'running' then
+        -- Its lease, or soon when that has expired (a reclaim to come).
+        again = (tonumber(h[2] or '') or 0) > now and h[2] or str(now + 1000)
+      elseif h[1] == 'completed' and tonumber(h[3] or '') and tonumber(h[3]) > now then
+        again = h[3]
+      else
+        redis.call('HDEL', KEYS[3], field)
+      end
+    end
+    if again then
+      redis.call('ZADD', held_key, again, field)
+    else
+      redis.call('ZREM', held_key, field)
+    end
   end
 end
 out[1] = requeued

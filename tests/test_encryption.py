@@ -440,3 +440,14 @@ async def test_the_payload_cap_applies_to_the_plain_value(url: str, queue_name: 
         assert len(raw[b"payload"]) == size + 34
         with pytest.raises(vr.PayloadTooLarge):
             await queue.enqueue(Charge(card=SECRET + "x"))
+
+
+async def test_update_seals_the_new_payload(url: str, queue_name: str) -> None:
+    async with _client(url, KEY_A) as client:
+        queue = client.queue(queue_name)
+        job_id = await queue.enqueue(Charge(card="old"))
+        assert await queue.update(job_id, task=Charge(card=SECRET)) is True
+        raw = await client.redis.hgetall(queue.keys.job(job_id))
+        assert sealed_key_id(raw[b"payload"]) == key_id_of(KEY_A)
+        assert SECRET.encode() not in b"".join(raw.values())
+        assert (await queue.get(job_id)).payload == {"card": SECRET, "pad": ""}  # type: ignore[union-attr]

@@ -52,6 +52,7 @@ def test_the_surface_names_every_shared_operation() -> None:
                 "retry",
                 "retry_dead",
                 "stats",
+                "update",
             ]
         )
         == OPERATIONS

@@ -362,6 +362,9 @@ class JobInfo:
     # time it stands for (the first, when it catches up on missed ones); None else.
     schedule_id: str | None = None
     fire_at: datetime | None = None
+    dedup_until: datetime | None = None
+    """Throttle (``Task.dedup_window``, docs/dedup.md): when the window after this
+    completed job ends, its dedup key held by it until then (Redis's clock); None else."""
     dead_reason: DeadReason | None = None
     """Why the job is dead (None unless it is): ``vr.DeadReason``. A job that died
     under a release before 0.2 has it in its journal's ``dead`` entry only:
@@ -430,6 +433,7 @@ class JobInfo:
             corrupt=p.corrupt,
             schedule_id=p.text("schedule") or None,
             fire_at=p.when("fire_at"),
+            dedup_until=p.when("dedup_until"),
             dead_reason=DeadReason.of(p.text("dead_reason")) if state is JobState.DEAD else None,
             expires_at=p.when("expires_at"),
         )

@@ -44,6 +44,7 @@ from . import limits as _limits
 from . import ops as _ops
 from . import reads as _reads
 from . import schedules as _schedules
+from . import update as _update
 from .batch import enqueue_prepared
 from .coalesce import Coalescer
 from .dedup import merge_into
@@ -381,6 +382,37 @@ class Queue:
 
         A dead job whose own data is corrupt stays dead, untouched, with a warning logged."""
         return await _ops.retry_dead(self, kind=kind, limit=limit)
+
+    async def update(
+        self,
+        job_id: str,
+        *,
+        task: Task[Any] | None = None,
+        priority: Priority | int | str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        """Change a pending (or delayed) job in place, atomically (docs/operations.md).
+
+        Args:
+            job_id: The job.
+            task: Its new task (payload and dedup key), of the job's own KIND.
+                Its priority, timeout and limit key are not read: the job's stay.
+            priority: Its new priority (it keeps its place by eligibility).
+            delay: Eligible this long from now (Redis's clock) ...
+            at: ... or at this timezone-aware time; not both.
+
+        Returns:
+            True when updated; False, with nothing written, when the job is not
+            pending (unknown, running, finished, suspended, waiting).
+
+        Raises:
+            ConfigurationError: Nothing to update, a bad priority, delay or
+                ``at``, an invalid task, a task of another KIND than the job's,
+                or a new dedup key another job holds; nothing written.
+            CorruptQueueError: The job's own data is corrupt; nothing written.
+        """
+        return await _update.update(self, job_id, task=task, priority=priority, delay=delay, at=at)
 
     async def cancel(self, job_id: str) -> str:
         """Cancel a job: ``"cancelled"`` (it was pending or suspended), ``"requested"``

@@ -47,13 +47,13 @@ import random
 import re
 import zlib
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
 from redis.crc import key_slot
 
-from .._model.enums import JobState
+from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
@@ -320,6 +320,21 @@ class ShardedQueue:
         """Resume a suspended job (see ``Queue.resume``); 0 if no partition holds it suspended."""
         p = await self.partition_of(job_id)
         return 0 if p is None else await p.resume(job_id, value)
+
+    async def update(
+        self,
+        job_id: str,
+        *,
+        task: Task[Any] | None = None,
+        priority: Priority | int | str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        """Change a pending job in place (see ``Queue.update``); False if no partition holds it."""
+        p = await self.partition_of(job_id)
+        return (
+            False if p is None else await p.update(job_id, task=task, priority=priority, delay=delay, at=at)
+        )
 
     async def cancel(self, job_id: str) -> str:
         """Cancel a job (see ``Queue.cancel``); ``"not_found"`` if no partition holds it."""

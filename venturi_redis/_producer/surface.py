@@ -13,10 +13,10 @@ the suite.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
-from .._model.enums import JobState
+from .._model.enums import JobState, Priority
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.prepare import EnqueueManyOptions, EnqueueOptions
@@ -56,6 +56,16 @@ class QueueSurface(Protocol):
     # -- continuations and operations --------------------------------------------
 
     async def resume(self, job_id: str, value: Any = None) -> int: ...
+
+    async def update(
+        self,
+        job_id: str,
+        *,
+        task: Task[Any] | None = None,
+        priority: Priority | int | str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> bool: ...
 
     async def cancel(self, job_id: str) -> str: ...
 

@@ -243,6 +243,21 @@ class SyncQueue:
         result: int = self._sc._call(self._queue().resume, job_id, value)
         return result
 
+    def update(
+        self,
+        job_id: str,
+        *,
+        task: Task[Any] | None = None,
+        priority: Priority | int | str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        """Change a pending job in place; False if it is not pending (see ``Queue.update``)."""
+        result: bool = self._sc._call(
+            self._queue().update, job_id, task=task, priority=priority, delay=delay, at=at
+        )
+        return result
+
     def cancel(self, job_id: str) -> str:
         """Cancel a job (see ``Queue.cancel``)."""
         result: str = self._sc._call(self._queue().cancel, job_id)

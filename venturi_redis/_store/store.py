@@ -198,9 +198,12 @@ class QueueStore:
         carry_action: str,
         carry: bytes,
         by: str,
+        dedup: str = "",
+        debounce_ms: str = "",
     ) -> calls.Call:
         """merge.lua's call for ``holder``, for ``merge_watched`` (built once, applied again after a
-        NOSCRIPT)."""
+        NOSCRIPT). Decision ``check``: whether a throttled holder out of pending still holds
+        the key ``dedup``."""
         return calls.merge(
             self.keys,
             self.sender.now(),
@@ -212,6 +215,8 @@ class QueueStore:
             carry_action=carry_action,
             carry=carry,
             by=by,
+            dedup=dedup,
+            debounce_ms=debounce_ms,
         )
 
     async def merge_watched(self, pipe: Any, call: calls.Call) -> bool:
@@ -244,6 +249,23 @@ class QueueStore:
         """A SUSPENDED job to pending with ``value`` (msgpack) as its input."""
         call = calls_ops.resume(self.keys, self.sender.now(), job_id=job_id, value=value)
         return calls.transition(await self.sender.call(call))
+
+    async def update(
+        self, job_id: str, *, kind: str, payload: bytes, dedup: str, priority: str, delay_ms: str
+    ) -> calls_ops.Updated:
+        """A PENDING job changed in place (update.lua): its task (``kind`` '' = unchanged),
+        priority and eligibility ('' = unchanged)."""
+        call = calls_ops.update(
+            self.keys,
+            self.sender.now(),
+            job_id=job_id,
+            kind=kind,
+            payload=payload,
+            dedup=dedup,
+            priority=priority,
+            delay_ms=delay_ms,
+        )
+        return calls_ops.updated(await self.sender.call(call))
 
     async def cancel(self, job_id: str, note: str) -> Transition:
         """An operator's cancel: ``cancelled`` (pending or suspended) or ``requested`` (running)."""

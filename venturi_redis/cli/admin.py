@@ -1,4 +1,4 @@
-"""The commands that change jobs and queues: retry, cancel, dead retry, purge, pause, resume, events."""
+"""Commands that change jobs and queues: retry, cancel, update, dead retry, purge, pause, resume, events."""
 
 from __future__ import annotations
 
@@ -83,6 +83,44 @@ def job_cancel(
             why = detail.removeprefix("job ")
             typer.echo(f"venturi: job {job_id} {clean(why)}; nothing done", err=True)
         return 0 if result in ("cancelled", "requested") else 1
+
+    run_with_client(redis, go)
+
+
+@job_app.command("update")
+def job_update(
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="A pending job's id.")],
+    priority: Annotated[
+        str | None, typer.Option("--priority", metavar="P", help="critical, high, normal or low.")
+    ] = None,
+    delay: Annotated[
+        float | None,
+        typer.Option("--delay", metavar="S", help="Eligible S seconds from now (Redis's clock)."),
+    ] = None,
+    queue: JobQueueOpt = None,
+    redis: RedisOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Change a pending job's priority or eligibility in place (journaled as `updated`)."""
+    if priority is None and delay is None:
+        die("job update: give --priority or --delay (or both)", 2)
+
+    async def go(client: Client) -> int:
+        q = await job_queue(client, job_id, queue)
+        # A bad priority or delay: ConfigurationError, one line and status 2 (one_line_errors).
+        done = await q.update(job_id, priority=priority, delay=delay)
+        info = await q.get(job_id)
+        state = info.state.value if info is not None else None
+        if json_out:
+            print_json({"id": job_id, "queue": q.name, "updated": done, "state": state})
+        elif done and info is not None:
+            when = info.eligible_at.isoformat() if info.eligible_at else "-"
+            typer.echo(f"job {job_id}: priority {info.priority.label}, eligible at {when}")
+        if done:
+            return 0
+        why = "does not exist" if state is None else f"is {state}, not pending"
+        typer.echo(f"venturi: job {job_id} {why} in queue {q.name}; nothing done", err=True)
+        return 1
 
     run_with_client(redis, go)
 

@@ -316,6 +316,8 @@ def job_show(
             ("lease expires", "lease_expires", when(info.lease_expires_at)),
             ("dedup", "", info.dedup or "-"),
         ]
+        if info.dedup_until is not None:  # throttle (docs/dedup.md): the key held by this job until
+            rows.append(("dedup held until", "dedup_until", when(info.dedup_until)))
         for label, name, value in rows:
             meta.add_row(label, safe_text(shown(info, name, value)))
         # Workflows: both ways (docs/workflows.md), a long list cut short.

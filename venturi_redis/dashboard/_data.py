@@ -162,6 +162,7 @@ def job_dict(info: JobInfo, redaction: Redaction) -> dict[str, Any]:
         "progress": info.progress,
         "schedule_id": info.schedule_id,
         "fire_at": info.fire_at,
+        "dedup_until": info.dedup_until,
     }
     for name in ("payload", "carry", "attachment", "result", "output"):
         out[name] = redaction.doc(info.kind, getattr(info, name))
