@@ -225,7 +225,9 @@ async def test_a_worker_without_the_key_fails_the_run_with_a_note(
     url: str, queue_name: str, worker_keys: tuple[bytes, ...]
 ) -> None:
     async with _client(url, KEY_A) as producer:
-        job_id = await producer.queue(queue_name).enqueue(Charge(card=SECRET), max_failures=2)
+        job_id = await producer.queue(queue_name).enqueue(
+            Charge(card=SECRET), carry=Card(note=SECRET), max_failures=10
+        )
         async with _client(url, *worker_keys) as other:
             queue = other.queue(queue_name)
             worker = make_worker(queue, ChargeJob)
@@ -245,12 +247,16 @@ async def test_a_worker_without_the_key_fails_the_run_with_a_note(
         assert "payload cannot be read" in info.note and SECRET not in info.note
         failed = [e for e in await producer.queue(queue_name).journal(job_id) if e.event == "failed"]
         assert failed and failed[0].details.get("error_type") == "venturi_redis.EncryptionKeyMissing"
-        # Nothing was overwritten with a plain value: the keyed worker still runs it.
+        # Nothing was overwritten with a plain value: the carry is as stored, and the
+        # keyed worker still runs it.
+        raw = await producer.redis.hgetall(producer.queue(queue_name).keys.job(job_id))
+        assert sealed_key_id(raw[b"carry"]) == key_id_of(KEY_A)
+        assert SECRET.encode() not in b"".join(raw.values())
         await drain(producer.queue(queue_name), ChargeJob)
         done = await producer.queue(queue_name).get(job_id)
         assert done is not None
         if done.state is vr.JobState.COMPLETED:
-            assert done.result == {"charged": SECRET}
+            assert done.result == {"charged": SECRET} and done.carry == {"seen": 1, "note": SECRET}
 
 
 class Tally(BaseModel):
