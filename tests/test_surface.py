@@ -38,6 +38,7 @@ def test_the_surface_names_every_shared_operation() -> None:
         sorted(
             [
                 "cancel",
+                "cancel_jobs",
                 "counts",
                 "enqueue",
                 "enqueue_many",

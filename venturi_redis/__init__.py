@@ -32,6 +32,7 @@ from ._model.records import JobInfo, JournalEntry
 from ._model.schedule import Schedule, ScheduleInfo
 from ._model.sealing import Encrypted, Encryption
 from ._model.task import Merge, NoCarry, Pending, Task
+from ._producer.bulk import BulkProgress
 from ._producer.client import Client, Queue
 from ._producer.offload import OffloadFunction, offload
 from ._producer.reads import QueueStats
@@ -83,6 +84,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Backoff",
+    "BulkProgress",
     "Client",
     "ConfigurationError",
     "Context",

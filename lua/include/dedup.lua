@@ -3,9 +3,10 @@
 -- Dedup policy when a job comes back to pending (pause, retry, release,
 -- reclaim, resume, retry_dead): it takes its key back if no other pending
 -- job holds it; otherwise the index keeps pointing at the holder and this job
--- runs as its own row, no longer a merge candidate.
-local function reindex(dedup_key, job_key, id)
-  local field = redis.call('HGET', job_key, 'dedup')
+-- runs as its own row, no longer a merge candidate. `field`: the job's
+-- `dedup` field when the caller read it anyway (nil: read here; false: none).
+local function reindex(dedup_key, job_key, id, field)
+  if field == nil then field = redis.call('HGET', job_key, 'dedup') end
   if field and field ~= '' then
     redis.call('HSETNX', dedup_key, field, id)
   end
@@ -20,8 +21,8 @@ end
 
 -- Back to pending: into its pending set at `eligible`, its dedup key taken
 -- back if free. The caller has written the hash (state, eligible_at) and
--- wakes the workers (once per call: wake_workers).
-local function back_to_pending(pending, dedup_key, job_key, id, eligible)
+-- wakes the workers (once per call: wake_workers). `field`: as reindex's.
+local function back_to_pending(pending, dedup_key, job_key, id, eligible, field)
   redis.call('ZADD', pending, eligible, id)
-  reindex(dedup_key, job_key, id)
+  reindex(dedup_key, job_key, id, field)
 end

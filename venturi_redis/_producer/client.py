@@ -46,6 +46,7 @@ from . import reads as _reads
 from . import schedules as _schedules
 from . import update as _update
 from .batch import enqueue_prepared
+from .bulk import OnProgress
 from .coalesce import Coalescer
 from .dedup import merge_into
 from .registry import Recorded
@@ -377,11 +378,73 @@ class Queue:
         ``CorruptQueueError`` when the job's own data is corrupt (nothing written)."""
         return await _ops.retry(self, job_id)
 
-    async def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]:
-        """Move dead jobs (all, or of one KIND, at most ``limit``) back to pending; returns their ids.
+    async def retry_dead(
+        self,
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]:
+        """Move dead jobs back to pending, oldest death first; returns their ids.
 
-        A dead job whose own data is corrupt stays dead, untouched, with a warning logged."""
-        return await _ops.retry_dead(self, kind=kind, limit=limit)
+        Args:
+            kind: Only jobs of this KIND.
+            error_type: Only jobs whose last failure raised this exception
+                (its public name as the journal keeps it, e.g. ``"ValueError"``).
+            since: Only jobs that died at or after this (an aware datetime, or
+                a timedelta back from now).
+            until: Only jobs that died at or before this (same).
+            note_contains: Only jobs whose note (the error) holds this text.
+            limit: At most this many (``None``: all that match).
+            on_progress: Called with a ``vr.BulkProgress`` after each batch.
+
+        Runs in short batches (docs/operations.md, "Bulk actions"): safe to run
+        again after an interruption. A dead job whose own data is corrupt
+        stays dead, untouched, with a warning logged. ``ConfigurationError``
+        for a bad filter (nothing written).
+        """
+        return await _ops.retry_dead(
+            self,
+            kind=kind,
+            error_type=error_type,
+            since=since,
+            until=until,
+            note_contains=note_contains,
+            limit=limit,
+            on_progress=on_progress,
+        )
+
+    async def cancel_jobs(
+        self,
+        state: str = "pending",
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]:
+        """Cancel the jobs of ``state`` (pending, suspended, waiting or running) that match;
+        returns their ids. The filters are ``retry_dead``'s, ``since`` / ``until`` on when each
+        job was enqueued; a running job is asked to stop (as ``cancel``)."""
+        got = await _ops.cancel_jobs(
+            self,
+            state,
+            kind=kind,
+            error_type=error_type,
+            since=since,
+            until=until,
+            note_contains=note_contains,
+            limit=limit,
+            on_progress=on_progress,
+        )
+        return got.moved
 
     async def update(
         self,
@@ -432,9 +495,34 @@ class Queue:
         await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _ops.resume_queue(self)
 
-    async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
-        """Remove finished jobs (``completed``, ``dead`` or ``cancelled``) and their journals."""
-        return await _ops.purge(self, state, older_than=older_than)
+    async def purge(
+        self,
+        state: str,
+        *,
+        older_than: float | timedelta = 0.0,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> int:
+        """Remove finished jobs (``completed``, ``dead`` or ``cancelled``) and their journals;
+        returns how many. The filters are ``retry_dead``'s, ``since`` / ``until`` on when each
+        job finished."""
+        return await _ops.purge(
+            self,
+            state,
+            older_than=older_than,
+            kind=kind,
+            error_type=error_type,
+            since=since,
+            until=until,
+            note_contains=note_contains,
+            limit=limit,
+            on_progress=on_progress,
+        )
 
     # -- observability: the event stream (events.py) ----------------------------
 

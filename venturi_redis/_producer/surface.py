@@ -20,6 +20,7 @@ from .._model.enums import JobState, Priority
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.prepare import EnqueueManyOptions, EnqueueOptions
+from .bulk import OnProgress
 from .reads import QueueStats
 
 
@@ -71,13 +72,48 @@ class QueueSurface(Protocol):
 
     async def retry(self, job_id: str) -> bool: ...
 
-    async def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]: ...
+    async def retry_dead(
+        self,
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]: ...
+
+    async def cancel_jobs(
+        self,
+        state: str = "pending",
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]: ...
 
     async def pause(self) -> None: ...
 
     async def resume_queue(self) -> None: ...
 
-    async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int: ...
+    async def purge(
+        self,
+        state: str,
+        *,
+        older_than: float | timedelta = 0.0,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> int: ...
 
 
 if TYPE_CHECKING:

@@ -111,10 +111,18 @@ FINISHED_STATES = ("completed", "dead", "cancelled")
 
 
 def purge(
-    keys: QueueKeys, now: str, *, state: str, keep_ms: int | None, batch: int, most: int | None = None
+    keys: QueueKeys,
+    now: str,
+    *,
+    state: str,
+    keep_ms: int | None,
+    batch: int,
+    most: int | None = None,
+    ids: Sequence[str] = (),
 ) -> Call:
     """purge.lua: remove up to ``batch`` of the oldest jobs of the finished ``state`` that
-    finished more than ``keep_ms`` ago or are beyond the ``most`` newest (None: no such bound)."""
+    finished more than ``keep_ms`` ago or are beyond the ``most`` newest (None: no such bound);
+    or, ``ids`` given, exactly those the finished ``state``'s zset still holds (the bounds unused)."""
     finished = {"completed": keys.completed, "dead": keys.dead, "cancelled": keys.cancelled}[state]
     args: list[ScriptArg] = [
         now,
@@ -123,6 +131,7 @@ def purge(
         state,
         batch,
         "" if most is None else most,
+        *ids,
     ]
     return Call("purge", [finished, keys.dedup], args)
 

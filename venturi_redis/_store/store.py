@@ -285,6 +285,19 @@ class QueueStore:
         )
         return calls_ops.purged(await self.sender.call(call))
 
+    async def purge_ids(self, state: str, ids: Sequence[str]) -> int:
+        """Remove the jobs ``ids`` the finished ``state``'s zset still holds: how many went."""
+        call = calls_ops.purge(self.keys, self.sender.now(), state=state, keep_ms=None, batch=0, ids=ids)
+        return calls_ops.purged(await self.sender.call(call)).removed
+
+    async def cancel_many(self, ids: Sequence[str], note: str) -> list[Transition | Exception]:
+        """An operator's cancel of each of ``ids``, one call each, in one round trip: per job its
+        transition, or the error its call raised (``CorruptQueueError``: its own data is corrupt)."""
+        now = self.sender.now()
+        batch = [calls.cancel(self.keys, now, job_id=job_id, note=note) for job_id in ids]
+        replies = await self.sender.pipeline(batch, return_exceptions=True)
+        return [r if isinstance(r, Exception) else calls.transition(r) for r in replies]
+
     async def limit(
         self,
         *,
