@@ -291,7 +291,7 @@ def test_a_task_whose_deadline_is_bad_is_refused_at_enqueue() -> None:
     from venturi_redis._store.prepare import prepare
 
     with pytest.raises(vr.ConfigurationError, match=r"expiry\.bad expires"):
-        prepare(Bad(), 1 << 20)
+        prepare(Bad(), 1 << 20, None)
 
 
 async def test_an_operators_retry_of_an_expired_job_runs_it(clocked: vr.Client, queue_name: str) -> None:

@@ -17,6 +17,7 @@ from .._model.flow import Flow
 from .._model.limits import LimitInfo, Rate
 from .._model.records import JOURNAL_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.schedule import ScheduleInfo
+from .._model.sealing import Encryption
 from .._model.task import Task
 from .._store.keys import QueueKeys
 from .._store.prepare import (
@@ -71,6 +72,11 @@ class Client:
         durable: Durable mode (``vr.Durability``, or a replica count): every
             transition returns only once that many replicas acknowledged it
             (WAIT on the same connection); see docs/cluster.md.
+        encryption: Encryption at rest (``vr.Encryption(keys=[...])``): every
+            payload, carry, result, output, attachment, progress value and
+            resume input this client (or a worker on it) writes is encrypted,
+            and read back with any of the keys; without the key a read shows
+            ``vr.Encrypted``. See docs/security.md.
     """
 
     def __init__(
@@ -82,6 +88,7 @@ class Client:
         clock: Callable[[], int] | None = None,
         url: str = "",
         durable: Durability | int | None = None,
+        encryption: Encryption | None = None,
     ) -> None:
         if max_payload_bytes < 1:
             raise ConfigurationError(f"max_payload_bytes must be >= 1, got {max_payload_bytes}")
@@ -95,6 +102,12 @@ class Client:
         self.namespace = namespace
         self.max_payload_bytes = max_payload_bytes
         self.url = url
+        if encryption is not None and not isinstance(encryption, Encryption):
+            raise ConfigurationError(
+                f"encryption must be a vr.Encryption (or None), got {type(encryption).__name__}"
+            )
+        # None: nothing is sealed or opened (one `is None` check where values are packed).
+        self.encryption = encryption
         # Every script call of this client goes out through its sender
         # (_store/sender.py); each queue's store (queue.store) builds them.
         # The enqueue lane (_transport/lane.py) is only made by from_url, where
@@ -206,11 +219,13 @@ class Queue:
             if at is not None:
                 at_ms = checked_at(at, options.get("delay", 0.0))
                 options["delay"] = max(0, at_ms - await _reads.server_now_ms(self.client)) / 1000
-            job = prepare(task, self.client.max_payload_bytes, **cast("PrepareOptions", options))
+            job = prepare(
+                task, self.client.max_payload_bytes, self.client.encryption, **cast("PrepareOptions", options)
+            )
             if after is not None:
                 return await _flow.enqueue_after(self, task, job, after)
         else:
-            job = prepare(task, self.client.max_payload_bytes)
+            job = prepare(task, self.client.max_payload_bytes, self.client.encryption)
         if self.client._recorded.due(self.name):  # checked here: no coroutine per enqueue
             await self.client._recorded.record(self.client.redis, self.name)  # registry.py
         holder = await self._coalescer.enqueue(job)
@@ -252,7 +267,7 @@ class Queue:
         bad = unknown_option(options, ENQUEUE_MANY_OPTIONS, "enqueue_many")
         if bad is not None:
             raise bad
-        jobs = prepare_many(tasks, self.client.max_payload_bytes, **options)
+        jobs = prepare_many(tasks, self.client.max_payload_bytes, self.client.encryption, **options)
         return await enqueue_prepared(self, tasks, jobs)
 
     async def enqueue_flow(self, parent: Task[Any], children: Sequence[Task[Any] | Flow]) -> Flow:
@@ -291,7 +306,8 @@ class Queue:
         pipe.hmget(self.keys.job(job_id), *JOURNAL_FIELDS)
         raw, job_fields = await pipe.execute()
         entries = journal_from(raw, job_fields)
-        return [JournalEntry.from_stream(entry_id, fields) for entry_id, fields in entries]
+        crypt = self.client.encryption
+        return [JournalEntry.from_stream(entry_id, fields, crypt) for entry_id, fields in entries]
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: ``pending:<level>`` for each priority, ``limited`` (pending jobs
@@ -331,6 +347,8 @@ class Queue:
                 f"resume value for job {job_id} is {len(raw)} bytes, over the cap of "
                 f"{self.client.max_payload_bytes}"
             )
+        if self.client.encryption is not None:  # after the cap's check, as at enqueue
+            raw = self.client.encryption.seal(raw)
         return int((await self.store.resume(job_id, raw)).applied)
 
     # -- operations: thin delegations to reads.py and ops.py; the CLI calls these -----

@@ -237,7 +237,10 @@ class ShardedQueue:
             groups.setdefault(index[id(self.partition_for(task))], []).append(pos)
         batches = {
             part: prepare_many(
-                [tasks[i] for i in positions], self.partitions[part].client.max_payload_bytes, **options
+                [tasks[i] for i in positions],
+                self.partitions[part].client.max_payload_bytes,
+                self.partitions[part].client.encryption,
+                **options,
             )
             for part, positions in groups.items()
         }

@@ -207,7 +207,7 @@ class SyncQueue:
         bad = unknown_option(options, ENQUEUE_OPTIONS, "enqueue")
         if bad is not None:
             raise bad
-        job = prepare(task, client.max_payload_bytes, **cast("PrepareOptions", options))
+        job = prepare(task, client.max_payload_bytes, client.encryption, **cast("PrepareOptions", options))
         if client._recorded.due(self.name):  # the registry of queues (registry.py), once
             client._recorded.record_blocking(direct, self.name)
         holder = q.store.enqueue_blocking(direct, job)

@@ -15,6 +15,7 @@ from rich.text import Text
 from .._model.enums import JobState
 from .._model.records import WorkerInfo
 from .._model.redact import redact
+from .._model.sealing import Encrypted
 from .._producer import discovery as _discovery
 from .._producer.client import Client
 from .._producer.reads import LISTINGS, QueueStats
@@ -336,7 +337,7 @@ def job_show(
             if name in info.corrupt:
                 meta.add_row(name, safe_text(f"corrupt: not msgpack: {info.corrupt[name]!r}"))
             elif blob is not None:
-                if name in DOCUMENTS and not show_payload:
+                if name in DOCUMENTS and not show_payload and not isinstance(blob, Encrypted):
                     blob = redact(blob)
                     masked = True
                 meta.add_row(name, safe_text(json.dumps(blob, default=json_default, ensure_ascii=False)))
