@@ -262,7 +262,7 @@ local function take(id, listed)
     -- every claim (include history.lua): the death counted, by kind.
     history_counts = redis.call('HGET', KEYS[7], 'history') == '1' and {} or nil
     if history_counts then
-      history_count(kind, 'dead', 1)
+      history_counts[kind .. '\tdead'] = 1
       history_flush(prefix, now)
     end
     return 'dropped'

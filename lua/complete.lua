@@ -124,9 +124,13 @@ for i = 0, n - 1 do
         if history_counts then
           -- The run's time: from its claim to now, on the clock of both.
           local kind = f[7] or ''
-          history_count(kind, 'completed', 1)
+          local field = kind .. '\tcompleted'
+          history_counts[field] = (history_counts[field] or 0) + 1
           local claimed = tonumber(f[5])
-          if claimed and claimed <= now then history_count(kind, 'run_ms', now - claimed) end
+          if claimed and claimed <= now then
+            field = kind .. '\trun_ms'
+            history_counts[field] = (history_counts[field] or 0) + now - claimed
+          end
         end
         -- No updated_at: a completed job's last change is its finished_at
         -- (records.py reads the latest of the three).
@@ -200,6 +204,6 @@ if events_stream then
   emit_many('completed', now_s, done, kinds, runs)
 end
 trim_finished(prefix, KEYS[2], now, ARGV[3], ARGV[4], #done)
-history_flush(prefix, now)
+if history_counts then history_flush(prefix, now) end
 if woke > 0 then wake_workers(feature_keys(prefix).wake, woke) end
 return out

@@ -115,7 +115,10 @@ for i = 0, n - 1 do
       offload_pending(KEYS[4 + 2 * n + i], job_key, id, kind, token, ttl, now)
     end
     created = created + 1
-    if history_counts then history_count(kind, 'enqueued', 1) end
+    if history_counts then
+      local field = kind .. '\tenqueued'
+      history_counts[field] = (history_counts[field] or 0) + 1
+    end
     if events_stream then
       if one then
         -- One job: its entry straight away (events.lua's one-job form, with
@@ -131,7 +134,7 @@ for i = 0, n - 1 do
   if one then
     if created > 0 then
       wake_workers(KEYS[2], 1)
-      history_flush(prefix, now)
+      if history_counts then history_flush(prefix, now) end
     end
     return holder or ''
   end
@@ -142,6 +145,6 @@ if created > 0 then
   if events_stream then
     emit_many('enqueued', now_s, ids, kinds, runs)
   end
-  history_flush(prefix, now)
+  if history_counts then history_flush(prefix, now) end
 end
 return out

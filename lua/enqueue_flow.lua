@@ -141,5 +141,5 @@ end
 if made > 0 then
   wake_workers(KEYS[2], made)
 end
-history_flush(prefix, now)
+if history_counts then history_flush(prefix, now) end
 return {now, n}

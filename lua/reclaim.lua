@@ -259,7 +259,7 @@ if type(due) == 'table' and not due.err and #due > 0 and (index_type == 'hash' o
     end
   end
 end
-history_flush(prefix, now)
+if history_counts then history_flush(prefix, now) end
 out[1] = requeued
 out[2] = died
 if requeued > 0 or requeued_slots then

@@ -224,7 +224,10 @@ local function graph_finished(prefix, flag, job_key, id, now, ok, value, why)
           compact_journal(journal_key)
           offload_settle(prefix, dep_key, dep, 'failed', nil, note, now_s)
           -- Counted by the metrics history when the calling script opened it.
-          if history_counts then history_count(f[5] or '', 'dead', 1) end
+          if history_counts then
+            local field = (f[5] or '') .. '\tdead'
+            history_counts[field] = (history_counts[field] or 0) + 1
+          end
           work[#work + 1] = {dep, f[5], false, note}
         end
       end

@@ -9,8 +9,8 @@
 --   48 h after that minute's end;
 -- * `history:h:<s>`, the hour starting at <s>, expiring 30 days after its end.
 -- A script counts per call, not per job: its jobs' counts are summed by kind
--- first (history_count), then written with one HINCRBY per kind, counter and
--- hash (history_flush): a batch of 100 completions of one kind costs four.
+-- first, then written with one HINCRBY per kind, counter and hash
+-- (history_flush): a batch of 100 completions of one kind costs four.
 -- The expiry is absolute (PEXPIREAT), set whenever a HINCRBY makes a field
 -- (its reply is the amount), so a key never outlives its period's window.
 --
@@ -33,26 +33,25 @@
 -- function is a closure made per call, which a queue without history should
 -- not pay for (benchmarks/redis_cost.py).
 
--- This call's counts while history is on (kind -> {counter -> amount}); nil
--- while off, or not opened (a script that does not count).
+-- This call's counts while history is on, field (`<kind>\t<counter>`) ->
+-- amount; nil while off, or not opened (a script that does not count). The
+-- hot paths (enqueue, complete, claim, graph.lua) add to it inline,
+--   history_counts[f] = (history_counts[f] or 0) + n
+-- rather than through history_count: a helper they reference is a closure
+-- made on every call of theirs, history or not.
 local history_counts = nil
 
--- Count `n` of `counter` for `kind` (the caller checks `history` first).
+-- Count `n` of `counter` for `kind` (the caller checks `history_counts` first).
 local function history_count(kind, counter, n)
-  local c = history_counts[kind]
-  if not c then
-    c = {}
-    history_counts[kind] = c
-  end
-  c[counter] = (c[counter] or 0) + n
+  local field = kind .. '\t' .. counter
+  history_counts[field] = (history_counts[field] or 0) + n
 end
 
 -- Write this call's counts to the minute and the hour of `now` (ms): one
--- HINCRBY per kind, counter and hash, and the hash's expiry when a HINCRBY
--- made its field (the reply is the amount). Its helper is defined inside,
--- made only while history is on.
+-- HINCRBY per field and hash, and the hash's expiry when a HINCRBY made its
+-- field (the reply is the amount). Its helper is defined inside, made only
+-- while history is on; the caller checks `history_counts` first.
 local function history_flush(prefix, now)
-  if not history_counts then return end
   -- How long a minute's and an hour's hash outlive their period (ms).
   local minute_keep, hour_keep = 48 * 3600000, 30 * 24 * 3600000
   local minute, hour = now - now % 60000, now - now % 3600000
@@ -68,13 +67,10 @@ local function history_flush(prefix, now)
       redis.pcall('PEXPIREAT', key, expire_at)
     end
   end
-  for kind, c in pairs(history_counts) do
-    for counter, n in pairs(c) do
-      if n > 0 then
-        local field = kind .. '\t' .. counter
-        incr(mkey, field, n, mexp)
-        incr(hkey, field, n, hexp)
-      end
+  for field, n in pairs(history_counts) do
+    if n > 0 then
+      incr(mkey, field, n, mexp)
+      incr(hkey, field, n, hexp)
     end
   end
 end
