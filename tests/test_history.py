@@ -198,6 +198,9 @@ async def test_a_damaged_history_key_never_fails_a_transition(clocked: vr.Client
     hours = await queue.history(since=timedelta(hours=1), step=timedelta(hours=1))
     assert _sum(hours) == (2, 2, 2, 1)
     assert _sum(await queue.history(since=timedelta(minutes=1))) == (0, 0, 0, 0)  # the minute unreadable
+    assert _sum(await queue.history(since=timedelta(minutes=1), kind="echo")) == (0, 0, 0, 0)
+    echo = await queue.history(since=timedelta(hours=1), step=timedelta(hours=1), kind="echo")
+    assert _sum(echo) == (0, 1, 0, 0)  # "x" reads as 0
 
 
 async def test_sharded_and_blocking_faces(url: str, queue_name: str) -> None:

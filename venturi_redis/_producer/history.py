@@ -37,7 +37,9 @@ def _period(raw: Any, kind: str | None) -> dict[str, int]:
     """One period's counters (kind None: every kind's summed)."""
     out: dict[str, int] = {}
     if kind is not None:
-        for name, value in zip(COUNTERS, raw or (), strict=False):
+        if not isinstance(raw, list | tuple):
+            return out  # a key of the wrong type (the pipeline's error, raise_on_error=False)
+        for name, value in zip(COUNTERS, raw, strict=False):
             if value is not None:
                 out[name] = _int(value)
         return out
