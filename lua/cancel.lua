@@ -13,6 +13,9 @@
 -- KEYS[16] limits:parked zset: a run holding a concurrency slot gives it back,
 --         a pending job parked on a limit leaves the parked set (limits.lua)
 -- A pending job leaves the `retrying` index (keys.lua retrying_key).
+-- A throttled job (a `dedup_window`) leaves its key free at once, and its
+-- field the `dedup:held` set (keys.lua dedup_held_key; dedup.lua unhold):
+-- only a completion opens a window (docs/dedup.md).
 -- A WAITING job leaves the graph; the jobs waiting on a cancelled job apply
 -- their on_dependency_failure policy (graph.lua; its queue-wide keys derive
 -- from the prefix, keys.lua graph_queue_keys).
@@ -43,7 +46,7 @@ local now = now_ms(ARGV[1])
 events_open(KEYS[11], KEYS[12], ARGV[2])
 local id = ARGV[3]
 local token = ARGV[5]
-local fields = {'state', 'run_count', 'dedup', 'cancel_requested', 'dependents', 'parked'}
+local fields = {'state', 'run_count', 'dedup', 'cancel_requested', 'dependents', 'parked', 'dedup_window'}
 local f
 if token == '' then
   -- An operator's cancel: a job whose own data is corrupt is refused before
@@ -91,6 +94,8 @@ if token ~= '' then
   end
   leave_running(KEYS[4], KEYS[1], id, ARGV[6], ARGV[7])
   owner, claimed = o[5], o[6]
+  -- Throttled: the run kept its key (claim.lua); a cancel opens no window.
+  if f[7] then unhold(KEYS[6], dedup_held_key(ARGV[2]), f[3], id) end
 elseif state == 'pending' then
   redis.call('ZREM', KEYS[7], id)
   redis.call('ZREM', KEYS[8], id)
@@ -101,9 +106,15 @@ elseif state == 'pending' then
     redis.call('HDEL', KEYS[1], 'parked')
   end
   redis.call('ZREM', retrying_key(ARGV[2]), id) -- waiting for a retry, maybe (keys.lua)
-  unindex(KEYS[6], f[3], id)
+  if f[7] then
+    unhold(KEYS[6], dedup_held_key(ARGV[2]), f[3], id) -- and a look an earlier run left
+  else
+    unindex(KEYS[6], f[3], id)
+  end
 elseif state == 'suspended' then
   redis.call('ZREM', KEYS[3], id)
+  -- Its suspend freed the key; one suspended before that did not.
+  if f[7] then unhold(KEYS[6], dedup_held_key(ARGV[2]), f[3], id) end
 elseif state == 'waiting' then
   redis.call('ZREM', graph_queue_keys(ARGV[2]).waiting, id)
   graph_detach(ARGV[2], id)

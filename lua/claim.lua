@@ -4,8 +4,11 @@
 --
 -- KEYS[1..4] pending zsets, CRITICAL, HIGH, NORMAL, LOW
 -- KEYS[5]    running zset (scored by lease expiry)
--- KEYS[6]    dedup index hash
--- KEYS[7]    queue meta hash (fields `paused`, `events`, `limits`)
+-- KEYS[6]    dedup index hash (a throttled job's claim keeps its entry and
+--            adds its field to `dedup:held`, keys.lua dedup_held_key; the
+--            claim's cancel, expiry and quarantine endings free both at once)
+-- KEYS[7]    queue meta hash (fields `paused`, `events`, `limits`; `history`
+--            on a job's expiry only: include history.lua)
 -- KEYS[8]    wake list (wake.lua wake_workers): deleted when the claim
 --            comes back short or the queue is paused, since every token in it
 --            is stale then (whatever enqueue pushed it for is claimed, or not
@@ -69,6 +72,7 @@
 -- @include quarantine.lua
 -- @include graph.lua
 -- @include limits.lua
+-- @include history.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -217,7 +221,11 @@ local function take(id, listed)
   end
   if bad then
     quarantine(job_key, journal_key, KEYS[10], id, now_s, bad)
-    if not h.err then graph_orphaned(prefix, job_key, id) end
+    if not h.err then
+      -- Dead: its key is free (any dedup job's: a dead holder is no candidate).
+      if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
+      graph_orphaned(prefix, job_key, id)
+    end
     return 'dropped'
   elseif not state then
     return 'dropped' -- a pending id whose hash is gone (removed by hand)
@@ -227,7 +235,9 @@ local function take(id, listed)
     -- cancel here instead of running it again.
     if not listed then redis.call('HDEL', job_key, 'parked') end
     materialize(job_key, journal_key, {created, priority, eligible})
-    unindex(KEYS[6], dedup, id)
+    -- A throttled job's key goes free with the look its last run left in
+    -- dedup:held (dedup.lua unhold): a cancel opens no window.
+    if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
     finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, run_count,
       'cancel requested while running', 'pending')
     graph_orphaned(prefix, job_key, id)
@@ -237,7 +247,7 @@ local function take(id, listed)
     -- run; its `expiring` index entry leaves with the reclaim's next sweep.
     if not listed then redis.call('HDEL', job_key, 'parked') end
     materialize(job_key, journal_key, {created, priority, eligible})
-    unindex(KEYS[6], dedup, id)
+    if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
     if failures then redis.call('ZREM', retrying_key(prefix), id) end
     local note = 'expired: not started before its deadline'
     redis.call('HSET', job_key, 'state', 'dead', 'note', note, 'dead_reason', 'expired',
@@ -248,6 +258,13 @@ local function take(id, listed)
     compact_journal(journal_key)
     offload_settle(prefix, job_key, id, 'failed', nil, note, now_s)
     graph_orphaned(prefix, job_key, id)
+    -- The metrics history's switch is read on this rare path only, not by
+    -- every claim (include history.lua): the death counted, by kind.
+    history_counts = redis.call('HGET', KEYS[7], 'history') == '1' and {} or nil
+    if history_counts then
+      history_counts[kind .. '\tdead'] = 1
+      history_flush(prefix, now)
+    end
     return 'dropped'
   end
   local lease = tonumber(lease_ms) or default_lease
@@ -268,7 +285,12 @@ local function take(id, listed)
     -- Throttled: the index keeps pointing at the job while it runs (an enqueue
     -- of its key returns its id, _producer/dedup.py); the reclaim's sweep
     -- looks at the field again at the lease's expiry (keys.lua dedup_held_key).
-    if dedup then redis.pcall('ZADD', dedup_held_key(prefix), expires_s, dedup) end
+    -- Only for the key's holder: a job that runs as its own row (another took
+    -- the key while it was out of pending) must not move the holder's look,
+    -- which may be a completed window's end that outlives its trimmed job.
+    if dedup and redis.pcall('HGET', KEYS[6], dedup) == id then
+      redis.pcall('ZADD', dedup_held_key(prefix), expires_s, dedup)
+    end
   elseif dedup then
     unindex(KEYS[6], dedup, id)
   end

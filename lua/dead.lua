@@ -3,11 +3,16 @@
 --
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] dead zset
--- KEYS[5] queue meta hash   KEYS[6] event stream (include events.lua)
+-- KEYS[5] queue meta hash (its `history` field: include history.lua, the
+--         failed run and the death, counted by kind)
+-- KEYS[6] event stream (include events.lua)
 -- KEYS[7] limits:state hash   KEYS[8] limits:ready zset   KEYS[9] wake list:
 --         a run holding a concurrency slot gives it back (include limits.lua)
 -- The jobs waiting on this one apply their on_dependency_failure policy
 -- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
+-- A throttled job (its `dedup_window`) frees its dedup key at once, the
+-- index entry and its `dedup:held` field (names derived from the prefix,
+-- keys.lua; dedup.lua unhold): only a completion opens a window.
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the job is an offload, its snapshot
 --         becomes `failed` with the note as its error and the redacted
@@ -21,17 +26,21 @@
 -- Returns {1} on success, {0, reason} when refused.
 
 -- @include clock.lua
+-- @include keys.lua
 -- @include lease.lua
+-- @include dedup.lua
 -- @include offload.lua
 -- @include graph.lua
 -- @include limits.lua
 -- @include wake.lua
+-- @include history.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[5], KEYS[6], ARGV[2])
+history_counts = redis.call('HGET', KEYS[5], 'history') == '1' and {} or nil
 local id = ARGV[3]
 local refused, run, f = check_owner(KEYS[1], KEYS[2], ARGV[4], 'dead', now,
-  {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents'})
+  {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents', 'dedup_window', 'dedup', 'kind'})
 if refused then
   return {0, refused}
 end
@@ -40,6 +49,7 @@ redis.call('HINCRBY', KEYS[1], 'failures', 1)
 redis.call('HSET', KEYS[1], 'state', 'dead', 'note', ARGV[5], 'dead_reason', ARGV[8],
   'finished_at', now, 'updated_at', now)
 redis.call('ZADD', KEYS[4], now, id)
+if f[10] then unhold(dedup_index_key(ARGV[2]), dedup_held_key(ARGV[2]), f[11], id) end
 journal(KEYS[2], now, 'dead', run, ARGV[5], ARGV[6],
   with_error(with_claim({'reason', ARGV[8]}, f[5], f[6]), ARGV[9], ARGV[10]))
 compact_journal(KEYS[2])
@@ -49,5 +59,10 @@ if f[9] then
 end
 if f[4] and limits_lib().release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then
   wake_workers(KEYS[9], 1)
+end
+if history_counts then
+  history_count(f[12] or '', 'failed', 1)
+  history_count(f[12] or '', 'dead', 1)
+  history_flush(ARGV[2], now)
 end
 return {1}

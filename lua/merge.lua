@@ -18,6 +18,8 @@
 -- ARGV[9] the id the merging enqueue generated (journaled as `by`: after a
 --         lost EXEC reply, the client finds it and does not merge again)
 -- KEYS[9] dedup index hash   KEYS[10] dedup:held zset (keys.lua dedup_held_key)
+-- KEYS[11] retrying zset: a job waiting for its retry (keys.lua retrying_key)
+--         is due at its new eligible_at there too, when a debounce moves it
 -- ARGV[10] the job's dedup field
 -- ARGV[11] debounce in ms ('' = none): the merged job's eligibility moves to
 --         now + this, whatever the decision (a parked job goes back to its
@@ -45,7 +47,7 @@
 
 local id = ARGV[3]
 local f, corrupt = read_job(KEYS[1], KEYS[2], {'state', 'run_count', 'priority', 'parked', 'dedup_window',
-  'dedup_until'})
+  'dedup_until', 'failures'})
 if corrupt then
   return corrupt_job(id, corrupt)
 end
@@ -113,6 +115,10 @@ if ARGV[11] ~= '' then
     redis.call('HDEL', KEYS[1], 'parked')
   end
   redis.call('ZADD', KEYS[4], eligible, id)
+  -- Waiting for its retry (only a job that has failed can be): its due time
+  -- in the `retrying` index moves with it (XX: a job not in it stays out).
+  -- An index only: its type does not stop the merge (as update.lua).
+  if f[7] then redis.pcall('ZADD', KEYS[11], 'XX', eligible, id) end
   redis.call('HSET', KEYS[1], 'eligible_at', eligible)
   extra[#extra + 1] = 'eligible_at'
   extra[#extra + 1] = eligible

@@ -6,7 +6,10 @@
 -- KEYS[1] running zset   KEYS[2] dead zset   KEYS[3] dedup index hash
 -- KEYS[4] wake list
 -- KEYS[5..8] pending zsets, CRITICAL first: the job's priority field picks one
--- KEYS[9] queue meta hash   KEYS[10] event stream (include events.lua)
+-- KEYS[9] queue meta hash (its `history` field: include history.lua, each
+--         lease expired a failed run, each death by the backstop or a start
+--         deadline a dead job, by kind)
+-- KEYS[10] event stream (include events.lua)
 -- KEYS[11] limits:state hash   KEYS[12] limits:ready zset: a run holding a
 --         concurrency slot gives it back (include limits.lua)
 -- When the backstop kills a job others wait on, they apply their policy
@@ -16,6 +19,9 @@
 -- ARGV[3] at most this many jobs per call
 -- ARGV[4] default max_failures ('none' = off)
 --
+-- A throttled job that dies here (its `dedup_window`) frees its dedup key
+-- at once, the index entry and its `dedup:held` field (dedup.lua unhold):
+-- only a completion opens a window (docs/dedup.md).
 -- A job that dies here and is an offload gets its `failed` snapshot and the
 -- redacted wake-up (include offload.lua), its error 'lease expired ...'.
 -- A job whose own data is corrupt (a job key that is not a hash, a priority
@@ -46,6 +52,7 @@
 -- @include quarantine.lua
 -- @include graph.lua
 -- @include limits.lua
+-- @include history.lua
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
@@ -55,6 +62,7 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumb
 local events_read = #ids > 0
 if events_read then
   events_open(KEYS[9], KEYS[10], ARGV[2])
+  history_counts = redis.call('HGET', KEYS[9], 'history') == '1' and {} or nil
 end
 local requeued, died = 0, 0
 local requeued_slots = false
@@ -64,7 +72,7 @@ for _, id in ipairs(ids) do
   local job_key, journal_key = job_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'failures', 'max_failures',
     'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents', 'slot', 'claimed_at',
-    'cancel_requested')
+    'cancel_requested', 'dedup_window', 'dedup', 'kind')
   local pending = nil
   if f.err then
     quarantine(job_key, journal_key, KEYS[2], id, now, 'job key is not a hash')
@@ -83,8 +91,11 @@ for _, id in ipairs(ids) do
     elseif not journal_ok(journal_key) then
       bad = 'journal key is not a stream'
     end
+    -- A throttled job that dies here frees its key at once (dedup.lua unhold).
+    local held = f[12] and f[13]
     if bad then
       quarantine(job_key, journal_key, KEYS[2], id, now, bad)
+      if held then unhold(KEYS[3], dedup_held_key(prefix), f[13], id) end
       graph_finished(prefix, f[8], job_key, id, now, false, nil, bad)
       died = died + 1
     else
@@ -98,11 +109,13 @@ for _, id in ipairs(ids) do
         extra[#extra + 1] = f[6] or ''
       end
       journal(journal_key, now, 'lease_expired', f[5], 'lease expired; worker presumed dead', nil, extra)
+      if history_counts then history_count(f[14] or '', 'failed', 1) end
       if limit and failures >= limit then
         local runs = failures .. (failures == 1 and ' failed run' or ' failed runs')
         redis.call('HSET', job_key, 'state', 'dead', 'failures', failures,
           'note', 'lease expired', 'dead_reason', 'max_failures', 'finished_at', now, 'updated_at', now)
         redis.call('ZADD', KEYS[2], now, id)
+        if held then unhold(KEYS[3], dedup_held_key(prefix), f[13], id) end
         journal(journal_key, now, 'dead', f[5],
           'retry backstop: ' .. runs .. ' (max_failures=' .. limit .. ')', nil,
           {'reason', 'max_failures'})
@@ -112,6 +125,7 @@ for _, id in ipairs(ids) do
           graph_finished(prefix, f[8], job_key, id, now, false, nil,
             'lease expired; retry backstop: ' .. runs)
         end
+        if history_counts then history_count(f[14] or '', 'dead', 1) end
         died = died + 1
       else
         redis.call('HSET', job_key, 'state', 'pending', 'failures', failures,
@@ -128,17 +142,19 @@ for _, id in ipairs(ids) do
   end
 end
 -- Past their start deadline (enqueue(expires=...)): see the header.
+local held_key = dedup_held_key(prefix)
 local EXPIRE_MAX = 1000
 local exp_key = feature_keys(prefix).expiring
 local due = redis.call('ZRANGE', exp_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, EXPIRE_MAX)
 if #due > 0 and not events_read then
   events_open(KEYS[9], KEYS[10], ARGV[2])
+  history_counts = redis.call('HGET', KEYS[9], 'history') == '1' and {} or nil
   events_read = true
 end
 for _, eid in ipairs(due) do
   local job_key, journal_key = job_keys(prefix, eid)
   local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'priority', 'dedup', 'parked',
-    'failures', 'dependents', 'lease_expires', 'run_count')
+    'failures', 'dependents', 'lease_expires', 'run_count', 'dedup_window', 'kind')
   local state = not f.err and f[1]
   local deadline = not f.err and tonumber(f[2])
   if (state == 'pending' or state == 'waiting') and deadline and deadline <= now then
@@ -157,7 +173,7 @@ for _, eid in ipairs(due) do
           limits_lib().unpark(feature_keys(prefix).limits_parked, f[5])
           redis.call('HDEL', job_key, 'parked')
         end
-        unindex(KEYS[3], f[4], eid)
+        if f[10] then unhold(KEYS[3], held_key, f[4], eid) else unindex(KEYS[3], f[4], eid) end
         if f[6] then redis.call('ZREM', retrying_key(prefix), eid) end
       else
         redis.call('ZREM', graph_queue_keys(prefix).waiting, eid)
@@ -173,6 +189,7 @@ for _, eid in ipairs(due) do
       compact_journal(journal_key)
       offload_settle(prefix, job_key, eid, 'failed', nil, note, now)
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, note)
+      if history_counts then history_count(f[11] or '', 'dead', 1) end
     end
     redis.call('ZREM', exp_key, eid)
   elseif state == 'running' then
@@ -192,6 +209,7 @@ end
 local orphans = redis.call('SPOP', graph_orphans_key(prefix), 100)
 if #orphans > 0 and not events_read then
   events_open(KEYS[9], KEYS[10], ARGV[2])
+  history_counts = redis.call('HGET', KEYS[9], 'history') == '1' and {} or nil
 end
 for _, oid in ipairs(orphans) do
   local o_key = job_keys(prefix, oid)
@@ -211,7 +229,6 @@ end
 -- until its window's end) is looked at again then; any other is freed, if
 -- the index still gives that job (its window over, dead, cancelled,
 -- suspended, trimmed). A pending holder keeps the key: its claim adds it back.
-local held_key = dedup_held_key(prefix)
 local due = redis.pcall('ZRANGEBYSCORE', held_key, '-inf', now, 'LIMIT', 0, 100)
 local index_type = #due > 0 and redis.call('TYPE', KEYS[3]).ok
 -- No index at all (its last field freed) still lets the sweep drop the fields.
@@ -242,6 +259,7 @@ if type(due) == 'table' and not due.err and #due > 0 and (index_type == 'hash' o
     end
   end
 end
+if history_counts then history_flush(prefix, now) end
 out[1] = requeued
 out[2] = died
 if requeued > 0 or requeued_slots then

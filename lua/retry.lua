@@ -4,11 +4,16 @@
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dead zset
 -- KEYS[6] dedup index hash   KEYS[7] wake list
--- KEYS[8] queue meta hash   KEYS[9] event stream (include events.lua)
+-- KEYS[8] queue meta hash (its `history` field: include history.lua, the
+--         failed run, and a death, counted by kind)
+-- KEYS[9] event stream (include events.lua)
 -- KEYS[10] limits:state hash   KEYS[11] limits:ready zset: a run holding a
 --         concurrency slot gives it back (include limits.lua)
 -- When the backstop kills a job others wait on, they apply their policy
 -- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
+-- A throttled job the backstop kills frees its dedup key at once (dedup.lua
+-- unhold; the `dedup:held` set's name derives from the prefix, keys.lua);
+-- one back to pending keeps it.
 -- A job back to pending joins the `retrying` index (keys.lua retrying_key),
 -- scored by when it is due, unless its cancel was requested (the claim
 -- that reaches it cancels it instead of running it).
@@ -35,9 +40,11 @@
 -- @include offload.lua
 -- @include graph.lua
 -- @include limits.lua
+-- @include history.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[8], KEYS[9], ARGV[2])
+history_counts = redis.call('HGET', KEYS[8], 'history') == '1' and {} or nil
 local id = ARGV[3]
 local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now)
 if refused then
@@ -46,7 +53,8 @@ end
 if o[4] and limits_lib().release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) then
   wake_workers(KEYS[7], 1)
 end
-local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents', 'cancel_requested')
+local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents', 'cancel_requested',
+  'dedup_window', 'dedup', 'kind')
 local failures = (tonumber(f[1]) or 0) + 1
 local limit = backstop(f[2], ARGV[11])
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
@@ -55,6 +63,7 @@ if limit and failures >= limit then
   redis.call('HSET', KEYS[1], 'state', 'dead', 'failures', failures,
     'note', ARGV[5], 'dead_reason', 'max_failures', 'finished_at', now, 'updated_at', now)
   redis.call('ZADD', KEYS[5], now, id)
+  if f[5] then unhold(KEYS[6], dedup_held_key(ARGV[2]), f[6], id) end -- throttled: no window
   journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
     with_error(with_claim({'failures', failures}, o[5], o[6]), ARGV[12], ARGV[13]))
   journal(KEYS[2], now, 'dead', run,
@@ -65,6 +74,11 @@ if limit and failures >= limit then
   offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now)
   if f[3] then
     graph_finished(ARGV[2], f[3], KEYS[1], id, now, false, nil, ARGV[5])
+  end
+  if history_counts then
+    history_count(f[7] or '', 'failed', 1)
+    history_count(f[7] or '', 'dead', 1)
+    history_flush(ARGV[2], now)
   end
   return {1, 'dead', 0, failures}
 end
@@ -80,4 +94,8 @@ journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
   with_error(with_claim({'failures', failures, 'delay_ms', delay}, o[5], o[6]), ARGV[12], ARGV[13]))
 compact_journal(KEYS[2])
 wake_workers(KEYS[7], 1)
+if history_counts then
+  history_count(f[7] or '', 'failed', 1)
+  history_flush(ARGV[2], now)
+end
 return {1, 'pending', delay, failures}

@@ -1,6 +1,9 @@
 -- retry_dead: DEAD -> PENDING for an operator (`venturi job retry`,
 -- `venturi dead retry`). The failure count restarts at 0, so the retry
 -- backstop gives the job its full budget again; the old count is journaled.
+-- A start deadline (`expires_at`, enqueue(expires=...)) is dropped: the
+-- operator's retry is the decision to run the job now, and an expired job
+-- kept it would only expire again (docs/semantics.md).
 --
 -- KEYS[1] dead zset   KEYS[2] dedup index hash   KEYS[3] wake list
 -- KEYS[4..7] pending zsets, CRITICAL first: each job's priority field picks one
@@ -59,7 +62,7 @@ for i = 4, #ARGV do
     materialize(job_key, journal_key)
     redis.call('HSET', job_key, 'state', 'pending', 'failures', 0, 'eligible_at', now,
       'updated_at', now, 'note', ARGV[3])
-    redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason')
+    redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason', 'expires_at')
     back_to_pending(pending, KEYS[2], job_key, id, now, f[5] or false)
     -- A fresh start, not a retry after a failure: out of the `retrying`
     -- index, where a job the claim quarantined may have been left (keys.lua).

@@ -13,6 +13,7 @@ from ._model.enums import DeadReason, JobState, Priority
 from ._model.errors import (
     ConfigurationError,
     CorruptQueueError,
+    EncryptionKeyMissing,
     JobNotFound,
     LeaseLostError,
     MergeConflictError,
@@ -25,10 +26,12 @@ from ._model.errors import (
 )
 from ._model.events import QueueEvent
 from ._model.flow import Flow
+from ._model.history import HistoryPoint
 from ._model.limits import Limit, LimitInfo, LimitKeyLoad, Rate
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
 from ._model.schedule import Schedule, ScheduleInfo
+from ._model.sealing import Encrypted, Encryption
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.bulk import BulkProgress
 from ._producer.client import Client, Queue
@@ -91,10 +94,14 @@ __all__ = [
     "CorruptQueueError",
     "DeadReason",
     "Durability",
+    "Encrypted",
+    "Encryption",
+    "EncryptionKeyMissing",
     "EnqueueManyOptions",
     "EnqueueOptions",
     "Flow",
     "Handler",
+    "HistoryPoint",
     "JobInfo",
     "JobNotFound",
     "JobState",

@@ -26,3 +26,18 @@ local function back_to_pending(pending, dedup_key, job_key, id, eligible, field)
   redis.call('ZADD', pending, eligible, id)
   reindex(dedup_key, job_key, id, field)
 end
+
+-- A throttled job (a dedup window, docs/dedup.md) ending other than
+-- completed: dead, cancelled, suspended or quarantined, from its run or
+-- from pending. Only a completion opens a window, so the key is free at
+-- once: its index entry, if still its own, and its look in `dedup:held`
+-- (keys.lua dedup_held_key) with it, so the sweep has nothing of it to keep.
+-- In pcalls: an index or held set of the wrong type leaves the key to the
+-- sweep (or the next enqueue's check), it does not stop the ending half
+-- written.
+local function unhold(dedup_key, held_key, field, id)
+  if field and field ~= '' and redis.pcall('HGET', dedup_key, field) == id then
+    redis.call('HDEL', dedup_key, field)
+    redis.pcall('ZREM', held_key, field)
+  end
+end

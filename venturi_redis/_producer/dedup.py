@@ -162,10 +162,21 @@ async def _try_merge(
                 return None  # replaced under us: the index has moved on
             # No stream yet for a job untouched since enqueue: journal_from
             # gives its `enqueued` entry from the hash just read.
-            journal = LazyJournal(journal_from(entries, [raw.get(name.encode()) for name in ENQUEUED_FIELDS]))
-            existing = unpack_model(task_cls, raw[b"payload"])
+            journal = LazyJournal(
+                journal_from(entries, [raw.get(name.encode()) for name in ENQUEUED_FIELDS]),
+                encryption=client.encryption,
+            )
+            # The merge decides here, client-side, under WATCH: it opens what it
+            # reads (a client without the key raises EncryptionKeyMissing) and
+            # seals what it writes; the merge script sees opaque bytes.
+            crypt = client.encryption
+            raw_payload, raw_carry = raw[b"payload"], raw.get(b"carry")
+            if crypt is not None:
+                raw_payload = crypt.open(raw_payload)
+                raw_carry = crypt.open(raw_carry) if raw_carry else raw_carry
+            existing = unpack_model(task_cls, raw_payload)
             carry_cls = task_cls.carry_type()
-            carry = unpack_model(carry_cls, raw[b"carry"]) if raw.get(b"carry") else task_cls.default_carry()
+            carry = unpack_model(carry_cls, raw_carry) if raw_carry else task_cls.default_carry()
             pending: Pending[Any, Any] = Pending(
                 job_id=holder,
                 payload=existing,
@@ -208,6 +219,8 @@ async def _try_merge(
                     raise PayloadTooLarge(
                         f"merged {job.kind} payload or carry is over the cap of {cap} bytes"
                     )
+                if crypt is not None:
+                    payload, carry_bytes = crypt.seal(payload), crypt.seal(carry_bytes)
                 new_prio = job.priority if job.explicit_priority else Priority.parse(new_task.priority())
             merge_call = queue.store.merge_call(
                 holder=holder,

@@ -52,6 +52,8 @@ async def update(
             raise PayloadTooLarge(
                 f"update of job {job_id}: {kind} payload is {len(payload)} bytes, over {cap}"
             )
+        if queue.client.encryption is not None:  # after the cap's check, as at enqueue
+            payload = queue.client.encryption.seal(payload)
     label = "" if priority is None else Priority.parse(priority).label
     delay_ms = ""
     if at is not None:

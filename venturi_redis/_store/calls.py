@@ -171,6 +171,7 @@ def merge(
             keys.limits_parked,
             keys.dedup,
             keys.dedup_held,
+            keys.retrying,
         ],
         [
             now,

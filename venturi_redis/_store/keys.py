@@ -39,6 +39,9 @@ key                                type    what it holds
 ``venturi:{q}:limits:state``       hash    running counts per kind and key, rate windows
 ``venturi:{q}:limits:parked``      zset    jobs waiting on a limit, lex-ordered by kind, key, priority
 ``venturi:{q}:limits:ready``       zset    limited kinds/keys with parked jobs, by when they may run
+``venturi:{q}:history:m:<s>``      hash    metrics history of the minute starting at <s> (epoch s):
+                                           ``<kind>\t<counter>`` -> count (lua/include/history.lua)
+``venturi:{q}:history:h:<s>``      hash    the same for the hour starting at <s>
 =================================  ======  ===========================================
 
 Pub/sub channel ``venturi:{q}:offload:<token>:done`` carries the redacted
@@ -297,6 +300,14 @@ class QueueKeys:
     # same two names from the prefix and the job's ``offload`` field.
     def offload(self, token: str) -> str:
         return f"{self.prefix}offload:{token}"
+
+    # The metrics history (lua/include/history.lua; keys.lua history_keys): the
+    # minute's and the hour's hash starting at ``start_s`` (epoch seconds).
+    def history_minute(self, start_s: int) -> str:
+        return f"{self.prefix}history:m:{start_s}"
+
+    def history_hour(self, start_s: int) -> str:
+        return f"{self.prefix}history:h:{start_s}"
 
     @property
     def journal_compact(self) -> str:

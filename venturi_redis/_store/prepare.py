@@ -22,6 +22,7 @@ from .._model.enums import Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
 from .._model.ids import new_job_id, new_job_ids
 from .._model.outcome import UNSET
+from .._model.sealing import Encryption
 from .._model.task import Task, task_kind
 from .keys import dedup_field, limit_field
 
@@ -161,6 +162,7 @@ class Prepared(NamedTuple):
 def prepare(
     task: Task[Any],
     cap: int,
+    encryption: Encryption | None,
     *,
     delay: float | timedelta = 0.0,
     priority: Priority | int | str | None = None,
@@ -176,6 +178,8 @@ def prepare(
     payload = pack_model(task)
     if len(payload) > cap:
         raise payload_too_large(kind, len(payload), cap)
+    if encryption is not None:  # sealed after the cap's check: the cap is on the plain value
+        payload = encryption.seal(payload)
     carry_bytes = b""
     if carry is not None:
         carry_cls = type(task).carry_type()
@@ -186,6 +190,8 @@ def prepare(
         carry_bytes = pack_model(carry)
         if len(carry_bytes) > cap:
             raise PayloadTooLarge(f"{kind} carry is {len(carry_bytes)} bytes, over the cap of {cap}")
+        if encryption is not None:
+            carry_bytes = encryption.seal(carry_bytes)
     if priority is None:
         prio = task.priority()
         if type(prio) is not Priority:
@@ -250,6 +256,7 @@ def prepare(
 def prepare_many(
     tasks: Sequence[Task[Any]],
     cap: int,
+    encryption: Encryption | None,
     *,
     delay: float | timedelta = 0.0,
     priority: Priority | int | str | None = None,
@@ -271,6 +278,7 @@ def prepare_many(
     first = prepare(
         tasks[0],
         cap,
+        encryption=encryption,
         delay=delay,
         priority=priority,
         lease=lease,
@@ -293,6 +301,8 @@ def prepare_many(
         payload = pack(task)
         if len(payload) > cap:
             raise payload_too_large(kind, len(payload), cap)
+        if encryption is not None:
+            payload = encryption.seal(payload)
         if not explicit:
             prio = Priority.parse(task.priority())
         key = task.dedup_key()

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from .._model import batch_note
-from .._model.endings import COMPLETED, Completed, Dead, Ending, Failed, Released
+from .._model.endings import COMPLETED, Completed, Ending, Failed, Released
 from .._model.outcome import Outcome
 from .execute import (
     _NO_TIMEOUT,
@@ -319,8 +319,10 @@ async def execute_batch(host: RunHost, cls: type[Any], jobs: list[Job], sync: bo
     registry = host.registry
     for i, job in enumerate(jobs):
         started = start_run(host, cls, job, registry)
-        if isinstance(started, Dead):
-            endings[i] = started  # its data does not decode: dead, and not in the call
+        if not isinstance(started, tuple):
+            endings[i] = (
+                started  # its data does not decode (dead) or cannot be decrypted here: not in the call
+            )
             continue
         items.append(BatchItem(*started))
         ran.append(i)
@@ -434,7 +436,7 @@ def _endings(
     endings: list[Ending] = []
     for item, job, entry in zip(items, jobs, returned, strict=True):
         if isinstance(entry, Outcome):
-            endings.append(outcome_ending(item.task, entry))
+            endings.append(outcome_ending(item.task, entry, job.queue.client.encryption))
         elif isinstance(entry, (KeyboardInterrupt, SystemExit)):
             # Returned, not raised: this job's failure, not the process's stop.
             endings.append(
