@@ -410,3 +410,29 @@ async def test_an_operators_cancel_reaches_one_job_of_a_running_batch(queue: vr.
     for job_id, job_state in zip(ids, await _states(queue, ids), strict=True):
         expected = vr.JobState.CANCELLED if job_id == state["first"] else vr.JobState.COMPLETED
         assert job_state is expected
+
+
+class Sealed(vr.Task):
+    KIND: ClassVar[str] = "batch.sealed"
+    card: str
+
+
+class SealedJob(Sealed, vr.BatchHandler[Any]):
+    @classmethod
+    async def handle_batch(cls, items: Sequence[vr.BatchItem[Sealed]], state: Any) -> Returned:
+        return [vr.Outcome.completed(result={"charged": item.task.card}) for item in items]
+
+
+async def test_a_batch_reads_and_seals_under_encryption_at_rest(url: str, queue_name: str) -> None:
+    secret = "4111-1111-1111-1111"
+    encryption = vr.Encryption(keys=[b"k" * 32])
+    async with vr.Client.from_url(url, encryption=encryption) as client:
+        queue = client.queue(queue_name)
+        ids = await queue.enqueue_many([Sealed(card=f"{secret}-{n}") for n in range(3)])
+        await drain(queue, SealedJob)
+        for n, job_id in enumerate(ids):
+            raw = await client.redis.hgetall(queue.keys.job(job_id))
+            assert secret.encode() not in b"".join(raw.values())
+            info = await queue.get(job_id)
+            assert info is not None and info.state is vr.JobState.COMPLETED
+            assert info.result == {"charged": f"{secret}-{n}"}
