@@ -436,3 +436,16 @@ async def test_a_batch_reads_and_seals_under_encryption_at_rest(url: str, queue_
             info = await queue.get(job_id)
             assert info is not None and info.state is vr.JobState.COMPLETED
             assert info.result == {"charged": f"{secret}-{n}"}
+
+
+async def test_the_testing_plugins_drain_runs_batches(url: str, queue_name: str) -> None:
+    from venturi_redis.testing import Clock
+    from venturi_redis.testing import drain as plugin_drain
+
+    async with vr.Client.from_url(url, clock=Clock()) as client:
+        queue = client.queue(queue_name)
+        ids = await queue.enqueue_many([Mail(to=f"u{i}") for i in range(12)])
+        state: dict[str, Any] = {}
+        report = await plugin_drain(queue, SendMails, state=state)
+        assert sorted(info.id for info in report.completed) == sorted(ids)
+        assert sorted(state["ids"]) == sorted(ids) and max(state["sizes"]) <= 10
