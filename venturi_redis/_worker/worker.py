@@ -116,7 +116,8 @@ class Worker(Serving, Generic[StateT]):
         jitter: Fraction of each retry delay shaved off, deterministically per
             job and attempt, so that retries of a burst spread out.
         batch_size: Most jobs taken by one claim (default: half of
-            ``concurrency``, rounded up; docs/design.md, "The worker runtime").
+            ``concurrency``, rounded up; docs/design.md, "The worker runtime");
+            a worker with a ``vr.BatchHandler`` claims enough to fill batches.
         poll_interval: Longest an idle worker sleeps without a wake-up.
         reclaim_interval: Seconds between expired-lease sweeps
             (default ``min(lease / 2, 15)``).
