@@ -40,7 +40,7 @@ CONTRACT_MODULES = {
     "test_resend",
     "test_retention", "test_retrying", "test_schedules", "test_schedules_corrupt", "test_scripts",
     "test_sync", "test_throttle", "test_update", "test_upgrade", "test_wait", "test_wake", "test_workflows",
-    "test_workflows_corrupt",
+    "test_workflows_corrupt", "test_batch_handlers",
     "test_history",
 }  # fmt: skip
 # Process, chaos and failover tests: `pytest -m "not slow"` leaves them out
