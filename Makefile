@@ -62,8 +62,16 @@ oldest: $(OLDEST_STAMP) ## Create .venv-oldest: the package on the oldest redis-
 example: $(STAMP) ## Run examples/bookmarks.py end to end (REDIS_URL, else the embedded memory://)
 	$(BIN)/python examples/bookmarks.py
 
+# The slow tests (`-m slow`: processes, chaos, failover; tests/conftest.py
+# SLOW_MODULES) mostly wait on processes and servers: they run beside the
+# rest, in a second pytest whose log is printed when both have ended.
 test: $(STAMP) ## Run the whole test suite (starts its own redis-server processes), then the managed set-ups
-	$(BIN)/python -m pytest -q
+	@log=$$(mktemp); \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow > "$$log" 2>&1 & slow=$$!; \
+	$(BIN)/python -m pytest -q -m "not slow"; fast=$$?; \
+	wait $$slow; status=$$?; \
+	echo "== the slow tests (-m slow: processes, chaos, failover)"; cat "$$log"; rm -f "$$log"; \
+	[ $$fast -eq 0 ] && [ $$status -eq 0 ]
 	$(MAKE) --no-print-directory test-managed
 
 # The contract suite again on each server set-up of managed Redis and
