@@ -12,7 +12,9 @@
 -- KEYS[13] limits:state hash   KEYS[14] limits:ready zset   KEYS[15] wake list
 -- KEYS[16] limits:parked zset: a run holding a concurrency slot gives it back,
 --         a pending job parked on a limit leaves the parked set (limits.lua)
--- A pending job leaves the `retrying` index (keys.lua retrying_key).
+-- A pending job leaves the `retrying` index (keys.lua retrying_key). A job
+-- with an order key leaves its key's queue, or, holding the key, lets the
+-- key's next job go (order.lua).
 -- A WAITING job leaves the graph; the jobs waiting on a cancelled job apply
 -- their on_dependency_failure policy (graph.lua; its queue-wide keys derive
 -- from the prefix, keys.lua graph_queue_keys).
@@ -38,12 +40,14 @@
 -- @include limits.lua
 -- @include wake.lua
 -- @include operator.lua
+-- @include order.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[11], KEYS[12], ARGV[2])
 local id = ARGV[3]
 local token = ARGV[5]
-local fields = {'state', 'run_count', 'dedup', 'cancel_requested', 'dependents', 'parked'}
+local fields = {'state', 'run_count', 'dedup', 'cancel_requested', 'dependents', 'parked',
+  'order_key', 'ordered'}
 local f
 if token == '' then
   -- An operator's cancel: a job whose own data is corrupt is refused before
@@ -110,6 +114,7 @@ elseif state == 'waiting' then
 else
   return {0, 'job is ' .. state}
 end
+if f[7] then order_release(ARGV[2], KEYS[1], f[7], id, f[8] or nil) end
 finish_cancelled(ARGV[2], KEYS[1], KEYS[2], KEYS[5], id, now, f[2], ARGV[4], state, owner, claimed)
 if f[5] then
   graph_finished(ARGV[2], f[5], KEYS[1], id, now, false, nil,

@@ -52,6 +52,12 @@
 -- is left half moved: the claim stops at the broken key, and returns the jobs
 -- it claimed before it, or, when it claimed none, the error.
 
+-- A job with an order key that the claim ends (cancel requested, expired,
+-- quarantined) lets its key's next job go (order.lua order_ended), once the
+-- scan is over: a job put in a pending set while the claim reads it could
+-- take a rank its ZREMRANGEBYRANK drops. A job waiting on its key is in no
+-- pending set: the claim never reads it.
+
 -- Flow control (docs/flow-control.md): when limits are on, the claim first
 -- takes from the ready rotation of limited entities (the kind, or kind and
 -- key, whose cap has room: the entity least recently served first), then
@@ -69,6 +75,7 @@
 -- @include quarantine.lua
 -- @include graph.lua
 -- @include limits.lua
+-- @include order.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -125,6 +132,14 @@ local claimed_ids, claimed_kinds, claimed_runs = {}, {}, {} -- the `claimed` eve
 -- per call, false for none; claim_limited below) are made only when limits
 -- are on: each function defined is a closure made per call.
 local config_of, claim_limited = nil, nil
+-- The jobs this claim ended that may hold an order key (job key, id, ...),
+-- released at the end (order_ended); nil while there are none.
+local ended = nil
+local function ended_ordered(job_key, id)
+  ended = ended or {}
+  ended[#ended + 1] = job_key
+  ended[#ended + 1] = id
+end
 if limits_on then
   local configs = {}
   config_of = function(kind)
@@ -215,7 +230,10 @@ local function take(id, listed)
   end
   if bad then
     quarantine(job_key, journal_key, KEYS[10], id, now_s, bad)
-    if not h.err then graph_orphaned(prefix, job_key, id) end
+    if not h.err then
+      graph_orphaned(prefix, job_key, id)
+      ended_ordered(job_key, id)
+    end
     return 'dropped'
   elseif not state then
     return 'dropped' -- a pending id whose hash is gone (removed by hand)
@@ -229,6 +247,7 @@ local function take(id, listed)
     finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, run_count,
       'cancel requested while running', 'pending')
     graph_orphaned(prefix, job_key, id)
+    ended_ordered(job_key, id)
     return 'dropped'
   elseif expired then
     -- Not started before its deadline (enqueue(expires=...)): dead, never
@@ -246,6 +265,7 @@ local function take(id, listed)
     compact_journal(journal_key)
     offload_settle(prefix, job_key, id, 'failed', nil, note, now_s)
     graph_orphaned(prefix, job_key, id)
+    ended_ordered(job_key, id)
     return 'dropped'
   end
   local lease = tonumber(lease_ms) or default_lease
@@ -409,16 +429,20 @@ if n > 0 then
     emit_many('claimed', now_s, claimed_ids, claimed_kinds, claimed_runs, {'worker', worker})
   end
 end
+if n < want and not broken then
+  -- Every level was read to its end, or to its first member not eligible
+  -- yet, whose score is in nxt.
+  out[2] = nxt
+  redis.call('DEL', KEYS[8])
+end
+if ended then
+  -- After the wake list's DEL: the token for a job let go here stays.
+  for i = 1, #ended, 2 do order_ended(prefix, ended[i], ended[i + 1]) end
+end
 if broken then
   if n == 0 then
     return redis.error_reply('VR_WRONGTYPE ' .. broken)
   end
   return out -- the jobs claimed before the broken key; the next claim reports it
-end
-if n < want then
-  -- Every level was read to its end, or to its first member not eligible
-  -- yet, whose score is in nxt.
-  out[2] = nxt
-  redis.call('DEL', KEYS[8])
 end
 return out

@@ -14,6 +14,8 @@
 -- A job others wait on (its `dependents` flag, read with the lease check)
 -- tells them here, in the same step (graph.lua; the queue-wide keys that
 -- takes derive from the prefix: keys.lua graph_queue_keys).
+-- A job with an order key (its `hooks` flag) lets the key's next job go to
+-- its pending set (order.lua; keys.lua order_keys).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and offload
 --         snapshot keys derive from it (include offload.lua: an offload's
@@ -50,6 +52,7 @@
 -- @include limits.lua
 -- @include wake.lua
 -- @include retention.lua
+-- @include order.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -150,7 +153,8 @@ for i = 0, n - 1 do
         -- A slot, an offload, dependents (lease.lua, `hooks`); a run claimed
         -- before 0.2 (no claimed_at) may have any of them without the flag.
         if f[6] or not f[5] then
-          local x = redis.call('HMGET', job_key, 'slot', OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents')
+          local x = redis.call('HMGET', job_key, 'slot', OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents',
+            'order_key')
           offload_settle(prefix, job_key, id, 'completed', result, nil, now, {x[2], x[3]})
           if x[4] then
             graph_finished(prefix, x[4], job_key, id, now, true, result, nil)
@@ -160,6 +164,8 @@ for i = 0, n - 1 do
             fk = fk or feature_keys(prefix)
             if lim.release(fk.limits_state, fk.limits_ready, job_key, x[1], now_s) then woke = woke + 1 end
           end
+          -- Its order key goes to the key's next job (order.lua).
+          if x[5] then order_release(prefix, job_key, x[5], id, nil) end
         end
       end
     end

@@ -8,6 +8,7 @@
 --         a run holding a concurrency slot gives it back (include limits.lua)
 -- The jobs waiting on this one apply their on_dependency_failure policy
 -- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
+-- A job with an order key releases it to the key's next job (order.lua).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the job is an offload, its snapshot
 --         becomes `failed` with the note as its error and the redacted
@@ -26,12 +27,13 @@
 -- @include graph.lua
 -- @include limits.lua
 -- @include wake.lua
+-- @include order.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[5], KEYS[6], ARGV[2])
 local id = ARGV[3]
 local refused, run, f = check_owner(KEYS[1], KEYS[2], ARGV[4], 'dead', now,
-  {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents'})
+  {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents', 'order_key'})
 if refused then
   return {0, refused}
 end
@@ -47,6 +49,7 @@ offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[7], f[8]})
 if f[9] then
   graph_finished(ARGV[2], f[9], KEYS[1], id, now, false, nil, ARGV[5])
 end
+if f[10] then order_release(ARGV[2], KEYS[1], f[10], id, nil) end
 if f[4] and limits_lib().release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then
   wake_workers(KEYS[9], 1)
 end

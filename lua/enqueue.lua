@@ -24,12 +24,20 @@
 -- limits hash: keys.lua feature_keys), eligible now, is parked instead of put
 -- in its pending set, so a claim never scans it (include limits.lua).
 --
+-- A job with an order key (its first optional pair `order_key`,
+-- Prepared.optional; include order.lua) holds its key and goes to its
+-- pending set when the key is free, else waits in the key's queue
+-- (`ordered`), in no pending set. The order keys are checked before the
+-- call's first write (a damaged one: VR_WRONGTYPE, nothing written), and
+-- only for a call that has an ordered job.
+--
 -- Returns {now, r1, ..., rn}: ri is '' when job i was created, or the id of
 -- the pending job already holding its dedup field (nothing written for i);
 -- for one job (n = 1), r1 alone (a string: a table reply costs Redis more
 -- to build than the rest of a small call's reply).
--- Errors: none; every precondition is the dedup check, made before any write
--- for that job.
+-- Errors: VR_WRONGTYPE when an order key of the queue is damaged and the
+-- call has an ordered job (nothing written); every other precondition is
+-- the dedup check, made before any write for that job.
 --
 -- A resend is a no-op. Job ids are fresh per enqueue call, so a job hash
 -- that already exists, or a dedup field that already names this very id,
@@ -47,6 +55,7 @@
 -- @include offload_pending.lua
 -- @include events.lua
 -- @include job_args.lua
+-- @include order.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -63,6 +72,21 @@ local out = one and nil or {now}
 local created = 0
 local ids, kinds, runs = nil, nil, nil -- the `enqueued` event's, for many jobs
 if events_stream and not one then ids, kinds, runs = {}, {}, {} end
+-- Ordered jobs (order.lua): their keys checked before the first write.
+local ok = nil
+do
+  local b = 6
+  for _ = 1, n do
+    local m = tonumber(ARGV[b + 6])
+    if m > 0 and ARGV[b + 7] == 'order_key' then
+      ok = order_keys(prefix)
+      local broken = order_broken(ok)
+      if broken then return redis.error_reply('VR_WRONGTYPE ' .. broken) end
+      break
+    end
+    b = b + 7 + 2 * m + (offload and 2 or 0)
+  end
+end
 local a = 6
 for i = 0, n - 1 do
   local id, kind, priority, delay, field, payload, m, first = job_at(a)
@@ -93,8 +117,15 @@ for i = 0, n - 1 do
   end
   if holder == '' then
     local eligible_s = delay == '0' and now_s or str(now + tonumber(delay))
+    local member = ''
+    if ok and m > 0 and ARGV[first] == 'order_key' then
+      member = order_arrive(ok, ARGV[first + 1], id)
+    end
     write_job(job_key, 'pending', kind, priority, eligible_s, now_s, payload, field, first, m)
-    if fk and delay == '0' and redis.call('HEXISTS', fk.limits, kind) == 1 then
+    if member ~= '' then
+      -- Waits on its key: in no pending set until its key lets it go.
+      redis.call('HSET', job_key, 'ordered', member)
+    elseif fk and delay == '0' and redis.call('HEXISTS', fk.limits, kind) == 1 then
       -- limits.lua's limit_park, inline: a helper (its closure, its level
       -- table) would cost every enqueue, limited or not.
       local level = priority == 'critical' and '0' or priority == 'high' and '1'

@@ -29,6 +29,9 @@
 -- when its lease would end, since a failed run leaves it pending; a finished
 -- or missing one leaves the index. A claim that reaches an expired job first
 -- ends it the same way (claim.lua).
+-- A job with an order key that dies here (backstop, quarantine, expiry)
+-- releases its key, or leaves its key's queue (order.lua); one requeued
+-- keeps it.
 -- Then the finished jobs of the `graph:orphans` set (keys.lua; the claim's
 -- cancel and quarantine endings add to it) tell their dependents.
 --
@@ -43,6 +46,7 @@
 -- @include quarantine.lua
 -- @include graph.lua
 -- @include limits.lua
+-- @include order.lua
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
@@ -61,7 +65,7 @@ for _, id in ipairs(ids) do
   local job_key, journal_key = job_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'failures', 'max_failures',
     'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents', 'slot', 'claimed_at',
-    'cancel_requested')
+    'cancel_requested', 'order_key')
   local pending = nil
   if f.err then
     quarantine(job_key, journal_key, KEYS[2], id, now, 'job key is not a hash')
@@ -83,6 +87,7 @@ for _, id in ipairs(ids) do
     if bad then
       quarantine(job_key, journal_key, KEYS[2], id, now, bad)
       graph_finished(prefix, f[8], job_key, id, now, false, nil, bad)
+      if f[12] then order_release(prefix, job_key, f[12], id, nil) end
       died = died + 1
     else
       materialize(job_key, journal_key) -- a first run's claim wrote no journal
@@ -109,6 +114,7 @@ for _, id in ipairs(ids) do
           graph_finished(prefix, f[8], job_key, id, now, false, nil,
             'lease expired; retry backstop: ' .. runs)
         end
+        if f[12] then order_release(prefix, job_key, f[12], id, nil) end
         died = died + 1
       else
         redis.call('HSET', job_key, 'state', 'pending', 'failures', failures,
@@ -135,7 +141,7 @@ end
 for _, eid in ipairs(due) do
   local job_key, journal_key = job_keys(prefix, eid)
   local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'priority', 'dedup', 'parked',
-    'failures', 'dependents', 'lease_expires', 'run_count')
+    'failures', 'dependents', 'lease_expires', 'run_count', 'order_key', 'ordered')
   local state = not f.err and f[1]
   local deadline = not f.err and tonumber(f[2])
   if (state == 'pending' or state == 'waiting') and deadline and deadline <= now then
@@ -143,10 +149,12 @@ for _, eid in ipairs(due) do
     if state == 'pending' and not pending then
       quarantine(job_key, journal_key, KEYS[2], eid, now, bad_priority(f[3]))
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, bad_priority(f[3]))
+      if f[10] then order_release(prefix, job_key, f[10], eid, f[11] or nil) end
     elseif not journal_ok(journal_key) then
       if pending then redis.call('ZREM', pending, eid) end
       quarantine(job_key, journal_key, KEYS[2], eid, now, 'journal key is not a stream')
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, 'journal key is not a stream')
+      if f[10] then order_release(prefix, job_key, f[10], eid, f[11] or nil) end
     else
       if pending then
         redis.call('ZREM', pending, eid)
@@ -170,6 +178,8 @@ for _, eid in ipairs(due) do
       compact_journal(journal_key)
       offload_settle(prefix, job_key, eid, 'failed', nil, note, now)
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, note)
+      -- Waiting on its key, it leaves the key's queue; holding it, it lets the next go.
+      if f[10] then order_release(prefix, job_key, f[10], eid, f[11] or nil) end
     end
     redis.call('ZREM', exp_key, eid)
   elseif state == 'running' then

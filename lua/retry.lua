@@ -9,6 +9,8 @@
 --         concurrency slot gives it back (include limits.lua)
 -- When the backstop kills a job others wait on, they apply their policy
 -- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
+-- A job with an order key keeps it while it waits for its retry; killed by
+-- the backstop, it releases it to the key's next job (order.lua).
 -- A job back to pending joins the `retrying` index (keys.lua retrying_key),
 -- scored by when it is due, unless its cancel was requested (the claim
 -- that reaches it cancels it instead of running it).
@@ -35,6 +37,7 @@
 -- @include offload.lua
 -- @include graph.lua
 -- @include limits.lua
+-- @include order.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[8], KEYS[9], ARGV[2])
@@ -46,7 +49,8 @@ end
 if o[4] and limits_lib().release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) then
   wake_workers(KEYS[7], 1)
 end
-local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents', 'cancel_requested')
+local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents', 'cancel_requested',
+  'order_key')
 local failures = (tonumber(f[1]) or 0) + 1
 local limit = backstop(f[2], ARGV[11])
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
@@ -66,6 +70,7 @@ if limit and failures >= limit then
   if f[3] then
     graph_finished(ARGV[2], f[3], KEYS[1], id, now, false, nil, ARGV[5])
   end
+  if f[5] then order_release(ARGV[2], KEYS[1], f[5], id, nil) end
   return {1, 'dead', 0, failures}
 end
 

@@ -11,6 +11,10 @@
 -- ARGV[3] note
 -- ARGV[4..] job ids
 --
+-- A retried job with an order key joins its key again as a new job would
+-- (order.lua): it holds the key when the key is free, else waits at the end
+-- of the key's queue. A damaged order key refuses it (nothing written).
+--
 -- A retried `@vr.offload` job's snapshot becomes `pending` again in the
 -- same step, without its expiry (include offload.lua), so resolve() and
 -- read_result report the rerun, not the old failure.
@@ -31,6 +35,7 @@
 -- @include wake.lua
 -- @include offload.lua
 -- @include operator.lua
+-- @include order.lua
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
@@ -40,12 +45,17 @@ local refused = {}
 for i = 4, #ARGV do
   local id = ARGV[i]
   local job_key, journal_key = job_keys(prefix, id)
-  local f, corrupt = read_job(job_key, journal_key, {'state', 'priority', 'run_count', 'failures'})
+  local f, corrupt = read_job(job_key, journal_key, {'state', 'priority', 'run_count', 'failures',
+    'order_key'})
   local pending = nil
+  local ok = nil
   if not corrupt and f[1] == 'dead' then
     pending = pending_key(4, f[2])
     if not pending then
       corrupt = bad_priority(f[2])
+    elseif f[5] then
+      ok = order_keys(prefix)
+      corrupt = order_broken(ok)
     end
   end
   if corrupt then
@@ -57,7 +67,12 @@ for i = 4, #ARGV do
     redis.call('HSET', job_key, 'state', 'pending', 'failures', 0, 'eligible_at', now,
       'updated_at', now, 'note', ARGV[3])
     redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason')
-    back_to_pending(pending, KEYS[2], job_key, id, now)
+    local member = ok and order_arrive(ok, f[5], id) or ''
+    if member == '' then
+      back_to_pending(pending, KEYS[2], job_key, id, now)
+    else
+      redis.call('HSET', job_key, 'ordered', member) -- behind its key's other jobs
+    end
     -- A fresh start, not a retry after a failure: out of the `retrying`
     -- index, where a job the claim quarantined may have been left (keys.lua).
     redis.call('ZREM', retrying_key(prefix), id)

@@ -53,6 +53,10 @@ HEADER_NAMES = [
     (r"limits:ready", "limits_ready"),
     (r"limits:parked", "limits_parked"),
     (r"limits hash", "limits"),
+    (r"^order:held", "order_held"),
+    (r"^order:queue", "order_queue"),
+    (r"^order:paused", "order_paused"),
+    (r"^order:seq", "order_seq"),
     (r"the finished zset", "finished"),
     (r"^(running|suspended|completed|dead|cancelled|waiting) zset", None),  # the word itself
 ]
@@ -109,6 +113,10 @@ def key_names() -> dict[str, str]:
             "schedules",
             "schedules_due",
             "schedules_wake",
+            "order_held",
+            "order_queue",
+            "order_paused",
+            "order_seq",
         ]
     }
     names.update({K.pending(p): "pending" for p in vr.Priority})
@@ -139,6 +147,8 @@ SAMPLE: dict[str, Any] = {
     "keep_ms": None,
     "limit": 1,
     "schedule_id": "s",
+    "key": "k",
+    "pause": True,
 }
 # Builders whose parameters the samples above do not cover, with theirs.
 OVERRIDES: dict[str, dict[str, Any]] = {
@@ -177,6 +187,7 @@ BUILDERS: dict[str, Any] = {
     "schedule_due": calls_schedule.schedule_due,
     "schedule_fire": calls_schedule.schedule_fire,
     "schedule_pause": calls_schedule.schedule_pause,
+    "order_pause": calls_ops.order_pause,
 }
 
 
@@ -246,11 +257,13 @@ local job, journal = job_keys(p, id)
 local deps, dependents, depresults = graph_keys(p, id)
 local f = feature_keys(p)
 local g = graph_queue_keys(p)
+local o = order_keys(p)
 return {job, journal, events_key(p), journal_scratch_key(p), offload_key(p, 'tok'), deps, dependents,
   depresults, graph_orphans_key(p), f.events, f.wake, f.limits, f.limits_state, f.limits_parked,
   f.limits_ready, retrying_key(p), f.expiring, g.waiting, g.dead, g.wake, g.pending.critical,
   g.pending.high,
-  g.pending.normal, g.pending.low}
+  g.pending.normal, g.pending.low, o.held, o.queue, o.paused, o.seq, o.wake, o.pending.critical,
+  o.pending.high, o.pending.normal, o.pending.low}
 """
 
 
@@ -262,7 +275,8 @@ def test_keys_lua_names_every_key_as_keys_py_does() -> None:
         K.job(J), K.journal(J), K.events, K.journal_compact, K.offload("tok"), K.deps(J), K.dependents(J),
         K.depresults(J), K.graph_orphans, K.events, K.wake, K.limits, K.limits_state, K.limits_parked,
         K.limits_ready, K.retrying, K.expiring, K.waiting, K.dead, K.wake,
-        *(K.pending(p) for p in HIGH_FIRST),
+        *(K.pending(p) for p in HIGH_FIRST), K.order_held, K.order_queue, K.order_paused, K.order_seq,
+        K.wake, *(K.pending(p) for p in HIGH_FIRST),
     ]  # fmt: skip
     assert got == want
     # Every name-building helper of keys.lua is in the script above.

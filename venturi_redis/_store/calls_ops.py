@@ -46,6 +46,26 @@ def retry_dead(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) -> C
     )
 
 
+def order_pause(keys: QueueKeys, now: str, *, key: str, pause: bool) -> Call:
+    """order_pause.lua: pause an order key (its pending holder held back), or resume it.
+
+    Its reply is 1 when the key's pause changed, 0 when it already was so.
+    """
+    return Call(
+        "order_pause",
+        [
+            keys.order_held,
+            keys.order_queue,
+            keys.order_paused,
+            keys.order_seq,
+            keys.wake,
+            *keys.pending_high_first,
+            keys.limits_parked,
+        ],
+        [now, keys.prefix, key, "1" if pause else ""],
+    )
+
+
 class Retried(NamedTuple):
     moved: list[str]  # the ids moved to pending
     refused: dict[str, str]  # id -> what is wrong with its own data (nothing written for it)
