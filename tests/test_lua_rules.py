@@ -61,7 +61,8 @@ def test_no_key_name_is_spliced_outside_keys_lua() -> None:
 
 QUEUE_WIDE = (
     r"prefix \.\. '(waiting|dead|wake|graph:orphans|journal-compact|retrying|expiring"
-    r"|pending:(critical|high|normal|low)|events|limits|limits:(state|parked|ready)|order:(held|queue|paused|seq))'\}?\s*"
+    r"|pending:(critical|high|normal|low)|events|limits|limits:(state|parked|ready)"
+    r"|order:(held|queue|paused|seq))'\}?\s*"
 )
 
 
