@@ -114,7 +114,7 @@ elseif state == 'waiting' then
 else
   return {0, 'job is ' .. state}
 end
-if f[7] then order_release(ARGV[2], KEYS[1], f[7], id, f[8] or nil) end
+if f[7] then order_lib().release(ARGV[2], KEYS[1], f[7], id, f[8] or nil) end
 finish_cancelled(ARGV[2], KEYS[1], KEYS[2], KEYS[5], id, now, f[2], ARGV[4], state, owner, claimed)
 if f[5] then
   graph_finished(ARGV[2], f[5], KEYS[1], id, now, false, nil,

@@ -53,7 +53,7 @@
 -- it claimed before it, or, when it claimed none, the error.
 
 -- A job with an order key that the claim ends (cancel requested, expired,
--- quarantined) lets its key's next job go (order.lua order_ended), once the
+-- quarantined) lets its key's next job go (order.lua, order_lib().ended), once the
 -- scan is over: a job put in a pending set while the claim reads it could
 -- take a rank its ZREMRANGEBYRANK drops. A job waiting on its key is in no
 -- pending set: the claim never reads it.
@@ -133,13 +133,8 @@ local claimed_ids, claimed_kinds, claimed_runs = {}, {}, {} -- the `claimed` eve
 -- are on: each function defined is a closure made per call.
 local config_of, claim_limited = nil, nil
 -- The jobs this claim ended that may hold an order key (job key, id, ...),
--- released at the end (order_ended); nil while there are none.
+-- released at the end (order.lua ended); nil while there are none.
 local ended = nil
-local function ended_ordered(job_key, id)
-  ended = ended or {}
-  ended[#ended + 1] = job_key
-  ended[#ended + 1] = id
-end
 if limits_on then
   local configs = {}
   config_of = function(kind)
@@ -232,7 +227,8 @@ local function take(id, listed)
     quarantine(job_key, journal_key, KEYS[10], id, now_s, bad)
     if not h.err then
       graph_orphaned(prefix, job_key, id)
-      ended_ordered(job_key, id)
+      ended = ended or {}
+      ended[#ended + 1], ended[#ended + 2] = job_key, id
     end
     return 'dropped'
   elseif not state then
@@ -247,7 +243,8 @@ local function take(id, listed)
     finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, run_count,
       'cancel requested while running', 'pending')
     graph_orphaned(prefix, job_key, id)
-    ended_ordered(job_key, id)
+    ended = ended or {}
+    ended[#ended + 1], ended[#ended + 2] = job_key, id
     return 'dropped'
   elseif expired then
     -- Not started before its deadline (enqueue(expires=...)): dead, never
@@ -265,7 +262,8 @@ local function take(id, listed)
     compact_journal(journal_key)
     offload_settle(prefix, job_key, id, 'failed', nil, note, now_s)
     graph_orphaned(prefix, job_key, id)
-    ended_ordered(job_key, id)
+    ended = ended or {}
+    ended[#ended + 1], ended[#ended + 2] = job_key, id
     return 'dropped'
   end
   local lease = tonumber(lease_ms) or default_lease
@@ -437,7 +435,7 @@ if n < want and not broken then
 end
 if ended then
   -- After the wake list's DEL: the token for a job let go here stays.
-  for i = 1, #ended, 2 do order_ended(prefix, ended[i], ended[i + 1]) end
+  for i = 1, #ended, 2 do order_lib().ended(prefix, ended[i], ended[i + 1]) end
 end
 if broken then
   if n == 0 then

@@ -165,7 +165,7 @@ for i = 0, n - 1 do
             if lim.release(fk.limits_state, fk.limits_ready, job_key, x[1], now_s) then woke = woke + 1 end
           end
           -- Its order key goes to the key's next job (order.lua).
-          if x[5] then order_release(prefix, job_key, x[5], id, nil) end
+          if x[5] then order_lib().release(prefix, job_key, x[5], id, nil) end
         end
       end
     end

@@ -73,14 +73,14 @@ local created = 0
 local ids, kinds, runs = nil, nil, nil -- the `enqueued` event's, for many jobs
 if events_stream and not one then ids, kinds, runs = {}, {}, {} end
 -- Ordered jobs (order.lua): their keys checked before the first write.
-local ok = nil
+local ok, ol = nil, nil -- order_keys(prefix) and order_lib(), for a call with an ordered job
 do
   local b = 6
   for _ = 1, n do
     local m = tonumber(ARGV[b + 6])
     if m > 0 and ARGV[b + 7] == 'order_key' then
-      ok = order_keys(prefix)
-      local broken = order_broken(ok)
+      ok, ol = order_keys(prefix), order_lib()
+      local broken = ol.broken(ok)
       if broken then return redis.error_reply('VR_WRONGTYPE ' .. broken) end
       break
     end
@@ -119,7 +119,7 @@ for i = 0, n - 1 do
     local eligible_s = delay == '0' and now_s or str(now + tonumber(delay))
     local member = ''
     if ok and m > 0 and ARGV[first] == 'order_key' then
-      member = order_arrive(ok, ARGV[first + 1], id)
+      member = ol.arrive(ok, ARGV[first + 1], id)
     end
     write_job(job_key, 'pending', kind, priority, eligible_s, now_s, payload, field, first, m)
     if member ~= '' then

@@ -32,7 +32,8 @@
 local prefix, key = ARGV[2], ARGV[3]
 local ok = {held = KEYS[1], queue = KEYS[2], paused = KEYS[3], seq = KEYS[4], wake = KEYS[5],
   pending = {critical = KEYS[6], high = KEYS[7], normal = KEYS[8], low = KEYS[9]}}
-local broken = order_broken(ok)
+local ol = order_lib()
+local broken = ol.broken(ok)
 if broken then
   return redis.error_reply('VR_WRONGTYPE ' .. broken)
 end
@@ -49,7 +50,7 @@ if ARGV[4] == '1' then
         redis.call('HDEL', job_key, 'parked')
       end
       -- Sequence 0: before every job of the key, which were enqueued after it.
-      local member = key .. ORDER_SEP .. string.rep('0', 16) .. holder
+      local member = key .. ol.SEP .. string.rep('0', 16) .. holder
       redis.call('ZADD', ok.queue, 0, member)
       redis.call('HSET', job_key, 'ordered', member)
       redis.call('HDEL', ok.held, key)
@@ -66,6 +67,6 @@ if holder then
   end
 end
 if not holder then
-  order_next(prefix, ok, key)
+  ol.next(prefix, ok, key)
 end
 return changed

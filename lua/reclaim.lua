@@ -87,7 +87,7 @@ for _, id in ipairs(ids) do
     if bad then
       quarantine(job_key, journal_key, KEYS[2], id, now, bad)
       graph_finished(prefix, f[8], job_key, id, now, false, nil, bad)
-      if f[12] then order_release(prefix, job_key, f[12], id, nil) end
+      if f[12] then order_lib().release(prefix, job_key, f[12], id, nil) end
       died = died + 1
     else
       materialize(job_key, journal_key) -- a first run's claim wrote no journal
@@ -114,7 +114,7 @@ for _, id in ipairs(ids) do
           graph_finished(prefix, f[8], job_key, id, now, false, nil,
             'lease expired; retry backstop: ' .. runs)
         end
-        if f[12] then order_release(prefix, job_key, f[12], id, nil) end
+        if f[12] then order_lib().release(prefix, job_key, f[12], id, nil) end
         died = died + 1
       else
         redis.call('HSET', job_key, 'state', 'pending', 'failures', failures,
@@ -149,12 +149,12 @@ for _, eid in ipairs(due) do
     if state == 'pending' and not pending then
       quarantine(job_key, journal_key, KEYS[2], eid, now, bad_priority(f[3]))
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, bad_priority(f[3]))
-      if f[10] then order_release(prefix, job_key, f[10], eid, f[11] or nil) end
+      if f[10] then order_lib().release(prefix, job_key, f[10], eid, f[11] or nil) end
     elseif not journal_ok(journal_key) then
       if pending then redis.call('ZREM', pending, eid) end
       quarantine(job_key, journal_key, KEYS[2], eid, now, 'journal key is not a stream')
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, 'journal key is not a stream')
-      if f[10] then order_release(prefix, job_key, f[10], eid, f[11] or nil) end
+      if f[10] then order_lib().release(prefix, job_key, f[10], eid, f[11] or nil) end
     else
       if pending then
         redis.call('ZREM', pending, eid)
@@ -179,7 +179,7 @@ for _, eid in ipairs(due) do
       offload_settle(prefix, job_key, eid, 'failed', nil, note, now)
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, note)
       -- Waiting on its key, it leaves the key's queue; holding it, it lets the next go.
-      if f[10] then order_release(prefix, job_key, f[10], eid, f[11] or nil) end
+      if f[10] then order_lib().release(prefix, job_key, f[10], eid, f[11] or nil) end
     end
     redis.call('ZREM', exp_key, eid)
   elseif state == 'running' then

@@ -70,7 +70,7 @@ if limit and failures >= limit then
   if f[3] then
     graph_finished(ARGV[2], f[3], KEYS[1], id, now, false, nil, ARGV[5])
   end
-  if f[5] then order_release(ARGV[2], KEYS[1], f[5], id, nil) end
+  if f[5] then order_lib().release(ARGV[2], KEYS[1], f[5], id, nil) end
   return {1, 'dead', 0, failures}
 end
 

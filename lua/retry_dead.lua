@@ -55,7 +55,7 @@ for i = 4, #ARGV do
       corrupt = bad_priority(f[2])
     elseif f[5] then
       ok = order_keys(prefix)
-      corrupt = order_broken(ok)
+      corrupt = order_lib().broken(ok)
     end
   end
   if corrupt then
@@ -67,7 +67,7 @@ for i = 4, #ARGV do
     redis.call('HSET', job_key, 'state', 'pending', 'failures', 0, 'eligible_at', now,
       'updated_at', now, 'note', ARGV[3])
     redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason')
-    local member = ok and order_arrive(ok, f[5], id) or ''
+    local member = ok and order_lib().arrive(ok, f[5], id) or ''
     if member == '' then
       back_to_pending(pending, KEYS[2], job_key, id, now)
     else
