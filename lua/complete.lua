@@ -15,7 +15,7 @@
 -- tells them here, in the same step (graph.lua; the queue-wide keys that
 -- takes derive from the prefix: keys.lua graph_queue_keys).
 -- A job with an order key (its `hooks` flag) lets the key's next job go to
--- its pending set (order.lua; keys.lua order_keys).
+-- its pending set (order.lua; keys.lua feature_keys).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and offload
 --         snapshot keys derive from it (include offload.lua: an offload's

@@ -25,7 +25,7 @@
 -- in its pending set, so a claim never scans it (include limits.lua).
 --
 -- A job with an order key (its first optional pair `order_key`,
--- Prepared.optional; include order.lua) holds its key and goes to its
+-- Prepared.optional; order.lua's arrive and broken, inline) holds its key and goes to its
 -- pending set when the key is free, else waits in the key's queue
 -- (`ordered`), in no pending set. The order keys are checked before the
 -- call's first write (a damaged one: VR_WRONGTYPE, nothing written), and
@@ -55,7 +55,6 @@
 -- @include offload_pending.lua
 -- @include events.lua
 -- @include job_args.lua
--- @include order.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -72,20 +71,41 @@ local out = one and nil or {now}
 local created = 0
 local ids, kinds, runs = nil, nil, nil -- the `enqueued` event's, for many jobs
 if events_stream and not one then ids, kinds, runs = {}, {}, {} end
--- Ordered jobs (order.lua): their keys checked before the first write.
-local ok, ol = nil, nil -- order_keys(prefix) and order_lib(), for a call with an ordered job
-do
+-- Ordered jobs: the order keys checked before the first write. order.lua's
+-- helpers inline, here and below: its closure would cost every enqueue.
+-- One job: its first optional pair is ARGV[13] (an offload token, there
+-- when it has none, is never 'order_key'); many: a walk of their layouts.
+local ok = nil -- feature_keys(prefix), for a call with an ordered job
+local ordered = false
+if n == 1 then
+  ordered = ARGV[13] == 'order_key'
+else
   local b = 6
   for _ = 1, n do
     local m = tonumber(ARGV[b + 6])
     if m > 0 and ARGV[b + 7] == 'order_key' then
-      ok, ol = order_keys(prefix), order_lib()
-      local broken = ol.broken(ok)
-      if broken then return redis.error_reply('VR_WRONGTYPE ' .. broken) end
+      ordered = true
       break
     end
     b = b + 7 + 2 * m + (offload and 2 or 0)
   end
+end
+if ordered then
+  ok = feature_keys(prefix)
+  local broken = nil
+  if type(redis.pcall('HLEN', ok.order_held)) == 'table' then
+    broken = ok.order_held .. ' is not a hash'
+  elseif type(redis.pcall('ZCARD', ok.order_queue)) == 'table' then
+    broken = ok.order_queue .. ' is not a sorted set'
+  elseif type(redis.pcall('SCARD', ok.order_paused)) == 'table' then
+    broken = ok.order_paused .. ' is not a set'
+  else
+    local seq = redis.pcall('GET', ok.order_seq)
+    if type(seq) == 'table' or (seq and not string.match(seq, '^%d+$')) then
+      broken = ok.order_seq .. ' is not a counter'
+    end
+  end
+  if broken then return redis.error_reply('VR_WRONGTYPE ' .. broken) end
 end
 local a = 6
 for i = 0, n - 1 do
@@ -119,7 +139,16 @@ for i = 0, n - 1 do
     local eligible_s = delay == '0' and now_s or str(now + tonumber(delay))
     local member = ''
     if ok and m > 0 and ARGV[first] == 'order_key' then
-      member = ol.arrive(ok, ARGV[first + 1], id)
+      -- It holds its key when the key is free and not paused, else waits at
+      -- the end of the key's line (order.lua's arrive).
+      local okey = ARGV[first + 1]
+      if not redis.call('HGET', ok.order_held, okey)
+          and redis.call('SISMEMBER', ok.order_paused, okey) == 0 then
+        redis.call('HSET', ok.order_held, okey, id)
+      else
+        member = okey .. '\255' .. string.format('%016d', redis.call('INCR', ok.order_seq)) .. id
+        redis.call('ZADD', ok.order_queue, 0, member)
+      end
     end
     write_job(job_key, 'pending', kind, priority, eligible_s, now_s, payload, field, first, m)
     if member ~= '' then

@@ -54,7 +54,7 @@ for i = 4, #ARGV do
     if not pending then
       corrupt = bad_priority(f[2])
     elseif f[5] then
-      ok = order_keys(prefix)
+      ok = order_lib().keys(prefix)
       corrupt = order_lib().broken(ok)
     end
   end

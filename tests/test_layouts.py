@@ -257,13 +257,11 @@ local job, journal = job_keys(p, id)
 local deps, dependents, depresults = graph_keys(p, id)
 local f = feature_keys(p)
 local g = graph_queue_keys(p)
-local o = order_keys(p)
 return {job, journal, events_key(p), journal_scratch_key(p), offload_key(p, 'tok'), deps, dependents,
   depresults, graph_orphans_key(p), f.events, f.wake, f.limits, f.limits_state, f.limits_parked,
   f.limits_ready, retrying_key(p), f.expiring, g.waiting, g.dead, g.wake, g.pending.critical,
   g.pending.high,
-  g.pending.normal, g.pending.low, o.held, o.queue, o.paused, o.seq, o.wake, o.pending.critical,
-  o.pending.high, o.pending.normal, o.pending.low}
+  g.pending.normal, g.pending.low, f.order_held, f.order_queue, f.order_paused, f.order_seq}
 """
 
 
@@ -276,7 +274,6 @@ def test_keys_lua_names_every_key_as_keys_py_does() -> None:
         K.depresults(J), K.graph_orphans, K.events, K.wake, K.limits, K.limits_state, K.limits_parked,
         K.limits_ready, K.retrying, K.expiring, K.waiting, K.dead, K.wake,
         *(K.pending(p) for p in HIGH_FIRST), K.order_held, K.order_queue, K.order_paused, K.order_seq,
-        K.wake, *(K.pending(p) for p in HIGH_FIRST),
     ]  # fmt: skip
     assert got == want
     # Every name-building helper of keys.lua is in the script above.

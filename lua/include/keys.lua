@@ -89,6 +89,15 @@ local function feature_keys(prefix)
     -- scored by expires_at (enqueue(expires=...)). job_args.lua adds a job
     -- as it is created; the reclaim sweep takes the ones past their deadline.
     expiring = prefix .. 'expiring',
+    -- Ordered keys (order.lua, docs/semantics.md "Ordered keys"), reached
+    -- only for a job with an order key (its `order_key` field, its `hooks`
+    -- flag): `order:held`, hash, order key -> the id of the job holding it;
+    -- `order:queue`, zset, every score 0, the jobs waiting on their key,
+    -- lex-ordered as order key, byte 255 (never in UTF-8), a 16-digit
+    -- sequence number, id; `order:paused`, set, the keys an operator
+    -- paused; `order:seq`, string, the sequence's counter.
+    order_held = prefix .. 'order:held', order_queue = prefix .. 'order:queue',
+    order_paused = prefix .. 'order:paused', order_seq = prefix .. 'order:seq',
   }
 end
 
@@ -120,22 +129,3 @@ local function graph_queue_keys(prefix)
   }
 end
 
--- The keys of ordered keys (order.lua, docs/semantics.md "Ordered keys"):
--- `order:held`, hash, order key -> the id of the job holding it (the one of
--- its jobs that may be pending, running, retrying or suspended);
--- `order:queue`, zset, every score 0, the jobs waiting on their key,
--- lex-ordered as order key, byte 255 (never in UTF-8), a 16-digit sequence
--- number, id; `order:paused`, set, the order keys an operator paused;
--- `order:seq`, string, the sequence's counter. Derived, not passed in KEYS,
--- and reached only for a job with an order key (its `order_key` field, its
--- `hooks` flag): a queue without ordered jobs pays nothing for them. The
--- pending sets by priority label and the wake list come too, for the job a
--- released key lets go.
-local function order_keys(prefix)
-  return {
-    held = prefix .. 'order:held', queue = prefix .. 'order:queue',
-    paused = prefix .. 'order:paused', seq = prefix .. 'order:seq', wake = prefix .. 'wake',
-    pending = {critical = prefix .. 'pending:critical', high = prefix .. 'pending:high',
-      normal = prefix .. 'pending:normal', low = prefix .. 'pending:low'},
-  }
-end

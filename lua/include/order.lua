@@ -10,19 +10,26 @@
 -- scripts that end a run read its `order_key` only then.
 
 -- @include keys.lua
--- @include wake.lua
 
 -- Everything is made by order_lib(), called only on the path of a job with
 -- an order key: each top-level `local function` is a closure made on every
 -- call of the script (limits.lua says so too), so a script that includes
 -- this pays for one closure while its jobs have no order key. It returns
--- the helpers in a table: broken, arrive, next, release, ended, SEP.
+-- the helpers in a table: keys, broken, arrive, next, release, ended, SEP.
 local function order_lib()
+  -- The order keys of the queue at `prefix` (keys.lua feature_keys), with
+  -- the pending sets by priority label and the wake list, for order_next.
+  local function order_keys(prefix)
+    local f = feature_keys(prefix)
+    return {held = f.order_held, queue = f.order_queue, paused = f.order_paused, seq = f.order_seq,
+      wake = f.wake, pending = graph_queue_keys(prefix).pending}
+  end
+
   -- The byte between an order key and its sequence number in `order:queue`
   -- (never in UTF-8, so one key's members are exactly [key SEP, key SEP SEP).
   local SEP = '\255'
 
-  -- What is wrong with one of the order keys `ok` (keys.lua order_keys),
+  -- What is wrong with one of the order keys `ok` (order_keys above),
   -- or nil: checked before the first write of a script that moves them. A
   -- damaged key stops only the ordered jobs (their key stays held: repair
   -- it, then queue.resume_key), never the others, which never read it.
@@ -37,7 +44,8 @@ local function order_lib()
     return nil
   end
 
-  -- A new job `id` of order key `okey` (its keys checked: order_broken):
+  -- A new job `id` of order key `okey` (its keys checked: order_broken;
+  -- enqueue.lua has its own copy, inline):
   -- it holds the key when the key is free and not paused (then '': the
   -- caller puts it in its pending set as usual), else it waits at the end
   -- of the key's queue: returns its member there (the caller stores it as
@@ -73,7 +81,8 @@ local function order_lib()
         redis.call('HDEL', job_key, 'ordered')
         redis.call('HSET', ok.held, okey, nid)
         redis.call('ZADD', ok.pending[f[3] or ''] or ok.pending.normal, tonumber(f[4]) or 0, nid)
-        wake_workers(ok.wake, 1)
+        -- wake.lua's wake_workers for one job, inline (the claim has no other use for it).
+        if redis.call('RPUSH', ok.wake, '1') > 1024 then redis.call('LTRIM', ok.wake, -1024, -1) end
         return 1
       end
     end
@@ -109,7 +118,7 @@ local function order_lib()
   end
 
   return {
-    broken = order_broken, arrive = order_arrive, next = order_next, release = order_release,
+    keys = order_keys, broken = order_broken, arrive = order_arrive, next = order_next, release = order_release,
     ended = order_ended, SEP = SEP,
   }
 end

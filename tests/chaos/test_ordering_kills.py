@@ -63,7 +63,9 @@ async def test_ordered_keys_keep_their_order_through_sigkills(
         for i in range(0, len(tasks), 5_000):
             await q.enqueue_many(tasks[i : i + 5_000])
         assert (await q.counts())["ordered"] == JOBS - KEYS
-        fleet = fleet_factory(redis_server.url, queue_name, lease=LEASE, concurrency=16, reclaim_interval=0.25)
+        fleet = fleet_factory(
+            redis_server.url, queue_name, lease=LEASE, concurrency=16, reclaim_interval=0.25
+        )
         for _ in range(WORKERS):
             fleet.start()
         started = time.monotonic()
