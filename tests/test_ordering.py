@@ -343,3 +343,28 @@ async def test_a_sharded_queue_keeps_each_key_in_one_partition(client: vr.Client
     await drain(sharded.partitions, StepJob, state=state, concurrency=8)
     for k in range(5):
         assert [n for key, n, _ in state["ran"] if key == f"k{k}"] == list(range(k, 30, 5))
+
+
+async def test_job_show_and_the_dashboard_name_the_order_key(queue: vr.Queue, backend: str) -> None:
+    from venturi_redis.dashboard._data import Redaction, job_dict
+
+    first = await queue.enqueue(Step(key="acct-42"))
+    second = await queue.enqueue(Step(key="acct-42"))
+    doc = job_dict(await _state(queue, second), Redaction())
+    assert (doc["order_key"], doc["order_waiting"]) == ("acct-42", True)
+    doc = job_dict(await _state(queue, first), Redaction())
+    assert (doc["order_key"], doc["order_waiting"]) == ("acct-42", False)
+    if backend == "redis":
+        from typer.testing import CliRunner
+
+        from venturi_redis.cli.commands import app
+
+        args = ["job", "show", second, "--redis", _redis_url(queue), "-q", queue.name]
+        show = await anyio.to_thread.run_sync(CliRunner().invoke, app, args)  # the CLI runs its own loop
+        assert show.exit_code == 0, show.output
+        assert "acct-42 (waiting behind an earlier job of its key)" in show.output
+
+
+def _redis_url(queue: vr.Queue) -> str:
+    kw = queue.client.redis.connection_pool.connection_kwargs
+    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
