@@ -319,6 +319,25 @@ async def test_a_damaged_order_key_stops_ordered_jobs_only(queue: vr.Queue) -> N
     assert [j[0] for j in await _claim(queue)] == [second]
 
 
+async def test_a_damaged_pending_set_leaves_the_key_held_and_the_batch_completes(queue: vr.Queue) -> None:
+    first = await queue.enqueue(Step(key="a", n=0))
+    second = await queue.enqueue(Step(key="a", n=1), priority="low")
+    other = await queue.enqueue(Step(n=2))
+    got = await _claim(queue)
+    assert sorted(j[0] for j in got) == sorted([first, other])
+    r = queue.client.redis
+    await r.set(queue.keys.pending(vr.Priority.LOW), "x")
+    c = queue.client
+    call = calls.complete(
+        queue.keys, c._now_arg(), [calls.completion(j, t, "", b"", b"", b"") for j, t in got]
+    )
+    assert list(await c.sender.call(call)) == [1, 1]  # both complete; the key stays held
+    assert (await _state(queue, second)).order_waiting
+    await r.delete(queue.keys.pending(vr.Priority.LOW))
+    assert await queue.resume_key("a") is False
+    assert [j[0] for j in await _claim(queue)] == [second]
+
+
 async def test_the_sync_face_pauses_and_resumes_a_key(url: str, queue_name: str) -> None:
     with vr.SyncClient(url) as client:
         queue = client.queue(queue_name)

@@ -63,8 +63,11 @@ local function order_lib()
   -- Give the free key `okey` to its first waiting job: it holds the key and
   -- goes to its pending set (a priority naming none goes to normal's, where
   -- the claim quarantines it), and a worker is woken. An entry whose job is
-  -- no longer waiting on it (deleted by hand) is dropped on the way.
-  -- Returns 1 when a job was let go, 0 when none waits (the key is free).
+  -- no longer waiting on it (deleted by hand) is dropped on the way. A
+  -- pending set or wake list of the wrong type stops it before any write:
+  -- the key stays with its finished holder (queue.resume_key, once it is
+  -- repaired, lets the next go), and the script's other work goes on.
+  -- Returns 1 when a job was let go, 0 when none was.
   local function order_next(prefix, ok, okey)
     while true do
       local m = redis.call('ZRANGEBYLEX', ok.queue, '[' .. okey .. SEP, '(' .. okey .. SEP .. SEP,
@@ -73,18 +76,23 @@ local function order_lib()
         redis.call('HDEL', ok.held, okey)
         return 0
       end
-      redis.call('ZREM', ok.queue, m[1])
       local nid = string.sub(m[1], #okey + 18)
       local job_key = job_keys(prefix, nid)
       local f = redis.pcall('HMGET', job_key, 'state', 'ordered', 'priority', 'eligible_at')
       if not f.err and f[1] == 'pending' and f[2] == m[1] then
+        local set = ok.pending[f[3] or ''] or ok.pending.normal
+        if type(redis.pcall('ZCARD', set)) == 'table' or type(redis.pcall('LLEN', ok.wake)) == 'table' then
+          return 0
+        end
+        redis.call('ZREM', ok.queue, m[1])
         redis.call('HDEL', job_key, 'ordered')
         redis.call('HSET', ok.held, okey, nid)
-        redis.call('ZADD', ok.pending[f[3] or ''] or ok.pending.normal, tonumber(f[4]) or 0, nid)
+        redis.call('ZADD', set, tonumber(f[4]) or 0, nid)
         -- wake.lua's wake_workers for one job, inline (the claim has no other use for it).
         if redis.call('RPUSH', ok.wake, '1') > 1024 then redis.call('LTRIM', ok.wake, -1024, -1) end
         return 1
       end
+      redis.call('ZREM', ok.queue, m[1])
     end
   end
 
