@@ -12,8 +12,11 @@
 -- KEYS[13] limits:state hash   KEYS[14] limits:ready zset   KEYS[15] wake list
 -- KEYS[16] limits:parked zset: a run holding a concurrency slot gives it back,
 --         a pending job parked on a limit leaves the parked set (limits.lua)
--- A pending job leaves the `retrying` index (keys.lua retrying_key). A job
--- with an order key leaves its key's queue, or, holding the key, lets the
+-- A pending job leaves the `retrying` index (keys.lua retrying_key).
+-- A throttled job (a `dedup_window`) leaves its key free at once, and its
+-- field the `dedup:held` set (keys.lua dedup_held_key; dedup.lua unhold):
+-- only a completion opens a window (docs/dedup.md).
+-- A job with an order key leaves its key's queue, or, holding the key, lets the
 -- key's next job go (order.lua).
 -- A WAITING job leaves the graph; the jobs waiting on a cancelled job apply
 -- their on_dependency_failure policy (graph.lua; its queue-wide keys derive
@@ -46,7 +49,7 @@ local now = now_ms(ARGV[1])
 events_open(KEYS[11], KEYS[12], ARGV[2])
 local id = ARGV[3]
 local token = ARGV[5]
-local fields = {'state', 'run_count', 'dedup', 'cancel_requested', 'dependents', 'parked',
+local fields = {'state', 'run_count', 'dedup', 'cancel_requested', 'dependents', 'parked', 'dedup_window',
   'order_key', 'ordered'}
 local f
 if token == '' then
@@ -95,6 +98,8 @@ if token ~= '' then
   end
   leave_running(KEYS[4], KEYS[1], id, ARGV[6], ARGV[7])
   owner, claimed = o[5], o[6]
+  -- Throttled: the run kept its key (claim.lua); a cancel opens no window.
+  if f[7] then unhold(KEYS[6], dedup_held_key(ARGV[2]), f[3], id) end
 elseif state == 'pending' then
   redis.call('ZREM', KEYS[7], id)
   redis.call('ZREM', KEYS[8], id)
@@ -105,16 +110,22 @@ elseif state == 'pending' then
     redis.call('HDEL', KEYS[1], 'parked')
   end
   redis.call('ZREM', retrying_key(ARGV[2]), id) -- waiting for a retry, maybe (keys.lua)
-  unindex(KEYS[6], f[3], id)
+  if f[7] then
+    unhold(KEYS[6], dedup_held_key(ARGV[2]), f[3], id) -- and a look an earlier run left
+  else
+    unindex(KEYS[6], f[3], id)
+  end
 elseif state == 'suspended' then
   redis.call('ZREM', KEYS[3], id)
+  -- Its suspend freed the key; one suspended before that did not.
+  if f[7] then unhold(KEYS[6], dedup_held_key(ARGV[2]), f[3], id) end
 elseif state == 'waiting' then
   redis.call('ZREM', graph_queue_keys(ARGV[2]).waiting, id)
   graph_detach(ARGV[2], id)
 else
   return {0, 'job is ' .. state}
 end
-if f[7] then order_lib().release(ARGV[2], KEYS[1], f[7], id, f[8] or nil) end
+if f[8] then order_lib().release(ARGV[2], KEYS[1], f[8], id, f[9] or nil) end
 finish_cancelled(ARGV[2], KEYS[1], KEYS[2], KEYS[5], id, now, f[2], ARGV[4], state, owner, claimed)
 if f[5] then
   graph_finished(ARGV[2], f[5], KEYS[1], id, now, false, nil,

@@ -4,7 +4,9 @@
 --
 -- KEYS[1..4] pending zsets, CRITICAL, HIGH, NORMAL, LOW
 -- KEYS[5]    running zset (scored by lease expiry)
--- KEYS[6]    dedup index hash
+-- KEYS[6]    dedup index hash (a throttled job's claim keeps its entry and
+--            adds its field to `dedup:held`, keys.lua dedup_held_key; the
+--            claim's cancel, expiry and quarantine endings free both at once)
 -- KEYS[7]    queue meta hash (fields `paused`, `events`, `limits`)
 -- KEYS[8]    wake list (wake.lua wake_workers): deleted when the claim
 --            comes back short or the queue is paused, since every token in it
@@ -162,6 +164,7 @@ local function take(id, listed)
   local state, kind, payload, priority, run_count, created, eligible, dedup, cancel
   local lease_ms, carry, failures, maxf, resume, timeout_ms, expires
   local hooks = false -- an offload or dependents to see to at the run's end (lease.lua)
+  local held = false -- a dedup window: the key stays held through the run (docs/dedup.md)
   local expired = false
   if h.err then
     bad = 'job key is not a hash'
@@ -185,6 +188,7 @@ local function take(id, listed)
       elseif k == 'cancel_requested' then cancel = v
       elseif k == 'expires_at' then expires = v
       elseif k == 'offload' or k == 'dependents' then hooks = true
+      elseif k == 'dedup_window' then hooks, held = true, true -- throttled: complete.lua holds the key on
       end
     end
     if not state then
@@ -226,6 +230,8 @@ local function take(id, listed)
   if bad then
     quarantine(job_key, journal_key, KEYS[10], id, now_s, bad)
     if not h.err then
+      -- Dead: its key is free (any dedup job's: a dead holder is no candidate).
+      if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
       graph_orphaned(prefix, job_key, id)
       ended = ended or {}
       ended[#ended + 1], ended[#ended + 2] = job_key, id
@@ -239,7 +245,9 @@ local function take(id, listed)
     -- cancel here instead of running it again.
     if not listed then redis.call('HDEL', job_key, 'parked') end
     materialize(job_key, journal_key, {created, priority, eligible})
-    unindex(KEYS[6], dedup, id)
+    -- A throttled job's key goes free with the look its last run left in
+    -- dedup:held (dedup.lua unhold): a cancel opens no window.
+    if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
     finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, run_count,
       'cancel requested while running', 'pending')
     graph_orphaned(prefix, job_key, id)
@@ -251,7 +259,7 @@ local function take(id, listed)
     -- run; its `expiring` index entry leaves with the reclaim's next sweep.
     if not listed then redis.call('HDEL', job_key, 'parked') end
     materialize(job_key, journal_key, {created, priority, eligible})
-    unindex(KEYS[6], dedup, id)
+    if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
     if failures then redis.call('ZREM', retrying_key(prefix), id) end
     local note = 'expired: not started before its deadline'
     redis.call('HSET', job_key, 'state', 'dead', 'note', note, 'dead_reason', 'expired',
@@ -280,7 +288,19 @@ local function take(id, listed)
       'claimed_at', now_s)
   end
   if not listed then redis.call('HDEL', job_key, 'parked') end
-  if dedup then unindex(KEYS[6], dedup, id) end
+  if held then
+    -- Throttled: the index keeps pointing at the job while it runs (an enqueue
+    -- of its key returns its id, _producer/dedup.py); the reclaim's sweep
+    -- looks at the field again at the lease's expiry (keys.lua dedup_held_key).
+    -- Only for the key's holder: a job that runs as its own row (another took
+    -- the key while it was out of pending) must not move the holder's look,
+    -- which may be a completed window's end that outlives its trimmed job.
+    if dedup and redis.pcall('HGET', KEYS[6], dedup) == id then
+      redis.pcall('ZADD', dedup_held_key(prefix), expires_s, dedup)
+    end
+  elseif dedup then
+    unindex(KEYS[6], dedup, id)
+  end
   -- A retried job leaves the retrying index (retry.lua, reclaim.lua) as it runs again.
   if failures then redis.call('ZREM', retrying_key(prefix), id) end
   running[2 * n - 1] = expires_s

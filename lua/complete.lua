@@ -11,6 +11,10 @@
 -- limits:state hash, limits:ready zset and wake list: their names derived
 -- from the prefix on those paths only (keys.lua), not in KEYS, which every
 -- call pays for.
+-- A throttled job (a `dedup_window`, read with the hooks: docs/dedup.md)
+-- whose key the dedup index still gives holds it until `dedup_until`, now +
+-- the window: that field on its hash, and the key's score in `dedup:held`
+-- (both names derived from the prefix: keys.lua dedup_index_key).
 -- A job others wait on (its `dependents` flag, read with the lease check)
 -- tells them here, in the same step (graph.lua; the queue-wide keys that
 -- takes derive from the prefix: keys.lua graph_queue_keys).
@@ -154,7 +158,17 @@ for i = 0, n - 1 do
         -- before 0.2 (no claimed_at) may have any of them without the flag.
         if f[6] or not f[5] then
           local x = redis.call('HMGET', job_key, 'slot', OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents',
-            'order_key')
+            'dedup_window', 'dedup', 'order_key')
+          if x[5] and x[6] and redis.pcall('HGET', dedup_index_key(prefix), x[6]) == id then
+            -- Throttled (docs/dedup.md): the key stays held by this job until
+            -- the window's end, on this script's clock. In pcalls: an index
+            -- or held set of the wrong type ends the window now, it does
+            -- not stop the completion half written.
+            local until_s = str(now + (tonumber(x[5]) or 0))
+            if type(redis.pcall('ZADD', dedup_held_key(prefix), until_s, x[6])) == 'number' then
+              redis.call('HSET', job_key, 'dedup_until', until_s)
+            end
+          end
           offload_settle(prefix, job_key, id, 'completed', result, nil, now, {x[2], x[3]})
           if x[4] then
             graph_finished(prefix, x[4], job_key, id, now, true, result, nil)
@@ -165,7 +179,7 @@ for i = 0, n - 1 do
             if lim.release(fk.limits_state, fk.limits_ready, job_key, x[1], now_s) then woke = woke + 1 end
           end
           -- Its order key goes to the key's next job (order.lua).
-          if x[5] then order_lib().release(prefix, job_key, x[5], id, nil) end
+          if x[7] then order_lib().release(prefix, job_key, x[7], id, nil) end
         end
       end
     end

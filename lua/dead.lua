@@ -8,6 +8,9 @@
 --         a run holding a concurrency slot gives it back (include limits.lua)
 -- The jobs waiting on this one apply their on_dependency_failure policy
 -- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
+-- A throttled job (its `dedup_window`) frees its dedup key at once, the
+-- index entry and its `dedup:held` field (names derived from the prefix,
+-- keys.lua; dedup.lua unhold): only a completion opens a window.
 -- A job with an order key releases it to the key's next job (order.lua).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the job is an offload, its snapshot
@@ -22,7 +25,9 @@
 -- Returns {1} on success, {0, reason} when refused.
 
 -- @include clock.lua
+-- @include keys.lua
 -- @include lease.lua
+-- @include dedup.lua
 -- @include offload.lua
 -- @include graph.lua
 -- @include limits.lua
@@ -33,7 +38,7 @@ local now = now_ms(ARGV[1])
 events_open(KEYS[5], KEYS[6], ARGV[2])
 local id = ARGV[3]
 local refused, run, f = check_owner(KEYS[1], KEYS[2], ARGV[4], 'dead', now,
-  {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents', 'order_key'})
+  {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents', 'dedup_window', 'dedup', 'order_key'})
 if refused then
   return {0, refused}
 end
@@ -42,6 +47,7 @@ redis.call('HINCRBY', KEYS[1], 'failures', 1)
 redis.call('HSET', KEYS[1], 'state', 'dead', 'note', ARGV[5], 'dead_reason', ARGV[8],
   'finished_at', now, 'updated_at', now)
 redis.call('ZADD', KEYS[4], now, id)
+if f[10] then unhold(dedup_index_key(ARGV[2]), dedup_held_key(ARGV[2]), f[11], id) end
 journal(KEYS[2], now, 'dead', run, ARGV[5], ARGV[6],
   with_error(with_claim({'reason', ARGV[8]}, f[5], f[6]), ARGV[9], ARGV[10]))
 compact_journal(KEYS[2])
@@ -49,7 +55,7 @@ offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[7], f[8]})
 if f[9] then
   graph_finished(ARGV[2], f[9], KEYS[1], id, now, false, nil, ARGV[5])
 end
-if f[10] then order_lib().release(ARGV[2], KEYS[1], f[10], id, nil) end
+if f[12] then order_lib().release(ARGV[2], KEYS[1], f[12], id, nil) end
 if f[4] and limits_lib().release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then
   wake_workers(KEYS[9], 1)
 end

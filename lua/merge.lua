@@ -17,6 +17,20 @@
 -- ARGV[8] new priority label
 -- ARGV[9] the id the merging enqueue generated (journaled as `by`: after a
 --         lost EXEC reply, the client finds it and does not merge again)
+-- KEYS[9] dedup index hash   KEYS[10] dedup:held zset (keys.lua dedup_held_key)
+-- KEYS[11] retrying zset: a job waiting for its retry (keys.lua retrying_key)
+--         is due at its new eligible_at there too, when a debounce moves it
+-- ARGV[10] the job's dedup field
+-- ARGV[11] debounce in ms ('' = none): the merged job's eligibility moves to
+--         now + this, whatever the decision (a parked job goes back to its
+--         pending set, KEYS[4], for the claim to park again when due)
+--
+-- Decision `check`, for a holder the client read out of pending: is the key
+-- still held by it? A throttled job (docs/dedup.md) holds it while it runs
+-- and until its `dedup_until` once completed (its `dedup:held` score when its
+-- hash was trimmed). Returns 2 when it is (the enqueue returns its id, nothing
+-- written); otherwise the index entry, if still this job's, is dropped and 0
+-- returned (the client tries the create again).
 --
 -- Returns 1, or 0 when the job is no longer pending (nothing written).
 -- Errors: VR_CORRUPTJOB when the job's own data is corrupt (its job key not a
@@ -29,11 +43,32 @@
 -- @include wake.lua
 -- @include limits.lua
 -- @include operator.lua
+-- @include dedup.lua
 
 local id = ARGV[3]
-local f, corrupt = read_job(KEYS[1], KEYS[2], {'state', 'run_count', 'priority', 'parked'})
+local f, corrupt = read_job(KEYS[1], KEYS[2], {'state', 'run_count', 'priority', 'parked', 'dedup_window',
+  'dedup_until', 'failures'})
 if corrupt then
   return corrupt_job(id, corrupt)
+end
+if ARGV[4] == 'check' then
+  if f[1] == 'pending' then return 0 end -- a merge candidate again: the client reads it anew
+  -- The index and the held set are read before the one write (HDEL).
+  local holder = redis.pcall('HGET', KEYS[9], ARGV[10])
+  if holder ~= id then return 0 end
+  local now = now_ms(ARGV[1])
+  local until_ms = nil
+  if f[1] == 'completed' then
+    until_ms = tonumber(f[6] or '')
+  elseif not f[1] then
+    local score = redis.pcall('ZSCORE', KEYS[10], ARGV[10])
+    until_ms = type(score) == 'string' and tonumber(score) or nil
+  end
+  if (f[1] == 'running' and f[5]) or (until_ms and until_ms > now) then
+    return 2
+  end
+  unindex(KEYS[9], ARGV[10], id)
+  return 0
 end
 if f[1] ~= 'pending' then
   return 0
@@ -70,6 +105,23 @@ if decision ~= 'keep' then
     extra[#extra + 1] = ARGV[8]
     wake_workers(KEYS[5], 1)
   end
+end
+if ARGV[11] ~= '' then
+  -- Debounce: eligible again only once the burst is quiet.
+  local eligible = str(now + tonumber(ARGV[11]))
+  if f[4] then
+    -- Parked on a limit (its member may have just moved to the new level).
+    limits_lib().unpark(KEYS[8], redis.call('HGET', KEYS[1], 'parked'))
+    redis.call('HDEL', KEYS[1], 'parked')
+  end
+  redis.call('ZADD', KEYS[4], eligible, id)
+  -- Waiting for its retry (only a job that has failed can be): its due time
+  -- in the `retrying` index moves with it (XX: a job not in it stays out).
+  -- An index only: its type does not stop the merge (as update.lua).
+  if f[7] then redis.pcall('ZADD', KEYS[11], 'XX', eligible, id) end
+  redis.call('HSET', KEYS[1], 'eligible_at', eligible)
+  extra[#extra + 1] = 'eligible_at'
+  extra[#extra + 1] = eligible
 end
 journal(KEYS[2], now, 'merged', f[2], nil, nil, extra)
 compact_journal(KEYS[2])

@@ -16,6 +16,9 @@
 -- ARGV[3] at most this many jobs per call
 -- ARGV[4] default max_failures ('none' = off)
 --
+-- A throttled job that dies here (its `dedup_window`) frees its dedup key
+-- at once, the index entry and its `dedup:held` field (dedup.lua unhold):
+-- only a completion opens a window (docs/dedup.md).
 -- A job that dies here and is an offload gets its `failed` snapshot and the
 -- redacted wake-up (include offload.lua), its error 'lease expired ...'.
 -- A job whose own data is corrupt (a job key that is not a hash, a priority
@@ -34,6 +37,9 @@
 -- keeps it.
 -- Then the finished jobs of the `graph:orphans` set (keys.lua; the claim's
 -- cancel and quarantine endings add to it) tell their dependents.
+--
+-- Then the throttled dedup keys due a look (keys.lua dedup_held_key) are
+-- kept or freed, up to 100 per sweep.
 --
 -- Returns {requeued, dead, id...}.
 
@@ -65,7 +71,7 @@ for _, id in ipairs(ids) do
   local job_key, journal_key = job_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'failures', 'max_failures',
     'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents', 'slot', 'claimed_at',
-    'cancel_requested', 'order_key')
+    'cancel_requested', 'dedup_window', 'dedup', 'order_key')
   local pending = nil
   if f.err then
     quarantine(job_key, journal_key, KEYS[2], id, now, 'job key is not a hash')
@@ -84,10 +90,13 @@ for _, id in ipairs(ids) do
     elseif not journal_ok(journal_key) then
       bad = 'journal key is not a stream'
     end
+    -- A throttled job that dies here frees its key at once (dedup.lua unhold).
+    local held = f[12] and f[13]
     if bad then
       quarantine(job_key, journal_key, KEYS[2], id, now, bad)
+      if held then unhold(KEYS[3], dedup_held_key(prefix), f[13], id) end
       graph_finished(prefix, f[8], job_key, id, now, false, nil, bad)
-      if f[12] then order_lib().release(prefix, job_key, f[12], id, nil) end
+      if f[14] then order_lib().release(prefix, job_key, f[14], id, nil) end
       died = died + 1
     else
       materialize(job_key, journal_key) -- a first run's claim wrote no journal
@@ -105,6 +114,7 @@ for _, id in ipairs(ids) do
         redis.call('HSET', job_key, 'state', 'dead', 'failures', failures,
           'note', 'lease expired', 'dead_reason', 'max_failures', 'finished_at', now, 'updated_at', now)
         redis.call('ZADD', KEYS[2], now, id)
+        if held then unhold(KEYS[3], dedup_held_key(prefix), f[13], id) end
         journal(journal_key, now, 'dead', f[5],
           'retry backstop: ' .. runs .. ' (max_failures=' .. limit .. ')', nil,
           {'reason', 'max_failures'})
@@ -114,7 +124,7 @@ for _, id in ipairs(ids) do
           graph_finished(prefix, f[8], job_key, id, now, false, nil,
             'lease expired; retry backstop: ' .. runs)
         end
-        if f[12] then order_lib().release(prefix, job_key, f[12], id, nil) end
+        if f[14] then order_lib().release(prefix, job_key, f[14], id, nil) end
         died = died + 1
       else
         redis.call('HSET', job_key, 'state', 'pending', 'failures', failures,
@@ -131,6 +141,7 @@ for _, id in ipairs(ids) do
   end
 end
 -- Past their start deadline (enqueue(expires=...)): see the header.
+local held_key = dedup_held_key(prefix)
 local EXPIRE_MAX = 1000
 local exp_key = feature_keys(prefix).expiring
 local due = redis.call('ZRANGE', exp_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, EXPIRE_MAX)
@@ -141,7 +152,7 @@ end
 for _, eid in ipairs(due) do
   local job_key, journal_key = job_keys(prefix, eid)
   local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'priority', 'dedup', 'parked',
-    'failures', 'dependents', 'lease_expires', 'run_count', 'order_key', 'ordered')
+    'failures', 'dependents', 'lease_expires', 'run_count', 'dedup_window', 'order_key', 'ordered')
   local state = not f.err and f[1]
   local deadline = not f.err and tonumber(f[2])
   if (state == 'pending' or state == 'waiting') and deadline and deadline <= now then
@@ -149,12 +160,12 @@ for _, eid in ipairs(due) do
     if state == 'pending' and not pending then
       quarantine(job_key, journal_key, KEYS[2], eid, now, bad_priority(f[3]))
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, bad_priority(f[3]))
-      if f[10] then order_lib().release(prefix, job_key, f[10], eid, f[11] or nil) end
+      if f[11] then order_lib().release(prefix, job_key, f[11], eid, f[12] or nil) end
     elseif not journal_ok(journal_key) then
       if pending then redis.call('ZREM', pending, eid) end
       quarantine(job_key, journal_key, KEYS[2], eid, now, 'journal key is not a stream')
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, 'journal key is not a stream')
-      if f[10] then order_lib().release(prefix, job_key, f[10], eid, f[11] or nil) end
+      if f[11] then order_lib().release(prefix, job_key, f[11], eid, f[12] or nil) end
     else
       if pending then
         redis.call('ZREM', pending, eid)
@@ -162,7 +173,7 @@ for _, eid in ipairs(due) do
           limits_lib().unpark(feature_keys(prefix).limits_parked, f[5])
           redis.call('HDEL', job_key, 'parked')
         end
-        unindex(KEYS[3], f[4], eid)
+        if f[10] then unhold(KEYS[3], held_key, f[4], eid) else unindex(KEYS[3], f[4], eid) end
         if f[6] then redis.call('ZREM', retrying_key(prefix), eid) end
       else
         redis.call('ZREM', graph_queue_keys(prefix).waiting, eid)
@@ -179,7 +190,7 @@ for _, eid in ipairs(due) do
       offload_settle(prefix, job_key, eid, 'failed', nil, note, now)
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, note)
       -- Waiting on its key, it leaves the key's queue; holding it, it lets the next go.
-      if f[10] then order_lib().release(prefix, job_key, f[10], eid, f[11] or nil) end
+      if f[11] then order_lib().release(prefix, job_key, f[11], eid, f[12] or nil) end
     end
     redis.call('ZREM', exp_key, eid)
   elseif state == 'running' then
@@ -211,6 +222,41 @@ for _, oid in ipairs(orphans) do
     -- A completion whose dependents could not be told then (graph.lua: a
     -- queue-wide key was damaged): told now, or kept for the next sweep.
     graph_finished(prefix, '1', o_key, oid, now, true, s[3] or '', nil)
+  end
+end
+-- Throttled keys due a look (keys.lua dedup_held_key; docs/dedup.md): a key
+-- whose job still holds it (running: until its lease's expiry; completed:
+-- until its window's end) is looked at again then; any other is freed, if
+-- the index still gives that job (its window over, dead, cancelled,
+-- suspended, trimmed). A pending holder keeps the key: its claim adds it back.
+local due = redis.pcall('ZRANGEBYSCORE', held_key, '-inf', now, 'LIMIT', 0, 100)
+local index_type = #due > 0 and redis.call('TYPE', KEYS[3]).ok
+-- No index at all (its last field freed) still lets the sweep drop the fields.
+if type(due) == 'table' and not due.err and #due > 0 and (index_type == 'hash' or index_type == 'none') then
+  for _, field in ipairs(due) do
+    local holder = redis.call('HGET', KEYS[3], field)
+    local again = nil
+    if holder then
+      local h = redis.pcall('HMGET', job_keys(prefix, holder), 'state', 'lease_expires', 'dedup_until')
+      if h.err then
+        h = {}
+      end
+      if h[1] == 'pending' then
+        again = nil
+      elseif h[1] == 'running' then
+        -- Its lease, or soon when that has expired (a reclaim to come).
+        again = (tonumber(h[2] or '') or 0) > now and h[2] or str(now + 1000)
+      elseif h[1] == 'completed' and tonumber(h[3] or '') and tonumber(h[3]) > now then
+        again = h[3]
+      else
+        redis.call('HDEL', KEYS[3], field)
+      end
+    end
+    if again then
+      redis.call('ZADD', held_key, again, field)
+    else
+      redis.call('ZREM', held_key, field)
+    end
   end
 end
 out[1] = requeued

@@ -9,6 +9,9 @@
 --         concurrency slot gives it back (include limits.lua)
 -- When the backstop kills a job others wait on, they apply their policy
 -- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
+-- A throttled job the backstop kills frees its dedup key at once (dedup.lua
+-- unhold; the `dedup:held` set's name derives from the prefix, keys.lua);
+-- one back to pending keeps it.
 -- A job with an order key keeps it while it waits for its retry; killed by
 -- the backstop, it releases it to the key's next job (order.lua).
 -- A job back to pending joins the `retrying` index (keys.lua retrying_key),
@@ -50,7 +53,7 @@ if o[4] and limits_lib().release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) th
   wake_workers(KEYS[7], 1)
 end
 local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents', 'cancel_requested',
-  'order_key')
+  'dedup_window', 'dedup', 'order_key')
 local failures = (tonumber(f[1]) or 0) + 1
 local limit = backstop(f[2], ARGV[11])
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
@@ -59,6 +62,7 @@ if limit and failures >= limit then
   redis.call('HSET', KEYS[1], 'state', 'dead', 'failures', failures,
     'note', ARGV[5], 'dead_reason', 'max_failures', 'finished_at', now, 'updated_at', now)
   redis.call('ZADD', KEYS[5], now, id)
+  if f[5] then unhold(KEYS[6], dedup_held_key(ARGV[2]), f[6], id) end -- throttled: no window
   journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
     with_error(with_claim({'failures', failures}, o[5], o[6]), ARGV[12], ARGV[13]))
   journal(KEYS[2], now, 'dead', run,
@@ -70,7 +74,7 @@ if limit and failures >= limit then
   if f[3] then
     graph_finished(ARGV[2], f[3], KEYS[1], id, now, false, nil, ARGV[5])
   end
-  if f[5] then order_lib().release(ARGV[2], KEYS[1], f[5], id, nil) end
+  if f[7] then order_lib().release(ARGV[2], KEYS[1], f[7], id, nil) end
   return {1, 'dead', 0, failures}
 end
 

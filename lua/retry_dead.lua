@@ -1,6 +1,9 @@
 -- retry_dead: DEAD -> PENDING for an operator (`venturi job retry`,
 -- `venturi dead retry`). The failure count restarts at 0, so the retry
 -- backstop gives the job its full budget again; the old count is journaled.
+-- A start deadline (`expires_at`, enqueue(expires=...)) is dropped: the
+-- operator's retry is the decision to run the job now, and an expired job
+-- kept it would only expire again (docs/semantics.md).
 --
 -- KEYS[1] dead zset   KEYS[2] dedup index hash   KEYS[3] wake list
 -- KEYS[4..7] pending zsets, CRITICAL first: each job's priority field picks one
@@ -45,15 +48,17 @@ local refused = {}
 for i = 4, #ARGV do
   local id = ARGV[i]
   local job_key, journal_key = job_keys(prefix, id)
-  local f, corrupt = read_job(job_key, journal_key, {'state', 'priority', 'run_count', 'failures',
-    'order_key'})
+  -- Read once, for every step below (a batch of thousands pays each read per job):
+  -- the dedup field (back_to_pending), the offload token and the KIND (the event).
+  local f, corrupt = read_job(job_key, journal_key,
+    {'state', 'priority', 'run_count', 'failures', 'dedup', 'offload', 'kind', 'order_key'})
   local pending = nil
   local ok = nil
   if not corrupt and f[1] == 'dead' then
     pending = pending_key(4, f[2])
     if not pending then
       corrupt = bad_priority(f[2])
-    elseif f[5] then
+    elseif f[8] then
       ok = order_lib().keys(prefix)
       corrupt = order_lib().broken(ok)
     end
@@ -66,19 +71,19 @@ for i = 4, #ARGV do
     materialize(job_key, journal_key)
     redis.call('HSET', job_key, 'state', 'pending', 'failures', 0, 'eligible_at', now,
       'updated_at', now, 'note', ARGV[3])
-    redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason')
-    local member = ok and order_lib().arrive(ok, f[5], id) or ''
+    redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason', 'expires_at')
+    local member = ok and order_lib().arrive(ok, f[8], id) or ''
     if member == '' then
-      back_to_pending(pending, KEYS[2], job_key, id, now)
+      back_to_pending(pending, KEYS[2], job_key, id, now, f[5] or false)
     else
       redis.call('HSET', job_key, 'ordered', member) -- behind its key's other jobs
     end
     -- A fresh start, not a retry after a failure: out of the `retrying`
     -- index, where a job the claim quarantined may have been left (keys.lua).
     redis.call('ZREM', retrying_key(prefix), id)
-    offload_repend(prefix, job_key, id)
+    if f[6] and f[6] ~= '' then offload_repend(prefix, job_key, id) end
     journal(journal_key, now, 'retried', f[3], ARGV[3], nil,
-      {'failures_before', f[4] or '0'})
+      {'failures_before', f[4] or '0'}, f[7] or '')
     out[#out + 1] = id
   end
 end

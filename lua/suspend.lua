@@ -6,6 +6,10 @@
 -- KEYS[5] queue meta hash   KEYS[6] event stream (include events.lua)
 -- KEYS[7] limits:state hash   KEYS[8] limits:ready zset   KEYS[9] wake list:
 --         a run holding a concurrency slot gives it back (include limits.lua)
+-- A throttled job (its `dedup_window`) frees its dedup key at once, the
+-- index entry and its `dedup:held` field (names derived from the prefix,
+-- keys.lua; dedup.lua unhold): a suspended job is not pending, and only a
+-- completion opens a window. resume.lua takes the key back if still free.
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] lease token   ARGV[5] note
 -- ARGV[6] attachment (msgpack or '')   ARGV[7] carry (msgpack or '')
@@ -14,14 +18,16 @@
 -- Returns {1} on success, {0, reason} when refused.
 
 -- @include clock.lua
+-- @include keys.lua
 -- @include lease.lua
+-- @include dedup.lua
 -- @include limits.lua
 -- @include wake.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[5], KEYS[6], ARGV[2])
 local id = ARGV[3]
-local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'suspend', now)
+local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'suspend', now, {'dedup_window', 'dedup'})
 if refused then
   return {0, refused}
 end
@@ -33,6 +39,7 @@ redis.call('HSET', KEYS[1], 'state', 'suspended', 'note', ARGV[5], 'updated_at',
 redis.call('HDEL', KEYS[1], 'resume_input', 'eligible_at')
 set_blob(KEYS[1], 'output', ARGV[8])
 redis.call('ZADD', KEYS[4], now, id)
+if o[7] then unhold(dedup_index_key(ARGV[2]), dedup_held_key(ARGV[2]), o[8], id) end
 journal(KEYS[2], now, 'suspended', run, ARGV[5], ARGV[6], with_claim({}, o[5], o[6]))
 compact_journal(KEYS[2])
 return {1}

@@ -446,6 +446,51 @@ def test_job_cancel_pending_running_finished(rurl: str, qname: str, sq: vr.SyncQ
     assert [e.event for e in sq.journal(running)][-1] == "cancel_requested"
 
 
+def test_job_update_priority_and_delay(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    pend = sq.enqueue(Echo(text="a"), delay=3600)
+    res = venturi("job", "update", pend, "--priority", "high", "--delay", "0", "--redis", rurl)
+    assert res.exit_code == 0 and "priority high, eligible at" in res.stdout
+    info = sq.get(pend)
+    assert info is not None and info.priority is vr.Priority.HIGH
+    assert sq.journal(pend)[-1].details["changed"] == "priority,eligible_at"
+    doc = venturi("job", "update", pend, "--delay", "60", "--redis", rurl, "-q", qname, "--json")
+    assert doc.exit_code == 0 and json.loads(doc.stdout)["updated"] is True
+    bad = venturi("job", "update", pend, "--priority", "urgent", "--redis", rurl, "-q", qname)
+    assert bad.exit_code == 2 and "urgent" in bad.stderr and "Traceback" not in bad.stderr
+    empty = venturi("job", "update", pend, "--redis", rurl, "-q", qname)
+    assert empty.exit_code == 2 and "--priority or --delay" in empty.stderr
+    assert sq.cancel(pend) == "cancelled"
+    gone = venturi("job", "update", pend, "--priority", "low", "--redis", rurl, "-q", qname)
+    assert gone.exit_code == 1
+    assert gone.stderr == f"venturi: job {pend} is cancelled, not pending in queue {qname}; nothing done\n"
+
+
+class Digest(vr.Task):
+    KIND: ClassVar[str] = "digest"
+
+    def dedup_key(self) -> str | None:
+        return "daily"
+
+    @classmethod
+    def dedup_window(cls) -> float:
+        return 3600
+
+
+class DigestJob(Digest, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[Any], state: Any) -> vr.Outcome:
+        return vr.Outcome.completed()
+
+
+def test_job_show_says_until_when_a_throttled_key_is_held(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    job = sq.enqueue(Digest())
+    drain(rurl, qname, DigestJob)
+    res = venturi("job", "show", job, "--redis", rurl, "-q", qname)
+    assert res.exit_code == 0 and "dedup held until" in res.stdout
+    doc = json.loads(venturi("job", "show", job, "--redis", rurl, "-q", qname, "--json").stdout)
+    assert doc["job"]["dedup_until"]
+    assert sq.enqueue(Digest()) == job  # inside the hour
+
+
 def test_dead_retry(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
     ids = sq.enqueue_many([Doomed() for _ in range(3)])
     drain(rurl, qname, DoomedJob)

@@ -791,6 +791,36 @@ async def test_job_page_shows_progress_escaped(world: World) -> None:
     assert XSS not in page.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
 
 
+class Digest(vr.Task):
+    KIND: ClassVar[str] = "digest"
+
+    def dedup_key(self) -> str | None:
+        return "daily"
+
+    @classmethod
+    def dedup_window(cls) -> float:
+        return 3600
+
+
+class DigestJob(Digest, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        return vr.Outcome.completed()
+
+
+async def test_job_page_shows_a_throttled_keys_window(world: World) -> None:
+    job_id = await world.queue.enqueue(Digest())
+    await run_until_event(world.queue, job_id, "completed", DigestJob)
+    info = await world.queue.get(job_id)
+    assert info is not None and info.dedup_until is not None
+    async with http(create_app(world.client)) as h:
+        page = await h.get(f"/queues/mail/jobs/{job_id}")
+        doc = (await h.get(f"/api/queues/mail/jobs/{job_id}")).json()["job"]
+        plain = await h.get(f"/queues/mail/jobs/{world.ids['completed']}")
+    assert 'id="job-throttle"' in page.text and "dedup key held until" in page.text
+    assert doc["dedup_until"]
+    assert 'id="job-throttle"' not in plain.text
+
+
 async def test_live_events_off_shows_how_to_turn_them_on(world: World) -> None:
     await world.queue.set_events(False)
     async with http(create_app(world.client)) as h:

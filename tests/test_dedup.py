@@ -226,6 +226,19 @@ async def test_claim_frees_the_key_and_a_returning_job_takes_it_back_only_if_fre
     assert await queue.enqueue(Refresh(feed_id="f", urls=["u10"])) == b
 
 
+async def test_a_job_the_claim_quarantines_frees_its_key(client: vr.Client, queue: vr.Queue) -> None:
+    a = await queue.enqueue(Refresh(feed_id="f", urls=["u1"]))
+    await client.redis.hset(queue.keys.job(a), "created_at", "not a time")  # corrupt by hand
+    await drain_one(queue, "")
+    assert (await queue.get(a)).state is vr.JobState.DEAD  # type: ignore[union-attr]
+    # a dead job is no candidate: the key is free, and an enqueue makes a new row
+    # (before, it kept pointing at the dead job: every enqueue of the key
+    # re-read it until MergeConflictError)
+    assert await index_of(client, queue, "refresh", "f") is None
+    b = await queue.enqueue(Refresh(feed_id="f", urls=["u2"]))
+    assert b != a and await index_of(client, queue, "refresh", "f") == b
+
+
 async def test_batch_collisions_behave_like_one_by_one(queue: vr.Queue) -> None:
     ids = await queue.enqueue_many(
         [

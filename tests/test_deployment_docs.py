@@ -12,15 +12,21 @@ import configparser
 import inspect
 import re
 import shlex
+import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import anyio
+import httpx
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 import venturi_redis as vr
+from venturi_redis._worker import metrics as metrics_module
 from venturi_redis.cli.commands import app
+from venturi_redis.dashboard import create_app
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "deployment.md"
 _MANIFEST_RE = re.compile(
@@ -50,7 +56,7 @@ def check_flags(argv: list[str]) -> None:
 
 
 def test_the_page_has_both_manifests() -> None:
-    assert set(manifests()) == {"kubernetes", "systemd"}
+    assert set(manifests()) == {"kubernetes", "systemd", "keda", "hpa"}
 
 
 def test_kubernetes_deployment() -> None:
@@ -70,6 +76,70 @@ def test_kubernetes_deployment() -> None:
     assert {"cpu", "memory"} <= set(resources["requests"])
     assert set(resources["limits"]) == {"memory"}  # no CPU limit: throttling misses renewals
     assert any(e["name"] == "REDIS_URL" for e in container["env"])
+
+
+def deployment() -> tuple[str, str]:
+    """The Deployment's name and the queue its worker consumes (the kubernetes manifest)."""
+    doc: dict[str, Any] = yaml.safe_load(manifests()["kubernetes"])
+    argv = doc["spec"]["template"]["spec"]["containers"][0]["command"]
+    return doc["metadata"]["name"], next(a.split("=", 1)[1] for a in argv if a.startswith("--queue="))
+
+
+def test_keda_scaled_object_on_the_scale_route() -> None:
+    """KEDA's metrics-api scaler: the URL is the dashboard's route for the Deployment's queue,
+    and ``valueLocation`` names a number the route really answers (read through the app)."""
+    scaled, auth = yaml.safe_load_all(manifests()["keda"])
+    name, queue = deployment()
+    assert (scaled["apiVersion"], scaled["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
+    assert scaled["spec"]["scaleTargetRef"]["name"] == name
+    assert 0 <= scaled["spec"]["minReplicaCount"] < scaled["spec"]["maxReplicaCount"]
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "metrics-api"
+    meta = trigger["metadata"]
+    assert all(isinstance(v, str) for v in meta.values())  # KEDA's metadata is strings only
+    url = urlsplit(meta["url"])
+    assert url.path == f"/api/queues/{queue}/scale"
+    assert float(meta["targetValue"]) > 0
+    assert meta["authMode"] == "bearer"
+    assert (auth["apiVersion"], auth["kind"]) == ("keda.sh/v1alpha1", "TriggerAuthentication")
+    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    assert [p["parameter"] for p in auth["spec"]["secretTargetRef"]] == ["token"]
+    # The route, read-only and behind a token as the page says, answers the field as a number.
+    body = anyio.run(_scale_route, url.path)
+    assert isinstance(body[meta["valueLocation"]], int | float)
+
+
+async def _scale_route(path: str) -> dict[str, Any]:
+    client = vr.Client.from_url(f"memory://deploy-{uuid.uuid4().hex[:8]}")
+    try:
+        app = create_app(client, read_only=True, token="t0ken")
+        transport = httpx.ASGITransport(app=app)
+        headers = {"authorization": "Bearer t0ken"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash", headers=headers) as h:
+            r = await h.get(path)
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        return body
+    finally:
+        await client.aclose()
+
+
+def test_hpa_on_the_prometheus_lag() -> None:
+    doc: dict[str, Any] = yaml.safe_load(manifests()["hpa"])
+    name, queue = deployment()
+    assert (doc["apiVersion"], doc["kind"]) == ("autoscaling/v2", "HorizontalPodAutoscaler")
+    target = doc["spec"]["scaleTargetRef"]
+    assert (target["apiVersion"], target["kind"], target["name"]) == ("apps/v1", "Deployment", name)
+    assert 1 <= doc["spec"]["minReplicas"] <= doc["spec"]["maxReplicas"]  # no worker, no metric
+    (metric,) = doc["spec"]["metrics"]
+    assert metric["type"] == "External"
+    ext = metric["external"]
+    # The gauge the workers really export, by the label they really set.
+    gauge = ext["metric"]["name"]
+    assert f'"{gauge}"' in inspect.getsource(metrics_module)
+    assert ext["metric"]["selector"]["matchLabels"] == {"queue": queue}
+    assert ext["target"]["type"] in ("Value", "AverageValue")
+    assert float(ext["target"][ext["target"]["type"][0].lower() + ext["target"]["type"][1:]]) > 0
 
 
 def test_systemd_unit() -> None:

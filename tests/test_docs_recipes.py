@@ -52,6 +52,7 @@ TESTED = {
     "journal",
     "dead-why",
     "retrying",
+    "throttled",
     "expiring",
     "ordered",
     "paused",
@@ -208,6 +209,32 @@ class Failing(Flaky):
 
 class FailingJob(Failing, FlakyJob):
     pass
+
+
+class Digest(vr.Task):
+    KIND: ClassVar[str] = "digest"
+
+    def dedup_key(self) -> str | None:
+        return "daily"
+
+    @classmethod
+    def dedup_window(cls) -> float:
+        return 3600
+
+
+class DigestJob(Digest, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[Any], state: Any) -> vr.Outcome:
+        return vr.Outcome.completed()
+
+
+async def test_throttled(queue: vr.Queue) -> None:
+    jid = await queue.enqueue(Digest())
+    await drain(queue, DigestJob)
+    held, hm = await run("throttled", queue, jid)
+    ((member, score),) = pairs(held)
+    state, dedup, window, until = (text(v) for v in hm)
+    assert (member, state, dedup, window) == ("6:digest:daily", "completed", member, "3600000")
+    assert score == float(until)
 
 
 async def test_retrying(queue: vr.Queue) -> None:

@@ -291,4 +291,18 @@ def test_a_task_whose_deadline_is_bad_is_refused_at_enqueue() -> None:
     from venturi_redis._store.prepare import prepare
 
     with pytest.raises(vr.ConfigurationError, match=r"expiry\.bad expires"):
-        prepare(Bad(), 1 << 20)
+        prepare(Bad(), 1 << 20, None)
+
+
+async def test_an_operators_retry_of_an_expired_job_runs_it(clocked: vr.Client, queue_name: str) -> None:
+    queue = clocked.queue(queue_name)
+    job = await queue.enqueue(Report(n=7), expires=1)
+    _clock(clocked).advance(2)
+    await _sweep(queue)
+    await _expired(queue, job)
+    assert await queue.retry_dead(kind="expiry.report") == [job]
+    info = await queue.get(job)
+    assert info is not None and info.state is vr.JobState.PENDING and info.expires_at is None
+    state: dict[str, Any] = {}
+    await drain(queue, ReportJob, state=state)
+    assert state["ran"] == [7]

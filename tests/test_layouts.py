@@ -35,6 +35,7 @@ J = "01J9ZQ4K8V3M0S5B2N7XWYQ1RT"
 # A header's words for a key (in order: the first that matches names it) -> its name.
 HEADER_NAMES = [
     (r"pending (zsets|sets), CRITICAL", "pending"),
+    (r"^retrying zset", "retrying"),
     (r"pending zset", "pending"),
     (r"new job's hash", "job"),
     (r"new job's journal", "journal"),
@@ -48,6 +49,7 @@ HEADER_NAMES = [
     (r"wake list", "wake"),
     (r"queue meta hash", "meta"),
     (r"event stream", "events"),
+    (r"dedup:held", "dedup_held"),
     (r"dedup index", "dedup"),
     (r"limits:state", "limits_state"),
     (r"limits:ready", "limits_ready"),
@@ -102,10 +104,12 @@ def key_names() -> dict[str, str]:
             "dead",
             "cancelled",
             "dedup",
+            "dedup_held",
             "meta",
             "wake",
             "events",
             "waiting",
+            "retrying",
             "limits",
             "limits_state",
             "limits_parked",
@@ -187,6 +191,7 @@ BUILDERS: dict[str, Any] = {
     "schedule_due": calls_schedule.schedule_due,
     "schedule_fire": calls_schedule.schedule_fire,
     "schedule_pause": calls_schedule.schedule_pause,
+    "update": calls_ops.update,
     "order_pause": calls_ops.order_pause,
 }
 
@@ -261,7 +266,8 @@ return {job, journal, events_key(p), journal_scratch_key(p), offload_key(p, 'tok
   depresults, graph_orphans_key(p), f.events, f.wake, f.limits, f.limits_state, f.limits_parked,
   f.limits_ready, retrying_key(p), f.expiring, g.waiting, g.dead, g.wake, g.pending.critical,
   g.pending.high,
-  g.pending.normal, g.pending.low, f.order_held, f.order_queue, f.order_paused, f.order_seq}
+  g.pending.normal, g.pending.low, dedup_held_key(p), dedup_index_key(p), f.order_held, f.order_queue,
+  f.order_paused, f.order_seq}
 """
 
 
@@ -273,7 +279,8 @@ def test_keys_lua_names_every_key_as_keys_py_does() -> None:
         K.job(J), K.journal(J), K.events, K.journal_compact, K.offload("tok"), K.deps(J), K.dependents(J),
         K.depresults(J), K.graph_orphans, K.events, K.wake, K.limits, K.limits_state, K.limits_parked,
         K.limits_ready, K.retrying, K.expiring, K.waiting, K.dead, K.wake,
-        *(K.pending(p) for p in HIGH_FIRST), K.order_held, K.order_queue, K.order_paused, K.order_seq,
+        *(K.pending(p) for p in HIGH_FIRST), K.dedup_held, K.dedup, K.order_held, K.order_queue,
+        K.order_paused, K.order_seq,
     ]  # fmt: skip
     assert got == want
     # Every name-building helper of keys.lua is in the script above.

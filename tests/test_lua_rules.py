@@ -60,7 +60,7 @@ def test_no_key_name_is_spliced_outside_keys_lua() -> None:
 
 
 QUEUE_WIDE = (
-    r"prefix \.\. '(waiting|dead|wake|graph:orphans|journal-compact|retrying|expiring"
+    r"prefix \.\. '(waiting|dead|wake|graph:orphans|journal-compact|retrying|expiring|dedup|dedup:held"
     r"|pending:(critical|high|normal|low)|events|limits|limits:(state|parked|ready)"
     r"|order:(held|queue|paused|seq))'\}?\s*"
 )
@@ -155,6 +155,9 @@ def _sample_calls() -> dict[str, calls.Call]:
         ),
         "cancel": calls.cancel(K, now, job_id="01JOB", note="n"),
         "resume": calls_ops.resume(K, now, job_id="01JOB", value=b"v"),
+        "update": calls_ops.update(
+            K, now, job_id="01JOB", kind="k", payload=b"p", dedup="", priority="high", delay_ms="0"
+        ),
         "extend": calls.extend(K, now, [("01JOB", "t", 1000)]),
         "reclaim": calls.reclaim(K, now, batch=1, max_failures="none"),
         "purge": calls_ops.purge(K, now, state="dead", keep_ms=0, batch=1),

@@ -29,9 +29,13 @@ class Step(vr.Task):
     n: int = 0
     fail_runs: int = 0  # the first runs that fail (retried)
     permanent: bool = False  # fails for good on its first run
+    dedup: str | None = None
 
     def order_key(self) -> str | None:
         return self.key
+
+    def dedup_key(self) -> str | None:
+        return self.dedup
 
 
 class StepJob(Step, vr.Handler[Any]):
@@ -387,3 +391,16 @@ async def test_job_show_and_the_dashboard_name_the_order_key(queue: vr.Queue, ba
 def _redis_url(queue: vr.Queue) -> str:
     kw = queue.client.redis.connection_pool.connection_kwargs
     return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+
+
+async def test_update_keeps_a_waiting_job_in_its_keys_line(queue: vr.Queue) -> None:
+    first = await queue.enqueue(Step(key="a", n=0))
+    second = await queue.enqueue(Step(key="a", n=1))
+    assert await queue.update(second, priority="critical", delay=0)
+    info = await _state(queue, second)
+    assert info.order_waiting and info.priority is vr.Priority.CRITICAL
+    assert [j[0] for j in await _claim(queue)] == [first]  # not the critical one: it waits its turn
+    with pytest.raises(vr.ConfigurationError, match="order key"):
+        await queue.update(second, task=Step(n=3, dedup="d"))
+    got = await queue.update(second, task=Step(key="a", n=4))
+    assert got and (await _state(queue, second)).order_waiting

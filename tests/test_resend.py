@@ -34,7 +34,7 @@ class Plain(vr.Task):
 
 def _prepared(queue: vr.Queue, task: vr.Task[Any], carry: Any = None) -> Any:
     cap = queue.client.max_payload_bytes
-    return prepare(task, cap, delay=0, priority=None, lease=None, max_failures=None, carry=carry)
+    return prepare(task, cap, None, delay=0, priority=None, lease=None, max_failures=None, carry=carry)
 
 
 async def _send(queue: vr.Queue, job: Any, dedup_mode: str = "nx") -> list[Any]:

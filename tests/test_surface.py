@@ -38,6 +38,7 @@ def test_the_surface_names_every_shared_operation() -> None:
         sorted(
             [
                 "cancel",
+                "cancel_jobs",
                 "counts",
                 "enqueue",
                 "enqueue_many",
@@ -54,6 +55,7 @@ def test_the_surface_names_every_shared_operation() -> None:
                 "retry",
                 "retry_dead",
                 "stats",
+                "update",
             ]
         )
         == OPERATIONS
@@ -85,9 +87,10 @@ def test_the_enqueue_options_are_declared_once_and_read_by_prepare() -> None:
     """
     from venturi_redis._store.prepare import prepare, prepare_many
 
-    taken = set(inspect.signature(prepare).parameters) - {"task", "cap"}
+    # `cap` and `encryption` are the client's, not options of a call.
+    taken = set(inspect.signature(prepare).parameters) - {"task", "cap", "encryption"}
     assert set(vr.EnqueueOptions.__optional_keys__) - {"after", "at"} == taken
-    many = set(inspect.signature(prepare_many).parameters) - {"tasks", "cap"}
+    many = set(inspect.signature(prepare_many).parameters) - {"tasks", "cap", "encryption"}
     assert set(vr.EnqueueManyOptions.__optional_keys__) == many
     assert vr.EnqueueManyOptions.__optional_keys__ < vr.EnqueueOptions.__optional_keys__
 

@@ -13,6 +13,7 @@ from ._model.enums import DeadReason, JobState, Priority
 from ._model.errors import (
     ConfigurationError,
     CorruptQueueError,
+    EncryptionKeyMissing,
     JobNotFound,
     LeaseLostError,
     MergeConflictError,
@@ -29,7 +30,9 @@ from ._model.limits import Limit, LimitInfo, LimitKeyLoad, Rate
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
 from ._model.schedule import Schedule, ScheduleInfo
+from ._model.sealing import Encrypted, Encryption
 from ._model.task import Merge, NoCarry, Pending, Task
+from ._producer.bulk import BulkProgress
 from ._producer.client import Client, Queue
 from ._producer.offload import OffloadFunction, offload
 from ._producer.reads import QueueStats
@@ -81,12 +84,16 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Backoff",
+    "BulkProgress",
     "Client",
     "ConfigurationError",
     "Context",
     "CorruptQueueError",
     "DeadReason",
     "Durability",
+    "Encrypted",
+    "Encryption",
+    "EncryptionKeyMissing",
     "EnqueueManyOptions",
     "EnqueueOptions",
     "Flow",

@@ -113,7 +113,8 @@ def _secrets(job: Any) -> list[str] | None:
     if cls is None:
         return None
     try:
-        task = unpack_model(cls, job.payload)
+        crypt = job.queue.client.encryption
+        task = unpack_model(cls, job.payload if crypt is None else crypt.open(job.payload))
     except Exception:  # noqa: BLE001 - it decoded for the run; anything now means: unknown
         return None
     return secret_values(task, getattr(ctx, "carry", None))

@@ -113,6 +113,22 @@ local function retrying_key(prefix)
   return prefix .. 'retrying'
 end
 
+-- The dedup fields held by a throttled job (a task with a dedup window,
+-- docs/dedup.md), scored by when the reclaim's sweep looks at them next: the
+-- claim adds a field at its lease's expiry, the completion at its window's
+-- end (`dedup_until`); the sweep (reclaim.lua) frees a field whose job no
+-- longer holds it (its window over, dead, cancelled, trimmed). Derived here:
+-- only a throttled job's claim and completion reach it.
+local function dedup_held_key(prefix)
+  return prefix .. 'dedup:held'
+end
+
+-- The dedup index, for complete.lua: it reaches it only for a throttled job
+-- (a key in its KEYS would cost every completion, feature_keys says why).
+local function dedup_index_key(prefix)
+  return prefix .. 'dedup'
+end
+
 -- The queue-wide keys a finishing job's dependents move between (graph.lua):
 -- derived here, from the prefix, and only when the job has dependents. They
 -- are known before the call and would belong in KEYS, but seven more KEYS

@@ -27,7 +27,8 @@ from tests.chaos.chaos_tasks import Ordered, overlaps_key, started_key
 from tests.chaos.conftest import LONG, Fleet, figures
 from tests.servers import RedisServer
 
-pytestmark = pytest.mark.anyio
+# The long run takes many minutes: beyond the suite's per-test timeout.
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(4000 if LONG else 240)]
 
 JOBS, KEYS = (100_000, 1_000) if LONG else (3_000, 100)
 KILL_EVERY = (1.0, 2.0) if LONG else (2.0, 3.0)

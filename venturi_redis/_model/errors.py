@@ -6,7 +6,8 @@
     ├── ConfigurationError        a bad URL, option or queue name
     ├── TaskDefinitionError       a Task or Handler class that cannot be used
     ├── PayloadError              a value that cannot be encoded or decoded
-    │   └── PayloadTooLarge       an encoded payload over the size cap
+    │   ├── PayloadTooLarge       an encoded payload over the size cap
+    │   └── EncryptionKeyMissing  a value encrypted under a key this client does not hold
     ├── LeaseLostError            a worker's lease on a job is gone (fencing)
     ├── MergeConflictError        a dedup merge kept losing its optimistic race
     ├── PartialEnqueueError       an ``enqueue_many`` wrote some of its tasks, not all
@@ -43,6 +44,18 @@ class PayloadError(VenturiError, ValueError):
 
 class PayloadTooLarge(PayloadError):
     """An encoded payload is larger than the queue's ``max_payload_bytes``."""
+
+
+class EncryptionKeyMissing(PayloadError):
+    """A stored value is encrypted under a key this client (or worker) does not hold."""
+
+    def __init__(self, key_id: str, held: tuple[str, ...] = ()) -> None:
+        self.key_id = key_id
+        has = f"its keys are {', '.join(held)}" if held else "it has no encryption configured"
+        super().__init__(
+            f"value is encrypted under key id {key_id}, which this client does not hold ({has}); "
+            "give its Client encryption=vr.Encryption(keys=[...]) with that key (docs/security.md)"
+        )
 
 
 class LeaseLostError(VenturiError):

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from .records import _blob, _Fields, ms_to_dt
+from .sealing import Encryption
 
 # The fields every event has; the rest are its journal entry's own (``details``).
 _CORE = {"event", "job", "kind", "at", "run", "note", "value"}
@@ -56,8 +57,10 @@ class QueueEvent:
     details: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_stream(cls, entry_id: bytes | str, fields: dict[Any, Any]) -> QueueEvent:
-        p = _Fields(fields)
+    def from_stream(
+        cls, entry_id: bytes | str, fields: dict[Any, Any], encryption: Encryption | None = None
+    ) -> QueueEvent:
+        p = _Fields(fields, encryption)
         return cls(
             id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
             event=p.text("event"),
@@ -66,16 +69,18 @@ class QueueEvent:
             at=p.when("at") or ms_to_dt(0),
             run=p.num("run"),
             note=p.text("note") or None,
-            value=_blob(p.f.get("value")),
+            value=_blob(p.f.get("value"), encryption),
             details={k: p.text(k) for k in p.f if k not in _CORE},
         )
 
     @classmethod
-    def all_from_stream(cls, entry_id: bytes | str, fields: dict[Any, Any]) -> list[QueueEvent]:
+    def all_from_stream(
+        cls, entry_id: bytes | str, fields: dict[Any, Any], encryption: Encryption | None = None
+    ) -> list[QueueEvent]:
         """The events of one stream entry: its job's, or, for an entry that tells many, each job's."""
         jobs = fields.get(b"jobs", fields.get("jobs"))
         if jobs is None:
-            return [cls.from_stream(entry_id, fields)]
+            return [cls.from_stream(entry_id, fields, encryption)]
         p = _Fields(fields)
         base = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
         ids = p.text("jobs").split(" ")

@@ -11,6 +11,7 @@ from typing import Any
 from .codec import unpack
 from .enums import DeadReason, JobState, Priority
 from .errors import PayloadError
+from .sealing import MAGIC, Encrypted, Encryption, sealed_key_id
 
 _JOURNAL_CORE = {"event", "at", "run", "note", "attachment"}
 
@@ -26,12 +27,25 @@ def _text(value: bytes | str | None) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def _blob(value: bytes | None) -> Any:
-    """Decode an optional msgpack field; undecodable bytes are shown, not raised."""
+def _blob(value: bytes | None, encryption: Encryption | None = None) -> Any:
+    """Decode an optional msgpack field; undecodable bytes are shown, not raised.
+
+    An encrypted value (``_model/sealing.py``) is opened with ``encryption``;
+    without its key it is shown as ``vr.Encrypted``, never raised.
+    """
     if not value:
         return None
+    plain = value
+    if value[:1] == MAGIC:
+        kid = sealed_key_id(value)
+        if kid is not None and (encryption is None or not encryption.holds(value)):
+            return Encrypted(kid)
+        try:
+            plain = value if encryption is None else encryption.open(value)
+        except PayloadError:
+            return value  # does not decrypt: shown as corrupt
     try:
-        return unpack(value)
+        return unpack(plain)
     except PayloadError:
         return value
 
@@ -51,11 +65,14 @@ class _Fields:
     has its own strict checks (a corrupt job is quarantined there).
     """
 
-    __slots__ = ("corrupt", "f")
+    __slots__ = ("corrupt", "encryption", "f")
 
-    def __init__(self, raw: dict[bytes, bytes] | dict[Any, Any]) -> None:
+    def __init__(
+        self, raw: dict[bytes, bytes] | dict[Any, Any], encryption: Encryption | None = None
+    ) -> None:
         self.f = {_text(k): v for k, v in raw.items()}
         self.corrupt: dict[str, str] = {}
+        self.encryption = encryption
 
     def text(self, name: str) -> str:
         return _text(self.f.get(name))
@@ -85,7 +102,7 @@ class _Fields:
 
     def blob(self, name: str) -> Any:
         value = self.f.get(name)
-        decoded = _blob(value)
+        decoded = _blob(value, self.encryption)
         if value and decoded is value:
             self.bad(name)
             return None
@@ -116,10 +133,13 @@ class JournalEntry:
     corrupt: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_stream(cls, entry_id: bytes | str, fields: dict[bytes, bytes]) -> JournalEntry:
+    def from_stream(
+        cls, entry_id: bytes | str, fields: dict[bytes, bytes], encryption: Encryption | None = None
+    ) -> JournalEntry:
         """Parse one stream entry; a field that does not parse is in ``corrupt``
-        (its stored text), and takes its default (``at`` the epoch, ``run`` 0)."""
-        p = _Fields(fields)
+        (its stored text), and takes its default (``at`` the epoch, ``run`` 0).
+        An attachment is opened with ``encryption`` (else ``vr.Encrypted``)."""
+        p = _Fields(fields, encryption)
         return cls(
             id=_text(entry_id),
             at=p.when("at") or ms_to_dt(0),
@@ -132,12 +152,12 @@ class JournalEntry:
         )
 
     @classmethod
-    def from_xrange(cls, raw: list[Any]) -> list[JournalEntry]:
+    def from_xrange(cls, raw: list[Any], encryption: Encryption | None = None) -> list[JournalEntry]:
         """Entries from an XRANGE reply as a script returns it (flat field lists)."""
         out: list[JournalEntry] = []
         for entry_id, flat in raw:
             fields = flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True))
-            out.append(cls.from_stream(entry_id, fields))
+            out.append(cls.from_stream(entry_id, fields, encryption))
         return out
 
 
@@ -251,17 +271,20 @@ class LazyJournal(Sequence[JournalEntry]):
     reply and the job's fields to put it back with when first read.
     """
 
-    __slots__ = ("_entries", "_fields", "_raw")
+    __slots__ = ("_encryption", "_entries", "_fields", "_raw")
 
-    def __init__(self, raw: list[Any], job_fields: Sequence[Any] | None = None) -> None:
+    def __init__(
+        self, raw: list[Any], job_fields: Sequence[Any] | None = None, encryption: Encryption | None = None
+    ) -> None:
         self._raw = raw
         self._fields = job_fields
+        self._encryption = encryption
         self._entries: list[JournalEntry] | None = None
 
     def _parsed(self) -> list[JournalEntry]:
         if self._entries is None:
             raw = self._raw if self._fields is None else journal_from(self._raw, self._fields)
-            self._entries = JournalEntry.from_xrange(raw)
+            self._entries = JournalEntry.from_xrange(raw, self._encryption)
             self._raw = []
             self._fields = None
         return self._entries
@@ -291,7 +314,11 @@ class JobInfo:
     """A snapshot of one job as stored in its hash.
 
     ``payload`` and ``carry`` are the decoded msgpack documents (dicts); use
-    ``YourTask.model_validate(info.payload)`` for the typed task.
+    ``YourTask.model_validate(info.payload)`` for the typed task. A value
+    encrypted under a key the reading client does not hold (docs/security.md)
+    is a ``vr.Encrypted`` (``<encrypted: key id ab12cd34>``), in every
+    payload-like field: ``payload``, ``carry``, ``attachment``, ``result``,
+    ``output``, ``progress``.
 
     ``corrupt`` names the fields whose stored value does not parse (a hash
     edited by hand, or damaged), each with its stored text; those fields hold
@@ -335,6 +362,9 @@ class JobInfo:
     # time it stands for (the first, when it catches up on missed ones); None else.
     schedule_id: str | None = None
     fire_at: datetime | None = None
+    dedup_until: datetime | None = None
+    """Throttle (``Task.dedup_window``, docs/dedup.md): when the window after this
+    completed job ends, its dedup key held by it until then (Redis's clock); None else."""
     dead_reason: DeadReason | None = None
     """Why the job is dead (None unless it is): ``vr.DeadReason``. A job that died
     under a release before 0.2 has it in its journal's ``dead`` entry only:
@@ -350,14 +380,21 @@ class JobInfo:
 
     @classmethod
     def from_hash(
-        cls, queue: str, job_id: str, raw: dict[bytes, bytes], *, indexed_as: JobState | None = None
+        cls,
+        queue: str,
+        job_id: str,
+        raw: dict[bytes, bytes],
+        *,
+        indexed_as: JobState | None = None,
+        encryption: Encryption | None = None,
     ) -> JobInfo:
         """Parse ``HGETALL`` of a job hash. The id is the key's, not a field;
         fields no script has written yet take their defaults (``run_count``
         and ``failures`` 0, ``updated_at`` the creation time). ``indexed_as``
         is the state of the index the id was read from, the state shown when
-        the ``state`` field itself is corrupt."""
-        p = _Fields(raw)
+        the ``state`` field itself is corrupt. ``encryption`` opens encrypted
+        values (the reading client's; without the key: ``vr.Encrypted``)."""
+        p = _Fields(raw, encryption)
         try:
             state = JobState(p.text("state"))
         except ValueError:
@@ -401,6 +438,7 @@ class JobInfo:
             corrupt=p.corrupt,
             schedule_id=p.text("schedule") or None,
             fire_at=p.when("fire_at"),
+            dedup_until=p.when("dedup_until"),
             dead_reason=DeadReason.of(p.text("dead_reason")) if state is JobState.DEAD else None,
             expires_at=p.when("expires_at"),
             order_key=p.text("order_key") or None,

@@ -27,6 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .sealing import Encrypted
+
 MASK = "***"
 """What a redacted value is shown as."""
 
@@ -59,8 +61,8 @@ def redact(doc: Any, fields: Iterable[str] | None = None) -> Any:
     depth (what a reader shows that cannot know which fields are sensitive).
     ``None`` stays ``None``: there is nothing to hide.
     """
-    if doc is None:
-        return None
+    if doc is None or isinstance(doc, Encrypted):
+        return doc  # an encrypted value's marker hides the value already
     if fields is not None:
         if not isinstance(doc, Mapping):
             return doc

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
 
 from pydantic import BaseModel, ConfigDict, Secret, SecretBytes, SecretStr, TypeAdapter
 from typing_extensions import TypeVar
 
-from .backoff import Backoff
+from .backoff import Backoff, to_ms
 from .enums import Priority
-from .errors import TaskDefinitionError
+from .errors import ConfigurationError, TaskDefinitionError
 from .redact import marked_fields
 
 if TYPE_CHECKING:
@@ -151,11 +152,16 @@ class Task(BaseModel, Generic[CarryT]):
     # Optional: the type ``queue.resume(job_id, value)`` values are validated
     # into before the next run sees them as ``ctx.resume_input``.
     RESUME: ClassVar[Any]
+    # (dedup_window ms, debounce ms) as checked at class definition, or None
+    # when the class uses neither: enqueue reads this one attribute, so a task
+    # without them pays nothing more (docs/dedup.md, "Throttle and debounce").
+    _vr_dedup_timing: ClassVar[tuple[int, int] | None] = None
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
         refuse_secrets(cls, cls.__qualname__)
+        cls._vr_dedup_timing = dedup_timing(cls)
         for klass in cls.__mro__:  # the carry of ``Task[Carry]``, stored the same way
             meta = getattr(klass, "__pydantic_generic_metadata__", None)
             if meta and meta["origin"] is Task and meta["args"]:
@@ -170,6 +176,32 @@ class Task(BaseModel, Generic[CarryT]):
 
     def dedup_key(self) -> str | None:
         """Candidacy key for deduplication; ``None`` (the default) never coalesces."""
+        return None
+
+    @classmethod
+    def dedup_window(cls) -> float | timedelta | None:
+        """Throttle: how long a dedup key stays held after its job completes.
+
+        ``None`` (the default): the key is free once the job is claimed. With a
+        window, the key stays held while the job runs and for this long after
+        it completes (measured on Redis's clock): an ``enqueue`` with the same
+        key meanwhile returns that job's id and runs nothing, so a key runs at
+        most once per window (docs/dedup.md). Needs a ``dedup_key``; read once,
+        when the class is defined.
+        """
+        return None
+
+    @classmethod
+    def debounce(cls) -> float | timedelta | None:
+        """Debounce: each enqueue of this key pushes the pending job's start back.
+
+        ``None`` (the default): no change. With a debounce, a new job is
+        eligible no sooner than this long after its enqueue, and a merge into
+        the pending job with the same dedup key (whatever ``merge`` decides)
+        moves its eligibility to now + debounce: a burst runs once, after it is
+        quiet (docs/dedup.md). Needs a ``dedup_key``; read once, when the class
+        is defined.
+        """
         return None
 
     def merge(self, existing: Pending[Any, Any]) -> Merge[Any, Any]:
@@ -306,6 +338,24 @@ class Task(BaseModel, Generic[CarryT]):
             raise TaskDefinitionError(
                 f"{cls.__qualname__}: carry {carry_cls.__name__} needs a default for every field"
             ) from exc
+
+
+def _timing_ms(cls: type[Task[Any]], name: str, value: object) -> int:
+    """A window or debounce in whole ms (0 for None), or ConfigurationError."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
+        raise ConfigurationError(
+            f"{cls.__qualname__}.{name}() must return seconds (a number), a timedelta or None, got {value!r}"
+        )
+    return to_ms(value, f"{cls.__qualname__}.{name}()")
+
+
+def dedup_timing(cls: type[Task[Any]]) -> tuple[int, int] | None:
+    """``(dedup_window ms, debounce ms)`` of a task class, checked; None when both are off."""
+    window = _timing_ms(cls, "dedup_window", cls.dedup_window())
+    debounce = _timing_ms(cls, "debounce", cls.debounce())
+    return (window, debounce) if window or debounce else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .._model.sealing import Encryption
 from .._store.keys import QueueKeys
 from .._store.sender import Sender
 from .._store.store import QueueStore
@@ -36,6 +37,9 @@ class ClientLike(Protocol):
 
     @property
     def clock(self) -> Callable[[], int] | None: ...
+
+    @property
+    def encryption(self) -> Encryption | None: ...  # encryption at rest (_model/sealing.py)
 
     @property
     def url(self) -> str: ...

@@ -17,6 +17,7 @@ from .._model.flow import Flow
 from .._model.limits import LimitInfo, Rate
 from .._model.records import JOURNAL_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.schedule import ScheduleInfo
+from .._model.sealing import Encryption
 from .._model.task import Task
 from .._store.keys import QueueKeys
 from .._store.prepare import (
@@ -43,7 +44,9 @@ from . import limits as _limits
 from . import ops as _ops
 from . import reads as _reads
 from . import schedules as _schedules
+from . import update as _update
 from .batch import enqueue_prepared
+from .bulk import OnProgress
 from .coalesce import Coalescer
 from .dedup import merge_into
 from .registry import Recorded
@@ -69,6 +72,11 @@ class Client:
         durable: Durable mode (``vr.Durability``, or a replica count): every
             transition returns only once that many replicas acknowledged it
             (WAIT on the same connection); see docs/cluster.md.
+        encryption: Encryption at rest (``vr.Encryption(keys=[...])``): every
+            payload, carry, result, output, attachment, progress value and
+            resume input this client (or a worker on it) writes is encrypted,
+            and read back with any of the keys; without the key a read shows
+            ``vr.Encrypted``. See docs/security.md.
     """
 
     def __init__(
@@ -80,6 +88,7 @@ class Client:
         clock: Callable[[], int] | None = None,
         url: str = "",
         durable: Durability | int | None = None,
+        encryption: Encryption | None = None,
     ) -> None:
         if max_payload_bytes < 1:
             raise ConfigurationError(f"max_payload_bytes must be >= 1, got {max_payload_bytes}")
@@ -93,6 +102,12 @@ class Client:
         self.namespace = namespace
         self.max_payload_bytes = max_payload_bytes
         self.url = url
+        if encryption is not None and not isinstance(encryption, Encryption):
+            raise ConfigurationError(
+                f"encryption must be a vr.Encryption (or None), got {type(encryption).__name__}"
+            )
+        # None: nothing is sealed or opened (one `is None` check where values are packed).
+        self.encryption = encryption
         # Every script call of this client goes out through its sender
         # (_store/sender.py); each queue's store (queue.store) builds them.
         # The enqueue lane (_transport/lane.py) is only made by from_url, where
@@ -204,11 +219,13 @@ class Queue:
             if at is not None:
                 at_ms = checked_at(at, options.get("delay", 0.0))
                 options["delay"] = max(0, at_ms - await _reads.server_now_ms(self.client)) / 1000
-            job = prepare(task, self.client.max_payload_bytes, **cast("PrepareOptions", options))
+            job = prepare(
+                task, self.client.max_payload_bytes, self.client.encryption, **cast("PrepareOptions", options)
+            )
             if after is not None:
                 return await _flow.enqueue_after(self, task, job, after)
         else:
-            job = prepare(task, self.client.max_payload_bytes)
+            job = prepare(task, self.client.max_payload_bytes, self.client.encryption)
         if self.client._recorded.due(self.name):  # checked here: no coroutine per enqueue
             await self.client._recorded.record(self.client.redis, self.name)  # registry.py
         holder = await self._coalescer.enqueue(job)
@@ -250,7 +267,7 @@ class Queue:
         bad = unknown_option(options, ENQUEUE_MANY_OPTIONS, "enqueue_many")
         if bad is not None:
             raise bad
-        jobs = prepare_many(tasks, self.client.max_payload_bytes, **options)
+        jobs = prepare_many(tasks, self.client.max_payload_bytes, self.client.encryption, **options)
         return await enqueue_prepared(self, tasks, jobs)
 
     async def enqueue_flow(self, parent: Task[Any], children: Sequence[Task[Any] | Flow]) -> Flow:
@@ -289,7 +306,8 @@ class Queue:
         pipe.hmget(self.keys.job(job_id), *JOURNAL_FIELDS)
         raw, job_fields = await pipe.execute()
         entries = journal_from(raw, job_fields)
-        return [JournalEntry.from_stream(entry_id, fields) for entry_id, fields in entries]
+        crypt = self.client.encryption
+        return [JournalEntry.from_stream(entry_id, fields, crypt) for entry_id, fields in entries]
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: ``pending:<level>`` for each priority, ``limited`` (pending jobs
@@ -329,6 +347,8 @@ class Queue:
                 f"resume value for job {job_id} is {len(raw)} bytes, over the cap of "
                 f"{self.client.max_payload_bytes}"
             )
+        if self.client.encryption is not None:  # after the cap's check, as at enqueue
+            raw = self.client.encryption.seal(raw)
         return int((await self.store.resume(job_id, raw)).applied)
 
     # -- operations: thin delegations to reads.py and ops.py; the CLI calls these -----
@@ -358,11 +378,104 @@ class Queue:
         ``CorruptQueueError`` when the job's own data is corrupt (nothing written)."""
         return await _ops.retry(self, job_id)
 
-    async def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]:
-        """Move dead jobs (all, or of one KIND, at most ``limit``) back to pending; returns their ids.
+    async def retry_dead(
+        self,
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]:
+        """Move dead jobs back to pending, oldest death first; returns their ids.
 
-        A dead job whose own data is corrupt stays dead, untouched, with a warning logged."""
-        return await _ops.retry_dead(self, kind=kind, limit=limit)
+        Args:
+            kind: Only jobs of this KIND.
+            error_type: Only jobs whose last failure raised this exception
+                (its public name as the journal keeps it, e.g. ``"ValueError"``).
+            since: Only jobs that died at or after this (an aware datetime, or
+                a timedelta back from now).
+            until: Only jobs that died at or before this (same).
+            note_contains: Only jobs whose note (the error) holds this text.
+            limit: At most this many (``None``: all that match).
+            on_progress: Called with a ``vr.BulkProgress`` after each batch.
+
+        Runs in short batches (docs/operations.md, "Bulk actions"): safe to run
+        again after an interruption. A dead job whose own data is corrupt
+        stays dead, untouched, with a warning logged. ``ConfigurationError``
+        for a bad filter (nothing written).
+        """
+        return await _ops.retry_dead(
+            self,
+            kind=kind,
+            error_type=error_type,
+            since=since,
+            until=until,
+            note_contains=note_contains,
+            limit=limit,
+            on_progress=on_progress,
+        )
+
+    async def cancel_jobs(
+        self,
+        state: str = "pending",
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]:
+        """Cancel the jobs of ``state`` (pending, suspended, waiting or running) that match;
+        returns their ids. The filters are ``retry_dead``'s, ``since`` / ``until`` on when each
+        job was enqueued; a running job is asked to stop (as ``cancel``)."""
+        got = await _ops.cancel_jobs(
+            self,
+            state,
+            kind=kind,
+            error_type=error_type,
+            since=since,
+            until=until,
+            note_contains=note_contains,
+            limit=limit,
+            on_progress=on_progress,
+        )
+        return got.moved
+
+    async def update(
+        self,
+        job_id: str,
+        *,
+        task: Task[Any] | None = None,
+        priority: Priority | int | str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        """Change a pending (or delayed) job in place, atomically (docs/operations.md).
+
+        Args:
+            job_id: The job.
+            task: Its new task (payload and dedup key), of the job's own KIND.
+                Its priority, timeout and limit key are not read: the job's stay.
+            priority: Its new priority (it keeps its place by eligibility).
+            delay: Eligible this long from now (Redis's clock) ...
+            at: ... or at this timezone-aware time; not both.
+
+        Returns:
+            True when updated; False, with nothing written, when the job is not
+            pending (unknown, running, finished, suspended, waiting).
+
+        Raises:
+            ConfigurationError: Nothing to update, a bad priority, delay or
+                ``at``, an invalid task, a task of another KIND than the job's,
+                or a new dedup key another job holds; nothing written.
+            CorruptQueueError: The job's own data is corrupt; nothing written.
+        """
+        return await _update.update(self, job_id, task=task, priority=priority, delay=delay, at=at)
 
     async def cancel(self, job_id: str) -> str:
         """Cancel a job: ``"cancelled"`` (it was pending or suspended), ``"requested"``
@@ -402,9 +515,34 @@ class Queue:
         """
         return await _ops.order_pause(self, key, False)
 
-    async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
-        """Remove finished jobs (``completed``, ``dead`` or ``cancelled``) and their journals."""
-        return await _ops.purge(self, state, older_than=older_than)
+    async def purge(
+        self,
+        state: str,
+        *,
+        older_than: float | timedelta = 0.0,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> int:
+        """Remove finished jobs (``completed``, ``dead`` or ``cancelled``) and their journals;
+        returns how many. The filters are ``retry_dead``'s, ``since`` / ``until`` on when each
+        job finished."""
+        return await _ops.purge(
+            self,
+            state,
+            older_than=older_than,
+            kind=kind,
+            error_type=error_type,
+            since=since,
+            until=until,
+            note_contains=note_contains,
+            limit=limit,
+            on_progress=on_progress,
+        )
 
     # -- observability: the event stream (events.py) ----------------------------
 

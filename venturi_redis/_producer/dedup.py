@@ -138,14 +138,45 @@ async def _try_merge(
                 # misleading MergeConflictError). The operator repairs it
                 # (docs/guarantees.md, "Corrupt jobs are quarantined").
                 raise corrupt_job(f"job {holder}: {problem}")
-            if not raw or raw.get(b"state") != b"pending" or text(raw.get(b"dedup")) != job.dedup:
-                return None  # claimed or replaced under us: the index has moved on
+            if not raw or raw.get(b"state") != b"pending":
+                if not raw or b"dedup_window" in raw:
+                    # A throttled holder (docs/dedup.md) may still hold the key
+                    # while it runs and through its window: merge.lua decides on
+                    # Redis's clock, and frees an entry it no longer holds (a
+                    # holder whose hash is gone too).
+                    merge_call = queue.store.merge_call(
+                        holder=holder,
+                        old_priority=Priority.NORMAL,
+                        new_priority=Priority.NORMAL,
+                        decision="check",
+                        payload=b"",
+                        carry_action="keep",
+                        carry=b"",
+                        by=job.id,
+                        dedup=job.dedup,
+                    )
+                    applied = await queue.store.merge_watched(pipe, merge_call)
+                    return holder if applied else None
+                return None  # claimed under us: the index has moved on
+            if text(raw.get(b"dedup")) != job.dedup:
+                return None  # replaced under us: the index has moved on
             # No stream yet for a job untouched since enqueue: journal_from
             # gives its `enqueued` entry from the hash just read.
-            journal = LazyJournal(journal_from(entries, [raw.get(name.encode()) for name in ENQUEUED_FIELDS]))
-            existing = unpack_model(task_cls, raw[b"payload"])
+            journal = LazyJournal(
+                journal_from(entries, [raw.get(name.encode()) for name in ENQUEUED_FIELDS]),
+                encryption=client.encryption,
+            )
+            # The merge decides here, client-side, under WATCH: it opens what it
+            # reads (a client without the key raises EncryptionKeyMissing) and
+            # seals what it writes; the merge script sees opaque bytes.
+            crypt = client.encryption
+            raw_payload, raw_carry = raw[b"payload"], raw.get(b"carry")
+            if crypt is not None:
+                raw_payload = crypt.open(raw_payload)
+                raw_carry = crypt.open(raw_carry) if raw_carry else raw_carry
+            existing = unpack_model(task_cls, raw_payload)
             carry_cls = task_cls.carry_type()
-            carry = unpack_model(carry_cls, raw[b"carry"]) if raw.get(b"carry") else task_cls.default_carry()
+            carry = unpack_model(carry_cls, raw_carry) if raw_carry else task_cls.default_carry()
             pending: Pending[Any, Any] = Pending(
                 job_id=holder,
                 payload=existing,
@@ -188,6 +219,8 @@ async def _try_merge(
                     raise PayloadTooLarge(
                         f"merged {job.kind} payload or carry is over the cap of {cap} bytes"
                     )
+                if crypt is not None:
+                    payload, carry_bytes = crypt.seal(payload), crypt.seal(carry_bytes)
                 new_prio = job.priority if job.explicit_priority else Priority.parse(new_task.priority())
             merge_call = queue.store.merge_call(
                 holder=holder,
@@ -198,6 +231,8 @@ async def _try_merge(
                 carry_action=carry_action,
                 carry=carry_bytes,
                 by=job.id,
+                dedup=job.dedup,
+                debounce_ms=str(timing[1]) if (timing := task_cls._vr_dedup_timing) and timing[1] else "",
             )
             applied = await queue.store.merge_watched(pipe, merge_call)
         except WatchError as exc:

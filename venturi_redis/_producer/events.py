@@ -153,7 +153,7 @@ async def follow(
         failures = 0
         for entry_id, fields in entries:
             after = _text(entry_id)
-            events = QueueEvent.all_from_stream(after, fields)
+            events = QueueEvent.all_from_stream(after, fields, queue.client.encryption)
             if skip:
                 events, skip = events[skip:], 0
             for event in events:
@@ -201,7 +201,11 @@ async def wait(
     while True:
         try:
             raw = await queue.client.redis.hgetall(queue.keys.job(job_id))
-            info = JobInfo.from_hash(queue.name, job_id, raw) if raw else None
+            info = (
+                JobInfo.from_hash(queue.name, job_id, raw, encryption=queue.client.encryption)
+                if raw
+                else None
+            )
             if info is None:
                 raise JobNotFound(f"no job {job_id!r} in queue {queue.name!r} (never enqueued, or purged)")
             if info.state in FINISHED:

@@ -86,20 +86,24 @@ async def enqueue_flow(queue: QueueLike, parent: Task[Any], children: Sequence[T
     if isinstance(children, (str, bytes)) or not isinstance(children, Sequence):
         got = type(children).__name__
         raise ConfigurationError(f"children must be a list of tasks or vr.Flow, got {got}")
-    cap = queue.client.max_payload_bytes
+    cap, seal = queue.client.max_payload_bytes, queue.client.encryption
     jobs: list[FlowJob] = []
     ids: list[str] = []
     for child in children:
         if isinstance(child, Flow):
             ids.append(child.parent_id)
             continue
-        job = prepare(child, cap, delay=0.0, priority=None, lease=None, max_failures=UNSET, carry=None)
+        job = prepare(
+            child, cap, encryption=seal, delay=0.0, priority=None, lease=None, max_failures=UNSET, carry=None
+        )
         _no_dedup(job)
         jobs.append(FlowJob(job, policy_of(child), ()))
         ids.append(job.id)
     if len(jobs) > MAX_FLOW_JOBS:
         raise ConfigurationError(f"enqueue_flow takes at most {MAX_FLOW_JOBS} children, got {len(jobs)}")
-    top = prepare(parent, cap, delay=0.0, priority=None, lease=None, max_failures=UNSET, carry=None)
+    top = prepare(
+        parent, cap, encryption=seal, delay=0.0, priority=None, lease=None, max_failures=UNSET, carry=None
+    )
     _no_dedup(top)
     waits = checked_ids(ids)
     jobs.append(FlowJob(top, policy_of(parent), waits))

@@ -152,6 +152,7 @@ class OffloadFunction(Generic[P, R]):
         job = prepare(
             task,
             client.max_payload_bytes,
+            encryption=client.encryption,
             delay=0.0,
             priority=self._priority,
             lease=self._lease,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from redis.exceptions import ResponseError
@@ -23,15 +23,15 @@ from .._model.errors import ConfigurationError, CorruptQueueError
 from .._store.keys import WAKE_CAP
 from .._store.prepare import checked_order_key
 from .._store.store import FINISHED_STATES, Retried, corrupt_job
-from .reads import _text, server_now_ms
+from . import bulk as _bulk
+from .bulk import OnProgress, make_filter
+from .reads import server_now_ms
 from .retention import _PURGE_BATCH, Retention, retention_field
 
 if TYPE_CHECKING:
     from .base import QueueLike
 
 CancelResult = Literal["cancelled", "requested", "not_found", "finished"]
-
-_RETRY_BATCH = 100
 
 
 # One retention pass removes at most this many batches per state, so a worker
@@ -65,61 +65,97 @@ async def retry_dead(
     queue: QueueLike,
     *,
     kind: str | None = None,
+    error_type: str | None = None,
+    since: datetime | timedelta | None = None,
+    until: datetime | timedelta | None = None,
+    note_contains: str | None = None,
     limit: int | None = None,
+    on_progress: OnProgress | None = None,
     note: str = "retried by an operator",
 ) -> list[str]:
-    """Move dead jobs (oldest death first, optionally of one KIND) back to pending.
+    """Move dead jobs matching the filters (oldest death first) back to pending.
 
     Returns the ids moved. ``limit`` bounds how many; ``None`` retries all.
     A dead job whose own data is corrupt is left as it is, with a warning
-    logged naming it and what is wrong; the others are moved.
+    logged naming it and what is wrong; the others are moved. The filters,
+    batches and progress reports: ``bulk.py``.
     """
-    return (await retry_dead_report(queue, kind=kind, limit=limit, note=note)).moved
+    got = await retry_dead_report(
+        queue,
+        kind=kind,
+        error_type=error_type,
+        since=since,
+        until=until,
+        note_contains=note_contains,
+        limit=limit,
+        on_progress=on_progress,
+        note=note,
+    )
+    return got.moved
 
 
 async def retry_dead_report(
     queue: QueueLike,
     *,
     kind: str | None = None,
+    error_type: str | None = None,
+    since: datetime | timedelta | None = None,
+    until: datetime | timedelta | None = None,
+    note_contains: str | None = None,
     limit: int | None = None,
+    on_progress: OnProgress | None = None,
     note: str = "retried by an operator",
 ) -> Retried:
     """``retry_dead`` with the refused jobs too (id -> what is wrong), for the CLI."""
-    redis = queue.client.redis
-    # Read the ids first (a snapshot), then move them in batches: the script
-    # re-checks each one, so a job retried or purged meanwhile is skipped.
-    ids: list[str] = []
-    start = 0
-    while True:
-        page = [_text(x) for x in await redis.zrange(queue.keys.dead, start, start + 999)]
-        if not page:
-            break
-        if kind is None:
-            ids += page
-        else:
-            pipe = redis.pipeline(transaction=False)
-            for jid in page:
-                pipe.hget(queue.keys.job(jid), "kind")
-            # A job key of the wrong type is an error in its own slot, not the
-            # whole read's: that job is not of the kind, the others still are.
-            kinds = await pipe.execute(raise_on_error=False)
-            ids += [
-                jid
-                for jid, kd in zip(page, kinds, strict=True)
-                if not isinstance(kd, Exception) and _text(kd) == kind
-            ]
-        if limit is not None and len(ids) >= limit:
-            ids = ids[:limit]
-            break
-        if len(page) < 1000:
-            break
-        start += 1000
-    out = Retried([], {})
-    for i in range(0, len(ids), _RETRY_BATCH):
-        got = await _retry_ids(queue, ids[i : i + _RETRY_BATCH], note)
-        out.moved.extend(got.moved)
-        out.refused.update(got.refused)
-    return out
+    now = await server_now_ms(queue.client)
+    flt = make_filter(
+        kind=kind,
+        error_type=error_type,
+        since=since,
+        until=until,
+        note_contains=note_contains,
+        limit=limit,
+        now_ms=now,
+    )
+    got = await _bulk.retry_dead(queue, flt, now, note, on_progress)
+    for job_id, why in got.refused.items():
+        log.warning("queue %s: job %s not retried: %s (repair it, then retry it)", queue.name, job_id, why)
+    return got
+
+
+async def cancel_jobs(
+    queue: QueueLike,
+    state: str = "pending",
+    *,
+    kind: str | None = None,
+    error_type: str | None = None,
+    since: datetime | timedelta | None = None,
+    until: datetime | timedelta | None = None,
+    note_contains: str | None = None,
+    limit: int | None = None,
+    on_progress: OnProgress | None = None,
+    note: str = "cancelled by an operator",
+) -> Retried:
+    """Cancel the jobs of ``state`` matching the filters; ``since`` / ``until`` on their enqueue
+    time. The ids cancelled (a running job's: asked to stop), and those refused as corrupt."""
+    if state not in _bulk.CANCELLABLE:
+        raise ConfigurationError(
+            f"cancel_jobs takes state one of {', '.join(_bulk.CANCELLABLE)}, got {state!r}"
+        )
+    now = await server_now_ms(queue.client)
+    flt = make_filter(
+        kind=kind,
+        error_type=error_type,
+        since=since,
+        until=until,
+        note_contains=note_contains,
+        limit=limit,
+        now_ms=now,
+    )
+    got = await _bulk.cancel_jobs(queue, state, flt, now, note, on_progress)
+    for job_id, why in got.refused.items():
+        log.warning("queue %s: job %s not cancelled: %s", queue.name, job_id, why)
+    return got
 
 
 async def cancel(
@@ -206,13 +242,40 @@ async def _purge_batch(
     return await queue.store.purge(state, keep_ms=keep_ms, batch=batch, most=most)
 
 
-async def purge(queue: QueueLike, state: str, *, older_than: float | timedelta = 0.0) -> int:
-    """Remove finished jobs of ``state`` (with journals) that finished ``older_than`` ago or more.
+async def purge(
+    queue: QueueLike,
+    state: str,
+    *,
+    older_than: float | timedelta = 0.0,
+    kind: str | None = None,
+    error_type: str | None = None,
+    since: datetime | timedelta | None = None,
+    until: datetime | timedelta | None = None,
+    note_contains: str | None = None,
+    limit: int | None = None,
+    on_progress: OnProgress | None = None,
+) -> int:
+    """Remove finished jobs of ``state`` (with journals) that finished ``older_than`` ago or more,
+    and match the filters (``since`` / ``until`` on when they finished).
 
-    Runs the purge script batch after batch until none is left; returns how
-    many jobs were removed.
+    Without filters, runs the purge script batch after batch, oldest first,
+    until none is left; with any, reads them by pages (``bulk.py``). Returns
+    how many jobs were removed.
     """
+    _check_finished(state)
     keep_ms = to_ms(older_than, "older_than")
+    now = await server_now_ms(queue.client)
+    flt = make_filter(
+        kind=kind,
+        error_type=error_type,
+        since=since,
+        until=until,
+        note_contains=note_contains,
+        limit=limit,
+        now_ms=now,
+    )
+    if flt != _bulk.Filter() or on_progress is not None:
+        return await _bulk.purge(queue, state, flt, now, keep_ms, on_progress)
     total = 0
     while True:
         removed, more = await _purge_batch(queue, state, keep_ms, _PURGE_BATCH)

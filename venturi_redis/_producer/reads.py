@@ -146,7 +146,7 @@ async def get_job(queue: QueueLike, job_id: str) -> JobInfo | None:
         raise raw
     if not raw:
         return None
-    info = JobInfo.from_hash(queue.name, job_id, raw)
+    info = JobInfo.from_hash(queue.name, job_id, raw, encryption=queue.client.encryption)
     if info.state is JobState.DEAD and info.dead_reason is None and b"dead_reason" not in raw:
         # Dead under a release before 0.2: the reason is in its journal's `dead` entry.
         info = replace(info, dead_reason=await _legacy_dead_reason(queue, job_id))
@@ -424,7 +424,15 @@ async def list_jobs(
                         and (kind is None or _text(raw.get(b"kind")) == kind)
                         and (not src.pending_only or raw.get(b"state") == b"pending")
                     ):
-                        out.append(JobInfo.from_hash(queue.name, job_id, raw, indexed_as=src.state))
+                        out.append(
+                            JobInfo.from_hash(
+                                queue.name,
+                                job_id,
+                                raw,
+                                indexed_as=src.state,
+                                encryption=queue.client.encryption,
+                            )
+                        )
                     if len(out) >= limit:
                         break
                 if len(page) < _PAGE:

@@ -44,6 +44,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .._model.backoff import to_ms
 from .._model.codec import unpack_as
 from .._model.errors import ConfigurationError, PayloadError, VenturiError
+from .._model.sealing import Encryption, missing_key
 from .._store.keys import QueueKeys, validate_name
 
 if TYPE_CHECKING:
@@ -137,7 +138,12 @@ def _text(value: bytes | None) -> str:
     return value.decode("utf-8", "replace") if value else ""
 
 
-def _decode(raw: dict[bytes, bytes], adapter: TypeAdapter[Any], *, redact: bool) -> OffloadResult[Any]:
+def _decode(
+    raw: dict[bytes, bytes], adapter: TypeAdapter[Any], *, redact: bool, encryption: Encryption | None
+) -> OffloadResult[Any]:
+    """A snapshot as its reader sees it. An encrypted value (the job's result, sealed by
+    its worker) is opened with the reading client's ``encryption``; a typed value cannot
+    be shown as ``vr.Encrypted``, so a missing key raises ``EncryptionKeyMissing``."""
     status = _text(raw.get(b"status"))
     job_id = _text(raw.get(b"job_id")) or None
     if status == "pending":
@@ -147,6 +153,10 @@ def _decode(raw: dict[bytes, bytes], adapter: TypeAdapter[Any], *, redact: bool)
     if status == "completed":
         blob = raw.get(b"value")
         if blob:
+            if encryption is not None:
+                blob = encryption.open(blob)
+            elif (missing := missing_key(blob, None)) is not None:
+                raise missing
             value = unpack_as(adapter, blob)
         else:  # the function returned None
             try:
@@ -160,7 +170,7 @@ def _decode(raw: dict[bytes, bytes], adapter: TypeAdapter[Any], *, redact: bool)
 async def _read(client: Client, key: str, result_type: Any, *, redact: bool) -> OffloadResult[Any] | None:
     keys, token = _parse_key(client, key)
     raw = await client.redis.hgetall(keys.offload(token))
-    return _decode(raw, _adapter(result_type), redact=redact) if raw else None
+    return _decode(raw, _adapter(result_type), redact=redact, encryption=client.encryption) if raw else None
 
 
 @overload
@@ -270,7 +280,7 @@ async def _resolve(
                     f"no offload snapshot for job key in queue {keys.name!r}: the key was never "
                     "issued, or its result expired after the retention; offload the call again"
                 )
-            last = _decode(raw, adapter, redact=False)
+            last = _decode(raw, adapter, redact=False, encryption=client.encryption)
             if last.status != "pending":
                 return last
             await hook("read")
@@ -286,7 +296,7 @@ async def _resolve(
                 # quiet slice: read back either way.
                 raw = await client.redis.hgetall(snapshot)
                 if raw:
-                    last = _decode(raw, adapter, redact=False)
+                    last = _decode(raw, adapter, redact=False, encryption=client.encryption)
                     if last.status != "pending":
                         return last
         except _TRANSIENT:

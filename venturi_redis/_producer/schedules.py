@@ -99,6 +99,8 @@ async def schedule(
     cap = queue.client.max_payload_bytes
     if len(payload) > cap:
         raise payload_too_large(kind, len(payload), cap)
+    if queue.client.encryption is not None:  # each fire's job is made from these bytes (schedule_fire.lua)
+        payload = queue.client.encryption.seal(payload)
     prio = checked_priority(priority) or Priority.parse(task.priority())
     key = task.dedup_key()
     dedup = "" if key is None else checked_dedup_field(kind, key)
@@ -346,7 +348,8 @@ async def _merge(
     if cls is None:
         return
     try:
-        task = unpack_model(cls, payload)
+        crypt = queue.client.encryption
+        task = unpack_model(cls, payload if crypt is None else crypt.open(payload))
         prio = Priority.parse(f.get("priority") or "normal")
         job = Prepared(job_id, f["kind"], prio, 0, payload, b"", "", "", f.get("dedup", ""), True)
         await merge_into(queue, task, job, holder)

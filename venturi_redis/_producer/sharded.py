@@ -47,13 +47,13 @@ import random
 import re
 import zlib
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
 from redis.crc import key_slot
 
-from .._model.enums import JobState
+from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
@@ -69,6 +69,7 @@ from .._store.prepare import (
 )
 from .._transport.urls import redact_url
 from .batch import enqueue_prepared, lost_in_flight
+from .bulk import OnProgress
 from .client import Client, Queue
 
 if TYPE_CHECKING:
@@ -242,7 +243,10 @@ class ShardedQueue:
             groups.setdefault(index[id(self.partition_for(task))], []).append(pos)
         batches = {
             part: prepare_many(
-                [tasks[i] for i in positions], self.partitions[part].client.max_payload_bytes, **options
+                [tasks[i] for i in positions],
+                self.partitions[part].client.max_payload_bytes,
+                self.partitions[part].client.encryption,
+                **options,
             )
             for part, positions in groups.items()
         }
@@ -324,6 +328,21 @@ class ShardedQueue:
         p = await self.partition_of(job_id)
         return 0 if p is None else await p.resume(job_id, value)
 
+    async def update(
+        self,
+        job_id: str,
+        *,
+        task: Task[Any] | None = None,
+        priority: Priority | int | str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        """Change a pending job in place (see ``Queue.update``); False if no partition holds it."""
+        p = await self.partition_of(job_id)
+        return (
+            False if p is None else await p.update(job_id, task=task, priority=priority, delay=delay, at=at)
+        )
+
     async def cancel(self, job_id: str) -> str:
         """Cancel a job (see ``Queue.cancel``); ``"not_found"`` if no partition holds it."""
         p = await self.partition_of(job_id)
@@ -371,19 +390,98 @@ class ShardedQueue:
         p = await self.partition_of(job_id)
         return False if p is None else await p.retry(job_id)
 
-    async def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]:
-        """Move dead jobs of every partition back to pending, at most ``limit`` in all; returns their ids."""
+    async def retry_dead(
+        self,
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]:
+        """Move dead jobs of every partition back to pending (see ``Queue.retry_dead``), partition
+        after partition, at most ``limit`` in all; returns their ids."""
         moved: list[str] = []
         for p in self.partitions:
             left = None if limit is None else limit - len(moved)
-            if left is not None and left <= 0:
+            if left is not None and left <= 0 and moved:
                 break
-            moved += await p.retry_dead(kind=kind, limit=left)
+            moved += await p.retry_dead(
+                kind=kind,
+                error_type=error_type,
+                since=since,
+                until=until,
+                note_contains=note_contains,
+                limit=left,
+                on_progress=on_progress,
+            )
         return moved
 
-    async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
-        """Remove finished jobs of ``state`` from every partition (see ``Queue.purge``); returns how many."""
-        return sum([await p.purge(state, older_than=older_than) for p in self.partitions])
+    async def cancel_jobs(
+        self,
+        state: str = "pending",
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]:
+        """Cancel the matching jobs of every partition (see ``Queue.cancel_jobs``), at most
+        ``limit`` in all; returns their ids."""
+        done: list[str] = []
+        for p in self.partitions:
+            left = None if limit is None else limit - len(done)
+            if left is not None and left <= 0 and done:
+                break
+            done += await p.cancel_jobs(
+                state,
+                kind=kind,
+                error_type=error_type,
+                since=since,
+                until=until,
+                note_contains=note_contains,
+                limit=left,
+                on_progress=on_progress,
+            )
+        return done
+
+    async def purge(
+        self,
+        state: str,
+        *,
+        older_than: float | timedelta = 0.0,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> int:
+        """Remove finished jobs of ``state`` from every partition (see ``Queue.purge``), at most
+        ``limit`` in all; returns how many."""
+        removed = 0
+        for p in self.partitions:
+            left = None if limit is None else limit - removed
+            if left is not None and left <= 0 and removed:
+                break
+            removed += await p.purge(
+                state,
+                older_than=older_than,
+                kind=kind,
+                error_type=error_type,
+                since=since,
+                until=until,
+                note_contains=note_contains,
+                limit=left,
+                on_progress=on_progress,
+            )
+        return removed
 
 
 def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:

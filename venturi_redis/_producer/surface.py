@@ -13,13 +13,14 @@ the suite.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
-from .._model.enums import JobState
+from .._model.enums import JobState, Priority
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.prepare import EnqueueManyOptions, EnqueueOptions
+from .bulk import OnProgress
 from .reads import QueueStats
 
 
@@ -57,11 +58,44 @@ class QueueSurface(Protocol):
 
     async def resume(self, job_id: str, value: Any = None) -> int: ...
 
+    async def update(
+        self,
+        job_id: str,
+        *,
+        task: Task[Any] | None = None,
+        priority: Priority | int | str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> bool: ...
+
     async def cancel(self, job_id: str) -> str: ...
 
     async def retry(self, job_id: str) -> bool: ...
 
-    async def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]: ...
+    async def retry_dead(
+        self,
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]: ...
+
+    async def cancel_jobs(
+        self,
+        state: str = "pending",
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]: ...
 
     async def pause(self) -> None: ...
 
@@ -71,7 +105,19 @@ class QueueSurface(Protocol):
 
     async def resume_key(self, key: str) -> bool: ...
 
-    async def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int: ...
+    async def purge(
+        self,
+        state: str,
+        *,
+        older_than: float | timedelta = 0.0,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> int: ...
 
 
 if TYPE_CHECKING:

@@ -52,6 +52,7 @@ from .._store.prepare import (
     unknown_option,
 )
 from .._transport.blocking import blocking_redis
+from .bulk import OnProgress
 from .client import Client, Queue
 from .events import EVENTS_MAXLEN
 from .reads import QueueStats
@@ -206,7 +207,7 @@ class SyncQueue:
         bad = unknown_option(options, ENQUEUE_OPTIONS, "enqueue")
         if bad is not None:
             raise bad
-        job = prepare(task, client.max_payload_bytes, **cast("PrepareOptions", options))
+        job = prepare(task, client.max_payload_bytes, client.encryption, **cast("PrepareOptions", options))
         if client._recorded.due(self.name):  # the registry of queues (registry.py), once
             client._recorded.record_blocking(direct, self.name)
         holder = q.store.enqueue_blocking(direct, job)
@@ -241,6 +242,21 @@ class SyncQueue:
     def resume(self, job_id: str, value: Any = None) -> int:
         """Resume a suspended job with ``value``; 1, or 0 if it is not suspended."""
         result: int = self._sc._call(self._queue().resume, job_id, value)
+        return result
+
+    def update(
+        self,
+        job_id: str,
+        *,
+        task: Task[Any] | None = None,
+        priority: Priority | int | str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        """Change a pending job in place; False if it is not pending (see ``Queue.update``)."""
+        result: bool = self._sc._call(
+            self._queue().update, job_id, task=task, priority=priority, delay=delay, at=at
+        )
         return result
 
     def cancel(self, job_id: str) -> str:
@@ -293,9 +309,55 @@ class SyncQueue:
         result: bool = self._sc._call(self._queue().retry, job_id)
         return result
 
-    def retry_dead(self, *, kind: str | None = None, limit: int | None = None) -> list[str]:
-        """Move dead jobs back to pending; returns their ids (see ``Queue.retry_dead``)."""
-        result: list[str] = self._sc._call(self._queue().retry_dead, kind=kind, limit=limit)
+    def retry_dead(
+        self,
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]:
+        """Move dead jobs back to pending; returns their ids (see ``Queue.retry_dead``;
+        ``on_progress`` is called in the client's event loop thread)."""
+        result: list[str] = self._sc._call(
+            self._queue().retry_dead,
+            kind=kind,
+            error_type=error_type,
+            since=since,
+            until=until,
+            note_contains=note_contains,
+            limit=limit,
+            on_progress=on_progress,
+        )
+        return result
+
+    def cancel_jobs(
+        self,
+        state: str = "pending",
+        *,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> list[str]:
+        """Cancel the matching jobs of ``state``; returns their ids (see ``Queue.cancel_jobs``)."""
+        result: list[str] = self._sc._call(
+            self._queue().cancel_jobs,
+            state,
+            kind=kind,
+            error_type=error_type,
+            since=since,
+            until=until,
+            note_contains=note_contains,
+            limit=limit,
+            on_progress=on_progress,
+        )
         return result
 
     def pause(self) -> None:
@@ -316,9 +378,32 @@ class SyncQueue:
         result: bool = self._sc._call(self._queue().resume_key, key)
         return result
 
-    def purge(self, state: str, *, older_than: float | timedelta = 0.0) -> int:
+    def purge(
+        self,
+        state: str,
+        *,
+        older_than: float | timedelta = 0.0,
+        kind: str | None = None,
+        error_type: str | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        note_contains: str | None = None,
+        limit: int | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> int:
         """Remove finished jobs of ``state`` and their journals (see ``Queue.purge``)."""
-        result: int = self._sc._call(self._queue().purge, state, older_than=older_than)
+        result: int = self._sc._call(
+            self._queue().purge,
+            state,
+            older_than=older_than,
+            kind=kind,
+            error_type=error_type,
+            since=since,
+            until=until,
+            note_contains=note_contains,
+            limit=limit,
+            on_progress=on_progress,
+        )
         return result
 
     # -- schedules (see Queue.schedule; docs/schedules.md) ----------------------------

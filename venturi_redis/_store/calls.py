@@ -147,11 +147,16 @@ def merge(
     carry_action: str,
     carry: bytes,
     by: str,
+    dedup: str = "",
+    debounce_ms: str = "",
 ) -> Call:
     """merge.lua: apply a dedup merge ``decision`` to the pending job ``holder``.
 
     ``by``: the id the merging enqueue generated (journaled, so a lost EXEC
-    reply can be told apart from a merge that did not happen).
+    reply can be told apart from a merge that did not happen). ``dedup``: the
+    job's dedup field; ``debounce_ms``: the task's debounce ('' = none).
+    Decision ``check``: whether a throttled ``holder`` out of pending still
+    holds the key (merge.lua says how).
     """
     return Call(
         "merge",
@@ -164,14 +169,31 @@ def merge(
             keys.meta,
             keys.events,
             keys.limits_parked,
+            keys.dedup,
+            keys.dedup_held,
+            keys.retrying,
         ],
-        [now, keys.prefix, holder, decision, payload, carry_action, carry, new_priority.label, by],
+        [
+            now,
+            keys.prefix,
+            holder,
+            decision,
+            payload,
+            carry_action,
+            carry,
+            new_priority.label,
+            by,
+            dedup,
+            debounce_ms,
+        ],
     )
 
 
 def merged(reply: Any) -> bool:
-    """merge.lua's reply: whether the decision was applied (False: the job left pending)."""
-    return reply is not None and int(reply) == 1
+    """merge.lua's reply: whether ``holder`` is the enqueue's answer: the decision was
+    applied (1), or the key is held by the throttled job (2, decision ``check``).
+    False: the job left pending, or no longer holds the key."""
+    return reply is not None and int(reply) in (1, 2)
 
 
 # -- claim and the worker's upkeep ----------------------------------------------

@@ -78,15 +78,72 @@ def retried(reply: Any) -> Retried:
     return Retried([text(x) for x in reply[1 : 1 + n]], dict(zip(rest[::2], rest[1::2], strict=True)))
 
 
+def update(
+    keys: QueueKeys,
+    now: str,
+    *,
+    job_id: str,
+    kind: str,
+    payload: bytes,
+    dedup: str,
+    priority: str,
+    delay_ms: str,
+) -> Call:
+    """update.lua: change a PENDING job in place (``queue.update``).
+
+    ``kind`` '' leaves the task as it is (then ``payload`` and ``dedup`` are
+    ignored); ``priority`` and ``delay_ms`` '' leave theirs. Its reply is an
+    ``updated``: refused when the job is not pending, or refused as bad input.
+    """
+    return Call(
+        "update",
+        [
+            keys.job(job_id),
+            keys.journal(job_id),
+            *keys.pending_high_first,
+            keys.dedup,
+            keys.wake,
+            keys.limits_parked,
+            keys.retrying,
+        ],
+        [now, keys.prefix, job_id, kind, payload, dedup, priority, delay_ms],
+    )
+
+
+class Updated(NamedTuple):
+    applied: bool
+    # Why not: the job is not pending ('refused'), the new task's KIND is not
+    # the job's ('kind'), the new dedup key is held by another job ('held'),
+    # the new task has a dedup key and the job an order key ('ordered').
+    refusal: str = ""
+    detail: str = ""  # the reason, the job's KIND, or the holder's id
+
+
+def updated(reply: Any) -> Updated:
+    """update.lua's reply: ``{1}``, ``{0, reason}``, ``{2, kind}``, ``{3, holder}`` or ``{4, order key}``."""
+    code = int(reply[0])
+    if code == 1:
+        return Updated(True)
+    return Updated(False, {0: "refused", 2: "kind", 3: "held", 4: "ordered"}[code], text(reply[1]))
+
+
 # The finished states purge.lua takes, each held by its own zset.
 FINISHED_STATES = ("completed", "dead", "cancelled")
 
 
 def purge(
-    keys: QueueKeys, now: str, *, state: str, keep_ms: int | None, batch: int, most: int | None = None
+    keys: QueueKeys,
+    now: str,
+    *,
+    state: str,
+    keep_ms: int | None,
+    batch: int,
+    most: int | None = None,
+    ids: Sequence[str] = (),
 ) -> Call:
     """purge.lua: remove up to ``batch`` of the oldest jobs of the finished ``state`` that
-    finished more than ``keep_ms`` ago or are beyond the ``most`` newest (None: no such bound)."""
+    finished more than ``keep_ms`` ago or are beyond the ``most`` newest (None: no such bound);
+    or, ``ids`` given, exactly those the finished ``state``'s zset still holds (the bounds unused)."""
     finished = {"completed": keys.completed, "dead": keys.dead, "cancelled": keys.cancelled}[state]
     args: list[ScriptArg] = [
         now,
@@ -95,6 +152,7 @@ def purge(
         state,
         batch,
         "" if most is None else most,
+        *ids,
     ]
     return Call("purge", [finished, keys.dedup], args)
 

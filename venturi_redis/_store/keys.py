@@ -18,6 +18,7 @@ key                                type    what it holds
 ``venturi:{q}:dead``               zset    dead job ids scored by time of death
 ``venturi:{q}:cancelled``          zset    cancelled job ids scored by cancel time
 ``venturi:{q}:dedup``              hash    dedup field -> id of the pending job holding it
+``venturi:{q}:dedup:held``         zset    throttled dedup fields, by when the reclaim looks again
 ``venturi:{q}:meta``               hash    queue-wide flags: paused, events, limits, retention
 ``venturi:{q}:events``             stream  the queue's events, capped (lua/include/events.lua)
 ``venturi:{q}:wake``               list    wake-up tokens: one per job made claimable
@@ -178,6 +179,8 @@ class QueueKeys:
     dead: str = field(init=False)
     cancelled: str = field(init=False)
     dedup: str = field(init=False)
+    # Throttled dedup fields (lua/include/keys.lua dedup_held_key).
+    dedup_held: str = field(init=False)
     meta: str = field(init=False)
     wake: str = field(init=False)
     events: str = field(init=False)
@@ -216,6 +219,7 @@ class QueueKeys:
             "expiring",
         ):
             object.__setattr__(self, suffix, f"{p}{suffix}")
+        object.__setattr__(self, "dedup_held", f"{p}dedup:held")
         for suffix in ("state", "parked", "ready"):
             object.__setattr__(self, f"limits_{suffix}", f"{p}limits:{suffix}")
         object.__setattr__(self, "limits", f"{p}limits")

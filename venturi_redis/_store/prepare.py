@@ -22,6 +22,7 @@ from .._model.enums import Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
 from .._model.ids import new_job_id, new_job_ids
 from .._model.outcome import UNSET
+from .._model.sealing import Encryption
 from .._model.task import Task, task_kind
 from .keys import dedup_field, limit_field
 
@@ -130,6 +131,10 @@ class Prepared(NamedTuple):
     # The start deadline in ms from the enqueue script's clock ('' = none):
     # job_args.lua stores it as ``expires_at`` (that clock + this) and indexes it.
     expires_ms: str = ""
+    # The task's dedup window in ms ('' = none: ``Task.dedup_window``), stored
+    # as the job's `dedup_window` field: the claim keeps its dedup key held,
+    # and its completion holds it on for the window (lua/complete.lua).
+    dedup_window: str = ""
     # The job's order key ('' = none): stored as ``order_key`` with the
     # ``hooks`` flag, so the scripts that end its run see to the key
     # (lua/include/order.lua) and a job without one pays nothing for it.
@@ -157,12 +162,15 @@ class Prepared(NamedTuple):
             out += ("trace", self.trace)
         if self.expires_ms:
             out += ("expires_at", self.expires_ms)
+        if self.dedup_window:
+            out += ("dedup_window", self.dedup_window)
         return out
 
 
 def prepare(
     task: Task[Any],
     cap: int,
+    encryption: Encryption | None,
     *,
     delay: float | timedelta = 0.0,
     priority: Priority | int | str | None = None,
@@ -178,6 +186,8 @@ def prepare(
     payload = pack_model(task)
     if len(payload) > cap:
         raise payload_too_large(kind, len(payload), cap)
+    if encryption is not None:  # sealed after the cap's check: the cap is on the plain value
+        payload = encryption.seal(payload)
     carry_bytes = b""
     if carry is not None:
         carry_cls = type(task).carry_type()
@@ -188,6 +198,8 @@ def prepare(
         carry_bytes = pack_model(carry)
         if len(carry_bytes) > cap:
             raise PayloadTooLarge(f"{kind} carry is {len(carry_bytes)} bytes, over the cap of {cap}")
+        if encryption is not None:
+            carry_bytes = encryption.seal(carry_bytes)
     if priority is None:
         prio = task.priority()
         if type(prio) is not Priority:
@@ -243,6 +255,9 @@ def prepare(
         limit,
         expires_ms,
     )
+    timing = type(task)._vr_dedup_timing
+    if timing is not None:  # one read for a task without them
+        job = with_dedup_timing(job, timing)
     if order:
         job = job._replace(order_key=order)
     if _tracing.TRACE is not None:
@@ -253,6 +268,7 @@ def prepare(
 def prepare_many(
     tasks: Sequence[Task[Any]],
     cap: int,
+    encryption: Encryption | None,
     *,
     delay: float | timedelta = 0.0,
     priority: Priority | int | str | None = None,
@@ -274,6 +290,7 @@ def prepare_many(
     first = prepare(
         tasks[0],
         cap,
+        encryption=encryption,
         delay=delay,
         priority=priority,
         lease=lease,
@@ -296,6 +313,8 @@ def prepare_many(
         payload = pack(task)
         if len(payload) > cap:
             raise payload_too_large(kind, len(payload), cap)
+        if encryption is not None:
+            payload = encryption.seal(payload)
         if not explicit:
             prio = Priority.parse(task.priority())
         key = task.dedup_key()
@@ -316,26 +335,50 @@ def prepare_many(
         order = "" if okey is None else checked_order_key(kind, okey, field)
         # Positional, in Prepared's field order: keywords double the cost
         # of this line. The tests read every field back from Redis.
-        jobs.append(
-            Prepared(
-                job_id,
-                kind,
-                prio,
-                delay_ms,
-                payload,
-                b"",
-                first.lease_ms,
-                first.max_failures,
-                field,
-                explicit,
-                first.trace,
-                timeout_ms,
-                limit,
-                expires_ms,
-                order,
-            )
+        job = Prepared(
+            job_id,
+            kind,
+            prio,
+            delay_ms,
+            payload,
+            b"",
+            first.lease_ms,
+            first.max_failures,
+            field,
+            explicit,
+            first.trace,
+            timeout_ms,
+            limit,
+            expires_ms,
         )
+        timing = cls._vr_dedup_timing
+        if timing is not None:
+            job = with_dedup_timing(job, timing)
+        if order:
+            job = job._replace(order_key=order)
+        jobs.append(job)
     return jobs
+
+
+def with_dedup_timing(job: Prepared, timing: tuple[int, int]) -> Prepared:
+    """``job`` with its task's dedup window and debounce (``Task._vr_dedup_timing``).
+
+    Both act on the dedup key, so a job without one keeps neither. A debounced
+    job is eligible no sooner than the debounce after its enqueue (a later
+    ``delay`` or ``at`` wins): a burst's first enqueue waits for the burst too.
+    """
+    if not job.dedup:
+        return job
+    window, debounce = timing
+    if debounce and job.expires_ms and max(job.delay_ms, debounce) >= int(job.expires_ms):
+        raise ConfigurationError(
+            f"{job.kind}: its debounce ({debounce} ms) puts its start at or past its "
+            f"expiry ({job.expires_ms} ms from now): it could never run; shorten one of them"
+        )
+    return job._replace(
+        delay_ms=max(job.delay_ms, debounce),
+        dedup_window=str(window) if window else "",
+    )
 
 
 def checked_at(at: object, delay: object) -> int:

@@ -198,9 +198,12 @@ class QueueStore:
         carry_action: str,
         carry: bytes,
         by: str,
+        dedup: str = "",
+        debounce_ms: str = "",
     ) -> calls.Call:
         """merge.lua's call for ``holder``, for ``merge_watched`` (built once, applied again after a
-        NOSCRIPT)."""
+        NOSCRIPT). Decision ``check``: whether a throttled holder out of pending still holds
+        the key ``dedup``."""
         return calls.merge(
             self.keys,
             self.sender.now(),
@@ -212,6 +215,8 @@ class QueueStore:
             carry_action=carry_action,
             carry=carry,
             by=by,
+            dedup=dedup,
+            debounce_ms=debounce_ms,
         )
 
     async def merge_watched(self, pipe: Any, call: calls.Call) -> bool:
@@ -245,6 +250,23 @@ class QueueStore:
         call = calls_ops.resume(self.keys, self.sender.now(), job_id=job_id, value=value)
         return calls.transition(await self.sender.call(call))
 
+    async def update(
+        self, job_id: str, *, kind: str, payload: bytes, dedup: str, priority: str, delay_ms: str
+    ) -> calls_ops.Updated:
+        """A PENDING job changed in place (update.lua): its task (``kind`` '' = unchanged),
+        priority and eligibility ('' = unchanged)."""
+        call = calls_ops.update(
+            self.keys,
+            self.sender.now(),
+            job_id=job_id,
+            kind=kind,
+            payload=payload,
+            dedup=dedup,
+            priority=priority,
+            delay_ms=delay_ms,
+        )
+        return calls_ops.updated(await self.sender.call(call))
+
     async def cancel(self, job_id: str, note: str) -> Transition:
         """An operator's cancel: ``cancelled`` (pending or suspended) or ``requested`` (running)."""
         call = calls.cancel(self.keys, self.sender.now(), job_id=job_id, note=note)
@@ -267,6 +289,19 @@ class QueueStore:
             self.keys, self.sender.now(), state=state, keep_ms=keep_ms, batch=batch, most=most
         )
         return calls_ops.purged(await self.sender.call(call))
+
+    async def purge_ids(self, state: str, ids: Sequence[str]) -> int:
+        """Remove the jobs ``ids`` the finished ``state``'s zset still holds: how many went."""
+        call = calls_ops.purge(self.keys, self.sender.now(), state=state, keep_ms=None, batch=0, ids=ids)
+        return calls_ops.purged(await self.sender.call(call)).removed
+
+    async def cancel_many(self, ids: Sequence[str], note: str) -> list[Transition | Exception]:
+        """An operator's cancel of each of ``ids``, one call each, in one round trip: per job its
+        transition, or the error its call raised (``CorruptQueueError``: its own data is corrupt)."""
+        now = self.sender.now()
+        batch = [calls.cancel(self.keys, now, job_id=job_id, note=note) for job_id in ids]
+        replies = await self.sender.pipeline(batch, return_exceptions=True)
+        return [r if isinstance(r, Exception) else calls.transition(r) for r in replies]
 
     async def limit(
         self,

@@ -196,6 +196,10 @@ class Completer:
         try:
             attachment = pack(ctx.attachment) if ctx.attachment is not None else b""
             carry = b"" if isinstance(ctx.carry, NoCarry) else pack_model(ctx.carry)
+            crypt = job.queue.client.encryption  # encryption at rest: sealed as the producer seals
+            if crypt is not None:
+                attachment = crypt.seal(attachment) if attachment else attachment
+                carry = crypt.seal(carry) if carry else carry
         except PayloadError as exc:
             return NO_STATE, Dead(DeadReason.INVALID_PAYLOAD, f"cannot save run state: {exc}")
         return RunState(attachment, carry), ending

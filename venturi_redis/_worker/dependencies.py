@@ -12,16 +12,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._model.codec import text, unpack, unpack_as
+from .._model.sealing import Encryption, missing_key
 
 if TYPE_CHECKING:
     from .._producer.client import Queue
 
 
-def decode_result(kind: str, blob: bytes, registry: dict[str, type[Any]]) -> Any:
+def decode_result(
+    kind: str, blob: bytes, registry: dict[str, type[Any]], encryption: Encryption | None = None
+) -> Any:
     """One dependency's result: typed when its task declares a result type (an offload's
-    return annotation), else the decoded msgpack document; ``None`` when it returned none."""
+    return annotation), else the decoded msgpack document; ``None`` when it returned none.
+    An encrypted result is opened with ``encryption`` (a missing key raises
+    ``EncryptionKeyMissing``: the handler's run fails, and is retried)."""
     if not blob:
         return None
+    if encryption is not None:
+        blob = encryption.open(blob)
+    elif (missing := missing_key(blob, None)) is not None:
+        raise missing
     handler = registry.get(kind)
     entry = getattr(handler, "__venturi_offload__", None)
     if entry is not None:
@@ -36,5 +45,5 @@ async def read_dependency_results(
     out: dict[str, Any] = {}
     for field, value in sorted(raw.items()):
         kind, _, blob = value.partition(b"\n")
-        out[text(field)] = decode_result(text(kind), blob, registry)
+        out[text(field)] = decode_result(text(kind), blob, registry, queue.client.encryption)
     return out

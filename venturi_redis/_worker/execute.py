@@ -26,9 +26,10 @@ from .._model import tracing as _tracing
 from .._model.codec import pack, unpack, unpack_as, unpack_model
 from .._model.endings import COMPLETED, Completed, Dead, Ending, Failed, Paused, Suspended
 from .._model.enums import DeadReason
-from .._model.errors import PayloadError, TaskDefinitionError, TaskError
+from .._model.errors import EncryptionKeyMissing, PayloadError, TaskDefinitionError, TaskError
 from .._model.outcome import UNSET, Outcome
 from .._model.redact import scrub, secret_values
+from .._model.sealing import Encryption, missing_key
 from .._model.task import Task
 from .._store.store import bad_delay
 from .context import Context
@@ -72,19 +73,32 @@ async def execute(host: RunHost, job: Job) -> Ending:
     handler_cls = registry.get(job.kind)
     if handler_cls is None:
         return Dead(DeadReason.UNKNOWN_KIND, f"no handler for kind {job.kind!r} on worker {host.id}")
+    crypt = job.queue.client.encryption  # encryption at rest (_model/sealing.py), None: off
     try:
-        task = unpack_model(handler_cls, job.payload)
+        task = unpack_model(handler_cls, job.payload if crypt is None else crypt.open(job.payload))
     except PayloadError as exc:
+        if (missing := missing_key(job.payload, crypt)) is not None:
+            return _key_missing(job, "payload", missing)
         return Dead(DeadReason.INVALID_PAYLOAD, f"payload does not decode: {exc}")
     try:
         carry: BaseModel = (
-            unpack_model(handler_cls.carry_type(), job.carry) if job.carry else handler_cls.default_carry()
+            unpack_model(handler_cls.carry_type(), job.carry if crypt is None else crypt.open(job.carry))
+            if job.carry
+            else handler_cls.default_carry()
         )
     except (PayloadError, TaskDefinitionError) as exc:
+        if (missing := missing_key(job.carry, crypt)) is not None:
+            return _key_missing(job, "carry", missing)
         return Dead(DeadReason.INVALID_PAYLOAD, f"carry does not decode: {exc}")
     try:
-        resume_input = _decode_resume(handler_cls, job.resume_input) if job.resume_input else None
+        resume_input = (
+            _decode_resume(handler_cls, job.resume_input if crypt is None else crypt.open(job.resume_input))
+            if job.resume_input
+            else None
+        )
     except PayloadError as exc:
+        if (missing := missing_key(job.resume_input, crypt)) is not None:
+            return _key_missing(job, "resume input", missing)
         # The value came from queue.resume(); no retry can change it.
         return Dead(DeadReason.INVALID_PAYLOAD, f"resume input does not validate: {exc}")
     ctx: Context[Any] = Context(
@@ -186,7 +200,7 @@ async def execute(host: RunHost, job: Job) -> Ending:
         failed_run(job.id, job.kind, error_type, note, exc if log.isEnabledFor(logging.DEBUG) else None)
         return Failed(note, error_type, tb, task.backoff())
     try:
-        blob = _pack_optional(outcome.result if outcome.kind == "completed" else outcome.output)
+        blob = _pack_optional(outcome.result if outcome.kind == "completed" else outcome.output, crypt)
     except PayloadError as exc:
         what = "result" if outcome.kind == "completed" else "output"
         return Failed(f"{what} cannot be stored: {exc}", backoff=task.backoff())
@@ -270,5 +284,20 @@ def _decode_resume(handler_cls: type[Any], raw: bytes) -> Any:
     return unpack(raw) if adapter is None else unpack_as(adapter, raw)
 
 
-def _pack_optional(value: Any) -> bytes:
-    return b"" if value is UNSET or value is None else pack(value)
+def _pack_optional(value: Any, crypt: Encryption | None) -> bytes:
+    if value is UNSET or value is None:
+        return b""
+    return pack(value) if crypt is None else crypt.seal(pack(value))
+
+
+def _key_missing(job: Job, what: str, exc: EncryptionKeyMissing) -> Failed:
+    """A run whose job this worker cannot decrypt: a failed run, retried (docs/security.md).
+
+    Not dead: the likeliest cause is a rollout, one pod not yet given the key
+    the producers already encrypt with; another worker (or this one, restarted
+    with the key) can run it. The backstop (``max_failures``) still ends a job
+    no worker can ever read, with this note.
+    """
+    note = f"{what} cannot be read: {exc}"
+    failed_run(job.id, job.kind, "venturi_redis.EncryptionKeyMissing", note)
+    return Failed(note, "venturi_redis.EncryptionKeyMissing")

@@ -65,6 +65,7 @@ def jobs_of(queue: Queue, claimed: ClaimReply) -> list[Job]:
     jobs: list[Job] = []
     started = time.monotonic()
     # Positional, in Job's field order (keywords cost more): once per claimed job.
+    crypt = queue.client.encryption  # opens the attachments of its history, if read
     for (
         job_id,
         kind,
@@ -98,7 +99,7 @@ def jobs_of(queue: Queue, claimed: ClaimReply) -> list[Job]:
                 resume,
                 # Parsed only if the handler reads it; what the hash implies
                 # (the `enqueued` entry, past runs' claims) put back then.
-                LazyJournal(history, (created, prio.label, eligible)),
+                LazyJournal(history, (created, prio.label, eligible), crypt),
                 timeout_ms,
                 started=started,
                 eligible_at=int(eligible or created or 0),

@@ -96,6 +96,9 @@ class Progress:
 
     async def _write(self, raw: bytes) -> None:
         job = self._job
+        crypt = job.queue.client.encryption  # encryption at rest: the hash and the event both sealed
+        if crypt is not None:
+            raw = crypt.seal(raw)
         try:
             written = await job.queue.store.progress(job.id, job.token, raw)
         except (RedisError, OSError) as exc:

@@ -109,7 +109,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-job_app = typer.Typer(help="One job: show, retry, cancel.", no_args_is_help=True)
+job_app = typer.Typer(help="One job: show, retry, cancel, update.", no_args_is_help=True)
 dead_app = typer.Typer(help="Dead jobs.", no_args_is_help=True)
 queue_app = typer.Typer(help="Queue-wide switches: pause, resume.", no_args_is_help=True)
 

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from .._model.records import JobInfo, JournalEntry
 from .._model.redact import redact
+from .._model.sealing import Encrypted
 from .._transport.urls import redact_url
 
 _CONTROL_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
@@ -100,6 +101,8 @@ def json_default(value: Any) -> Any:
         return value.value
     if isinstance(value, bytes):
         return {"base64": base64.b64encode(value).decode()}
+    if isinstance(value, Encrypted):  # a value under a key this reader lacks: its marker text
+        return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return str(value)
@@ -145,6 +148,10 @@ def job_dict(info: JobInfo, show_payload: bool = False) -> dict[str, Any]:
     if not show_payload:
         for name in DOCUMENTS:
             d[name] = redact(d[name])
+    for name in (*DOCUMENTS, "attachment", "progress"):
+        value = getattr(info, name)
+        if isinstance(value, Encrypted):  # its text reveals nothing: shown, never masked
+            d[name] = str(value)
     return d
 
 

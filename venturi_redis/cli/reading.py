@@ -15,6 +15,7 @@ from rich.text import Text
 from .._model.enums import JobState
 from .._model.records import WorkerInfo
 from .._model.redact import redact
+from .._model.sealing import Encrypted
 from .._producer import discovery as _discovery
 from .._producer.client import Client
 from .._producer.reads import LISTINGS, QueueStats
@@ -315,6 +316,8 @@ def job_show(
             ("lease expires", "lease_expires", when(info.lease_expires_at)),
             ("dedup", "", info.dedup or "-"),
         ]
+        if info.dedup_until is not None:  # throttle (docs/dedup.md): the key held by this job until
+            rows.append(("dedup held until", "dedup_until", when(info.dedup_until)))
         for label, name, value in rows:
             meta.add_row(label, safe_text(shown(info, name, value)))
         if info.order_key is not None:  # docs/semantics.md, "Ordered keys"
@@ -337,7 +340,7 @@ def job_show(
             if name in info.corrupt:
                 meta.add_row(name, safe_text(f"corrupt: not msgpack: {info.corrupt[name]!r}"))
             elif blob is not None:
-                if name in DOCUMENTS and not show_payload:
+                if name in DOCUMENTS and not show_payload and not isinstance(blob, Encrypted):
                     blob = redact(blob)
                     masked = True
                 meta.add_row(name, safe_text(json.dumps(blob, default=json_default, ensure_ascii=False)))

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
@@ -33,6 +34,7 @@ from .._model.errors import ConfigurationError, VenturiError
 from .._model.schedule import validate_schedule_id
 from .._producer.events import events_cap
 from .._producer.reads import LISTINGS
+from .._producer.scale import scale_signal
 from . import _data, _listing, _live, _overview, _render
 from ._security import (
     AUTH_COOKIE,
@@ -187,6 +189,9 @@ class Dashboard:
             params = {k: v for k, v in filters.items() if v}
             next_url = "?" + urlencode({**params, "cursor": page.next_cursor})
         stats = await queue.stats()
+        # "retry these N": the dead jobs of the kind filtered on, when the page was read.
+        at_ms = int(stats.at.timestamp() * 1000)
+        dead_of_kind = await _data.dead_of_kind(queue, kind, at_ms) if kind and stats.dead else None
         limits = [_data.limit_dict(x) for x in await queue.limits()]
         workers = [_data.worker_dict(w) for w in await queue.workers()]
         return self.page(
@@ -207,6 +212,9 @@ class Dashboard:
             heading=_render.jobs_heading(filters["state"], filters["kind"]),
             search=search,
             found=found,
+            dead_of_kind=dead_of_kind,
+            dead_cap=_data.DEAD_COUNT_CAP,
+            at_ms=at_ms,
         )
 
     async def _search(self, queue: Queue, text: str, kind: str | None) -> list[str]:
@@ -265,6 +273,11 @@ class Dashboard:
         queue = await self.known_queue(request.path_params["queue"])
         rows = [_data.worker_dict(w) for w in await queue.workers()]
         return JSONResponse({"queue": queue.name, "workers": rows})
+
+    async def scale(self, request: Request) -> Response:
+        # No existence check: an autoscaler asks about a queue before its first job (all 0).
+        queue = self.queue_of(request.path_params["queue"])
+        return JSONResponse((await scale_signal(queue)).to_dict())
 
     async def events(self, request: Request) -> Response:
         queue = await self.known_queue(request.path_params["queue"])
@@ -331,8 +344,12 @@ class Dashboard:
     async def retry_dead(self, request: Request) -> Response:
         await self._guard_post(request)
         queue = await self.known_queue(request.path_params["queue"])
-        kind = (await _form(request)).get("kind") or None
-        moved = await queue.retry_dead(kind=kind)
+        form = await _form(request)
+        kind = form.get("kind") or None
+        # "retry these N" sends the time its page was read: the jobs dead since stay dead.
+        until_ms = form.get("until_ms", "")
+        until = datetime.fromtimestamp(int(until_ms) / 1000, UTC) if until_ms.isdigit() else None
+        moved = await queue.retry_dead(kind=kind, until=until)
         target = self.url(request, "jobs", queue=queue.name)
         return self._answer(request, target, "dead-retried", moved=moved)
 
@@ -513,6 +530,7 @@ def create_app(
         Route("/api/queues/{queue}/schedules", dash.schedules, name="api_schedules"),
         Route("/api/queues/{queue}/limits", dash.limits, name="api_limits"),
         Route("/api/queues/{queue}/workers", dash.workers, name="api_registry"),
+        Route("/api/queues/{queue}/scale", dash.scale, name="api_scale"),
         Route("/queues/{queue}/events", dash.events, name="events"),
         Route("/login", dash.login_form, name="login_form"),
         Route("/login", dash.login, methods=["POST"], name="login"),

@@ -20,6 +20,7 @@ from .._model.limits import LimitInfo
 from .._model.records import JobInfo, JournalEntry, WorkerInfo
 from .._model.redact import redact
 from .._model.schedule import ScheduleInfo
+from .._producer import bulk
 from .._producer.reads import listing
 from .._store.keys import dedup_field, validate_name
 
@@ -35,6 +36,17 @@ _DEDUP_SCAN_LIMIT = 100_000
 # this many of the newest jobs of each state but pending.
 _FOUND_LIMIT = 20
 _RECENT = 1_000
+
+
+# The most dead jobs of one KIND the queue page counts for its "retry these N" (each
+# counted job's kind is read: the count stops there and says "10,000+").
+DEAD_COUNT_CAP = 10_000
+
+
+async def dead_of_kind(queue: Queue, kind: str, at_ms: int) -> int:
+    """How many jobs of ``kind`` were dead at ``at_ms`` (at most ``DEAD_COUNT_CAP``): the N of
+    the queue page's "retry these N" (reads only, ``_producer/bulk.py``)."""
+    return await bulk.count_matching(queue, "dead", bulk.Filter(kind=kind, limit=DEAD_COUNT_CAP), at_ms)
 
 
 def valid_queue_name(name: str) -> bool:
@@ -164,6 +176,7 @@ def job_dict(info: JobInfo, redaction: Redaction) -> dict[str, Any]:
         "progress": info.progress,
         "schedule_id": info.schedule_id,
         "fire_at": info.fire_at,
+        "dedup_until": info.dedup_until,
     }
     for name in ("payload", "carry", "attachment", "result", "output"):
         out[name] = redaction.doc(info.kind, getattr(info, name))

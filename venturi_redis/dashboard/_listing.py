@@ -256,4 +256,6 @@ def _info(queue: Queue, src: Source, job_id: str, raw: Any, kind: str | None) ->
         return None
     if src.pending_only and raw.get(b"state") != b"pending":
         return None  # left in the retrying index by a claim that cancelled it (until purged)
-    return JobInfo.from_hash(queue.name, job_id, raw, indexed_as=src.state)
+    return JobInfo.from_hash(
+        queue.name, job_id, raw, indexed_as=src.state, encryption=queue.client.encryption
+    )

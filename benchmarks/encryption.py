@@ -1,0 +1,203 @@
+"""Encryption at rest's cost on 1 KiB payloads: W1 (enqueue) and W2 (drain), off against on.
+
+Usage (from the repository root; about 30 s, or 3 min with ``--instructions``)::
+
+    .venv/bin/python benchmarks/encryption.py [--jobs 3000] [--rounds 5] [--concurrency 10]
+    .venv/bin/python benchmarks/encryption.py --instructions   # needs valgrind
+
+One redis-server of its own. Each round runs both settings, in alternating
+order (off then on, then on then off), so the machine's drift falls on both:
+
+- W1: ``--jobs`` single enqueues of a task whose encoded payload is 1 KiB,
+  awaited one after another;
+- W2: one in-process worker (``--concurrency``) drains them, no-op handler.
+
+Each phase reports jobs/s (wall) and this process's CPU per job
+(``time.process_time``: the client's, not Redis's). The figures are medians
+over the rounds, and the overhead is on's against off's. It also times the
+cipher alone (seal, open of one 1 KiB value), the floor of the difference.
+Redis's own work does not change: the scripts move the same bytes, 34 more.
+
+Wall-clock figures on this shared 2-core machine swing by 20-30 % between two
+runs of the same code (benchmarks/worker_cost.py says why); ``--instructions``
+counts instead, as worker_cost.py does: one process enqueues then drains
+``--small`` and then ``--large`` jobs under callgrind, off and on, and the
+difference over the difference in jobs is the client's instructions per job
+(enqueue and run together), start-up and imports cancelled out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import redis  # noqa: E402
+
+import venturi_redis as vr  # noqa: E402
+from tests.servers import RedisServer  # noqa: E402
+from venturi_redis._model.codec import pack_model  # noqa: E402
+
+KEY = bytes(range(32))
+
+
+class Blob(vr.Task):
+    KIND: ClassVar[str] = "bench.blob"
+    i: int
+    data: str
+
+
+class BlobJob(Blob, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        return vr.Outcome.completed()
+
+
+def _task(i: int) -> Blob:
+    data = ("0123456789abcdef" * 64)[: 1024 - 20]
+    return Blob(i=i, data=data)
+
+
+async def one_round(url: str, jobs: int, concurrency: int, encrypted: bool) -> dict[str, float]:
+    redis.Redis.from_url(url).flushall()
+    enc = vr.Encryption(keys=[KEY]) if encrypted else None
+    async with vr.Client.from_url(url, encryption=enc) as client:
+        queue = client.queue("bench")
+        tasks = [_task(i) for i in range(jobs)]
+        await queue.enqueue(_task(-1))  # connection and scripts ready before the clock
+        w0, c0 = time.perf_counter(), time.process_time()
+        for t in tasks:
+            await queue.enqueue(t)
+        w1, c1 = time.perf_counter(), time.process_time()
+        worker: vr.Worker[Any] = vr.Worker(queue, concurrency=concurrency, handle_signals=False)
+        worker.register(BlobJob)
+        await worker.run(until_idle=True)
+        w2, c2 = time.perf_counter(), time.process_time()
+        counts = await queue.counts()
+        assert counts["completed"] == jobs + 1, counts
+    n = jobs + 1
+    return {
+        "w1_rate": jobs / (w1 - w0),
+        "w1_cpu_us": (c1 - c0) / jobs * 1e6,
+        "w2_rate": n / (w2 - w1),
+        "w2_cpu_us": (c2 - c1) / n * 1e6,
+    }
+
+
+async def enqueue_and_drain(url: str, jobs: int, concurrency: int, encrypted: bool) -> None:
+    """The ``--instructions`` child: W1 then W2 on ``jobs`` jobs, in this process."""
+    redis.Redis.from_url(url).flushall()
+    enc = vr.Encryption(keys=[KEY]) if encrypted else None
+    async with vr.Client.from_url(url, encryption=enc) as client:
+        queue = client.queue("bench")
+        for i in range(jobs):
+            await queue.enqueue(_task(i))
+        worker: vr.Worker[Any] = vr.Worker(queue, concurrency=concurrency, handle_signals=False)
+        worker.register(BlobJob)
+        await worker.run(until_idle=True)
+
+
+def instructions(url: str, jobs: int, concurrency: int, encrypted: bool) -> int:
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "callgrind.out"
+        child = [sys.executable, __file__, "--child", url, str(jobs), str(concurrency), str(int(encrypted))]
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *child],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        m = re.search(r"^(?:summary|totals):\s*(\d+)", out.read_text(), re.M)
+        assert m, "no totals in the callgrind output"
+        return int(m.group(1))
+
+
+def count_instructions(small: int, large: int, concurrency: int) -> None:
+    with RedisServer() as server:
+        per_job: dict[bool, float] = {}
+        # off, on, on, off: a drift between the runs falls on both settings
+        counts: dict[tuple[bool, int], int] = {}
+        for encrypted, n in ((False, small), (True, small), (True, large), (False, large)):
+            counts[encrypted, n] = instructions(server.url, n, concurrency, encrypted)
+        for encrypted in (False, True):
+            per_job[encrypted] = (counts[encrypted, large] - counts[encrypted, small]) / (large - small)
+            label = "on " if encrypted else "off"
+            print(f"encryption {label}: {per_job[encrypted]:,.0f} instructions per job (enqueue + run)")
+        print(f"overhead: {(per_job[True] / per_job[False] - 1) * 100:+.1f}%")
+
+
+def cipher_floor() -> tuple[float, float, int]:
+    enc = vr.Encryption(keys=[KEY])
+    plain = pack_model(_task(0))
+    sealed = enc.seal(plain)
+    n = 20_000
+    seal_us = min(timeit.repeat(lambda: enc.seal(plain), number=n, repeat=3)) / n * 1e6
+    open_us = min(timeit.repeat(lambda: enc.open(sealed), number=n, repeat=3)) / n * 1e6
+    return seal_us, open_us, len(plain)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--concurrency", type=int, default=10)
+    ap.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
+    ap.add_argument("--small", type=int, default=200)
+    ap.add_argument("--large", type=int, default=1000)
+    ap.add_argument(
+        "--child", nargs=4, metavar=("URL", "JOBS", "CONCURRENCY", "ENCRYPTED"), help=argparse.SUPPRESS
+    )
+    a = ap.parse_args()
+    if a.child:
+        url, jobs, conc, encrypted = a.child
+        anyio.run(enqueue_and_drain, url, int(jobs), int(conc), encrypted == "1")
+        return
+    if a.instructions:
+        count_instructions(a.small, a.large, a.concurrency)
+        return
+    seal_us, open_us, size = cipher_floor()
+    print(f"payload {size} bytes encoded; cipher alone: seal {seal_us:.1f} us, open {open_us:.1f} us")
+    results: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    with RedisServer() as server:
+        for r in range(a.rounds):
+            order = (False, True) if r % 2 == 0 else (True, False)
+            for encrypted in order:
+                res = anyio.run(one_round, server.url, a.jobs, a.concurrency, encrypted)
+                results[encrypted].append(res)
+                print(
+                    f"round {r + 1} {'on ' if encrypted else 'off'}: "
+                    + ", ".join(f"{k} {v:,.1f}" for k, v in res.items()),
+                    flush=True,
+                )
+    print()
+    print("| workload | off | on | overhead of the medians | median of the rounds' paired overheads |")
+    print("|---|---|---|---|---|")
+    for key, label, higher_better in (
+        ("w1_rate", "W1 single enqueue, jobs/s", True),
+        ("w1_cpu_us", "W1 client CPU per job, us", False),
+        ("w2_rate", f"W2 drain c={a.concurrency}, jobs/s", True),
+        ("w2_cpu_us", "W2 worker CPU per job, us", False),
+    ):
+        off = statistics.median(x[key] for x in results[False])
+        on = statistics.median(x[key] for x in results[True])
+        cost = (off / on - 1) if higher_better else (on / off - 1)
+        paired = statistics.median(
+            (x[key] / y[key] - 1) if higher_better else (y[key] / x[key] - 1)
+            for x, y in zip(results[False], results[True], strict=True)
+        )
+        print(f"| {label} | {off:,.1f} | {on:,.1f} | {cost * 100:+.1f}% | {paired * 100:+.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
