@@ -377,6 +377,14 @@ async def test_job_show_and_the_dashboard_name_the_order_key(queue: vr.Queue, ba
     assert (doc["order_key"], doc["order_waiting"]) == ("acct-42", True)
     doc = job_dict(await _state(queue, first), Redaction())
     assert (doc["order_key"], doc["order_waiting"]) == ("acct-42", False)
+    httpx = pytest.importorskip("httpx")
+    from venturi_redis.dashboard import create_app
+
+    transport = httpx.ASGITransport(app=create_app(queue.client))
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash") as h:
+        page = await h.get(f"/queues/{queue.name}/jobs/{second}")
+        assert page.status_code == 200, page.text[-2000:]
+        assert "acct-42 (waiting behind an earlier job of its key)" in page.text
     if backend == "redis":
         from typer.testing import CliRunner
 
