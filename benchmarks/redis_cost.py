@@ -111,6 +111,7 @@ async def measure(
     fanin: int = 0,
     bulk: int = 1,
     max_kept: int | None = None,
+    history: bool = False,
 ) -> dict[str, int]:
     """Drive the server on ``port`` (callgrind's pid ``pid``, dumping to ``out``)."""
     from venturi_only import Raw
@@ -125,6 +126,8 @@ async def measure(
     try:
         await server_up(raw.r)
         await raw.load()
+        if history:  # the queue's metrics history on (docs/observability.md "Metrics history")
+            await raw.r.hset(raw.k.meta, "history", "1")
         if events < 0:
             await raw.r.hset(raw.k.meta, "events", "0")
         if events > 0:  # the queue's event stream on, capped at `events` (docs/observability.md)
@@ -201,6 +204,9 @@ def main() -> None:
         default=None,
         help="completed jobs kept (default: all); past it each completion trims the oldest",
     )
+    ap.add_argument(
+        "--history", action="store_true", help="the queue's metrics history on (default: off, as released)"
+    )
     a = ap.parse_args()
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(a.root.resolve()))
@@ -224,7 +230,9 @@ def main() -> None:
                 got = asyncio.run(measure_floor(port, server.pid, out, a.n, a.batch, a.bulk))
             else:
                 got = asyncio.run(
-                    measure(port, server.pid, out, a.n, a.batch, a.events, a.fanin, a.bulk, a.max_kept)
+                    measure(
+                        port, server.pid, out, a.n, a.batch, a.events, a.fanin, a.bulk, a.max_kept, a.history
+                    )
                 )
         finally:
             server.terminate()
@@ -234,7 +242,8 @@ def main() -> None:
         what = f"enqueue ({a.bulk} jobs per call)"
     print(
         f"{'the floor' if a.floor else a.root}"
-        f"{' (events off)' if a.events < 0 else f' (events capped at {a.events})' if a.events else ''}: "
+        f"{' (events off)' if a.events < 0 else f' (events capped at {a.events})' if a.events else ''}"
+        f"{' (history on)' if a.history else ''}: "
         "Redis instructions per job: "
         f"{what} {got['enqueue']:,}; "
         f"claim + complete (batch {a.batch}) {got['drain']:,}"

@@ -58,7 +58,13 @@ def _tail(log: Any) -> str:
 
 
 def drain(
-    url: str, r: redis.Redis, pythonpath: str | None, args: list[str], events: int = 0, limit: str = ""
+    url: str,
+    r: redis.Redis,
+    pythonpath: str | None,
+    args: list[str],
+    events: int = 0,
+    limit: str = "",
+    history: bool = False,
 ) -> dict[str, float]:
     env = dict(os.environ)
     if pythonpath:
@@ -67,6 +73,8 @@ def drain(
     if events:  # the queue's event stream on, capped at `events` (docs/observability.md)
         r.hset(f"venturi:{{{venturi_only.QUEUE}}}:meta", "events", str(events))
         r.xadd(f"venturi:{{{venturi_only.QUEUE}}}:events", {"event": "events_on"})  # the stream must exist
+    if history:  # the queue's metrics history on (docs/observability.md "Metrics history")
+        r.hset(f"venturi:{{{venturi_only.QUEUE}}}:meta", "history", "1")
     if limit:  # KIND=N: a kind-wide concurrency limit (docs/flow-control.md), as limit.lua writes it
         kind, _, cap = limit.partition("=")
         r.hset(f"venturi:{{{venturi_only.QUEUE}}}:limits", kind, f"{int(cap)} 0 0 0 0 0")
@@ -113,18 +121,20 @@ def main() -> None:
     p.add_argument("--b-events", type=int, default=0, help="B: the event stream on, capped at N")
     p.add_argument("--a-limit", default="", help="A: KIND=N, a kind-wide concurrency limit (noop: the jobs')")
     p.add_argument("--b-limit", default="", help="B: KIND=N, a kind-wide concurrency limit")
+    p.add_argument("--a-history", action="store_true", help="A: the metrics history on")
+    p.add_argument("--b-history", action="store_true", help="B: the metrics history on")
     p.add_argument("--pairs", type=int, default=6)
     a = p.parse_args()
     variants = {
-        "A": (a.base, shlex.split(a.a_args), a.a_events, a.a_limit),
-        "B": (None, shlex.split(a.b_args), a.b_events, a.b_limit),
+        "A": (a.base, shlex.split(a.a_args), a.a_events, a.a_limit, a.a_history),
+        "B": (None, shlex.split(a.b_args), a.b_events, a.b_limit, a.b_history),
     }
     runs: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     with RedisServer() as server:
         r = redis.Redis.from_url(server.url)
         for i in range(a.pairs):
-            for name, (path, args, events, limit) in variants.items():
-                x = drain(server.url, r, path, args, events, limit)
+            for name, (path, args, events, limit, history) in variants.items():
+                x = drain(server.url, r, path, args, events, limit, history)
                 runs[name].append(x)
                 print(
                     f"pair {i + 1} {name}: {x['jobs_s']:,.0f} jobs/s, ceiling {x['ceiling']:,.0f}/s, "
@@ -136,9 +146,9 @@ def main() -> None:
     def med(name: str, key: str) -> Any:
         return statistics.median(x[key] for x in runs[name])
 
-    for name, (path, args, events, limit) in variants.items():
+    for name, (path, args, events, limit, history) in variants.items():
         label = f"{path or 'this checkout'} {' '.join(args)}{f' events {events}' if events else ''}"
-        label = f"{label}{f' limit {limit}' if limit else ''}".strip()
+        label = f"{label}{f' limit {limit}' if limit else ''}{' history on' if history else ''}".strip()
         ratios = ", ".join(f"{x['ratio']:.0%}" for x in runs[name])
         print(
             f"{name} ({label}): median {med(name, 'jobs_s'):,.0f} jobs/s, W2/W8 {med(name, 'ratio'):.1%} "

@@ -7,7 +7,8 @@
 -- KEYS[6]    dedup index hash (a throttled job's claim keeps its entry and
 --            adds its field to `dedup:held`, keys.lua dedup_held_key; the
 --            claim's cancel, expiry and quarantine endings free both at once)
--- KEYS[7]    queue meta hash (fields `paused`, `events`, `limits`)
+-- KEYS[7]    queue meta hash (fields `paused`, `events`, `limits`; `history`
+--            on a job's expiry only: include history.lua)
 -- KEYS[8]    wake list (wake.lua wake_workers): deleted when the claim
 --            comes back short or the queue is paused, since every token in it
 --            is stale then (whatever enqueue pushed it for is claimed, or not
@@ -77,6 +78,7 @@
 -- @include quarantine.lua
 -- @include graph.lua
 -- @include limits.lua
+-- @include history.lua
 -- @include order.lua
 
 local now = now_ms(ARGV[1])
@@ -270,6 +272,13 @@ local function take(id, listed)
     compact_journal(journal_key)
     offload_settle(prefix, job_key, id, 'failed', nil, note, now_s)
     graph_orphaned(prefix, job_key, id)
+    -- The metrics history's switch is read on this rare path only, not by
+    -- every claim (include history.lua): the death counted, by kind.
+    history_counts = redis.call('HGET', KEYS[7], 'history') == '1' and {} or nil
+    if history_counts then
+      history_counts[kind .. '\tdead'] = 1
+      history_flush(prefix, now)
+    end
     ended = ended or {}
     ended[#ended + 1], ended[#ended + 2] = job_key, id
     return 'dropped'

@@ -5,7 +5,9 @@
 -- the others).
 --
 -- KEYS[1] running zset   KEYS[2] completed zset
--- KEYS[3] queue meta hash (its `events` field: include events.lua)
+-- KEYS[3] queue meta hash (its `events` field: include events.lua; its
+--         `history` field: include history.lua, the completions by kind and
+--         their run times, each from its claim to now)
 -- The event stream (while events are on) and, for a run holding a
 -- concurrency slot, which it gives back (include limits.lua), the
 -- limits:state hash, limits:ready zset and wake list: their names derived
@@ -56,13 +58,15 @@
 -- @include limits.lua
 -- @include wake.lua
 -- @include retention.lua
+-- @include history.lua
 -- @include order.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
 local prefix = ARGV[2]
-local events = redis.call('HGET', KEYS[3], 'events')
-events_open(KEYS[3], events_key(prefix), prefix, events or false)
+local meta = redis.call('HMGET', KEYS[3], 'events', 'history')
+events_open(KEYS[3], events_key(prefix), prefix, meta[1] or false)
+history_counts = meta[2] == '1' and {} or nil
 if type(redis.pcall('ZCARD', KEYS[1])) == 'table' then
   return redis.error_reply('VR_WRONGTYPE ' .. KEYS[1] .. ' is not a sorted set')
 end
@@ -119,6 +123,17 @@ for i = 0, n - 1 do
         if events_stream then
           kinds[#done] = f[7] or ''
           runs[#done] = run
+        end
+        if history_counts then
+          -- The run's time: from its claim to now, on the clock of both.
+          local kind = f[7] or ''
+          local field = kind .. '\tcompleted'
+          history_counts[field] = (history_counts[field] or 0) + 1
+          local claimed = tonumber(f[5])
+          if claimed and claimed <= now then
+            field = kind .. '\trun_ms'
+            history_counts[field] = (history_counts[field] or 0) + now - claimed
+          end
         end
         -- No updated_at: a completed job's last change is its finished_at
         -- (records.py reads the latest of the three).
@@ -194,5 +209,6 @@ if events_stream then
   emit_many('completed', now_s, done, kinds, runs)
 end
 trim_finished(prefix, KEYS[2], now, ARGV[3], ARGV[4], #done)
+if history_counts then history_flush(prefix, now) end
 if woke > 0 then wake_workers(feature_keys(prefix).wake, woke) end
 return out

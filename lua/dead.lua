@@ -3,7 +3,9 @@
 --
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] dead zset
--- KEYS[5] queue meta hash   KEYS[6] event stream (include events.lua)
+-- KEYS[5] queue meta hash (its `history` field: include history.lua, the
+--         failed run and the death, counted by kind)
+-- KEYS[6] event stream (include events.lua)
 -- KEYS[7] limits:state hash   KEYS[8] limits:ready zset   KEYS[9] wake list:
 --         a run holding a concurrency slot gives it back (include limits.lua)
 -- The jobs waiting on this one apply their on_dependency_failure policy
@@ -32,13 +34,15 @@
 -- @include graph.lua
 -- @include limits.lua
 -- @include wake.lua
+-- @include history.lua
 -- @include order.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[5], KEYS[6], ARGV[2])
+history_counts = redis.call('HGET', KEYS[5], 'history') == '1' and {} or nil
 local id = ARGV[3]
 local refused, run, f = check_owner(KEYS[1], KEYS[2], ARGV[4], 'dead', now,
-  {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents', 'dedup_window', 'dedup', 'order_key'})
+  {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents', 'dedup_window', 'dedup', 'kind', 'order_key'})
 if refused then
   return {0, refused}
 end
@@ -55,8 +59,13 @@ offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[7], f[8]})
 if f[9] then
   graph_finished(ARGV[2], f[9], KEYS[1], id, now, false, nil, ARGV[5])
 end
-if f[12] then order_lib().release(ARGV[2], KEYS[1], f[12], id, nil) end
+if f[13] then order_lib().release(ARGV[2], KEYS[1], f[13], id, nil) end
 if f[4] and limits_lib().release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then
   wake_workers(KEYS[9], 1)
+end
+if history_counts then
+  history_count(f[12] or '', 'failed', 1)
+  history_count(f[12] or '', 'dead', 1)
+  history_flush(ARGV[2], now)
 end
 return {1}

@@ -2,7 +2,7 @@
 --
 -- KEYS[1]      dedup index hash
 -- KEYS[2]      wake list: one token per job created (wake_workers, wake.lua)
--- KEYS[3]      queue meta hash (its `events` and `limits` fields)
+-- KEYS[3]      queue meta hash (its `events`, `limits` and `history` fields)
 -- KEYS[4+2i..] for job i (0-based): its job hash, the pending zset of its priority
 -- KEYS[4+2n+i] with offload snapshots (ARGV[5] '1'): job i's snapshot key
 -- ARGV[1]      now in ms, or '' for Redis TIME
@@ -19,7 +19,9 @@
 --              delay_ms, dedup field, payload, m, then m optional field, value pairs)
 -- The journal is not written here: the hash holds what its `enqueued` entry
 -- would say (journal.lua). The event stream (while events are on: the meta
--- hash's `events`, include events.lua) gets one entry per call, `enqueued`.
+-- hash's `events`, include events.lua) gets one entry per call, `enqueued`,
+-- and the metrics history (its `history`, include history.lua) the count of
+-- the jobs created, by kind.
 -- A job of a limited kind (the meta hash's `limits` on, its kind in the
 -- limits hash: keys.lua feature_keys), eligible now, is parked instead of put
 -- in its pending set, so a claim never scans it (include limits.lua).
@@ -55,6 +57,7 @@
 -- @include offload_pending.lua
 -- @include events.lua
 -- @include job_args.lua
+-- @include history.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -62,8 +65,9 @@ local prefix = ARGV[2]
 local n = tonumber(ARGV[3])
 local force = ARGV[4] == 'force'
 local offload = ARGV[5] == '1'
-local meta = redis.call('HMGET', KEYS[3], 'events', 'limits')
+local meta = redis.call('HMGET', KEYS[3], 'events', 'limits', 'history')
 events_open(KEYS[3], events_key(prefix), prefix, meta[1] or false)
+history_counts = meta[3] == '1' and {} or nil
 local fk = nil -- flow control's keys, while limits are on
 if meta[2] == '1' then fk = feature_keys(prefix) end
 local one = n == 1
@@ -171,6 +175,10 @@ for i = 0, n - 1 do
       offload_pending(KEYS[4 + 2 * n + i], job_key, id, kind, token, ttl, now)
     end
     created = created + 1
+    if history_counts then
+      local field = kind .. '\tenqueued'
+      history_counts[field] = (history_counts[field] or 0) + 1
+    end
     if events_stream then
       if one then
         -- One job: its entry straight away (events.lua's one-job form, with
@@ -184,7 +192,10 @@ for i = 0, n - 1 do
     end
   end
   if one then
-    if created > 0 then wake_workers(KEYS[2], 1) end
+    if created > 0 then
+      wake_workers(KEYS[2], 1)
+      if history_counts then history_flush(prefix, now) end
+    end
     return holder or ''
   end
   out[#out + 1] = holder or ''
@@ -194,5 +205,6 @@ if created > 0 then
   if events_stream then
     emit_many('enqueued', now_s, ids, kinds, runs)
   end
+  if history_counts then history_flush(prefix, now) end
 end
 return out

@@ -7,7 +7,8 @@
 -- KEYS[1] waiting zset   KEYS[2] wake list
 -- KEYS[3..6] pending zsets, CRITICAL first: a job's priority picks one
 -- KEYS[7] queue meta hash (its `events` field: include events.lua; each
---         job created is an `enqueued` event, as enqueue.lua's are)
+--         job created is an `enqueued` event, as enqueue.lua's are; its
+--         `history` field: include history.lua, the jobs created by kind)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and graph
 --         keys derive from it (keys.lua job_keys, graph_keys)
@@ -40,6 +41,7 @@
 -- @include wake.lua
 -- @include events.lua
 -- @include job_args.lua
+-- @include history.lua
 
 local GRAPH_IDS_SHOWN_AT_ENQUEUE = 20
 
@@ -48,6 +50,7 @@ local now_s = str(now)
 local prefix = ARGV[2]
 local n = tonumber(ARGV[3])
 events_open(KEYS[7], events_key(prefix), prefix)
+history_counts = redis.call('HGET', KEYS[7], 'history') == '1' and {} or nil
 
 -- Parse, then check every dependency before the first write.
 local jobs, new = {}, {}
@@ -113,6 +116,7 @@ for _, job in ipairs(jobs) do
   if events_stream then
     emit(id, job.kind, 'enqueued', now_s, 0, nil, {'priority', job.priority, 'eligible_at', eligible_s})
   end
+  if history_counts then history_count(job.kind, 'enqueued', 1) end
   if #waits == 0 then
     redis.call('ZADD', pending_key(3, job.priority), eligible_s, id)
     made = made + 1
@@ -137,4 +141,5 @@ end
 if made > 0 then
   wake_workers(KEYS[2], made)
 end
+if history_counts then history_flush(prefix, now) end
 return {now, n}

@@ -6,7 +6,10 @@
 -- KEYS[1] running zset   KEYS[2] dead zset   KEYS[3] dedup index hash
 -- KEYS[4] wake list
 -- KEYS[5..8] pending zsets, CRITICAL first: the job's priority field picks one
--- KEYS[9] queue meta hash   KEYS[10] event stream (include events.lua)
+-- KEYS[9] queue meta hash (its `history` field: include history.lua, each
+--         lease expired a failed run, each death by the backstop or a start
+--         deadline a dead job, by kind)
+-- KEYS[10] event stream (include events.lua)
 -- KEYS[11] limits:state hash   KEYS[12] limits:ready zset: a run holding a
 --         concurrency slot gives it back (include limits.lua)
 -- When the backstop kills a job others wait on, they apply their policy
@@ -52,6 +55,7 @@
 -- @include quarantine.lua
 -- @include graph.lua
 -- @include limits.lua
+-- @include history.lua
 -- @include order.lua
 
 local prefix = ARGV[2]
@@ -62,6 +66,7 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumb
 local events_read = #ids > 0
 if events_read then
   events_open(KEYS[9], KEYS[10], ARGV[2])
+  history_counts = redis.call('HGET', KEYS[9], 'history') == '1' and {} or nil
 end
 local requeued, died = 0, 0
 local requeued_slots = false
@@ -71,7 +76,7 @@ for _, id in ipairs(ids) do
   local job_key, journal_key = job_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'failures', 'max_failures',
     'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents', 'slot', 'claimed_at',
-    'cancel_requested', 'dedup_window', 'dedup', 'order_key')
+    'cancel_requested', 'dedup_window', 'dedup', 'kind', 'order_key')
   local pending = nil
   if f.err then
     quarantine(job_key, journal_key, KEYS[2], id, now, 'job key is not a hash')
@@ -96,7 +101,7 @@ for _, id in ipairs(ids) do
       quarantine(job_key, journal_key, KEYS[2], id, now, bad)
       if held then unhold(KEYS[3], dedup_held_key(prefix), f[13], id) end
       graph_finished(prefix, f[8], job_key, id, now, false, nil, bad)
-      if f[14] then order_lib().release(prefix, job_key, f[14], id, nil) end
+      if f[15] then order_lib().release(prefix, job_key, f[15], id, nil) end
       died = died + 1
     else
       materialize(job_key, journal_key) -- a first run's claim wrote no journal
@@ -109,6 +114,7 @@ for _, id in ipairs(ids) do
         extra[#extra + 1] = f[6] or ''
       end
       journal(journal_key, now, 'lease_expired', f[5], 'lease expired; worker presumed dead', nil, extra)
+      if history_counts then history_count(f[14] or '', 'failed', 1) end
       if limit and failures >= limit then
         local runs = failures .. (failures == 1 and ' failed run' or ' failed runs')
         redis.call('HSET', job_key, 'state', 'dead', 'failures', failures,
@@ -124,7 +130,8 @@ for _, id in ipairs(ids) do
           graph_finished(prefix, f[8], job_key, id, now, false, nil,
             'lease expired; retry backstop: ' .. runs)
         end
-        if f[14] then order_lib().release(prefix, job_key, f[14], id, nil) end
+        if history_counts then history_count(f[14] or '', 'dead', 1) end
+        if f[15] then order_lib().release(prefix, job_key, f[15], id, nil) end
         died = died + 1
       else
         redis.call('HSET', job_key, 'state', 'pending', 'failures', failures,
@@ -147,12 +154,13 @@ local exp_key = feature_keys(prefix).expiring
 local due = redis.call('ZRANGE', exp_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, EXPIRE_MAX)
 if #due > 0 and not events_read then
   events_open(KEYS[9], KEYS[10], ARGV[2])
+  history_counts = redis.call('HGET', KEYS[9], 'history') == '1' and {} or nil
   events_read = true
 end
 for _, eid in ipairs(due) do
   local job_key, journal_key = job_keys(prefix, eid)
   local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'priority', 'dedup', 'parked',
-    'failures', 'dependents', 'lease_expires', 'run_count', 'dedup_window', 'order_key', 'ordered')
+    'failures', 'dependents', 'lease_expires', 'run_count', 'dedup_window', 'kind', 'order_key', 'ordered')
   local state = not f.err and f[1]
   local deadline = not f.err and tonumber(f[2])
   if (state == 'pending' or state == 'waiting') and deadline and deadline <= now then
@@ -160,12 +168,12 @@ for _, eid in ipairs(due) do
     if state == 'pending' and not pending then
       quarantine(job_key, journal_key, KEYS[2], eid, now, bad_priority(f[3]))
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, bad_priority(f[3]))
-      if f[11] then order_lib().release(prefix, job_key, f[11], eid, f[12] or nil) end
+      if f[12] then order_lib().release(prefix, job_key, f[12], eid, f[13] or nil) end
     elseif not journal_ok(journal_key) then
       if pending then redis.call('ZREM', pending, eid) end
       quarantine(job_key, journal_key, KEYS[2], eid, now, 'journal key is not a stream')
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, 'journal key is not a stream')
-      if f[11] then order_lib().release(prefix, job_key, f[11], eid, f[12] or nil) end
+      if f[12] then order_lib().release(prefix, job_key, f[12], eid, f[13] or nil) end
     else
       if pending then
         redis.call('ZREM', pending, eid)
@@ -189,8 +197,9 @@ for _, eid in ipairs(due) do
       compact_journal(journal_key)
       offload_settle(prefix, job_key, eid, 'failed', nil, note, now)
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, note)
+      if history_counts then history_count(f[11] or '', 'dead', 1) end
       -- Waiting on its key, it leaves the key's queue; holding it, it lets the next go.
-      if f[11] then order_lib().release(prefix, job_key, f[11], eid, f[12] or nil) end
+      if f[12] then order_lib().release(prefix, job_key, f[12], eid, f[13] or nil) end
     end
     redis.call('ZREM', exp_key, eid)
   elseif state == 'running' then
@@ -210,6 +219,7 @@ end
 local orphans = redis.call('SPOP', graph_orphans_key(prefix), 100)
 if #orphans > 0 and not events_read then
   events_open(KEYS[9], KEYS[10], ARGV[2])
+  history_counts = redis.call('HGET', KEYS[9], 'history') == '1' and {} or nil
 end
 for _, oid in ipairs(orphans) do
   local o_key = job_keys(prefix, oid)
@@ -259,6 +269,7 @@ if type(due) == 'table' and not due.err and #due > 0 and (index_type == 'hash' o
     end
   end
 end
+if history_counts then history_flush(prefix, now) end
 out[1] = requeued
 out[2] = died
 if requeued > 0 or requeued_slots then

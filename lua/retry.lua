@@ -4,7 +4,9 @@
 -- KEYS[1] job hash   KEYS[2] journal stream   KEYS[3] running zset
 -- KEYS[4] pending zset of the job's priority   KEYS[5] dead zset
 -- KEYS[6] dedup index hash   KEYS[7] wake list
--- KEYS[8] queue meta hash   KEYS[9] event stream (include events.lua)
+-- KEYS[8] queue meta hash (its `history` field: include history.lua, the
+--         failed run, and a death, counted by kind)
+-- KEYS[9] event stream (include events.lua)
 -- KEYS[10] limits:state hash   KEYS[11] limits:ready zset: a run holding a
 --         concurrency slot gives it back (include limits.lua)
 -- When the backstop kills a job others wait on, they apply their policy
@@ -40,10 +42,12 @@
 -- @include offload.lua
 -- @include graph.lua
 -- @include limits.lua
+-- @include history.lua
 -- @include order.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[8], KEYS[9], ARGV[2])
+history_counts = redis.call('HGET', KEYS[8], 'history') == '1' and {} or nil
 local id = ARGV[3]
 local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now)
 if refused then
@@ -53,7 +57,7 @@ if o[4] and limits_lib().release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) th
   wake_workers(KEYS[7], 1)
 end
 local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents', 'cancel_requested',
-  'dedup_window', 'dedup', 'order_key')
+  'dedup_window', 'dedup', 'kind', 'order_key')
 local failures = (tonumber(f[1]) or 0) + 1
 local limit = backstop(f[2], ARGV[11])
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
@@ -74,7 +78,12 @@ if limit and failures >= limit then
   if f[3] then
     graph_finished(ARGV[2], f[3], KEYS[1], id, now, false, nil, ARGV[5])
   end
-  if f[7] then order_lib().release(ARGV[2], KEYS[1], f[7], id, nil) end
+  if history_counts then
+    history_count(f[7] or '', 'failed', 1)
+    history_count(f[7] or '', 'dead', 1)
+    history_flush(ARGV[2], now)
+  end
+  if f[8] then order_lib().release(ARGV[2], KEYS[1], f[8], id, nil) end
   return {1, 'dead', 0, failures}
 end
 
@@ -89,4 +98,8 @@ journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
   with_error(with_claim({'failures', failures, 'delay_ms', delay}, o[5], o[6]), ARGV[12], ARGV[13]))
 compact_journal(KEYS[2])
 wake_workers(KEYS[7], 1)
+if history_counts then
+  history_count(f[7] or '', 'failed', 1)
+  history_flush(ARGV[2], now)
+end
 return {1, 'pending', delay, failures}

@@ -11,8 +11,10 @@
 -- KEYS[5]      the new job's hash
 -- KEYS[6]      the new job's journal stream
 -- KEYS[7..10]  the pending sets, CRITICAL first: the schedule's priority picks one
--- KEYS[11]     queue meta hash   KEYS[12] event stream (include events.lua: the
---              job created is an `enqueued` event)
+-- KEYS[11]     queue meta hash (its `history` field: include history.lua, the
+--              job created counted by kind)
+-- KEYS[12]     event stream (include events.lua: the job created is an
+--              `enqueued` event)
 -- ARGV[1]      now in ms, or '' for Redis TIME
 -- ARGV[2]      key prefix of the queue (events.lua takes its length)
 -- ARGV[3]      'fire' (the due fire time ARGV[6]), 'trigger' (one extra job now,
@@ -57,6 +59,7 @@
 -- @include journal.lua
 -- @include wake.lua
 -- @include schedule.lua
+-- @include history.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -70,11 +73,12 @@ end
 -- The event switch is read here, not by events_open: a value no XADD MAXLEN
 -- takes (an operator's 99999999999999999999) is the default, so the job's
 -- event cannot fail the script after the job was written.
-local switch = redis.call('HGET', KEYS[11], 'events')
+local switch, hswitch = unpack(redis.call('HMGET', KEYS[11], 'events', 'history'))
 if switch and not (string.match(switch, '^%d+$') and #switch <= 10) then
   switch = EVENTS_DEFAULT
 end
 events_open(KEYS[11], KEYS[12], ARGV[2], switch or false)
+history_counts = hswitch == '1' and {} or nil
 broken = events_stream and wrong_type(KEYS[12], 'stream')
 if broken then
   return redis.error_reply('VR_WRONGTYPE ' .. broken)
@@ -187,6 +191,10 @@ if status == 1 then
       'schedule', sid, 'fire_at', fire_at, 'fires', fires})
   end
   wake_workers(KEYS[4], 1)
+  if history_counts then
+    history_count(f[4], 'enqueued', 1)
+    history_flush(ARGV[2], now)
+  end
 end
 redis.call('HSET', sched, 'last_at', fire_at, 'last_job_id', out)
 redis.call('HINCRBY', sched, 'fires', 1)

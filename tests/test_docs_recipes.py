@@ -63,6 +63,7 @@ TESTED = {
     "schedules",
     "limit-key",
     "registry",
+    "history",
 }
 
 
@@ -89,7 +90,8 @@ def queue(client: vr.Client) -> vr.Queue:
 
 
 async def run(name: str, queue: vr.Queue, job: str = "", worker: str = "", schedule: str = "") -> list[Any]:
-    """Run recipe ``name`` with $Q, $JOB, $WORKER, $SCHEDULE, $NOW_MS and $MINUTE_AGO_MS filled in."""
+    """Run recipe ``name`` with $Q, $JOB, $WORKER, $SCHEDULE, $NOW_MS, $MINUTE_AGO_MS, $MINUTE_S
+    and $HOUR_S filled in."""
     sec, usec = await queue.client.redis.time()
     now = int(sec) * 1000 + int(usec) // 1000
     values = {"$MINUTE_AGO_MS": str(now - 60_000), "$NOW_MS": str(now), "$JOB": job, "$Q": queue.name}
@@ -97,6 +99,8 @@ async def run(name: str, queue: vr.Queue, job: str = "", worker: str = "", sched
     values["$LKEY"] = "mail\t11:example.com"
     values["$TAB"] = "\t"
     values["$OKEY"] = "acct-42"  # "Ordered keys"
+    values["$MINUTE_S"] = str(now // 60_000 * 60)  # the metrics history's minute and hour
+    values["$HOUR_S"] = str(now // 3_600_000 * 3600)
     values["$WORKER"] = worker
     values["$SCHEDULE"] = schedule
     out = []
@@ -307,6 +311,28 @@ async def test_throughput(queue: vr.Queue) -> None:
     await queue.enqueue_many([Echo(text=str(i)) for i in range(3)])
     await drain(queue, EchoJob)
     assert await run("throughput", queue) == [3]
+
+
+def _hash(reply: Any) -> dict[str, str]:
+    """An HGETALL reply (a dict under RESP3, a flat list under RESP2) as text."""
+    items = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=True)
+    return {text(k): text(v) for k, v in items}
+
+
+async def test_history(queue: vr.Queue) -> None:
+    await run("history", queue)  # its first line switches the history on
+    for _ in range(3):  # a minute that ends between the jobs and the read: once more
+        sec, _usec = await queue.client.redis.time()
+        await queue.enqueue_many([Echo(text=str(i)) for i in range(3)])
+        await drain(queue, EchoJob)
+        _, minute, expires, hour = await run("history", queue)
+        if int(sec) // 60 == int((await queue.client.redis.time())[0]) // 60:
+            break
+    got = _hash(minute)
+    assert got["echo\tenqueued"] == got["echo\tcompleted"] == "3" and int(got["echo\trun_ms"]) >= 0
+    assert expires == (int(sec) // 60 * 60 + 60) * 1000 + 48 * 3_600_000
+    hours = _hash(hour)
+    assert int(hours["echo\tenqueued"]) >= 3
 
 
 async def test_workers(queue: vr.Queue) -> None:

@@ -43,6 +43,7 @@ def test_the_surface_names_every_shared_operation() -> None:
                 "enqueue",
                 "enqueue_many",
                 "get",
+                "history",
                 "is_drained",
                 "journal",
                 "list_jobs",

@@ -26,6 +26,7 @@ from ._model.errors import (
 )
 from ._model.events import QueueEvent
 from ._model.flow import Flow
+from ._model.history import HistoryPoint
 from ._model.limits import Limit, LimitInfo, LimitKeyLoad, Rate
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
@@ -98,6 +99,7 @@ __all__ = [
     "EnqueueOptions",
     "Flow",
     "Handler",
+    "HistoryPoint",
     "JobInfo",
     "JobNotFound",
     "JobState",

@@ -29,6 +29,7 @@
 -- @include offload.lua
 -- @include wake.lua
 -- @include quarantine.lua
+-- @include history.lua
 
 -- Take a job out of the sets of the jobs it waits on (it no longer waits:
 -- cancelled, or dead by its policy), and drop its own set.
@@ -222,6 +223,11 @@ local function graph_finished(prefix, flag, job_key, id, now, ok, value, why)
             {'reason', 'dependency_failed', 'dependency', src})
           compact_journal(journal_key)
           offload_settle(prefix, dep_key, dep, 'failed', nil, note, now_s)
+          -- Counted by the metrics history when the calling script opened it.
+          if history_counts then
+            local field = (f[5] or '') .. '\tdead'
+            history_counts[field] = (history_counts[field] or 0) + 1
+          end
           work[#work + 1] = {dep, f[5], false, note}
         end
       end

@@ -145,3 +145,8 @@ local function graph_queue_keys(prefix)
   }
 end
 
+-- The metrics history's two hashes of a moment (history.lua): the minute and
+-- the hour starting at `minute_s` and `hour_s` (epoch seconds, as strings).
+local function history_keys(prefix, minute_s, hour_s)
+  return prefix .. 'history:m:' .. minute_s, prefix .. 'history:h:' .. hour_s
+end

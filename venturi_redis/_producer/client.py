@@ -14,6 +14,7 @@ from .._model.enums import PRIORITIES_HIGH_FIRST, JobState, Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge
 from .._model.events import QueueEvent
 from .._model.flow import Flow
+from .._model.history import HistoryPoint
 from .._model.limits import LimitInfo, Rate
 from .._model.records import JOURNAL_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.schedule import ScheduleInfo
@@ -40,6 +41,7 @@ from .._transport.lane import Lane
 from .._transport.urls import redact_url
 from . import events as _events
 from . import flow as _flow
+from . import history as _history
 from . import limits as _limits
 from . import ops as _ops
 from . import reads as _reads
@@ -585,6 +587,31 @@ class Queue:
         """
         await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _events.set_events(self, enabled, maxlen=maxlen)
+
+    # -- observability: the metrics history (history.py) -------------------------------
+
+    async def history(
+        self, *, since: timedelta = timedelta(hours=1), kind: str | None = None, step: timedelta | None = None
+    ) -> list[HistoryPoint]:
+        """Jobs enqueued, completed, failed, dead and the mean run time, step by step, oldest
+        first (all zero while the history is off: ``set_history``; docs/observability.md).
+
+        Args:
+            since: How far back: at most 30 days.
+            kind: Only jobs of this KIND (None: every kind, summed).
+            step: A whole number of minutes (of hours past 48 hours: minutes are kept
+                48 hours, hours 30 days); None: a minute up to 48 hours, else an hour.
+
+        Raises:
+            ConfigurationError: ``since`` or ``step`` out of those bounds (nothing read).
+        """
+        return await _history.history(self, since=since, kind=kind, step=step)
+
+    async def set_history(self, enabled: bool) -> None:
+        """Switch this queue's metrics history on or off (off by default: it costs every
+        transition a few Redis commands). Takes effect at every client's next script call."""
+        await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
+        await _history.set_history(self, enabled)
 
     # -- schedules: delegations to schedules.py (docs/schedules.md) ------------------
 

@@ -55,6 +55,7 @@ from redis.crc import key_slot
 
 from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
+from .._model.history import HistoryPoint, merge, plan
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.keys import QueueKeys, validate_name
@@ -71,6 +72,8 @@ from .._transport.urls import redact_url
 from .batch import enqueue_prepared, lost_in_flight
 from .bulk import OnProgress
 from .client import Client, Queue
+from .history import read as read_history
+from .reads import server_now_ms
 
 if TYPE_CHECKING:
     from .reads import QueueStats
@@ -310,6 +313,19 @@ class ShardedQueue:
     async def stats(self) -> QueueStats:
         """``Queue.stats()`` of the whole sharded queue (see ``merge_stats``)."""
         return merge_stats(self.name, [await p.stats() for p in self.partitions])
+
+    async def history(
+        self, *, since: timedelta = timedelta(hours=1), kind: str | None = None, step: timedelta | None = None
+    ) -> list[HistoryPoint]:
+        """``Queue.history`` summed over the partitions, step by step (one clock for all)."""
+        plan(0, since, step)  # the arguments checked before any command
+        the_plan = plan(await server_now_ms(self.client), since, step)
+        return merge([await read_history(p, the_plan, kind) for p in self.partitions])
+
+    async def set_history(self, enabled: bool) -> None:
+        """Switch the metrics history of every partition on or off (``Queue.set_history``)."""
+        for p in self.partitions:
+            await p.set_history(enabled)
 
     async def partition_counts(self) -> dict[str, dict[str, int]]:
         """``Queue.counts()`` of every partition, by partition name (to see skew)."""

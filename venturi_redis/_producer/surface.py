@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from .._model.enums import JobState, Priority
+from .._model.history import HistoryPoint
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.prepare import EnqueueManyOptions, EnqueueOptions
@@ -118,6 +119,12 @@ class QueueSurface(Protocol):
         limit: int | None = None,
         on_progress: OnProgress | None = None,
     ) -> int: ...
+
+    # -- observability -----------------------------------------------------------
+
+    async def history(
+        self, *, since: timedelta = timedelta(hours=1), kind: str | None = None, step: timedelta | None = None
+    ) -> list[HistoryPoint]: ...
 
 
 if TYPE_CHECKING:

@@ -39,6 +39,7 @@ from anyio.from_thread import BlockingPortal
 from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError
 from .._model.flow import Flow
+from .._model.history import HistoryPoint
 from .._model.limits import LimitInfo, Rate
 from .._model.records import JobInfo, JournalEntry, WorkerInfo
 from .._model.schedule import ScheduleInfo
@@ -405,6 +406,17 @@ class SyncQueue:
             on_progress=on_progress,
         )
         return result
+
+    def history(
+        self, *, since: timedelta = timedelta(hours=1), kind: str | None = None, step: timedelta | None = None
+    ) -> list[HistoryPoint]:
+        """The queue's metrics history, step by step (see ``Queue.history``)."""
+        result: list[HistoryPoint] = self._sc._call(self._queue().history, since=since, kind=kind, step=step)
+        return result
+
+    def set_history(self, enabled: bool) -> None:
+        """Switch this queue's metrics history on or off (see ``Queue.set_history``)."""
+        self._sc._call(self._queue().set_history, enabled)
 
     # -- schedules (see Queue.schedule; docs/schedules.md) ----------------------------
 

@@ -16,6 +16,12 @@ from .keys import QueueKeys
 # writes one entry, however many jobs it moves).
 EVENTS_DEFAULT = "1000"
 
+# The metrics history's switch when a queue's meta hash has no `history`
+# field (lua/include/history.lua's HISTORY_DEFAULT; tests/test_history.py
+# checks they agree): off, since it costs every transition of the queue
+# (docs/observability.md "Metrics history" gives the figures).
+HISTORY_DEFAULT = "0"
+
 
 def progress(keys: QueueKeys, now: str, *, job_id: str, token: str, value: bytes) -> Call:
     """progress.lua: a RUNNING job's progress (msgpack ``value``), for its lease holder only."""

@@ -43,6 +43,9 @@ key                                type    what it holds
 ``venturi:{q}:order:queue``        zset    jobs waiting on their order key, lex: key, 0xff, seq, id
 ``venturi:{q}:order:paused``       set     order keys an operator paused (``queue.pause_key``)
 ``venturi:{q}:order:seq``          string  the counter of ``order:queue``'s sequence numbers
+``venturi:{q}:history:m:<s>``      hash    metrics history of the minute starting at <s> (epoch s):
+                                           ``<kind>\t<counter>`` -> count (lua/include/history.lua)
+``venturi:{q}:history:h:<s>``      hash    the same for the hour starting at <s>
 =================================  ======  ===========================================
 
 Pub/sub channel ``venturi:{q}:offload:<token>:done`` carries the redacted
@@ -309,6 +312,14 @@ class QueueKeys:
     # same two names from the prefix and the job's ``offload`` field.
     def offload(self, token: str) -> str:
         return f"{self.prefix}offload:{token}"
+
+    # The metrics history (lua/include/history.lua; keys.lua history_keys): the
+    # minute's and the hour's hash starting at ``start_s`` (epoch seconds).
+    def history_minute(self, start_s: int) -> str:
+        return f"{self.prefix}history:m:{start_s}"
+
+    def history_hour(self, start_s: int) -> str:
+        return f"{self.prefix}history:h:{start_s}"
 
     @property
     def journal_compact(self) -> str:

@@ -42,7 +42,7 @@ from .calls import (
     corrupt_job,
 )
 from .calls_flow import FlowJob, Policy
-from .calls_obs import EVENTS_DEFAULT
+from .calls_obs import EVENTS_DEFAULT, HISTORY_DEFAULT
 from .calls_ops import FINISHED_STATES, Purged, Retried
 from .calls_schedule import Due, Fired
 from .keys import QueueKeys
@@ -552,6 +552,7 @@ __all__ = [
     "EVENTS_DEFAULT",
     "FINISHED_STATES",
     "FlowJob",
+    "HISTORY_DEFAULT",
     "Policy",
     "Due",
     "KEEP_ALL",

@@ -111,7 +111,7 @@ app = typer.Typer(
 )
 job_app = typer.Typer(help="One job: show, retry, cancel, update.", no_args_is_help=True)
 dead_app = typer.Typer(help="Dead jobs.", no_args_is_help=True)
-queue_app = typer.Typer(help="Queue-wide switches: pause, resume.", no_args_is_help=True)
+queue_app = typer.Typer(help="Queue-wide switches: pause, resume, events, history.", no_args_is_help=True)
 
 
 def _print_version(value: bool) -> None:

@@ -18,13 +18,14 @@ retry, purge, pause, resume), ``worker.py`` (``venturi worker``),
 ``dashboard.py`` (``venturi dashboard``), ``events.py`` (``venturi events``:
 follow a queue live), ``schedules.py`` (``venturi schedules``,
 ``venturi schedule remove|pause|resume|trigger``), ``limits.py`` (``venturi limits``,
-``venturi limit set|clear``), ``queues.py`` (``venturi queues rebuild``: the
+``venturi limit set|clear``), ``history.py`` (``venturi stats --history``,
+``venturi queue history on|off``: the metrics history), ``queues.py`` (``venturi queues rebuild``: the
 registry of queues refilled by one SCAN, the only one).
 """
 
 from __future__ import annotations
 
-from . import admin, dashboard, events, limits, queues, reading, schedules, worker  # noqa: F401 - importing a module registers its commands
+from . import admin, dashboard, events, history, limits, queues, reading, schedules, worker  # noqa: F401 - importing a module registers its commands
 from .app import app
 
 __all__ = ["app"]

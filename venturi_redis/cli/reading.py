@@ -33,6 +33,7 @@ from .app import (
     known_queue,
     run_with_client,
 )
+from .history import show_history
 from .output import (
     DOCUMENTS,
     MILLIS_DETAILS,
@@ -68,11 +69,30 @@ def stats(
     queue: QueuesOpt = None,
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
+    history: Annotated[
+        str | None,
+        typer.Option(
+            "--history",
+            metavar="SPAN",
+            help="The metrics history of the last SPAN instead (1h, 30m, 2d; at most 30d), step by step.",
+        ),
+    ] = None,
+    kind: Annotated[
+        str | None, typer.Option("--kind", help="With --history: jobs of this KIND only.")
+    ] = None,
+    step: Annotated[
+        str | None,
+        typer.Option(
+            "--step", metavar="SPAN", help="With --history: the step (default: 1m up to 48h, else 1h)."
+        ),
+    ] = None,
 ) -> None:
     """Per queue: jobs per state (eligible by priority, delayed, retrying, limited...), lag, throughput."""
 
     async def go(client: Client) -> int:
         names = await chosen_queues(client, queue)
+        if history is not None:  # cli/history.py
+            return await show_history(client, names, history, kind, step, json_out)
         # A sharded queue's partitions show as one row (docs/cluster.md). A
         # queue whose keys cannot be read (a key of the wrong type, written by
         # hand) is named on stderr; the others are still shown.

@@ -35,7 +35,7 @@ from .._model.schedule import validate_schedule_id
 from .._producer.events import events_cap
 from .._producer.reads import LISTINGS
 from .._producer.scale import scale_signal
-from . import _data, _listing, _live, _overview, _render
+from . import _data, _history, _listing, _live, _overview, _render
 from ._security import (
     AUTH_COOKIE,
     CSRF_FIELD,
@@ -273,6 +273,16 @@ class Dashboard:
         queue = await self.known_queue(request.path_params["queue"])
         rows = [_data.worker_dict(w) for w in await queue.workers()]
         return JSONResponse({"queue": queue.name, "workers": rows})
+
+    async def history(self, request: Request) -> Response:
+        """The metrics history's chart (a fragment for htmx, else a page) or, under /api, its points."""
+        queue = await self.known_queue(request.path_params["queue"])
+        q = request.query_params
+        got = await _history.read(queue, q.get("span", "1h"), q.get("kind"))
+        if "/api/queues/" in request.url.path or wants_json(request.scope):
+            return JSONResponse({**got, "points": [_history.point_dict(p) for p in got["points"]]})
+        template = "_history.html" if request.headers.get("hx-request") else "history.html"
+        return self.page(request, template, spans=list(_history.SPANS), refresh=_history.REFRESH_S, **got)
 
     async def scale(self, request: Request) -> Response:
         # No existence check: an autoscaler asks about a queue before its first job (all 0).
@@ -532,6 +542,8 @@ def create_app(
         Route("/api/queues/{queue}/workers", dash.workers, name="api_registry"),
         Route("/api/queues/{queue}/scale", dash.scale, name="api_scale"),
         Route("/queues/{queue}/events", dash.events, name="events"),
+        Route("/queues/{queue}/history", dash.history, name="history"),
+        Route("/api/queues/{queue}/history", dash.history, name="api_history"),
         Route("/login", dash.login_form, name="login_form"),
         Route("/login", dash.login, methods=["POST"], name="login"),
         Route("/logout", dash.logout, methods=["POST"], name="logout"),

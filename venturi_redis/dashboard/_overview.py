@@ -22,6 +22,13 @@ refresh is not read again:
   another worker between two refreshes keeps showing its first owner until
   it leaves running).
 
+A queue whose metrics history is on (``queue.set_history``, docs/observability.md)
+draws its chart from the history instead: enqueued, completed, failed and
+dead per minute, read from the minutes' hashes (``HGETALL``, one a minute)
+in place of the two ``ZCOUNT``: the open minute once per refresh (two in a
+minute's first seconds), the past ones once and kept, as above. Whether it
+is on is read (one ``HGET``) once per ``discovery_interval`` per queue.
+
 The queue names come from the registry of queues (``Discovery``), kept for
 ``discovery_interval`` seconds: one ``ZRANGE`` and one ``EXISTS`` per queue.
 """
@@ -29,6 +36,7 @@ The queue names come from the registry of queues (``Discovery``), kept for
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -37,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
+from .._model.history import COUNTERS, HistoryPoint
 from .._model.records import ms_to_dt
 from .._producer.discovery import discover_queues
 from .._producer.reads import COUNT_COMMANDS, QueueStats, server_now_ms, stats_commands, stats_from
@@ -57,16 +66,48 @@ _SETTLE_MS = 5_000
 _WORKER_SAMPLE = 100
 
 
+# A minute of the chart: completed, dead, and (from the metrics history only) enqueued, failed.
+Bar = tuple[int, int, int, int]
+
+
 @dataclass(frozen=True, slots=True)
 class Throughput:
-    """Completions and deaths per minute, oldest minute first."""
+    """Completions and deaths per minute, oldest minute first; with the metrics history
+    on, jobs enqueued and failed runs too (``history`` True, else those are None)."""
 
     completed: list[int]
     dead: list[int]
     since: datetime
+    enqueued: list[int] | None = None
+    failed: list[int] | None = None
+
+    @property
+    def history(self) -> bool:
+        return self.enqueued is not None
+
+    def points(self) -> list[HistoryPoint]:
+        """The minutes as history points (what the chart draws)."""
+        enqueued, failed = self.enqueued or [], self.failed or []
+        return [
+            HistoryPoint(
+                at=ms_to_dt(self.since.timestamp() * 1000 + i * _MINUTE),
+                enqueued=enqueued[i] if enqueued else 0,
+                completed=c,
+                failed=failed[i] if failed else 0,
+                dead=d,
+            )
+            for i, (c, d) in enumerate(zip(self.completed, self.dead, strict=True))
+        ]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"since": self.since.isoformat(), "completed": self.completed, "dead": self.dead}
+        out: dict[str, Any] = {
+            "since": self.since.isoformat(),
+            "completed": self.completed,
+            "dead": self.dead,
+        }
+        if self.history:
+            out.update(enqueued=self.enqueued, failed=self.failed, source="history")
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,20 +130,23 @@ class QueueOverview:
 class _Kept:
     """What the overview keeps of one queue between refreshes."""
 
-    minutes: dict[int, tuple[int, int]] = field(default_factory=dict)  # settled minute -> (completed, dead)
+    # settled minute -> (completed, dead, enqueued, failed): the last two from the history only
+    minutes: dict[int, Bar] = field(default_factory=dict)
     running: dict[str, str] = field(default_factory=dict)  # running job id -> its lease owner
     finished: dict[tuple[str, float], str] = field(default_factory=dict)  # (id, finish ms) -> owner
     newest: list[tuple[float, str]] = field(default_factory=list)  # the newest finished (ms, id)
     counts: tuple[int, int] | None = None  # completed and dead when the newest were read
-    open_bars: dict[int, tuple[int, int]] = field(default_factory=dict)  # and the open minutes' bars
+    open_bars: dict[int, Bar] = field(default_factory=dict)  # and the open minutes'
+    history: bool = False  # the queue's metrics history is on (its chart reads the history)
+    history_at: float | None = None  # when that was read (time.monotonic)
 
-    def finished_since(self, counts: tuple[int, int], open_bars: dict[int, tuple[int, int]]) -> bool:
+    def finished_since(self, counts: tuple[int, int], open_bars: dict[int, Bar]) -> bool:
         """Whether a job may have finished, or left the finished indexes, since the newest
         were read: a count moved, or an open minute's bar (one that opened since counts 0
         before it). A minute that closed meanwhile was read open until its end and after."""
         if counts != self.counts:
             return True
-        return any(bar != self.open_bars.get(lo, (0, 0)) for lo, bar in open_bars.items())
+        return any(bar[:2] != self.open_bars.get(lo, (0, 0))[:2] for lo, bar in open_bars.items())
 
 
 class Discovery:
@@ -178,12 +222,25 @@ class Overview:
             for name in names:
                 kept = self._kept.setdefault(name, _Kept())
                 try:
-                    rows.append(await overview(self.client.queue(name), kept, now))
+                    queue = self.client.queue(name)
+                    await self._history_switch(queue, kept)
+                    rows.append(await overview(queue, kept, now))
                 except ResponseError as exc:
                     broken[name] = str(exc)[:300]
         for gone in set(self._kept) - set(names):
             del self._kept[gone]
         return rows, broken
+
+    async def _history_switch(self, queue: Queue, kept: _Kept) -> None:
+        """Whether the queue's metrics history is on: read once per discovery interval.
+        A switch changes where the chart's minutes come from: those kept are read again."""
+        at = time.monotonic()
+        if kept.history_at is not None and at - kept.history_at < self.discovery.interval:
+            return
+        on = await queue.client.redis.hget(queue.keys.meta, "history") in (b"1", "1")
+        kept.history_at = at
+        if on != kept.history:
+            kept.history, kept.minutes = on, {}
 
 
 async def overview(queue: Queue, kept: _Kept, now: int) -> QueueOverview:
@@ -193,15 +250,25 @@ async def overview(queue: Queue, kept: _Kept, now: int) -> QueueOverview:
     begin = end - CHART_MINUTES * _MINUTE
     known = {lo: c for lo, c in kept.minutes.items() if lo >= begin}
     unread = [lo for lo in range(begin, end, _MINUTE) if lo not in known]
+    history = kept.history
     pipe = queue.client.redis.pipeline(transaction=False)
     stats_commands(pipe, queue, now, trim_lag=False)
     for lo in unread:
-        for key in (k.completed, k.dead):
-            pipe.zcount(key, lo, f"({lo + _MINUTE}")
-    res = await pipe.execute()
+        if history:  # the minute's hash of the metrics history (lua/include/history.lua)
+            pipe.hgetall(k.history_minute(lo // 1000))
+        else:
+            for key in (k.completed, k.dead):
+                pipe.zcount(key, lo, f"({lo + _MINUTE}")
+    res = await pipe.execute(raise_on_error=False)
+    for reply in res[:COUNT_COMMANDS]:
+        if isinstance(reply, Exception):
+            raise reply  # a queue key of the wrong type: the row says so (Overview.rows)
     stats = stats_from(queue, now, res, trim_lag=False)
-    counts = [int(n) for n in res[COUNT_COMMANDS:]]
-    read = {lo: (counts[2 * i], counts[2 * i + 1]) for i, lo in enumerate(unread)}
+    tail = res[COUNT_COMMANDS:]
+    if history:
+        read = {lo: _history_minute(tail[i]) for i, lo in enumerate(unread)}
+    else:
+        read = {lo: (int(tail[2 * i]), int(tail[2 * i + 1]), 0, 0) for i, lo in enumerate(unread)}
     known.update({lo: c for lo, c in read.items() if lo + _MINUTE + _SETTLE_MS <= now})
     kept.minutes = known
     bars = [read[lo] if lo in read else known[lo] for lo in range(begin, end, _MINUTE)]
@@ -210,14 +277,31 @@ async def overview(queue: Queue, kept: _Kept, now: int) -> QueueOverview:
     return QueueOverview(
         stats=stats,
         throughput=Throughput(
-            completed=[c for c, _ in bars], dead=[d for _, d in bars], since=ms_to_dt(begin)
+            completed=[b[0] for b in bars],
+            dead=[b[1] for b in bars],
+            since=ms_to_dt(begin),
+            enqueued=[b[2] for b in bars] if history else None,
+            failed=[b[3] for b in bars] if history else None,
         ),
         workers=workers,
     )
 
 
+def _history_minute(reply: Any) -> Bar:
+    """A minute's hash as (completed, dead, enqueued, failed), every kind summed (a damaged
+    key or field counts nothing: the history never stops the overview)."""
+    got = dict.fromkeys(COUNTERS, 0)
+    if isinstance(reply, dict):
+        for name, value in reply.items():
+            counter = _text(name).rpartition("\t")[2]
+            if counter in got:
+                with contextlib.suppress(ValueError):
+                    got[counter] += int(value)
+    return got["completed"], got["dead"], got["enqueued"], got["failed"]
+
+
 async def _lease_owners_seen(
-    queue: Queue, kept: _Kept, stats: QueueStats, open_bars: dict[int, tuple[int, int]]
+    queue: Queue, kept: _Kept, stats: QueueStats, open_bars: dict[int, Bar]
 ) -> dict[str, datetime]:
     """The lease owners of the running jobs (seen now) and of the newest finished ones (seen then)."""
     k = queue.keys

@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ._chart import chart
+
 
 def when(value: Any) -> str:
     """An ISO time (or datetime) as ``2026-12-06 01:02:03Z``; ``-`` when absent."""
@@ -146,4 +148,5 @@ FILTERS = {
     "seconds": seconds,
     "interval": interval,
     "bars": bars,
+    "chart": chart,  # the metrics history's chart (_chart.py)
 }
