@@ -31,11 +31,16 @@ from tests.servers import RedisServer
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(4000 if LONG else 240)]
 
 JOBS, KEYS = (100_000, 1_000) if LONG else (3_000, 100)
-KILL_EVERY = (1.0, 2.0) if LONG else (2.0, 3.0)
+KILL_EVERY = (1.0, 2.0) if LONG else (1.0, 1.5)
 WORKERS = 3
 LEASE = 1.0
 # A bound that fails a stuck key instead of hanging, not a timing.
 BUDGET = 3600.0 if LONG else 300.0
+
+
+async def left(q: vr.Queue) -> int:
+    counts = await q.counts()
+    return counts["pending"] + counts["running"]
 
 
 def violations(starts: list[tuple[str, int]]) -> int:
@@ -71,7 +76,9 @@ async def test_ordered_keys_keep_their_order_through_sigkills(
             fleet.start()
         started = time.monotonic()
         kills = 0
-        while (await q.counts())["completed"] < JOBS:
+        # Until nothing is left pending (waiting on a key included) or running:
+        # not the completed count, which the workers' retention trims to 10,000.
+        while await left(q):
             assert time.monotonic() - started < BUDGET, f"not drained in {BUDGET}s: {await q.counts()}"
             await anyio.sleep(rng.uniform(*KILL_EVERY))
             fleet.signal(rng.choice(fleet.alive()), signal.SIGKILL)
@@ -103,6 +110,6 @@ async def test_ordered_keys_keep_their_order_through_sigkills(
         assert len({(key, seq) for key, seq in starts}) == JOBS  # every job ran
         assert (counts["running"], counts["pending"], counts["ordered"], counts["dead"]) == (0, 0, 0, 0)
         assert await r.hlen(q.keys.order_held) == 0
-        assert kills >= 2
+        assert kills >= 1
     finally:
         await client.aclose()
