@@ -56,10 +56,11 @@
 -- it claimed before it, or, when it claimed none, the error.
 
 -- A job with an order key that the claim ends (cancel requested, expired,
--- quarantined) lets its key's next job go (order.lua, order_lib().ended), once the
--- scan is over: a job put in a pending set while the claim reads it could
--- take a rank its ZREMRANGEBYRANK drops. A job waiting on its key is in no
--- pending set: the claim never reads it.
+-- quarantined) joins `order:ended` (keys.lua feature_keys): the reclaim's
+-- next sweep lets its key's next job go (order.lua). Not here: order.lua's
+-- closure would cost every claim, and a job put in a pending set while the
+-- claim reads it could take a rank its ZREMRANGEBYRANK drops. A job waiting
+-- on its key is in no pending set: the claim never reads it.
 
 -- Flow control (docs/flow-control.md): when limits are on, the claim first
 -- takes from the ready rotation of limited entities (the kind, or kind and
@@ -79,7 +80,6 @@
 -- @include graph.lua
 -- @include limits.lua
 -- @include history.lua
--- @include order.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -136,9 +136,6 @@ local claimed_ids, claimed_kinds, claimed_runs = {}, {}, {} -- the `claimed` eve
 -- per call, false for none; claim_limited below) are made only when limits
 -- are on: each function defined is a closure made per call.
 local config_of, claim_limited = nil, nil
--- The jobs this claim ended that may hold an order key (job key, id, ...),
--- released at the end (order.lua ended); nil while there are none.
-local ended = nil
 if limits_on then
   local configs = {}
   config_of = function(kind)
@@ -235,8 +232,9 @@ local function take(id, listed)
       -- Dead: its key is free (any dedup job's: a dead holder is no candidate).
       if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
       graph_orphaned(prefix, job_key, id)
-      ended = ended or {}
-      ended[#ended + 1], ended[#ended + 2] = job_key, id
+      if redis.call('HEXISTS', job_key, 'order_key') == 1 then
+        redis.pcall('SADD', feature_keys(prefix).order_ended, id) -- the reclaim lets its key go
+      end
     end
     return 'dropped'
   elseif not state then
@@ -253,8 +251,9 @@ local function take(id, listed)
     finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, run_count,
       'cancel requested while running', 'pending')
     graph_orphaned(prefix, job_key, id)
-    ended = ended or {}
-    ended[#ended + 1], ended[#ended + 2] = job_key, id
+    if redis.call('HEXISTS', job_key, 'order_key') == 1 then
+      redis.pcall('SADD', feature_keys(prefix).order_ended, id) -- the reclaim lets its key go
+    end
     return 'dropped'
   elseif expired then
     -- Not started before its deadline (enqueue(expires=...)): dead, never
@@ -279,8 +278,9 @@ local function take(id, listed)
       history_counts[kind .. '\tdead'] = 1
       history_flush(prefix, now)
     end
-    ended = ended or {}
-    ended[#ended + 1], ended[#ended + 2] = job_key, id
+    if redis.call('HEXISTS', job_key, 'order_key') == 1 then
+      redis.pcall('SADD', feature_keys(prefix).order_ended, id) -- the reclaim lets its key go
+    end
     return 'dropped'
   end
   local lease = tonumber(lease_ms) or default_lease
@@ -456,20 +456,16 @@ if n > 0 then
     emit_many('claimed', now_s, claimed_ids, claimed_kinds, claimed_runs, {'worker', worker})
   end
 end
-if n < want and not broken then
-  -- Every level was read to its end, or to its first member not eligible
-  -- yet, whose score is in nxt.
-  out[2] = nxt
-  redis.call('DEL', KEYS[8])
-end
-if ended then
-  -- After the wake list's DEL: the token for a job let go here stays.
-  for i = 1, #ended, 2 do order_lib().ended(prefix, ended[i], ended[i + 1]) end
-end
 if broken then
   if n == 0 then
     return redis.error_reply('VR_WRONGTYPE ' .. broken)
   end
   return out -- the jobs claimed before the broken key; the next claim reports it
+end
+if n < want then
+  -- Every level was read to its end, or to its first member not eligible
+  -- yet, whose score is in nxt.
+  out[2] = nxt
+  redis.call('DEL', KEYS[8])
 end
 return out

@@ -37,7 +37,8 @@
 -- ends it the same way (claim.lua).
 -- A job with an order key that dies here (backstop, quarantine, expiry)
 -- releases its key, or leaves its key's queue (order.lua); one requeued
--- keeps it.
+-- keeps it. Then the ordered jobs the claim ended (`order:ended`) release
+-- theirs.
 -- Then the finished jobs of the `graph:orphans` set (keys.lua; the claim's
 -- cancel and quarantine endings add to it) tell their dependents.
 --
@@ -270,6 +271,16 @@ if type(due) == 'table' and not due.err and #due > 0 and (index_type == 'hash' o
   end
 end
 if history_counts then history_flush(prefix, now) end
+-- Ordered jobs the claim ended (cancel requested, expired, quarantined:
+-- claim.lua adds them to `order:ended`, keys.lua feature_keys): their keys
+-- let the next job go here (order.lua), a batch per sweep.
+local ended = redis.pcall('SPOP', feature_keys(prefix).order_ended, 100)
+if type(ended) == 'table' and not ended.err and #ended > 0 then
+  local ol = order_lib()
+  for _, oid in ipairs(ended) do
+    ol.ended(prefix, (job_keys(prefix, oid)), oid)
+  end
+end
 out[1] = requeued
 out[2] = died
 if requeued > 0 or requeued_slots then

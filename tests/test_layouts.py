@@ -267,7 +267,7 @@ return {job, journal, events_key(p), journal_scratch_key(p), offload_key(p, 'tok
   f.limits_ready, retrying_key(p), f.expiring, g.waiting, g.dead, g.wake, g.pending.critical,
   g.pending.high,
   g.pending.normal, g.pending.low, dedup_held_key(p), dedup_index_key(p), f.order_held, f.order_queue,
-  f.order_paused, f.order_seq, history_keys(p, '1765000020', '1764997200')}
+  f.order_paused, f.order_seq, f.order_ended, history_keys(p, '1765000020', '1764997200')}
 """
 
 
@@ -280,7 +280,7 @@ def test_keys_lua_names_every_key_as_keys_py_does() -> None:
         K.depresults(J), K.graph_orphans, K.events, K.wake, K.limits, K.limits_state, K.limits_parked,
         K.limits_ready, K.retrying, K.expiring, K.waiting, K.dead, K.wake,
         *(K.pending(p) for p in HIGH_FIRST), K.dedup_held, K.dedup, K.order_held, K.order_queue,
-        K.order_paused, K.order_seq, K.history_minute(1765000020), K.history_hour(1764997200),
+        K.order_paused, K.order_seq, K.order_ended, K.history_minute(1765000020), K.history_hour(1764997200),
     ]  # fmt: skip
     assert got == want
     # Every name-building helper of keys.lua is in the script above.

@@ -62,7 +62,7 @@ def test_no_key_name_is_spliced_outside_keys_lua() -> None:
 QUEUE_WIDE = (
     r"prefix \.\. '(waiting|dead|wake|graph:orphans|journal-compact|retrying|expiring|dedup|dedup:held"
     r"|pending:(critical|high|normal|low)|events|limits|limits:(state|parked|ready)"
-    r"|order:(held|queue|paused|seq))'\}?\s*"
+    r"|order:(held|queue|paused|seq|ended))'\}?\s*"
 )
 
 

@@ -258,6 +258,8 @@ async def test_expiry_releases_a_key_and_drops_a_waiter(url: str, queue_name: st
         clock.advance(2)
         assert await _claim(queue) == []  # it reached the expired holder first
         assert (await _state(queue, held)).state is vr.JobState.DEAD
+        assert await _claim(queue) == []  # its key is let go by the reclaim's next sweep
+        await queue.store.reclaim(batch=100, max_failures="25")
         assert [j[0] for j in await _claim(queue)] == [nxt]
     finally:
         await client.aclose()

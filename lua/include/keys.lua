@@ -96,8 +96,11 @@ local function feature_keys(prefix)
     -- lex-ordered as order key, byte 255 (never in UTF-8), a 16-digit
     -- sequence number, id; `order:paused`, set, the keys an operator
     -- paused; `order:seq`, string, the sequence's counter.
+    -- `order:ended`, set, ids of ordered jobs the claim ended (cancel
+    -- requested, expired, quarantined) whose keys the reclaim lets go.
     order_held = prefix .. 'order:held', order_queue = prefix .. 'order:queue',
     order_paused = prefix .. 'order:paused', order_seq = prefix .. 'order:seq',
+    order_ended = prefix .. 'order:ended',
   }
 end
 
