@@ -125,7 +125,9 @@ elseif state == 'waiting' then
 else
   return {0, 'job is ' .. state}
 end
-if f[8] then order_lib().release(ARGV[2], KEYS[1], f[8], id, f[9] or nil) end
+if f[8] then
+  order_lib(feature_keys, graph_queue_keys, job_keys).release(ARGV[2], KEYS[1], f[8], id, f[9] or nil)
+end
 finish_cancelled(ARGV[2], KEYS[1], KEYS[2], KEYS[5], id, now, f[2], ARGV[4], state, owner, claimed)
 if f[5] then
   graph_finished(ARGV[2], f[5], KEYS[1], id, now, false, nil,

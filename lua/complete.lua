@@ -194,7 +194,9 @@ for i = 0, n - 1 do
             if lim.release(fk.limits_state, fk.limits_ready, job_key, x[1], now_s) then woke = woke + 1 end
           end
           -- Its order key goes to the key's next job (order.lua).
-          if x[7] then order_lib().release(prefix, job_key, x[7], id, nil) end
+          if x[7] then
+            order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, x[7], id, nil)
+          end
         end
       end
     end

@@ -59,7 +59,9 @@ offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[7], f[8]})
 if f[9] then
   graph_finished(ARGV[2], f[9], KEYS[1], id, now, false, nil, ARGV[5])
 end
-if f[13] then order_lib().release(ARGV[2], KEYS[1], f[13], id, nil) end
+if f[13] then
+  order_lib(feature_keys, graph_queue_keys, job_keys).release(ARGV[2], KEYS[1], f[13], id, nil)
+end
 if f[4] and limits_lib().release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then
   wake_workers(KEYS[9], 1)
 end

@@ -32,7 +32,7 @@
 local prefix, key = ARGV[2], ARGV[3]
 local ok = {held = KEYS[1], queue = KEYS[2], paused = KEYS[3], seq = KEYS[4], wake = KEYS[5],
   pending = {critical = KEYS[6], high = KEYS[7], normal = KEYS[8], low = KEYS[9]}}
-local ol = order_lib()
+local ol = order_lib(feature_keys, graph_queue_keys, job_keys)
 local broken = ol.broken(ok)
 if broken then
   return redis.error_reply('VR_WRONGTYPE ' .. broken)

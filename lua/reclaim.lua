@@ -102,7 +102,9 @@ for _, id in ipairs(ids) do
       quarantine(job_key, journal_key, KEYS[2], id, now, bad)
       if held then unhold(KEYS[3], dedup_held_key(prefix), f[13], id) end
       graph_finished(prefix, f[8], job_key, id, now, false, nil, bad)
-      if f[15] then order_lib().release(prefix, job_key, f[15], id, nil) end
+      if f[15] then
+        order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[15], id, nil)
+      end
       died = died + 1
     else
       materialize(job_key, journal_key) -- a first run's claim wrote no journal
@@ -132,7 +134,9 @@ for _, id in ipairs(ids) do
             'lease expired; retry backstop: ' .. runs)
         end
         if history_counts then history_count(f[14] or '', 'dead', 1) end
-        if f[15] then order_lib().release(prefix, job_key, f[15], id, nil) end
+        if f[15] then
+          order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[15], id, nil)
+        end
         died = died + 1
       else
         redis.call('HSET', job_key, 'state', 'pending', 'failures', failures,
@@ -169,12 +173,16 @@ for _, eid in ipairs(due) do
     if state == 'pending' and not pending then
       quarantine(job_key, journal_key, KEYS[2], eid, now, bad_priority(f[3]))
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, bad_priority(f[3]))
-      if f[12] then order_lib().release(prefix, job_key, f[12], eid, f[13] or nil) end
+      if f[12] then
+        order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[12], eid, f[13] or nil)
+      end
     elseif not journal_ok(journal_key) then
       if pending then redis.call('ZREM', pending, eid) end
       quarantine(job_key, journal_key, KEYS[2], eid, now, 'journal key is not a stream')
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, 'journal key is not a stream')
-      if f[12] then order_lib().release(prefix, job_key, f[12], eid, f[13] or nil) end
+      if f[12] then
+        order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[12], eid, f[13] or nil)
+      end
     else
       if pending then
         redis.call('ZREM', pending, eid)
@@ -200,7 +208,9 @@ for _, eid in ipairs(due) do
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, note)
       if history_counts then history_count(f[11] or '', 'dead', 1) end
       -- Waiting on its key, it leaves the key's queue; holding it, it lets the next go.
-      if f[12] then order_lib().release(prefix, job_key, f[12], eid, f[13] or nil) end
+      if f[12] then
+        order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[12], eid, f[13] or nil)
+      end
     end
     redis.call('ZREM', exp_key, eid)
   elseif state == 'running' then
@@ -276,7 +286,7 @@ if history_counts then history_flush(prefix, now) end
 -- let the next job go here (order.lua), a batch per sweep.
 local ended = redis.pcall('SPOP', feature_keys(prefix).order_ended, 100)
 if type(ended) == 'table' and not ended.err and #ended > 0 then
-  local ol = order_lib()
+  local ol = order_lib(feature_keys, graph_queue_keys, job_keys)
   for _, oid in ipairs(ended) do
     ol.ended(prefix, (job_keys(prefix, oid)), oid)
   end

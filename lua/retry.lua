@@ -83,7 +83,9 @@ if limit and failures >= limit then
     history_count(f[7] or '', 'dead', 1)
     history_flush(ARGV[2], now)
   end
-  if f[8] then order_lib().release(ARGV[2], KEYS[1], f[8], id, nil) end
+  if f[8] then
+    order_lib(feature_keys, graph_queue_keys, job_keys).release(ARGV[2], KEYS[1], f[8], id, nil)
+  end
   return {1, 'dead', 0, failures}
 end
 

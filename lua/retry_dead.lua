@@ -59,8 +59,8 @@ for i = 4, #ARGV do
     if not pending then
       corrupt = bad_priority(f[2])
     elseif f[8] then
-      ok = order_lib().keys(prefix)
-      corrupt = order_lib().broken(ok)
+      ok = order_lib(feature_keys, graph_queue_keys, job_keys).keys(prefix)
+      corrupt = order_lib(feature_keys, graph_queue_keys, job_keys).broken(ok)
     end
   end
   if corrupt then
@@ -72,7 +72,7 @@ for i = 4, #ARGV do
     redis.call('HSET', job_key, 'state', 'pending', 'failures', 0, 'eligible_at', now,
       'updated_at', now, 'note', ARGV[3])
     redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason', 'expires_at')
-    local member = ok and order_lib().arrive(ok, f[8], id) or ''
+    local member = ok and order_lib(feature_keys, graph_queue_keys, job_keys).arrive(ok, f[8], id) or ''
     if member == '' then
       back_to_pending(pending, KEYS[2], job_key, id, now, f[5] or false)
     else
