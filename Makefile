@@ -70,10 +70,18 @@ test: $(STAMP) ## Run the whole test suite (starts its own redis-server processe
 # least-privilege users (tests/servers.py, MANAGED_SETUPS; docs/deployment.md):
 # CONFIG renamed away, `+@all -@dangerous`, and that with `+info`.
 MANAGED_SETUPS := noconfig acl acl+info
+# The three runs go side by side (each starts its own redis-server on free
+# ports; they wait on Redis and on each other's sleeps as much as on a core),
+# each into a log of its own, printed in order once all have ended.
 test-managed: $(STAMP) ## The contract suite on CONFIG-less and ACL-restricted redis-servers
-	@for setup in $(MANAGED_SETUPS); do \
-		VENTURI_REDIS_SETUP=$$setup $(BIN)/python -m pytest -q -p no:cacheprovider || exit 1; \
-	done
+	@logs=$$(mktemp -d); pids=""; \
+	for setup in $(MANAGED_SETUPS); do \
+		VENTURI_REDIS_SETUP=$$setup $(BIN)/python -m pytest -q -p no:cacheprovider > "$$logs/$$setup.log" 2>&1 & \
+		pids="$$pids $$!"; \
+	done; \
+	status=0; for pid in $$pids; do wait $$pid || status=1; done; \
+	for setup in $(MANAGED_SETUPS); do echo "== VENTURI_REDIS_SETUP=$$setup"; cat "$$logs/$$setup.log"; done; \
+	rm -rf "$$logs"; exit $$status
 
 lint: $(STAMP) ## ruff (lint and format), and the import contracts (lint-imports)
 	$(BIN)/ruff check .

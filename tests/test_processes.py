@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,6 +136,58 @@ def test_a_child_that_keeps_dying_makes_the_supervisor_give_up() -> None:
     assert "supervise returned 1" in proc.stdout, proc.stderr  # and the live one was stopped
     assert proc.stderr.count("exited with status 3; restarting") == processes.MAX_QUICK_DEATHS - 1
     assert "died 5 times in a row" in proc.stderr
+
+
+class _FakeChild:
+    """A child process for ``supervise(spawn=...)``: one that exits at once with
+    ``code``, or (``code`` None) one that runs until SIGTERM ends it at once."""
+
+    pids = iter(range(1000, 2000))
+
+    def __init__(self, code: int | None) -> None:
+        self.pid = next(self.pids)
+        self.code = code
+
+    def poll(self) -> int | None:
+        return self.code
+
+    def send_signal(self, signum: int) -> None:
+        self.code = -signum
+
+    def kill(self) -> None:
+        self.code = -9
+
+    def wait(self) -> int | None:
+        return self.code
+
+
+def test_a_worker_stopped_by_the_give_up_is_not_restarted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race the subprocess test above met on a loaded machine: the healthy
+    child, SIGTERMed when its sibling died once too often, ended before the
+    supervisor's next pass, in the same pass, and was taken for a death and
+    restarted (the failure forgotten): the supervisor never returned."""
+    monkeypatch.setattr(processes, "BACKOFF_FIRST", 0.0)
+    monkeypatch.setattr(processes, "_TICK", 0.001)
+    started: list[str] = []
+
+    def spawn(argv: Sequence[str]) -> Any:
+        started.append(argv[0])
+        return _FakeChild(3 if argv[0] == "die" else None)
+
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError(f"supervise never returned; it started {started}")
+
+    # In the main thread, as it runs (it sets signal handlers); an alarm ends a hang.
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        code = processes.supervise([["die"], ["live"]], spawn=spawn)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert code == 1
+    assert started.count("die") == processes.MAX_QUICK_DEATHS
+    assert started.count("live") == 1
 
 
 def test_children_get_their_own_metrics_port() -> None:

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 
 log = logging.getLogger("venturi_redis.processes")
@@ -56,7 +56,8 @@ class _Slot:
     started: float = 0.0
     quick_deaths: int = 0
     restart_at: float | None = None
-    backoff: float = BACKOFF_FIRST
+    # Read when the slot is made, so a test (or a tuned deployment) may set BACKOFF_FIRST.
+    backoff: float = field(default_factory=lambda: BACKOFF_FIRST)
 
 
 def child_commands(
@@ -136,6 +137,7 @@ def supervise(
                         if failed is not None:
                             log.error("supervisor: %s; stopping the other workers", failed)
                             _terminate(slots)
+                            stopping = True  # the slots after this one are stopping too
                     continue
                 code = proc.poll()
                 if code is None:
@@ -155,6 +157,10 @@ def supervise(
                 if failed is not None:
                     log.error("supervisor: %s; stopping the other workers", failed)
                     _terminate(slots)
+                    # From here on in this pass too: a later slot's child, ended by
+                    # that SIGTERM before the next pass, is stopping, not a death
+                    # to restart (which would also forget the failure).
+                    stopping = True
             if stopping and all(slot.proc is None for slot in slots):
                 break
             time.sleep(_TICK)
