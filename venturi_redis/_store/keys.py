@@ -197,7 +197,7 @@ class QueueKeys:
     limits_state: str = field(init=False)
     limits_parked: str = field(init=False)
     limits_ready: str = field(init=False)
-    # Ordered keys (lua/include/keys.lua order_keys).
+    # Ordered keys (lua/include/keys.lua feature_keys, lua/include/order.lua).
     order_held: str = field(init=False)
     order_queue: str = field(init=False)
     order_paused: str = field(init=False)
