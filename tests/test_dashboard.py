@@ -179,6 +179,28 @@ async def test_job_page_shows_fields_and_journal_timeline(world: World) -> None:
     assert doc["journal"][1]["details"]["worker"]
 
 
+async def test_job_page_lists_a_batch_jobs_batch_mates(redis_server: RedisServer) -> None:
+    from tests.test_batch_handlers import Mail, SendMails
+
+    client = vr.Client.from_url(redis_server.url, namespace=f"d{uuid.uuid4().hex[:10]}")
+    try:
+        queue = client.queue("mail")
+        ids = await queue.enqueue_many([Mail(to=f"u{i}") for i in range(3)])
+        alone = await queue.enqueue(Echo(text="alone"))
+        await drain(queue, SendMails, EchoJob, state={})
+        async with http(create_app(client)) as h:
+            docs = [(await h.get(f"/api/queues/mail/jobs/{i}")).json()["job"] for i in ids]
+            page = await h.get(f"/queues/mail/jobs/{ids[2]}")
+            lone = (await h.get(f"/api/queues/mail/jobs/{alone}")).json()["job"]
+    finally:
+        await client.aclose()
+    for job_id, doc in zip(ids, docs, strict=True):
+        assert doc["batch"]["size"] == 3 and doc["batch"]["lead"] == docs[0]["batch"]["lead"]
+        assert sorted(doc["batch"]["mates"]) == sorted(set(ids) - {job_id})
+    assert 'id="job-batch"' in page.text and f'/queues/mail/jobs/{ids[0]}"' in page.text
+    assert lone["batch"] is None
+
+
 async def test_payloads_masked_by_default_and_sensitive_fields_always(world: World) -> None:
     pending = world.ids["pending"]
     async with http(create_app(world.client)) as h:

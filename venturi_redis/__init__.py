@@ -51,7 +51,7 @@ from ._producer.sync import SyncClient, SyncQueue
 from ._store.prepare import EnqueueManyOptions, EnqueueOptions
 from ._transport.durable import Durability, NotDurableError
 from ._worker.context import Context
-from ._worker.handler import Handler
+from ._worker.handler import BatchHandler, BatchItem, Handler
 
 if _TYPE_CHECKING:
     from ._worker.metrics import PrometheusMetrics, WorkerObserver
@@ -85,6 +85,8 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Backoff",
+    "BatchHandler",
+    "BatchItem",
     "BulkProgress",
     "Client",
     "ConfigurationError",

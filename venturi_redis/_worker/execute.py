@@ -73,51 +73,10 @@ async def execute(host: RunHost, job: Job) -> Ending:
     handler_cls = registry.get(job.kind)
     if handler_cls is None:
         return Dead(DeadReason.UNKNOWN_KIND, f"no handler for kind {job.kind!r} on worker {host.id}")
-    crypt = job.queue.client.encryption  # encryption at rest (_model/sealing.py), None: off
-    try:
-        task = unpack_model(handler_cls, job.payload if crypt is None else crypt.open(job.payload))
-    except PayloadError as exc:
-        if (missing := missing_key(job.payload, crypt)) is not None:
-            return _key_missing(job, "payload", missing)
-        return Dead(DeadReason.INVALID_PAYLOAD, f"payload does not decode: {exc}")
-    try:
-        carry: BaseModel = (
-            unpack_model(handler_cls.carry_type(), job.carry if crypt is None else crypt.open(job.carry))
-            if job.carry
-            else handler_cls.default_carry()
-        )
-    except (PayloadError, TaskDefinitionError) as exc:
-        if (missing := missing_key(job.carry, crypt)) is not None:
-            return _key_missing(job, "carry", missing)
-        return Dead(DeadReason.INVALID_PAYLOAD, f"carry does not decode: {exc}")
-    try:
-        resume_input = (
-            _decode_resume(handler_cls, job.resume_input if crypt is None else crypt.open(job.resume_input))
-            if job.resume_input
-            else None
-        )
-    except PayloadError as exc:
-        if (missing := missing_key(job.resume_input, crypt)) is not None:
-            return _key_missing(job, "resume input", missing)
-        # The value came from queue.resume(); no retry can change it.
-        return Dead(DeadReason.INVALID_PAYLOAD, f"resume input does not validate: {exc}")
-    ctx: Context[Any] = Context(
-        job_id=job.id,
-        queue=job.queue.name,
-        kind=job.kind,
-        run_count=job.run_count,
-        failures=job.failures,
-        history=job.history,
-        carry=carry,
-        resume_input=resume_input,
-    )
-    job.ctx = ctx
-    # While the handler runs only (cleared below): ctx -> job -> ctx is a cycle,
-    # which only the cyclic GC would free (~5% of the worker's CPU per job).
-    ctx._job = job
-    ctx._registry = registry
-    if host.stopping:
-        ctx._cancel("worker shutting down")
+    started = start_run(host, handler_cls, job, registry)
+    if not isinstance(started, tuple):
+        return started  # its data does not decode (dead), or cannot be decrypted here (failed)
+    task, ctx = started
     # The job's own timeout (stored at enqueue), else its task's (a job
     # enqueued without one stored: a workflow's), else the worker's.
     # A task class that does not override timeout() is not asked (two calls per job saved).
@@ -170,7 +129,76 @@ async def execute(host: RunHost, job: Job) -> Ending:
             note = "the handler raised CancelledError, which the worker did not ask for"
             return Failed(note, backoff=task.backoff())
         raise  # the worker releases the job (Worker.run_job)
-    except (KeyboardInterrupt, SystemExit) as exc:
+    except GeneratorExit:
+        raise  # this coroutine itself is being closed: nothing may be awaited
+    except BaseException as exc:  # noqa: BLE001 - a failed run (error_ending says which)
+        return error_ending(host, job, task, ctx, exc)
+    result = outcome.result
+    if outcome.kind == "completed" and not outcome.note and (result is UNSET or result is None):
+        return COMPLETED  # the usual run: nothing to encode
+    return outcome_ending(task, outcome, job.queue.client.encryption)
+
+
+def start_run(
+    host: RunHost, handler_cls: type[Any], job: Job, registry: dict[str, type[Any]]
+) -> tuple[Any, Context[Any]] | Dead | Failed:
+    """A claimed job's task and context, decoded (or the ending of a job that cannot be:
+    dead for data that does not decode, failed for a key this worker lacks).
+
+    Sets ``job.ctx``; the context points back at the job until the run's end.
+    ``registry``: the worker's handlers by KIND (``host.registry``, read once by the caller).
+    """
+    crypt = job.queue.client.encryption  # encryption at rest (_model/sealing.py), None: off
+    try:
+        task = unpack_model(handler_cls, job.payload if crypt is None else crypt.open(job.payload))
+    except PayloadError as exc:
+        if (missing := missing_key(job.payload, crypt)) is not None:
+            return _key_missing(job, "payload", missing)
+        return Dead(DeadReason.INVALID_PAYLOAD, f"payload does not decode: {exc}")
+    try:
+        carry: BaseModel = (
+            unpack_model(handler_cls.carry_type(), job.carry if crypt is None else crypt.open(job.carry))
+            if job.carry
+            else handler_cls.default_carry()
+        )
+    except (PayloadError, TaskDefinitionError) as exc:
+        if (missing := missing_key(job.carry, crypt)) is not None:
+            return _key_missing(job, "carry", missing)
+        return Dead(DeadReason.INVALID_PAYLOAD, f"carry does not decode: {exc}")
+    try:
+        resume_input = (
+            _decode_resume(handler_cls, job.resume_input if crypt is None else crypt.open(job.resume_input))
+            if job.resume_input
+            else None
+        )
+    except PayloadError as exc:
+        if (missing := missing_key(job.resume_input, crypt)) is not None:
+            return _key_missing(job, "resume input", missing)
+        # The value came from queue.resume(); no retry can change it.
+        return Dead(DeadReason.INVALID_PAYLOAD, f"resume input does not validate: {exc}")
+    ctx: Context[Any] = Context(
+        job_id=job.id,
+        queue=job.queue.name,
+        kind=job.kind,
+        run_count=job.run_count,
+        failures=job.failures,
+        history=job.history,
+        carry=carry,
+        resume_input=resume_input,
+    )
+    job.ctx = ctx
+    # While the handler runs only (cleared when it returns): ctx -> job -> ctx is
+    # a cycle, which only the cyclic GC would free (~5% of the worker's CPU per job).
+    ctx._job = job
+    ctx._registry = registry
+    if host.stopping:
+        ctx._cancel("worker shutting down")
+    return task, ctx
+
+
+def error_ending(host: RunHost, job: Job, task: Any, ctx: Context[Any], exc: BaseException) -> Ending:
+    """What a handler's exception makes of its job's run (not a cancellation the worker asked for)."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
         # Meant for the process, not the job: the worker stops (its other
         # running jobs are released, as at a shutdown past its grace) and
         # run() raises it once they are. The culprit's run counts as failed:
@@ -178,7 +206,7 @@ async def execute(host: RunHost, job: Job) -> Ending:
         # the backstop ends it (docs/guarantees.md, "Handlers that raise").
         host.crash(exc, job)
         return Failed(f"the handler raised {exc!r}; the worker stopped", backoff=task.backoff())
-    except TaskError as exc:
+    if isinstance(exc, TaskError):
         # A raised message may quote the task's secrets: never stored, never logged.
         secrets = secret_values(task, ctx.carry)
         note = scrub(exc.message, secrets)
@@ -187,18 +215,20 @@ async def execute(host: RunHost, job: Job) -> Ending:
             return Dead(DeadReason.PERMANENT, note, error_type, tb)
         failed_run(job.id, job.kind, error_type, note)
         return Failed(note, error_type, tb, task.backoff())
-    except GeneratorExit:
-        raise  # this coroutine itself is being closed: nothing may be awaited
-    except BaseException as exc:  # noqa: BLE001 - a failed run, logged by failed_run below
-        # An Exception, or a BaseException of the handler's own (a library's,
-        # `class Boom(BaseException)`) other than the three above: a failed run,
-        # and the worker goes on. Before, the latter stopped the worker with a
-        # traceback and left the job running, its run never recorded.
-        secrets = secret_values(task, ctx.carry)
-        note = scrub(str(exc) or type(exc).__name__, secrets)
-        error_type, tb = failure_of(exc, secrets)
-        failed_run(job.id, job.kind, error_type, note, exc if log.isEnabledFor(logging.DEBUG) else None)
-        return Failed(note, error_type, tb, task.backoff())
+    # An Exception, or a BaseException of the handler's own (a library's,
+    # `class Boom(BaseException)`) other than the three above: a failed run,
+    # and the worker goes on. Before, the latter stopped the worker with a
+    # traceback and left the job running, its run never recorded.
+    secrets = secret_values(task, ctx.carry)
+    note = scrub(str(exc) or type(exc).__name__, secrets)
+    error_type, tb = failure_of(exc, secrets)
+    failed_run(job.id, job.kind, error_type, note, exc if log.isEnabledFor(logging.DEBUG) else None)
+    return Failed(note, error_type, tb, task.backoff())
+
+
+def outcome_ending(task: Any, outcome: Outcome, crypt: Encryption | None) -> Ending:
+    """What a handler's returned ``vr.Outcome`` makes of its job's run (``crypt``: the
+    queue's encryption at rest, which seals a result or output; None: off)."""
     try:
         blob = _pack_optional(outcome.result if outcome.kind == "completed" else outcome.output, crypt)
     except PayloadError as exc:

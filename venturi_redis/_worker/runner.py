@@ -38,6 +38,7 @@ from .._transport.redispy import unpooled_connection
 from .job import Job, jobs_of
 
 if TYPE_CHECKING:
+    from .batch import Batching
     from .metrics import WorkerObserver
 
 log = logging.getLogger("venturi_redis.worker")
@@ -196,6 +197,9 @@ class _Runner:
         # The connection idle claims block on (None until the first one, and
         # after a failure). Not from the pool: it is held for seconds at a time.
         self._conn: Any = None
+        # Forming batches and held jobs, when the worker has a batch handler
+        # (batch.py; set by each run()): None costs the dispatch one test.
+        self.batching: Batching | None = None
 
     async def slot(self) -> None:
         """One long-lived task that runs claimed jobs one after another.
@@ -391,6 +395,13 @@ class _Runner:
                 await conn.disconnect()
 
     async def claim_loop(self, until_idle: bool) -> None:
+        try:
+            await self._claim_loop(until_idle)
+        finally:
+            if self.batching is not None:
+                self.batching.stop()  # held jobs and forming batches: released unstarted
+
+    async def _claim_loop(self, until_idle: bool) -> None:
         w = self.host
         failures = 0
         # After a claim that came back short: how long the next one may wait
@@ -398,6 +409,9 @@ class _Runner:
         idle_for: float | None = None
         while not w.stopping:
             free = w.concurrency - self.busy
+            if self.batching is not None:
+                # Held jobs placed first; then enough to fill a batch (batch.py).
+                free = self.batching.claimable(w.batch_size)
             if free <= 0:
                 self.poke = asyncio.Event()
                 await self._wait(None)
@@ -407,7 +421,7 @@ class _Runner:
             # lands while the claim is in flight is kept, not lost.
             self.poke = asyncio.Event()
             self.interrupt = asyncio.Event()
-            want = min(free, w.batch_size)
+            want = min(free, w.batch_size) if self.batching is None else free
             try:
                 if idle_for is None:
                     now, nxt, jobs = await self.claim(want)
@@ -448,15 +462,20 @@ class _Runner:
         """
         w = self.host
         waited = getattr(w.observer, "job_waited", None) if w.observer is not None else None
+        batching = self.batching
         for job in jobs:
             self.active[job.id] = job
-            job.runner, job.holds_slot = self, True
-            self.busy += 1
             if w.observer is not None:
                 kind = w.kind_label(job.kind)
                 w.observer.job_claimed(self.queue.name, kind)
                 if waited is not None and now and job.eligible_at:
                     waited(self.queue.name, kind, max(0.0, (now - job.eligible_at) / 1000))
+            if batching is not None:
+                job.runner = self
+                if batching.place(job):  # a batch job, or one held until a slot frees
+                    continue
+            job.runner, job.holds_slot = self, True
+            self.busy += 1
             self.inbox.put(job)
 
     async def _wait(self, seconds: float | None) -> None:

@@ -19,6 +19,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._model.endings import Released
+from .batch import batching_for
 from .registry import keep_touching
 from .runner import _Inbox
 
@@ -57,6 +58,16 @@ class Serving:
 
         def _finish(self, runner: _Runner, job: Job) -> None: ...
 
+    @property
+    def completer(self) -> Completer:
+        """Writes each run's ending (batch.py's ``BatchHost``)."""
+        return self._completer
+
+    @property
+    def forcing(self) -> bool:
+        """Whether the worker stops at once, without the grace (endings go straight to Redis)."""
+        return self._force
+
     async def _serve(self, until_idle: bool) -> None:
         """The worker's tasks: services, slot tasks, claim loops; returns once all have stopped."""
         async with anyio.create_task_group() as service_tg:
@@ -75,6 +86,7 @@ class Serving:
                     self._jobs_tg = jobs_tg
                     for r in self._runners:
                         r.inbox = _Inbox()
+                        r.batching = batching_for(self, r)  # type: ignore[arg-type]  # a Worker
                         for _ in range(2 * self.concurrency):
                             jobs_tg.start_soon(r.slot)
                     async with anyio.create_task_group() as claim_tg:

@@ -16,7 +16,8 @@ Shape of a running worker (one anyio task group)::
     │   └── scheduler      fires the queue's due schedules (scheduler.py)
     └── slot tasks         run the claimed jobs (at most `concurrency` handlers
                            per queue): execute.py runs one and returns its
-                           ending, completer.py writes it
+                           ending, completer.py writes it; a batch KIND's
+                           jobs run many per handler call (batch.py)
 
 This module is the ``Worker`` itself: its arguments (checked by options.py),
 registration, ``run`` and ``shutdown``, and one claimed job's way from its
@@ -61,7 +62,7 @@ from .completer import Completer
 from .declared_limits import declare_limits, declared_limits
 from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
-from .handler import Handler, sync_handle
+from .handler import BatchHandler, Handler, batch_settings, sync_handle
 from .job import Job
 from .keeper import LeaseKeeper
 from .offload import offload_handler
@@ -115,7 +116,8 @@ class Worker(Serving, Generic[StateT]):
         jitter: Fraction of each retry delay shaved off, deterministically per
             job and attempt, so that retries of a burst spread out.
         batch_size: Most jobs taken by one claim (default: half of
-            ``concurrency``, rounded up; docs/design.md, "The worker runtime").
+            ``concurrency``, rounded up; docs/design.md, "The worker runtime");
+            a worker with a ``vr.BatchHandler`` claims enough to fill batches.
         poll_interval: Longest an idle worker sleeps without a wake-up.
         reclaim_interval: Seconds between expired-lease sweeps
             (default ``min(lease / 2, 15)``).
@@ -316,6 +318,8 @@ class Worker(Serving, Generic[StateT]):
             entry.carry_type()  # fails now, not at the first run, if the carry is wrong
             entry.resume_adapter()  # likewise a RESUME type pydantic cannot validate
             sync_handle(entry)  # a `def handle` runs in a worker thread (threads.py)
+            if issubclass(entry, BatchHandler):
+                batch_settings(entry)  # checked again: a class attribute may have changed since
             existing = self._registry.get(kind)
             if existing is not None and existing is not entry:
                 raise TaskDefinitionError(

@@ -240,6 +240,7 @@ class Dashboard:
         if info is None:
             raise HTTPException(404, f"no job {job_id} in queue {queue.name!r}")
         doc = _data.job_dict(info, self.redaction)
+        doc["batch"] = await _data.batch_of(queue, job_id, journal)
         entries = [_data.entry_dict(e, info.kind, self.redaction) for e in journal]
         if request.url.path.startswith(self.url(request, "api_queues")):
             return JSONResponse({"job": doc, "journal": entries})

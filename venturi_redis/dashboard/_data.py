@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .._model import batch_note
 from .._model.enums import JobState
 from .._model.limits import LimitInfo
 from .._model.records import JobInfo, JournalEntry, WorkerInfo
@@ -290,3 +291,32 @@ def parse_state(value: str | None) -> JobState | str | None:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+async def batch_of(queue: Queue, job_id: str, journal: Sequence[JournalEntry]) -> dict[str, Any] | None:
+    """The batch a job's latest batched run was part of (``vr.BatchHandler``), or None.
+
+    Read from the run's note (``_model/batch_note.py``): nothing is stored for
+    it. A batch-mate's page reads the batch's first job's journal, which lists
+    the batch's ids; ``mates`` is empty when that job is no longer kept.
+    """
+    found = next((m for e in reversed(journal) if (m := batch_note.parse(e.note)) is not None), None)
+    if found is None:
+        return None
+    listed = found
+    if found.lead != job_id:
+        lead_journal = await queue.journal(found.lead) if JOB_ID_RE.fullmatch(found.lead) else []
+        listed = next(
+            (
+                m
+                for e in reversed(lead_journal)
+                if (m := batch_note.parse(e.note)) is not None and m.lead == found.lead and m.ids
+            ),
+            found,
+        )
+    return {
+        "lead": found.lead,
+        "size": found.size,
+        "mates": [i for i in listed.ids if i != job_id],
+        "more": listed.more,
+    }
