@@ -10,6 +10,7 @@ next one go. On redis, memory and cluster (CONTRACT_MODULES).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -62,6 +63,28 @@ class Deduped(Step):
 
     def dedup_key(self) -> str | None:
         return "d"
+
+
+class Posting(vr.Task):
+    KIND: ClassVar[str] = "ordering.posting"
+    key: str
+    n: int
+
+    def order_key(self) -> str | None:
+        return self.key
+
+
+class PostingBatch(Posting, vr.BatchHandler[dict[str, Any]]):
+    BATCH_SIZE: ClassVar[int] = 10
+
+    @classmethod
+    async def handle_batch(
+        cls, items: Sequence[vr.BatchItem[Posting]], state: dict[str, Any]
+    ) -> Sequence[vr.Outcome | BaseException] | None:
+        keys = [item.task.key for item in items]
+        assert len(keys) == len(set(keys)), f"two jobs of one key in a batch: {keys}"
+        state.setdefault("ran", []).extend((item.task.key, item.task.n) for item in items)
+        return None
 
 
 BAD_KEYS: list[Any] = ["", "x" * 1025, "é" * 513, "\ud800", 5, b"a"]
@@ -414,3 +437,12 @@ async def test_update_keeps_a_waiting_job_in_its_keys_line(queue: vr.Queue) -> N
         await queue.update(second, task=Step(n=3, dedup="d"))
     got = await queue.update(second, task=Step(key="a", n=4))
     assert got and (await _state(queue, second)).order_waiting
+
+
+async def test_a_batch_handler_gets_one_job_of_a_key_at_a_time_in_order(queue: vr.Queue) -> None:
+    await queue.enqueue_many([Posting(key=f"k{i % 3}", n=i) for i in range(12)])
+    state: dict[str, Any] = {}
+    await drain(queue, PostingBatch, state=state)
+    for k in range(3):
+        assert [n for key, n in state["ran"] if key == f"k{k}"] == list(range(k, 12, 3))
+    assert (await queue.counts())["completed"] == 12
