@@ -16,6 +16,8 @@
 -- A throttled job (a `dedup_window`) leaves its key free at once, and its
 -- field the `dedup:held` set (keys.lua dedup_held_key; dedup.lua unhold):
 -- only a completion opens a window (docs/dedup.md).
+-- A job with an order key leaves its key's queue, or, holding the key, lets the
+-- key's next job go (order.lua).
 -- A WAITING job leaves the graph; the jobs waiting on a cancelled job apply
 -- their on_dependency_failure policy (graph.lua; its queue-wide keys derive
 -- from the prefix, keys.lua graph_queue_keys).
@@ -41,12 +43,14 @@
 -- @include limits.lua
 -- @include wake.lua
 -- @include operator.lua
+-- @include order.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[11], KEYS[12], ARGV[2])
 local id = ARGV[3]
 local token = ARGV[5]
-local fields = {'state', 'run_count', 'dedup', 'cancel_requested', 'dependents', 'parked', 'dedup_window'}
+local fields = {'state', 'run_count', 'dedup', 'cancel_requested', 'dependents', 'parked', 'dedup_window',
+  'order_key', 'ordered'}
 local f
 if token == '' then
   -- An operator's cancel: a job whose own data is corrupt is refused before
@@ -120,6 +124,9 @@ elseif state == 'waiting' then
   graph_detach(ARGV[2], id)
 else
   return {0, 'job is ' .. state}
+end
+if f[8] then
+  order_lib(feature_keys, graph_queue_keys, job_keys).release(ARGV[2], KEYS[1], f[8], id, f[9] or nil)
 end
 finish_cancelled(ARGV[2], KEYS[1], KEYS[2], KEYS[5], id, now, f[2], ARGV[4], state, owner, claimed)
 if f[5] then

@@ -55,6 +55,13 @@
 -- is left half moved: the claim stops at the broken key, and returns the jobs
 -- it claimed before it, or, when it claimed none, the error.
 
+-- A job with an order key that the claim ends (cancel requested, expired,
+-- quarantined) joins `order:ended` (keys.lua feature_keys): the reclaim's
+-- next sweep lets its key's next job go (order.lua). Not here: order.lua's
+-- closure would cost every claim, and a job put in a pending set while the
+-- claim reads it could take a rank its ZREMRANGEBYRANK drops. A job waiting
+-- on its key is in no pending set: the claim never reads it.
+
 -- Flow control (docs/flow-control.md): when limits are on, the claim first
 -- takes from the ready rotation of limited entities (the kind, or kind and
 -- key, whose cap has room: the entity least recently served first), then
@@ -225,6 +232,9 @@ local function take(id, listed)
       -- Dead: its key is free (any dedup job's: a dead holder is no candidate).
       if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
       graph_orphaned(prefix, job_key, id)
+      if redis.call('HEXISTS', job_key, 'order_key') == 1 then
+        redis.pcall('SADD', feature_keys(prefix).order_ended, id) -- the reclaim lets its key go
+      end
     end
     return 'dropped'
   elseif not state then
@@ -241,6 +251,9 @@ local function take(id, listed)
     finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, run_count,
       'cancel requested while running', 'pending')
     graph_orphaned(prefix, job_key, id)
+    if redis.call('HEXISTS', job_key, 'order_key') == 1 then
+      redis.pcall('SADD', feature_keys(prefix).order_ended, id) -- the reclaim lets its key go
+    end
     return 'dropped'
   elseif expired then
     -- Not started before its deadline (enqueue(expires=...)): dead, never
@@ -264,6 +277,9 @@ local function take(id, listed)
     if history_counts then
       history_counts[kind .. '\tdead'] = 1
       history_flush(prefix, now)
+    end
+    if redis.call('HEXISTS', job_key, 'order_key') == 1 then
+      redis.pcall('SADD', feature_keys(prefix).order_ended, id) -- the reclaim lets its key go
     end
     return 'dropped'
   end

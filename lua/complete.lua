@@ -20,6 +20,8 @@
 -- A job others wait on (its `dependents` flag, read with the lease check)
 -- tells them here, in the same step (graph.lua; the queue-wide keys that
 -- takes derive from the prefix: keys.lua graph_queue_keys).
+-- A job with an order key (its `hooks` flag) lets the key's next job go to
+-- its pending set (order.lua; keys.lua feature_keys).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and offload
 --         snapshot keys derive from it (include offload.lua: an offload's
@@ -57,6 +59,7 @@
 -- @include wake.lua
 -- @include retention.lua
 -- @include history.lua
+-- @include order.lua
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
@@ -170,7 +173,7 @@ for i = 0, n - 1 do
         -- before 0.2 (no claimed_at) may have any of them without the flag.
         if f[6] or not f[5] then
           local x = redis.call('HMGET', job_key, 'slot', OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents',
-            'dedup_window', 'dedup')
+            'dedup_window', 'dedup', 'order_key')
           if x[5] and x[6] and redis.pcall('HGET', dedup_index_key(prefix), x[6]) == id then
             -- Throttled (docs/dedup.md): the key stays held by this job until
             -- the window's end, on this script's clock. In pcalls: an index
@@ -189,6 +192,10 @@ for i = 0, n - 1 do
             lim = lim or limits_lib()
             fk = fk or feature_keys(prefix)
             if lim.release(fk.limits_state, fk.limits_ready, job_key, x[1], now_s) then woke = woke + 1 end
+          end
+          -- Its order key goes to the key's next job (order.lua).
+          if x[7] then
+            order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, x[7], id, nil)
           end
         end
       end

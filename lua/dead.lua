@@ -13,6 +13,7 @@
 -- A throttled job (its `dedup_window`) frees its dedup key at once, the
 -- index entry and its `dedup:held` field (names derived from the prefix,
 -- keys.lua; dedup.lua unhold): only a completion opens a window.
+-- A job with an order key releases it to the key's next job (order.lua).
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the job is an offload, its snapshot
 --         becomes `failed` with the note as its error and the redacted
@@ -34,13 +35,14 @@
 -- @include limits.lua
 -- @include wake.lua
 -- @include history.lua
+-- @include order.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[5], KEYS[6], ARGV[2])
 history_counts = redis.call('HGET', KEYS[5], 'history') == '1' and {} or nil
 local id = ARGV[3]
 local refused, run, f = check_owner(KEYS[1], KEYS[2], ARGV[4], 'dead', now,
-  {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents', 'dedup_window', 'dedup', 'kind'})
+  {OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents', 'dedup_window', 'dedup', 'kind', 'order_key'})
 if refused then
   return {0, refused}
 end
@@ -56,6 +58,9 @@ compact_journal(KEYS[2])
 offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now, {f[7], f[8]})
 if f[9] then
   graph_finished(ARGV[2], f[9], KEYS[1], id, now, false, nil, ARGV[5])
+end
+if f[13] then
+  order_lib(feature_keys, graph_queue_keys, job_keys).release(ARGV[2], KEYS[1], f[13], id, nil)
 end
 if f[4] and limits_lib().release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then
   wake_workers(KEYS[9], 1)

@@ -26,12 +26,20 @@
 -- limits hash: keys.lua feature_keys), eligible now, is parked instead of put
 -- in its pending set, so a claim never scans it (include limits.lua).
 --
+-- A job with an order key (its first optional pair `order_key`,
+-- Prepared.optional; order.lua's arrive and broken, inline) holds its key and goes to its
+-- pending set when the key is free, else waits in the key's queue
+-- (`ordered`), in no pending set. The order keys are checked before the
+-- call's first write (a damaged one: VR_WRONGTYPE, nothing written), and
+-- only for a call that has an ordered job.
+--
 -- Returns {now, r1, ..., rn}: ri is '' when job i was created, or the id of
 -- the pending job already holding its dedup field (nothing written for i);
 -- for one job (n = 1), r1 alone (a string: a table reply costs Redis more
 -- to build than the rest of a small call's reply).
--- Errors: none; every precondition is the dedup check, made before any write
--- for that job.
+-- Errors: VR_WRONGTYPE when an order key of the queue is damaged and the
+-- call has an ordered job (nothing written); every other precondition is
+-- the dedup check, made before any write for that job.
 --
 -- A resend is a no-op. Job ids are fresh per enqueue call, so a job hash
 -- that already exists, or a dedup field that already names this very id,
@@ -67,6 +75,42 @@ local out = one and nil or {now}
 local created = 0
 local ids, kinds, runs = nil, nil, nil -- the `enqueued` event's, for many jobs
 if events_stream and not one then ids, kinds, runs = {}, {}, {} end
+-- Ordered jobs: the order keys checked before the first write. order.lua's
+-- helpers inline, here and below: its closure would cost every enqueue.
+-- One job: its first optional pair is ARGV[13] (an offload token, there
+-- when it has none, is never 'order_key'); many: a walk of their layouts.
+local ok = nil -- feature_keys(prefix), for a call with an ordered job
+local ordered = false
+if n == 1 then
+  ordered = ARGV[13] == 'order_key'
+else
+  local b = 6
+  for _ = 1, n do
+    local m = tonumber(ARGV[b + 6])
+    if m > 0 and ARGV[b + 7] == 'order_key' then
+      ordered = true
+      break
+    end
+    b = b + 7 + 2 * m + (offload and 2 or 0)
+  end
+end
+if ordered then
+  ok = feature_keys(prefix)
+  local broken = nil
+  if type(redis.pcall('HLEN', ok.order_held)) == 'table' then
+    broken = ok.order_held .. ' is not a hash'
+  elseif type(redis.pcall('ZCARD', ok.order_queue)) == 'table' then
+    broken = ok.order_queue .. ' is not a sorted set'
+  elseif type(redis.pcall('SCARD', ok.order_paused)) == 'table' then
+    broken = ok.order_paused .. ' is not a set'
+  else
+    local seq = redis.pcall('GET', ok.order_seq)
+    if type(seq) == 'table' or (seq and not string.match(seq, '^%d+$')) then
+      broken = ok.order_seq .. ' is not a counter'
+    end
+  end
+  if broken then return redis.error_reply('VR_WRONGTYPE ' .. broken) end
+end
 local a = 6
 for i = 0, n - 1 do
   local id, kind, priority, delay, field, payload, m, first = job_at(a)
@@ -97,8 +141,24 @@ for i = 0, n - 1 do
   end
   if holder == '' then
     local eligible_s = delay == '0' and now_s or str(now + tonumber(delay))
+    local member = ''
+    if ok and m > 0 and ARGV[first] == 'order_key' then
+      -- It holds its key when the key is free and not paused, else waits at
+      -- the end of the key's line (order.lua's arrive).
+      local okey = ARGV[first + 1]
+      if not redis.call('HGET', ok.order_held, okey)
+          and redis.call('SISMEMBER', ok.order_paused, okey) == 0 then
+        redis.call('HSET', ok.order_held, okey, id)
+      else
+        member = okey .. '\255' .. string.format('%016d', redis.call('INCR', ok.order_seq)) .. id
+        redis.call('ZADD', ok.order_queue, 0, member)
+      end
+    end
     write_job(job_key, 'pending', kind, priority, eligible_s, now_s, payload, field, first, m)
-    if fk and delay == '0' and redis.call('HEXISTS', fk.limits, kind) == 1 then
+    if member ~= '' then
+      -- Waits on its key: in no pending set until its key lets it go.
+      redis.call('HSET', job_key, 'ordered', member)
+    elseif fk and delay == '0' and redis.call('HEXISTS', fk.limits, kind) == 1 then
       -- limits.lua's limit_park, inline: a helper (its closure, its level
       -- table) would cost every enqueue, limited or not.
       local level = priority == 'critical' and '0' or priority == 'high' and '1'

@@ -35,6 +35,10 @@
 -- when its lease would end, since a failed run leaves it pending; a finished
 -- or missing one leaves the index. A claim that reaches an expired job first
 -- ends it the same way (claim.lua).
+-- A job with an order key that dies here (backstop, quarantine, expiry)
+-- releases its key, or leaves its key's queue (order.lua); one requeued
+-- keeps it. Then the ordered jobs the claim ended (`order:ended`) release
+-- theirs.
 -- Then the finished jobs of the `graph:orphans` set (keys.lua; the claim's
 -- cancel and quarantine endings add to it) tell their dependents.
 --
@@ -53,6 +57,7 @@
 -- @include graph.lua
 -- @include limits.lua
 -- @include history.lua
+-- @include order.lua
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
@@ -72,7 +77,7 @@ for _, id in ipairs(ids) do
   local job_key, journal_key = job_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'failures', 'max_failures',
     'priority', 'run_count', 'lease_owner', 'lease_expires', 'dependents', 'slot', 'claimed_at',
-    'cancel_requested', 'dedup_window', 'dedup', 'kind')
+    'cancel_requested', 'dedup_window', 'dedup', 'kind', 'order_key')
   local pending = nil
   if f.err then
     quarantine(job_key, journal_key, KEYS[2], id, now, 'job key is not a hash')
@@ -97,6 +102,9 @@ for _, id in ipairs(ids) do
       quarantine(job_key, journal_key, KEYS[2], id, now, bad)
       if held then unhold(KEYS[3], dedup_held_key(prefix), f[13], id) end
       graph_finished(prefix, f[8], job_key, id, now, false, nil, bad)
+      if f[15] then
+        order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[15], id, nil)
+      end
       died = died + 1
     else
       materialize(job_key, journal_key) -- a first run's claim wrote no journal
@@ -126,6 +134,9 @@ for _, id in ipairs(ids) do
             'lease expired; retry backstop: ' .. runs)
         end
         if history_counts then history_count(f[14] or '', 'dead', 1) end
+        if f[15] then
+          order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[15], id, nil)
+        end
         died = died + 1
       else
         redis.call('HSET', job_key, 'state', 'pending', 'failures', failures,
@@ -154,7 +165,7 @@ end
 for _, eid in ipairs(due) do
   local job_key, journal_key = job_keys(prefix, eid)
   local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'priority', 'dedup', 'parked',
-    'failures', 'dependents', 'lease_expires', 'run_count', 'dedup_window', 'kind')
+    'failures', 'dependents', 'lease_expires', 'run_count', 'dedup_window', 'kind', 'order_key', 'ordered')
   local state = not f.err and f[1]
   local deadline = not f.err and tonumber(f[2])
   if (state == 'pending' or state == 'waiting') and deadline and deadline <= now then
@@ -162,10 +173,16 @@ for _, eid in ipairs(due) do
     if state == 'pending' and not pending then
       quarantine(job_key, journal_key, KEYS[2], eid, now, bad_priority(f[3]))
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, bad_priority(f[3]))
+      if f[12] then
+        order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[12], eid, f[13] or nil)
+      end
     elseif not journal_ok(journal_key) then
       if pending then redis.call('ZREM', pending, eid) end
       quarantine(job_key, journal_key, KEYS[2], eid, now, 'journal key is not a stream')
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, 'journal key is not a stream')
+      if f[12] then
+        order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[12], eid, f[13] or nil)
+      end
     else
       if pending then
         redis.call('ZREM', pending, eid)
@@ -190,6 +207,10 @@ for _, eid in ipairs(due) do
       offload_settle(prefix, job_key, eid, 'failed', nil, note, now)
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, note)
       if history_counts then history_count(f[11] or '', 'dead', 1) end
+      -- Waiting on its key, it leaves the key's queue; holding it, it lets the next go.
+      if f[12] then
+        order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[12], eid, f[13] or nil)
+      end
     end
     redis.call('ZREM', exp_key, eid)
   elseif state == 'running' then
@@ -260,6 +281,16 @@ if type(due) == 'table' and not due.err and #due > 0 and (index_type == 'hash' o
   end
 end
 if history_counts then history_flush(prefix, now) end
+-- Ordered jobs the claim ended (cancel requested, expired, quarantined:
+-- claim.lua adds them to `order:ended`, keys.lua feature_keys): their keys
+-- let the next job go here (order.lua), a batch per sweep.
+local ended = redis.pcall('SPOP', feature_keys(prefix).order_ended, 100)
+if type(ended) == 'table' and not ended.err and #ended > 0 then
+  local ol = order_lib(feature_keys, graph_queue_keys, job_keys)
+  for _, oid in ipairs(ended) do
+    ol.ended(prefix, (job_keys(prefix, oid)), oid)
+  end
+end
 out[1] = requeued
 out[2] = died
 if requeued > 0 or requeued_slots then

@@ -14,6 +14,8 @@
 -- A throttled job the backstop kills frees its dedup key at once (dedup.lua
 -- unhold; the `dedup:held` set's name derives from the prefix, keys.lua);
 -- one back to pending keeps it.
+-- A job with an order key keeps it while it waits for its retry; killed by
+-- the backstop, it releases it to the key's next job (order.lua).
 -- A job back to pending joins the `retrying` index (keys.lua retrying_key),
 -- scored by when it is due, unless its cancel was requested (the claim
 -- that reaches it cancels it instead of running it).
@@ -41,6 +43,7 @@
 -- @include graph.lua
 -- @include limits.lua
 -- @include history.lua
+-- @include order.lua
 
 local now = now_ms(ARGV[1])
 events_open(KEYS[8], KEYS[9], ARGV[2])
@@ -54,7 +57,7 @@ if o[4] and limits_lib().release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) th
   wake_workers(KEYS[7], 1)
 end
 local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents', 'cancel_requested',
-  'dedup_window', 'dedup', 'kind')
+  'dedup_window', 'dedup', 'kind', 'order_key')
 local failures = (tonumber(f[1]) or 0) + 1
 local limit = backstop(f[2], ARGV[11])
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
@@ -79,6 +82,9 @@ if limit and failures >= limit then
     history_count(f[7] or '', 'failed', 1)
     history_count(f[7] or '', 'dead', 1)
     history_flush(ARGV[2], now)
+  end
+  if f[8] then
+    order_lib(feature_keys, graph_queue_keys, job_keys).release(ARGV[2], KEYS[1], f[8], id, nil)
   end
   return {1, 'dead', 0, failures}
 end

@@ -14,6 +14,10 @@
 -- ARGV[3] note
 -- ARGV[4..] job ids
 --
+-- A retried job with an order key joins its key again as a new job would
+-- (order.lua): it holds the key when the key is free, else waits at the end
+-- of the key's queue. A damaged order key refuses it (nothing written).
+--
 -- A retried `@vr.offload` job's snapshot becomes `pending` again in the
 -- same step, without its expiry (include offload.lua), so resolve() and
 -- read_result report the rerun, not the old failure.
@@ -34,6 +38,7 @@
 -- @include wake.lua
 -- @include offload.lua
 -- @include operator.lua
+-- @include order.lua
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
@@ -46,12 +51,16 @@ for i = 4, #ARGV do
   -- Read once, for every step below (a batch of thousands pays each read per job):
   -- the dedup field (back_to_pending), the offload token and the KIND (the event).
   local f, corrupt = read_job(job_key, journal_key,
-    {'state', 'priority', 'run_count', 'failures', 'dedup', 'offload', 'kind'})
+    {'state', 'priority', 'run_count', 'failures', 'dedup', 'offload', 'kind', 'order_key'})
   local pending = nil
+  local ok = nil
   if not corrupt and f[1] == 'dead' then
     pending = pending_key(4, f[2])
     if not pending then
       corrupt = bad_priority(f[2])
+    elseif f[8] then
+      ok = order_lib(feature_keys, graph_queue_keys, job_keys).keys(prefix)
+      corrupt = order_lib(feature_keys, graph_queue_keys, job_keys).broken(ok)
     end
   end
   if corrupt then
@@ -63,7 +72,12 @@ for i = 4, #ARGV do
     redis.call('HSET', job_key, 'state', 'pending', 'failures', 0, 'eligible_at', now,
       'updated_at', now, 'note', ARGV[3])
     redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason', 'expires_at')
-    back_to_pending(pending, KEYS[2], job_key, id, now, f[5] or false)
+    local member = ok and order_lib(feature_keys, graph_queue_keys, job_keys).arrive(ok, f[8], id) or ''
+    if member == '' then
+      back_to_pending(pending, KEYS[2], job_key, id, now, f[5] or false)
+    else
+      redis.call('HSET', job_key, 'ordered', member) -- behind its key's other jobs
+    end
     -- A fresh start, not a retry after a failure: out of the `retrying`
     -- index, where a job the claim quarantined may have been left (keys.lua).
     redis.call('ZREM', retrying_key(prefix), id)

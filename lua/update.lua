@@ -20,8 +20,13 @@
 --
 -- Returns {1} when updated; {0, reason} when the job is unknown or not
 -- pending; {2, kind} when the new task's KIND is not the job's; {3, holder}
--- when the new dedup key is held by another job (nothing written for any of
--- these: the client raises ConfigurationError for 2 and 3).
+-- when the new dedup key is held by another job; {4, order key} when the new
+-- task has a dedup key and the job an order key (nothing written for any of
+-- these: the client raises ConfigurationError for 2, 3 and 4).
+-- A job waiting on its order key (its `ordered` field) keeps its place in
+-- the key's line: a new priority or eligibility is written to its hash, and
+-- its pending set takes it when the key lets it go (order.lua). Its order
+-- key itself never changes here.
 -- The journal gets one entry, `updated`, naming what changed (`changed`:
 -- task, dedup, priority, eligible_at, comma-separated) and the new values.
 -- Errors: VR_CORRUPTJOB when the job's own data is corrupt (its job key not a
@@ -38,7 +43,8 @@
 -- @include operator.lua
 
 local id = ARGV[3]
-local f, corrupt = read_job(KEYS[1], KEYS[2], {'state', 'run_count', 'priority', 'parked', 'kind', 'dedup'})
+local f, corrupt = read_job(KEYS[1], KEYS[2], {'state', 'run_count', 'priority', 'parked', 'kind', 'dedup',
+  'order_key', 'ordered'})
 if corrupt then
   return corrupt_job(id, corrupt)
 end
@@ -61,6 +67,10 @@ local moves_key = kind ~= '' and field ~= old_field
 -- Every check before the first write.
 if kind ~= '' and kind ~= f[5] then
   return {2, f[5] or ''}
+end
+-- A job with an order key takes no dedup key (docs/semantics.md, "Ordered keys").
+if moves_key and field ~= '' and f[7] then
+  return {4, f[7]}
 end
 if moves_key and field ~= '' then
   local holder = redis.pcall('HGET', KEYS[7], field)
@@ -100,8 +110,11 @@ if kind ~= '' then
   end
 end
 local parked = f[4]
+local waits = f[8] -- waiting on its order key: in no pending set, its place kept (order.lua)
 if new_priority ~= old_priority then
-  if parked then
+  if waits then
+    -- Its new priority's set takes it when its key lets it go.
+  elseif parked then
     -- <entity>\t<level><id>: the same entity, the new level (as merge.lua).
     local lim = limits_lib()
     local member = string.sub(parked, 1, #parked - #id - 1) .. (lim.LEVEL[new_priority] or '2') .. id
@@ -127,8 +140,10 @@ if ARGV[8] ~= '' then
     limits_lib().unpark(KEYS[9], parked)
     redis.call('HDEL', KEYS[1], 'parked')
   end
-  redis.call('ZADD', to, eligible, id)
-  redis.pcall('ZADD', KEYS[10], 'XX', eligible, id) -- an index only: its type does not stop the update
+  if not waits then
+    redis.call('ZADD', to, eligible, id)
+    redis.pcall('ZADD', KEYS[10], 'XX', eligible, id) -- an index only: its type does not stop the update
+  end
   redis.call('HSET', KEYS[1], 'eligible_at', eligible)
   changed[#changed + 1] = 'eligible_at'
   extra[#extra + 1] = 'eligible_at'

@@ -33,15 +33,13 @@ BACKENDS = ["redis", "memory", "cluster"]
 # Redis: a worker's, a validation's or a face's behaviour does not depend on
 # the server, so three runs would only fail three times for one bug.
 CONTRACT_MODULES = {
-    "test_batching", "test_claim", "test_cluster_sharded", "test_coalesce", "test_continuations",
-    "test_core", "test_dedup", "test_enqueue_at", "test_events", "test_expiry", "test_flow_control",
-    "test_journal", "test_limit_keys", "test_limits_corrupt", "test_offload", "test_ops", "test_progress",
-    "test_quarantine", "test_quarantine_ops", "test_read_corrupt", "test_redrive", "test_registry",
-    "test_resend",
-    "test_retention", "test_retrying", "test_schedules", "test_schedules_corrupt", "test_scripts",
-    "test_sync", "test_throttle", "test_update", "test_upgrade", "test_wait", "test_wake", "test_workflows",
-    "test_workflows_corrupt", "test_batch_handlers",
-    "test_history",
+    "test_batch_handlers", "test_batching", "test_claim", "test_cluster_sharded", "test_coalesce",
+    "test_continuations", "test_core", "test_dedup", "test_enqueue_at", "test_events", "test_expiry",
+    "test_flow_control", "test_history", "test_journal", "test_limit_keys", "test_limits_corrupt",
+    "test_offload", "test_ops", "test_ordering", "test_progress", "test_quarantine", "test_quarantine_ops",
+    "test_read_corrupt", "test_redrive", "test_registry", "test_resend", "test_retention", "test_retrying",
+    "test_schedules", "test_schedules_corrupt", "test_scripts", "test_sync", "test_throttle", "test_update",
+    "test_upgrade", "test_wait", "test_wake", "test_workflows", "test_workflows_corrupt",
 }  # fmt: skip
 # Process, chaos and failover tests: `pytest -m "not slow"` leaves them out
 # of a quick local run; `make test` (and so .ci/run) runs them.

@@ -54,6 +54,7 @@ TESTED = {
     "retrying",
     "throttled",
     "expiring",
+    "ordered",
     "paused",
     "throughput",
     "waiting-on",
@@ -97,6 +98,7 @@ async def run(name: str, queue: vr.Queue, job: str = "", worker: str = "", sched
     # docs/redis-layout.md "Flow control": LKEY before TAB, which it contains.
     values["$LKEY"] = "mail\t11:example.com"
     values["$TAB"] = "\t"
+    values["$OKEY"] = "acct-42"  # "Ordered keys"
     values["$MINUTE_S"] = str(now // 60_000 * 60)  # the metrics history's minute and hour
     values["$HOUR_S"] = str(now // 3_600_000 * 3600)
     values["$WORKER"] = worker
@@ -267,6 +269,25 @@ async def test_expiring(queue: vr.Queue) -> None:
     info = await queue.get(jid)
     assert info is not None and info.expires_at is not None
     assert round(info.expires_at.timestamp() * 1000) == int(score)
+
+
+async def test_ordered(queue: vr.Queue) -> None:
+    class Posting(vr.Task):
+        KIND: ClassVar[str] = "docs.posting"
+        account: str
+
+        def order_key(self) -> str | None:
+            return self.account
+
+    first, second = await queue.enqueue_many([Posting(account="acct-42"), Posting(account="acct-42")])
+    await queue.enqueue(Posting(account="acct-7"))
+    held, paused, count, head, hm = await run("ordered", queue, second)
+    assert (text(held), paused, count) == (first, 0, 1)
+    assert [m.endswith(second.encode()) and m.startswith(b"acct-42\xff") for m in head] == [True]
+    assert [text(v) for v in hm] == ["pending", "acct-42", text(head[0])]
+    await queue.pause_key("acct-42")
+    held, paused, count, *_ = await run("ordered", queue, second)
+    assert (held, paused, count) == (None, 1, 2)  # the holder held back, first of its key
 
 
 async def test_paused(queue: vr.Queue) -> None:

@@ -55,6 +55,10 @@ HEADER_NAMES = [
     (r"limits:ready", "limits_ready"),
     (r"limits:parked", "limits_parked"),
     (r"limits hash", "limits"),
+    (r"^order:held", "order_held"),
+    (r"^order:queue", "order_queue"),
+    (r"^order:paused", "order_paused"),
+    (r"^order:seq", "order_seq"),
     (r"the finished zset", "finished"),
     (r"^(running|suspended|completed|dead|cancelled|waiting) zset", None),  # the word itself
 ]
@@ -113,6 +117,10 @@ def key_names() -> dict[str, str]:
             "schedules",
             "schedules_due",
             "schedules_wake",
+            "order_held",
+            "order_queue",
+            "order_paused",
+            "order_seq",
         ]
     }
     names.update({K.pending(p): "pending" for p in vr.Priority})
@@ -143,6 +151,8 @@ SAMPLE: dict[str, Any] = {
     "keep_ms": None,
     "limit": 1,
     "schedule_id": "s",
+    "key": "k",
+    "pause": True,
 }
 # Builders whose parameters the samples above do not cover, with theirs.
 OVERRIDES: dict[str, dict[str, Any]] = {
@@ -182,6 +192,7 @@ BUILDERS: dict[str, Any] = {
     "schedule_fire": calls_schedule.schedule_fire,
     "schedule_pause": calls_schedule.schedule_pause,
     "update": calls_ops.update,
+    "order_pause": calls_ops.order_pause,
 }
 
 
@@ -255,8 +266,8 @@ return {job, journal, events_key(p), journal_scratch_key(p), offload_key(p, 'tok
   depresults, graph_orphans_key(p), f.events, f.wake, f.limits, f.limits_state, f.limits_parked,
   f.limits_ready, retrying_key(p), f.expiring, g.waiting, g.dead, g.wake, g.pending.critical,
   g.pending.high,
-  g.pending.normal, g.pending.low, dedup_held_key(p), dedup_index_key(p),
-  history_keys(p, '1765000020', '1764997200')}
+  g.pending.normal, g.pending.low, dedup_held_key(p), dedup_index_key(p), f.order_held, f.order_queue,
+  f.order_paused, f.order_seq, f.order_ended, history_keys(p, '1765000020', '1764997200')}
 """
 
 
@@ -268,8 +279,8 @@ def test_keys_lua_names_every_key_as_keys_py_does() -> None:
         K.job(J), K.journal(J), K.events, K.journal_compact, K.offload("tok"), K.deps(J), K.dependents(J),
         K.depresults(J), K.graph_orphans, K.events, K.wake, K.limits, K.limits_state, K.limits_parked,
         K.limits_ready, K.retrying, K.expiring, K.waiting, K.dead, K.wake,
-        *(K.pending(p) for p in HIGH_FIRST), K.dedup_held, K.dedup,
-        K.history_minute(1765000020), K.history_hour(1764997200),
+        *(K.pending(p) for p in HIGH_FIRST), K.dedup_held, K.dedup, K.order_held, K.order_queue,
+        K.order_paused, K.order_seq, K.order_ended, K.history_minute(1765000020), K.history_hour(1764997200),
     ]  # fmt: skip
     assert got == want
     # Every name-building helper of keys.lua is in the script above.

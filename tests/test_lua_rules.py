@@ -61,7 +61,8 @@ def test_no_key_name_is_spliced_outside_keys_lua() -> None:
 
 QUEUE_WIDE = (
     r"prefix \.\. '(waiting|dead|wake|graph:orphans|journal-compact|retrying|expiring|dedup|dedup:held"
-    r"|pending:(critical|high|normal|low)|events|limits|limits:(state|parked|ready))'\}?\s*"
+    r"|pending:(critical|high|normal|low)|events|limits|limits:(state|parked|ready)"
+    r"|order:(held|queue|paused|seq|ended))'\}?\s*"
 )
 
 
@@ -183,6 +184,7 @@ def _sample_calls() -> dict[str, calls.Call]:
         "enqueue_flow": calls_flow.enqueue_flow(K, now, [calls_flow.FlowJob(JOB, "fail", ("01DEP",))]),
         **_schedule_calls(now),
         "limit": calls_ops.limit(K, now, action="set", kind="k", per_key=False, concurrency=1),
+        "order_pause": calls_ops.order_pause(K, now, key="k", pause=True),
     }
 
 

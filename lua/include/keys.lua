@@ -89,6 +89,18 @@ local function feature_keys(prefix)
     -- scored by expires_at (enqueue(expires=...)). job_args.lua adds a job
     -- as it is created; the reclaim sweep takes the ones past their deadline.
     expiring = prefix .. 'expiring',
+    -- Ordered keys (order.lua, docs/semantics.md "Ordered keys"), reached
+    -- only for a job with an order key (its `order_key` field, its `hooks`
+    -- flag): `order:held`, hash, order key -> the id of the job holding it;
+    -- `order:queue`, zset, every score 0, the jobs waiting on their key,
+    -- lex-ordered as order key, byte 255 (never in UTF-8), a 16-digit
+    -- sequence number, id; `order:paused`, set, the keys an operator
+    -- paused; `order:seq`, string, the sequence's counter.
+    -- `order:ended`, set, ids of ordered jobs the claim ended (cancel
+    -- requested, expired, quarantined) whose keys the reclaim lets go.
+    order_held = prefix .. 'order:held', order_queue = prefix .. 'order:queue',
+    order_paused = prefix .. 'order:paused', order_seq = prefix .. 'order:seq',
+    order_ended = prefix .. 'order:ended',
   }
 end
 

@@ -109,4 +109,41 @@ class BlockerJob(Blocker, vr.Handler[ChaosState]):
         return vr.Outcome.completed()
 
 
-HANDLERS: tuple[type[Any], ...] = (WorkJob, StaleJob, PoisonJob, BlockerJob)
+class Ordered(vr.Task):
+    """The ``seq``-th job enqueued under order key ``key`` (tests/chaos/test_ordering_kills.py)."""
+
+    KIND: ClassVar[str] = "chaos.ordered"
+    key: str
+    seq: int
+    ms: int = 2
+
+    def order_key(self) -> str | None:
+        return self.key
+
+
+def inflight_key(queue: str) -> str:
+    """A hash, order key -> the job id whose handler is running it now."""
+    return f"chaos:{queue}:inflight"
+
+
+def overlaps_key(queue: str) -> str:
+    """A list: one entry per handler start that found another job of its key running."""
+    return f"chaos:{queue}:overlaps"
+
+
+class OrderedJob(Ordered, vr.Handler[ChaosState]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: ChaosState) -> vr.Outcome:
+        r, q = state.redis, state.queue
+        # Its own id left there is a run of this job killed mid-way: not an overlap.
+        if not await r.hsetnx(inflight_key(q), self.key, ctx.job_id):
+            other = await r.hget(inflight_key(q), self.key)
+            if other is not None and other.decode() != ctx.job_id:
+                await r.rpush(overlaps_key(q), f"{self.key} {self.seq} {ctx.job_id} {other.decode()}")
+            await r.hset(inflight_key(q), self.key, ctx.job_id)
+        await r.rpush(state.started_key(), f"{self.key} {self.seq} {ctx.job_id}")
+        await anyio.sleep(self.ms / 1000)
+        await r.hdel(inflight_key(q), self.key)
+        return vr.Outcome.completed()
+
+
+HANDLERS: tuple[type[Any], ...] = (WorkJob, StaleJob, PoisonJob, BlockerJob, OrderedJob)

@@ -372,6 +372,11 @@ class JobInfo:
     expires_at: datetime | None = None
     """The job's start deadline (``enqueue(expires=...)``, ``Task.expires()``), on
     Redis's clock: a job not started by then goes dead, ``DeadReason.EXPIRED``."""
+    order_key: str | None = None
+    """The job's order key (``Task.order_key()``; docs/semantics.md, "Ordered keys"), or None."""
+    order_waiting: bool = False
+    """True while the job is pending behind an earlier job of its order key (not
+    claimable until that one finishes or the key is resumed)."""
 
     @classmethod
     def from_hash(
@@ -436,6 +441,8 @@ class JobInfo:
             dedup_until=p.when("dedup_until"),
             dead_reason=DeadReason.of(p.text("dead_reason")) if state is JobState.DEAD else None,
             expires_at=p.when("expires_at"),
+            order_key=p.text("order_key") or None,
+            order_waiting=bool(p.text("ordered")),
         )
 
     @classmethod

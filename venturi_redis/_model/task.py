@@ -233,6 +233,18 @@ class Task(BaseModel, Generic[CarryT]):
         """
         return None
 
+    def order_key(self) -> str | None:
+        """The key whose jobs run one at a time, in enqueue order (docs/semantics.md, "Ordered keys").
+
+        ``None`` (the default): no order. Jobs of one queue with the same order
+        key run one at a time, in the order they were enqueued, across every
+        worker and process; a job that failed and will retry holds its key, a
+        job that goes dead or is cancelled releases it. 1 to 1024 bytes of
+        UTF-8; read at enqueue. Not with ``after=`` or a dedup key
+        (``ConfigurationError``).
+        """
+        return None
+
     def timeout(self) -> float | None:
         """Seconds one run of this job may take before it is cancelled, a failed run.
 

@@ -492,6 +492,26 @@ class Queue(QueueFeatures):
         await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _ops.resume_queue(self)
 
+    async def pause_key(self, key: str) -> bool:
+        """Stop the jobs of order key ``key`` from starting until ``resume_key`` (atomic).
+
+        The key's next job, pending and not started yet (or waiting for its
+        retry), is held back, first of its key; a running one goes on. Jobs
+        of the key enqueued meanwhile wait behind it, in order
+        (docs/semantics.md, "Ordered keys"). True when the key was not paused.
+        A key that is not 1 to 1024 bytes of UTF-8 raises ``ConfigurationError``.
+        """
+        return await _ops.order_pause(self, key, True)
+
+    async def resume_key(self, key: str) -> bool:
+        """Let the jobs of order key ``key`` run again, in order, from its first waiting one.
+
+        Also frees a key left held by a job that has finished (its order
+        keys were damaged when it ended, then repaired). True when the key
+        was paused.
+        """
+        return await _ops.order_pause(self, key, False)
+
     async def purge(
         self,
         state: str,

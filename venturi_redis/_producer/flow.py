@@ -44,6 +44,14 @@ def _no_dedup(job: Prepared) -> None:
             f"{job.kind} has a dedup key: a task with dedup_key() cannot be part of a workflow "
             "(after= or enqueue_flow); return None from dedup_key() for these jobs"
         )
+    # A job waits on its order key in enqueue order (docs/semantics.md,
+    # "Ordered keys"); one that also waits on other jobs would hold its key
+    # while WAITING, or lose its place: the two do not combine either.
+    if job.order_key:
+        raise ConfigurationError(
+            f"{job.kind} has an order key: a task with order_key() cannot be part of a workflow "
+            "(after= or enqueue_flow); return None from order_key() for these jobs"
+        )
 
 
 def checked_ids(after: object) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 from .._model.backoff import to_ms
 from .._model.errors import ConfigurationError, CorruptQueueError
 from .._store.keys import WAKE_CAP
+from .._store.prepare import checked_order_key
 from .._store.store import FINISHED_STATES, Retried, corrupt_job
 from . import bulk as _bulk
 from .bulk import OnProgress, make_filter
@@ -184,6 +185,14 @@ async def pause(queue: QueueLike) -> None:
     now = await server_now_ms(queue.client)
     with _meta_checked(queue):
         await queue.client.redis.hset(queue.keys.meta, mapping={"paused": "1", "paused_at": str(now)})
+
+
+async def order_pause(queue: QueueLike, key: object, pause: bool) -> bool:
+    """``queue.pause_key`` / ``resume_key``: the key checked as ``Task.order_key()`` is, then
+    order_pause.lua. True when the key's pause changed."""
+    okey = checked_order_key("pause_key" if pause else "resume_key", key, "")
+    await queue.client._recorded.ensure(queue.client.redis, queue.name)  # registry.py
+    return await queue.store.order_pause(okey, pause)
 
 
 @contextmanager

@@ -268,7 +268,8 @@ async def counts(client: ClientLike, queues: Sequence[QueueKeys]) -> dict[str, i
     """Jobs per state of ``queues`` (one queue, or a sharded queue's partitions), summed.
 
     ``pending:<level>`` for each priority, ``limited`` (pending jobs parked on
-    a limit), ``pending`` (the sum of those), ``delayed`` (pending, eligible
+    a limit), ``ordered`` (pending jobs waiting on their order key, behind an
+    earlier job of it or on a paused key), ``pending`` (the sum of those), ``delayed`` (pending, eligible
     later), ``retrying`` (pending after a failed run), then ``waiting``,
     ``running``, ``suspended``, ``completed``, ``dead`` and ``cancelled``.
     One ZCARD or ZCOUNT per index (O(1), O(log n)), in one round trip after
@@ -281,18 +282,37 @@ async def counts(client: ClientLike, queues: Sequence[QueueKeys]) -> dict[str, i
             pipe.zcard(key)
         for key in k.pending_high_first:
             pipe.zcount(key, f"({now}", "+inf")
-        for key in (k.limits_parked, k.retrying, k.waiting, k.running, k.suspended, k.completed):
+        for key in (
+            k.limits_parked,
+            k.order_queue,
+            k.retrying,
+            k.waiting,
+            k.running,
+            k.suspended,
+            k.completed,
+        ):
             pipe.zcard(key)
         pipe.zcard(k.dead)
         pipe.zcard(k.cancelled)
     res = [int(n) for n in await pipe.execute()]
     names = [f"pending:{p.label}" for p in PRIORITIES_HIGH_FIRST] + ["delayed"] * 4
-    names += ["limited", "retrying", "waiting", "running", "suspended", "completed", "dead", "cancelled"]
+    names += [
+        "limited",
+        "ordered",
+        "retrying",
+        "waiting",
+        "running",
+        "suspended",
+        "completed",
+        "dead",
+        "cancelled",
+    ]
     total = dict.fromkeys(names, 0)
     for i, n in enumerate(res):
         total[names[i % len(names)]] += n
     out = {f"pending:{p.label}": total[f"pending:{p.label}"] for p in PRIORITIES_HIGH_FIRST}
     out["limited"] = total["limited"]
+    out["ordered"] = total["ordered"]
     out["pending"] = sum(out.values())
     for name in ("delayed", "retrying", "waiting", "running", "suspended", "completed", "dead", "cancelled"):
         out[name] = total[name]

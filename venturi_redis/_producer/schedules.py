@@ -25,7 +25,7 @@ from redis.exceptions import ResponseError
 
 from .._model.codec import pack_model, text, unpack_model
 from .._model.enums import Priority
-from .._model.errors import CorruptQueueError, TaskDefinitionError
+from .._model.errors import ConfigurationError, CorruptQueueError, TaskDefinitionError
 from .._model.ids import derived_job_id, new_job_id
 from .._model.schedule import (
     CORRUPT,
@@ -106,6 +106,13 @@ async def schedule(
     dedup = "" if key is None else checked_dedup_field(kind, key)
     # Flow control's per-key limits count scheduled jobs too (docs/flow-control.md).
     limit = checked_limit_key(kind, task.limit_key())
+    if task.order_key() is not None:
+        # A fire's job is written by schedule_fire.lua, which keeps no order
+        # of keys (docs/semantics.md, "Ordered keys"): refused, not ignored.
+        raise ConfigurationError(
+            f"{kind} has an order key: a scheduled task cannot have one (its fires would run "
+            "out of their key's order); return None from order_key() for scheduled tasks"
+        )
     now = await server_now_ms(queue.client)
     when = timing(cron=cron, every=every, tz=tz, start_at=start_at, end_at=end_at, now_ms=now)
     anchor = when.first_anchor(now) if when.every_ms is not None else None

@@ -64,6 +64,7 @@ from .._store.prepare import (
     EnqueueManyOptions,
     EnqueueOptions,
     checked_dedup_field,
+    checked_order_key,
     prepare_many,
     unknown_option,
 )
@@ -181,13 +182,18 @@ class ShardedQueue:
     # -- routing -----------------------------------------------------------------
 
     def partition_for(self, task: Task[Any]) -> Queue:
-        """The partition a task goes to: by dedup key if it has one, else round-robin."""
+        """The partition a task goes to: by dedup key or order key if it has one, else round-robin."""
         if not isinstance(task, Task):
             raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
         key = task.dedup_key()
         if key is not None:
             field = checked_dedup_field(type(task).kind(), key)
             return self.partitions[zlib.crc32(field.encode()) % len(self.partitions)]
+        okey = task.order_key()
+        if okey is not None:
+            # Every job of an order key in one partition: its order is kept there.
+            checked_order_key(type(task).kind(), okey, "")
+            return self._order_partition(okey)
         q = self.partitions[self._next]
         self._next = (self._next + 1) % len(self.partitions)
         return q
@@ -367,6 +373,18 @@ class ShardedQueue:
         """Let workers claim from every partition again."""
         for p in self.partitions:
             await p.resume_queue()
+
+    async def pause_key(self, key: str) -> bool:
+        """Pause an order key (see ``Queue.pause_key``) in the partition its jobs go to."""
+        return await self._order_partition(key).pause_key(key)
+
+    async def resume_key(self, key: str) -> bool:
+        """Resume an order key (see ``Queue.resume_key``) in the partition its jobs go to."""
+        return await self._order_partition(key).resume_key(key)
+
+    def _order_partition(self, key: object) -> Queue:
+        order = checked_order_key("pause_key", key, "")
+        return self.partitions[zlib.crc32(order.encode()) % len(self.partitions)]
 
     async def list_jobs(
         self, *, state: JobState | str | None = None, kind: str | None = None, limit: int = 50

@@ -102,6 +102,10 @@ class QueueSurface(Protocol):
 
     async def resume_queue(self) -> None: ...
 
+    async def pause_key(self, key: str) -> bool: ...
+
+    async def resume_key(self, key: str) -> bool: ...
+
     async def purge(
         self,
         state: str,

@@ -369,6 +369,16 @@ class SyncQueue:
         """Let workers claim from this queue again (see ``Queue.resume_queue``)."""
         self._sc._call(self._queue().resume_queue)
 
+    def pause_key(self, key: str) -> bool:
+        """Stop the jobs of an order key from starting (see ``Queue.pause_key``)."""
+        result: bool = self._sc._call(self._queue().pause_key, key)
+        return result
+
+    def resume_key(self, key: str) -> bool:
+        """Let the jobs of an order key run again (see ``Queue.resume_key``)."""
+        result: bool = self._sc._call(self._queue().resume_key, key)
+        return result
+
     def purge(
         self,
         state: str,

@@ -69,6 +69,11 @@ async def update(
             f"job {job_id} is of KIND {got.detail!r}; update(task=...) needs a task of that KIND, "
             f"got {kind!r}: enqueue a new job instead"
         )
+    if got.refusal == "ordered":
+        raise ConfigurationError(
+            f"job {job_id} has the order key {got.detail!r}; a task with a dedup key cannot replace "
+            "its task (docs/semantics.md, 'Ordered keys'); nothing was changed"
+        )
     if got.refusal == "held":
         raise ConfigurationError(
             f"job {job_id}: the new task's dedup key is held by job {got.detail}; "

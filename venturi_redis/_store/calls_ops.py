@@ -46,6 +46,26 @@ def retry_dead(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) -> C
     )
 
 
+def order_pause(keys: QueueKeys, now: str, *, key: str, pause: bool) -> Call:
+    """order_pause.lua: pause an order key (its pending holder held back), or resume it.
+
+    Its reply is 1 when the key's pause changed, 0 when it already was so.
+    """
+    return Call(
+        "order_pause",
+        [
+            keys.order_held,
+            keys.order_queue,
+            keys.order_paused,
+            keys.order_seq,
+            keys.wake,
+            *keys.pending_high_first,
+            keys.limits_parked,
+        ],
+        [now, keys.prefix, key, "1" if pause else ""],
+    )
+
+
 class Retried(NamedTuple):
     moved: list[str]  # the ids moved to pending
     refused: dict[str, str]  # id -> what is wrong with its own data (nothing written for it)
@@ -93,17 +113,18 @@ def update(
 class Updated(NamedTuple):
     applied: bool
     # Why not: the job is not pending ('refused'), the new task's KIND is not
-    # the job's ('kind'), the new dedup key is held by another job ('held').
+    # the job's ('kind'), the new dedup key is held by another job ('held'),
+    # the new task has a dedup key and the job an order key ('ordered').
     refusal: str = ""
     detail: str = ""  # the reason, the job's KIND, or the holder's id
 
 
 def updated(reply: Any) -> Updated:
-    """update.lua's reply: ``{1}``, ``{0, reason}``, ``{2, kind}`` or ``{3, holder}``."""
+    """update.lua's reply: ``{1}``, ``{0, reason}``, ``{2, kind}``, ``{3, holder}`` or ``{4, order key}``."""
     code = int(reply[0])
     if code == 1:
         return Updated(True)
-    return Updated(False, {0: "refused", 2: "kind", 3: "held"}[code], text(reply[1]))
+    return Updated(False, {0: "refused", 2: "kind", 3: "held", 4: "ordered"}[code], text(reply[1]))
 
 
 # The finished states purge.lua takes, each held by its own zset.

@@ -39,6 +39,11 @@ key                                type    what it holds
 ``venturi:{q}:limits:state``       hash    running counts per kind and key, rate windows
 ``venturi:{q}:limits:parked``      zset    jobs waiting on a limit, lex-ordered by kind, key, priority
 ``venturi:{q}:limits:ready``       zset    limited kinds/keys with parked jobs, by when they may run
+``venturi:{q}:order:held``         hash    order key -> id of the job holding it (ordered keys)
+``venturi:{q}:order:queue``        zset    jobs waiting on their order key, lex: key, 0xff, seq, id
+``venturi:{q}:order:paused``       set     order keys an operator paused (``queue.pause_key``)
+``venturi:{q}:order:seq``          string  the counter of ``order:queue``'s sequence numbers
+``venturi:{q}:order:ended``        set     ordered jobs the claim ended, whose keys the reclaim lets go
 ``venturi:{q}:history:m:<s>``      hash    metrics history of the minute starting at <s> (epoch s):
                                            ``<kind>\t<counter>`` -> count (lua/include/history.lua)
 ``venturi:{q}:history:h:<s>``      hash    the same for the hour starting at <s>
@@ -192,6 +197,12 @@ class QueueKeys:
     limits_state: str = field(init=False)
     limits_parked: str = field(init=False)
     limits_ready: str = field(init=False)
+    # Ordered keys (lua/include/keys.lua feature_keys, lua/include/order.lua).
+    order_held: str = field(init=False)
+    order_queue: str = field(init=False)
+    order_paused: str = field(init=False)
+    order_seq: str = field(init=False)
+    order_ended: str = field(init=False)
     # Pending sets by priority, and from CRITICAL down to LOW (the order a claim scans them).
     pending_by_priority: dict[Priority, str] = field(init=False, compare=False, repr=False)
     pending_high_first: tuple[str, ...] = field(init=False, compare=False, repr=False)
@@ -217,6 +228,8 @@ class QueueKeys:
         for suffix in ("state", "parked", "ready"):
             object.__setattr__(self, f"limits_{suffix}", f"{p}limits:{suffix}")
         object.__setattr__(self, "limits", f"{p}limits")
+        for suffix in ("held", "queue", "paused", "seq", "ended"):
+            object.__setattr__(self, f"order_{suffix}", f"{p}order:{suffix}")
         by_priority = {prio: f"{p}pending:{prio.label}" for prio in Priority}
         object.__setattr__(self, "pending_by_priority", by_priority)
         object.__setattr__(self, "pending_high_first", tuple(by_priority[q] for q in PRIORITIES_HIGH_FIRST))
@@ -237,6 +250,7 @@ class QueueKeys:
             *self.pending_high_first,
             self.waiting,
             self.limits_parked,
+            self.order_queue,
             self.running,
             self.suspended,
             self.completed,

@@ -28,6 +28,7 @@ from .keys import dedup_field, limit_field
 
 DEDUP_KEY_MAX = 1024
 LIMIT_KEY_MAX = 1024
+ORDER_KEY_MAX = 1024
 # Jobs per enqueue script call (a batch's chunks, a coalesced burst).
 ENQUEUE_CHUNK = 500
 
@@ -134,12 +135,19 @@ class Prepared(NamedTuple):
     # as the job's `dedup_window` field: the claim keeps its dedup key held,
     # and its completion holds it on for the window (lua/complete.lua).
     dedup_window: str = ""
+    # The job's order key ('' = none): stored as ``order_key`` with the
+    # ``hooks`` flag, so the scripts that end its run see to the key
+    # (lua/include/order.lua) and a job without one pays nothing for it.
+    order_key: str = ""
 
     def optional(self) -> list[str | bytes]:
         """The optional job-hash fields this job has, as name, value pairs, for the enqueue
         scripts to store as they come (lua/include/job_args.lua): a new optional field of a
         job is one more line here, and none in the scripts."""
         out: list[str | bytes] = []
+        if self.order_key:
+            # First, always: enqueue.lua looks for it in the first pair only.
+            out += ("order_key", self.order_key, "hooks", "1")
         if self.carry:
             out += ("carry", self.carry)
         if self.lease_ms:
@@ -216,6 +224,8 @@ def prepare(
     field = ""
     if key is not None:
         field = checked_dedup_field(kind, key)
+    okey = task.order_key()
+    order = "" if okey is None else checked_order_key(kind, okey, field)
     # ``delay == 0`` is only true of a number zero (not NaN, not a timedelta),
     # and of False, which to_ms refuses as it refuses True.
     delay_ms = 0 if delay == 0 and delay is not False else to_ms(delay, "delay")
@@ -248,6 +258,8 @@ def prepare(
     timing = type(task)._vr_dedup_timing
     if timing is not None:  # one read for a task without them
         job = with_dedup_timing(job, timing)
+    if order:
+        job = job._replace(order_key=order)
     if _tracing.TRACE is not None:
         return job._replace(trace=_tracing.TRACE())
     return job
@@ -319,6 +331,8 @@ def prepare_many(
         else:
             exp = task.expires()
             expires_ms = "" if exp is None else checked_expires(kind, exp, delay_ms)
+        okey = task.order_key()
+        order = "" if okey is None else checked_order_key(kind, okey, field)
         # Positional, in Prepared's field order: keywords double the cost
         # of this line. The tests read every field back from Redis.
         job = Prepared(
@@ -340,6 +354,8 @@ def prepare_many(
         timing = cls._vr_dedup_timing
         if timing is not None:
             job = with_dedup_timing(job, timing)
+        if order:
+            job = job._replace(order_key=order)
         jobs.append(job)
     return jobs
 
@@ -452,6 +468,28 @@ def checked_limit_key(kind: str, key: object) -> str:
             f"{kind} limit key must be at most {LIMIT_KEY_MAX} bytes of UTF-8, got {size}"
         )
     return limit_field(key)
+
+
+def checked_order_key(kind: str, key: object, dedup: str) -> str:
+    """``Task.order_key()`` as stored in the job's ``order_key`` field: 1 to 1024 bytes of UTF-8.
+
+    Not beside a dedup key: a merge changes a pending job in place, which an
+    order of enqueues cannot say where to put (docs/semantics.md).
+    """
+    if not isinstance(key, str):
+        raise ConfigurationError(f"{kind}.order_key() must return str or None, got {type(key).__name__}")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"{kind} order key is not valid UTF-8 text: {exc}") from None
+    if not 1 <= size <= ORDER_KEY_MAX:
+        raise ConfigurationError(f"{kind} order key must be 1 to {ORDER_KEY_MAX} bytes of UTF-8, got {size}")
+    if dedup:
+        raise ConfigurationError(
+            f"{kind} has both an order key and a dedup key: give it one or the other "
+            "(an ordered job is never merged into another)"
+        )
+    return key
 
 
 def payload_too_large(kind: str, size: int, cap: int) -> PayloadTooLarge:

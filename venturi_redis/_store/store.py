@@ -272,6 +272,11 @@ class QueueStore:
         call = calls.cancel(self.keys, self.sender.now(), job_id=job_id, note=note)
         return calls.transition(await self.sender.call(call))
 
+    async def order_pause(self, key: str, pause: bool) -> bool:
+        """Pause or resume an order key (order_pause.lua): True when its pause changed."""
+        call = calls_ops.order_pause(self.keys, self.sender.now(), key=key, pause=pause)
+        return int(await self.sender.call(call)) == 1
+
     async def retry_dead(self, ids: Sequence[str], note: str) -> Retried:
         """Dead jobs back to pending, failures reset; the moved ids and the refused ones."""
         call = calls_ops.retry_dead(self.keys, self.sender.now(), ids=ids, note=note)

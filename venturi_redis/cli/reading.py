@@ -340,6 +340,9 @@ def job_show(
             rows.append(("dedup held until", "dedup_until", when(info.dedup_until)))
         for label, name, value in rows:
             meta.add_row(label, safe_text(shown(info, name, value)))
+        if info.order_key is not None:  # docs/semantics.md, "Ordered keys"
+            waits = " (waiting behind an earlier job of its key)" if info.order_waiting else ""
+            meta.add_row("order key", safe_text(info.order_key + waits))
         # Workflows: both ways (docs/workflows.md), a long list cut short.
         for label, ids in (("waiting on", info.waiting_on), ("dependents", info.dependents)):
             if ids:

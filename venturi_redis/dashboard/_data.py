@@ -168,6 +168,8 @@ def job_dict(info: JobInfo, redaction: Redaction) -> dict[str, Any]:
         "lease_owner": info.lease_owner,
         "lease_expires_at": info.lease_expires_at,
         "dedup": info.dedup,
+        "order_key": info.order_key,
+        "order_waiting": info.order_waiting,
         "corrupt": dict(info.corrupt),
         "waiting_on": list(info.waiting_on),
         "dependents": list(info.dependents),
