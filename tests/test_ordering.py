@@ -398,10 +398,13 @@ async def test_job_show_and_the_dashboard_name_the_order_key(queue: vr.Queue, ba
 
     first = await queue.enqueue(Step(key="acct-42"))
     second = await queue.enqueue(Step(key="acct-42"))
+    third = await queue.enqueue(Step(key="acct-42"))
+    other = await queue.enqueue(Step(key="acct-7"))
     doc = job_dict(await _state(queue, second), Redaction())
-    assert (doc["order_key"], doc["order_waiting"]) == ("acct-42", True)
+    assert (doc["order_key"], doc["order_waiting"], doc["order_position"]) == ("acct-42", True, 1)
     doc = job_dict(await _state(queue, first), Redaction())
-    assert (doc["order_key"], doc["order_waiting"]) == ("acct-42", False)
+    assert (doc["order_key"], doc["order_waiting"], doc["order_position"]) == ("acct-42", False, 0)
+    assert [(await _state(queue, j)).order_position for j in (third, other)] == [2, 0]
     httpx = pytest.importorskip("httpx")
     from venturi_redis.dashboard import create_app
 
@@ -409,7 +412,11 @@ async def test_job_show_and_the_dashboard_name_the_order_key(queue: vr.Queue, ba
     async with httpx.AsyncClient(transport=transport, base_url="http://dash") as h:
         page = await h.get(f"/queues/{queue.name}/jobs/{second}")
         assert page.status_code == 200, page.text[-2000:]
-        assert "acct-42 (waiting behind an earlier job of its key)" in page.text
+        assert "position 1 in its key's line: 1 job of its key ahead" in page.text
+        page = await h.get(f"/queues/{queue.name}/jobs/{third}")
+        assert "position 2 in its key's line: 2 jobs of its key ahead" in page.text
+        page = await h.get(f"/queues/{queue.name}/jobs/{first}")
+        assert "acct-42 (holds its key" in page.text
     if backend == "redis":
         from typer.testing import CliRunner
 
@@ -418,7 +425,13 @@ async def test_job_show_and_the_dashboard_name_the_order_key(queue: vr.Queue, ba
         args = ["job", "show", second, "--redis", _redis_url(queue), "-q", queue.name]
         show = await anyio.to_thread.run_sync(CliRunner().invoke, app, args)  # the CLI runs its own loop
         assert show.exit_code == 0, show.output
-        assert "acct-42 (waiting behind an earlier job of its key)" in show.output
+        assert "acct-42 (position 1 in its key's line)" in show.output
+    # The holder finishes: each moves up one place.
+    (job,) = await _claim(queue, 1)
+    assert job[0] == first
+    await _complete(queue, job)
+    assert (await _state(queue, first)).order_position is None  # finished: in no line
+    assert [(await _state(queue, j)).order_position for j in (second, third)] == [0, 1]
 
 
 def _redis_url(queue: vr.Queue) -> str:

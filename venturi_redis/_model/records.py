@@ -377,6 +377,11 @@ class JobInfo:
     order_waiting: bool = False
     """True while the job is pending behind an earlier job of its order key (not
     claimable until that one finishes or the key is resumed)."""
+    order_position: int | None = None
+    """Read by ``queue.get`` for a job with an order key: 0 while it holds its key
+    (it is the one of its key that may run), N while N jobs of its key are ahead
+    of it (the holder and the earlier waiting ones); None otherwise (finished, or
+    a listing, which leaves it out)."""
 
     @classmethod
     def from_hash(

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import ResponseError
+
 from .._model.enums import PRIORITIES_HIGH_FIRST, DeadReason, JobState
 from .._model.errors import ConfigurationError
 from .._model.records import JobInfo, WorkerInfo, ms_to_dt
@@ -162,7 +164,33 @@ async def get_job(queue: QueueLike, job_id: str) -> JobInfo | None:
             sets[name] = tuple(sorted(_text(x) for x in members))
     if sets or corrupt != info.corrupt:
         info = replace(info, corrupt=corrupt, **sets)  # type: ignore[arg-type]
+    if info.order_key is not None and info.state not in _FINISHED:
+        info = replace(info, order_position=await _order_position(queue, job_id, info.order_key, raw))
     return info
+
+
+_FINISHED = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED})
+_ORDER_SEP = b"\xff"  # between an order key and its sequence in order:queue (lua/include/order.lua)
+
+
+async def _order_position(queue: QueueLike, job_id: str, key: str, raw: dict[bytes, bytes]) -> int | None:
+    """Where the job stands in its order key's line: 0 holding it, N with N jobs ahead.
+
+    One read, only for a job with an order key: ``ZLEXCOUNT`` of its key's
+    members before its own in ``order:queue`` (the waiting ones, in enqueue
+    order), plus the holder; or, for a job not waiting, whether it holds the
+    key. None when the keys say neither (damaged, or changed meanwhile).
+    """
+    r = queue.client.redis
+    member = raw.get(b"ordered")
+    try:
+        if member:
+            ahead = await r.zlexcount(queue.keys.order_queue, b"[" + key.encode() + _ORDER_SEP, b"(" + member)
+            return int(ahead) + 1
+        holder = await r.hget(queue.keys.order_held, key)
+    except ResponseError:  # a damaged order key (WRONGTYPE): the job's page still shows
+        return None
+    return 0 if holder is not None and _text(holder) == job_id else None
 
 
 async def _legacy_dead_reason(queue: QueueLike, job_id: str) -> DeadReason | None:

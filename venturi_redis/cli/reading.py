@@ -341,7 +341,13 @@ def job_show(
         for label, name, value in rows:
             meta.add_row(label, safe_text(shown(info, name, value)))
         if info.order_key is not None:  # docs/semantics.md, "Ordered keys"
-            waits = " (waiting behind an earlier job of its key)" if info.order_waiting else ""
+            pos = info.order_position
+            if pos == 0:
+                waits = " (holds its key)"
+            elif pos:
+                waits = f" (position {pos} in its key's line)"
+            else:
+                waits = " (waiting behind an earlier job of its key)" if info.order_waiting else ""
             meta.add_row("order key", safe_text(info.order_key + waits))
         # Workflows: both ways (docs/workflows.md), a long list cut short.
         for label, ids in (("waiting on", info.waiting_on), ("dependents", info.dependents)):

@@ -170,6 +170,7 @@ def job_dict(info: JobInfo, redaction: Redaction) -> dict[str, Any]:
         "dedup": info.dedup,
         "order_key": info.order_key,
         "order_waiting": info.order_waiting,
+        "order_position": info.order_position,
         "corrupt": dict(info.corrupt),
         "waiting_on": list(info.waiting_on),
         "dependents": list(info.dependents),
