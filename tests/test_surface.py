@@ -129,6 +129,19 @@ async def test_an_unknown_enqueue_option_is_a_type_error_naming_it(
             sc.close()
 
 
+async def test_a_misspelt_bulk_filter_is_a_type_error_naming_it(client: vr.Client, queue_name: str) -> None:
+    """The bulk filters are one typed dict (``vr.BulkFilters``) passed on as ``**filters``:
+    a name that is none of them is refused, as a keyword parameter would be."""
+    q = client.queue(queue_name)
+    with pytest.raises(TypeError, match="'knd'"):
+        await q.retry_dead(knd="x")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'older'"):
+        await q.purge("dead", older=1)  # type: ignore[call-arg]
+    assert set(vr.BulkFilters.__optional_keys__) == {
+        "kind", "error_type", "since", "until", "note_contains", "limit", "on_progress"
+    }  # fmt: skip
+
+
 # -- what the sharded face gained ------------------------------------------------------
 
 

@@ -33,7 +33,7 @@ from ._model.records import JobInfo, JournalEntry
 from ._model.schedule import Schedule, ScheduleInfo
 from ._model.sealing import Encrypted, Encryption
 from ._model.task import Merge, NoCarry, Pending, Task
-from ._producer.bulk import BulkProgress
+from ._producer.bulk import BulkFilters, BulkProgress
 from ._producer.client import Client, Queue
 from ._producer.offload import OffloadFunction, offload
 from ._producer.reads import QueueStats
@@ -87,6 +87,7 @@ __all__ = [
     "Backoff",
     "BatchHandler",
     "BatchItem",
+    "BulkFilters",
     "BulkProgress",
     "Client",
     "ConfigurationError",

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .._model.backoff import to_ms
 from .._model.errors import ConfigurationError
@@ -126,23 +126,52 @@ def _instant(value: datetime | timedelta | None, what: str, now_ms: int) -> int 
     )
 
 
-def make_filter(
-    *,
-    kind: str | None,
-    error_type: str | None,
-    since: datetime | timedelta | None,
-    until: datetime | timedelta | None,
-    note_contains: str | None,
-    limit: int | None,
-    now_ms: int,
-) -> Filter:
+class BulkFilters(TypedDict, total=False):
+    """The filters of ``retry_dead``, ``cancel_jobs`` and ``purge`` (every queue face), all optional.
+
+    Declared once: the faces take them as ``**filters`` and pass them on to
+    ``ops.py``, which checks them here (``make_filter``).
+
+    Attributes:
+        kind: Only jobs of this KIND.
+        error_type: Only jobs whose last failure raised this exception (its
+            public name as the journal keeps it, e.g. ``"ValueError"``).
+        since: Only jobs at or after this (an aware datetime, or a timedelta
+            back from now): when each died (``retry_dead``), finished
+            (``purge``) or was enqueued (``cancel_jobs``).
+        until: Only jobs at or before this (the same).
+        note_contains: Only jobs whose note (the error) holds this text.
+        limit: At most this many (``None``: all that match).
+        on_progress: Called with a ``vr.BulkProgress`` after each batch.
+    """
+
+    kind: str | None
+    error_type: str | None
+    since: datetime | timedelta | None
+    until: datetime | timedelta | None
+    note_contains: str | None
+    limit: int | None
+    on_progress: OnProgress | None
+
+
+BULK_FILTERS: frozenset[str] = BulkFilters.__optional_keys__
+
+
+def make_filter(filters: BulkFilters, now_ms: int) -> Filter:
     """The filters checked, ``since`` / ``until`` as ms at ``now_ms``.
 
     Raises:
         ConfigurationError: A text filter that is not a non-empty string,
             ``since`` / ``until`` not an aware datetime or a timedelta >= 0,
             ``since`` after ``until``, a ``limit`` that is not an int >= 0.
+        TypeError: A name that is no filter (a misspelt keyword).
     """
+    for name in filters:
+        if name not in BULK_FILTERS:
+            raise TypeError(f"got an unexpected keyword argument {name!r} (filters: {sorted(BULK_FILTERS)})")
+    kind, error_type = filters.get("kind"), filters.get("error_type")
+    note_contains, limit = filters.get("note_contains"), filters.get("limit")
+    since, until = filters.get("since"), filters.get("until")
     for what, value in (("kind", kind), ("error_type", error_type), ("note_contains", note_contains)):
         if value is not None and (not isinstance(value, str) or not value):
             raise ConfigurationError(f"{what} must be a non-empty string (or None for any), got {value!r}")

@@ -40,7 +40,7 @@ from . import ops as _ops
 from . import reads as _reads
 from . import update as _update
 from .batch import enqueue_prepared
-from .bulk import OnProgress
+from .bulk import BulkFilters
 from .coalesce import Coalescer
 from .dedup import merge_into
 from .queue_features import QueueFeatures
@@ -377,27 +377,13 @@ class Queue(QueueFeatures):
 
     async def retry_dead(
         self,
-        *,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
+        **filters: Unpack[BulkFilters],
     ) -> list[str]:
         """Move dead jobs back to pending, oldest death first; returns their ids.
 
-        Args:
-            kind: Only jobs of this KIND.
-            error_type: Only jobs whose last failure raised this exception
-                (its public name as the journal keeps it, e.g. ``"ValueError"``).
-            since: Only jobs that died at or after this (an aware datetime, or
-                a timedelta back from now).
-            until: Only jobs that died at or before this (same).
-            note_contains: Only jobs whose note (the error) holds this text.
-            limit: At most this many (``None``: all that match).
-            on_progress: Called with a ``vr.BulkProgress`` after each batch.
+        ``filters`` are ``vr.BulkFilters`` (``kind``, ``error_type``, ``since``
+        and ``until`` on the time of death, ``note_contains``, ``limit``,
+        ``on_progress``): each is described there.
 
         Runs in short batches (docs/operations.md, "Bulk actions"): safe to run
         again after an interruption. A dead job whose own data is corrupt
@@ -406,26 +392,13 @@ class Queue(QueueFeatures):
         """
         return await _ops.retry_dead(
             self,
-            kind=kind,
-            error_type=error_type,
-            since=since,
-            until=until,
-            note_contains=note_contains,
-            limit=limit,
-            on_progress=on_progress,
+            **filters,
         )
 
     async def cancel_jobs(
         self,
         state: str = "pending",
-        *,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
+        **filters: Unpack[BulkFilters],
     ) -> list[str]:
         """Cancel the jobs of ``state`` (pending, suspended, waiting or running) that match;
         returns their ids. The filters are ``retry_dead``'s, ``since`` / ``until`` on when each
@@ -433,13 +406,7 @@ class Queue(QueueFeatures):
         got = await _ops.cancel_jobs(
             self,
             state,
-            kind=kind,
-            error_type=error_type,
-            since=since,
-            until=until,
-            note_contains=note_contains,
-            limit=limit,
-            on_progress=on_progress,
+            **filters,
         )
         return got.moved
 
@@ -517,13 +484,7 @@ class Queue(QueueFeatures):
         state: str,
         *,
         older_than: float | timedelta = 0.0,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
+        **filters: Unpack[BulkFilters],
     ) -> int:
         """Remove finished jobs (``completed``, ``dead`` or ``cancelled``) and their journals;
         returns how many. The filters are ``retry_dead``'s, ``since`` / ``until`` on when each
@@ -532,11 +493,5 @@ class Queue(QueueFeatures):
             self,
             state,
             older_than=older_than,
-            kind=kind,
-            error_type=error_type,
-            since=since,
-            until=until,
-            note_contains=note_contains,
-            limit=limit,
-            on_progress=on_progress,
+            **filters,
         )

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from datetime import timedelta
+from typing import TYPE_CHECKING, Literal, Unpack
 
 from redis.exceptions import ResponseError
 
@@ -24,7 +24,7 @@ from .._store.keys import WAKE_CAP
 from .._store.prepare import checked_order_key
 from .._store.store import FINISHED_STATES, Retried, corrupt_job
 from . import bulk as _bulk
-from .bulk import OnProgress, make_filter
+from .bulk import BulkFilters, make_filter
 from .reads import server_now_ms
 from .retention import _PURGE_BATCH, Retention, retention_field
 
@@ -62,16 +62,7 @@ async def _retry_ids(queue: QueueLike, ids: list[str], note: str) -> Retried:
 
 
 async def retry_dead(
-    queue: QueueLike,
-    *,
-    kind: str | None = None,
-    error_type: str | None = None,
-    since: datetime | timedelta | None = None,
-    until: datetime | timedelta | None = None,
-    note_contains: str | None = None,
-    limit: int | None = None,
-    on_progress: OnProgress | None = None,
-    note: str = "retried by an operator",
+    queue: QueueLike, *, note: str = "retried by an operator", **filters: Unpack[BulkFilters]
 ) -> list[str]:
     """Move dead jobs matching the filters (oldest death first) back to pending.
 
@@ -80,44 +71,17 @@ async def retry_dead(
     logged naming it and what is wrong; the others are moved. The filters,
     batches and progress reports: ``bulk.py``.
     """
-    got = await retry_dead_report(
-        queue,
-        kind=kind,
-        error_type=error_type,
-        since=since,
-        until=until,
-        note_contains=note_contains,
-        limit=limit,
-        on_progress=on_progress,
-        note=note,
-    )
+    got = await retry_dead_report(queue, note=note, **filters)
     return got.moved
 
 
 async def retry_dead_report(
-    queue: QueueLike,
-    *,
-    kind: str | None = None,
-    error_type: str | None = None,
-    since: datetime | timedelta | None = None,
-    until: datetime | timedelta | None = None,
-    note_contains: str | None = None,
-    limit: int | None = None,
-    on_progress: OnProgress | None = None,
-    note: str = "retried by an operator",
+    queue: QueueLike, *, note: str = "retried by an operator", **filters: Unpack[BulkFilters]
 ) -> Retried:
     """``retry_dead`` with the refused jobs too (id -> what is wrong), for the CLI."""
     now = await server_now_ms(queue.client)
-    flt = make_filter(
-        kind=kind,
-        error_type=error_type,
-        since=since,
-        until=until,
-        note_contains=note_contains,
-        limit=limit,
-        now_ms=now,
-    )
-    got = await _bulk.retry_dead(queue, flt, now, note, on_progress)
+    flt = make_filter(filters, now)
+    got = await _bulk.retry_dead(queue, flt, now, note, filters.get("on_progress"))
     for job_id, why in got.refused.items():
         log.warning("queue %s: job %s not retried: %s (repair it, then retry it)", queue.name, job_id, why)
     return got
@@ -127,14 +91,8 @@ async def cancel_jobs(
     queue: QueueLike,
     state: str = "pending",
     *,
-    kind: str | None = None,
-    error_type: str | None = None,
-    since: datetime | timedelta | None = None,
-    until: datetime | timedelta | None = None,
-    note_contains: str | None = None,
-    limit: int | None = None,
-    on_progress: OnProgress | None = None,
     note: str = "cancelled by an operator",
+    **filters: Unpack[BulkFilters],
 ) -> Retried:
     """Cancel the jobs of ``state`` matching the filters; ``since`` / ``until`` on their enqueue
     time. The ids cancelled (a running job's: asked to stop), and those refused as corrupt."""
@@ -143,16 +101,8 @@ async def cancel_jobs(
             f"cancel_jobs takes state one of {', '.join(_bulk.CANCELLABLE)}, got {state!r}"
         )
     now = await server_now_ms(queue.client)
-    flt = make_filter(
-        kind=kind,
-        error_type=error_type,
-        since=since,
-        until=until,
-        note_contains=note_contains,
-        limit=limit,
-        now_ms=now,
-    )
-    got = await _bulk.cancel_jobs(queue, state, flt, now, note, on_progress)
+    flt = make_filter(filters, now)
+    got = await _bulk.cancel_jobs(queue, state, flt, now, note, filters.get("on_progress"))
     for job_id, why in got.refused.items():
         log.warning("queue %s: job %s not cancelled: %s", queue.name, job_id, why)
     return got
@@ -247,13 +197,7 @@ async def purge(
     state: str,
     *,
     older_than: float | timedelta = 0.0,
-    kind: str | None = None,
-    error_type: str | None = None,
-    since: datetime | timedelta | None = None,
-    until: datetime | timedelta | None = None,
-    note_contains: str | None = None,
-    limit: int | None = None,
-    on_progress: OnProgress | None = None,
+    **filters: Unpack[BulkFilters],
 ) -> int:
     """Remove finished jobs of ``state`` (with journals) that finished ``older_than`` ago or more,
     and match the filters (``since`` / ``until`` on when they finished).
@@ -265,15 +209,8 @@ async def purge(
     _check_finished(state)
     keep_ms = to_ms(older_than, "older_than")
     now = await server_now_ms(queue.client)
-    flt = make_filter(
-        kind=kind,
-        error_type=error_type,
-        since=since,
-        until=until,
-        note_contains=note_contains,
-        limit=limit,
-        now_ms=now,
-    )
+    flt = make_filter(filters, now)
+    on_progress = filters.get("on_progress")
     if flt != _bulk.Filter() or on_progress is not None:
         return await _bulk.purge(queue, state, flt, now, keep_ms, on_progress)
     total = 0

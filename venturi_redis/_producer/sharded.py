@@ -70,7 +70,7 @@ from .._store.prepare import (
 )
 from .._transport.urls import redact_url
 from .batch import enqueue_prepared, lost_in_flight
-from .bulk import OnProgress
+from .bulk import BulkFilters
 from .client import Client, Queue
 from .history import read as read_history
 from .reads import server_now_ms
@@ -406,64 +406,32 @@ class ShardedQueue:
         p = await self.partition_of(job_id)
         return False if p is None else await p.retry(job_id)
 
-    async def retry_dead(
-        self,
-        *,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
-    ) -> list[str]:
+    async def retry_dead(self, **filters: Unpack[BulkFilters]) -> list[str]:
         """Move dead jobs of every partition back to pending (see ``Queue.retry_dead``), partition
         after partition, at most ``limit`` in all; returns their ids."""
+        limit = filters.get("limit")
         moved: list[str] = []
         for p in self.partitions:
             left = None if limit is None else limit - len(moved)
             if left is not None and left <= 0 and moved:
                 break
-            moved += await p.retry_dead(
-                kind=kind,
-                error_type=error_type,
-                since=since,
-                until=until,
-                note_contains=note_contains,
-                limit=left,
-                on_progress=on_progress,
-            )
+            moved += await p.retry_dead(**_with_limit(filters, left))
         return moved
 
     async def cancel_jobs(
         self,
         state: str = "pending",
-        *,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
+        **filters: Unpack[BulkFilters],
     ) -> list[str]:
         """Cancel the matching jobs of every partition (see ``Queue.cancel_jobs``), at most
         ``limit`` in all; returns their ids."""
+        limit = filters.get("limit")
         done: list[str] = []
         for p in self.partitions:
             left = None if limit is None else limit - len(done)
             if left is not None and left <= 0 and done:
                 break
-            done += await p.cancel_jobs(
-                state,
-                kind=kind,
-                error_type=error_type,
-                since=since,
-                until=until,
-                note_contains=note_contains,
-                limit=left,
-                on_progress=on_progress,
-            )
+            done += await p.cancel_jobs(state, **_with_limit(filters, left))
         return done
 
     async def purge(
@@ -471,33 +439,25 @@ class ShardedQueue:
         state: str,
         *,
         older_than: float | timedelta = 0.0,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
+        **filters: Unpack[BulkFilters],
     ) -> int:
         """Remove finished jobs of ``state`` from every partition (see ``Queue.purge``), at most
         ``limit`` in all; returns how many."""
+        limit = filters.get("limit")
         removed = 0
         for p in self.partitions:
             left = None if limit is None else limit - removed
             if left is not None and left <= 0 and removed:
                 break
-            removed += await p.purge(
-                state,
-                older_than=older_than,
-                kind=kind,
-                error_type=error_type,
-                since=since,
-                until=until,
-                note_contains=note_contains,
-                limit=left,
-                on_progress=on_progress,
-            )
+            removed += await p.purge(state, older_than=older_than, **_with_limit(filters, left))
         return removed
+
+
+def _with_limit(filters: BulkFilters, limit: int | None) -> BulkFilters:
+    """``filters`` with a partition's share of the limit (what the earlier ones left)."""
+    out = filters.copy()
+    out["limit"] = limit
+    return out
 
 
 def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:

@@ -21,7 +21,7 @@ from .._model.history import HistoryPoint
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.prepare import EnqueueManyOptions, EnqueueOptions
-from .bulk import OnProgress
+from .bulk import BulkFilters
 from .reads import QueueStats
 
 
@@ -75,27 +75,13 @@ class QueueSurface(Protocol):
 
     async def retry_dead(
         self,
-        *,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
+        **filters: Unpack[BulkFilters],
     ) -> list[str]: ...
 
     async def cancel_jobs(
         self,
         state: str = "pending",
-        *,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
+        **filters: Unpack[BulkFilters],
     ) -> list[str]: ...
 
     async def pause(self) -> None: ...
@@ -111,13 +97,7 @@ class QueueSurface(Protocol):
         state: str,
         *,
         older_than: float | timedelta = 0.0,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
+        **filters: Unpack[BulkFilters],
     ) -> int: ...
 
     # -- observability -----------------------------------------------------------

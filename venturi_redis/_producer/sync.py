@@ -53,7 +53,7 @@ from .._store.prepare import (
     unknown_option,
 )
 from .._transport.blocking import blocking_redis
-from .bulk import OnProgress
+from .bulk import BulkFilters
 from .client import Client, Queue
 from .events import EVENTS_MAXLEN
 from .reads import QueueStats
@@ -312,52 +312,26 @@ class SyncQueue:
 
     def retry_dead(
         self,
-        *,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
+        **filters: Unpack[BulkFilters],
     ) -> list[str]:
         """Move dead jobs back to pending; returns their ids (see ``Queue.retry_dead``;
         ``on_progress`` is called in the client's event loop thread)."""
         result: list[str] = self._sc._call(
             self._queue().retry_dead,
-            kind=kind,
-            error_type=error_type,
-            since=since,
-            until=until,
-            note_contains=note_contains,
-            limit=limit,
-            on_progress=on_progress,
+            **filters,
         )
         return result
 
     def cancel_jobs(
         self,
         state: str = "pending",
-        *,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
+        **filters: Unpack[BulkFilters],
     ) -> list[str]:
         """Cancel the matching jobs of ``state``; returns their ids (see ``Queue.cancel_jobs``)."""
         result: list[str] = self._sc._call(
             self._queue().cancel_jobs,
             state,
-            kind=kind,
-            error_type=error_type,
-            since=since,
-            until=until,
-            note_contains=note_contains,
-            limit=limit,
-            on_progress=on_progress,
+            **filters,
         )
         return result
 
@@ -384,26 +358,14 @@ class SyncQueue:
         state: str,
         *,
         older_than: float | timedelta = 0.0,
-        kind: str | None = None,
-        error_type: str | None = None,
-        since: datetime | timedelta | None = None,
-        until: datetime | timedelta | None = None,
-        note_contains: str | None = None,
-        limit: int | None = None,
-        on_progress: OnProgress | None = None,
+        **filters: Unpack[BulkFilters],
     ) -> int:
         """Remove finished jobs of ``state`` and their journals (see ``Queue.purge``)."""
         result: int = self._sc._call(
             self._queue().purge,
             state,
             older_than=older_than,
-            kind=kind,
-            error_type=error_type,
-            since=since,
-            until=until,
-            note_contains=note_contains,
-            limit=limit,
-            on_progress=on_progress,
+            **filters,
         )
         return result
 

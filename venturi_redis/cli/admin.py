@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -13,7 +13,7 @@ from rich.progress import MofNCompleteColumn, Progress
 from .._producer import bulk as _bulk
 from .._producer import events as _events
 from .._producer import ops as _ops
-from .._producer.bulk import BulkProgress, make_filter
+from .._producer.bulk import BulkFilters, BulkProgress, make_filter
 from .._producer.client import Client
 from .._producer.reads import server_now_ms
 from .app import (
@@ -190,7 +190,7 @@ def dead_retry(
     to interrupt and run again."""
     if not all_ and limit is None and not dry_run:
         die("say how many: --all retries every dead job (of --kind K if given), --limit N at most N", 2)
-    filters: dict[str, Any] = {
+    filters: BulkFilters = {
         "kind": kind,
         "error_type": error_type,
         "since": when(since, "--since"),
@@ -202,7 +202,7 @@ def dead_retry(
     async def go(client: Client) -> int:
         q = await known_queue(client, queue, create=create)
         now = await server_now_ms(client)
-        matched = await _bulk.count_matching(q, "dead", make_filter(**filters, now_ms=now), now)
+        matched = await _bulk.count_matching(q, "dead", make_filter(filters, now), now)
         what = f" of kind {clean(kind)}" if kind else ""
         if dry_run:
             if json_out:
@@ -224,7 +224,9 @@ def dead_retry(
             def show(p: BulkProgress) -> None:
                 bar.update(task, completed=p.done + p.skipped)
 
-            moved, refused = await _ops.retry_dead_report(q, **filters, on_progress=show)
+            run = filters.copy()
+            run["on_progress"] = show
+            moved, refused = await _ops.retry_dead_report(q, **run)
         if json_out:
             doc = {"queue": q.name, "kind": kind, "matched": matched, "retried": moved, "refused": refused}
             print_json(doc)
