@@ -154,7 +154,7 @@ for i = 0, n - 1 do
         redis.call('ZADD', ok.order_queue, 0, member)
       end
     end
-    write_job(job_key, 'pending', kind, priority, eligible_s, now_s, payload, field, first, m)
+    write_job(prefix, id, job_key, 'pending', kind, priority, eligible_s, now_s, payload, field, first, m)
     if member ~= '' then
       -- Waits on its key: in no pending set until its key lets it go.
       redis.call('HSET', job_key, 'ordered', member)

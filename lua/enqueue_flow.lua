@@ -109,7 +109,7 @@ for _, job in ipairs(jobs) do
     end
   end
   local state = #waits > 0 and 'waiting' or 'pending'
-  write_job(job_key, state, job.kind, job.priority, eligible_s, now_s, job.payload, '', job.first, job.m)
+  write_job(prefix, id, job_key, state, job.kind, job.priority, eligible_s, now_s, job.payload, '', job.first, job.m)
   if job.policy == 'ignore' then
     redis.call('HSET', job_key, 'on_dependency_failure', 'ignore')
   end

@@ -24,8 +24,9 @@ end
 -- field, and its `m` optional pairs from ARGV[first]. Only what is not
 -- derivable: the id is in the key, and run_count, failures (absent = 0) and
 -- updated_at (absent = created_at) are written by the first script that
--- changes them.
-local function write_job(job_key, state, kind, priority, eligible_s, now_s, payload, dedup, first, m)
+-- changes them. `prefix` and `id` name the `expiring` index entry of a job
+-- with a deadline.
+local function write_job(prefix, id, job_key, state, kind, priority, eligible_s, now_s, payload, dedup, first, m)
   if dedup == '' and m == 0 then
     redis.call('HSET', job_key, 'kind', kind, 'state', state, 'priority', priority,
       'eligible_at', eligible_s, 'created_at', now_s, 'payload', payload)
@@ -49,7 +50,6 @@ local function write_job(job_key, state, kind, priority, eligible_s, now_s, payl
   end
   redis.call(unpack(args))
   if deadline then
-    local prefix, id = string.match(job_key, '^(.*)job:([^:]*)$')
     redis.call('ZADD', feature_keys(prefix).expiring, deadline, id)
   end
 end
