@@ -170,19 +170,16 @@ for _, eid in ipairs(due) do
   local deadline = not f.err and tonumber(f[2])
   if (state == 'pending' or state == 'waiting') and deadline and deadline <= now then
     local pending = state == 'pending' and pending_key(5, f[3])
+    local bad = nil
     if state == 'pending' and not pending then
-      quarantine(job_key, journal_key, KEYS[2], eid, now, bad_priority(f[3]))
-      graph_finished(prefix, f[7], job_key, eid, now, false, nil, bad_priority(f[3]))
-      if f[12] then
-        order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[12], eid, f[13] or nil)
-      end
+      bad = bad_priority(f[3])
     elseif not journal_ok(journal_key) then
+      bad = 'journal key is not a stream'
+    end
+    if bad then
       if pending then redis.call('ZREM', pending, eid) end
-      quarantine(job_key, journal_key, KEYS[2], eid, now, 'journal key is not a stream')
-      graph_finished(prefix, f[7], job_key, eid, now, false, nil, 'journal key is not a stream')
-      if f[12] then
-        order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[12], eid, f[13] or nil)
-      end
+      quarantine(job_key, journal_key, KEYS[2], eid, now, bad)
+      graph_finished(prefix, f[7], job_key, eid, now, false, nil, bad)
     else
       if pending then
         redis.call('ZREM', pending, eid)
@@ -207,10 +204,11 @@ for _, eid in ipairs(due) do
       offload_settle(prefix, job_key, eid, 'failed', nil, note, now)
       graph_finished(prefix, f[7], job_key, eid, now, false, nil, note)
       if history_counts then history_count(f[11] or '', 'dead', 1) end
-      -- Waiting on its key, it leaves the key's queue; holding it, it lets the next go.
-      if f[12] then
-        order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[12], eid, f[13] or nil)
-      end
+    end
+    -- Dead either way: waiting on its key, it leaves the key's queue; holding
+    -- it, it lets the next go.
+    if f[12] then
+      order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, f[12], eid, f[13] or nil)
     end
     redis.call('ZREM', exp_key, eid)
   elseif state == 'running' then
