@@ -88,6 +88,7 @@ local want = tonumber(ARGV[3])
 local worker = ARGV[4]
 local token_base = ARGV[5]
 local default_lease = tonumber(ARGV[6])
+local default_expires_s = str(now + default_lease)
 
 if KEYS[11] and redis.call('DEL', KEYS[11]) == 1 then
   return {now, 0}
@@ -283,10 +284,13 @@ local function take(id, listed)
     end
     return 'dropped'
   end
-  local lease = tonumber(lease_ms) or default_lease
-  local expires_s = str(now + lease)
+  -- The lease's end and the run's number, formatted per job only when the
+  -- job has its own lease or an earlier run (a format costs ~1,300
+  -- instructions: two per job were 2% of a drain).
+  local expires_s = default_expires_s
+  if lease_ms then expires_s = str(now + (tonumber(lease_ms) or default_lease)) end
   n = n + 1
-  local run = str((tonumber(run_count) or 0) + 1)
+  local run = run_count and str((tonumber(run_count) or 0) + 1) or '1'
   if hooks then
     redis.call('HSET', job_key, 'state', 'running', 'run_count', run,
       'lease_owner', worker, 'lease_token', token_base .. '.' .. str(n), 'lease_expires', expires_s,
