@@ -50,7 +50,13 @@ local events_cap = nil
 local function events_open(meta_key, stream_key, prefix, field)
   local v = field
   if v == nil then v = redis.call('HGET', meta_key, 'events') end
-  if not v then v = EVENTS_DEFAULT end
+  if not v then
+    -- The usual queue: on, at the default cap, and nothing to check (a
+    -- string.match and two tonumber calls are ~3,000 instructions a call).
+    events_stream = stream_key
+    events_cap = EVENTS_DEFAULT
+    return
+  end
   if v == '0' then return end
   -- A whole number from 1 to 10^9 (the API's bound, _model/limits.py
   -- MAX_COUNT); anything else is the default.
