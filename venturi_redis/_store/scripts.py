@@ -24,13 +24,13 @@ import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
 _INCLUDE_RE = re.compile(r"^--\s*@include\s+(\S+)\s*$")
 # A top-level definition of an include: `local function name(` or `local name =`.
 _DEFINITION_RE = re.compile(r"^local\s+(?:function\s+)?([A-Za-z_]\w*)")
-_NAME_RE = re.compile(r"[A-Za-z_]\w*")
 
 
 def _lua_dir() -> Path:
@@ -73,27 +73,20 @@ def expand(source: str, read_include: Callable[[str], str], *, name: str = "<scr
     return "\n".join(prune(pieces)) + "\n"
 
 
-def _code_names(line: str) -> set[str]:
-    """The identifiers of a Lua line outside its strings and its ``--`` comment."""
-    code: list[str] = []
-    quote = ""
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-            code.append(" ")
-        elif line.startswith("--", i):
-            break
-        else:
-            code.append(ch)
-        i += 1
-    return set(_NAME_RE.findall("".join(code)))
+# One token of a Lua line: a name, a string (its escapes skipped; an unclosed one
+# runs to the end of the line) or a ``--`` comment to the end of the line.
+_TOKEN_RE = re.compile(r"""[A-Za-z_]\w*|"(?:[^"\\]|\\.?)*"?|'(?:[^'\\]|\\.?)*'?|--.*""")
+
+
+@cache
+def _code_names(line: str) -> frozenset[str]:
+    """The identifiers of a Lua line outside its strings and its ``--`` comment.
+
+    Cached: the includes' lines recur in every script that includes them, and
+    one regex pass replaced a loop over characters that made loading the
+    scripts cost ~0.1 s of a worker's start-up (benchmarks/README.md, issue 42).
+    """
+    return frozenset(t for t in _TOKEN_RE.findall(line) if t[0] not in "\"'-")
 
 
 def prune(pieces: list[tuple[str | None, list[str]]]) -> list[str]:
@@ -128,7 +121,7 @@ def prune(pieces: list[tuple[str | None, list[str]]]) -> list[str]:
         current[1].extend(comments)
         units.append(current)
     defined = {n for n, _ in units if n is not None}
-    uses = [set().union(*map(_code_names, lines)) & defined for _, lines in units]
+    uses = [frozenset().union(*map(_code_names, lines)) & defined for _, lines in units]
     wanted: set[str] = set()
     todo = [u for (n, _), u in zip(units, uses, strict=True) if n is None]
     by_name = {n: u for (n, _), u in zip(units, uses, strict=True) if n is not None}
@@ -160,30 +153,41 @@ class Script:
 
 
 class ScriptSet:
-    """Every script of ``lua/``, by name (the file name without ``.lua``)."""
+    """Every script of ``lua/``, by name (the file name without ``.lua``).
+
+    A script is read and expanded the first time it is asked for, not when
+    the set is made: a worker's start-up needs three of the scripts, and
+    expanding all of them was most of its time in this module (issue 42).
+    An include that is missing or a cycle raises then, for that script.
+    """
 
     def __init__(self, directory: Path | None = None) -> None:
         root = directory or _lua_dir()
-        include_dir = root / "include"
-
-        def read_include(inc: str) -> str:
-            path = include_dir / inc
-            if not path.is_file():
-                raise FileNotFoundError(f"Lua include {inc!r} not found in {include_dir}")
-            return path.read_text()
-
+        self._include_dir = root / "include"
+        self._paths = {path.stem: path for path in sorted(root.glob("*.lua"))}
         self._scripts: dict[str, Script] = {}
-        for path in sorted(root.glob("*.lua")):
-            name = path.stem
-            self._scripts[name] = Script.build(name, expand(path.read_text(), read_include, name=path.name))
-        if not self._scripts:
+        if not self._paths:
             raise FileNotFoundError(f"no Lua scripts found in {root}")
 
+    def _read_include(self, inc: str) -> str:
+        path = self._include_dir / inc
+        if not path.is_file():
+            raise FileNotFoundError(f"Lua include {inc!r} not found in {self._include_dir}")
+        return path.read_text()
+
     def __getitem__(self, name: str) -> Script:
-        return self._scripts[name]
+        try:
+            return self._scripts[name]
+        except KeyError:
+            pass
+        path = self._paths[name]  # an unknown name is a KeyError, as before
+        # Two threads may both build it: the same source, the same SHA, either kept.
+        script = Script.build(name, expand(path.read_text(), self._read_include, name=path.name))
+        self._scripts[name] = script
+        return script
 
     def names(self) -> list[str]:
-        return sorted(self._scripts)
+        return sorted(self._paths)
 
 
 _default: ScriptSet | None = None
