@@ -24,7 +24,6 @@ import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -78,15 +77,15 @@ def expand(source: str, read_include: Callable[[str], str], *, name: str = "<scr
 _TOKEN_RE = re.compile(r"""[A-Za-z_]\w*|"(?:[^"\\]|\\.?)*"?|'(?:[^'\\]|\\.?)*'?|--.*""")
 
 
-@cache
-def _code_names(line: str) -> frozenset[str]:
+def _code_names(line: str) -> set[str]:
     """The identifiers of a Lua line outside its strings and its ``--`` comment.
 
-    Cached: the includes' lines recur in every script that includes them, and
-    one regex pass replaced a loop over characters that made loading the
-    scripts cost ~0.1 s of a worker's start-up (benchmarks/README.md, issue 42).
+    One regex pass: a loop over the characters here, with every script
+    expanded when the first client was made, was 38% of a worker's start-up
+    (benchmarks/README.md, "Worker start-up to its first claim", issue 42).
+    Not cached: all of ``lua/``'s lines would hold ~3 MB for ~1% of a start-up.
     """
-    return frozenset(t for t in _TOKEN_RE.findall(line) if t[0] not in "\"'-")
+    return {t for t in _TOKEN_RE.findall(line) if t[0] not in "\"'-"}
 
 
 def prune(pieces: list[tuple[str | None, list[str]]]) -> list[str]:
@@ -121,7 +120,7 @@ def prune(pieces: list[tuple[str | None, list[str]]]) -> list[str]:
         current[1].extend(comments)
         units.append(current)
     defined = {n for n, _ in units if n is not None}
-    uses = [frozenset().union(*map(_code_names, lines)) & defined for _, lines in units]
+    uses = [set().union(*map(_code_names, lines)) & defined for _, lines in units]
     wanted: set[str] = set()
     todo = [u for (n, _), u in zip(units, uses, strict=True) if n is None]
     by_name = {n: u for (n, _), u in zip(units, uses, strict=True) if n is not None}
