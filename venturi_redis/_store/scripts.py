@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -83,9 +84,38 @@ def _code_names(line: str) -> set[str]:
     One regex pass: a loop over the characters here, with every script
     expanded when the first client was made, was 38% of a worker's start-up
     (benchmarks/README.md, "Worker start-up to its first claim", issue 42).
-    Not cached: all of ``lua/``'s lines would hold ~3 MB for ~1% of a start-up.
+    Not cached line by line (all of ``lua/``'s lines held ~3 MB); an
+    include's units are (``_include_units``, ~0.9 MB once every script is
+    expanded).
     """
     return {t for t in _TOKEN_RE.findall(line) if t[0] not in "\"'-"}
+
+
+@cache
+def _include_units(lines: tuple[str, ...]) -> tuple[tuple[str | None, tuple[str, ...], frozenset[str]], ...]:
+    """A run of an include's lines split into ``prune``'s units, each with the names its code uses.
+
+    Cached by the lines themselves: an include recurs in many scripts, and a
+    worker expands its scripts one by one as it first sends them (issue 42).
+    """
+    units: list[tuple[str | None, list[str]]] = []  # (defined name or None, lines)
+    current: tuple[str | None, list[str]] = (None, [])
+    comments: list[str] = []
+    for line in lines:
+        m = _DEFINITION_RE.match(line)
+        if m:
+            units.append(current)
+            current = (m.group(1), [*comments, line])
+            comments = []
+        elif line.startswith("--") or not line.strip():
+            comments.append(line)
+        else:
+            current[1].extend(comments)
+            current[1].append(line)
+            comments = []
+    current[1].extend(comments)
+    units.append(current)
+    return tuple((n, tuple(ls), frozenset(set().union(*map(_code_names, ls)))) for n, ls in units)
 
 
 def prune(pieces: list[tuple[str | None, list[str]]]) -> list[str]:
@@ -98,41 +128,27 @@ def prune(pieces: list[tuple[str | None, list[str]]]) -> list[str]:
     are. A unit is kept when its name is used by the script's own code or by
     a kept unit; the rest go, leaving a ``-- (not used here: NAME)`` line.
     """
-    units: list[tuple[str | None, list[str]]] = []  # (defined name or None, lines)
+    # (defined name or None, lines, the names the lines' code uses)
+    units: list[tuple[str | None, Sequence[str], Set[str]]] = []
     for origin, lines in pieces:
         if origin is None:
-            units.append((None, lines))
-            continue
-        current: tuple[str | None, list[str]] = (None, [])
-        comments: list[str] = []
-        for line in lines:
-            m = _DEFINITION_RE.match(line)
-            if m:
-                units.append(current)
-                current = (m.group(1), [*comments, line])
-                comments = []
-            elif line.startswith("--") or not line.strip():
-                comments.append(line)
-            else:
-                current[1].extend(comments)
-                current[1].append(line)
-                comments = []
-        current[1].extend(comments)
-        units.append(current)
-    defined = {n for n, _ in units if n is not None}
-    uses = [set().union(*map(_code_names, lines)) & defined for _, lines in units]
+            units.append((None, lines, set().union(*map(_code_names, lines))))
+        else:
+            units.extend(_include_units(tuple(lines)))
+    defined = {n for n, _, _ in units if n is not None}
+    uses = [names & defined for _, _, names in units]
     wanted: set[str] = set()
-    todo = [u for (n, _), u in zip(units, uses, strict=True) if n is None]
-    by_name = {n: u for (n, _), u in zip(units, uses, strict=True) if n is not None}
+    todo = [u for (n, _, _), u in zip(units, uses, strict=True) if n is None]
+    by_name = {n: u for (n, _, _), u in zip(units, uses, strict=True) if n is not None}
     while todo:
         for used in todo.pop():
             if used not in wanted:
                 wanted.add(used)
                 todo.append(by_name[used])
     out: list[str] = []
-    for n, lines in units:
+    for n, kept, _ in units:
         if n is None or n in wanted:
-            out.extend(lines)
+            out.extend(kept)
         else:
             out.append(f"-- (not used here: {n})")
     return out
