@@ -1,28 +1,56 @@
-"""A worker process's start-up: from spawning ``venturi worker`` to its first job's handler.
+"""A worker process's start-up: from spawning ``venturi worker`` to its first claim (issue 42).
 
-usage: .venv/bin/python benchmarks/startup.py [ROOT ...] [--runs 7]
+usage: python benchmarks/startup.py [ROOT ...] [--runs 15] [--python PY] [--importtime] [--callgrind]
 
-For each checkout ROOT (default: this one; another made with ``git worktree
-add``, with its own ``.venv``), a fresh redis-server holds one enqueued job;
-``ROOT/.venv/bin/venturi worker startup_app:worker`` is spawned as a user
-starts it, and the handler of that job writes the wall clock into Redis. The
-figure is that time minus the time just before the spawn: the interpreter,
-the imports, the worker's connections and server check, the first claim and
-the dispatch. The checkouts alternate run by run (the machine's speed drifts);
-median of runs. Two floors are timed the same way for scale: ``python -c
-pass`` and ``python -c "import redis.asyncio, pydantic"`` (what any worker
-on redis-py and pydantic imports before its first line).
+For each checkout ROOT (default: this one; a base to compare with is made by
+``git -C /work/main archive main | tar -x -C /tmp/base``), a fresh
+redis-server holds one enqueued job, and ``venturi worker startup_app:worker``
+is spawned as a user starts it: the ``venturi`` console script next to the
+interpreter (``ROOT/.venv/bin/python`` when ROOT has a venv, else ``--python``,
+else the one running this), with ``PYTHONPATH=ROOT`` so that ROOT's package is
+the one imported (checked), its bytecode compiled first as an installed
+package's is. Three figures per run:
+
+- **first claim**: the time, read by the server itself (``MONITOR``), at which
+  the worker's first claim script reached Redis (its ``EVALSHA``, or the
+  ``EVAL`` of ``claim.lua``), minus the time just before the spawn: the
+  interpreter, the imports, the worker's connections, server check and
+  registration, and whatever it sends before its first claim;
+- **CPU at the claim**: the worker's CPU time (all its threads,
+  ``/proc/PID/task/*/schedstat``, nanoseconds) read the moment this process
+  sees that claim in the ``MONITOR`` stream: a figure the machine's other load
+  moves much less than the wall clock (it includes the few ms the worker runs
+  between sending the claim and this read);
+- **handler**: the wall clock the job's handler writes into Redis, minus the
+  same start (the first claim plus the dispatch).
+
+The checkouts alternate run by run (the machine's speed drifts); medians.
+Two floors are timed the same way for scale (wall, and CPU from ``wait4``):
+``python -c pass`` and ``python -c "import redis.asyncio, pydantic"`` (what
+any worker on redis-py and pydantic imports before its first line).
+``--importtime`` adds, per ROOT, one run under ``PYTHONPROFILEIMPORTTIME``:
+the self time of every module the worker imported, summed by top-level
+package (which packages a start-up spends its imports in; what a worker
+imports after its first claim, until it is stopped, is in the sum too).
+``--callgrind`` counts instructions instead, the figure this shared machine's
+load cannot move: per ROOT, one spawn under ``valgrind --tool=callgrind``
+(``PYTHONHASHSEED=0``) whose handler ends the process with ``os._exit(0)``
+right after its stamp, so the count runs from exec to the first job's
+handler (each run takes a minute or so).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +75,8 @@ class HelloJob(Hello, vr.Handler[None]):
     async def handle(self, ctx: vr.Context[vr.NoCarry], state: None) -> vr.Outcome:
         stamp = time.time()
         redis.Redis.from_url(os.environ["REDIS_URL"]).set("startup:handled", repr(stamp))
+        if os.environ.get("STARTUP_EXIT"):  # --callgrind: the count stops here
+            os._exit(0)
         return vr.Outcome.completed()
 
 
@@ -68,58 +98,243 @@ async def main() -> None:
 asyncio.run(main())
 """
 
+# Which package a root's interpreter imports, and the SHA of its claim script.
+PROBE = """
+import venturi_redis
+from venturi_redis._store.scripts import scripts
+print(venturi_redis.__file__)
+print(scripts()["claim"].sha)
+"""
 
-def one_run(root: Path, app_dir: Path) -> float:
-    with RedisServer() as server:
-        env = {**os.environ, "REDIS_URL": server.url, "PYTHONPATH": str(app_dir)}
-        python = root / ".venv" / "bin" / "python"
-        subprocess.run([python, "-c", ENQUEUE, str(app_dir)], env=env, check=True, cwd=root)
-        r = redis.Redis.from_url(server.url)
+
+def cpu_ns(pid: int) -> int:
+    """CPU time of every thread of ``pid`` so far, in ns (0 when it is gone)."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    except FileNotFoundError:
+        return 0
+    return total
+
+
+class Root:
+    """One checkout: its interpreter, its ``venturi`` script and its claim script's SHA."""
+
+    def __init__(self, root: Path, python: Path, app_dir: Path) -> None:
+        self.root = root.resolve()
+        own = self.root / ".venv" / "bin" / "python"
+        self.python = own if own.exists() else python
+        self.venturi = self.python.parent / "venturi"
+        # As installed: bytecode compiled once and cached (pip does it at install; this
+        # environment sets PYTHONDONTWRITEBYTECODE, which made every run compile the
+        # package's ~95 modules from source, ~0.3 s of a start-up).
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        self.env = {**env, "PYTHONPATH": f"{self.root}{os.pathsep}{app_dir}"}
+        for tree in (self.root / "venturi_redis", app_dir):
+            subprocess.run([self.python, "-m", "compileall", "-q", str(tree)], env=self.env, check=True)
+        out = subprocess.run(
+            [self.python, "-c", PROBE],
+            env=self.env,
+            cwd=self.root,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        if not out[0].startswith(str(self.root)):
+            raise RuntimeError(f"{self.root}: its interpreter imports venturi_redis from {out[0]}")
+        self.claim_sha = out[1]
+
+
+class Run:
+    """One spawn of the worker, watched by MONITOR."""
+
+    claim_at: float | None = None
+    claim_cpu: int | None = None
+
+    def __init__(self, root: Root, server: RedisServer, app_dir: Path, importtime: bool) -> None:
+        self.root = root
+        self.url = server.url
+        self.app_dir = app_dir
+        self.importtime = importtime
+        self.pid = 0
+        self.ready = threading.Event()
+        self.seen = threading.Event()
+
+    def is_claim(self, command: str) -> bool:
+        return command.startswith(f"EVALSHA {self.root.claim_sha} ") or command.startswith("EVAL -- claim:")
+
+    def monitor(self) -> None:
+        try:
+            with redis.Redis.from_url(self.url).monitor() as m:
+                self.ready.set()
+                for cmd in m.listen():
+                    if self.pid and self.claim_at is None and self.is_claim(cmd["command"]):
+                        self.claim_cpu = cpu_ns(self.pid)
+                        self.claim_at = float(cmd["time"])
+                        self.seen.set()
+                        return
+        except (redis.RedisError, OSError, ValueError):
+            self.ready.set()
+
+    def run(self) -> tuple[float, float, float, str]:
+        env = {**self.root.env, "REDIS_URL": self.url}
+        subprocess.run([self.root.python, "-c", ENQUEUE, str(self.app_dir)], env=env, check=True)
+        if self.importtime:
+            env["PYTHONPROFILEIMPORTTIME"] = "1"
+        threading.Thread(target=self.monitor, daemon=True).start()
+        self.ready.wait(10)
+        r = redis.Redis.from_url(self.url)
         start = time.time()
         proc = subprocess.Popen(
-            [root / ".venv" / "bin" / "venturi", "worker", "startup_app:worker"],
+            [self.root.venturi, "worker", "startup_app:worker"],
             env=env,
-            cwd=root,
+            cwd=self.root.root,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE if self.importtime else subprocess.DEVNULL,
+            text=True,
         )
+        self.pid = proc.pid
         try:
             deadline = time.monotonic() + 60
-            while (stamp := r.get("startup:handled")) is None:
+            while (stamp := r.get("startup:handled")) is None or not self.seen.is_set():
                 if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"{root}: the worker ran no job (exit {proc.poll()})")
+                    raise RuntimeError(f"{self.root.root}: no claim or no job run (exit {proc.poll()})")
                 time.sleep(0.005)
         finally:
             proc.terminate()
-            proc.wait(30)
-        return float(stamp) - start
+            _, err = proc.communicate(timeout=30)
+        assert self.claim_at is not None
+        assert self.claim_cpu is not None
+        return self.claim_at - start, self.claim_cpu / 1e9, float(stamp) - start, err or ""
 
 
-def floor(python: Path, code: str) -> float:
+def one_run(root: Root, app_dir: Path, importtime: bool = False) -> tuple[float, float, float, str]:
+    with RedisServer() as server:
+        return Run(root, server, app_dir, importtime).run()
+
+
+def instructions(root: Root, app_dir: Path) -> int:
+    """Instructions from exec to the first job's handler, the worker under callgrind."""
+    with RedisServer() as server, tempfile.TemporaryDirectory() as d:
+        env = {**root.env, "REDIS_URL": server.url, "STARTUP_EXIT": "1", "PYTHONHASHSEED": "0"}
+        subprocess.run([root.python, "-c", ENQUEUE, str(app_dir)], env=env, check=True)
+        out = Path(d) / "callgrind.out"
+        subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                root.python,
+                root.venturi,
+                "worker",
+                "startup_app:worker",
+            ],
+            env=env,
+            cwd=root.root,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=900,
+        )
+        if redis.Redis.from_url(server.url).get("startup:handled") is None:
+            raise RuntimeError(f"{root.root}: the worker ended without running the job")
+        m = re.search(r"^(?:summary|totals):\s*(\d+)", out.read_text(), re.M)
+        assert m, "no totals in the callgrind output"
+        return int(m.group(1))
+
+
+def floor(python: Path, code: str) -> tuple[float, float]:
     start = time.monotonic()
-    subprocess.run([python, "-c", code], check=True)
-    return time.monotonic() - start
+    proc = subprocess.Popen([python, "-c", code])
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, code
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+_IMPORT_LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$")
+
+
+def import_summary(stderr: str, top: int = 14) -> str:
+    """Self time by top-level package of the imports a run's stderr lists."""
+    by_package: dict[str, int] = defaultdict(int)
+    total = 0
+    for line in stderr.splitlines():
+        m = _IMPORT_LINE.match(line)
+        if m is None:
+            continue
+        own, name = int(m.group(1)), m.group(4)
+        package = name.split(".")[0]
+        if package == "venturi_redis":
+            package = ".".join(name.split(".")[:2])
+        by_package[package] += own
+        total += own
+    rows = sorted(by_package.items(), key=lambda kv: -kv[1])
+    lines = [f"  imports, self time summed: {total / 1000:.0f} ms over {len(by_package)} packages"]
+    lines += [f"  {ms / 1000:7.1f} ms  {name}" for name, ms in rows[:top]]
+    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("roots", nargs="*", type=Path, default=[ROOT])
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--python", type=Path, default=Path(sys.executable))
+    ap.add_argument("--importtime", action="store_true", help="one more run per ROOT, imports attributed")
+    ap.add_argument("--callgrind", action="store_true", help="instructions, exec to the first handler")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         app_dir = Path(tmp)
         (app_dir / "startup_app.py").write_text(APP)
-        results: dict[str, list[float]] = {str(r): [] for r in a.roots}
-        floors: dict[str, list[float]] = {"python -c pass": [], "import redis.asyncio, pydantic": []}
-        python = a.roots[0] / ".venv" / "bin" / "python"
+        roots = [Root(r, a.python, app_dir) for r in a.roots]
+        if a.callgrind:
+            for root in roots:
+                n = instructions(root, app_dir)
+                print(f"{root.root}: {n:,} instructions, exec to the first job's handler", flush=True)
+            return
+        for root in roots:  # a first run writes the bytecode caches: not timed
+            one_run(root, app_dir)
+        results: dict[str, dict[str, list[float]]] = {
+            str(r.root): {"first claim": [], "CPU at the claim": [], "handler": []} for r in roots
+        }
+        floor_code = {
+            "python -c pass": "pass",
+            "import redis.asyncio, pydantic": "import redis.asyncio, pydantic",
+        }
+        floors: dict[str, list[tuple[float, float]]] = {name: [] for name in floor_code}
         for _ in range(a.runs):
-            floors["python -c pass"].append(floor(python, "pass"))
-            floors["import redis.asyncio, pydantic"].append(floor(python, "import redis.asyncio, pydantic"))
-            for root in a.roots:
-                results[str(root)].append(one_run(root.resolve(), app_dir))
-    for name, xs in {**floors, **results}.items():
+            for name, code in floor_code.items():
+                floors[name].append(floor(roots[0].python, code))
+            for root in roots:
+                claim, cpu, handled, _ = one_run(root, app_dir)
+                got = results[str(root.root)]
+                got["first claim"].append(claim)
+                got["CPU at the claim"].append(cpu)
+                got["handler"].append(handled)
+        summaries: dict[str, str] = {}
+        if a.importtime:
+            for root in roots:
+                summaries[str(root.root)] = import_summary(one_run(root, app_dir, importtime=True)[3])
+
+    def ms(xs: list[float]) -> str:
         runs = ", ".join(f"{x * 1000:.0f}" for x in xs)
-        print(f"{name}: median {statistics.median(xs) * 1000:.0f} ms (runs: {runs})")
+        return f"median {statistics.median(xs) * 1000:.0f} ms (runs: {runs})"
+
+    for name, pairs in floors.items():
+        print(f"{name}: wall {ms([w for w, _ in pairs])}")
+        print(f"{' ' * len(name)}  CPU {ms([c for _, c in pairs])}")
+    for name, figures in results.items():
+        print(name)
+        for figure, xs in figures.items():
+            print(f"  {figure}: {ms(xs)}")
+        if name in summaries:
+            print(summaries[name])
 
 
 if __name__ == "__main__":

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import time
+import uuid
 import zipfile
 from pathlib import Path
 
+import redis
+
 import venturi_redis as vr
+from tests.servers import RedisServer
+from venturi_redis._store.scripts import ScriptSet
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,6 +58,109 @@ def test_worker_side_names_load_on_first_use() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
+
+
+# What a worker started by `venturi worker` must not have imported by the time
+# it runs its first job (issue 42: its start-up to the first claim). Each is
+# the optional dependency of another face (the other commands' tables and
+# progress bars, the dashboard, Prometheus, Django, OpenTelemetry's
+# instrumentation, cron expressions, encryption) or a module of the package
+# that a worker does not use. A prefix covers its submodules.
+NOT_AT_A_WORKER_START = (
+    "venturi_redis.cli.admin",
+    "venturi_redis.cli.commands",
+    "venturi_redis.cli.dashboard",
+    "venturi_redis.cli.reading",
+    "venturi_redis.dashboard",
+    "venturi_redis.contrib",
+    "venturi_redis.otel",
+    "venturi_redis.testing",
+    "venturi_redis._worker.metrics",
+    "venturi_redis._producer.sync",
+    "venturi_redis._producer.rebuild",
+    "rich.console",
+    "rich.table",
+    "rich.progress",
+    "typer.rich_utils",
+    "starlette",
+    "jinja2",
+    "uvicorn",
+    "prometheus_client",
+    "django",
+    "cronsim",
+    "cryptography.hazmat",
+    "opentelemetry.instrumentation",
+    "opentelemetry.sdk.trace",
+)
+
+STARTUP_APP = """
+import json, os, sys
+from typing import ClassVar
+import redis
+import venturi_redis as vr
+from venturi_redis._store.scripts import scripts
+
+
+class Probe(vr.Task):
+    KIND: ClassVar[str] = "startup.probe"
+
+
+class ProbeJob(Probe, vr.Handler[None]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: None) -> vr.Outcome:
+        seen = {"modules": sorted(sys.modules), "expanded": sorted(scripts()._scripts)}
+        redis.Redis.from_url(os.environ["REDIS_URL"]).set(os.environ["PROBE_KEY"], json.dumps(seen))
+        return vr.Outcome.completed()
+
+
+client = vr.Client.from_url(os.environ["REDIS_URL"])
+worker = vr.Worker(client.queue(os.environ["PROBE_QUEUE"]), handle_signals=True)
+worker.register(ProbeJob)
+"""
+
+
+def test_a_worker_started_by_the_cli_imports_no_other_face_and_expands_only_its_scripts(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """`venturi worker`, as a user starts it, up to its first job's handler: none of
+    NOT_AT_A_WORKER_START imported, and only the Lua scripts it sent expanded."""
+    (tmp_path / "startup_probe.py").write_text(STARTUP_APP)
+    name = f"startup-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_server.url,
+        "PROBE_QUEUE": name,
+        "PROBE_KEY": f"{name}:seen",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
+    }
+    enqueue = (
+        "import asyncio, startup_probe as a; "
+        "asyncio.run(a.client.queue(a.worker.queues[0].name).enqueue(a.Probe()))"
+    )
+    subprocess.run([sys.executable, "-c", enqueue], env=env, check=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "venturi_redis.cli", "worker", "startup_probe:worker"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    r = redis.Redis.from_url(redis_server.url)
+    try:
+        deadline = time.monotonic() + 60
+        while (raw := r.get(f"{name}:seen")) is None:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr and proc.stderr.read()
+            time.sleep(0.02)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    seen = json.loads(raw)
+    imported = [
+        m for m in seen["modules"] for bad in NOT_AT_A_WORKER_START if m == bad or m.startswith(f"{bad}.")
+    ]
+    assert imported == []
+    assert "venturi_redis.cli.worker" in seen["modules"]  # the probe saw the CLI's worker
+    assert "claim" in seen["expanded"]
+    assert len(seen["expanded"]) < len(ScriptSet().names()) // 2, seen["expanded"]
 
 
 def test_internals_are_not_public_attributes() -> None:

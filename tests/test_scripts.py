@@ -9,7 +9,7 @@ import pytest
 
 import venturi_redis as vr
 from venturi_redis._store import calls
-from venturi_redis._store.scripts import ScriptSet, expand
+from venturi_redis._store.scripts import ScriptSet, _code_names, expand
 
 pytestmark = pytest.mark.anyio
 
@@ -69,6 +69,13 @@ def test_every_helper_a_script_names_is_in_its_source() -> None:
     assert "local function check_owner" in s["retry"].source
 
 
+def test_a_line_names_only_what_is_outside_its_strings_and_comment() -> None:
+    assert _code_names("x = 'it\\'s d()' .. \"a\\\"b(\" -- c()") == {"x"}  # escaped quotes stay inside
+    assert _code_names("z = '--' .. w -- v") == {"z", "w"}  # `--` in a string is no comment
+    assert _code_names('y = "unclosed d(') == {"y"}  # an unclosed string runs to the end of the line
+    assert _code_names("n = 1e5 + t2") == {"n", "e5", "t2"}
+
+
 def test_include_cycle_is_rejected() -> None:
     files = {"a.lua": "-- @include b.lua", "b.lua": "-- @include a.lua"}
     with pytest.raises(ValueError, match="cycle"):
@@ -78,8 +85,9 @@ def test_include_cycle_is_rejected() -> None:
 def test_missing_include_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "include").mkdir()
     (tmp_path / "x.lua").write_text("-- @include nope.lua\nreturn 1")
+    s = ScriptSet(tmp_path)  # a script is expanded when first asked for (the start-up's three only)
     with pytest.raises(FileNotFoundError, match=r"nope\.lua"):
-        ScriptSet(tmp_path)
+        s["x"]
 
 
 def test_every_script_has_a_header_naming_keys_and_returns() -> None:

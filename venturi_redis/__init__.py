@@ -47,22 +47,26 @@ from ._producer.results import (
 )
 from ._producer.retention import Retention
 from ._producer.sharded import ShardedQueue
-from ._producer.sync import SyncClient, SyncQueue
 from ._store.prepare import EnqueueManyOptions, EnqueueOptions
 from ._transport.durable import Durability, NotDurableError
 from ._worker.context import Context
 from ._worker.handler import BatchHandler, BatchItem, Handler
 
 if _TYPE_CHECKING:
+    from ._producer.sync import SyncClient, SyncQueue
     from ._worker.metrics import PrometheusMetrics, WorkerObserver
     from ._worker.worker import Worker
 
 __version__ = "0.1.0"
 
 # The worker side loads on first use, so a web process that only enqueues
-# never imports it (tests/test_package.py checks this): name -> its module.
+# never imports it (tests/test_package.py checks this); so does the
+# synchronous client, which neither a worker nor an async producer needs
+# (issue 42: a worker's start-up). Name -> its module.
 _LAZY = {
     "PrometheusMetrics": "._worker.metrics",
+    "SyncClient": "._producer.sync",
+    "SyncQueue": "._producer.sync",
     "Worker": "._worker.worker",
     "WorkerObserver": "._worker.metrics",
 }

@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
 _INCLUDE_RE = re.compile(r"^--\s*@include\s+(\S+)\s*$")
 # A top-level definition of an include: `local function name(` or `local name =`.
 _DEFINITION_RE = re.compile(r"^local\s+(?:function\s+)?([A-Za-z_]\w*)")
-_NAME_RE = re.compile(r"[A-Za-z_]\w*")
 
 
 def _lua_dir() -> Path:
@@ -73,27 +73,49 @@ def expand(source: str, read_include: Callable[[str], str], *, name: str = "<scr
     return "\n".join(prune(pieces)) + "\n"
 
 
+# One token of a Lua line: a name, a string (its escapes skipped; an unclosed one
+# runs to the end of the line) or a ``--`` comment to the end of the line.
+_TOKEN_RE = re.compile(r"""[A-Za-z_]\w*|"(?:[^"\\]|\\.?)*"?|'(?:[^'\\]|\\.?)*'?|--.*""")
+
+
 def _code_names(line: str) -> set[str]:
-    """The identifiers of a Lua line outside its strings and its ``--`` comment."""
-    code: list[str] = []
-    quote = ""
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-            code.append(" ")
-        elif line.startswith("--", i):
-            break
+    """The identifiers of a Lua line outside its strings and its ``--`` comment.
+
+    One regex pass: a loop over the characters here, with every script
+    expanded when the first client was made, was 38% of a worker's start-up
+    (benchmarks/README.md, "Worker start-up to its first claim", issue 42).
+    Not cached line by line (all of ``lua/``'s lines held ~3 MB); an
+    include's units are (``_include_units``, ~0.9 MB once every script is
+    expanded).
+    """
+    return {t for t in _TOKEN_RE.findall(line) if t[0] not in "\"'-"}
+
+
+@cache
+def _include_units(lines: tuple[str, ...]) -> tuple[tuple[str | None, tuple[str, ...], frozenset[str]], ...]:
+    """A run of an include's lines split into ``prune``'s units, each with the names its code uses.
+
+    Cached by the lines themselves: an include recurs in many scripts, and a
+    worker expands its scripts one by one as it first sends them (issue 42).
+    """
+    units: list[tuple[str | None, list[str]]] = []  # (defined name or None, lines)
+    current: tuple[str | None, list[str]] = (None, [])
+    comments: list[str] = []
+    for line in lines:
+        m = _DEFINITION_RE.match(line)
+        if m:
+            units.append(current)
+            current = (m.group(1), [*comments, line])
+            comments = []
+        elif line.startswith("--") or not line.strip():
+            comments.append(line)
         else:
-            code.append(ch)
-        i += 1
-    return set(_NAME_RE.findall("".join(code)))
+            current[1].extend(comments)
+            current[1].append(line)
+            comments = []
+    current[1].extend(comments)
+    units.append(current)
+    return tuple((n, tuple(ls), frozenset(set().union(*map(_code_names, ls)))) for n, ls in units)
 
 
 def prune(pieces: list[tuple[str | None, list[str]]]) -> list[str]:
@@ -106,41 +128,27 @@ def prune(pieces: list[tuple[str | None, list[str]]]) -> list[str]:
     are. A unit is kept when its name is used by the script's own code or by
     a kept unit; the rest go, leaving a ``-- (not used here: NAME)`` line.
     """
-    units: list[tuple[str | None, list[str]]] = []  # (defined name or None, lines)
+    # (defined name or None, lines, the names the lines' code uses)
+    units: list[tuple[str | None, Sequence[str], Set[str]]] = []
     for origin, lines in pieces:
         if origin is None:
-            units.append((None, lines))
-            continue
-        current: tuple[str | None, list[str]] = (None, [])
-        comments: list[str] = []
-        for line in lines:
-            m = _DEFINITION_RE.match(line)
-            if m:
-                units.append(current)
-                current = (m.group(1), [*comments, line])
-                comments = []
-            elif line.startswith("--") or not line.strip():
-                comments.append(line)
-            else:
-                current[1].extend(comments)
-                current[1].append(line)
-                comments = []
-        current[1].extend(comments)
-        units.append(current)
-    defined = {n for n, _ in units if n is not None}
-    uses = [set().union(*map(_code_names, lines)) & defined for _, lines in units]
+            units.append((None, lines, set().union(*map(_code_names, lines))))
+        else:
+            units.extend(_include_units(tuple(lines)))
+    defined = {n for n, _, _ in units if n is not None}
+    uses = [names & defined for _, _, names in units]
     wanted: set[str] = set()
-    todo = [u for (n, _), u in zip(units, uses, strict=True) if n is None]
-    by_name = {n: u for (n, _), u in zip(units, uses, strict=True) if n is not None}
+    todo = [u for (n, _, _), u in zip(units, uses, strict=True) if n is None]
+    by_name = {n: u for (n, _, _), u in zip(units, uses, strict=True) if n is not None}
     while todo:
         for used in todo.pop():
             if used not in wanted:
                 wanted.add(used)
                 todo.append(by_name[used])
     out: list[str] = []
-    for n, lines in units:
+    for n, kept, _ in units:
         if n is None or n in wanted:
-            out.extend(lines)
+            out.extend(kept)
         else:
             out.append(f"-- (not used here: {n})")
     return out
@@ -160,30 +168,41 @@ class Script:
 
 
 class ScriptSet:
-    """Every script of ``lua/``, by name (the file name without ``.lua``)."""
+    """Every script of ``lua/``, by name (the file name without ``.lua``).
+
+    A script is read and expanded the first time it is asked for, not when
+    the set is made: a worker's start-up needs three of the scripts, and
+    expanding all of them was most of its time in this module (issue 42).
+    An include that is missing or a cycle raises then, for that script.
+    """
 
     def __init__(self, directory: Path | None = None) -> None:
         root = directory or _lua_dir()
-        include_dir = root / "include"
-
-        def read_include(inc: str) -> str:
-            path = include_dir / inc
-            if not path.is_file():
-                raise FileNotFoundError(f"Lua include {inc!r} not found in {include_dir}")
-            return path.read_text()
-
+        self._include_dir = root / "include"
+        self._paths = {path.stem: path for path in sorted(root.glob("*.lua"))}
         self._scripts: dict[str, Script] = {}
-        for path in sorted(root.glob("*.lua")):
-            name = path.stem
-            self._scripts[name] = Script.build(name, expand(path.read_text(), read_include, name=path.name))
-        if not self._scripts:
+        if not self._paths:
             raise FileNotFoundError(f"no Lua scripts found in {root}")
 
+    def _read_include(self, inc: str) -> str:
+        path = self._include_dir / inc
+        if not path.is_file():
+            raise FileNotFoundError(f"Lua include {inc!r} not found in {self._include_dir}")
+        return path.read_text()
+
     def __getitem__(self, name: str) -> Script:
-        return self._scripts[name]
+        try:
+            return self._scripts[name]
+        except KeyError:
+            pass
+        path = self._paths[name]  # an unknown name is a KeyError, as before
+        # Two threads may both build it: the same source, the same SHA, either kept.
+        script = Script.build(name, expand(path.read_text(), self._read_include, name=path.name))
+        self._scripts[name] = script
+        return script
 
     def names(self) -> list[str]:
-        return sorted(self._scripts)
+        return sorted(self._paths)
 
 
 _default: ScriptSet | None = None

@@ -16,18 +16,20 @@ import os
 import sys
 import unicodedata
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
 
 from .._model.records import JobInfo, JournalEntry
 from .._model.redact import redact
 from .._model.sealing import Encrypted
 from .._transport.urls import redact_url
+
+if TYPE_CHECKING:
+    # Imported where used: `venturi worker` reaches this module (clean,
+    # hide_password) and prints no table.
+    from rich.console import Console
+    from rich.text import Text
 
 _CONTROL_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 
@@ -57,6 +59,8 @@ def lines_text(value: object) -> Text:
     A traceback or a multi-line message reads as lines, not as one line of
     ``\\x0a``; every other control character is still escaped.
     """
+    from rich.text import Text
+
     if value is None:
         return Text("")
     text = value if isinstance(value, str) else str(value)
@@ -65,10 +69,14 @@ def lines_text(value: object) -> Text:
 
 def safe_text(value: object) -> Text:
     """A rich Text of a cleaned value: never parsed as rich markup."""
+    from rich.text import Text
+
     return Text("" if value is None else clean(value))
 
 
 def console() -> Console:
+    from rich.console import Console
+
     # Wide when not a terminal (pipes, CI logs), so tables are not wrapped into noise.
     wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
     return Console(highlight=False, soft_wrap=False, width=200 if wide else None)
@@ -81,6 +89,10 @@ def print_table(renderable: Any) -> None:
     when they do not fit the terminal, the lines run long (the terminal wraps
     them) instead of showing ``01M8VY…`` or ``1…``.
     """
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+
     con = console()
     unbounded = con.options.update(width=100_000)  # measure without the terminal's cap
     if isinstance(renderable, Table):
