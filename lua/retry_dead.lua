@@ -18,6 +18,11 @@
 -- (order.lua): it holds the key when the key is free, else waits at the end
 -- of the key's queue. A damaged order key refuses it (nothing written).
 --
+-- Each job's `retried` journal entry keeps its failure count before
+-- (`failures_before`); the queue's event stream gets one entry for the
+-- call's jobs (events.lua emit_many, with the note they share), as a claim
+-- or a batch of completions does.
+--
 -- A retried `@vr.offload` job's snapshot becomes `pending` again in the
 -- same step, without its expiry (include offload.lua), so resolve() and
 -- read_result report the rerun, not the old failure.
@@ -42,15 +47,25 @@
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
-events_open(KEYS[8], KEYS[9], ARGV[2])
-local out = {0}
+-- Every write of the batch takes the same time: made text once (a number
+-- given to redis.call is formatted with "%.17g" on each use).
+local now_s = str(now)
+local note = ARGV[3]
+events_open(KEYS[8], KEYS[9], prefix)
+local moved = {} -- the ids moved to pending
 local refused = {}
+-- What the batch's jobs share is written once for all of them, after the
+-- loop (each command a script calls costs Redis more than its own work):
+-- one ZREM from the dead set, one from `retrying`, one ZADD per pending set,
+-- one event. Nothing in the loop reads those keys, and the script is atomic.
+local pending_of = {} -- pending set -> {score, id, ...}
+local kinds, runs = {}, {} -- the `retried` event's (events.lua emit_many)
 for i = 4, #ARGV do
   local id = ARGV[i]
   local job_key, journal_key = job_keys(prefix, id)
   -- Read once, for every step below (a batch of thousands pays each read per job):
-  -- the dedup field (back_to_pending), the offload token and the KIND (the event).
-  local f, corrupt = read_job(job_key, journal_key,
+  -- the dedup field (reindex), the offload token and the KIND (the event).
+  local f, corrupt, journal_len = read_job(job_key, journal_key,
     {'state', 'priority', 'run_count', 'failures', 'dedup', 'offload', 'kind', 'order_key'})
   local pending = nil
   local ok = nil
@@ -67,29 +82,54 @@ for i = 4, #ARGV do
     refused[#refused + 1] = id
     refused[#refused + 1] = corrupt
   elseif pending then
-    redis.call('ZREM', KEYS[1], id)
-    materialize(job_key, journal_key)
-    redis.call('HSET', job_key, 'state', 'pending', 'failures', 0, 'eligible_at', now,
-      'updated_at', now, 'note', ARGV[3])
+    -- A dead job's journal holds its death: materialize (its `enqueued`
+    -- entry) has work only where read_job found none.
+    if journal_len == 0 then materialize(job_key, journal_key) end
+    redis.call('HSET', job_key, 'state', 'pending', 'failures', '0', 'eligible_at', now_s,
+      'updated_at', now_s, 'note', note)
     redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason', 'expires_at')
     local member = ok and order_lib(feature_keys, graph_queue_keys, job_keys).arrive(ok, f[8], id) or ''
     if member == '' then
-      back_to_pending(pending, KEYS[2], job_key, id, now, f[5] or false)
+      -- back_to_pending (dedup.lua), its ZADD with the batch's others below.
+      local z = pending_of[pending]
+      if not z then
+        z = {}
+        pending_of[pending] = z
+      end
+      z[#z + 1] = now_s
+      z[#z + 1] = id
+      reindex(KEYS[2], job_key, id, f[5] or false)
     else
       redis.call('HSET', job_key, 'ordered', member) -- behind its key's other jobs
     end
-    -- A fresh start, not a retry after a failure: out of the `retrying`
-    -- index, where a job the claim quarantined may have been left (keys.lua).
-    redis.call('ZREM', retrying_key(prefix), id)
     if f[6] and f[6] ~= '' then offload_repend(prefix, job_key, id) end
-    journal(journal_key, now, 'retried', f[3], ARGV[3], nil,
-      {'failures_before', f[4] or '0'}, f[7] or '')
-    out[#out + 1] = id
+    -- The journal entry; the event is the batch's one entry, below.
+    redis.call(unpack(journal_args(journal_key, now_s, 'retried', f[3], note, nil,
+      {'failures_before', f[4] or '0'})))
+    moved[#moved + 1] = id
+    kinds[#kinds + 1] = f[7] or ''
+    runs[#runs + 1] = f[3] or '0'
   end
 end
-out[1] = #out - 1
-wake_workers(KEYS[3], out[1])
-for _, v in ipairs(refused) do
-  out[#out + 1] = v
+-- `cmd key` with all of `list` (in chunks: unpack takes a few thousand values at most).
+local function each_chunk(cmd, key, list)
+  for j = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, j, math.min(j + 999, #list)))
+  end
 end
+local n = #moved
+if n > 0 then
+  each_chunk('ZREM', KEYS[1], moved)
+  for k = 4, 7 do
+    if pending_of[KEYS[k]] then each_chunk('ZADD', KEYS[k], pending_of[KEYS[k]]) end
+  end
+  -- A fresh start, not a retry after a failure: out of the `retrying`
+  -- index, where a job the claim quarantined may have been left (keys.lua).
+  each_chunk('ZREM', retrying_key(prefix), moved)
+end
+wake_workers(KEYS[3], n)
+if events_stream then emit_many('retried', now_s, moved, kinds, runs, nil, note) end
+local out = {n}
+for _, v in ipairs(moved) do out[#out + 1] = v end
+for _, v in ipairs(refused) do out[#out + 1] = v end
 return out
