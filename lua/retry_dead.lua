@@ -60,16 +60,19 @@ local refused = {}
 -- one event. Nothing in the loop reads those keys, and the script is atomic.
 local pending_of = {} -- pending set -> {score, id, ...}
 local kinds, runs = {}, {} -- the `retried` event's (events.lua emit_many)
+-- Read once, for every step below (a batch of thousands pays each read per job):
+-- the dedup field (reindex), the offload token and the KIND (the event).
+local FIELDS = {'state', 'priority', 'run_count', 'failures', 'dedup', 'offload', 'kind', 'order_key'}
 for i = 4, #ARGV do
   local id = ARGV[i]
   local job_key, journal_key = job_keys(prefix, id)
-  -- Read once, for every step below (a batch of thousands pays each read per job):
-  -- the dedup field (reindex), the offload token and the KIND (the event).
-  local f, corrupt, journal_len = read_job(job_key, journal_key,
-    {'state', 'priority', 'run_count', 'failures', 'dedup', 'offload', 'kind', 'order_key'})
+  local f, corrupt = read_hash(job_key, FIELDS)
   local pending = nil
   local ok = nil
-  if not corrupt and f[1] == 'dead' then
+  if not corrupt and f[1] ~= 'dead' then
+    -- Skipped, unless its journal is refused (as read_job would).
+    if not journal_ok(journal_key) then corrupt = 'journal key is not a stream' end
+  elseif not corrupt then
     pending = pending_key(4, f[2])
     if not pending then
       corrupt = bad_priority(f[2])
@@ -78,13 +81,28 @@ for i = 4, #ARGV do
       corrupt = order_lib(feature_keys, graph_queue_keys, job_keys).broken(ok)
     end
   end
+  if pending and not corrupt then
+    -- The job's first write is its journal entry, and it checks the journal:
+    -- NOMKSTREAM appends to a stream only (an error for a key of another
+    -- type: refused, nothing written; nil for none: its `enqueued` entry,
+    -- which the hash still says, goes first, then this one). A dead job's
+    -- journal holds its death, so this is one command where it exists.
+    local args = journal_args(journal_key, now_s, 'retried', f[3], note, nil,
+      {'failures_before', f[4] or '0'})
+    table.insert(args, 3, 'NOMKSTREAM')
+    local entry = redis.pcall(unpack(args))
+    if type(entry) == 'table' then
+      corrupt = 'journal key is not a stream'
+    elseif not entry then
+      materialize(job_key, journal_key)
+      table.remove(args, 3)
+      redis.call(unpack(args))
+    end
+  end
   if corrupt then
     refused[#refused + 1] = id
     refused[#refused + 1] = corrupt
   elseif pending then
-    -- A dead job's journal holds its death: materialize (its `enqueued`
-    -- entry) has work only where read_job found none.
-    if journal_len == 0 then materialize(job_key, journal_key) end
     redis.call('HSET', job_key, 'state', 'pending', 'failures', '0', 'eligible_at', now_s,
       'updated_at', now_s, 'note', note)
     redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason', 'expires_at')
@@ -103,9 +121,6 @@ for i = 4, #ARGV do
       redis.call('HSET', job_key, 'ordered', member) -- behind its key's other jobs
     end
     if f[6] and f[6] ~= '' then offload_repend(prefix, job_key, id) end
-    -- The journal entry; the event is the batch's one entry, below.
-    redis.call(unpack(journal_args(journal_key, now_s, 'retried', f[3], note, nil,
-      {'failures_before', f[4] or '0'})))
     moved[#moved + 1] = id
     kinds[#kinds + 1] = f[7] or ''
     runs[#runs + 1] = f[3] or '0'

@@ -32,17 +32,6 @@ local function journal_ok(journal_key)
   return type(redis.pcall('XLEN', journal_key)) == 'number'
 end
 
--- journal_ok's read, giving the length: a number (0 for no key, or an empty
--- stream), or nil for a key of another type. A caller that would next ask
--- whether the journal exists (materialize) knows it does when this is > 0.
-local function journal_len(journal_key)
-  local len = redis.pcall('XLEN', journal_key)
-  if type(len) ~= 'number' then
-    return nil
-  end
-  return len
-end
-
 -- The XADD of one entry; `extra` a flat list of field, value pairs.
 local function journal_args(key, at, event, run, note, attachment, extra)
   local args = {'XADD', key, 'MAXLEN', '~', JOURNAL_MAXLEN, '*',
