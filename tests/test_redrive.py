@@ -163,6 +163,24 @@ async def test_a_job_retried_meanwhile_is_skipped(
     assert (reports[-1].matched, reports[-1].done, reports[-1].skipped) == (3, 2, 1)
 
 
+async def test_a_batch_moves_each_job_once_and_one_without_a_journal_gets_its_enqueued_entry(
+    q: vr.Queue, clock: list[int]
+) -> None:
+    """retry_dead.lua writes a batch's set moves once for all its jobs (an id given twice is
+    moved once), and a dead job whose journal is gone gets its `enqueued` entry first."""
+    ids = await kill(q, [Doomed() for _ in range(3)], at=BASE, clock=clock)
+    r = q.client.redis
+    await r.delete(q.keys.journal(ids[0]))
+    got = await q.store.retry_dead([ids[0], ids[1], ids[0], ids[2]], "n")
+    assert got.moved == ids
+    assert got.refused == {}
+    assert await dead_ids(q) == set()
+    assert (await q.counts())["pending"] == 3
+    raw = await r.xrange(q.keys.journal(ids[0]))
+    assert [f[b"event"] for _, f in raw] == [b"enqueued", b"retried"]
+    assert [f[b"event"] for _, f in await r.xrange(q.keys.journal(ids[1]))][-1] == b"retried"
+
+
 async def test_cancel_jobs_by_kind_and_enqueue_time(q: vr.Queue, clock: list[int]) -> None:
     clock[0] = BASE
     early = await q.enqueue_many([Echo(text="a"), Echo(text="b")])
