@@ -120,12 +120,15 @@ async def test_cancel_jobs_and_purge_refuse_a_state_they_cannot_act_on(q: vr.Que
         await q.purge("pending", kind="echo")
 
 
+@pytest.mark.parametrize("tail", [2, 50])
 async def test_pages_and_batches_many_deaths_in_one_millisecond_safe_to_run_twice(
-    q: vr.Queue, clock: list[int], monkeypatch: pytest.MonkeyPatch
+    q: vr.Queue, clock: list[int], monkeypatch: pytest.MonkeyPatch, tail: int
 ) -> None:
     """Small pages and batches: every job of a page of one score is read, none twice, and a
-    run cut short by its limit is finished by running it again."""
+    run cut short by its limit is finished by running it again. ``tail``: a page's members
+    read with their scores (bulk._page), fewer than a page's or all of them."""
     monkeypatch.setattr(bulk, "PAGE", 3)
+    monkeypatch.setattr(bulk, "TAIL", tail)
     monkeypatch.setattr(bulk, "BATCH", 2)
     same = await kill(q, [Doomed() for _ in range(7)], at=BASE, clock=clock)
     later = await kill(q, [Picky(permanent=True) for _ in range(4)], at=BASE + 10, clock=clock)
@@ -144,6 +147,28 @@ async def test_pages_and_batches_many_deaths_in_one_millisecond_safe_to_run_twic
     last = reports[-1]
     assert (last.queue, last.action, last.state, last.finished) == (q.name, "retry", "dead", True)
     assert (last.scanned, last.matched, last.done, last.skipped) == (4, 4, 4, 0)
+
+
+@pytest.mark.parametrize("tail", [1, 2, 3, 50])
+@pytest.mark.parametrize("remove", [False, True])
+async def test_score_pages_read_each_member_once_in_order(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch, tail: int, remove: bool
+) -> None:
+    """bulk._score_pages, pages of 3 over runs of one score longer and shorter than a page and
+    its tail: every member once, by score, whether the reader removes what it read or not."""
+    monkeypatch.setattr(bulk, "PAGE", 3)
+    monkeypatch.setattr(bulk, "TAIL", tail)
+    scores = [1, 2, 2, 3, 3, 3, 3, 4, 5, 5, 6, 7, 7, 7, 8]
+    key = q.keys.dead  # any sorted set of the queue's slot
+    r = q.client.redis
+    await r.zadd(key, {f"m{i:02}": score for i, score in enumerate(scores)})
+    seen: list[str] = []
+    async for page in bulk._score_pages(r, key, "-inf", "+inf"):
+        assert page
+        seen += page
+        if remove:
+            await r.zrem(key, *page)
+    assert seen == [f"m{i:02}" for i in range(len(scores))]
 
 
 async def test_a_job_retried_meanwhile_is_skipped(
