@@ -15,7 +15,7 @@ and reports, per redriven job:
   the scripts and the page reads), and in ``EVALSHA``/``FCALL`` alone, with
   the calls made and the µs per call (what one claim may wait behind);
 - Redis's process CPU (``INFO cpu``, user + sys: parsing and networking too);
-- the client's CPU (``time.process_time`` of this process during the redrive).
+- the client's CPU (``getrusage`` of this process during the redrive: user, system).
 
 ``--callgrind`` runs the server under ``valgrind --tool=callgrind`` and gives
 Redis's instructions per job instead of its times (repeatable to ~0.1%; with
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import shutil
 import statistics
 import subprocess
@@ -70,9 +71,9 @@ async def one_run(url: str, n: int, pid: int | None, out: Path | None) -> dict[s
         cpu0 = _cpu(await r.info("cpu"))
         if pid is not None:
             await callgrind_control(pid, "-z")
-        c0, t0 = time.process_time(), time.perf_counter()
+        u0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         moved = await client.queue("dead").retry_dead()
-        c1, t1 = time.process_time(), time.perf_counter()
+        u1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         if pid is not None:
             await callgrind_control(pid, "-d")
         cpu1 = _cpu(await r.info("cpu"))
@@ -100,7 +101,8 @@ async def one_run(url: str, n: int, pid: int | None, out: Path | None) -> dict[s
         "script_us_call": script_us / max(script_calls, 1),
         "calls": float(script_calls),
         "redis_cpu_us_job": (cpu1 - cpu0) * 1e6 / n,
-        "client_cpu_us_job": (c1 - c0) * 1e6 / n,
+        "client_user_us_job": (u1.ru_utime - u0.ru_utime) * 1e6 / n,
+        "client_sys_us_job": (u1.ru_stime - u0.ru_stime) * 1e6 / n,
     }
     if out is not None:
         got["instructions_job"] = _total(Path(f"{out}.1")) / n
