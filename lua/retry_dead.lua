@@ -63,6 +63,17 @@ local kinds, runs = {}, {} -- the `retried` event's (events.lua emit_many)
 -- Read once, for every step below (a batch of thousands pays each read per job):
 -- the dedup field (reindex), the offload token and the KIND (the event).
 local FIELDS = {'state', 'priority', 'run_count', 'failures', 'dedup', 'offload', 'kind', 'order_key'}
+-- Each job's `retried` entry: journal.lua's journal_args, made once, NOMKSTREAM
+-- third; a job puts its journal key, run and failure count before in place.
+local XADD = journal_args('', now_s, 'retried', '0', note, nil, {'failures_before', '0'})
+table.insert(XADD, 3, 'NOMKSTREAM')
+local XADD_RUN = nil -- the index of the run's value: after the first 'run'
+for k = 1, #XADD do
+  if XADD[k] == 'run' then
+    XADD_RUN = k + 1
+    break
+  end
+end
 for i = 4, #ARGV do
   local id = ARGV[i]
   local job_key, journal_key = job_keys(prefix, id)
@@ -87,16 +98,13 @@ for i = 4, #ARGV do
     -- type: refused, nothing written; nil for none: its `enqueued` entry,
     -- which the hash still says, goes first, then this one). A dead job's
     -- journal holds its death, so this is one command where it exists.
-    local args = journal_args(journal_key, now_s, 'retried', f[3], note, nil,
-      {'failures_before', f[4] or '0'})
-    table.insert(args, 3, 'NOMKSTREAM')
-    local entry = redis.pcall(unpack(args))
+    XADD[2], XADD[XADD_RUN], XADD[#XADD] = journal_key, f[3] or '0', f[4] or '0'
+    local entry = redis.pcall(unpack(XADD))
     if type(entry) == 'table' then
       corrupt = 'journal key is not a stream'
     elseif not entry then
       materialize(job_key, journal_key)
-      table.remove(args, 3)
-      redis.call(unpack(args))
+      redis.call('XADD', journal_key, unpack(XADD, 4)) -- the same, without NOMKSTREAM
     end
   end
   if corrupt then
