@@ -30,7 +30,9 @@
 -- Returns {retried, id..., refused_id, reason, ...}: the count and ids moved
 -- to pending, then, for each id whose own data is corrupt, the id and what
 -- is wrong (its job key not a hash, its journal not a stream, no state field:
--- operator.lua; a priority that names no pending set). A refused job is left
+-- operator.lua; a priority that names no pending set; a created_at that
+-- cannot date the `enqueued` entry of a job with no journal; or, for a job
+-- with a dedup key, the queue's dedup index not a hash). A refused job is left
 -- exactly as it was, and the batch's other jobs go on: it was checked before
 -- any write of its own (before, a journal that was not a stream failed the
 -- XADD after the job's move, aborting the rest of the batch). An id that is
@@ -67,6 +69,7 @@ local FIELDS = {'state', 'priority', 'run_count', 'failures', 'dedup', 'offload'
 -- third; a job puts its journal key, run and failure count before in place.
 local XADD = journal_args('', now_s, 'retried', '0', note, nil, {'failures_before', '0'})
 table.insert(XADD, 3, 'NOMKSTREAM')
+local dedup_ok = nil -- whether the dedup index is a hash (or none): read at the first job with a key
 local XADD_RUN = nil -- the index of the run's value: after the first 'run'
 for k = 1, #XADD do
   if XADD[k] == 'run' then
@@ -92,6 +95,13 @@ for i = 4, #ARGV do
       corrupt = order_lib(feature_keys, graph_queue_keys, job_keys).broken(ok)
     end
   end
+  if pending and not corrupt and f[5] and f[5] ~= '' then
+    -- reindex's HSETNX below: a dedup index of another type (made by hand)
+    -- refuses the job before its first write instead of failing the call
+    -- half way, the batch's set moves (after the loop) not yet written.
+    if dedup_ok == nil then dedup_ok = type(redis.pcall('HLEN', KEYS[2])) == 'number' end
+    if not dedup_ok then corrupt = 'dedup index is not a hash' end
+  end
   if pending and not corrupt then
     -- The job's first write is its journal entry, and it checks the journal:
     -- NOMKSTREAM appends to a stream only (an error for a key of another
@@ -103,8 +113,14 @@ for i = 4, #ARGV do
     if type(entry) == 'table' then
       corrupt = 'journal key is not a stream'
     elseif not entry then
-      materialize(job_key, journal_key)
-      redis.call('XADD', journal_key, unpack(XADD, 4)) -- the same, without NOMKSTREAM
+      -- A created_at no stream id can take (a corrupt hash) fails the
+      -- `enqueued` entry's XADD, nothing written: refused (Lua's pcall, for
+      -- the same reason as the dedup index above).
+      if pcall(materialize, job_key, journal_key) then
+        redis.call('XADD', journal_key, unpack(XADD, 4)) -- the same, without NOMKSTREAM
+      else
+        corrupt = 'created_at field is not a time'
+      end
     end
   end
   if corrupt then

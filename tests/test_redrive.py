@@ -206,6 +206,28 @@ async def test_a_batch_moves_each_job_once_and_one_without_a_journal_gets_its_en
     assert [f[b"event"] for _, f in await r.xrange(q.keys.journal(ids[1]))][-1] == b"retried"
 
 
+async def test_a_job_that_would_fail_the_call_half_way_is_refused_with_nothing_written(
+    q: vr.Queue, clock: list[int]
+) -> None:
+    """retry_dead.lua writes a batch's set moves after its loop: a job whose write could raise
+    (a dedup index of another type, a created_at no stream id takes) is refused before its
+    first write, and the batch's other jobs move whole, none left half way."""
+    ids = await kill(q, [Doomed() for _ in range(4)], at=BASE, clock=clock)
+    r = q.client.redis
+    await r.hset(q.keys.job(ids[1]), "dedup", "k1")
+    await r.set(q.keys.dedup, "not a hash")
+    await r.delete(q.keys.journal(ids[2]))
+    await r.hset(q.keys.job(ids[2]), "created_at", "9" * 30)
+    got = await q.store.retry_dead(ids, "n")
+    assert got.moved == [ids[0], ids[3]]
+    assert got.refused == {ids[1]: "dedup index is not a hash", ids[2]: "created_at field is not a time"}
+    assert await dead_ids(q) == {ids[1], ids[2]}
+    for jid in ids[1:3]:
+        assert await r.hget(q.keys.job(jid), "state") == b"dead"
+    assert not await r.exists(q.keys.journal(ids[2]))
+    assert (await q.counts())["pending"] == 2
+
+
 async def test_cancel_jobs_by_kind_and_enqueue_time(q: vr.Queue, clock: list[int]) -> None:
     clock[0] = BASE
     early = await q.enqueue_many([Echo(text="a"), Echo(text="b")])
