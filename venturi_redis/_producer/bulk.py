@@ -46,11 +46,11 @@ if TYPE_CHECKING:
 PAGE = 1000
 # Of a page, the members read with their scores (the others without: _page).
 TAIL = 50
-# Jobs per script call: about a quarter of a millisecond of Redis's time for a
-# dead retry (~110k instructions a job, benchmarks/redrive_cost.py), so a live
+# Jobs per script call: about a fifth of a millisecond of Redis's time for a
+# dead retry (~100k instructions a job, benchmarks/redrive_cost.py), so a live
 # worker's enqueue or claim never waits long behind a redrive; a million still
 # go in well under a minute (benchmarks/redrive.py measures both).
-BATCH = 20
+BATCH = 15
 
 # The states ``cancel_jobs`` takes (cancel.lua: a running job's cancel is a request).
 CANCELLABLE = ("pending", "suspended", "waiting", "running")
