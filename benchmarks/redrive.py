@@ -19,8 +19,10 @@
    ``retry_dead(kind="doomed")``, which reads every job's kind too), from this
    process, reporting its progress. Then checks every job is pending.
 
-Prints the seeding time, the redrive's time and rate, and the live jobs'
-p50 / p99 latency before and during it. The target: 1,000,000 redriven in
+Prints the seeding time, the redrive's time and rate, Redis's CPU per
+redriven job (``INFO cpu`` over the redrive, and the same less the live
+traffic's rate measured over the baseline), and the live jobs' p50 / p99
+latency before and during it. The target: 1,000,000 redriven in
 60 s or less, with the live p99 no worse than twice the baseline's.
 """
 
@@ -173,7 +175,11 @@ async def seed(url: str, n: int) -> None:
         await client.aclose()
 
 
-async def redrive(url: str, n: int, by_kind: bool) -> tuple[float, float, float]:
+def _cpu(info: dict[str, Any]) -> float:
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def redrive(url: str, n: int, by_kind: bool) -> tuple[float, float, float, float]:
     client = vr.Client.from_url(url)
     try:
         q = client.queue("dead")
@@ -186,14 +192,16 @@ async def redrive(url: str, n: int, by_kind: bool) -> tuple[float, float, float]
                 last[0] = now
                 print(f"  {now - start:5.1f} s: {p.done:,} of {p.total:,} moved", flush=True)
 
+        cpu0 = _cpu(await client.redis.info("cpu"))
         t0 = time.time()
         moved = await q.retry_dead(kind="doomed" if by_kind else None, on_progress=show)
         t1 = time.time()
+        cpu = _cpu(await client.redis.info("cpu")) - cpu0
         counts = await q.counts()
         assert len(moved) == n, (len(moved), counts)
         assert counts["dead"] == 0, counts
         assert counts["pending"] == n, counts
-        return t0, t1, t1 - t0
+        return t0, t1, t1 - t0, cpu
     finally:
         await client.aclose()
 
@@ -228,8 +236,12 @@ def main() -> None:
         time.sleep(2.0)  # the worker reaches its idle wait
         producer = subprocess.Popen([*me, "--role", "producer"], env=env)
         try:
+            r = redis_sync.Redis.from_url(url)
+            cpu_b, tb = _cpu(r.info("cpu")), time.time()
             time.sleep(args.baseline)
-            t0, t1, took = asyncio.run(redrive(url, args.dead, args.filter == "kind"))
+            live_rate = (_cpu(r.info("cpu")) - cpu_b) / (time.time() - tb)  # Redis CPU s/s, live alone
+            r.close()
+            t0, t1, took, cpu = asyncio.run(redrive(url, args.dead, args.filter == "kind"))
             time.sleep(1.0)
         finally:
             producer.terminate()
@@ -242,6 +254,8 @@ def main() -> None:
     before = [lat for t, lat in rows if t < t0]
     during = [lat for t, lat in rows if t0 <= t <= t1]
     print(f"redrove {args.dead:,} dead jobs in {took:.1f} s ({args.dead / took:,.0f}/s), batch {args.batch}")
+    own = (cpu - live_rate * took) * 1e6 / args.dead
+    print(f"Redis CPU: {cpu * 1e6 / args.dead:.1f} µs a redriven job, {own:.1f} µs less the live traffic's")
     for name, lat in (("live before", before), ("live during", during)):
         if lat:
             print(

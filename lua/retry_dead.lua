@@ -18,6 +18,11 @@
 -- (order.lua): it holds the key when the key is free, else waits at the end
 -- of the key's queue. A damaged order key refuses it (nothing written).
 --
+-- Each job's `retried` journal entry keeps its failure count before
+-- (`failures_before`); the queue's event stream gets one entry for the
+-- call's jobs (events.lua emit_many, with the note they share), as a claim
+-- or a batch of completions does.
+--
 -- A retried `@vr.offload` job's snapshot becomes `pending` again in the
 -- same step, without its expiry (include offload.lua), so resolve() and
 -- read_result report the rerun, not the old failure.
@@ -25,7 +30,9 @@
 -- Returns {retried, id..., refused_id, reason, ...}: the count and ids moved
 -- to pending, then, for each id whose own data is corrupt, the id and what
 -- is wrong (its job key not a hash, its journal not a stream, no state field:
--- operator.lua; a priority that names no pending set). A refused job is left
+-- operator.lua; a priority that names no pending set; a created_at that
+-- cannot date the `enqueued` entry of a job with no journal; or, for a job
+-- with a dedup key, the queue's dedup index not a hash). A refused job is left
 -- exactly as it was, and the batch's other jobs go on: it was checked before
 -- any write of its own (before, a journal that was not a stream failed the
 -- XADD after the job's move, aborting the rest of the batch). An id that is
@@ -42,19 +49,44 @@
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
-events_open(KEYS[8], KEYS[9], ARGV[2])
-local out = {0}
+-- Every write of the batch takes the same time: made text once (a number
+-- given to redis.call is formatted with "%.17g" on each use).
+local now_s = str(now)
+local note = ARGV[3]
+events_open(KEYS[8], KEYS[9], prefix)
+local moved = {} -- the ids moved to pending
 local refused = {}
+-- What the batch's jobs share is written once for all of them, after the
+-- loop (each command a script calls costs Redis more than its own work):
+-- one ZREM from the dead set, one from `retrying`, one ZADD per pending set,
+-- one event. Nothing in the loop reads those keys, and the script is atomic.
+local pending_of = {} -- pending set -> {score, id, ...}
+local kinds, runs = {}, {} -- the `retried` event's (events.lua emit_many)
+-- Read once, for every step below (a batch of thousands pays each read per job):
+-- the dedup field (reindex), the offload token and the KIND (the event).
+local FIELDS = {'state', 'priority', 'run_count', 'failures', 'dedup', 'offload', 'kind', 'order_key'}
+-- Each job's `retried` entry: journal.lua's journal_args, made once, NOMKSTREAM
+-- third; a job puts its journal key, run and failure count before in place.
+local XADD = journal_args('', now_s, 'retried', '0', note, nil, {'failures_before', '0'})
+table.insert(XADD, 3, 'NOMKSTREAM')
+local dedup_ok = nil -- whether the dedup index is a hash (or none): read at the first job with a key
+local XADD_RUN = nil -- the index of the run's value: after the first 'run'
+for k = 1, #XADD do
+  if XADD[k] == 'run' then
+    XADD_RUN = k + 1
+    break
+  end
+end
 for i = 4, #ARGV do
   local id = ARGV[i]
   local job_key, journal_key = job_keys(prefix, id)
-  -- Read once, for every step below (a batch of thousands pays each read per job):
-  -- the dedup field (back_to_pending), the offload token and the KIND (the event).
-  local f, corrupt = read_job(job_key, journal_key,
-    {'state', 'priority', 'run_count', 'failures', 'dedup', 'offload', 'kind', 'order_key'})
+  local f, corrupt = read_hash(job_key, FIELDS)
   local pending = nil
   local ok = nil
-  if not corrupt and f[1] == 'dead' then
+  if not corrupt and f[1] ~= 'dead' then
+    -- Skipped, unless its journal is refused (as read_job would).
+    if not journal_ok(journal_key) then corrupt = 'journal key is not a stream' end
+  elseif not corrupt then
     pending = pending_key(4, f[2])
     if not pending then
       corrupt = bad_priority(f[2])
@@ -63,33 +95,80 @@ for i = 4, #ARGV do
       corrupt = order_lib(feature_keys, graph_queue_keys, job_keys).broken(ok)
     end
   end
+  if pending and not corrupt and f[5] and f[5] ~= '' then
+    -- reindex's HSETNX below: a dedup index of another type (made by hand)
+    -- refuses the job before its first write instead of failing the call
+    -- half way, the batch's set moves (after the loop) not yet written.
+    if dedup_ok == nil then dedup_ok = type(redis.pcall('HLEN', KEYS[2])) == 'number' end
+    if not dedup_ok then corrupt = 'dedup index is not a hash' end
+  end
+  if pending and not corrupt then
+    -- The job's first write is its journal entry, and it checks the journal:
+    -- NOMKSTREAM appends to a stream only (an error for a key of another
+    -- type: refused, nothing written; nil for none: its `enqueued` entry,
+    -- which the hash still says, goes first, then this one). A dead job's
+    -- journal holds its death, so this is one command where it exists.
+    XADD[2], XADD[XADD_RUN], XADD[#XADD] = journal_key, f[3] or '0', f[4] or '0'
+    local entry = redis.pcall(unpack(XADD))
+    if type(entry) == 'table' then
+      corrupt = 'journal key is not a stream'
+    elseif not entry then
+      -- A created_at no stream id can take (a corrupt hash) fails the
+      -- `enqueued` entry's XADD, nothing written: refused (Lua's pcall, for
+      -- the same reason as the dedup index above).
+      if pcall(materialize, job_key, journal_key) then
+        redis.call('XADD', journal_key, unpack(XADD, 4)) -- the same, without NOMKSTREAM
+      else
+        corrupt = 'created_at field is not a time'
+      end
+    end
+  end
   if corrupt then
     refused[#refused + 1] = id
     refused[#refused + 1] = corrupt
   elseif pending then
-    redis.call('ZREM', KEYS[1], id)
-    materialize(job_key, journal_key)
-    redis.call('HSET', job_key, 'state', 'pending', 'failures', 0, 'eligible_at', now,
-      'updated_at', now, 'note', ARGV[3])
+    redis.call('HSET', job_key, 'state', 'pending', 'failures', '0', 'eligible_at', now_s,
+      'updated_at', now_s, 'note', note)
     redis.call('HDEL', job_key, 'finished_at', 'cancel_requested', 'dead_reason', 'expires_at')
     local member = ok and order_lib(feature_keys, graph_queue_keys, job_keys).arrive(ok, f[8], id) or ''
     if member == '' then
-      back_to_pending(pending, KEYS[2], job_key, id, now, f[5] or false)
+      -- back_to_pending (dedup.lua), its ZADD with the batch's others below.
+      local z = pending_of[pending]
+      if not z then
+        z = {}
+        pending_of[pending] = z
+      end
+      z[#z + 1] = now_s
+      z[#z + 1] = id
+      reindex(KEYS[2], job_key, id, f[5] or false)
     else
       redis.call('HSET', job_key, 'ordered', member) -- behind its key's other jobs
     end
-    -- A fresh start, not a retry after a failure: out of the `retrying`
-    -- index, where a job the claim quarantined may have been left (keys.lua).
-    redis.call('ZREM', retrying_key(prefix), id)
     if f[6] and f[6] ~= '' then offload_repend(prefix, job_key, id) end
-    journal(journal_key, now, 'retried', f[3], ARGV[3], nil,
-      {'failures_before', f[4] or '0'}, f[7] or '')
-    out[#out + 1] = id
+    moved[#moved + 1] = id
+    kinds[#kinds + 1] = f[7] or ''
+    runs[#runs + 1] = f[3] or '0'
   end
 end
-out[1] = #out - 1
-wake_workers(KEYS[3], out[1])
-for _, v in ipairs(refused) do
-  out[#out + 1] = v
+-- `cmd key` with all of `list` (in chunks: unpack takes a few thousand values at most).
+local function each_chunk(cmd, key, list)
+  for j = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, j, math.min(j + 999, #list)))
+  end
 end
+local n = #moved
+if n > 0 then
+  each_chunk('ZREM', KEYS[1], moved)
+  for k = 4, 7 do
+    if pending_of[KEYS[k]] then each_chunk('ZADD', KEYS[k], pending_of[KEYS[k]]) end
+  end
+  -- A fresh start, not a retry after a failure: out of the `retrying`
+  -- index, where a job the claim quarantined may have been left (keys.lua).
+  each_chunk('ZREM', retrying_key(prefix), moved)
+end
+wake_workers(KEYS[3], n)
+if events_stream then emit_many('retried', now_s, moved, kinds, runs, nil, note) end
+local out = {n}
+for _, v in ipairs(moved) do out[#out + 1] = v end
+for _, v in ipairs(refused) do out[#out + 1] = v end
 return out

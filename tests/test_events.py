@@ -206,3 +206,30 @@ async def test_a_stream_of_the_wrong_type_loses_events_never_a_transition(queue:
     states = {j: (await queue.get(j)).state for j in (one, *many, doomed)}  # type: ignore[union-attr]
     assert states == {**{j: vr.JobState.COMPLETED for j in (one, *many)}, doomed: vr.JobState.DEAD}
     assert await r.get(queue.keys.events) == b"not a stream"
+
+
+async def test_an_operators_retry_of_many_is_one_entry_with_their_note(queue: vr.Queue) -> None:
+    """retry_dead.lua writes one entry per call (events.lua emit_many), the note shared; each
+    job's failure count before the retry stays in its journal (``failures_before``)."""
+    await queue.set_events(True)
+    ids = await queue.enqueue_many([Doomed() for _ in range(3)])
+    await drain(queue, DoomedJob)
+    before = await queue.client.redis.xlen(queue.keys.events)
+    assert sorted(await queue.retry_dead()) == sorted(ids)
+    assert await queue.client.redis.xlen(queue.keys.events) == before + 1
+    got = [e for e in await _all(queue) if e.event == "retried"]
+    assert sorted(e.job_id for e in got) == sorted(ids)
+    assert {(e.kind, e.run, e.note) for e in got} == {(Doomed.KIND, 1, "retried by an operator")}
+    entry = got[0].id.split("/")[0]
+    assert [e.id for e in got] == [f"{entry}/{k}" for k in range(3)]
+    # One job (``venturi job retry``): the one-job form, the same fields.
+    await drain(queue, DoomedJob)
+    assert await queue.retry(ids[0])
+    last = (await _all(queue))[-1]
+    assert (last.event, last.job_id, last.kind, last.run) == ("retried", ids[0], Doomed.KIND, 2)
+    assert last.note == "retried by an operator" and "/" not in last.id
+    journal = await queue.journal(ids[0])
+    assert [(j.event, j.details.get("failures_before")) for j in journal if j.event == "retried"] == [
+        ("retried", "1"),
+        ("retried", "1"),
+    ]

@@ -120,12 +120,15 @@ async def test_cancel_jobs_and_purge_refuse_a_state_they_cannot_act_on(q: vr.Que
         await q.purge("pending", kind="echo")
 
 
+@pytest.mark.parametrize("tail", [2, 50])
 async def test_pages_and_batches_many_deaths_in_one_millisecond_safe_to_run_twice(
-    q: vr.Queue, clock: list[int], monkeypatch: pytest.MonkeyPatch
+    q: vr.Queue, clock: list[int], monkeypatch: pytest.MonkeyPatch, tail: int
 ) -> None:
     """Small pages and batches: every job of a page of one score is read, none twice, and a
-    run cut short by its limit is finished by running it again."""
+    run cut short by its limit is finished by running it again. ``tail``: a page's members
+    read with their scores (bulk._page), fewer than a page's or all of them."""
     monkeypatch.setattr(bulk, "PAGE", 3)
+    monkeypatch.setattr(bulk, "TAIL", tail)
     monkeypatch.setattr(bulk, "BATCH", 2)
     same = await kill(q, [Doomed() for _ in range(7)], at=BASE, clock=clock)
     later = await kill(q, [Picky(permanent=True) for _ in range(4)], at=BASE + 10, clock=clock)
@@ -146,6 +149,28 @@ async def test_pages_and_batches_many_deaths_in_one_millisecond_safe_to_run_twic
     assert (last.scanned, last.matched, last.done, last.skipped) == (4, 4, 4, 0)
 
 
+@pytest.mark.parametrize("tail", [1, 2, 3, 50])
+@pytest.mark.parametrize("remove", [False, True])
+async def test_score_pages_read_each_member_once_in_order(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch, tail: int, remove: bool
+) -> None:
+    """bulk._score_pages, pages of 3 over runs of one score longer and shorter than a page and
+    its tail: every member once, by score, whether the reader removes what it read or not."""
+    monkeypatch.setattr(bulk, "PAGE", 3)
+    monkeypatch.setattr(bulk, "TAIL", tail)
+    scores = [1, 2, 2, 3, 3, 3, 3, 4, 5, 5, 6, 7, 7, 7, 8]
+    key = q.keys.dead  # any sorted set of the queue's slot
+    r = q.client.redis
+    await r.zadd(key, {f"m{i:02}": score for i, score in enumerate(scores)})
+    seen: list[str] = []
+    async for page in bulk._score_pages(r, key, "-inf", "+inf"):
+        assert page
+        seen += page
+        if remove:
+            await r.zrem(key, *page)
+    assert seen == [f"m{i:02}" for i in range(len(scores))]
+
+
 async def test_a_job_retried_meanwhile_is_skipped(
     q: vr.Queue, clock: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -161,6 +186,46 @@ async def test_a_job_retried_meanwhile_is_skipped(
     reports: list[vr.BulkProgress] = []
     assert await q.retry_dead(on_progress=reports.append) == ids[1:]
     assert (reports[-1].matched, reports[-1].done, reports[-1].skipped) == (3, 2, 1)
+
+
+async def test_a_batch_moves_each_job_once_and_one_without_a_journal_gets_its_enqueued_entry(
+    q: vr.Queue, clock: list[int]
+) -> None:
+    """retry_dead.lua writes a batch's set moves once for all its jobs (an id given twice is
+    moved once), and a dead job whose journal is gone gets its `enqueued` entry first."""
+    ids = await kill(q, [Doomed() for _ in range(3)], at=BASE, clock=clock)
+    r = q.client.redis
+    await r.delete(q.keys.journal(ids[0]))
+    got = await q.store.retry_dead([ids[0], ids[1], ids[0], ids[2]], "n")
+    assert got.moved == ids
+    assert got.refused == {}
+    assert await dead_ids(q) == set()
+    assert (await q.counts())["pending"] == 3
+    raw = await r.xrange(q.keys.journal(ids[0]))
+    assert [f[b"event"] for _, f in raw] == [b"enqueued", b"retried"]
+    assert [f[b"event"] for _, f in await r.xrange(q.keys.journal(ids[1]))][-1] == b"retried"
+
+
+async def test_a_job_that_would_fail_the_call_half_way_is_refused_with_nothing_written(
+    q: vr.Queue, clock: list[int]
+) -> None:
+    """retry_dead.lua writes a batch's set moves after its loop: a job whose write could raise
+    (a dedup index of another type, a created_at no stream id takes) is refused before its
+    first write, and the batch's other jobs move whole, none left half way."""
+    ids = await kill(q, [Doomed() for _ in range(4)], at=BASE, clock=clock)
+    r = q.client.redis
+    await r.hset(q.keys.job(ids[1]), "dedup", "k1")
+    await r.set(q.keys.dedup, "not a hash")
+    await r.delete(q.keys.journal(ids[2]))
+    await r.hset(q.keys.job(ids[2]), "created_at", "9" * 30)
+    got = await q.store.retry_dead(ids, "n")
+    assert got.moved == [ids[0], ids[3]]
+    assert got.refused == {ids[1]: "dedup index is not a hash", ids[2]: "created_at field is not a time"}
+    assert await dead_ids(q) == {ids[1], ids[2]}
+    for jid in ids[1:3]:
+        assert await r.hget(q.keys.job(jid), "state") == b"dead"
+    assert not await r.exists(q.keys.journal(ids[2]))
+    assert (await q.counts())["pending"] == 2
 
 
 async def test_cancel_jobs_by_kind_and_enqueue_time(q: vr.Queue, clock: list[int]) -> None:

@@ -19,7 +19,8 @@
 --   completions): event, at, n, jobs (the ids, space-separated), kind (when
 --   they all share one) or kinds (one per job, newline-separated: a KIND is
 --   printable, so it holds no newline), and runs (space-separated) unless
---   every run is the same, then run, then the fields every job of the entry
+--   every run is the same, then run, then note when the jobs share one (an
+--   operator's retry of many), then the fields every job of the entry
 --   shares (a claim's worker). One XADD per call instead of one per job: a
 --   batch of 100 completions costs the stream one entry, not 100.
 --
@@ -99,12 +100,13 @@ end
 -- Append one entry for the jobs `ids` (with their `kinds` and `runs`, lists
 -- of the same length) that took `event` at `at` in this call: the one-job
 -- form for one job, else the many-jobs form (see the top of this file).
--- `extra`: field, value pairs every job of the entry shares (a claim's worker).
-local function emit_many(event, at, ids, kinds, runs, extra)
+-- `extra`: field, value pairs every job of the entry shares (a claim's worker);
+-- `note`: the note they share (optional: nil or '' is none).
+local function emit_many(event, at, ids, kinds, runs, extra, note)
   local n = #ids
   if n == 0 then return end
   if n == 1 then
-    emit(ids[1], kinds[1], event, at, runs[1], nil, extra)
+    emit(ids[1], kinds[1], event, at, runs[1], note, extra)
     return
   end
   local args = {'XADD', events_stream, 'MAXLEN', '~', events_cap, '*',
@@ -119,6 +121,10 @@ local function emit_many(event, at, ids, kinds, runs, extra)
   args[#args + 1] = same_kind and kind or table.concat(kinds, '\n')
   args[#args + 1] = same_run and 'run' or 'runs'
   args[#args + 1] = same_run and str(run) or table.concat(runs, ' ')
+  if note ~= nil and note ~= false and note ~= '' then
+    args[#args + 1] = 'note'
+    args[#args + 1] = note
+  end
   if extra then
     for i = 1, #extra do args[#args + 1] = extra[i] end
   end

@@ -10,22 +10,34 @@
 -- @include states.lua
 
 -- The job's fields (an HMGET of `fields`, whose first must be 'state'), or
--- nil and what is wrong: a job key that is not a hash, a journal key that is
--- not a stream, a hash with fields but no state, or a state that is none. A job with no hash at all
--- comes back as fields with f[1] nil: the caller's "does not exist".
-local function read_job(job_key, journal_key, fields)
+-- nil and what is wrong with its hash: a key that is not a hash, a hash
+-- with fields but no state, or a state that is none. A job with no hash at
+-- all comes back as fields with f[1] nil: the caller's "does not exist".
+-- The journal is the caller's to check (read_job below; retry_dead.lua's
+-- XADD NOMKSTREAM checks it with its write).
+local function read_hash(job_key, fields)
   local f = redis.pcall('HMGET', job_key, unpack(fields))
   if f.err then
     return nil, 'job key is not a hash'
-  end
-  if not journal_ok(journal_key) then
-    return nil, 'journal key is not a stream'
   end
   if not f[1] and redis.call('EXISTS', job_key) == 1 then
     return nil, 'state field is missing'
   end
   if f[1] and not JOB_STATES[f[1]] then
     return nil, 'state field "' .. string.sub(f[1], 1, 64) .. '" is not a job state'
+  end
+  return f, nil
+end
+
+-- read_hash's fields and checks, and the journal's: a journal key that is
+-- not a stream is refused too.
+local function read_job(job_key, journal_key, fields)
+  local f, corrupt = read_hash(job_key, fields)
+  if corrupt then
+    return nil, corrupt
+  end
+  if not journal_ok(journal_key) then
+    return nil, 'journal key is not a stream'
   end
   return f, nil
 end

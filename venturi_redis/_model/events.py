@@ -1,9 +1,10 @@
 """A queue's event, as ``queue.events()`` yields it (from a ``venturi:{q}:events`` entry).
 
 An entry says one job's transition, or, written by a script that moved many
-jobs at once (an enqueue of many, a claim, a batch of completions), the same
-transition of each of them (lua/include/events.lua): ``QueueEvent.all_from_stream``
-gives one event per job either way.
+jobs at once (an enqueue of many, a claim, a batch of completions, an
+operator's retry of many dead jobs), the same transition of each of them
+(lua/include/events.lua): ``QueueEvent.all_from_stream`` gives one event per
+job either way.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from .sealing import Encryption
 
 # The fields every event has; the rest are its journal entry's own (``details``).
 _CORE = {"event", "job", "kind", "at", "run", "note", "value"}
-# The many-jobs form's fields (events.lua).
-_MANY = {"event", "at", "n", "jobs", "kind", "kinds", "run", "runs"}
+# The many-jobs form's fields (events.lua); the rest are shared by its jobs (``details``).
+_MANY = {"event", "at", "n", "jobs", "kind", "kinds", "run", "runs", "note"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +92,18 @@ class QueueEvent:
         if len(kinds) != n or len(runs) != n:  # an entry written by hand: its jobs only
             kinds, runs = [""] * n, [0] * n
         event, at = p.text("event"), p.when("at") or ms_to_dt(0)
+        note = p.text("note") or None  # the note they share (an operator's retry), if any
         details = {k: p.text(k) for k in p.f if k not in _MANY}
         return [
-            cls(id=f"{base}/{k}", event=event, job_id=job_id, kind=kind, at=at, run=run, details=details)
+            cls(
+                id=f"{base}/{k}",
+                event=event,
+                job_id=job_id,
+                kind=kind,
+                at=at,
+                run=run,
+                note=note,
+                details=details,
+            )
             for k, (job_id, kind, run) in enumerate(zip(ids, kinds, runs, strict=True))
         ]

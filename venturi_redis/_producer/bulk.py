@@ -41,12 +41,16 @@ from .reads import _text
 if TYPE_CHECKING:
     from .base import QueueLike
 
-# Candidates read per page (one ZRANGEBYSCORE, then one pipeline of reads).
+# Candidates read per page (one round trip of two ZRANGEBYSCORE: _page; then one
+# pipeline of reads when a filter reads the jobs' fields).
 PAGE = 1000
-# Jobs per script call: about half a millisecond of Redis's time for a dead
-# retry, so a live worker's claim never waits long behind a redrive
-# (benchmarks/redrive.py measures both).
-BATCH = 25
+# Of a page, the members read with their scores (the others without: _page).
+TAIL = 50
+# Jobs per script call: about a fifth of a millisecond of Redis's time for a
+# dead retry (~100k instructions a job, benchmarks/redrive_cost.py), so a live
+# worker's enqueue or claim never waits long behind a redrive; a million still
+# go in well under a minute (benchmarks/redrive.py measures both).
+BATCH = 15
 
 # The states ``cancel_jobs`` takes (cancel.lua: a running job's cancel is a request).
 CANCELLABLE = ("pending", "suspended", "waiting", "running")
@@ -193,6 +197,37 @@ def _bound(value: float) -> str:
     return str(int(value)) if value == int(value) else repr(value)
 
 
+async def _page(redis: Any, key: str, lo: str, hi: str) -> tuple[list[str], float, int]:
+    """The first ``PAGE`` members of ``key`` scored in [lo, hi], the last one's score, and how
+    many at the page's end have that score (``PAGE`` when it cannot tell: all of them may).
+
+    The members are read without their scores but the last ``TAIL`` (in one
+    round trip): a score costs Redis a double formatted in its reply, more
+    than the member itself, and the pager needs only where the last score
+    starts. A page whose tail is all one score (a burst of deaths within a
+    millisecond), or that changed between the two reads, is read again with
+    every score.
+    """
+    k = min(TAIL, PAGE)
+    pipe = redis.pipeline(transaction=False)
+    pipe.zrangebyscore(key, lo, hi, start=0, num=PAGE)
+    pipe.zrangebyscore(key, lo, hi, start=PAGE - k, num=k, withscores=True)
+    members, tail = await pipe.execute()
+    page = [_text(m) for m in members]
+    if len(page) < PAGE:
+        return page, 0.0, 0
+    last = float(tail[-1][1]) if tail else 0.0
+    at_last = sum(1 for _, s in tail if float(s) == last)
+    if at_last < k and [_text(m) for m, _ in tail] == page[-k:]:
+        return page, last, at_last
+    rows = await redis.zrangebyscore(key, lo, hi, start=0, num=PAGE, withscores=True)
+    page = [_text(m) for m, _ in rows]
+    if len(page) < PAGE:
+        return page, 0.0, 0
+    last = float(rows[-1][1])
+    return page, last, sum(1 for _, s in rows if float(s) == last)
+
+
 async def _score_pages(redis: Any, key: str, lo: str, hi: str) -> AsyncIterator[list[str]]:
     """The members of ``key`` scored in [lo, hi], ascending, page by page, read afresh each page.
 
@@ -203,16 +238,14 @@ async def _score_pages(redis: Any, key: str, lo: str, hi: str) -> AsyncIterator[
     and the next starts past it.
     """
     while True:
-        rows = await redis.zrangebyscore(key, lo, hi, start=0, num=PAGE, withscores=True)
-        if not rows:
+        page, last, at_last = await _page(redis, key, lo, hi)
+        if not page:
             return
-        if len(rows) < PAGE:
-            yield [_text(m) for m, _ in rows]
+        if len(page) < PAGE:
+            yield page
             return
-        last = float(rows[-1][1])
-        head = [_text(m) for m, s in rows if float(s) != last]
-        if head:
-            yield head
+        if at_last < len(page):
+            yield page[: len(page) - at_last]
             lo = _bound(last)
             continue
         same: list[str] = []

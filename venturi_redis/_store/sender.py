@@ -7,7 +7,8 @@ of these, and only these:
   source by ``EVAL``, which caches it again, so a restarted server or a
   ``SCRIPT FLUSH`` is never noticed);
 - ``call_on_lane``: on the enqueue lane (``_transport/lane.py``) when it is
-  free, else through the pool: a single enqueue's short path;
+  free, else through the pool: a single enqueue's short path, and a
+  redrive's calls one after another (``retry_dead``);
 - ``pipeline``: several calls in one round trip (NOSCRIPT replies redone
   singly), the worker's batched transitions and claims;
 - ``transaction``: several calls of one slot in one MULTI/EXEC (Redis runs

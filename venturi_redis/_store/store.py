@@ -278,9 +278,14 @@ class QueueStore:
         return int(await self.sender.call(call)) == 1
 
     async def retry_dead(self, ids: Sequence[str], note: str) -> Retried:
-        """Dead jobs back to pending, failures reset; the moved ids and the refused ones."""
+        """Dead jobs back to pending, failures reset; the moved ids and the refused ones.
+
+        On the lane when it is free: a redrive is one call after another, and
+        the lane's round trip costs the client about half the pool's CPU
+        (``_transport/lane.py``), CPU a live worker on the same cores needs.
+        """
         call = calls_ops.retry_dead(self.keys, self.sender.now(), ids=ids, note=note)
-        return calls_ops.retried(await self.sender.call(call))
+        return calls_ops.retried(await self.sender.call_on_lane(call))
 
     async def purge(self, state: str, *, keep_ms: int | None, batch: int, most: int | None = None) -> Purged:
         """Remove up to ``batch`` of the oldest finished jobs of ``state`` that finished more than

@@ -1,4 +1,5 @@
-"""A connection of the client's own for the enqueue script.
+"""A connection of the client's own for the enqueue script (and a redrive's
+``retry_dead`` calls, one after another: ``Store.retry_dead``).
 
 redis-py sends every command through its pool (take a connection, check it,
 put it back), its retry wrapper and its response callbacks, and reads every
