@@ -233,7 +233,13 @@ class _Runner:
         )
 
     async def claim(self, count: int) -> tuple[int, int, list[Job]]:
-        claimed = await self.host.claim(self.queue, self._claim_op(count))
+        op = self._claim_op(count)
+        if self.batching is not None and self.batching.claim_apart:
+            # Batch jobs only lately: the claim goes out now, on a round trip
+            # of its own, while the last claim's batches run (batch.py).
+            claimed = await self.queue.store.send(op)
+        else:
+            claimed = await self.host.claim(self.queue, op)
         return claimed.now, claimed.next, jobs_of(self.queue, claimed)
 
     async def idle_claim(self, want: int, seconds: float) -> tuple[int, int, list[Job]] | None:
@@ -414,7 +420,7 @@ class _Runner:
                 free = self.batching.claimable(w.batch_size)
             if free <= 0:
                 self.poke = asyncio.Event()
-                await self._wait(None)
+                await self._wait(None if self.batching is None else self.batching.recheck)
                 idle_for = None
                 continue
             # Fresh events before the claim: a wake-up or an interrupt that

@@ -1,0 +1,106 @@
+"""How a worker claims batch jobs: the next claim overlaps the last one's completions, bounded.
+
+While its claims bring batch jobs only, a runner sends each claim at once on
+a round trip of its own, instead of in the completer's next pipeline (where
+it would wait for the batches of the last claim to run and for their
+completions to be written). The jobs it has ahead (claimed and not yet in a
+handler, or ended with their ending not yet written) stay within
+``MAX_AHEAD``, and each keeps its lease while it waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import drain, events
+from venturi_redis._worker import completer as completer_module
+from venturi_redis._worker.batch import MAX_AHEAD, MAX_CLAIM
+from venturi_redis._worker.runner import _Runner
+
+pytestmark = pytest.mark.anyio
+
+
+class Item(vr.Task):
+    KIND: ClassVar[str] = "batch.item"
+    n: int
+
+
+class Items(Item, vr.BatchHandler[Any]):
+    BATCH_SIZE: ClassVar[int] = 100
+
+    @classmethod
+    async def handle_batch(cls, items: Sequence[vr.BatchItem[Item]], state: Any) -> None:
+        return None
+
+
+def _slow_completions(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The completer's pipelines reach Redis ``seconds`` late (the claims do not go through them)."""
+    real = completer_module.send_ops
+
+    async def slow(sender: Any, ops: Any) -> list[Any]:
+        await anyio.sleep(seconds)
+        return await real(sender, ops)
+
+    monkeypatch.setattr(completer_module, "send_ops", slow)
+
+
+def _watch_claims(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Per claim reply: (jobs the runner held before it, jobs it holds after its dispatch)."""
+    seen: list[tuple[int, int]] = []
+    real = _Runner._dispatch
+
+    def dispatch(self: _Runner, jobs: list[Any], now: int = 0) -> None:
+        before = len(self.active)
+        real(self, jobs, now)
+        seen.append((before, len(self.active)))
+
+    monkeypatch.setattr(_Runner, "_dispatch", dispatch)
+    return seen
+
+
+async def test_the_next_claim_does_not_wait_for_the_last_ones_completions(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _slow_completions(monkeypatch, 0.05)
+    seen = _watch_claims(monkeypatch)
+    n = 4 * MAX_CLAIM
+    ids = await queue.enqueue_many([Item(n=i) for i in range(n)])
+    await drain(queue, Items, concurrency=10)
+    assert (await queue.counts())["completed"] == n
+    # A claim came back while the jobs of an earlier one were still on the
+    # books (ended, their completions not yet written): it overlapped them.
+    assert any(before > 0 for before, _ in seen), seen
+    assert await events(queue, ids[-1]) == ["enqueued", "claimed", "completed"]
+
+
+async def test_a_batch_drain_keeps_its_jobs_ahead_bounded(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Completions written far slower than claims come back: without a bound,
+    # the claims would take the whole queue ahead of the writes.
+    _slow_completions(monkeypatch, 0.1)
+    seen = _watch_claims(monkeypatch)
+    n = 3 * MAX_AHEAD
+    await queue.enqueue_many([Item(n=i) for i in range(n)])
+    await drain(queue, Items, concurrency=100)
+    assert (await queue.counts())["completed"] == n
+    # The no-op batches run after the dispatch: every job held then is ahead.
+    assert max(after for _, after in seen) <= MAX_AHEAD, seen
+
+
+async def test_jobs_claimed_ahead_keep_their_leases(queue: vr.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each completion pipeline waits longer than a lease: the jobs waiting
+    # for it, and those claimed meanwhile, are renewed, never reclaimed.
+    _slow_completions(monkeypatch, 0.3)
+    n = 2 * MAX_CLAIM
+    ids = await queue.enqueue_many([Item(n=i) for i in range(n)])
+    await drain(queue, Items, concurrency=10, lease=0.2, reclaim_interval=0.05)
+    assert (await queue.counts())["completed"] == n
+    for job_id in ids[:: MAX_CLAIM // 5]:
+        journal = await events(queue, job_id)
+        assert journal == ["enqueued", "claimed", "completed"], journal
