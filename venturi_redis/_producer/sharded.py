@@ -490,6 +490,7 @@ def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:
         retrying=sum(p.retrying for p in parts),
         trim_lag_seconds=max(p.trim_lag_seconds for p in parts),
         over_retention=sum(p.over_retention for p in parts),
+        ordered=sum(p.ordered for p in parts),
     )
 
 
