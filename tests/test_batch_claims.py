@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 import venturi_redis as vr
-from tests.helpers import drain, events
+from tests.helpers import drain, events, make_worker
 from venturi_redis._worker import completer as completer_module
 from venturi_redis._worker.batch import MAX_AHEAD, MAX_CLAIM
 from venturi_redis._worker.runner import _Runner
@@ -96,11 +96,30 @@ async def test_a_batch_drain_keeps_its_jobs_ahead_bounded(
 async def test_jobs_claimed_ahead_keep_their_leases(queue: vr.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     # Each completion pipeline waits longer than a lease: the jobs waiting
     # for it, and those claimed meanwhile, are renewed, never reclaimed.
-    _slow_completions(monkeypatch, 0.3)
+    _slow_completions(monkeypatch, 1.5)
     n = 2 * MAX_CLAIM
     ids = await queue.enqueue_many([Item(n=i) for i in range(n)])
-    await drain(queue, Items, concurrency=10, lease=0.2, reclaim_interval=0.05)
+    await drain(queue, Items, concurrency=10, lease=1.0, reclaim_interval=0.05)
     assert (await queue.counts())["completed"] == n
     for job_id in ids[:: MAX_CLAIM // 5]:
         journal = await events(queue, job_id)
         assert journal == ["enqueued", "claimed", "completed"], journal
+
+
+async def test_a_serving_worker_claims_again_once_the_completions_are_written(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Outside until_idle nothing pokes the claim loop when an ending is
+    # written: past the bound it looks again on its own, and the queue drains.
+    _slow_completions(monkeypatch, 0.1)
+    seen = _watch_claims(monkeypatch)
+    n = 2 * MAX_AHEAD
+    await queue.enqueue_many([Item(n=i) for i in range(n)])
+    worker = make_worker(queue, Items, concurrency=100)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(30):
+            while (await queue.counts())["completed"] < n:
+                await anyio.sleep(0.05)
+        worker.shutdown()
+    assert max(after for _, after in seen) <= MAX_AHEAD, seen
