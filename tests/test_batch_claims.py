@@ -3,9 +3,10 @@
 While its claims bring batch jobs only, a runner sends each claim at once on
 a round trip of its own, instead of in the completer's next pipeline (where
 it would wait for the batches of the last claim to run and for their
-completions to be written). The jobs it has ahead (claimed and not yet in a
-handler, or ended with their ending not yet written) stay within
-``MAX_AHEAD``, and each keeps its lease while it waits.
+completions to be written). The jobs it has ahead (claimed and waiting for
+a slot, or ended with their ending not yet written) stay within
+``MAX_AHEAD``, and each keeps its lease while it waits; a forming batch's
+jobs wait for their batch, which still fills to its ``BATCH_SIZE``.
 """
 
 from __future__ import annotations
@@ -127,3 +128,28 @@ async def test_a_serving_worker_claims_again_once_the_completions_are_written(
                 await anyio.sleep(0.05)
         worker.shutdown()
     assert max(after for _, after in seen) <= MAX_AHEAD, seen
+
+
+class Big(vr.Task):
+    KIND: ClassVar[str] = "batch.big"
+    n: int
+
+
+class BigBatches(Big, vr.BatchHandler[dict[str, Any]]):
+    BATCH_SIZE: ClassVar[int] = 4 * MAX_CLAIM  # more than MAX_AHEAD: filled over several claims
+    BATCH_WAIT: ClassVar[float] = 5.0
+
+    @classmethod
+    async def handle_batch(cls, items: Sequence[vr.BatchItem[Big]], state: dict[str, Any]) -> None:
+        state.setdefault("sizes", []).append(len(items))
+        return None
+
+
+async def test_a_batch_larger_than_the_bound_still_fills(queue: vr.Queue) -> None:
+    # The jobs of a forming batch are not "ahead": they wait for their batch,
+    # which fills over several claims of at most MAX_CLAIM each.
+    n = BigBatches.BATCH_SIZE
+    await queue.enqueue_many([Big(n=i) for i in range(n)])
+    state: dict[str, Any] = {}
+    await drain(queue, BigBatches, state=state, concurrency=2)
+    assert state["sizes"] == [n]

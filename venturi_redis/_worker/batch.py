@@ -29,8 +29,9 @@ How jobs become batches, per runner (one queue):
   pipeline: there it waited for the last claim's batches to run and went with
   their completions, so Redis and the worker took turns. Now Redis runs the
   next claim and the last completions while the batches run. The jobs ahead
-  (claimed and not yet in a handler, or ended with their ending not yet
-  written) stay within ``MAX_AHEAD``: past it the claim loop waits, looking
+  (claimed and waiting to start, but for a forming batch's, which wait for
+  their batch; or ended with their ending not yet written) stay within
+  ``MAX_AHEAD``: past it the claim loop waits, looking
   again every ``_RECHECK`` seconds (an ending's write pokes nobody). Every
   one of them is in the runner's ``active``, so its lease is renewed.
 - At a shutdown, held jobs and forming batches are released unstarted.
@@ -86,7 +87,8 @@ log = logging.getLogger("venturi_redis.worker")
 # A larger BATCH_SIZE fills over several claims, within its BATCH_WAIT.
 MAX_CLAIM = 500
 # Most jobs a runner has ahead while its claims bring batch jobs only: claimed
-# and not yet in a handler, or ended with their ending not yet written. Three
+# and waiting for a slot (a forming batch's jobs wait for their batch: not
+# counted), or ended with their ending not yet written. Three
 # claims' worth: one claim's batches running, the completions of the one before
 # at Redis, and the next claim in flight (benchmarks/README.md, "Batch handlers
 # against single jobs").
@@ -201,7 +203,8 @@ class Batching:
             return 0  # a slot first
         runner = self.runner
         free = self.host.concurrency - runner.busy
-        room = sum(b.room for b in self.batchers.values())  # forming batches hold their slot already
+        # Forming batches hold their slot already; a larger one fills over several claims.
+        room = min(MAX_CLAIM, sum(b.room for b in self.batchers.values()))
         ordinary, self.saw_ordinary = self.saw_ordinary, False
         self.claim_apart = not ordinary
         if free <= 0:
@@ -215,8 +218,10 @@ class Batching:
         # Such a claim goes out while the last one's batches run (runner.py's
         # claim): the jobs ahead (claimed and not started, or ended and their
         # ending not yet written) stay within MAX_AHEAD, which keeps the claims
-        # from running ahead of the completions' writes.
-        ahead = len(runner.active) - self.in_handlers - (runner.busy - self.slots)
+        # from running ahead of the completions' writes. A forming batch's
+        # jobs wait for their batch, not for a slot: not ahead.
+        forming = sum(len(b.forming) for b in self.batchers.values())
+        ahead = len(runner.active) - self.in_handlers - (runner.busy - self.slots) - forming
         if ahead + want > MAX_AHEAD:
             self.recheck = _RECHECK  # nothing pokes the claim loop when an ending is written
             return 0
