@@ -153,3 +153,12 @@ async def test_a_batch_larger_than_the_bound_still_fills(queue: vr.Queue) -> Non
     state: dict[str, Any] = {}
     await drain(queue, BigBatches, state=state, concurrency=2)
     assert state["sizes"] == [n]
+
+
+async def test_a_claim_larger_than_the_bound_goes_when_nothing_is_ahead(queue: vr.Queue) -> None:
+    # concurrency 3,100: a claim's batch_size (half of it) is above MAX_AHEAD.
+    concurrency = 2 * MAX_AHEAD + 100
+    n = 3 * MAX_CLAIM
+    await queue.enqueue_many([Item(n=i) for i in range(n)])
+    await drain(queue, Items, concurrency=concurrency)
+    assert (await queue.counts())["completed"] == n

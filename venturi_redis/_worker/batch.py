@@ -29,11 +29,12 @@ How jobs become batches, per runner (one queue):
   pipeline: there it waited for the last claim's batches to run and went with
   their completions, so Redis and the worker took turns. Now Redis runs the
   next claim and the last completions while the batches run. The jobs ahead
-  (claimed and waiting to start, but for a forming batch's, which wait for
-  their batch; or ended with their ending not yet written) stay within
-  ``MAX_AHEAD``: past it the claim loop waits, looking
-  again every ``_RECHECK`` seconds (an ending's write pokes nobody). Every
-  one of them is in the runner's ``active``, so its lease is renewed.
+  (claimed and waiting for a slot, or ended with their ending not yet
+  written; a forming batch's jobs wait for their batch and do not count)
+  stay within ``MAX_AHEAD``: past it the claim loop waits, looking again
+  every ``_RECHECK`` seconds (an ending's write pokes nobody); with none
+  ahead, it always claims. Every one of them is in the runner's ``active``,
+  so its lease is renewed.
 - At a shutdown, held jobs and forming batches are released unstarted.
 
 A worker without a batch handler has no ``Batching`` (``runner.batching`` is
@@ -88,10 +89,10 @@ log = logging.getLogger("venturi_redis.worker")
 MAX_CLAIM = 500
 # Most jobs a runner has ahead while its claims bring batch jobs only: claimed
 # and waiting for a slot (a forming batch's jobs wait for their batch: not
-# counted), or ended with their ending not yet written. Three
-# claims' worth: one claim's batches running, the completions of the one before
-# at Redis, and the next claim in flight (benchmarks/README.md, "Batch handlers
-# against single jobs").
+# counted), or ended with their ending not yet written. Three claims' worth:
+# one claim's batches running, the completions of the one before at Redis,
+# and the next claim in flight (benchmarks/README.md, "Batch handlers against
+# single jobs").
 MAX_AHEAD = 3 * MAX_CLAIM
 _RECHECK = 0.002
 _NOT_STARTED = "released on worker shutdown (not started)"
@@ -216,13 +217,14 @@ class Batching:
         if ordinary:
             return want
         # Such a claim goes out while the last one's batches run (runner.py's
-        # claim): the jobs ahead (claimed and not started, or ended and their
-        # ending not yet written) stay within MAX_AHEAD, which keeps the claims
-        # from running ahead of the completions' writes. A forming batch's
-        # jobs wait for their batch, not for a slot: not ahead.
+        # claim): the jobs ahead (claimed and waiting for a slot, or ended and
+        # their ending not yet written) stay within MAX_AHEAD, which keeps the
+        # claims from running ahead of the completions' writes. A forming
+        # batch's jobs wait for their batch, not for a slot: not ahead. With
+        # none ahead a claim always goes (a batch_size above the bound too).
         forming = sum(len(b.forming) for b in self.batchers.values())
         ahead = len(runner.active) - self.in_handlers - (runner.busy - self.slots) - forming
-        if ahead + want > MAX_AHEAD:
+        if ahead > 0 and ahead + want > MAX_AHEAD:
             self.recheck = _RECHECK  # nothing pokes the claim loop when an ending is written
             return 0
         return want
