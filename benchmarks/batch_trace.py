@@ -1,7 +1,6 @@
 """Where a batch drain's time goes: Redis idle, worker idle, round trips (issue 40).
 
-Usage (from the repository root; starts its own redis-server; Redis's idle
-time needs ``strace``)::
+Usage (from the repository root, on Linux; starts its own redis-server)::
 
     .venv/bin/python benchmarks/batch_trace.py [ROOT ...] [--n 20000] [--rounds 3]
 
@@ -9,22 +8,24 @@ For each checkout ROOT (default: this one; another made with ``git worktree
 add`` or ``git archive``), in rounds alternating between them, one worker
 process at concurrency 100 drains ``n`` no-op jobs of a ``vr.BatchHandler``
 at ``BATCH_SIZE`` 100 (benchmarks/batch_drain.py's ``batch no-op``), and
-prints:
+prints, for Redis (its main thread) and for the worker (its event loop's
+thread), from ``/proc/.../schedstat`` across the drain:
 
-- ``redis idle``: the share of the drain Redis spent waiting for a command
-  (``strace -e epoll_wait`` on the redis-server: the time inside the calls
-  that blocked), ``worker idle`` the worker's (its event loop's ``select``),
-  and ``both busy`` the share when neither waited: how much the two overlap.
-  On a loaded machine "busy" also counts waiting for a CPU;
-- ``claims``, ``pipelines``: the claim calls, and the completer's pipelines
-  (a claim that rides in one is counted in both);
-- ``held at claim``: the most jobs the runner held (claimed, running, or
-  ended with their ending not yet written) when a claim's reply came: 0 when
-  each claim waits for the last claim's completions.
+- ``CPU µs/job``: time on a CPU;
+- ``runq``: the share of the drain it was ready to run but waited for a CPU
+  (the machine's other load; about 0 on a quiet machine);
+- ``idle``: the rest, the share it had nothing to do: Redis waiting for the
+  worker's next command, the worker for Redis's replies. A drain in which
+  the two take turns shows both idle a good part of the time; one that
+  overlaps them leaves Redis, the side with more work per job, near 0;
 
-The timings are read by wrapping the worker's internals of that checkout
-(``_Runner.claim``, the completer's ``_Batch._send``): a diagnostic, not an
-API.
+and ``claims``, ``pipelines`` (the claim calls, and the completer's
+pipelines: a claim that rides in one is counted in both) and ``held at
+claim``: the most jobs the runner held (claimed, running, or ended with
+their ending not yet written) when a claim's reply came, 0 when each claim
+waits for the last claim's completions. The counts are read by wrapping
+the checkout's worker internals (``_Runner.claim``, the completer's
+``_Batch._send``): a diagnostic, not an API.
 """
 
 from __future__ import annotations
@@ -33,10 +34,9 @@ import argparse
 import asyncio
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,32 +44,14 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def _union(iv: list[tuple[float, float]]) -> list[list[float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(iv):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
+def _sched(path: str) -> tuple[float, float]:
+    """A thread's time on a CPU and waiting for one, in seconds (``/proc/.../schedstat``)."""
+    on_cpu, waiting, _ = Path(path).read_text().split()
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
 
 
-def _overlap(a: list[list[float]], b: list[list[float]]) -> float:
-    i = j = 0
-    total = 0.0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            total += hi - lo
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
-async def drain(root: str, url: str, n: int, ready: Any) -> dict[str, Any]:
-    """One drain: its figures, the worker's idle intervals and the drain's span (``t0``, ``t1``)."""
+async def drain(root: str, url: str, pid: int, n: int) -> dict[str, Any]:
+    """One drain of the checkout at ``root``: its figures (see the module docstring)."""
     sys.path.insert(0, root)
     import redis
 
@@ -105,84 +87,25 @@ async def drain(root: str, url: str, n: int, ready: Any) -> dict[str, Any]:
         await q.enqueue_many([Noop(i=i) for i in range(start, min(n, start + 1000))])
     worker = vr.Worker(q, concurrency=100, handle_signals=False)
     worker.register(BatchJob)
-    await asyncio.to_thread(ready)  # strace attached
-    selector = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
-    real_select = selector.select
-    worker_idle: list[tuple[float, float]] = []
-
-    def select(timeout: float | None = None) -> Any:
-        a = time.time()
-        got = real_select(timeout)
-        worker_idle.append((a, time.time()))
-        return got
-
-    selector.select = select
-    info = sync.info("cpu")
-    cpu0 = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-    t0 = time.time()
+    redis_stat = f"/proc/{pid}/schedstat"  # redis-server's main thread: the one that runs commands
+    own_stat = f"/proc/{os.getpid()}/task/{threading.get_native_id()}/schedstat"  # the event loop's
+    r0, w0 = _sched(redis_stat), _sched(own_stat)
+    t0 = time.perf_counter()
     await worker.run(until_idle=True)
-    t1 = time.time()
-    selector.select = real_select
-    info = sync.info("cpu")
-    cpu1 = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    span = time.perf_counter() - t0
+    r1, w1 = _sched(redis_stat), _sched(own_stat)
     await client.aclose()
-    return {
-        "jobs_s": n / (t1 - t0),
-        "redis_us_per_job": (cpu1 - cpu0) / n * 1e6,
-        **counts,
-        "t0": t0,
-        "t1": t1,
-        "worker_idle": worker_idle,
-    }
-
-
-def child(root: str, url: str, pid: int, n: int) -> dict[str, Any]:
-    """A drain with Redis's idle time read by strace (when there is one)."""
-    out_file = f"/tmp/batch_trace.{os.getpid()}.strace"
-    tracer = None
-
-    def ready() -> None:
-        nonlocal tracer
-        if shutil.which("strace"):
-            tracer = subprocess.Popen(
-                ["strace", "-q", "-tt", "-T", "-e", "trace=epoll_wait", "-p", str(pid), "-o", out_file],
-                stderr=subprocess.DEVNULL,
-            )
-            time.sleep(0.5)
-
-    result = asyncio.run(drain(root, url, n, ready))
-    t0, t1 = result.pop("t0"), result.pop("t1")
-    span = t1 - t0
-
-    def clip(iv: list[tuple[float, float]]) -> list[list[float]]:
-        return _union([(max(a, t0), min(b, t1)) for a, b in iv if b > t0 and a < t1])
-
-    w_idle = clip(result.pop("worker_idle"))
-    result["worker_idle"] = sum(b - a for a, b in w_idle) / span
-    if tracer is not None:
-        time.sleep(0.2)
-        tracer.terminate()
-        tracer.wait()
-        lt = time.localtime(t0)
-        midnight = t0 - (lt.tm_hour * 3600 + lt.tm_min * 60 + lt.tm_sec + t0 % 1)
-        r_iv = []
-        for line in Path(out_file).read_text().splitlines():
-            m = re.match(r"(\d+):(\d+):(\d+\.\d+) epoll_wait\(.*<(\d+\.\d+)>", line)
-            if m:
-                h, mi, s, d = m.groups()
-                start = midnight + int(h) * 3600 + int(mi) * 60 + float(s)
-                r_iv.append((start, start + float(d)))
-        os.unlink(out_file)
-        r_idle = clip(r_iv)
-        idle = sum(b - a for a, b in r_idle)
-        result["redis_idle"] = idle / span
-        both_idle = _overlap(r_idle, w_idle)
-        result["both_busy"] = (span - idle - result["worker_idle"] * span + both_idle) / span
-    return result
+    out: dict[str, Any] = {"jobs_s": n / span, **counts}
+    for side, before, after in (("redis", r0, r1), ("worker", w0, w1)):
+        on_cpu, waiting = after[0] - before[0], after[1] - before[1]
+        out[f"{side}_us_per_job"] = on_cpu / n * 1e6
+        out[f"{side}_runq"] = waiting / span
+        out[f"{side}_idle"] = max(0.0, span - on_cpu - waiting) / span
+    return out
 
 
 def _pct(r: dict[str, Any], key: str) -> str:
-    return f"{r[key]:.0%}" if key in r else "n/a"
+    return f"{r[key]:.0%}"
 
 
 def main() -> None:
@@ -194,7 +117,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.child:
         root, url, pid, n = a.child
-        print(json.dumps(child(root, url, int(pid), int(n))))
+        print(json.dumps(asyncio.run(drain(root, url, int(pid), int(n)))))
         return
     sys.path.insert(0, str(HERE.parent))
     from tests.servers import RedisServer
@@ -202,10 +125,10 @@ def main() -> None:
     roots = [str(Path(r).resolve()) for r in a.roots] or [str(HERE.parent)]
     print(f"{a.n:,} batch no-op jobs per drain, concurrency 100, BATCH_SIZE 100")
     print(
-        "| checkout | jobs/s | Redis CPU µs/job | redis idle | worker idle | both busy | claims | pipelines "
-        "| held at claim |"
+        "| checkout | jobs/s | Redis CPU µs/job | Redis idle | Redis runq | worker CPU µs/job | worker idle "
+        "| worker runq | claims | pipelines | held at claim |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     with RedisServer() as server:
         assert server.proc is not None
         for _ in range(a.rounds):
@@ -219,8 +142,8 @@ def main() -> None:
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 print(
                     f"| {root} | {r['jobs_s']:,.0f} | {r['redis_us_per_job']:.1f} | {_pct(r, 'redis_idle')} "
-                    f"| {_pct(r, 'worker_idle')} | {_pct(r, 'both_busy')} | {r['claims']} | {r['pipelines']} "
-                    f"| {r['held_at_claim']} |",
+                    f"| {_pct(r, 'redis_runq')} | {r['worker_us_per_job']:.1f} | {_pct(r, 'worker_idle')} "
+                    f"| {_pct(r, 'worker_runq')} | {r['claims']} | {r['pipelines']} | {r['held_at_claim']} |",
                     flush=True,
                 )
 

@@ -419,8 +419,13 @@ class _Runner:
                 # Held jobs placed first; then enough to fill a batch (batch.py).
                 free = self.batching.claimable(w.batch_size)
             if free <= 0:
-                self.poke = asyncio.Event()
-                await self._wait(None if self.batching is None else self.batching.recheck)
+                if self.batching is not None and self.batching.recheck is not None:
+                    # Batch jobs ahead at their bound: look again soon (a plain
+                    # sleep: a timed-out wait leaves garbage for the collector).
+                    await anyio.sleep(self.batching.recheck)
+                else:
+                    self.poke = asyncio.Event()
+                    await self._wait(None)
                 idle_for = None
                 continue
             # Fresh events before the claim: a wake-up or an interrupt that
