@@ -85,6 +85,27 @@ def test_stats_json_and_table(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
     assert qname in [r["queue"] for r in every]
 
 
+def test_stats_shows_the_jobs_waiting_on_their_order_key(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    from tests.test_ordering import Step
+
+    for n in range(3):
+        sq.enqueue(Step(key="acct-42", n=n))  # one holder, two waiting behind it
+    sq.enqueue(Step(key="acct-7"))
+    res = venturi("stats", "--redis", rurl, "--queue", qname, "--json")
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)
+    assert row["ordered"] == 2 and row["pending"]["normal"] == 2
+    assert row["ordered"] == sq.counts()["ordered"]
+    table = venturi("stats", "--redis", rurl, "-q", qname)
+    assert table.exit_code == 0, table.output
+    header = next(line for line in table.stdout.splitlines() if "queue" in line and "limited" in line)
+    assert header.split().index("ordered") == header.split().index("limited") + 1
+    (line,) = [ln for ln in table.stdout.splitlines() if ln.strip().startswith(qname)]
+    cells = line.split()
+    # queue, crit, high, normal, low, delayed, retry, wait, limited, ordered (paused is empty)
+    assert cells[3] == "2" and cells[9] == "2", line
+
+
 def test_stats_of_every_queue_survives_one_with_a_wrong_type_key(
     rurl: str, qname: str, sq: vr.SyncQueue
 ) -> None:

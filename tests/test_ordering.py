@@ -459,3 +459,83 @@ async def test_a_batch_handler_gets_one_job_of_a_key_at_a_time_in_order(queue: v
     for k in range(3):
         assert [n for key, n in state["ran"] if key == f"k{k}"] == list(range(k, 12, 3))
     assert (await queue.counts())["completed"] == 12
+
+
+async def test_a_key_a_claim_ended_keeps_the_queue_undrained_until_it_is_let_go(
+    url: str, queue_name: str
+) -> None:
+    # The claim ends an expired holder; its key is let go by the reclaim's
+    # next sweep: until then the key's next job is runnable, not drained.
+    client = vr.Client.from_url(url, clock=Clock())
+    try:
+        queue = client.queue(queue_name)
+        clock = client.clock
+        assert isinstance(clock, Clock)
+        await queue.enqueue(Step(key="b", n=0), expires=1)
+        nxt = await queue.enqueue(Step(key="b", n=1))
+        clock.advance(2)
+        assert await _claim(queue) == []  # it reached the expired holder
+        assert (await queue.counts())["ordered"] == 1
+        assert await queue.is_drained() is False
+        await queue.store.reclaim(batch=100, max_failures="25")
+        assert await queue.is_drained() is False  # the next job is pending now
+        assert [j[0] for j in await _claim(queue)] == [nxt]
+    finally:
+        await client.aclose()
+
+
+async def test_until_idle_waits_for_a_key_a_claim_ended_and_runs_its_next_job(
+    url: str, queue_name: str
+) -> None:
+    client = vr.Client.from_url(url, clock=Clock())
+    try:
+        queue = client.queue(queue_name)
+        clock = client.clock
+        assert isinstance(clock, Clock)
+        held = await queue.enqueue(Step(key="b", n=0), expires=1)
+        nxt = await queue.enqueue(Step(key="b", n=1))
+        paused = await queue.enqueue(Step(key="p", n=0))
+        await queue.pause_key("p")
+        clock.advance(2)
+        state: dict[str, Any] = {}
+        # The reclaim (every 0.05 s here) lets "b" go; "p" stays paused, and
+        # the run still ends: its jobs cannot run until the key is resumed.
+        await drain(queue, StepJob, state=state, reclaim_interval=0.05)
+        assert state["ran"] == [("b", 1, 1)]
+        assert (await _state(queue, held)).state is vr.JobState.DEAD
+        assert (await _state(queue, nxt)).state is vr.JobState.COMPLETED
+        assert (await _state(queue, paused)).state is vr.JobState.PENDING
+        assert await queue.is_drained() is True
+    finally:
+        await client.aclose()
+
+
+async def test_the_testing_drain_lets_an_ended_holders_key_go_and_leaves_a_paused_key(
+    url: str, queue_name: str
+) -> None:
+    from venturi_redis.testing import drain as test_drain
+
+    client = vr.Client.from_url(url, clock=Clock())
+    try:
+        queue = client.queue(queue_name)
+        clock = client.clock
+        assert isinstance(clock, Clock)
+        held = await queue.enqueue(Step(key="b", n=0), expires=1)
+        nxt = await queue.enqueue(Step(key="b", n=1))
+        await queue.enqueue(Step(key="p", n=0))
+        await queue.pause_key("p")
+        waiting = await queue.enqueue(Step(key="p", n=1))
+        clock.advance(2)
+        state: dict[str, Any] = {}
+        with anyio.fail_after(20):
+            report = await test_drain(queue, StepJob, state=state)
+        assert [i.id for i in report.completed] == [nxt]
+        assert [i.id for i in report.dead] == [held]
+        assert (await _state(queue, waiting)).state is vr.JobState.PENDING
+        assert (await queue.counts())["ordered"] == 2
+        await queue.resume_key("p")
+        with anyio.fail_after(20):
+            report = await test_drain(queue, StepJob, state=state)
+        assert [i.id for i in report.completed][-1] == waiting
+    finally:
+        await client.aclose()

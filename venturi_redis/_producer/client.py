@@ -315,12 +315,22 @@ class Queue(QueueFeatures):
         return await _reads.counts(self.client, [self.keys])
 
     async def is_drained(self) -> bool:
-        """Nothing pending (delayed and retry-waiting included) and nothing running."""
+        """Nothing pending (delayed, retry-waiting and parked on a limit included) and nothing running.
+
+        A job waiting on its order key counts while its key will let it go
+        by itself: behind a holder that is pending or running (counted as
+        such), or behind one that a claim ended (cancelled, expired,
+        quarantined), whose key the reclaim's next sweep lets go
+        (``order:ended``). Jobs waiting on a paused key (``pause_key``) or
+        behind a suspended holder do not count, as suspended jobs do not:
+        none of them runs until someone resumes the key or the job.
+        """
         pipe = self.client.redis.pipeline(transaction=False)
         for p in PRIORITIES_HIGH_FIRST:
             pipe.zcard(self.keys.pending(p))
         pipe.zcard(self.keys.running)
         pipe.zcard(self.keys.limits_parked)
+        pipe.scard(self.keys.order_ended)
         counts: list[int] = await pipe.execute()
         return sum(counts) == 0
 

@@ -85,6 +85,9 @@ class QueueStats:
             ``vr.Retention`` the workers record (the defaults before one has).
         over_retention: Finished jobs past their state's count bound
             (``max_completed``...), not yet trimmed.
+        ordered: Pending jobs waiting on their order key (behind an earlier
+            job of the key, or on a paused key), not counted in ``pending``
+            (``queue.counts()["ordered"]``).
     """
 
     queue: str
@@ -104,6 +107,7 @@ class QueueStats:
     retrying: int = 0
     trim_lag_seconds: float = 0.0
     over_retention: int = 0
+    ordered: int = 0
 
     @property
     def eligible(self) -> int:
@@ -126,6 +130,7 @@ class QueueStats:
             "lag_seconds": self.lag_seconds,
             "completed_last_minute": self.completed_last_minute,
             "limited": self.limited,
+            "ordered": self.ordered,
             "retrying": self.retrying,
             "at": self.at.isoformat(),
             "waiting": self.waiting,
@@ -218,8 +223,8 @@ async def stats(queue: QueueLike) -> QueueStats:
 
 # What stats_commands queues on a pipeline: stats_from reads that many replies
 # (COUNT_COMMANDS without the trim lag's reads: the dashboard's refresh).
-STATS_COMMANDS = 26
-COUNT_COMMANDS = 22
+STATS_COMMANDS = 27
+COUNT_COMMANDS = 23
 
 
 def stats_commands(pipe: Any, queue: QueueLike, now: int, *, trim_lag: bool = True) -> None:
@@ -237,6 +242,7 @@ def stats_commands(pipe: Any, queue: QueueLike, now: int, *, trim_lag: bool = Tr
     pipe.zcard(k.waiting)
     pipe.zcard(k.limits_parked)
     pipe.zcard(k.retrying)
+    pipe.zcard(k.order_queue)
     if trim_lag:
         # Trimming's progress: each finished set's oldest, and the retention the workers record.
         for key in (k.completed, k.dead, k.cancelled):
@@ -258,7 +264,19 @@ def stats_from(queue: QueueLike, now: int, res: list[Any], *, trim_lag: bool = T
             score = float(head[0][1])
             oldest = score if oldest is None else min(oldest, score)
     counts = res[12:COUNT_COMMANDS]
-    running, suspended, completed, dead, cancelled, last_minute, paused, waiting, limited, retrying = counts
+    (
+        running,
+        suspended,
+        completed,
+        dead,
+        cancelled,
+        last_minute,
+        paused,
+        waiting,
+        limited,
+        retrying,
+        ordered,
+    ) = counts
     held: dict[FinishedState, int] = {
         "completed": int(completed),
         "dead": int(dead),
@@ -289,6 +307,7 @@ def stats_from(queue: QueueLike, now: int, res: list[Any], *, trim_lag: bool = T
         retrying=int(retrying),
         trim_lag_seconds=max(0.0, lag),
         over_retention=over,
+        ordered=int(ordered),
     )
 
 

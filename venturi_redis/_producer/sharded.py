@@ -332,11 +332,12 @@ class ShardedQueue:
         return {q.name: await q.counts() for q in self.partitions}
 
     async def is_drained(self) -> bool:
-        """Nothing pending and nothing running in any partition."""
+        """Nothing pending and nothing running in any partition (``Queue.is_drained``)."""
         pipe = self.client.redis.pipeline(transaction=False)
         for q in self.partitions:
             for key in [*q.keys.pending_high_first, q.keys.running, q.keys.limits_parked]:
                 pipe.zcard(key)
+            pipe.scard(q.keys.order_ended)
         return sum(int(n) for n in await pipe.execute()) == 0
 
     async def resume(self, job_id: str, value: Any = None) -> int:
@@ -489,6 +490,7 @@ def merge_stats(name: str, parts: Sequence[QueueStats]) -> QueueStats:
         retrying=sum(p.retrying for p in parts),
         trim_lag_seconds=max(p.trim_lag_seconds for p in parts),
         over_retention=sum(p.over_retention for p in parts),
+        ordered=sum(p.ordered for p in parts),
     )
 
 

@@ -24,6 +24,17 @@ How jobs become batches, per runner (one queue):
   renewed, not started) until a slot frees; a batch job of a KIND whose new
   batch has no slot likewise. The claim loop places held jobs before it
   claims again, so no handler runs beyond ``concurrency``.
+- While its claims bring batch jobs only, a claim goes out at once on a
+  round trip of its own (runner.py's ``claim``), not in the completer's next
+  pipeline: there it waited for the last claim's batches to run and went with
+  their completions, so Redis and the worker took turns. Now Redis runs the
+  next claim and the last completions while the batches run. The jobs ahead
+  (claimed and waiting for a slot, or ended with their ending not yet
+  written; a forming batch's jobs wait for their batch and do not count)
+  stay within ``MAX_AHEAD``: past it the claim loop waits, looking again
+  every ``_RECHECK`` seconds (an ending's write pokes nobody); with none
+  ahead, it always claims. Every one of them is in the runner's ``active``,
+  so its lease is renewed.
 - At a shutdown, held jobs and forming batches are released unstarted.
 
 A worker without a batch handler has no ``Batching`` (``runner.batching`` is
@@ -76,6 +87,14 @@ log = logging.getLogger("venturi_redis.worker")
 # Redis, so it is kept to the size of enqueue_many's chunks (ENQUEUE_CHUNK).
 # A larger BATCH_SIZE fills over several claims, within its BATCH_WAIT.
 MAX_CLAIM = 500
+# Most jobs a runner has ahead while its claims bring batch jobs only: claimed
+# and waiting for a slot (a forming batch's jobs wait for their batch: not
+# counted), or ended with their ending not yet written. Three claims' worth:
+# one claim's batches running, the completions of the one before at Redis,
+# and the next claim in flight (benchmarks/README.md, "Batch handlers against
+# single jobs").
+MAX_AHEAD = 3 * MAX_CLAIM
+_RECHECK = 0.002
 _NOT_STARTED = "released on worker shutdown (not started)"
 
 
@@ -108,6 +127,7 @@ class BatchRunner(Protocol):
     """What batching asks of its runner (runner.py's ``_Runner`` is one)."""
 
     queue: Queue
+    active: dict[str, Job]
     busy: int
     poke: asyncio.Event
     inbox: _Inbox
@@ -133,6 +153,16 @@ class Batching:
         # then fills one batch only, so that a mixed queue's ordinary jobs are
         # not taken by the hundred to wait here for a slot.
         self.saw_ordinary = False
+        # Whether the next claim goes out at once on a round trip of its own
+        # (batch jobs only lately), not in the completer's next pipeline.
+        self.claim_apart = False
+        # Slots the batches hold (forming or in their handler), and the jobs of
+        # the batches in their handler: what is not "ahead" (claimable()).
+        self.slots = 0
+        self.in_handlers = 0
+        # How long the claim loop waits before it asks claimable() again when
+        # the jobs ahead are at their bound (None: until it is poked).
+        self.recheck: float | None = None
 
     def place(self, job: Job) -> bool:
         """Take a claimed job the dispatch cannot start at once: True if taken here.
@@ -166,20 +196,38 @@ class Batching:
 
     def claimable(self, batch_size: int) -> int:
         """Place the held jobs that now fit; then how many jobs the next claim may ask for (0: wait)."""
+        self.recheck = None
         held = self.held
         while held and self._place(held[0]):
             held.popleft()
         if held:
             return 0  # a slot first
-        free = self.host.concurrency - self.runner.busy
-        room = sum(b.room for b in self.batchers.values())  # forming batches hold their slot already
+        runner = self.runner
+        free = self.host.concurrency - runner.busy
+        # Forming batches hold their slot already; a larger one fills over several claims.
+        room = min(MAX_CLAIM, sum(b.room for b in self.batchers.values()))
         ordinary, self.saw_ordinary = self.saw_ordinary, False
+        self.claim_apart = not ordinary
         if free <= 0:
             return room
         # Only batch jobs lately: a batch per free slot, up to MAX_CLAIM (fewer
         # round trips: a drain of batch jobs is bound by them, not by the CPU).
         fill = self.largest if ordinary else min(MAX_CLAIM, free * self.largest)
-        return max(min(free, batch_size), room, fill)
+        want = max(min(free, batch_size), room, fill)
+        if ordinary:
+            return want
+        # Such a claim goes out while the last one's batches run (runner.py's
+        # claim): the jobs ahead (claimed and waiting for a slot, or ended and
+        # their ending not yet written) stay within MAX_AHEAD, which keeps the
+        # claims from running ahead of the completions' writes. A forming
+        # batch's jobs wait for their batch, not for a slot: not ahead. With
+        # none ahead a claim always goes (a batch_size above the bound too).
+        forming = sum(len(b.forming) for b in self.batchers.values())
+        ahead = len(runner.active) - self.in_handlers - (runner.busy - self.slots) - forming
+        if ahead > 0 and ahead + want > MAX_AHEAD:
+            self.recheck = _RECHECK  # nothing pokes the claim loop when an ending is written
+            return 0
+        return want
 
     def stop(self) -> None:
         """The claim loop has stopped: held jobs and forming batches go back to pending, unstarted."""
@@ -204,6 +252,7 @@ class Batching:
         """A batch's handler returned: its slot can take another job or batch."""
         runner = self.runner
         runner.busy -= 1
+        self.slots -= 1
         runner.poke.set()
 
 
@@ -231,6 +280,7 @@ class _Batcher:
             if b.runner.busy >= b.host.concurrency:
                 return False
             b.runner.busy += 1  # the batch's slot, until its handler returns
+            b.slots += 1
             loop = asyncio.get_running_loop()
             # BATCH_WAIT 0: once the claim that brought this job is dispatched.
             self.timer = (
@@ -272,9 +322,11 @@ class _Batcher:
         host = b.host
         completer = host.completer
         try:
+            b.in_handlers += len(jobs)
             try:
                 endings = await execute_batch(host, self.cls, jobs, self.sync)
             finally:
+                b.in_handlers -= len(jobs)
                 b.slot_back()
         except anyio.get_cancelled_exc_class():
             # The worker cancelled the run (the grace ran out, or run() was

@@ -233,7 +233,13 @@ class _Runner:
         )
 
     async def claim(self, count: int) -> tuple[int, int, list[Job]]:
-        claimed = await self.host.claim(self.queue, self._claim_op(count))
+        op = self._claim_op(count)
+        if self.batching is not None and self.batching.claim_apart:
+            # Batch jobs only lately: the claim goes out now, on a round trip
+            # of its own, while the last claim's batches run (batch.py).
+            claimed = await self.queue.store.send(op)
+        else:
+            claimed = await self.host.claim(self.queue, op)
         return claimed.now, claimed.next, jobs_of(self.queue, claimed)
 
     async def idle_claim(self, want: int, seconds: float) -> tuple[int, int, list[Job]] | None:
@@ -413,8 +419,13 @@ class _Runner:
                 # Held jobs placed first; then enough to fill a batch (batch.py).
                 free = self.batching.claimable(w.batch_size)
             if free <= 0:
-                self.poke = asyncio.Event()
-                await self._wait(None)
+                if self.batching is not None and self.batching.recheck is not None:
+                    # Batch jobs ahead at their bound: look again soon (a plain
+                    # sleep: a timed-out wait leaves garbage for the collector).
+                    await anyio.sleep(self.batching.recheck)
+                else:
+                    self.poke = asyncio.Event()
+                    await self._wait(None)
                 idle_for = None
                 continue
             # Fresh events before the claim: a wake-up or an interrupt that

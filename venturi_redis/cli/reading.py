@@ -87,7 +87,8 @@ def stats(
         ),
     ] = None,
 ) -> None:
-    """Per queue: jobs per state (eligible by priority, delayed, retrying, limited...), lag, throughput."""
+    """Per queue: jobs per state (eligible by priority, delayed, retrying, limited, ordered...), lag,
+    throughput."""
 
     async def go(client: Client) -> int:
         names = await chosen_queues(client, queue)
@@ -132,6 +133,7 @@ def stats(
             "retry",
             "wait",
             "limited",
+            "ordered",
             "running",
             "susp",
         ):
@@ -147,6 +149,7 @@ def stats(
                 str(r.retrying),
                 str(r.waiting),
                 str(r.limited),
+                str(r.ordered),
                 str(r.running),
                 str(r.suspended),
                 str(r.dead),

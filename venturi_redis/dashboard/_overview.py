@@ -1,7 +1,7 @@
 """The overview: a row per registered queue, cheap to refresh while a page stays open.
 
 An open overview polls every 5 s (htmx). A refresh reads each queue in one
-pipelined round trip: the ``COUNT_COMMANDS`` (22) reads of ``queue.stats()``
+pipelined round trip: the ``COUNT_COMMANDS`` (23) reads of ``queue.stats()``
 without its trim lag (``venturi stats`` and the metrics say that) and the
 open minutes of the last-hour chart (two ``ZCOUNT``; four in a minute's first
 seconds): 24 commands per queue, 4.8 a second. Redis's clock (``TIME``, the scripts'

@@ -8,8 +8,11 @@ window) are made due by moving the client's ``Clock`` forward to the earliest
 of them, never by sleeping.
 
 What a worker would run, drain runs: jobs parked on a limit (flow control),
-through the same claim and within the same caps, and the schedules due on the
-clock, fired by the worker's own scheduler. A schedule alone never moves the
+through the same claim and within the same caps, the jobs of an order key in
+their key's order (a key whose holder a claim ended, an expired or cancelled
+job, is let go at once instead of at the reclaim's next sweep), and the
+schedules due on the clock, fired by the worker's own scheduler. Jobs waiting
+on a paused order key, like suspended jobs, are left waiting. A schedule alone never moves the
 clock (every schedule has a next fire time: drain would never end); a test
 moves it (``clock.advance``) and drains again.
 """
@@ -154,6 +157,7 @@ async def drain(
         # One worker run per instant of the clock: it runs until nothing is
         # due and nothing runs, then stops, and the clock moves on.
         # shutdown() below stops the run even if it has not got going yet.
+        await _let_go(queue, worker)
         if not await _settled(queue):
             if await _paused(queue):
                 # No worker claims from a paused queue: drain would wait for ever.
@@ -165,6 +169,7 @@ async def drain(
                 tg.start_soon(worker.run)
                 while not (await _settled(queue)) and runs.count < max_runs:
                     await runs.wait()
+                    await _let_go(queue, worker)
                 worker.shutdown()
         report.runs = runs.count
         next_due = await _next_due(queue)
@@ -214,16 +219,28 @@ async def _settled(queue: Queue) -> bool:
     """Nothing running and nothing due now, read in one MULTI (no claim between the reads).
 
     Due: a pending job eligible now, a limited (kind, key) whose turn has come
-    (``limits:ready``, scored by when it may run), or a schedule to fire.
+    (``limits:ready``, scored by when it may run), a schedule to fire, or an
+    order key to let go (``_let_go``). Jobs waiting on a paused order key, or
+    behind a suspended holder, are not due: drain leaves them waiting, as it
+    leaves suspended jobs (``Queue.is_drained`` says the same).
     """
     k = queue.keys
     now = await server_now_ms(queue.client)
     pipe = queue.client.redis.pipeline(transaction=True)
     pipe.zcard(k.running)
+    pipe.scard(k.order_ended)
     for key in (*k.pending_high_first, k.limits_ready, k.schedules_due):
         pipe.zrangebyscore(key, "-inf", now, start=0, num=1)
-    running, *due = await pipe.execute()
-    return int(running) == 0 and not any(due)
+    running, ended, *due = await pipe.execute()
+    return int(running) == 0 and int(ended) == 0 and not any(due)
+
+
+async def _let_go(queue: Queue, worker: Worker[Any]) -> None:
+    """Let go now the order keys of the ordered jobs a claim ended (cancelled, expired,
+    quarantined): the worker's reclaim does it at its next sweep, seconds away,
+    and the key's next job may run (``order:ended``, lua/reclaim.lua)."""
+    if await queue.client.redis.scard(queue.keys.order_ended):
+        await queue.store.reclaim(batch=100, max_failures=worker.max_failures_arg)
 
 
 async def _next_due(queue: Queue) -> int | None:
