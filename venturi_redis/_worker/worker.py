@@ -556,7 +556,7 @@ class Worker(Serving, Generic[StateT]):
                 # the batches may be gone, and this slot may be cancelled any moment.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                     await completer.finish(job, ending, direct=True)
-            else:
+            elif not completer.finish_soon(job, ending):
                 await completer.finish(job, ending)
         except anyio.get_cancelled_exc_class():
             raise
