@@ -485,8 +485,17 @@ class _Runner:
         ``now``: the claim's clock (ms), for an observer's ``job_waited``.
         """
         w = self.host
-        waited = getattr(w.observer, "job_waited", None) if w.observer is not None else None
         batching = self.batching
+        if w.observer is None and batching is None:  # the usual worker: nothing to tell, nothing held
+            active, put = self.active, self.inbox.put
+            self.busy += len(jobs)
+            for job in jobs:
+                active[job.id] = job
+                job.runner = self
+                job.holds_slot = True
+                put(job)
+            return
+        waited = getattr(w.observer, "job_waited", None) if w.observer is not None else None
         for job in jobs:
             self.active[job.id] = job
             if w.observer is not None:
