@@ -57,6 +57,7 @@ from .._model.endings import (
 )
 from .._model.enums import DeadReason
 from .._model.errors import LeaseLostError, PayloadError
+from .._model.outcome import UNSET
 from .._model.task import NoCarry
 from .._store.store import APPLIED, NO_STATE, EndingArgs, Lease, Op, Retained, RunState, send_ops
 from .context import Context
@@ -155,14 +156,21 @@ class Completer:
     def finish_soon(self, job: Job, ending: Ending) -> bool:
         """``finish`` without an await, for the usual run: a completion handed to its
         batch while the worker runs. Whether it was; if not, the caller awaits ``finish``."""
-        if ending.__class__ is not Completed or job.runner is None:
+        if ending.__class__ is not Completed or job.runner is None or self._host.jobs_group is None:
             return False
-        host = self._host
-        if host.jobs_group is None or (batch := self.batch_for(job.queue.client)) is None:
+        # The slot tasks' group is there only while run() runs, and so are the batches.
+        batch = self._batches.get(id(job.queue.client))
+        if batch is None:
             return False
-        state, written = self._state(job, ending)
-        if written is not ending:
-            return False  # its state does not encode: finish() writes the death
+        ctx = job.ctx
+        if ctx is None or (
+            (ctx._attachment is UNSET or ctx._attachment is None) and ctx.carry.__class__ is NoCarry
+        ):
+            state = NO_STATE  # the usual run: nothing to save
+        else:
+            state, written = self._state(job, ending)
+            if written is not ending:
+                return False  # its state does not encode: finish() writes the death
         job.committing = True
         job.runner.release_slot(job)
         job.deferred = True

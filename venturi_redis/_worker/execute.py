@@ -34,6 +34,7 @@ from .._model.task import NoCarry, Task
 from .._store.store import bad_delay
 from .context import Context
 from .failure_log import failed_run
+from .handler import SYNC_HANDLERS
 from .threads import HandlerThreads, call_handler
 
 if TYPE_CHECKING:
@@ -114,7 +115,11 @@ async def execute(host: RunHost, job: Job) -> Ending:
     limit: float | None
     if job.timeout_ms:
         limit = job.timeout_ms / 1000
-    elif _plan(handler_cls).timed if type(task) is handler_cls else type(task).timeout is not _NO_TIMEOUT:
+    elif (
+        (_PLANS.get(handler_cls) or _plan(handler_cls)).timed
+        if type(task) is handler_cls
+        else type(task).timeout is not _NO_TIMEOUT
+    ):
         limit = _task_timeout(task, host.timeout)
     else:
         limit = host.timeout
@@ -123,7 +128,10 @@ async def execute(host: RunHost, job: Job) -> Ending:
         try:
             run_span = _tracing.RUN_SPAN  # venturi_redis.otel, while instrumented
             if limit is None and run_span is None:  # the common case: no scope to pay for
-                outcome = await call_handler(host.handler_threads, task, ctx, host.state)
+                if type(task) in SYNC_HANDLERS:
+                    outcome = await call_handler(host.handler_threads, task, ctx, host.state)
+                else:
+                    outcome = await task.handle(ctx, host.state)  # call_handler's async case, inline
             else:
                 # The run's own deadline (a timeout): a cancellation of this
                 # scope alone, caught here; the worker's (shutdown) passes through.
@@ -182,7 +190,7 @@ def start_run(
     ``registry``: the worker's handlers by KIND (``host.registry``, read once by the caller).
     """
     crypt = job.queue.client.encryption  # encryption at rest (_model/sealing.py), None: off
-    plan = _plan(handler_cls)
+    plan = _PLANS.get(handler_cls) or _plan(handler_cls)
     try:
         task = plan.decode(job.payload if crypt is None else crypt.open(job.payload))
     except PayloadError as exc:

@@ -172,6 +172,17 @@ class _Inbox:
         while self._waiters:
             self._wake_one()
 
+    def take(self) -> Job | None:
+        """A job already waiting, or None (``get`` waits for one)."""
+        items = self._items
+        if not items:
+            return None
+        job = items.popleft()
+        if items and self._spread_at is None and self._waiters:
+            loop = self._spread_at = asyncio.get_running_loop()
+            loop.call_soon(self._spread)
+        return job
+
     async def get(self) -> Job | None:
         items = self._items
         while not items:
@@ -233,8 +244,13 @@ class _Runner:
         once its handler is done, while this task still waits for the run's
         transition, so a runner has twice ``concurrency`` of these.
         """
-        while (job := await self.inbox.get()) is not None:
-            await self.host.run_job(self, job)
+        run_job = self.host.run_job
+        while True:
+            # A job already waiting is taken without a coroutine; else wait for one.
+            job = self.inbox.take()
+            if job is None and (job := await self.inbox.get()) is None:
+                return
+            await run_job(self, job)
 
     def wake(self) -> None:
         self.poke.set()
