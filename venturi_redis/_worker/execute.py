@@ -51,7 +51,7 @@ class _Plan(NamedTuple):
     """What every run of one handler class reads off the class, read at its first run.
 
     A pydantic class's attributes go through its metaclass's ``__getattr__``
-    hook (about a microsecond each); a run read four of them.
+    hook (about a thousand instructions each); a run read four of them.
     """
 
     decode: Callable[[bytes], Any]  # the payload's bytes to the task (codec.model_decoder)
@@ -65,10 +65,13 @@ _PLANS: dict[type[Any], _Plan] = {}
 def _plan(handler_cls: type[Any]) -> _Plan:
     plan = _PLANS.get(handler_cls)
     if plan is None:
-        carry = handler_cls.default_carry()
+        try:
+            no_carry = handler_cls.carry_type() is NoCarry
+        except TaskDefinitionError:  # registration refuses it; a run would end dead, as before
+            no_carry = False
         plan = _PLANS[handler_cls] = _Plan(
             model_decoder(handler_cls),
-            carry if type(carry) is NoCarry else None,
+            handler_cls.default_carry() if no_carry else None,  # NoCarry's: the one shared instance
             handler_cls.timeout is not _NO_TIMEOUT,
         )
     return plan
