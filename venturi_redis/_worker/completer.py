@@ -416,15 +416,22 @@ class _Batch:
         n_claims = len(pipeline)
         pipeline += [op for op, _, claim in ops if not claim]
         first_complete = len(pipeline)
-        by_queue: dict[str, tuple[Queue, list[int]]] = {}
-        for i, (queue, _, _, _) in enumerate(completions):
-            by_queue.setdefault(queue.keys.prefix, (queue, []))[1].append(i)
-        chunks: list[list[int]] = []
-        for queue, indices in by_queue.values():
-            for start in range(0, len(indices), _COMPLETE_BATCH):
-                chunk = indices[start : start + _COMPLETE_BATCH]
+        # By queue (its key prefix: two Queue objects of one queue share a call), in order.
+        by_queue: dict[str, list[tuple[Queue, Completion, Any, Any]]] = {}
+        for entry in completions:
+            prefix = entry[0].keys.prefix
+            group = by_queue.get(prefix)
+            if group is None:
+                by_queue[prefix] = [entry]
+            else:
+                group.append(entry)
+        chunks: list[list[tuple[Queue, Completion, Any, Any]]] = []
+        for group in by_queue.values():
+            store = group[0][0].store
+            for start in range(0, len(group), _COMPLETE_BATCH):
+                chunk = group[start : start + _COMPLETE_BATCH]
                 chunks.append(chunk)
-                pipeline.append(queue.store.complete_op([completions[i][1] for i in chunk], self.retained))
+                pipeline.append(store.complete_op([entry[1] for entry in chunk], self.retained))
         try:
             results = await send_ops(self.client.sender, pipeline)
         except Exception as exc:  # noqa: BLE001 - handed to every waiter, which retries
@@ -441,9 +448,8 @@ class _Batch:
                 future.set_result(value)
         complete_results = results[first_complete:]
         for chunk, per_call in zip(chunks, complete_results, strict=True):
-            for j, i in enumerate(chunk):
-                _, _, done, job = completions[i]
-                value = per_call if isinstance(per_call, BaseException) else per_call[j]
+            values = [per_call] * len(chunk) if isinstance(per_call, BaseException) else per_call
+            for (_, _, done, job), value in zip(chunk, values, strict=True):
                 try:
                     done(job, value)
                 except Exception:
