@@ -1,6 +1,7 @@
 """A worker draining no-op jobs until idle: the process ``worker_cost.py`` runs under callgrind.
 
-Usage: python _cg_worker.py ROOT REDIS_URL CONCURRENCY (ROOT: the checkout whose venturi_redis runs).
+Usage: python _cg_worker.py ROOT REDIS_URL CONCURRENCY [incr] (ROOT: the checkout whose venturi_redis
+runs; ``incr``: the handler sends one ``INCR``, as W2's does, instead of nothing).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any, ClassVar
 
 if __name__ == "__main__":
     sys.path.insert(0, sys.argv[1])
+
+import redis.asyncio
 
 import venturi_redis as vr
 
@@ -25,13 +28,22 @@ class NoopJob(Noop, vr.Handler[Any]):
         return vr.Outcome.completed()
 
 
-async def drain(url: str, concurrency: int) -> None:
+class IncrJob(Noop, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        await state.incr("bench:count")  # W2's handler: one redis-py command
+        return vr.Outcome.completed()
+
+
+async def drain(url: str, concurrency: int, incr: bool = False) -> None:
     client = vr.Client.from_url(url)
-    worker = vr.Worker(client.queue("bench"), concurrency=concurrency, handle_signals=False)
-    worker.register(NoopJob)
+    state = redis.asyncio.Redis.from_url(url) if incr else None
+    worker = vr.Worker(client.queue("bench"), state=state, concurrency=concurrency, handle_signals=False)
+    worker.register(IncrJob if incr else NoopJob)
     await worker.run(until_idle=True)
     await client.aclose()
+    if state is not None:
+        await state.aclose()
 
 
 if __name__ == "__main__":
-    asyncio.run(drain(sys.argv[2], int(sys.argv[3])))
+    asyncio.run(drain(sys.argv[2], int(sys.argv[3]), sys.argv[4:] == ["incr"]))

@@ -2,7 +2,7 @@
 
 Usage (from the repository root; needs valgrind)::
 
-    .venv/bin/python benchmarks/worker_cost.py [ROOT ...] [--concurrency 100]
+    .venv/bin/python benchmarks/worker_cost.py [ROOT ...] [--concurrency 100] [--incr]
 
 For each checkout ROOT (default: this one; another one made with ``git
 worktree add``), a fresh redis-server of its own gets ``small`` then ``large``
@@ -11,6 +11,9 @@ no-op jobs, and a worker process drains each under ``valgrind --tool=callgrind``
 runs' instruction counts over the difference in jobs: the interpreter's
 start-up and the imports cancel out, what is left is the worker's cost per
 job (claim parsing, the handler call, the completion, asyncio, redis-py).
+``--incr``: the handler sends one redis-py ``INCR``, as W2's does (the
+worker's ``_cg_worker.py`` runs from this checkout, so a ROOT older than
+this option gets it too).
 
 Wall-clock CPU per job on this shared 2-core machine swings by 20-30 % between
 two runs of the same code minutes apart (``benchmarks/w2_ab.py`` shows it);
@@ -50,7 +53,7 @@ asyncio.run(main())
 """
 
 
-def instructions(root: str, url: str, n: int, concurrency: int) -> int:
+def instructions(root: str, url: str, n: int, concurrency: int, incr: bool = False) -> int:
     redis.Redis.from_url(url).flushall()
     subprocess.run(
         [sys.executable, "-c", ENQUEUE.format(root=root, here=str(HERE), url=url, n=n)], check=True
@@ -67,6 +70,7 @@ def instructions(root: str, url: str, n: int, concurrency: int) -> int:
                 root,
                 url,
                 str(concurrency),
+                *(["incr"] if incr else []),
             ],
             check=True,
             stdout=subprocess.DEVNULL,
@@ -83,13 +87,14 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=100)
     ap.add_argument("--small", type=int, default=1000)
     ap.add_argument("--large", type=int, default=4000)
+    ap.add_argument("--incr", action="store_true", help="the handler sends one INCR (W2's), not nothing")
     a = ap.parse_args()
     with RedisServer() as server:
         for root in a.roots:
-            lo = instructions(root, server.url, a.small, a.concurrency)
-            hi = instructions(root, server.url, a.large, a.concurrency)
+            lo = instructions(root, server.url, a.small, a.concurrency, a.incr)
+            hi = instructions(root, server.url, a.large, a.concurrency, a.incr)
             per_job = (hi - lo) / (a.large - a.small)
-            label = f"worker process, c={a.concurrency}"
+            label = f"worker process, c={a.concurrency}" + (", INCR handler" if a.incr else "")
             print(f"{root}: {per_job:,.0f} instructions per job ({label})", flush=True)
 
 

@@ -8,13 +8,14 @@ unpickled, and no name read from Redis is ever imported or called.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgpack
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic_core import PydanticSerializationError, SchemaValidator, to_jsonable_python
 
 from .errors import PayloadError
 
@@ -91,6 +92,38 @@ def unpack_model(cls: type[M], raw: bytes) -> M:
         return cls.model_validate(data)
     except ValidationError as exc:
         raise PayloadError(f"stored value does not validate as {cls.__name__}: {_errors(exc)}") from exc
+
+
+def model_decoder(cls: type[M]) -> Callable[[bytes], M]:
+    """``unpack_model`` for one class, with what it reads off the class read now.
+
+    For a caller that decodes the same class again and again (the worker, once
+    per run): reading a pydantic class's attributes goes through its
+    metaclass's ``__getattr__`` hook, and ``unpack_model`` reads two per call.
+    A class that overrides ``model_validate``, or whose validator is not built
+    yet, gets ``unpack_model`` itself. The validator is the one the class has
+    now: a ``model_rebuild(force=True)`` after this call is not seen by the
+    decoder (ask for a new one).
+    """
+    validator = cls.__pydantic_validator__
+    if cls.model_validate.__func__ is not _MODEL_VALIDATE or not isinstance(  # type: ignore[attr-defined]
+        validator, SchemaValidator
+    ):
+        return functools.partial(unpack_model, cls)
+    validate = validator.validate_python
+    unpackb = msgpack.unpackb
+
+    def decode(raw: bytes) -> M:
+        try:
+            data = unpackb(raw, raw=False, strict_map_key=True)
+        except Exception as exc:  # msgpack raises several unrelated exception types
+            raise PayloadError(f"stored value is not valid msgpack ({len(raw)} bytes): {exc}") from exc
+        try:
+            return validate(data)  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            raise PayloadError(f"stored value does not validate as {cls.__name__}: {_errors(exc)}") from exc
+
+    return decode
 
 
 def unpack_as(adapter: TypeAdapter[Any], raw: bytes) -> Any:

@@ -279,27 +279,46 @@ class ClaimReply(NamedTuple):
         """The claimed jobs, in claim order (``CLAIM_FIELDS`` values each in the raw reply).
 
         A list, not a generator: a generator's resumption per job is a Python
-        call on the claim path.
+        call on the claim path. Each field is taken from the reply by one
+        slice per call (``zip``), not by a slice per job, and the common
+        conversions are inline: this runs once per claimed job.
         """
         raw = self.raw
         base = self.token_base
         lease_ms = self.default_lease_ms
+        priority_of = _PRIORITY_OF
         out: list[ClaimedJob] = []
-        for k, i in enumerate(range(2, len(raw), _PER_JOB), 1):
-            job_id, kind, payload, run, prio, created, eligible, extras, history = raw[i : i + _PER_JOB]
+        for k, (job_id, kind, payload, run, prio, created, eligible, extras, history) in enumerate(
+            zip(
+                raw[2::_PER_JOB],
+                raw[3::_PER_JOB],
+                raw[4::_PER_JOB],
+                raw[5::_PER_JOB],
+                raw[6::_PER_JOB],
+                raw[7::_PER_JOB],
+                raw[8::_PER_JOB],
+                raw[9::_PER_JOB],
+                raw[10::_PER_JOB],
+                strict=True,
+            ),
+            1,
+        ):
+            priority = priority_of.get(prio)
+            if priority is None:
+                priority = _priority(prio)
             if extras:
                 lease, carry, failures, maxf, resume, tmo = extras
                 out.append(
                     (
-                        text(job_id),
-                        text(kind),
+                        job_id.decode() if job_id.__class__ is bytes else text(job_id),
+                        kind.decode() if kind.__class__ is bytes else text(kind),
                         payload or b"",
                         carry or b"",
                         int(run),
                         int(failures or 0),
                         f"{base}.{k}",
                         int(lease) if lease else lease_ms,
-                        _priority(prio),
+                        priority,
                         text(maxf),
                         resume or b"",
                         history or [],
@@ -311,15 +330,15 @@ class ClaimReply(NamedTuple):
             else:
                 out.append(
                     (
-                        text(job_id),
-                        text(kind),
+                        job_id.decode() if job_id.__class__ is bytes else text(job_id),
+                        kind.decode() if kind.__class__ is bytes else text(kind),
                         payload or b"",
                         b"",
                         int(run),
                         0,
                         f"{base}.{k}",
                         lease_ms,
-                        _priority(prio),
+                        priority,
                         "",
                         b"",
                         history or [],

@@ -57,8 +57,9 @@ from .._model.endings import (
 )
 from .._model.enums import DeadReason
 from .._model.errors import LeaseLostError, PayloadError
+from .._model.outcome import UNSET
 from .._model.task import NoCarry
-from .._store.store import NO_STATE, EndingArgs, Lease, Op, Retained, RunState, send_ops
+from .._store.store import APPLIED, NO_STATE, EndingArgs, Lease, Op, Retained, RunState, send_ops
 from .context import Context
 
 if TYPE_CHECKING:
@@ -152,6 +153,31 @@ class Completer:
         result: ClaimReply = await batch.submit(op, claim=True)
         return result
 
+    def finish_soon(self, job: Job, ending: Ending) -> bool:
+        """``finish`` without an await, for the usual run: a completion handed to its
+        batch while the worker runs. Whether it was; if not, the caller awaits ``finish``."""
+        if ending.__class__ is not Completed or job.runner is None or self._host.jobs_group is None:
+            return False
+        # The slot tasks' group is there only while run() runs, and so are the batches.
+        batch = self._batches.get(id(job.queue.client))
+        if batch is None:
+            return False
+        ctx = job.ctx
+        if ctx is None or (
+            (ctx._attachment is UNSET or ctx._attachment is None) and ctx.carry.__class__ is NoCarry
+        ):
+            state = NO_STATE  # the usual run: nothing to save
+        else:
+            state, written = self._state(job, ending)
+            if written is not ending:
+                return False  # its state does not encode: finish() writes the death
+        job.committing = True
+        job.runner.release_slot(job)
+        job.deferred = True
+        job.completion = job.queue.store.completion(job.id, job.token, ending, state)
+        batch.complete_soon(job.queue, job.completion, self._completed, job)
+        return True
+
     async def finish(self, job: Job, ending: Ending, *, direct: bool = False) -> None:
         """Write ``ending`` for ``job``'s run.
 
@@ -212,6 +238,9 @@ class Completer:
     def _completed(self, job: Job, reply: Any) -> None:
         """A deferred completion's reply (or error), from its batch; the job is then off the books."""
         host = self._host
+        if reply is APPLIED and host.observer is None:
+            host.job_done(job)  # the usual reply: nothing to tell, log or retry
+            return
         if isinstance(reply, _TRANSIENT) and host.jobs_group is not None:
             # Try again as finish does, in a task of its own (it sleeps between attempts).
             host.jobs_group.start_soon(self._complete_again, job)
@@ -334,19 +363,25 @@ class _Batch:
         self._ops: list[tuple[Op[Any], asyncio.Future[Any], bool]] = []
         self._completions: list[tuple[Queue, Completion, Any, Any]] = []
         self._kick = anyio.Event()
+        # Whether _kick is set: the calls after the first of a round trip skip setting it again.
+        self._kicked = False
 
     async def submit(self, op: Op[Any], *, claim: bool = False) -> Any:
         """Run ``op`` in the next round trip (a claim before that trip's endings): its parsed reply."""
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._ops.append((op, reply, claim))
-        self._kick.set()
+        if not self._kicked:
+            self._kicked = True
+            self._kick.set()
         return await reply
 
     def complete_soon(self, queue: Queue, completion: Completion, done: Any, job: Any) -> None:
         """A completion without waiting: the sender calls ``done(job, result)`` with the job's
         ``Transition`` (or the exception), from its own task."""
         self._completions.append((queue, completion, done, job))
-        self._kick.set()
+        if not self._kicked:
+            self._kicked = True
+            self._kick.set()
 
     async def run(self) -> None:
         """Two senders: while one's pipeline is at Redis, the other gathers and sends the next."""
@@ -363,6 +398,7 @@ class _Batch:
             # Reset and take in one step (no await between): a call added
             # before the reset is taken here, one added after sets the new event.
             self._kick = anyio.Event()
+            self._kicked = False
             ops, self._ops = self._ops, []
             completions, self._completions = self._completions, []
             if not ops and not completions:
@@ -380,15 +416,22 @@ class _Batch:
         n_claims = len(pipeline)
         pipeline += [op for op, _, claim in ops if not claim]
         first_complete = len(pipeline)
-        by_queue: dict[str, tuple[Queue, list[int]]] = {}
-        for i, (queue, _, _, _) in enumerate(completions):
-            by_queue.setdefault(queue.keys.prefix, (queue, []))[1].append(i)
-        chunks: list[list[int]] = []
-        for queue, indices in by_queue.values():
-            for start in range(0, len(indices), _COMPLETE_BATCH):
-                chunk = indices[start : start + _COMPLETE_BATCH]
+        # By queue (its key prefix: two Queue objects of one queue share a call), in order.
+        by_queue: dict[str, list[tuple[Queue, Completion, Any, Any]]] = {}
+        for entry in completions:
+            prefix = entry[0].keys.prefix
+            group = by_queue.get(prefix)
+            if group is None:
+                by_queue[prefix] = [entry]
+            else:
+                group.append(entry)
+        chunks: list[list[tuple[Queue, Completion, Any, Any]]] = []
+        for group in by_queue.values():
+            store = group[0][0].store
+            for start in range(0, len(group), _COMPLETE_BATCH):
+                chunk = group[start : start + _COMPLETE_BATCH]
                 chunks.append(chunk)
-                pipeline.append(queue.store.complete_op([completions[i][1] for i in chunk], self.retained))
+                pipeline.append(store.complete_op([entry[1] for entry in chunk], self.retained))
         try:
             results = await send_ops(self.client.sender, pipeline)
         except Exception as exc:  # noqa: BLE001 - handed to every waiter, which retries
@@ -405,9 +448,8 @@ class _Batch:
                 future.set_result(value)
         complete_results = results[first_complete:]
         for chunk, per_call in zip(chunks, complete_results, strict=True):
-            for j, i in enumerate(chunk):
-                _, _, done, job = completions[i]
-                value = per_call if isinstance(per_call, BaseException) else per_call[j]
+            values = [per_call] * len(chunk) if isinstance(per_call, BaseException) else per_call
+            for (_, _, done, job), value in zip(chunk, values, strict=True):
                 try:
                     done(job, value)
                 except Exception:

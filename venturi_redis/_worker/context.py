@@ -60,7 +60,6 @@ class Context(Generic[CarryT]):
 
     def __init__(
         self,
-        *,
         job_id: str,
         queue: str,
         kind: str,

@@ -15,25 +15,26 @@ import asyncio
 import logging
 import math
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import anyio
 from pydantic import BaseModel
 
 from .._model import tracing as _tracing
-from .._model.codec import pack, unpack, unpack_as, unpack_model
+from .._model.codec import model_decoder, pack, unpack, unpack_as, unpack_model
 from .._model.endings import COMPLETED, Completed, Dead, Ending, Failed, Paused, Suspended
 from .._model.enums import DeadReason
 from .._model.errors import EncryptionKeyMissing, PayloadError, TaskDefinitionError, TaskError
 from .._model.outcome import UNSET, Outcome
 from .._model.redact import scrub, secret_values
 from .._model.sealing import Encryption, missing_key
-from .._model.task import Task
+from .._model.task import NoCarry, Task
 from .._store.store import bad_delay
 from .context import Context
 from .failure_log import failed_run
+from .handler import SYNC_HANDLERS
 from .threads import HandlerThreads, call_handler
 
 if TYPE_CHECKING:
@@ -42,6 +43,40 @@ if TYPE_CHECKING:
 log = logging.getLogger("venturi_redis.worker")
 # Task.timeout itself: a task class that keeps it has no timeout of its own.
 _NO_TIMEOUT = Task.timeout
+# What Outcome.completed() returns: the usual run's outcome, with nothing to encode.
+_DONE = Outcome.completed()
+
+
+class _Plan(NamedTuple):
+    """What every run of one handler class reads off the class, read at its first run.
+
+    A pydantic class's attributes go through its metaclass's ``__getattr__``
+    hook (about a thousand instructions each); a run read four of them.
+    """
+
+    decode: Callable[[bytes], Any]  # the payload's bytes to the task (codec.model_decoder)
+    carry: BaseModel | None  # the shared NoCarry, or None: a fresh default_carry() per run
+    timed: bool  # the class overrides Task.timeout()
+
+
+_PLANS: dict[type[Any], _Plan] = {}
+
+
+def _plan(handler_cls: type[Any]) -> _Plan:
+    plan = _PLANS.get(handler_cls)
+    if plan is None:
+        try:
+            no_carry = handler_cls.carry_type() is NoCarry
+        except TaskDefinitionError:  # registration refuses it; a run would end dead, as before
+            no_carry = False
+        plan = _PLANS[handler_cls] = _Plan(
+            model_decoder(handler_cls),
+            handler_cls.default_carry() if no_carry else None,  # NoCarry's: the one shared instance
+            handler_cls.timeout is not _NO_TIMEOUT,
+        )
+    return plan
+
+
 # Characters of a failed run's traceback kept in its journal entry (the tail).
 TRACEBACK_TAIL = 2048
 
@@ -83,16 +118,23 @@ async def execute(host: RunHost, job: Job) -> Ending:
     limit: float | None
     if job.timeout_ms:
         limit = job.timeout_ms / 1000
-    elif type(task).timeout is _NO_TIMEOUT:
-        limit = host.timeout
-    else:
+    elif (
+        (_PLANS.get(handler_cls) or _plan(handler_cls)).timed
+        if type(task) is handler_cls
+        else type(task).timeout is not _NO_TIMEOUT
+    ):
         limit = _task_timeout(task, host.timeout)
+    else:
+        limit = host.timeout
     try:
         timed_out = False
         try:
             run_span = _tracing.RUN_SPAN  # venturi_redis.otel, while instrumented
             if limit is None and run_span is None:  # the common case: no scope to pay for
-                outcome = await call_handler(host.handler_threads, task, ctx, host.state)
+                if type(task) in SYNC_HANDLERS:
+                    outcome = await call_handler(host.handler_threads, task, ctx, host.state)
+                else:
+                    outcome = await task.handle(ctx, host.state)  # call_handler's async case, inline
             else:
                 # The run's own deadline (a timeout): a cancellation of this
                 # scope alone, caught here; the worker's (shutdown) passes through.
@@ -117,6 +159,8 @@ async def execute(host: RunHost, job: Job) -> Ending:
             note = f"timed out after {limit:g} s"
             failed_run(job.id, job.kind, "timeout", note)
             return Failed(note, backoff=task.backoff())
+        if outcome is _DONE:
+            return COMPLETED  # the usual run: nothing to encode
         if not isinstance(outcome, Outcome):
             got = type(outcome).__name__
             raise TypeError(f"{handler_cls.__qualname__}.handle() must return a vr.Outcome, got {got}")
@@ -149,8 +193,9 @@ def start_run(
     ``registry``: the worker's handlers by KIND (``host.registry``, read once by the caller).
     """
     crypt = job.queue.client.encryption  # encryption at rest (_model/sealing.py), None: off
+    plan = _PLANS.get(handler_cls) or _plan(handler_cls)
     try:
-        task = unpack_model(handler_cls, job.payload if crypt is None else crypt.open(job.payload))
+        task = plan.decode(job.payload if crypt is None else crypt.open(job.payload))
     except PayloadError as exc:
         if (missing := missing_key(job.payload, crypt)) is not None:
             return _key_missing(job, "payload", missing)
@@ -159,6 +204,8 @@ def start_run(
         carry: BaseModel = (
             unpack_model(handler_cls.carry_type(), job.carry if crypt is None else crypt.open(job.carry))
             if job.carry
+            else plan.carry
+            if plan.carry is not None
             else handler_cls.default_carry()
         )
     except (PayloadError, TaskDefinitionError) as exc:
@@ -176,15 +223,9 @@ def start_run(
             return _key_missing(job, "resume input", missing)
         # The value came from queue.resume(); no retry can change it.
         return Dead(DeadReason.INVALID_PAYLOAD, f"resume input does not validate: {exc}")
+    # Positional, in the signature's order (keywords cost more): once per run.
     ctx: Context[Any] = Context(
-        job_id=job.id,
-        queue=job.queue.name,
-        kind=job.kind,
-        run_count=job.run_count,
-        failures=job.failures,
-        history=job.history,
-        carry=carry,
-        resume_input=resume_input,
+        job.id, job.queue.name, job.kind, job.run_count, job.failures, job.history, carry, resume_input
     )
     job.ctx = ctx
     # While the handler runs only (cleared when it returns): ctx -> job -> ctx is

@@ -41,13 +41,15 @@ class Job:
     resume_input: bytes
     history: Sequence[JournalEntry]
     timeout_ms: int = 0  # the job's own run timeout (0: the worker's)
+    started: float = field(default_factory=time.monotonic)
+    # When it became eligible (ms; 0: unknown), for an observer's pickup latency.
+    eligible_at: int = 0
     ctx: Context[Any] | None = None
     lost: bool = False
     cancel_requested: bool = False  # an operator's cancel, seen through `extend`
     # Set once the run's ending is on its way: a renewal that then finds the
     # job finished is our own write landing first, not a lost lease.
     committing: bool = False
-    started: float = field(default_factory=time.monotonic)
     # The claim loop that took it; its slot is given back once the run's
     # ending is on its way (writing it no longer needs the slot).
     runner: SlotOwner | None = None
@@ -56,8 +58,10 @@ class Job:
     # task no longer waits for it, and the completer settles it from there.
     deferred: bool = False
     completion: Completion | None = None
-    # When it became eligible (ms; 0: unknown), for an observer's pickup latency.
-    eligible_at: int = 0
+
+
+# Each priority's label (Priority.label is a property: a call per read).
+_LABELS = {p: p.label for p in Priority}
 
 
 def jobs_of(queue: Queue, claimed: ClaimReply) -> list[Job]:
@@ -65,6 +69,7 @@ def jobs_of(queue: Queue, claimed: ClaimReply) -> list[Job]:
     jobs: list[Job] = []
     started = time.monotonic()
     # Positional, in Job's field order (keywords cost more): once per claimed job.
+    append = jobs.append
     crypt = queue.client.encryption  # opens the attachments of its history, if read
     for (
         job_id,
@@ -83,7 +88,7 @@ def jobs_of(queue: Queue, claimed: ClaimReply) -> list[Job]:
         created,
         eligible,
     ) in claimed.jobs():
-        jobs.append(
+        append(
             Job(
                 queue,
                 job_id,
@@ -99,10 +104,10 @@ def jobs_of(queue: Queue, claimed: ClaimReply) -> list[Job]:
                 resume,
                 # Parsed only if the handler reads it; what the hash implies
                 # (the `enqueued` entry, past runs' claims) put back then.
-                LazyJournal(history, (created, prio.label, eligible), crypt),
+                LazyJournal(history, (created, _LABELS[prio], eligible), crypt),
                 timeout_ms,
-                started=started,
-                eligible_at=int(eligible or created or 0),
+                started,
+                int(eligible or created or 0),
             )
         )
     return jobs

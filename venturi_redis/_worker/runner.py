@@ -123,18 +123,26 @@ class RunnerHost(Protocol):
 
 
 class _Inbox:
-    """Claimed jobs waiting for a slot task: a FIFO that wakes one waiter per job.
+    """Claimed jobs waiting for a slot task: a FIFO whose waiters are woken as the jobs need them.
 
-    A waiter is a bare asyncio future (a wake-up per job; the worker runs on
-    asyncio, as redis.asyncio does).
+    A waiter is a bare asyncio future (the worker runs on asyncio, as
+    redis.asyncio does). A put into an empty inbox wakes one waiter. A slot
+    task that takes a job and leaves others behind schedules a spread for the
+    next loop iteration, which wakes a waiter for each job still there. So a
+    slot whose handler returns without waiting (a quick job) takes the next
+    job itself, in the same task step, and a claim's burst of jobs costs a
+    wake-up or two instead of one per job; a handler that waits lets the
+    spread hand the rest to other slots one loop iteration later.
     """
 
-    __slots__ = ("_closed", "_items", "_waiters")
+    __slots__ = ("_closed", "_items", "_spread_at", "_waiters")
 
     def __init__(self) -> None:
         self._items: deque[Job] = deque()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
+        # The loop a spread is scheduled on (None: none scheduled).
+        self._spread_at: asyncio.AbstractEventLoop | None = None
 
     def _wake_one(self) -> None:
         while self._waiters:
@@ -143,9 +151,20 @@ class _Inbox:
                 waiter.set_result(None)
                 return
 
+    def _spread(self) -> None:
+        """A waiter woken for each job left (more may come than are needed: a woken slot
+        that finds the inbox empty waits again)."""
+        self._spread_at = None
+        for _ in range(len(self._items)):
+            if not self._waiters:
+                return
+            self._wake_one()
+
     def put(self, job: Job) -> None:
-        self._items.append(job)
-        self._wake_one()
+        items = self._items
+        items.append(job)
+        if len(items) == 1:
+            self._wake_one()
 
     def close(self) -> None:
         """No more jobs: every waiter gets None once the queued jobs are taken."""
@@ -153,8 +172,20 @@ class _Inbox:
         while self._waiters:
             self._wake_one()
 
+    def take(self) -> Job | None:
+        """A job already waiting, or None (``get`` waits for one)."""
+        items = self._items
+        if not items:
+            return None
+        job = items.popleft()
+        if items and self._spread_at is None and self._waiters:
+            loop = self._spread_at = asyncio.get_running_loop()
+            loop.call_soon(self._spread)
+        return job
+
     async def get(self) -> Job | None:
-        while not self._items:
+        items = self._items
+        while not items:
             if self._closed:
                 return None
             woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -164,10 +195,14 @@ class _Inbox:
             except BaseException:
                 if woken in self._waiters:
                     self._waiters.remove(woken)
-                elif self._items:
+                elif items:
                     self._wake_one()  # we were handed a job: pass the wake-up on
                 raise
-        return self._items.popleft()
+        job = items.popleft()
+        if items and self._spread_at is None and self._waiters:
+            loop = self._spread_at = asyncio.get_running_loop()
+            loop.call_soon(self._spread)
+        return job
 
 
 class _Runner:
@@ -209,8 +244,13 @@ class _Runner:
         once its handler is done, while this task still waits for the run's
         transition, so a runner has twice ``concurrency`` of these.
         """
-        while (job := await self.inbox.get()) is not None:
-            await self.host.run_job(self, job)
+        run_job = self.host.run_job
+        while True:
+            # A job already waiting is taken without a coroutine; else wait for one.
+            job = self.inbox.take()
+            if job is None and (job := await self.inbox.get()) is None:
+                return
+            await run_job(self, job)
 
     def wake(self) -> None:
         self.poke.set()
@@ -472,8 +512,17 @@ class _Runner:
         ``now``: the claim's clock (ms), for an observer's ``job_waited``.
         """
         w = self.host
-        waited = getattr(w.observer, "job_waited", None) if w.observer is not None else None
         batching = self.batching
+        if w.observer is None and batching is None:  # the usual worker: nothing to tell, nothing held
+            active, put = self.active, self.inbox.put
+            self.busy += len(jobs)
+            for job in jobs:
+                active[job.id] = job
+                job.runner = self
+                job.holds_slot = True
+                put(job)
+            return
+        waited = getattr(w.observer, "job_waited", None) if w.observer is not None else None
         for job in jobs:
             self.active[job.id] = job
             if w.observer is not None:

@@ -556,7 +556,7 @@ class Worker(Serving, Generic[StateT]):
                 # the batches may be gone, and this slot may be cancelled any moment.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                     await completer.finish(job, ending, direct=True)
-            else:
+            elif not completer.finish_soon(job, ending):
                 await completer.finish(job, ending)
         except anyio.get_cancelled_exc_class():
             raise
@@ -579,7 +579,7 @@ class Worker(Serving, Generic[StateT]):
             # Only a run that ends when the work does looks at what is left
             # (the claim loop's idle check, the drain's wait): a serving
             # worker's claim loop was woken when the job's slot came back.
-            runner.wake()
+            runner.poke.set()  # runner.wake()
             if self._until_idle and not runner.active:
                 runner.interrupt.set()  # an idle wait is cut short to check whether all is done
             self._changed.set()
