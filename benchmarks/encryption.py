@@ -1,6 +1,6 @@
 """Encryption at rest's cost on 1 KiB payloads: W1 (enqueue) and W2 (drain), off against on.
 
-Usage (from the repository root; about 30 s, or 3 min with ``--instructions``)::
+Usage (from the repository root; about 30 s, or 8 min with ``--instructions`` on an idle machine)::
 
     .venv/bin/python benchmarks/encryption.py [--jobs 3000] [--rounds 5] [--concurrency 10]
     .venv/bin/python benchmarks/encryption.py --instructions   # needs valgrind
@@ -20,10 +20,19 @@ Redis's own work does not change: the scripts move the same bytes, 34 more.
 
 Wall-clock figures on this shared 2-core machine swing by 20-30 % between two
 runs of the same code (benchmarks/worker_cost.py says why); ``--instructions``
-counts instead, as worker_cost.py does: one process enqueues then drains
-``--small`` and then ``--large`` jobs under callgrind, off and on, and the
-difference over the difference in jobs is the client's instructions per job
-(enqueue and run together), start-up and imports cancelled out.
+counts instead, as worker_cost.py does, each workload in a process of its own
+under callgrind, off and on, with ``--small`` and then ``--large`` jobs:
+W1 enqueues them one after another; W2 drains them (queued beforehand by
+this process, outside callgrind, with the same setting). The difference over
+the difference in jobs is the client's instructions per single enqueue (W1)
+and per job run (W2), start-up and imports cancelled out. Those differences
+swing by a few thousand instructions between runs (the event loop's turns
+follow Redis's timing), so it first counts the cipher alone, 10,000 seals
+and 10,000 opens of the 1 KiB payload against none (the loop's own turn
+included, a few hundred): W1 pays one seal per job and W2 one open (a no-op
+handler writes nothing back), so these over the off figures are the
+overheads without that noise. Callgrind counts user-space instructions only:
+a system call's kernel time (``os.urandom``'s) is not in them.
 """
 
 from __future__ import annotations
@@ -95,23 +104,43 @@ async def one_round(url: str, jobs: int, concurrency: int, encrypted: bool) -> d
     }
 
 
-async def enqueue_and_drain(url: str, jobs: int, concurrency: int, encrypted: bool) -> None:
-    """The ``--instructions`` child: W1 then W2 on ``jobs`` jobs, in this process."""
+async def enqueue(url: str, jobs: int, encrypted: bool) -> None:
+    """W1 of ``--instructions`` (the child under callgrind, and the untimed fill before W2)."""
     redis.Redis.from_url(url).flushall()
     enc = vr.Encryption(keys=[KEY]) if encrypted else None
     async with vr.Client.from_url(url, encryption=enc) as client:
         queue = client.queue("bench")
         for i in range(jobs):
             await queue.enqueue(_task(i))
+
+
+async def drain(url: str, jobs: int, concurrency: int, encrypted: bool) -> None:
+    """W2 of ``--instructions``: the child drains the ``jobs`` the parent queued."""
+    enc = vr.Encryption(keys=[KEY]) if encrypted else None
+    async with vr.Client.from_url(url, encryption=enc) as client:
+        queue = client.queue("bench")
         worker: vr.Worker[Any] = vr.Worker(queue, concurrency=concurrency, handle_signals=False)
         worker.register(BlobJob)
         await worker.run(until_idle=True)
+        counts = await queue.counts()
+        assert counts["completed"] == jobs, counts
 
 
-def instructions(url: str, jobs: int, concurrency: int, encrypted: bool) -> int:
+def instructions(url: str, phase: str, jobs: int, concurrency: int, encrypted: bool) -> int:
+    if phase == "drain":  # the queue filled outside callgrind, by the same client settings
+        anyio.run(enqueue, url, jobs, encrypted)
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "callgrind.out"
-        child = [sys.executable, __file__, "--child", url, str(jobs), str(concurrency), str(int(encrypted))]
+        child = [
+            sys.executable,
+            __file__,
+            "--child",
+            url,
+            phase,
+            str(jobs),
+            str(concurrency),
+            str(int(encrypted)),
+        ]
         subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *child],
             check=True,
@@ -123,18 +152,51 @@ def instructions(url: str, jobs: int, concurrency: int, encrypted: bool) -> int:
         return int(m.group(1))
 
 
+def cipher_loop(phase: str, n: int) -> None:
+    """The ``--instructions`` child for the cipher alone: ``n`` seals, or ``n`` opens, of the payload."""
+    enc = vr.Encryption(keys=[KEY])
+    plain = pack_model(_task(0))
+    sealed = enc.seal(plain)
+    if phase == "seal":
+        for _ in range(n):
+            enc.seal(plain)
+    else:
+        for _ in range(n):
+            enc.open(sealed)
+
+
 def count_instructions(small: int, large: int, concurrency: int) -> None:
+    n = 10_000
+    none = instructions("-", "seal", 0, 0, True)
+    alone = {phase: (instructions("-", phase, n, 0, True) - none) / n for phase in ("seal", "open")}
+    print(
+        f"cipher alone, 1 KiB: seal {alone['seal']:,.0f}, open {alone['open']:,.0f} instructions a call",
+        flush=True,
+    )
+    totals: dict[bool, float] = {False: 0.0, True: 0.0}
     with RedisServer() as server:
-        per_job: dict[bool, float] = {}
-        # off, on, on, off: a drift between the runs falls on both settings
-        counts: dict[tuple[bool, int], int] = {}
-        for encrypted, n in ((False, small), (True, small), (True, large), (False, large)):
-            counts[encrypted, n] = instructions(server.url, n, concurrency, encrypted)
-        for encrypted in (False, True):
-            per_job[encrypted] = (counts[encrypted, large] - counts[encrypted, small]) / (large - small)
-            label = "on " if encrypted else "off"
-            print(f"encryption {label}: {per_job[encrypted]:,.0f} instructions per job (enqueue + run)")
-        print(f"overhead: {(per_job[True] / per_job[False] - 1) * 100:+.1f}%")
+        for phase, label, call in (
+            ("enqueue", "W1, one single enqueue", "seal"),
+            ("drain", f"W2, one job run (c={concurrency})", "open"),
+        ):
+            # off, on, on, off: a drift between the runs falls on both settings
+            counts: dict[tuple[bool, int], int] = {}
+            for encrypted, jobs in ((False, small), (True, small), (True, large), (False, large)):
+                counts[encrypted, jobs] = instructions(server.url, phase, jobs, concurrency, encrypted)
+            per_job = {e: (counts[e, large] - counts[e, small]) / (large - small) for e in (False, True)}
+            for e in (False, True):
+                totals[e] += per_job[e]
+            off, on = per_job[False], per_job[True]
+            print(
+                f"{label}: off {off:,.0f}, on {on:,.0f} instructions, "
+                f"{on - off:+,.0f} ({(on / off - 1) * 100:+.1f}%); "
+                f"its one {call} alone over off: {alone[call] / off * 100:+.1f}%",
+                flush=True,
+            )
+    print(
+        f"both (enqueue + run): off {totals[False]:,.0f}, on {totals[True]:,.0f}, "
+        f"{(totals[True] / totals[False] - 1) * 100:+.1f}%"
+    )
 
 
 def cipher_floor() -> tuple[float, float, int]:
@@ -156,12 +218,20 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=200)
     ap.add_argument("--large", type=int, default=1000)
     ap.add_argument(
-        "--child", nargs=4, metavar=("URL", "JOBS", "CONCURRENCY", "ENCRYPTED"), help=argparse.SUPPRESS
+        "--child",
+        nargs=5,
+        metavar=("URL", "PHASE", "JOBS", "CONCURRENCY", "ENCRYPTED"),
+        help=argparse.SUPPRESS,
     )
     a = ap.parse_args()
     if a.child:
-        url, jobs, conc, encrypted = a.child
-        anyio.run(enqueue_and_drain, url, int(jobs), int(conc), encrypted == "1")
+        url, phase, jobs, conc, encrypted = a.child
+        if phase == "enqueue":
+            anyio.run(enqueue, url, int(jobs), encrypted == "1")
+        elif phase in ("seal", "open"):
+            cipher_loop(phase, int(jobs))
+        else:
+            anyio.run(drain, url, int(jobs), int(conc), encrypted == "1")
         return
     if a.instructions:
         count_instructions(a.small, a.large, a.concurrency)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,8 @@ _KEY_ID = 4
 _NONCE = 12
 _TAG = 16
 _HEAD = len(HEADER_V1) + _KEY_ID
-OVERHEAD = _HEAD + _NONCE + _TAG
+_BODY = _HEAD + _NONCE
+OVERHEAD = _BODY + _TAG
 KEY_BYTES = 32
 
 
@@ -100,7 +101,7 @@ class Encryption:
             (``pip install 'venturi-redis[crypto]'``).
     """
 
-    __slots__ = ("_by_id", "_head", "_sealer", "key_ids")
+    __slots__ = ("_by_id", "_encrypt", "_head", "_openers", "key_ids")
 
     def __init__(self, keys: Sequence[bytes]) -> None:
         if isinstance(keys, (bytes, bytearray, str)) or not isinstance(keys, Sequence):
@@ -129,7 +130,12 @@ class Encryption:
         aesgcm = _aesgcm()
         self._by_id: dict[bytes, Any] = {kid: aesgcm(k) for kid, k in zip(ids, checked, strict=True)}
         self._head = HEADER_V1 + ids[0]
-        self._sealer = self._by_id[ids[0]]
+        self._encrypt: Callable[[bytes, bytes, bytes], bytes] = self._by_id[ids[0]].encrypt
+        # A version-1 header (6 bytes, also the associated data) to its key's decrypt:
+        # one slice and one lookup tell an envelope under a held key from anything else.
+        self._openers: dict[bytes, Callable[[bytes, bytes, bytes], bytes]] = {
+            HEADER_V1 + kid: aead.decrypt for kid, aead in self._by_id.items()
+        }
         #: The keys' ids, as values carry them (8 hex digits), the encrypting key's first.
         self.key_ids: tuple[str, ...] = tuple(kid.hex() for kid in ids)
 
@@ -143,10 +149,9 @@ class Encryption:
 
     def seal(self, plain: bytes) -> bytes:
         """``plain`` encrypted under the first key, in its envelope."""
-        nonce = os.urandom(_NONCE)
+        nonce = os.urandom(_NONCE)  # a fresh random nonce per seal (docs/security.md says why)
         head = self._head
-        sealed: bytes = self._sealer.encrypt(nonce, plain, head)
-        return head + nonce + sealed
+        return head + nonce + self._encrypt(nonce, plain, head)
 
     def holds(self, raw: bytes) -> bool:
         """Whether ``raw`` is an envelope under one of these keys."""
@@ -159,21 +164,28 @@ class Encryption:
             EncryptionKeyMissing: Encrypted under a key this object does not hold.
             PayloadError: An envelope that does not decrypt (damaged, or edited).
         """
+        head = raw[:_HEAD]
+        decrypt = self._openers.get(head)
+        if decrypt is None:
+            return self._open_other(raw)
+        try:
+            return decrypt(raw[_HEAD:_BODY], raw[_BODY:], head)
+        except Exception as exc:  # noqa: BLE001 - cryptography's InvalidTag (imported lazily): damaged or edited
+            if len(raw) < OVERHEAD:
+                raise PayloadError(f"stored value is a truncated envelope ({len(raw)} bytes)") from None
+            raise PayloadError(
+                f"stored value under key id {head[2:].hex()} does not decrypt (damaged or edited): "
+                f"{type(exc).__name__}"
+            ) from None
+
+    def _open_other(self, raw: bytes) -> bytes:
+        """``open`` of a value that is no version-1 envelope under a key held here."""
         if raw[:1] != MAGIC:
             return raw  # written before encryption was turned on (or never sealed)
         kid = sealed_key_id(raw)
         if kid is None:
             raise PayloadError(f"stored value is an envelope of an unknown version ({len(raw)} bytes)")
-        aead = self._by_id.get(raw[2:_HEAD])
-        if aead is None:
-            raise EncryptionKeyMissing(kid, self.key_ids)
-        try:
-            plain: bytes = aead.decrypt(raw[_HEAD : _HEAD + _NONCE], raw[_HEAD + _NONCE :], raw[:_HEAD])
-        except Exception as exc:  # noqa: BLE001 - cryptography's InvalidTag (imported lazily): damaged or edited
-            raise PayloadError(
-                f"stored value under key id {kid} does not decrypt (damaged or edited): {type(exc).__name__}"
-            ) from None
-        return plain
+        raise EncryptionKeyMissing(kid, self.key_ids)
 
 
 def missing_key(raw: bytes, encryption: Encryption | None) -> EncryptionKeyMissing | None:
