@@ -1,4 +1,4 @@
-"""The worker's inbox (runner.py's ``_Inbox``): claimed jobs reach the slot tasks.
+"""The worker's inbox (inbox.py): claimed jobs reach the slot tasks.
 
 A put into an empty inbox wakes one slot; a slot that takes a job and leaves
 others schedules a spread that wakes a slot per job left. These tests hold the
@@ -13,12 +13,12 @@ from typing import Any
 import anyio
 import pytest
 
-from venturi_redis._worker.runner import _Inbox
+from venturi_redis._worker.inbox import Inbox
 
 pytestmark = pytest.mark.anyio
 
 
-async def _slots(inbox: _Inbox, n: int, run: Any) -> None:
+async def _slots(inbox: Inbox, n: int, run: Any) -> None:
     async def slot() -> None:
         while True:
             job = inbox.take()
@@ -33,7 +33,7 @@ async def _slots(inbox: _Inbox, n: int, run: Any) -> None:
 
 async def test_jobs_whose_handlers_wait_each_get_a_slot() -> None:
     """Ten jobs put at once, each waiting until all ten run: the spread must wake a slot per job."""
-    inbox = _Inbox()
+    inbox = Inbox()
     running: set[Any] = set()
     all_in = anyio.Event()
 
@@ -56,7 +56,7 @@ async def test_jobs_whose_handlers_wait_each_get_a_slot() -> None:
 
 async def test_quick_jobs_run_in_order_and_none_is_left() -> None:
     """Jobs that never wait run in put order, across bursts, and close() lets every slot return."""
-    inbox = _Inbox()
+    inbox = Inbox()
     ran: list[int] = []
 
     async def run(job: Any) -> None:
@@ -75,7 +75,7 @@ async def test_quick_jobs_run_in_order_and_none_is_left() -> None:
 
 
 async def test_a_job_put_while_every_slot_is_busy_is_taken_when_one_frees() -> None:
-    inbox = _Inbox()
+    inbox = Inbox()
     release = anyio.Event()
     ran: list[int] = []
 

@@ -1,7 +1,7 @@
 """The per-queue half of a worker: claim loop, idle wake-ups, reclaim, lease renewal.
 
 A ``_Runner`` claims jobs for one queue and hands them to the worker's slot
-tasks through its ``_Inbox``. When the queue has nothing eligible, its claim
+tasks through its ``Inbox`` (inbox.py). When the queue has nothing eligible, its claim
 loop blocks on the queue's wake list with the next claim pipelined behind
 (docs/design.md, "Waking workers").
 
@@ -18,7 +18,6 @@ import math
 import random
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -35,6 +34,7 @@ from .._producer.retention import Retention
 from .._store.store import ClaimReply, Op
 from .._transport.cluster import is_cluster
 from .._transport.redispy import unpooled_connection
+from .inbox import Inbox
 from .job import Job, jobs_of
 
 if TYPE_CHECKING:
@@ -122,89 +122,6 @@ class RunnerHost(Protocol):
         """The metrics label for a KIND."""
 
 
-class _Inbox:
-    """Claimed jobs waiting for a slot task: a FIFO whose waiters are woken as the jobs need them.
-
-    A waiter is a bare asyncio future (the worker runs on asyncio, as
-    redis.asyncio does). A put into an empty inbox wakes one waiter. A slot
-    task that takes a job and leaves others behind schedules a spread for the
-    next loop iteration, which wakes a waiter for each job still there. So a
-    slot whose handler returns without waiting (a quick job) takes the next
-    job itself, in the same task step, and a claim's burst of jobs costs a
-    wake-up or two instead of one per job; a handler that waits lets the
-    spread hand the rest to other slots one loop iteration later.
-    """
-
-    __slots__ = ("_closed", "_items", "_spread_at", "_waiters")
-
-    def __init__(self) -> None:
-        self._items: deque[Job] = deque()
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self._closed = False
-        # The loop a spread is scheduled on (None: none scheduled).
-        self._spread_at: asyncio.AbstractEventLoop | None = None
-
-    def _wake_one(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-
-    def _spread(self) -> None:
-        """A waiter woken for each job left (more may come than are needed: a woken slot
-        that finds the inbox empty waits again)."""
-        self._spread_at = None
-        for _ in range(len(self._items)):
-            if not self._waiters:
-                return
-            self._wake_one()
-
-    def put(self, job: Job) -> None:
-        items = self._items
-        items.append(job)
-        if len(items) == 1:
-            self._wake_one()
-
-    def close(self) -> None:
-        """No more jobs: every waiter gets None once the queued jobs are taken."""
-        self._closed = True
-        while self._waiters:
-            self._wake_one()
-
-    def take(self) -> Job | None:
-        """A job already waiting, or None (``get`` waits for one)."""
-        items = self._items
-        if not items:
-            return None
-        job = items.popleft()
-        if items and self._spread_at is None and self._waiters:
-            loop = self._spread_at = asyncio.get_running_loop()
-            loop.call_soon(self._spread)
-        return job
-
-    async def get(self) -> Job | None:
-        items = self._items
-        while not items:
-            if self._closed:
-                return None
-            woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(woken)
-            try:
-                await woken
-            except BaseException:
-                if woken in self._waiters:
-                    self._waiters.remove(woken)
-                elif items:
-                    self._wake_one()  # we were handed a job: pass the wake-up on
-                raise
-        job = items.popleft()
-        if items and self._spread_at is None and self._waiters:
-            loop = self._spread_at = asyncio.get_running_loop()
-            loop.call_soon(self._spread)
-        return job
-
-
 class _Runner:
     """The per-queue half of a worker: its claim loop, reclaimer and active jobs."""
 
@@ -219,7 +136,7 @@ class _Runner:
         self.poke = asyncio.Event()
         self.idle = False
         # Claimed jobs on their way to the slot tasks (made anew by each run()).
-        self.inbox = _Inbox()
+        self.inbox = Inbox()
         # Set to cut an idle wait short (shutdown; the last job of an
         # until_idle run finishing): pushes onto this worker's stop list.
         self.interrupt = asyncio.Event()

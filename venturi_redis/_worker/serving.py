@@ -20,8 +20,8 @@ from anyio.abc import TaskGroup
 
 from .._model.endings import Released
 from .batch import batching_for
+from .inbox import Inbox
 from .registry import keep_touching
-from .runner import _Inbox
 
 if TYPE_CHECKING:
     from .completer import Completer
@@ -85,7 +85,7 @@ class Serving:
                 async with anyio.create_task_group() as jobs_tg:
                     self._jobs_tg = jobs_tg
                     for r in self._runners:
-                        r.inbox = _Inbox()
+                        r.inbox = Inbox()
                         r.batching = batching_for(self, r)  # type: ignore[arg-type]  # a Worker
                         for _ in range(2 * self.concurrency):
                             jobs_tg.start_soon(r.slot)
