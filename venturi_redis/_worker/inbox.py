@@ -91,8 +91,4 @@ class Inbox:
                 elif items:
                     self._wake_one()  # we were handed a job: pass the wake-up on
                 raise
-        job = items.popleft()
-        if items and self._spread_at is None and self._waiters:
-            loop = self._spread_at = asyncio.get_running_loop()
-            loop.call_soon(self._spread)
-        return job
+        return self.take()
