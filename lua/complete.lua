@@ -109,26 +109,17 @@ for i = 0, n - 1 do
       local note, attachment, carry, result = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
       -- The job's first write: a journal of the wrong type refuses it here,
       -- with nothing written (the reclaim quarantines it at its lease's end).
-      local first = run == '1' -- a first run starts the journal (journal_start compacts it)
+      local first = run == '1' -- a first run starts the journal (journal_add compacts it)
       local entry
       if note == '' and attachment == '' and f[5] then
         -- The usual entry, its fields as arguments: journal_args's table
-        -- (and with_claim's) would cost more than the XADD (journal_start).
-        if first then
-          entry = journal_start(journal_key, 'event', 'completed', 'at', now_s, 'run', run,
-            'worker', f[4] or '', 'claimed_at', f[5])
-        else
-          entry = redis.pcall('XADD', journal_key, 'MAXLEN', '~', JOURNAL_MAXLEN, '*', 'event', 'completed',
-            'at', now_s, 'run', run, 'worker', f[4] or '', 'claimed_at', f[5])
-        end
+        -- (and with_claim's) would cost more than the XADD (journal_add).
+        entry = journal_add(journal_key, first, 'event', 'completed', 'at', now_s, 'run', run,
+          'worker', f[4] or '', 'claimed_at', f[5])
       else
         local args = journal_args(journal_key, now_s, 'completed', run, note, attachment,
           with_claim({}, f[4], f[5]))
-        if first then
-          entry = journal_start(journal_key, unpack(args, 7))
-        else
-          entry = redis.pcall(unpack(args))
-        end
+        entry = journal_add(journal_key, first, unpack(args, 7))
       end
       if type(entry) == 'table' and entry.err then
         out[i + 1] = 'journal key is not a stream'

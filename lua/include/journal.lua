@@ -126,8 +126,9 @@ local function compact_journal(key, len)
   redis.call('DEL', scratch)
 end
 
--- A journal that the entry `...` (its field, value pairs) starts: a first
--- run's completion, the usual job's first and only entry. compact_journal's
+-- Append the entry `...` (its field, value pairs) to a journal, one that
+-- it starts when `starts` (a first run's completion, the usual job's first
+-- and only entry; else a plain XADD). A start is compact_journal's
 -- result at one command less: the entry goes to the queue's scratch key
 -- (MAXLEN = 1: the scratch holds that entry alone whatever was left there by
 -- hand), COPY puts it at the journal's name at its exact size and the scratch
@@ -138,13 +139,13 @@ end
 -- itself (redis_cost.py: -8% of a drain's instructions).
 -- Returns what XADD returns (an error table: a journal of the wrong type,
 -- nothing written).
-local journal_start_scratch = nil -- journal_scratch_key(ARGV[2]), made once per call
-local function journal_start(key, ...)
-  if redis.REDIS_VERSION_NUM == nil then
+local journal_add_scratch = nil -- journal_scratch_key(ARGV[2]), made once per call
+local function journal_add(key, starts, ...)
+  if not starts or redis.REDIS_VERSION_NUM == nil then
     return redis.pcall('XADD', key, 'MAXLEN', '~', JOURNAL_MAXLEN, '*', ...)
   end
-  local scratch = journal_start_scratch or journal_scratch_key(ARGV[2])
-  journal_start_scratch = scratch
+  local scratch = journal_add_scratch or journal_scratch_key(ARGV[2])
+  journal_add_scratch = scratch
   local entry = redis.pcall('XADD', scratch, 'MAXLEN', '=', '1', '*', ...)
   if type(entry) == 'string' and redis.call('COPY', scratch, key) == 1 then
     redis.call('DEL', scratch)
