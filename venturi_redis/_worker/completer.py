@@ -370,15 +370,17 @@ class _Batch:
         """Run ``op`` in the next round trip (a claim before that trip's endings): its parsed reply."""
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._ops.append((op, reply, claim))
-        if not self._kicked:
-            self._kicked = True
-            self._kick.set()
+        self._wake_sender()
         return await reply
 
     def complete_soon(self, queue: Queue, completion: Completion, done: Any, job: Any) -> None:
         """A completion without waiting: the sender calls ``done(job, result)`` with the job's
         ``Transition`` (or the exception), from its own task."""
         self._completions.append((queue, completion, done, job))
+        self._wake_sender()
+
+    def _wake_sender(self) -> None:
+        """Set ``_kick`` once per round trip (the calls after the first skip setting it again)."""
         if not self._kicked:
             self._kicked = True
             self._kick.set()
