@@ -27,12 +27,16 @@
 -- same step, without its expiry (include offload.lua), so resolve() and
 -- read_result report the rerun, not the old failure.
 --
+-- Errors: VR_WRONGTYPE when the dead set or the `retrying` index is not a
+-- sorted set (nothing written).
+--
 -- Returns {retried, id..., refused_id, reason, ...}: the count and ids moved
 -- to pending, then, for each id whose own data is corrupt, the id and what
 -- is wrong (its job key not a hash, its journal not a stream, no state field:
 -- operator.lua; a priority that names no pending set; a created_at that
 -- cannot date the `enqueued` entry of a job with no journal; or, for a job
--- with a dedup key, the queue's dedup index not a hash). A refused job is left
+-- with a dedup key, the queue's dedup index not a hash; its pending set not
+-- a sorted set). A refused job is left
 -- exactly as it was, and the batch's other jobs go on: it was checked before
 -- any write of its own (before, a journal that was not a stream failed the
 -- XADD after the job's move, aborting the rest of the batch). An id that is
@@ -77,6 +81,16 @@ for k = 1, #XADD do
     break
   end
 end
+-- Those set moves come after every job's own writes, so their keys' types
+-- are read before the first: a dead set or `retrying` index of another type
+-- (made by hand) stops the call with nothing written; a pending set of
+-- another type refuses the jobs it would take (read once each, at its first).
+for _, key in ipairs({KEYS[1], retrying_key(prefix)}) do
+  if type(redis.pcall('ZCARD', key)) == 'table' then
+    return redis.error_reply('VR_WRONGTYPE ' .. key .. ' is not a sorted set')
+  end
+end
+local set_ok = {} -- pending set -> whether it is a sorted set (or none)
 for i = 4, #ARGV do
   local id = ARGV[i]
   local job_key, journal_key = job_keys(prefix, id)
@@ -94,6 +108,10 @@ for i = 4, #ARGV do
       ok = order_lib(feature_keys, graph_queue_keys, job_keys).keys(prefix)
       corrupt = order_lib(feature_keys, graph_queue_keys, job_keys).broken(ok)
     end
+  end
+  if pending and not corrupt then
+    if set_ok[pending] == nil then set_ok[pending] = type(redis.pcall('ZCARD', pending)) == 'number' end
+    if not set_ok[pending] then corrupt = pending .. ' is not a sorted set' end
   end
   if pending and not corrupt and f[5] and f[5] ~= '' then
     -- reindex's HSETNX below: a dedup index of another type (made by hand)

@@ -228,6 +228,32 @@ async def test_a_job_that_would_fail_the_call_half_way_is_refused_with_nothing_w
     assert (await q.counts())["pending"] == 2
 
 
+async def test_a_set_the_batch_moves_to_of_another_type_stops_or_refuses_before_any_write(
+    q: vr.Queue, clock: list[int]
+) -> None:
+    """The batch's set moves come after its jobs' own writes, so their types are read first:
+    a `retrying` index of another type stops the call with nothing written; a pending set of
+    another type refuses the jobs it would take, and the others move."""
+    ids = await kill(q, [Doomed() for _ in range(2)], at=BASE, clock=clock)
+    r = q.client.redis
+    retrying = q.keys.retrying
+    await r.set(retrying, "x")
+    with pytest.raises(vr.CorruptQueueError, match="retrying is not a sorted set"):
+        await q.store.retry_dead(ids, "n")
+    assert await dead_ids(q) == set(ids)
+    for jid in ids:
+        assert await r.hget(q.keys.job(jid), "state") == b"dead"
+        assert [f[b"event"] for _, f in await r.xrange(q.keys.journal(jid))][-1] != b"retried"
+    await r.delete(retrying)
+    await r.hset(q.keys.job(ids[1]), "priority", "high")
+    await r.set(q.keys.pending(vr.Priority.HIGH), "x")
+    got = await q.store.retry_dead(ids, "n")
+    assert got.moved == [ids[0]]
+    assert got.refused == {ids[1]: q.keys.pending(vr.Priority.HIGH) + " is not a sorted set"}
+    assert await dead_ids(q) == {ids[1]}
+    assert await r.hget(q.keys.job(ids[1]), "state") == b"dead"
+
+
 async def test_cancel_jobs_by_kind_and_enqueue_time(q: vr.Queue, clock: list[int]) -> None:
     clock[0] = BASE
     early = await q.enqueue_many([Echo(text="a"), Echo(text="b")])
