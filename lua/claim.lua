@@ -403,46 +403,45 @@ end
 
 if limits_on then claim_limited() end
 
--- One command per level: the first k members by rank (k = jobs still
--- wanted). A pending zset is scored by eligible_at, so they hold, in the same
--- order, every member `ZRANGEBYSCORE -inf now LIMIT 0 k` would return; the
--- first one eligible later is the level's earliest remaining score (for
--- `next`), and nothing after it is eligible either. The members taken (the
--- first `taken` by rank: claimed, dropped, cancelled, quarantined or parked)
--- leave the set in one ZREMRANGEBYRANK.
--- A level is read again while its k members were all eligible but some were
--- not claimed (each left the set, so the next read sees members not seen
--- yet): a job that cannot be claimed never costs an eligible one its place.
--- A level is done when it runs out, when a member is not eligible yet (its
--- score is the level's `next`), or when the claim is full. At most PARK_MAX
--- jobs are parked per call (the rest on the next): one call stays short.
+-- Each level is read from its head: its first member and score (one
+-- command), so a level that is empty (Redis deletes an empty set) or whose
+-- head is eligible later (that score is the level's `next`) costs one read,
+-- not two. A head eligible now is the claim's when one job is wanted;
+-- otherwise the first k members by rank (k = jobs still wanted) are read. A
+-- pending zset is scored by eligible_at, so they hold, in the same order,
+-- every member `ZRANGEBYSCORE -inf now LIMIT 0 k` would return. The members
+-- taken (the first `taken` by rank: claimed, dropped, cancelled, quarantined
+-- or parked) leave the set in one ZREMRANGEBYRANK.
+-- A level is read again (from its head) while its k members were all
+-- eligible, some maybe not claimed (each left the set, so the next read sees
+-- members not seen yet): a job that cannot be claimed never costs an
+-- eligible one its place. A level is done when it runs out, when its head is
+-- not eligible yet, or when the claim is full. At most PARK_MAX jobs are
+-- parked per call (the rest on the next): one call stays short.
 local PARK_MAX = 1000
 local parked = 0
 for level = 1, 4 do
-  local again = true
-  while again and n < want and not broken and parked < PARK_MAX do
-    again = false
-    local k = want - n
-    -- The due ids alone (no scores: a score is a double formatted for the
-    -- reply and parsed back, per job); the next one's time is read once,
-    -- below, when the level has no more due.
-    local z = redis.pcall('ZRANGE', KEYS[level], '-inf', now, 'BYSCORE', 'LIMIT', 0, k)
-    if z.err then
+  while n < want and not broken and parked < PARK_MAX do
+    local head = redis.pcall('ZRANGE', KEYS[level], 0, 0, 'WITHSCORES')
+    if head.err then
       broken = KEYS[level] .. ' is not a sorted set'
       break
     end
+    if not head[2] then break end -- empty
+    local score = tonumber(head[2])
+    if score > now then
+      if nxt == 0 or score < nxt then nxt = score end
+      break
+    end
+    local k = want - n
+    -- The due ids alone (no scores: a score is a double formatted for the
+    -- reply and parsed back, per job).
+    local z = k == 1 and {head[1]}
+      or redis.call('ZRANGE', KEYS[level], '-inf', now, 'BYSCORE', 'LIMIT', 0, k)
     for i = 1, #z do
       if take(z[i], true) == 'parked' then parked = parked + 1 end
     end
-    if #z > 0 then redis.call('ZREMRANGEBYRANK', KEYS[level], 0, #z - 1) end
-    again = #z == k
-    if not again then
-      local later = redis.call('ZRANGE', KEYS[level], 0, 0, 'WITHSCORES')
-      if later[2] then
-        local score = tonumber(later[2])
-        if nxt == 0 or score < nxt then nxt = score end
-      end
-    end
+    redis.call('ZREMRANGEBYRANK', KEYS[level], 0, #z - 1)
   end
   if broken then break end
 end

@@ -104,12 +104,12 @@ async def test_a_paused_queue_claims_nothing(timed: tuple[vr.Queue, Clock]) -> N
     assert await claim(q, 5) == (-1, [])
 
 
-async def test_an_idle_claim_is_two_zranges_per_level(redis_server: RedisServer, queue_name: str) -> None:
+async def test_a_level_not_due_is_one_zrange(redis_server: RedisServer, queue_name: str) -> None:
     """Counted by INFO commandstats, so on the one real redis-server (not per backend).
 
-    Per level: the due ids (BYSCORE, no scores: a score costs each claimed
-    job a double formatted and parsed), then, the level having no more due,
-    its next one's time (the claim's `next`)."""
+    Each level is read from its head (its first member and score): an empty
+    level, or one whose head is eligible later (its score is the claim's
+    `next`), costs one ZRANGE, and no level is read BYSCORE."""
     async with vr.Client.from_url(redis_server.url, clock=Clock(T0)) as c:
         q = c.queue(queue_name)
         await q.enqueue(Echo(text="later"), priority="high", delay=5)
@@ -117,8 +117,26 @@ async def test_an_idle_claim_is_two_zranges_per_level(redis_server: RedisServer,
         assert await claim(q, 4) == (T0 + 5000, [])
         stats = await c.redis.info("commandstats")
     calls = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
-    assert calls.get("zrange") == 8
+    assert calls.get("zrange") == 4
     assert "zrangebyscore" not in calls
+
+
+async def test_a_claim_of_one_takes_the_head(redis_server: RedisServer, queue_name: str) -> None:
+    """A claim of one job (an idle worker's, the usual claim of a lightly loaded
+    pod) reads each level's head down to the first level with a job due, and
+    takes that head: one ZRANGE per level read, none BYSCORE, nothing read
+    after it."""
+    async with vr.Client.from_url(redis_server.url, clock=Clock(T0)) as c:
+        q = c.queue(queue_name)
+        first = await q.enqueue(Echo(text="a"))
+        await q.enqueue(Echo(text="b"))
+        await q.enqueue(Echo(text="low"), priority="low")
+        await c.redis.config_resetstat()
+        assert await claim(q, 1) == (0, [first])
+        stats = await c.redis.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
+    assert calls.get("zrange") == 3  # critical and high (empty), normal (its head)
+    assert calls.get("zremrangebyrank") == 1
 
 
 async def test_a_claim_on_an_empty_queue_reads_no_level(redis_server: RedisServer, queue_name: str) -> None:
