@@ -150,6 +150,78 @@ if limits_on then
   end
 end
 
+-- The endings a claim makes instead of a run: a job whose own data is
+-- corrupt (quarantined), one whose cancel was requested while it ran
+-- (cancelled), one past its start deadline (dead, expired). Their helpers
+-- (the journal's, quarantine, cancel, offload, graph, history) are made by
+-- endings_lib(), at the first such job of a call (E): each function a script
+-- defines at its top is a closure made on every call, and the usual claim
+-- meets none (benchmarks/README.md, "Session 22": -12 closures a claim).
+-- Each ending leaves a job the claim read but did not claim: the caller
+-- takes it out of its pending set (`listed`) or has taken it off the parked
+-- set (`listed` false: its hash's `parked` goes). `held`, `dedup`: a
+-- throttled job's key and the job's dedup field (dedup.lua unhold, unindex).
+local E = nil
+local function endings_lib()
+  -- @lib (scripts.py prune: the helpers only this needs are made here)
+
+  -- Dead: its key is free (any dedup job's: a dead holder is no candidate),
+  -- its dependents told (graph.lua), its order key let go by the reclaim.
+  local function let_go(job_key, id, held, dedup)
+    if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
+    graph_orphaned(prefix, job_key, id)
+    if redis.call('HEXISTS', job_key, 'order_key') == 1 then
+      redis.pcall('SADD', feature_keys(prefix).order_ended, id) -- the reclaim lets its key go
+    end
+  end
+
+  -- Its data is corrupt (`why`): quarantined. `held` is false when the job
+  -- key is no hash (nothing of it to let go).
+  local function quarantined(job_key, journal_key, id, why, hash, held, dedup)
+    quarantine(job_key, journal_key, KEYS[10], id, now_s, why)
+    if hash then let_go(job_key, id, held, dedup) end
+  end
+
+  -- An operator cancelled it while it ran, and that run ended (failed,
+  -- paused, released, reclaimed) before its worker noticed: the cancel is
+  -- finished here instead of running it again. A throttled job's key goes
+  -- free with the look its last run left in dedup:held (dedup.lua unhold):
+  -- a cancel opens no window.
+  local function cancelled(job_key, journal_key, id, listed, held, dedup, run_count, pre)
+    if not listed then redis.call('HDEL', job_key, 'parked') end
+    materialize(job_key, journal_key, pre)
+    finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, run_count,
+      'cancel requested while running', 'pending')
+    let_go(job_key, id, held, dedup)
+  end
+
+  -- Not started before its deadline (enqueue(expires=...)): dead, never
+  -- run; its `expiring` index entry leaves with the reclaim's next sweep.
+  local function expired(job_key, journal_key, id, listed, held, dedup, run_count, pre, failures, expires, kind)
+    if not listed then redis.call('HDEL', job_key, 'parked') end
+    materialize(job_key, journal_key, pre)
+    if failures then redis.call('ZREM', retrying_key(prefix), id) end
+    local note = 'expired: not started before its deadline'
+    redis.call('HSET', job_key, 'state', 'dead', 'note', note, 'dead_reason', 'expired',
+      'finished_at', now_s, 'updated_at', now_s)
+    redis.call('HDEL', job_key, 'eligible_at')
+    redis.call('ZADD', KEYS[10], now_s, id)
+    journal(journal_key, now_s, 'dead', run_count or 0, note, nil, {'reason', 'expired', 'expires_at', expires})
+    compact_journal(journal_key)
+    offload_settle(prefix, job_key, id, 'failed', nil, note, now_s)
+    let_go(job_key, id, held, dedup)
+    -- The metrics history's switch is read on this rare path only, not by
+    -- every claim (include history.lua): the death counted, by kind.
+    history_counts = redis.call('HGET', KEYS[7], 'history') == '1' and {} or nil
+    if history_counts then
+      history_counts[kind .. '\tdead'] = 1
+      history_flush(prefix, now)
+    end
+  end
+
+  return {quarantined = quarantined, cancelled = cancelled, expired = expired}
+end
+
 -- Claim the pending job `id`, found in a pending set (`listed`: the caller
 -- takes it out of the set, claimed or not) or parked (`listed` false: the
 -- caller took it off the parked set). Everything its claim depends on is
@@ -214,8 +286,8 @@ local function take(id, listed)
     end
   end
   local history = false
-  if expired and not run_count and not journal_ok(journal_key) then
-    bad = 'journal key is not a stream' -- its `dead` entry could not be written
+  if expired and not run_count and type(redis.pcall('XLEN', journal_key)) ~= 'number' then
+    bad = 'journal key is not a stream' -- its `dead` entry could not be written (journal.lua journal_ok)
   end
   if not bad and run_count then
     -- The journal before this claim: a job has one once its hash has
@@ -228,60 +300,19 @@ local function take(id, listed)
     end
   end
   if bad then
-    quarantine(job_key, journal_key, KEYS[10], id, now_s, bad)
-    if not h.err then
-      -- Dead: its key is free (any dedup job's: a dead holder is no candidate).
-      if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
-      graph_orphaned(prefix, job_key, id)
-      if redis.call('HEXISTS', job_key, 'order_key') == 1 then
-        redis.pcall('SADD', feature_keys(prefix).order_ended, id) -- the reclaim lets its key go
-      end
-    end
+    E = E or endings_lib()
+    E.quarantined(job_key, journal_key, id, bad, not h.err, held, dedup)
     return 'dropped'
   elseif not state then
     return 'dropped' -- a pending id whose hash is gone (removed by hand)
   elseif cancel then
-    -- An operator cancelled it while it ran, and that run ended (failed,
-    -- paused, released, reclaimed) before its worker noticed: finish the
-    -- cancel here instead of running it again.
-    if not listed then redis.call('HDEL', job_key, 'parked') end
-    materialize(job_key, journal_key, {created, priority, eligible})
-    -- A throttled job's key goes free with the look its last run left in
-    -- dedup:held (dedup.lua unhold): a cancel opens no window.
-    if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
-    finish_cancelled(prefix, job_key, journal_key, KEYS[9], id, now_s, run_count,
-      'cancel requested while running', 'pending')
-    graph_orphaned(prefix, job_key, id)
-    if redis.call('HEXISTS', job_key, 'order_key') == 1 then
-      redis.pcall('SADD', feature_keys(prefix).order_ended, id) -- the reclaim lets its key go
-    end
+    E = E or endings_lib()
+    E.cancelled(job_key, journal_key, id, listed, held, dedup, run_count, {created, priority, eligible})
     return 'dropped'
   elseif expired then
-    -- Not started before its deadline (enqueue(expires=...)): dead, never
-    -- run; its `expiring` index entry leaves with the reclaim's next sweep.
-    if not listed then redis.call('HDEL', job_key, 'parked') end
-    materialize(job_key, journal_key, {created, priority, eligible})
-    if held then unhold(KEYS[6], dedup_held_key(prefix), dedup, id) else unindex(KEYS[6], dedup, id) end
-    if failures then redis.call('ZREM', retrying_key(prefix), id) end
-    local note = 'expired: not started before its deadline'
-    redis.call('HSET', job_key, 'state', 'dead', 'note', note, 'dead_reason', 'expired',
-      'finished_at', now_s, 'updated_at', now_s)
-    redis.call('HDEL', job_key, 'eligible_at')
-    redis.call('ZADD', KEYS[10], now_s, id)
-    journal(journal_key, now_s, 'dead', run_count or 0, note, nil, {'reason', 'expired', 'expires_at', expires})
-    compact_journal(journal_key)
-    offload_settle(prefix, job_key, id, 'failed', nil, note, now_s)
-    graph_orphaned(prefix, job_key, id)
-    -- The metrics history's switch is read on this rare path only, not by
-    -- every claim (include history.lua): the death counted, by kind.
-    history_counts = redis.call('HGET', KEYS[7], 'history') == '1' and {} or nil
-    if history_counts then
-      history_counts[kind .. '\tdead'] = 1
-      history_flush(prefix, now)
-    end
-    if redis.call('HEXISTS', job_key, 'order_key') == 1 then
-      redis.pcall('SADD', feature_keys(prefix).order_ended, id) -- the reclaim lets its key go
-    end
+    E = E or endings_lib()
+    E.expired(job_key, journal_key, id, listed, held, dedup, run_count, {created, priority, eligible},
+      failures, expires, kind)
     return 'dropped'
   end
   -- The lease's end and the run's number, formatted per job only when the

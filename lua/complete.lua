@@ -61,6 +61,19 @@
 -- @include history.lua
 -- @include order.lua
 
+-- What only some completions need: a refusal's journal entry (lease.lua
+-- refuse), and a run's hooks (an offload snapshot to settle, dependents to
+-- tell, an order key to pass on, limits' wake-ups). Their helpers are made
+-- by ends_lib() at the first such job of a call (E): each function a script
+-- defines at its top is a closure made on every call, and the usual
+-- completion needs none of these (benchmarks/README.md, "Session 22").
+local E = nil
+local function ends_lib()
+  -- @lib (scripts.py prune: the helpers only this needs are made here)
+  return {refuse = refuse, offload_settle = offload_settle, OFFLOAD_FIELDS = OFFLOAD_FIELDS,
+    graph_finished = graph_finished, wake_workers = wake_workers, order_lib = order_lib}
+end
+
 local now = now_ms(ARGV[1])
 local now_s = str(now)
 local prefix = ARGV[2]
@@ -97,9 +110,11 @@ for i = 0, n - 1 do
     elseif not f[1] then
       refused = 'job does not exist'
     elseif f[1] ~= 'running' then
-      refused = refuse(job_key, journal_key, f[1], 'job is ' .. f[1], f[3], 'complete', now_s)
+      E = E or ends_lib()
+      refused = E.refuse(job_key, journal_key, f[1], 'job is ' .. f[1], f[3], 'complete', now_s)
     elseif f[2] ~= token then
-      refused = refuse(job_key, journal_key, f[1],
+      E = E or ends_lib()
+      refused = E.refuse(job_key, journal_key, f[1],
         'lease token does not match (the lease expired and was reclaimed)', f[3], 'complete', now_s)
     end
     if refused then
@@ -171,16 +186,30 @@ for i = 0, n - 1 do
               'result')
           end
         else
-          clear_lease(job_key)
-          if note == '' then redis.call('HDEL', job_key, 'note') end
-          set_blob(job_key, 'attachment', attachment)
-          set_blob(job_key, 'result', result)
+          -- lease.lua's clear_lease and set_blob, inline: a result is no
+          -- reason to make the lib above.
+          if note == '' then
+            redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at', 'note')
+          else
+            redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at')
+          end
+          if attachment == '' then
+            redis.call('HDEL', job_key, 'attachment')
+          else
+            redis.call('HSET', job_key, 'attachment', attachment)
+          end
+          if result == '' then
+            redis.call('HDEL', job_key, 'result')
+          else
+            redis.call('HSET', job_key, 'result', result)
+          end
         end
         if carry ~= '' then redis.call('HSET', job_key, 'carry', carry) end
         -- A slot, an offload, dependents (lease.lua, `hooks`); a run claimed
         -- before 0.2 (no claimed_at) may have any of them without the flag.
         if f[6] or not f[5] then
-          local x = redis.call('HMGET', job_key, 'slot', OFFLOAD_FIELDS[1], OFFLOAD_FIELDS[2], 'dependents',
+          E = E or ends_lib()
+          local x = redis.call('HMGET', job_key, 'slot', E.OFFLOAD_FIELDS[1], E.OFFLOAD_FIELDS[2], 'dependents',
             'dedup_window', 'dedup', 'order_key')
           if x[5] and x[6] and redis.pcall('HGET', dedup_index_key(prefix), x[6]) == id then
             -- Throttled (docs/dedup.md): the key stays held by this job until
@@ -192,9 +221,9 @@ for i = 0, n - 1 do
               redis.call('HSET', job_key, 'dedup_until', until_s)
             end
           end
-          offload_settle(prefix, job_key, id, 'completed', result, nil, now, {x[2], x[3]})
+          E.offload_settle(prefix, job_key, id, 'completed', result, nil, now, {x[2], x[3]})
           if x[4] then
-            graph_finished(prefix, x[4], job_key, id, now, true, result, nil)
+            E.graph_finished(prefix, x[4], job_key, id, now, true, result, nil)
           end
           if x[1] then
             lim = lim or limits_lib()
@@ -203,7 +232,7 @@ for i = 0, n - 1 do
           end
           -- Its order key goes to the key's next job (order.lua).
           if x[7] then
-            order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, x[7], id, nil)
+            E.order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, x[7], id, nil)
           end
         end
       end
@@ -220,5 +249,5 @@ if events_stream then
 end
 trim_finished(prefix, KEYS[2], now, ARGV[3], ARGV[4], #done)
 if history_counts then history_flush(prefix, now) end
-if woke > 0 then wake_workers(feature_keys(prefix).wake, woke) end
+if woke > 0 then (E or ends_lib()).wake_workers(feature_keys(prefix).wake, woke) end
 return out

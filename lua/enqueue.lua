@@ -59,6 +59,18 @@
 -- @include job_args.lua
 -- @include history.lua
 
+-- What only some enqueues need: flow control's and order keys' names, a
+-- resend's dedup clean-up, an offload's snapshot, the many-jobs event, the
+-- metrics history. Made by lib() at the first use in a call (L): each
+-- function a script defines at its top is a closure made on every call,
+-- and a single enqueue needs none of these (benchmarks/README.md, "Session 22").
+local L = nil
+local function lib()
+  -- @lib (scripts.py prune: the helpers only this needs are made here)
+  return {feature_keys = feature_keys, unindex = unindex, offload_pending = offload_pending,
+    emit_many = emit_many, job_extra = job_extra, history_flush = history_flush}
+end
+
 local now = now_ms(ARGV[1])
 local now_s = str(now)
 local prefix = ARGV[2]
@@ -69,7 +81,10 @@ local meta = redis.call('HMGET', KEYS[3], 'events', 'limits', 'history')
 events_open(KEYS[3], events_key(prefix), prefix, meta[1] or false)
 history_counts = meta[3] == '1' and {} or nil
 local fk = nil -- flow control's keys, while limits are on
-if meta[2] == '1' then fk = feature_keys(prefix) end
+if meta[2] == '1' then
+  L = L or lib()
+  fk = L.feature_keys(prefix)
+end
 local one = n == 1
 local out = one and nil or {now}
 local created = 0
@@ -95,7 +110,8 @@ else
   end
 end
 if ordered then
-  ok = feature_keys(prefix)
+  L = L or lib()
+  ok = L.feature_keys(prefix)
   local broken = nil
   if type(redis.pcall('HLEN', ok.order_held)) == 'table' then
     broken = ok.order_held .. ' is not a hash'
@@ -136,7 +152,8 @@ for i = 0, n - 1 do
     -- A resend whose job exists (without a dedup key, or after it was claimed).
     holder = false
     if field ~= '' and redis.call('HGET', job_key, 'state') ~= 'pending' then
-      unindex(KEYS[1], field, id)
+      L = L or lib()
+      L.unindex(KEYS[1], field, id)
     end
   end
   if holder == '' then
@@ -163,7 +180,8 @@ for i = 0, n - 1 do
       -- table) would cost every enqueue, limited or not.
       local level = priority == 'critical' and '0' or priority == 'high' and '1'
         or priority == 'low' and '3' or '2'
-      local entity = kind .. '\t' .. job_extra(first, m, 'limit_key')
+      L = L or lib()
+      local entity = kind .. '\t' .. L.job_extra(first, m, 'limit_key')
       local member = entity .. '\t' .. level .. id
       redis.call('ZADD', fk.limits_parked, 0, member)
       redis.call('ZADD', fk.limits_ready, 'NX', now_s, entity)
@@ -172,7 +190,8 @@ for i = 0, n - 1 do
       redis.call('ZADD', pending, eligible_s, id)
     end
     if offload then
-      offload_pending(KEYS[4 + 2 * n + i], job_key, id, kind, token, ttl, now)
+      L = L or lib()
+      L.offload_pending(KEYS[4 + 2 * n + i], job_key, id, kind, token, ttl, now)
     end
     created = created + 1
     if history_counts then
@@ -194,7 +213,7 @@ for i = 0, n - 1 do
   if one then
     if created > 0 then
       wake_workers(KEYS[2], 1)
-      if history_counts then history_flush(prefix, now) end
+      if history_counts then (L or lib()).history_flush(prefix, now) end
     end
     return holder or ''
   end
@@ -203,8 +222,9 @@ end
 if created > 0 then
   wake_workers(KEYS[2], created)
   if events_stream then
-    emit_many('enqueued', now_s, ids, kinds, runs)
+    L = L or lib()
+    L.emit_many('enqueued', now_s, ids, kinds, runs)
   end
-  if history_counts then history_flush(prefix, now) end
+  if history_counts then (L or lib()).history_flush(prefix, now) end
 end
 return out

@@ -76,6 +76,70 @@ def test_a_line_names_only_what_is_outside_its_strings_and_comment() -> None:
     assert _code_names("n = 1e5 + t2") == {"n", "e5", "t2"}
 
 
+def test_a_field_or_method_name_is_no_use_of_a_local() -> None:
+    assert _code_names("E.refuse(x) .. y:len() .. z") == {"E", "x", "y", "z"}
+    assert _code_names("a..b .. c . d") == {"a", "b", "c"}  # `..` concatenates; `. d` is a field
+    assert _code_names("t = {refuse = refuse}") == {"t", "refuse"}
+
+
+def test_a_helper_only_a_lib_needs_is_made_in_the_lib() -> None:
+    """A unit needed only inside one lib (from its `-- @lib` line to the next
+    `end` at column 0) is spliced there; one the top needs, or two libs need,
+    stays at the top, with what it uses."""
+    helpers = "\n".join(
+        [
+            "local K = 1",
+            "local function base() return K end",
+            "local function rare() return base() end",
+            "local function rarer() return rare() end",
+            "local function both() return 2 end",
+            "local function hot() return 3 end",
+            "local function unused() end",
+        ]
+    )
+    script = "\n".join(
+        [
+            "-- @include h.lua",
+            "local function a_lib()",
+            "  -- @lib",
+            "  return {rarer = rarer, both = both}",
+            "end",
+            "local function b_lib()",
+            "  -- @lib",
+            "  return both() + base()",
+            "end",
+            "return hot() + a_lib().rarer() + b_lib()",
+        ]
+    )
+    lines = expand(script, {"h.lua": helpers}.__getitem__).splitlines()
+    at = {line.split("(")[0].removeprefix("local function "): i for i, line in enumerate(lines)}
+    a_lib, b_lib = at["a_lib"], at["b_lib"]
+    # base is needed by b_lib's lines and by rare: a lib's helper, but used by two -> the top.
+    assert at["base"] < a_lib and at["hot"] < a_lib and at["both"] < a_lib
+    assert a_lib < at["rare"] < at["rarer"] < b_lib  # in a_lib, in their order
+    assert "-- (in the lib below: rare)" in lines and "-- (not used here: unused)" in lines
+    assert lines[-1] == "return hot() + a_lib().rarer() + b_lib()"
+
+
+def test_the_hot_scripts_make_their_rare_helpers_in_a_lib() -> None:
+    """claim, complete and enqueue: the helpers of their rare paths are made
+    only by their libs, not on every call (benchmarks/README.md, "Session 22")."""
+    s = ScriptSet()
+    for name, hot, rare in [
+        ("claim", ["take", "events_open"], ["quarantine", "finish_cancelled", "journal", "history_flush"]),
+        ("complete", ["journal_add", "trim_finished"], ["refuse", "graph_finished", "offload_settle"]),
+        ("enqueue", ["write_job", "wake_workers"], ["emit_many", "offload_pending", "history_flush"]),
+    ]:
+        lines = s[name].source.splitlines()
+        lib = next(i for i, line in enumerate(lines) if line.strip().startswith("-- @lib"))
+        lib_end = next(i for i in range(lib, len(lines)) if lines[i].startswith("  return {"))
+        where = {
+            m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"local function (\w+)\(", line))
+        }
+        assert all(lib < where[h] < lib_end for h in rare), name
+        assert all(not lib <= where[h] <= lib_end for h in hot), name
+
+
 def test_include_cycle_is_rejected() -> None:
     files = {"a.lua": "-- @include b.lua", "b.lua": "-- @include a.lua"}
     with pytest.raises(ValueError, match="cycle"):

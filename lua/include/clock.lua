@@ -25,3 +25,9 @@ local function now_ms(arg)
   -- Lua turns TIME's two strings into numbers for the arithmetic itself.
   return t[1] * 1000 + math.floor(t[2] / 1000)
 end
+
+-- A time in ms as stored (created_at, expires_at...): digits only, so it can
+-- also be the id of a job's `enqueued` journal entry (journal.lua).
+local function is_time(value)
+  return value ~= nil and value ~= false and string.match(value, '^%d+$') ~= nil
+end

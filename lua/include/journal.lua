@@ -167,11 +167,6 @@ local function enqueued_id(created)
   return created .. '-0'
 end
 
--- A `created_at` that can be the id of the `enqueued` entry: digits only.
-local function is_time(value)
-  return value ~= nil and value ~= false and string.match(value, '^%d+$') ~= nil
-end
-
 -- Write the `enqueued` entry exactly as enqueue would have (from the hash's
 -- created_at, priority and eligible_at, so their enqueue-time values), at
 -- its explicit id. `f`: those three fields. Only into a stream that does not

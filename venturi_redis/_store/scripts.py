@@ -10,7 +10,10 @@ top-level ``local`` definitions it uses, directly or through another kept
 one (``prune``): Redis runs a script's whole body on every call, so every
 helper left in would be a closure made and collected per call for nothing
 (benchmarks/README.md: -7.4% Redis instructions on a single enqueue, -2.4% on
-claim + complete at batch 1, when the pruner came in).
+claim + complete at batch 1, when the pruner came in). A helper only a lib
+uses (a function of the script's own with a ``-- @lib`` line, called on the
+rare paths) is made inside it instead (-10% on claim + complete at batch 1,
+session 22).
 The expanded source is what Redis sees and what the SHA is computed from.
 
 The calls themselves (each script's KEYS, ARGV and reply) are built and read
@@ -73,9 +76,12 @@ def expand(source: str, read_include: Callable[[str], str], *, name: str = "<scr
     return "\n".join(prune(pieces)) + "\n"
 
 
-# One token of a Lua line: a name, a string (its escapes skipped; an unclosed one
+# One token of a Lua line: `..`, a field or method name after `.` or `:` (no use of a
+# local: skipped), a name, a string (its escapes skipped; an unclosed one
 # runs to the end of the line) or a ``--`` comment to the end of the line.
-_TOKEN_RE = re.compile(r"""[A-Za-z_]\w*|"(?:[^"\\]|\\.?)*"?|'(?:[^'\\]|\\.?)*'?|--.*""")
+_TOKEN_RE = re.compile(
+    r"""\.\.|[.:]\s*[A-Za-z_]\w*|[A-Za-z_]\w*|"(?:[^"\\]|\\.?)*"?|'(?:[^'\\]|\\.?)*'?|--.*"""
+)
 
 
 def _code_names(line: str) -> set[str]:
@@ -88,7 +94,7 @@ def _code_names(line: str) -> set[str]:
     include's units are (``_include_units``, ~0.9 MB once every script is
     expanded).
     """
-    return {t for t in _TOKEN_RE.findall(line) if t[0] not in "\"'-"}
+    return {t for t in _TOKEN_RE.findall(line) if t[0] not in "\"'-.:"}
 
 
 @cache
@@ -118,6 +124,12 @@ def _include_units(lines: tuple[str, ...]) -> tuple[tuple[str | None, tuple[str,
     return tuple((n, tuple(ls), frozenset(set().union(*map(_code_names, ls)))) for n, ls in units)
 
 
+_LIB_RE = re.compile(r"^\s*--\s*@lib\b")
+# Where a unit's lines are (prune): an include's, or the script's own outside every lib.
+INCLUDE, TOP = -2, -1
+_LIB_END_RE = re.compile(r"^end\b")
+
+
 def prune(pieces: list[tuple[str | None, list[str]]]) -> list[str]:
     """Keep, of the includes' top-level definitions, those the script's own lines need.
 
@@ -127,28 +139,74 @@ def prune(pieces: list[tuple[str | None, list[str]]]) -> list[str]:
     above it; lines before an include's first definition are kept as they
     are. A unit is kept when its name is used by the script's own code or by
     a kept unit; the rest go, leaving a ``-- (not used here: NAME)`` line.
+
+    A lib: a function of the script's own whose body has a ``-- @lib`` line
+    (to the next ``end`` at column 0), made only on the paths that need it
+    (claim.lua's ``endings_lib``). A unit that only one lib needs is spliced
+    into it at that line instead of at the top, so it is a closure made when
+    the lib is, not on every call; it leaves ``-- (in the lib below: NAME)``.
     """
-    # (defined name or None, lines, the names the lines' code uses)
-    units: list[tuple[str | None, Sequence[str], Set[str]]] = []
+    # (defined name or None, lines, the names the lines' code uses, where):
+    # where is INCLUDE for an include's lines, TOP for the script's own lines
+    # outside every lib, else the number of the lib they are in.
+    units: list[tuple[str | None, Sequence[str], Set[str], int]] = []
+    lib, libs = TOP, 0
     for origin, lines in pieces:
-        if origin is None:
-            units.append((None, lines, set().union(*map(_code_names, lines))))
-        else:
-            units.extend(_include_units(tuple(lines)))
-    defined = {n for n, _, _ in units if n is not None}
-    uses = [names & defined for _, _, names in units]
-    wanted: set[str] = set()
-    todo = [u for (n, _, _), u in zip(units, uses, strict=True) if n is None]
-    by_name = {n: u for (n, _, _), u in zip(units, uses, strict=True) if n is not None}
-    while todo:
-        for used in todo.pop():
-            if used not in wanted:
-                wanted.add(used)
-                todo.append(by_name[used])
+        if origin is not None:
+            units.extend((n, ls, names, INCLUDE) for n, ls, names in _include_units(tuple(lines)))
+            continue
+        run: list[str] = []
+        for line in lines:
+            if _LIB_RE.match(line) or (lib != TOP and _LIB_END_RE.match(line)):
+                units.append((None, run, set().union(*map(_code_names, run)), lib))
+                run = [line]
+                lib, libs = (libs, libs + 1) if lib == TOP else (TOP, libs)
+            else:
+                run.append(line)
+        units.append((None, run, set().union(*map(_code_names, run)), lib))
+    defined = {u[0] for u in units if u[0] is not None}
+    by_name = {n: names & defined for n, _, names, _ in units if n is not None}
+
+    def needs(seeds: Set[str], have: Set[str]) -> set[str]:
+        """``seeds`` and what they use, transitively, beyond ``have``."""
+        out: set[str] = set()
+        todo = [n for n in seeds if n not in have]
+        while todo:
+            name = todo.pop()
+            if name not in out:
+                out.add(name)
+                todo.extend(u for u in by_name[name] if u not in have)
+        return out
+
+    seeds: dict[int, set[str]] = {k: set() for k in range(TOP, libs)}
+    for n, _, names, k in units:
+        if n is None:  # the lines every call runs (an include's before its first definition: TOP)
+            seeds[TOP if k == INCLUDE else k] |= names & defined
+    top = needs(seeds[TOP], set())
+    while True:
+        in_lib = [needs(seeds[k], top) for k in range(libs)]
+        shared = {n for k, ns in enumerate(in_lib) for n in ns if any(n in o for o in in_lib[k + 1 :])}
+        if not shared:
+            break
+        top |= needs(shared, top)  # needed by two libs: made at the top, once
+    home = {n: k for k, ns in enumerate(in_lib) for n in ns}
+    moved: list[list[str]] = [[] for _ in range(libs)]
+    for n, kept, _, _ in units:
+        if n is not None and n in home:
+            moved[home[n]].extend(kept)
     out: list[str] = []
-    for n, kept, _ in units:
-        if n is None or n in wanted:
+    for n, kept, _, k in units:
+        if n is None:
+            if k >= 0 and kept and _LIB_RE.match(kept[0]):
+                out.append(kept[0])
+                out.extend(moved[k])
+                out.extend(kept[1:])
+            else:
+                out.extend(kept)
+        elif n in top:
             out.extend(kept)
+        elif n in home:
+            out.append(f"-- (in the lib below: {n})")
         else:
             out.append(f"-- (not used here: {n})")
     return out
