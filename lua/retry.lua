@@ -62,7 +62,11 @@ local failures = (tonumber(f[1]) or 0) + 1
 local limit = backstop(f[2], ARGV[11])
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
 
-if limit and failures >= limit then
+-- Killed by the backstop: dead, its key, offload, dependents and order key
+-- seen to. A lib (scripts.py prune): the helpers only this needs are made
+-- when it runs, not by the usual retry, which goes back to pending.
+local function die()
+  -- @lib
   redis.call('HSET', KEYS[1], 'state', 'dead', 'failures', failures,
     'note', ARGV[5], 'dead_reason', 'max_failures', 'finished_at', now, 'updated_at', now)
   redis.call('ZADD', KEYS[5], now, id)
@@ -86,6 +90,10 @@ if limit and failures >= limit then
   if f[8] then
     order_lib(feature_keys, graph_queue_keys, job_keys).release(ARGV[2], KEYS[1], f[8], id, nil)
   end
+end
+
+if limit and failures >= limit then
+  die()
   return {1, 'dead', 0, failures}
 end
 
