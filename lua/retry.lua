@@ -46,18 +46,20 @@
 -- @include order.lua
 
 local now = now_ms(ARGV[1])
-events_open(KEYS[8], KEYS[9], ARGV[2])
-history_counts = redis.call('HGET', KEYS[8], 'history') == '1' and {} or nil
+-- The meta hash's two switches in one read, the job's fields with its lease check's.
+local meta = redis.call('HMGET', KEYS[8], 'events', 'history')
+events_open(KEYS[8], KEYS[9], ARGV[2], meta[1])
+history_counts = meta[2] == '1' and {} or nil
 local id = ARGV[3]
-local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now)
+local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now,
+  {'failures', 'max_failures', 'dependents', 'cancel_requested', 'dedup_window', 'dedup', 'kind', 'order_key'})
 if refused then
   return {0, refused}
 end
 if o[4] and limits_lib().release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) then
   wake_workers(KEYS[7], 1)
 end
-local f = redis.call('HMGET', KEYS[1], 'failures', 'max_failures', 'dependents', 'cancel_requested',
-  'dedup_window', 'dedup', 'kind', 'order_key')
+local f = {unpack(o, 7, 14)} -- failures, max_failures, ..., order_key
 local failures = (tonumber(f[1]) or 0) + 1
 local limit = backstop(f[2], ARGV[11])
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
