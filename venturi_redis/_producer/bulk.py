@@ -15,8 +15,10 @@ filters (``kind``, ``error_type``, ``since``, ``until``, ``note_contains``,
    or the ``failed`` entry a retry backstop writes just before it). No filter
    on a job's fields: no read of the jobs at all.
 3. The matching ids are handed, ``BATCH`` at a time, to the scripts that
-   already do the transition and re-check each job's state before writing
-   (``retry_dead.lua``, ``purge.lua`` given ids, ``cancel.lua`` per job): a
+   do the transition and re-check each job's state before writing
+   (``retry_dead.lua``, ``purge.lua`` given ids, ``cancel_pending.lua`` for
+   pending jobs and ``cancel.lua`` for the jobs it leaves, ``cancel.lua`` per
+   job for the other states): a
    job retried, cancelled or purged meanwhile (by a worker, another operator,
    an earlier run) is skipped. Each script call stays short, so a worker's
    claims interleave with a redrive of a million jobs.
@@ -436,14 +438,23 @@ async def cancel_jobs(
     capped = Filter(flt.kind, flt.error_type, flt.note_contains, flt.since_ms, until, flt.limit)
 
     async def act(ids: list[str]) -> tuple[list[str], dict[str, str]]:
-        acted: list[str] = []
+        done: set[str] = set()
         refused: dict[str, str] = {}
-        for job_id, got in zip(ids, await queue.store.cancel_many(ids, note), strict=True):
-            if isinstance(got, Exception):
-                refused[job_id] = str(got)
-            elif got.applied:
-                acted.append(job_id)
-        return acted, refused
+        rest = ids
+        if state == "pending":
+            # One call for the batch (cancel_pending.lua); cancel.lua, one call each, for the
+            # jobs it leaves (in another state by now, parked, ordered, with dependents).
+            got = await queue.store.cancel_pending(ids, note)
+            done.update(got.cancelled)
+            refused.update(got.refused)
+            rest = got.others
+        if rest:
+            for job_id, one in zip(rest, await queue.store.cancel_many(rest, note), strict=True):
+                if isinstance(one, Exception):
+                    refused[job_id] = str(one)
+                elif one.applied:
+                    done.add(job_id)
+        return [job_id for job_id in dict.fromkeys(ids) if job_id in done], refused
 
     return await _run(queue, "cancel", state, capped, _cancel_range(queue, state), act, on_progress)
 
