@@ -1,6 +1,6 @@
-"""The bulk actions' batched writes (cancel_pending.lua): what a job ends as is what the one-job
-scripts leave, and a key of the wrong type stops a call before its first write or refuses the
-one job it concerns."""
+"""The bulk actions' batched writes (cancel_pending.lua, purge.lua given ids): what a job ends
+as is what the one-job scripts leave, and a key of the wrong type stops a call before its first
+write or refuses the one job it concerns."""
 
 from __future__ import annotations
 
@@ -172,3 +172,31 @@ async def test_a_bulk_cancel_starts_a_journal_past_what_the_scratch_holds(q: vr.
     await r.xadd(q.keys.journal_compact, {"x": "y"}, id="9999999999999-0")
     assert await q.cancel_jobs() == [job_id]
     assert [e.event for e in await q.journal(job_id)] == ["enqueued", "cancelled"]
+
+
+async def test_purge_refuses_before_any_write_and_counts_an_id_once(q: vr.Queue) -> None:
+    """A retrying index or (for a job whose key it frees) a dedup index of another type stops
+    the purge with nothing written; an id given twice goes once."""
+    r = q.client.redis
+    ids = await q.enqueue_many([Keyed(key="k"), Echo(text="a")])
+    assert await q.cancel_jobs() == ids
+    field = await r.hget(q.keys.job(ids[0]), "dedup")
+    await r.hset(q.keys.dedup, field, ids[0])  # as if it still held its key
+    for key, what in ((q.keys.retrying, "sorted set"), (q.keys.dedup, "hash")):
+        saved = await r.hgetall(key) if key == q.keys.dedup else None
+        await r.delete(key)
+        await r.set(key, "x")
+        with pytest.raises(vr.CorruptQueueError, match=f"is not a {what}"):
+            await q.store.purge_ids("cancelled", ids)
+        with pytest.raises(vr.CorruptQueueError, match=f"is not a {what}"):
+            await q.purge("cancelled")
+        await r.delete(key)
+        if saved:
+            await r.hset(key, mapping=saved)
+        assert await r.zcard(q.keys.cancelled) == 2
+        for job_id in ids:
+            assert await r.exists(q.keys.job(job_id), q.keys.journal(job_id)) == 2
+    assert await q.store.purge_ids("cancelled", [ids[0], ids[0], ids[1]]) == 2
+    assert await r.hgetall(q.keys.dedup) == {}
+    assert await r.zcard(q.keys.cancelled) == 0
+    assert await q.store.purge_ids("cancelled", ids) == 0  # twice: nothing left
