@@ -66,6 +66,8 @@ async def _seen(q: vr.Queue, job_id: str, subs: dict[str, str]) -> dict[str, Any
         if e.job_id == job_id and e.event == "cancelled"
     ]
     sets = [k for k in (*q.keys.pending_high_first, q.keys.retrying) if await r.zscore(k, job_id) is not None]
+    token = await r.hget(q.keys.job(job_id), "offload")
+    snapshot = await r.hgetall(q.keys.offload(_text(token))) if token else {}
     return {
         "hash": fields,
         "journal": journal,
@@ -75,15 +77,24 @@ async def _seen(q: vr.Queue, job_id: str, subs: dict[str, str]) -> dict[str, Any
         "cancelled": await r.zscore(q.keys.cancelled, job_id),
         "dedup": sorted(_text(v) for v in (await r.hgetall(q.keys.dedup)).values()),
         "held": await r.zcard(q.keys.prefix + "dedup:held"),
+        "snapshot": {own(k): own(v) for k, v in snapshot.items()},
     }
 
 
-@pytest.mark.parametrize("shape", ["fresh", "keyed", "throttled", "retried"])
+async def _report(n: int) -> int:
+    return n
+
+
+@pytest.mark.parametrize("shape", ["fresh", "keyed", "throttled", "retried", "offload"])
 async def test_a_bulk_cancel_leaves_a_pending_job_as_cancel_does(q: vr.Queue, shape: str) -> None:
     """Two jobs alike: one cancelled by cancel.lua (queue.cancel), the other by the batch
     (cancel_jobs: cancel_pending.lua). Hash, journal, event, sets and dedup index agree."""
-    ids = []
+    ids: list[str] = []
     for i in range(2):
+        if shape == "offload":
+            handle = await vr.offload(queue=q.name, kind="tests.report")(_report).offload(q.client, 1)
+            ids.append(handle.job_id)
+            continue
         task: vr.Task = {
             "fresh": Echo(text="a"),
             "keyed": Keyed(key=f"kk{i}"),
@@ -98,10 +109,15 @@ async def test_a_bulk_cancel_leaves_a_pending_job_as_cancel_does(q: vr.Queue, sh
     got = await q.cancel_jobs(note="cancelled by an operator")
     assert got == [many]
     subs = {one: "<id>", many: "<id>", "kk0": "<key>", "kk1": "<key>"}
+    for job_id in ids:  # an offload's token
+        if token := await q.client.redis.hget(q.keys.job(job_id), "offload"):
+            subs[_text(token)] = "<token>"
     a, b = await _seen(q, one, subs), await _seen(q, many, subs)
     if shape in ("keyed", "throttled"):
         # Each freed its own key; the index is empty either way.
         assert a["dedup"] == b["dedup"] == []
+    if shape == "offload":
+        assert b["snapshot"]["status"] == "failed"  # settled, its caller told
     if a["enqueued_id"] is not None:
         assert a["enqueued_id"] == b["enqueued_id"] == f"{a['hash']['created_at']}-0"
     assert a == b
