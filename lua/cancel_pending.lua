@@ -9,6 +9,7 @@
 --         priority field is not trusted to name its set, as in cancel.lua)
 -- KEYS[5] cancelled zset   KEYS[6] dedup index hash
 -- KEYS[7] queue meta hash   KEYS[8] event stream (include events.lua)
+-- KEYS[9] limits:parked zset: a job parked on a limit leaves it (limits.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (job hashes, journals, the `retrying`
 --         index, the `dedup:held` set and offload snapshots derive from it)
@@ -19,10 +20,11 @@
 -- sends it cancel.lua on its own (calls_ops.py cancelled_pending): one in
 -- another state cancel.lua acts on (running: a request; suspended; waiting:
 -- it leaves the workflow graph), or a pending job on one of cancel.lua's
--- rare paths (parked on a limit, holding or waiting on an order key, with
--- dependents to tell). Those paths write queue-wide keys that could refuse
--- the write after the batch's first ones; cancel.lua takes them one job a
--- call, as before. An id that is no job, or a finished one, is skipped.
+-- rare paths (holding or waiting on an order key, with dependents to tell).
+-- Those paths write queue-wide keys that could refuse the write after the
+-- batch's first ones; cancel.lua takes them one job a call, as before. An id
+-- that is no job, or a finished one, is skipped. A job parked on a limit is
+-- cancelled here: one ZREM from `limits:parked` for the batch's.
 --
 -- Each cancelled job gets what cancel.lua gives it: the `enqueued` entry
 -- when it has no journal (a job never run: journal.lua materialize), then
@@ -42,8 +44,8 @@
 -- corrupt, the id and what is wrong (its job key not a hash, its journal not
 -- a stream, no state field: operator.lua; a created_at that cannot date the
 -- `enqueued` entry of a job with no journal; for a job with a dedup key, the
--- dedup index not a hash). A refused job is left exactly as it was; the
--- batch's other jobs go on.
+-- dedup index not a hash; for a parked job, `limits:parked` not a sorted
+-- set). A refused job is left exactly as it was; the batch's other jobs go on.
 
 -- @include clock.lua
 -- @include keys.lua
@@ -86,6 +88,7 @@ local scratch = journal_scratch_key(prefix)
 local compacts = redis.REDIS_VERSION_NUM ~= nil -- journal.lua compact_journal
 local held = dedup_held_key(prefix)
 local dedup_ok = nil -- whether the dedup index is a hash (or none): read at the first job with a key
+local parked_ok = nil -- whether limits:parked is a sorted set (or none): read at the first parked job
 
 -- The `enqueued` entry of a job with no journal (journal.lua write_enqueued)
 -- into the scratch stream, alone there (MAXLEN = 1: whatever was left there
@@ -118,6 +121,7 @@ end
 
 local done, others, refused = {}, {}, {}
 local added = {} -- the cancelled set's ZADD: score, id, ...
+local parked = {} -- the parked jobs' members of limits:parked
 local kinds, runs = {}, {} -- the event's (events.lua emit_many)
 for i = 4, #ARGV do
   local id = ARGV[i]
@@ -126,7 +130,7 @@ for i = 4, #ARGV do
   local pending = false -- a job this script cancels
   if not corrupt then
     local state = f[1]
-    if (state == 'pending' and (f[4] or f[5] or f[7])) or OTHERS[state] then
+    if (state == 'pending' and (f[4] or f[7])) or OTHERS[state] then
       others[#others + 1] = id -- cancel.lua reads the job again, and refuses it if corrupt
     elseif state ~= 'pending' then
       -- Skipped, unless its journal is refused (as cancel.lua's read_job would).
@@ -139,6 +143,11 @@ for i = 4, #ARGV do
         -- reads it in a pcall).
         if dedup_ok == nil then dedup_ok = type(redis.pcall('HLEN', KEYS[6])) == 'number' end
         if not dedup_ok then corrupt = 'dedup index is not a hash' end
+      end
+      if f[5] and not corrupt then
+        -- The batch's ZREM from limits:parked comes after its jobs' writes.
+        if parked_ok == nil then parked_ok = type(redis.pcall('ZCARD', KEYS[9])) == 'number' end
+        if not parked_ok then corrupt = KEYS[9] .. ' is not a sorted set' end
       end
     end
   end
@@ -180,7 +189,12 @@ for i = 4, #ARGV do
       redis.call('HSET', job_key, 'state', 'cancelled', 'note', note, 'finished_at', now_s,
         'updated_at', now_s)
     end
-    redis.call('HDEL', job_key, 'eligible_at')
+    if f[5] then
+      redis.call('HDEL', job_key, 'eligible_at', 'parked')
+      if f[5] ~= '' then parked[#parked + 1] = f[5] end -- limits.lua unpark
+    else
+      redis.call('HDEL', job_key, 'eligible_at')
+    end
     if f[6] then
       unhold(KEYS[6], held, f[3], id) -- a throttled job: a look an earlier run left
     else
@@ -206,6 +220,7 @@ if #done > 0 then
   for k = 1, 4 do each_chunk('ZREM', KEYS[k], done) end
   each_chunk('ZREM', retrying, done) -- waiting for a retry, maybe (keys.lua)
   each_chunk('ZADD', KEYS[5], added)
+  if #parked > 0 then each_chunk('ZREM', KEYS[9], parked) end
   if events_stream then emit_many('cancelled', now_s, done, kinds, runs, {'from', 'pending'}, note) end
 end
 local out = {#done}

@@ -34,6 +34,13 @@ class Throttled(Keyed):
         return 60.0
 
 
+class Limited(vr.Task):
+    KIND: ClassVar[str] = "limited"
+
+    def limit_key(self) -> str | None:
+        return "a"  # parked at enqueue under a limit of its kind
+
+
 @pytest.fixture
 def q(client: vr.Client, queue_name: str) -> vr.Queue:
     """The queue, on a client with a fixed clock: two jobs treated alike are written alike."""
@@ -78,6 +85,7 @@ async def _seen(q: vr.Queue, job_id: str, subs: dict[str, str]) -> dict[str, Any
         "dedup": sorted(_text(v) for v in (await r.hgetall(q.keys.dedup)).values()),
         "held": await r.zcard(q.keys.prefix + "dedup:held"),
         "snapshot": {own(k): own(v) for k, v in snapshot.items()},
+        "parked": [own(m) for m in await r.zrange(q.keys.limits_parked, 0, -1)],
     }
 
 
@@ -85,11 +93,13 @@ async def _report(n: int) -> int:
     return n
 
 
-@pytest.mark.parametrize("shape", ["fresh", "keyed", "throttled", "retried", "offload"])
+@pytest.mark.parametrize("shape", ["fresh", "keyed", "throttled", "retried", "offload", "parked"])
 async def test_a_bulk_cancel_leaves_a_pending_job_as_cancel_does(q: vr.Queue, shape: str) -> None:
     """Two jobs alike: one cancelled by cancel.lua (queue.cancel), the other by the batch
     (cancel_jobs: cancel_pending.lua). Hash, journal, event, sets and dedup index agree."""
     ids: list[str] = []
+    if shape == "parked":
+        await q.set_limit("limited", concurrency=1)
     for i in range(2):
         if shape == "offload":
             handle = await vr.offload(queue=q.name, kind="tests.report")(_report).offload(q.client, 1)
@@ -99,12 +109,15 @@ async def test_a_bulk_cancel_leaves_a_pending_job_as_cancel_does(q: vr.Queue, sh
             "fresh": Echo(text="a"),
             "keyed": Keyed(key=f"kk{i}"),
             "throttled": Throttled(key=f"kk{i}"),
+            "parked": Limited(),
         }.get(shape, Doomed())
         ids += await q.enqueue_many([task])
     if shape == "retried":
         await drain(q, DoomedJob)
         assert sorted(await q.retry_dead()) == sorted(ids)  # pending again, with a journal and run_count
     one, many = ids
+    if shape == "parked":  # both parked on the limit (none runs, so none holds its slot)
+        assert await q.client.redis.zcard(q.keys.limits_parked) == 2
     assert await q.cancel(one) == "cancelled"
     got = await q.cancel_jobs(note="cancelled by an operator")
     assert got == [many]
@@ -216,3 +229,26 @@ async def test_purge_refuses_before_any_write_and_counts_an_id_once(q: vr.Queue)
     assert await r.hgetall(q.keys.dedup) == {}
     assert await r.zcard(q.keys.cancelled) == 0
     assert await q.store.purge_ids("cancelled", ids) == 0  # twice: nothing left
+
+
+async def test_a_bulk_cancel_refuses_a_parked_job_while_the_parked_set_is_damaged(q: vr.Queue) -> None:
+    """limits:parked of another type: the parked job is refused with nothing written (the batch's
+    ZREM from it comes after the jobs' writes); the others are cancelled."""
+    r = q.client.redis
+    await q.set_limit("limited", concurrency=1)
+    parked, plain = await q.enqueue_many([Limited(), Echo(text="a")])
+    members = await r.zrange(q.keys.limits_parked, 0, -1)
+    assert len(members) == 1
+    await r.delete(q.keys.limits_parked)
+    await r.set(q.keys.limits_parked, "x")
+    got = await q.store.cancel_pending([parked, plain], "n")
+    assert got.cancelled == [plain]
+    assert list(got.refused) == [parked]
+    assert "limits:parked is not a sorted set; nothing was written" in got.refused[parked]
+    assert await r.hget(q.keys.job(parked), "state") == b"pending"
+    assert await r.hget(q.keys.job(parked), "parked") == members[0]
+    assert not await r.exists(q.keys.journal(parked))
+    await r.delete(q.keys.limits_parked)
+    await r.zadd(q.keys.limits_parked, {members[0]: 0})
+    assert await q.cancel_jobs() == [parked]
+    assert await r.zcard(q.keys.limits_parked) == 0

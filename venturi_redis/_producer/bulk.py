@@ -453,7 +453,7 @@ async def cancel_jobs(
         rest = ids
         if state == "pending":
             # One call for the batch (cancel_pending.lua); cancel.lua, one call each, for the
-            # jobs it leaves (in another state by now, parked, ordered, with dependents).
+            # jobs it leaves (in another state by now, ordered, with dependents).
             got = await queue.store.cancel_pending(ids, note)
             done.update(got.cancelled)
             refused.update(got.refused)

@@ -50,7 +50,7 @@ def cancel_pending(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) 
     """cancel_pending.lua: an operator's cancel of many pending jobs, one call."""
     return Call(
         "cancel_pending",
-        [*keys.pending_high_first, keys.cancelled, keys.dedup, keys.meta, keys.events],
+        [*keys.pending_high_first, keys.cancelled, keys.dedup, keys.meta, keys.events, keys.limits_parked],
         [now, keys.prefix, note, *ids],
     )
 
