@@ -1,7 +1,8 @@
-"""What one redriven dead job costs Redis and the redriving client (issue 41; not run in CI).
+"""What one redriven dead job costs Redis and the redriving client (issue 41; not run in CI),
+and one purged or cancelled job (the other bulk actions, ``--action``).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/redrive_cost.py [--n 20000] [--runs 3] [--batch 25]
-        [--callgrind]
+        [--callgrind] [--action retry|retry-kind|purge|purge-kind|cancel|cancel-kind]
 
 The live p99 during a redrive (``benchmarks/redrive.py``) depends on how long
 each ``retry_dead.lua`` call holds Redis (a claim waits behind it) and on how
@@ -22,6 +23,17 @@ Redis's instructions per job instead of its times (repeatable to ~0.1%; with
 a smaller ``--n``: the server is ~50x slower). The median of ``--runs`` is
 printed. For an A/B, run the same file with ``PYTHONPATH`` set to the other
 checkout (its scripts come from there).
+
+``--action`` picks the bulk action measured, on the same ``--n`` jobs:
+
+- ``retry`` (the default): ``queue.retry_dead()``; ``retry-kind``:
+  ``retry_dead(kind="doomed")`` (every candidate's fields read too);
+- ``purge``: ``queue.purge("dead")`` (purge.lua's own pages of 100, no
+  filter); ``purge-kind``: ``purge("dead", kind="doomed")`` (the pager,
+  the fields read, purge.lua given ids ``--batch`` at a time);
+- ``cancel``: ``queue.cancel_jobs()`` of ``--n`` pending jobs (clones of one
+  enqueued job: its hash, no journal, in ``pending:normal``); ``cancel-kind``:
+  ``cancel_jobs(kind="doomed")``.
 """
 
 from __future__ import annotations
@@ -45,7 +57,10 @@ import redrive  # noqa: E402
 from redis_cost import _free_port, _total, callgrind_control, server_up  # noqa: E402
 
 import venturi_redis as vr  # noqa: E402
+from venturi_redis._model.ids import new_job_ids  # noqa: E402
 from venturi_redis._producer import bulk  # noqa: E402
+
+ACTIONS = ("retry", "retry-kind", "purge", "purge-kind", "cancel", "cancel-kind")
 
 # The last run's commands: name -> (calls per job, µs per job).
 DETAIL: dict[str, tuple[float, float]] = {}
@@ -54,34 +69,106 @@ DETAIL: dict[str, tuple[float, float]] = {}
 # The callgrind dumps of the runs (``--keep``).
 DUMPS: list[Path] = []
 
+# Clones the template pending job (benchmark-only, as redrive.SEED for dead
+# ones): its hash, its place in its pending set. ARGV: prefix, pending set,
+# first score, #fields, fields..., ids...
+SEED_PENDING = """
+local prefix = ARGV[1]
+local score = tonumber(ARGV[3])
+local nf = tonumber(ARGV[4])
+local fields = {}
+for i = 1, nf do fields[i] = ARGV[4 + i] end
+for i = 5 + nf, #ARGV do
+  redis.call('HSET', prefix .. 'job:' .. ARGV[i], unpack(fields))
+  redis.call('ZADD', ARGV[2], score, ARGV[i])
+  score = score + 1
+end
+return 1
+"""
+
+
+async def seed_pending(url: str, n: int) -> None:
+    """``n`` pending jobs on queue ``dead``: clones of one enqueued ``Doomed`` job."""
+    client = vr.Client.from_url(url)
+    try:
+        q = client.queue("dead")
+        (template,) = await q.enqueue_many([redrive.Doomed()])
+        r = client.redis
+        fields = await r.hgetall(q.keys.job(template))
+        assert fields[b"state"] == b"pending"
+        pending = q.keys.pending(vr.Priority.NORMAL)
+        ((_, base),) = await r.zrange(pending, 0, 0, withscores=True)
+        await r.delete(pending, q.keys.job(template), q.keys.journal(template))
+        flat = [x for kv in fields.items() for x in kv]
+        sha = await r.script_load(SEED_PENDING)
+        for done in range(0, n, 2000):
+            ids = new_job_ids(min(2000, n - done))
+            await r.evalsha(sha, 0, q.keys.prefix, pending, int(base) - n + done, len(flat), *flat, *ids)
+    finally:
+        await client.aclose()
+
+
+async def warm_up(client: vr.Client) -> None:
+    """Every script the actions call loaded (compiled) first, on another queue: its EVAL is
+    once per server, not per job."""
+    warm = client.queue("warm")
+    await warm.store.retry_dead([], "warm-up")
+    await warm.enqueue_many([redrive.Doomed(), redrive.Doomed()])
+    await warm.cancel_jobs(limit=1)
+    await warm.cancel_jobs(kind="doomed")
+    await warm.purge("cancelled", limit=1)
+    await warm.purge("cancelled")
+
+
+async def act(q: vr.Queue, action: str) -> int:
+    """Run ``action`` on ``q``: how many jobs it acted on."""
+    if action == "retry":
+        return len(await q.retry_dead())
+    if action == "retry-kind":
+        return len(await q.retry_dead(kind="doomed"))
+    if action == "purge":
+        return await q.purge("dead")
+    if action == "purge-kind":
+        return await q.purge("dead", kind="doomed")
+    if action == "cancel":
+        return len(await q.cancel_jobs())
+    assert action == "cancel-kind", action
+    return len(await q.cancel_jobs(kind="doomed"))
+
 
 def _cpu(info: dict[str, Any]) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-async def one_run(url: str, n: int, pid: int | None, out: Path | None) -> dict[str, float]:
+async def one_run(url: str, n: int, pid: int | None, out: Path | None, action: str) -> dict[str, float]:
     client = vr.Client.from_url(url)
     r = client.redis
     try:
         await r.flushall()
-        await redrive.seed(url, n)
-        # The script loaded (compiled) first: its EVAL is once per server, not per job.
-        await client.queue("dead").store.retry_dead([], "warm-up")
+        if action.startswith("cancel"):
+            await seed_pending(url, n)
+        else:
+            await redrive.seed(url, n)
+        await warm_up(client)
         await r.config_resetstat()
         cpu0 = _cpu(await r.info("cpu"))
         if pid is not None:
             await callgrind_control(pid, "-z")
         u0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        moved = await client.queue("dead").retry_dead()
+        done = await act(client.queue("dead"), action)
         u1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         if pid is not None:
             await callgrind_control(pid, "-d")
         cpu1 = _cpu(await r.info("cpu"))
         stats = await r.info("commandstats")
-        assert len(moved) == n, len(moved)
+        assert done == n, done
         counts = await client.queue("dead").counts()
         assert counts["dead"] == 0, counts
-        assert counts["pending"] == n, counts
+        after = {"retry": ("pending", n), "purge": ("pending", 0), "cancel": ("cancelled", n)}
+        state, want = after[action.split("-")[0]]
+        assert counts[state] == want, counts
+        if action.startswith("purge"):
+            assert await r.dbsize() < 20, await r.keys("*")  # the jobs and their journals gone
     finally:
         await client.aclose()
     script_keys = ("cmdstat_evalsha", "cmdstat_fcall", "cmdstat_eval")
@@ -112,7 +199,9 @@ async def one_run(url: str, n: int, pid: int | None, out: Path | None) -> dict[s
     return got
 
 
-async def run_all(url: str, n: int, runs: int, pid: int | None, out: Path | None) -> list[dict[str, float]]:
+async def run_all(
+    url: str, n: int, runs: int, pid: int | None, out: Path | None, action: str
+) -> list[dict[str, float]]:
     if pid is not None:
         import redis.asyncio as aioredis
 
@@ -121,14 +210,15 @@ async def run_all(url: str, n: int, runs: int, pid: int | None, out: Path | None
             await server_up(probe)
         finally:
             await probe.aclose()
-    return [await one_run(url, n, pid, out) for _ in range(runs)]
+    return [await one_run(url, n, pid, out, action) for _ in range(runs)]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=20_000, help="dead jobs per run")
+    ap.add_argument("--n", type=int, default=20_000, help="dead (or pending) jobs per run")
+    ap.add_argument("--action", default="retry", choices=ACTIONS, help="the bulk action measured")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--batch", type=int, help="jobs per retry_dead.lua call (default: the library's)")
+    ap.add_argument("--batch", type=int, help="jobs per script call (default: the library's)")
     ap.add_argument("--callgrind", action="store_true", help="Redis's instructions per job (valgrind)")
     ap.add_argument("--keep", type=Path, help="with --callgrind: keep the dumps there (callgrind_annotate)")
     args = ap.parse_args()
@@ -147,14 +237,14 @@ def main() -> None:
                 args.keep.mkdir(parents=True, exist_ok=True)
             url = f"redis://127.0.0.1:{port}/0"
             pid = server.pid if out is not None else None
-            rows = asyncio.run(run_all(url, args.n, args.runs, pid, out))
+            rows = asyncio.run(run_all(url, args.n, args.runs, pid, out, args.action))
         finally:
             server.terminate()
             server.wait(30)
             if args.keep is not None:
                 for dump in DUMPS:
                     shutil.move(dump, args.keep / dump.name)
-    print(f"{vr.__file__}: {args.n:,} dead jobs, batch {bulk.BATCH}, median of {args.runs}")
+    print(f"{vr.__file__}: {args.action}, {args.n:,} jobs, batch {bulk.BATCH}, median of {args.runs}")
     for key in rows[0]:
         vals = [row[key] for row in rows]
         print(f"  {key:18} {statistics.median(vals):10.2f}   ({', '.join(f'{v:.2f}' for v in vals)})")

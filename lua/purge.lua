@@ -31,21 +31,44 @@
 -- the zset; its hash and journal are left alone. A job key of the wrong type
 -- (a quarantined job's) is removed with its journal, and so is a job whose
 -- state is none a job can be in (written by hand): left, it would be in no index.
+--
+-- The jobs are read first, then written, what the batch shares once per
+-- call (each command a script calls costs Redis more than its own work):
+-- one ZREM from the zset, one from `retrying`, one DEL of every key that
+-- goes, one HMGET and one HDEL of the dedup index for the jobs that own
+-- their key there.
+-- Errors: VR_WRONGTYPE when the zset or the `retrying` index is not a sorted
+-- set, or, for a job whose dedup key is to be freed, the dedup index is not
+-- a hash (read before the first write: nothing written).
 
 -- @include clock.lua
 -- @include keys.lua
--- @include dedup.lua
 -- @include states.lua
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
+local retrying = retrying_key(prefix)
+for _, key in ipairs({KEYS[1], retrying}) do
+  if type(redis.pcall('ZCARD', key)) == 'table' then
+    return redis.error_reply('VR_WRONGTYPE ' .. key .. ' is not a sorted set')
+  end
+end
 local ids = {}
 local more = 0
 if #ARGV > 6 then
   -- A list of ids: those the zset still holds (the others were retried or
-  -- removed since the caller read them).
-  for i = 7, #ARGV do
-    if redis.call('ZSCORE', KEYS[1], ARGV[i]) then ids[#ids + 1] = ARGV[i] end
+  -- removed since the caller read them), each once.
+  local seen = {}
+  for j = 7, #ARGV, 1000 do
+    local last = math.min(j + 999, #ARGV)
+    local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, j, last))
+    for k = j, last do
+      local id = ARGV[k]
+      if scores[k - j + 1] and not seen[id] then
+        seen[id] = true
+        ids[#ids + 1] = id
+      end
+    end
   end
 else
   local limit = tonumber(ARGV[5])
@@ -66,28 +89,63 @@ else
     ids = redis.call('ZRANGE', KEYS[1], 0, doomed - 1)
   end
 end
-local removed = 0
-local retrying = retrying_key(prefix)
+local gone = {} -- the removed jobs' ids
+local keys = {} -- their keys: hash, journal, workflow keys
+local fields, owners = {}, {} -- dedup index fields to free, and the id each must still point at
 for _, id in ipairs(ids) do
-  local before = removed
-  redis.call('ZREM', KEYS[1], id)
   local job_key, journal_key = job_keys(prefix, id)
-  local deps_key, dependents_key, results_key = graph_keys(prefix, id)
   local f = redis.pcall('HMGET', job_key, 'state', 'dedup', 'dedup_until')
+  local removed = false
   if f.err then
-    redis.call('DEL', job_key, journal_key, deps_key, dependents_key, results_key)
-    removed = removed + 1
+    removed = true
   elseif f[1] == ARGV[4] or not f[1] or not JOB_STATES[f[1]] then
+    removed = true
     -- A throttled job inside its window keeps its key held (docs/dedup.md):
     -- the `dedup:held` set says until when, and the reclaim's sweep frees it.
-    if not (f[3] and (tonumber(f[3]) or 0) > now) then
-      unindex(KEYS[2], f[2], id)
+    if f[2] and f[2] ~= '' and not (f[3] and (tonumber(f[3]) or 0) > now) then
+      fields[#fields + 1] = f[2]
+      owners[#owners + 1] = id
     end
-    redis.call('DEL', job_key, journal_key, deps_key, dependents_key, results_key)
-    removed = removed + 1
   end
+  if removed then
+    gone[#gone + 1] = id
+    local deps_key, dependents_key, results_key = graph_keys(prefix, id)
+    local n = #keys
+    keys[n + 1], keys[n + 2], keys[n + 3], keys[n + 4], keys[n + 5] =
+      job_key, journal_key, deps_key, dependents_key, results_key
+  end
+end
+-- dedup.lua's unindex, for the batch: a field goes while it still names its job.
+local holders = nil
+if #fields > 0 then
+  holders = redis.pcall('HMGET', KEYS[2], unpack(fields))
+  if holders.err then
+    return redis.error_reply('VR_WRONGTYPE ' .. KEYS[2] .. ' is not a hash')
+  end
+end
+-- The writes: nothing above wrote.
+-- `cmd key` with all of `list` (in chunks: unpack takes a few thousand values at most).
+local function each_chunk(cmd, key, list)
+  for j = 1, #list, 1000 do
+    if key then
+      redis.call(cmd, key, unpack(list, j, math.min(j + 999, #list)))
+    else
+      redis.call(cmd, unpack(list, j, math.min(j + 999, #list)))
+    end
+  end
+end
+if holders then
+  local freed = {}
+  for k = 1, #fields do
+    if holders[k] == owners[k] then freed[#freed + 1] = fields[k] end
+  end
+  if #freed > 0 then each_chunk('HDEL', KEYS[2], freed) end
+end
+if #ids > 0 then each_chunk('ZREM', KEYS[1], ids) end
+if #gone > 0 then
+  each_chunk('DEL', nil, keys)
   -- A job the claim cancelled or quarantined while it waited for a retry
   -- left no other trace in the `retrying` index (keys.lua): it goes here.
-  if removed > before then redis.call('ZREM', retrying, id) end
+  each_chunk('ZREM', retrying, gone)
 end
-return {removed, more}
+return {#gone, more}

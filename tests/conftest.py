@@ -34,7 +34,7 @@ BACKENDS = ["redis", "memory", "cluster"]
 # the server, so three runs would only fail three times for one bug.
 CONTRACT_MODULES = {
     "test_batch_claims", "test_batch_handlers", "test_batching", "test_claim", "test_cluster_sharded",
-    "test_coalesce",
+    "test_bulk_writes", "test_coalesce",
     "test_continuations", "test_core", "test_dedup", "test_enqueue_at", "test_events", "test_expiry",
     "test_flow_control", "test_history", "test_journal", "test_limit_keys", "test_limits_corrupt",
     "test_offload", "test_ops", "test_ordering", "test_progress", "test_quarantine", "test_quarantine_ops",

@@ -185,6 +185,7 @@ BUILDERS: dict[str, Any] = {
     "progress": calls_obs.progress,
     "resume": calls_ops.resume,
     "retry_dead": calls_ops.retry_dead,
+    "cancel_pending": calls_ops.cancel_pending,
     "purge": calls_ops.purge,
     "limit": calls_ops.limit,
     "schedule_upsert": calls_schedule.schedule_upsert,

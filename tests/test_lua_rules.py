@@ -180,6 +180,7 @@ def _sample_calls() -> dict[str, calls.Call]:
             by="01NEW",
         ),
         "retry_dead": calls_ops.retry_dead(K, now, ids=["01JOB"], note="n"),
+        "cancel_pending": calls_ops.cancel_pending(K, now, ids=["01JOB"], note="n"),
         "progress": calls_obs.progress(K, now, job_id="01JOB", token="t", value=b"v"),
         "enqueue_flow": calls_flow.enqueue_flow(K, now, [calls_flow.FlowJob(JOB, "fail", ("01DEP",))]),
         **_schedule_calls(now),

@@ -10,13 +10,16 @@ filters (``kind``, ``error_type``, ``since``, ``until``, ``note_contains``,
    The upper bound is capped at the time the action started, so a job that
    dies again during a redrive is not redriven twice, and the run ends.
 2. Only the fields the filters need are read, one pipeline per page: ``HMGET``
-   of the job's ``kind``, ``note``, ``created_at``; for ``error_type`` the
+   of those of the job's ``kind``, ``note``, ``created_at`` the filters test
+   (``_fields``: ``kind`` for ``error_type`` alone); for ``error_type`` the
    journal's last two entries (``XREVRANGE ... COUNT 2``: the ``dead`` entry,
    or the ``failed`` entry a retry backstop writes just before it). No filter
    on a job's fields: no read of the jobs at all.
 3. The matching ids are handed, ``BATCH`` at a time, to the scripts that
-   already do the transition and re-check each job's state before writing
-   (``retry_dead.lua``, ``purge.lua`` given ids, ``cancel.lua`` per job): a
+   do the transition and re-check each job's state before writing
+   (``retry_dead.lua``, ``purge.lua`` given ids, ``cancel_pending.lua`` for
+   pending jobs and ``cancel.lua`` for the jobs it leaves, ``cancel.lua`` per
+   job for the other states): a
    job retried, cancelled or purged meanwhile (by a worker, another operator,
    an earlier run) is skipped. Each script call stays short, so a worker's
    claims interleave with a redrive of a million jobs.
@@ -273,20 +276,28 @@ async def _parked_pages(redis: Any, key: str) -> AsyncIterator[list[str]]:
         after = "(" + members[-1]
 
 
-_FIELDS = ("kind", "note", "created_at")
+def _fields(flt: Filter, by_created: bool) -> tuple[str, ...]:
+    """The job fields a page's filter reads: only those it tests (a field read is Redis's work
+    and the client's, per candidate), ``kind`` for ``error_type`` alone (a job gone since, or
+    whose job key is not a hash, is none of ours)."""
+    names = [n for n, on in (("kind", flt.kind), ("note", flt.note_contains)) if on is not None]
+    if by_created:
+        names.append("created_at")
+    return tuple(names) or ("kind",)
 
 
-def _matches(flt: Filter, fields: Any, entries: Any, by_created: bool) -> bool:
-    if isinstance(fields, Exception) or fields is None:
+def _matches(flt: Filter, names: tuple[str, ...], values: Any, entries: Any, by_created: bool) -> bool:
+    if isinstance(values, Exception) or values is None:
         return False  # a job key of another type: its own data is corrupt; none of ours
-    kind, note, created = (_text(x) for x in fields)
-    if not kind and not created:
+    got = dict(zip(names, (_text(x) for x in values), strict=True))
+    if not any(got.values()):
         return False  # gone (purged or never there)
-    if flt.kind is not None and kind != flt.kind:
+    if flt.kind is not None and got["kind"] != flt.kind:
         return False
-    if flt.note_contains is not None and flt.note_contains not in note:
+    if flt.note_contains is not None and flt.note_contains not in got["note"]:
         return False
     if by_created:
+        created = got["created_at"]
         at = int(created) if created.isdigit() else None
         if at is None or (flt.since_ms is not None and at < flt.since_ms):
             return False
@@ -307,9 +318,10 @@ async def _matching(queue: QueueLike, flt: Filter, page: list[str], by_created: 
     """The ids of ``page`` whose fields match ``flt`` (one pipeline; none when no field is filtered)."""
     if not page or (not flt.reads_fields and not by_created):
         return page
+    names = _fields(flt, by_created)
     pipe = queue.client.redis.pipeline(transaction=False)
     for job_id in page:
-        pipe.hmget(queue.keys.job(job_id), _FIELDS)
+        pipe.hmget(queue.keys.job(job_id), names)
         if flt.error_type is not None:
             pipe.xrevrange(queue.keys.journal(job_id), "+", "-", count=2)
     replies = await pipe.execute(raise_on_error=False)
@@ -317,7 +329,7 @@ async def _matching(queue: QueueLike, flt: Filter, page: list[str], by_created: 
     return [
         job_id
         for i, job_id in enumerate(page)
-        if _matches(flt, replies[i * step], replies[i * step + 1] if step == 2 else None, by_created)
+        if _matches(flt, names, replies[i * step], replies[i * step + 1] if step == 2 else None, by_created)
     ]
 
 
@@ -436,14 +448,23 @@ async def cancel_jobs(
     capped = Filter(flt.kind, flt.error_type, flt.note_contains, flt.since_ms, until, flt.limit)
 
     async def act(ids: list[str]) -> tuple[list[str], dict[str, str]]:
-        acted: list[str] = []
+        done: set[str] = set()
         refused: dict[str, str] = {}
-        for job_id, got in zip(ids, await queue.store.cancel_many(ids, note), strict=True):
-            if isinstance(got, Exception):
-                refused[job_id] = str(got)
-            elif got.applied:
-                acted.append(job_id)
-        return acted, refused
+        rest = ids
+        if state == "pending":
+            # One call for the batch (cancel_pending.lua); cancel.lua, one call each, for the
+            # jobs it leaves (in another state by now, ordered, with dependents).
+            got = await queue.store.cancel_pending(ids, note)
+            done.update(got.cancelled)
+            refused.update(got.refused)
+            rest = got.others
+        if rest:
+            for job_id, one in zip(rest, await queue.store.cancel_many(rest, note), strict=True):
+                if isinstance(one, Exception):
+                    refused[job_id] = str(one)
+                elif one.applied:
+                    done.add(job_id)
+        return [job_id for job_id in dict.fromkeys(ids) if job_id in done], refused
 
     return await _run(queue, "cancel", state, capped, _cancel_range(queue, state), act, on_progress)
 

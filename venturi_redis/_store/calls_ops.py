@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .._model.codec import text
-from .calls import Call, ScriptArg
+from .calls import Call, ScriptArg, corrupt_job
 from .keys import QueueKeys
 
 # -- operators ------------------------------------------------------------------
@@ -43,6 +43,35 @@ def retry_dead(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) -> C
         "retry_dead",
         [keys.dead, keys.dedup, keys.wake, *keys.pending_high_first, keys.meta, keys.events],
         [now, keys.prefix, note, *ids],
+    )
+
+
+def cancel_pending(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) -> Call:
+    """cancel_pending.lua: an operator's cancel of many pending jobs, one call."""
+    return Call(
+        "cancel_pending",
+        [*keys.pending_high_first, keys.cancelled, keys.dedup, keys.meta, keys.events, keys.limits_parked],
+        [now, keys.prefix, note, *ids],
+    )
+
+
+class CancelledPending(NamedTuple):
+    cancelled: list[str]  # the ids cancelled
+    others: list[str]  # the ids for cancel.lua, one call each (another state, or a rare path)
+    # id -> the error cancel.lua raises for it (CorruptQueueError: its own data is corrupt;
+    # nothing written for it)
+    refused: dict[str, str]
+
+
+def cancelled_pending(reply: Any) -> CancelledPending:
+    """cancel_pending.lua's reply: the ids cancelled, the ids left to cancel.lua, the refused ones."""
+    n = int(reply[0])
+    m = int(reply[1 + n])
+    rest = [text(x) for x in reply[2 + n + m :]]
+    return CancelledPending(
+        [text(x) for x in reply[1 : 1 + n]],
+        [text(x) for x in reply[2 + n : 2 + n + m]],
+        {i: str(corrupt_job(f"job {i}: {why}")) for i, why in zip(rest[::2], rest[1::2], strict=True)},
     )
 
 

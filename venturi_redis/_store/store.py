@@ -43,7 +43,7 @@ from .calls import (
 )
 from .calls_flow import FlowJob, Policy
 from .calls_obs import EVENTS_DEFAULT, HISTORY_DEFAULT
-from .calls_ops import FINISHED_STATES, Purged, Retried
+from .calls_ops import FINISHED_STATES, CancelledPending, Purged, Retried
 from .calls_schedule import Due, Fired
 from .keys import QueueKeys
 from .prepare import Prepared
@@ -307,6 +307,13 @@ class QueueStore:
         batch = [calls.cancel(self.keys, now, job_id=job_id, note=note) for job_id in ids]
         replies = await self.sender.pipeline(batch, return_exceptions=True)
         return [r if isinstance(r, Exception) else calls.transition(r) for r in replies]
+
+    async def cancel_pending(self, ids: Sequence[str], note: str) -> CancelledPending:
+        """An operator's cancel of ``ids``, pending jobs, in one call (a bulk cancel, on the lane
+        when it is free, as a redrive's): those cancelled, those left to ``cancel_many``, the
+        refused ones."""
+        call = calls_ops.cancel_pending(self.keys, self.sender.now(), ids=ids, note=note)
+        return calls_ops.cancelled_pending(await self.sender.call_on_lane(call))
 
     async def limit(
         self,
