@@ -76,6 +76,15 @@ def test_a_line_names_only_what_is_outside_its_strings_and_comment() -> None:
     assert _code_names("n = 1e5 + t2") == {"n", "e5", "t2"}
 
 
+def test_lines_passed_together_name_what_each_would_alone() -> None:
+    lines = ['y = "unclosed d(', "z = 'a\\", "-- c()", "w = v -- u", "x = 'ok' .. t"]
+    assert (
+        _code_names("\n".join(lines))
+        == set().union(*map(_code_names, lines))
+        == {"y", "z", "w", "v", "x", "t"}
+    )
+
+
 def test_include_cycle_is_rejected() -> None:
     files = {"a.lua": "-- @include b.lua", "b.lua": "-- @include a.lua"}
     with pytest.raises(ValueError, match="cycle"):
