@@ -27,7 +27,9 @@ producer's pacing turns into a burst), and the worker's idle claims per
 job. ``--quiet`` prints each run's p50 and p99 only. With
 ``W3_GC_CENSUS=1`` each worker collection also lists the types it found in
 the generation collected; with ``W3_GC_SAVEALL=1`` (``gc.DEBUG_SAVEALL``),
-the types and the frames of the garbage it freed: what made it. The stamps
+the types and the frames of the garbage it freed: what made it. With
+``W3_WORKER_WRAP="valgrind --tool=callgrind ..."`` the worker runs under that
+command (its instructions per job: two runs of different ``--n``). The stamps
 are taken by wrapping the checkout's internals (``unpooled_connection``,
 ``jobs_of``, ``ScriptSet.__getitem__``, the producer's socket writes): a
 diagnostic, not an API.
@@ -237,12 +239,24 @@ def one_run(root: str, url: str, a: argparse.Namespace, tag: str) -> dict[str, A
     wout, pout = f"/tmp/w3t-{tag}-w.json", f"/tmp/w3t-{tag}-p.json"
     common = ["--url", url, "--root", root, "--n", str(a.n)]
     env = {**os.environ, "PYTHONPATH": root}
+    # W3_WORKER_WRAP: a command the worker runs under (valgrind --tool=callgrind ...).
+    wrap = os.environ.get("W3_WORKER_WRAP", "").split()
     wp = subprocess.Popen(
-        [sys.executable, __file__, "_worker", *common, "--out", wout, "--concurrency", str(a.concurrency)],
+        [
+            *wrap,
+            sys.executable,
+            __file__,
+            "_worker",
+            *common,
+            "--out",
+            wout,
+            "--concurrency",
+            str(a.concurrency),
+        ],
         env=env,
         cwd="/tmp",
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + (600 if wrap else 60)
     while not r.get("bench:start"):
         if time.monotonic() > deadline or wp.poll() is not None:
             raise RuntimeError("worker did not start")
@@ -254,7 +268,7 @@ def one_run(root: str, url: str, a: argparse.Namespace, tag: str) -> dict[str, A
         cwd="/tmp",
         check=True,
     )
-    wp.wait(60)
+    wp.wait(600 if wrap else 60)
     w, p = json.loads(Path(wout).read_text()), json.loads(Path(pout).read_text())
     return analyse(w, p, a)
 
