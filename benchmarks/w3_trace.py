@@ -23,8 +23,10 @@ It prints the percentiles of each stage's share, the slowest jobs stage by
 stage, the garbage collections each process ran during the run (their
 durations, and the jobs whose path overlapped one), the scripts the worker
 expanded and when, the p99 without the first 10 jobs (a start-up the
-producer's pacing turns into a burst), and the worker's idle claims per
-job. ``--quiet`` prints each run's p50 and p99 only. With
+producer's pacing turns into a burst), the jobs a claim took while the
+worker was behind (not an idle claim: no ``tok``/``clm`` for them), the
+commands Redis itself took 0.5 ms or more to run (``SLOWLOG``), and the
+worker's idle claims per job. ``--quiet`` prints each run's p50 and p99 only. With
 ``W3_GC_CENSUS=1`` each worker collection also lists the types it found in
 the generation collected; with ``W3_GC_SAVEALL=1`` (``gc.DEBUG_SAVEALL``),
 the types and the frames of the garbage it freed: what made it. With
@@ -105,12 +107,18 @@ async def worker(a: argparse.Namespace) -> None:
     runner_module.unpooled_connection = unpooled
     jobs_of = runner_module.jobs_of
 
+    stamped_reads = [0]  # how many reads the last idle claim's jobs were stamped with
+
     def traced_jobs_of(queue: Any, claimed: Any) -> Any:
         jobs = jobs_of(queue, claimed)
         now = time.time()
+        # An idle claim's reply was just read on the idle connection; a claim
+        # sent while the worker was busy (behind) came through the pool.
+        idle = len(reads) >= 2 and len(reads) != stamped_reads[0]
+        stamped_reads[0] = len(reads)
         for j in jobs:
             s = stamps[j.id] = {"job": now}
-            if len(reads) >= 2:
+            if idle:
                 s["tok"], s["clm"] = reads[-2], reads[-1]
                 s["arm"] = arms[-1] if arms else 0.0
         return jobs
@@ -236,6 +244,9 @@ def one_run(root: str, url: str, a: argparse.Namespace, tag: str) -> dict[str, A
 
     r = redis.Redis.from_url(url)
     r.flushall()
+    # Redis's own view: every command that took it 0.5 ms or more to run.
+    r.config_set("slowlog-log-slower-than", 500)
+    r.slowlog_reset()
     wout, pout = f"/tmp/w3t-{tag}-w.json", f"/tmp/w3t-{tag}-p.json"
     common = ["--url", url, "--root", root, "--n", str(a.n)]
     env = {**os.environ, "PYTHONPATH": root}
@@ -270,7 +281,13 @@ def one_run(root: str, url: str, a: argparse.Namespace, tag: str) -> dict[str, A
     )
     wp.wait(600 if wrap else 60)
     w, p = json.loads(Path(wout).read_text()), json.loads(Path(pout).read_text())
-    return analyse(w, p, a)
+    res = analyse(w, p, a)
+    slow = r.slowlog_get(128)
+    res["slowlog"] = sorted(
+        ((e["duration"] / 1000, (e["command"] or b"")[:40].decode(errors="replace")) for e in slow),
+        reverse=True,
+    )
+    return res
 
 
 def analyse(w: dict[str, Any], p: dict[str, Any], a: argparse.Namespace) -> dict[str, Any]:
@@ -290,6 +307,7 @@ def analyse(w: dict[str, Any], p: dict[str, Any], a: argparse.Namespace) -> dict
                 "clm": s.get("clm", float("nan")) - t,
                 "job": s.get("job", float("nan")) - t,
                 "armed_before": s.get("arm", 0.0) <= t,
+                "busy": "tok" not in s,
                 "run": run,
             }
         )
@@ -330,8 +348,10 @@ def report(name: str, res: dict[str, Any], n: int) -> None:
     for label, f in stages:
         xs = [f(r) * ms for r in rows if f(r) == f(r)]
         print(f"| {label} | {pct(xs, 50):.3f} | {pct(xs, 90):.3f} | {pct(xs, 99):.3f} | {max(xs):.3f} |")
-    unarmed = sum(1 for r in rows if not r["armed_before"])
+    unarmed = sum(1 for r in rows if not r["armed_before"] and not r["busy"])
+    busy = sum(1 for r in rows if r["busy"])
     print(f"jobs enqueued before the worker's BLPOP+claim that took them was sent: {unarmed}")
+    print(f"jobs claimed while the worker was busy (behind), not by an idle claim: {busy}")
     print(
         f"idle BLPOP+claim sends: {res['arms']} ({res['arms'] / n:.2f}/job); pool sends {res['pool_sends']}"
     )
@@ -364,12 +384,15 @@ def report(name: str, res: dict[str, Any], n: int) -> None:
         [(n, round(d, 2), round((at - t0) * 1000, 1)) for n, d, at in res.get("expansions") or []],
     )
     print(f"p99 without the first 10 jobs: {res['p99_after_10']:.3f} ms")
+    slow = res.get("slowlog") or []
+    print(f"Redis commands that ran 0.5 ms or longer (SLOWLOG): {len(slow)} {slow[:5]}")
     worst = sorted(rows, key=lambda r: -r["total"])[:15]
     print("slowest: i total sent enq tok clm job (ms from t)")
     for r in worst:
+        how = "busy" if r["busy"] else f"armed={r['armed_before']}"
         print(
             f"  {r['i']:4d} {r['total'] * ms:7.3f} {r['sent'] * ms:7.3f} {r['enq'] * ms:7.3f} "
-            f"{r['tok'] * ms:7.3f} {r['clm'] * ms:7.3f} {r['job'] * ms:7.3f} armed={r['armed_before']}"
+            f"{r['tok'] * ms:7.3f} {r['clm'] * ms:7.3f} {r['job'] * ms:7.3f} {how}"
         )
 
 
