@@ -178,8 +178,12 @@ async def worker(a: argparse.Namespace) -> None:
         gc.set_debug(gc.DEBUG_SAVEALL)
     async with asyncio.TaskGroup() as tg:
         await rec.mark_start(a.concurrency)  # the benchmark's warm handler pool
-        tg.create_task(w.run())
-        await done.wait()
+        running = tg.create_task(w.run())
+        # Every job handled, or the worker stopped (a signal; a handler failing
+        # every job): either way the process ends.
+        finished = tg.create_task(done.wait())
+        await asyncio.wait([running, finished], return_when=asyncio.FIRST_COMPLETED)
+        finished.cancel()
         await asyncio.sleep(0.2)
         w.shutdown()
     Path(a.out).write_text(  # noqa: ASYNC240 - once, after the run
