@@ -140,6 +140,15 @@ def test_the_hot_scripts_make_their_rare_helpers_in_a_lib() -> None:
         assert all(not lib <= where[h] <= lib_end for h in hot), name
 
 
+def test_lines_passed_together_name_what_each_would_alone() -> None:
+    lines = ['y = "unclosed d(', "z = 'a\\", "-- c()", "w = v -- u", "x = 'ok' .. t"]
+    assert (
+        _code_names("\n".join(lines))
+        == set().union(*map(_code_names, lines))
+        == {"y", "z", "w", "v", "x", "t"}
+    )
+
+
 def test_include_cycle_is_rejected() -> None:
     files = {"a.lua": "-- @include b.lua", "b.lua": "-- @include a.lua"}
     with pytest.raises(ValueError, match="cycle"):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import time
+import types
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -243,3 +245,46 @@ async def test_a_job_claimed_while_idle_starts_before_the_next_idle_claim(
 async def wait_done(queue: vr.Queue, job_id: str) -> None:
     while (info := await queue.get(job_id)) is None or info.state != vr.JobState.COMPLETED:
         await anyio.sleep(0.01)
+
+
+async def test_idle_wake_ups_leave_no_cyclic_garbage(queue: vr.Queue) -> None:
+    """An idle wait and its wake-up leave nothing that only the collector can
+    free: a young collection's pause (1-2 ms in W3's worker, benchmarks/
+    w3_trace.py) lands on whichever job is being picked up. Each wait used to
+    leave its cancelled watcher task behind (a CancelledError, its traceback
+    and frames: ~33 objects)."""
+    worker = make_worker(queue, EchoJob, poll_interval=5, state={})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await anyio.sleep(0.3)  # idle, blocked on the wake list
+        with anyio.fail_after(20):
+            await wait_done(queue, await queue.enqueue(Echo(text="warm-up")))
+            gc.collect()
+            gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds is kept, to be looked at
+            try:
+                for i in range(20):  # each job wakes the idle worker, which then waits again
+                    await wait_done(queue, await queue.enqueue(Echo(text=str(i))))
+                gc.collect()
+                garbage = list(gc.garbage)
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+        worker.shutdown()
+    left = [o for o in garbage if isinstance(o, (BaseException, types.FrameType, types.TracebackType))]
+    assert not left, left[:5]
+
+
+def test_an_interrupt_reaches_the_wait_that_registers_after_it_and_no_wait_after_that() -> None:
+    from venturi_redis._worker.runner import Interrupt
+
+    calls: list[str] = []
+    interrupt = Interrupt()
+    interrupt.on_set(lambda: calls.append("first"))
+    interrupt.on_set(None)  # that wait ended without an interrupt
+    interrupt.set()
+    assert calls == [] and interrupt.is_set()
+    # Set before the wait registered (a shutdown between the claim loop's
+    # fresh Interrupt and the idle claim): the wait is cut short all the same.
+    interrupt.on_set(lambda: calls.append("late"))
+    interrupt.set()  # once set, it stays set; a second set calls nothing more
+    assert calls == ["late"]

@@ -23,6 +23,7 @@ from tests.procs.worker import Hang, HangJob
 from tests.servers import RedisServer
 from tests.tasks import Echo, EchoJob
 from venturi_redis._store import calls
+from venturi_redis._store.scripts import ScriptSet
 
 pytestmark = pytest.mark.anyio
 
@@ -423,6 +424,23 @@ async def test_a_worker_starts_on_its_backlog_and_collects_old_garbage_once_it_i
     assert len(state["full collections"]) == 1
     assert frozen_after_the_collection > 1000  # frozen again after it
     assert gc.get_freeze_count() == 0
+
+
+async def test_an_idle_worker_has_the_scripts_of_its_jobs_path_expanded_before_its_first_job(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its completion and lease renewal are expanded at its first idle moment,
+    not by the first job's completion (the jobs enqueued meanwhile wait it out)."""
+    fresh = ScriptSet()  # nothing expanded yet (the process-wide set is, by other tests)
+    monkeypatch.setattr(queue.store.sender, "_scripts", fresh)
+    worker = make_worker(queue, EchoJob, poll_interval=5, state={})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(10):
+            while "complete" not in fresh._scripts:  # no job: only the idle moment expands it
+                await anyio.sleep(0.01)
+        worker.shutdown()
+    assert {"claim", "complete", "extend"} <= set(fresh._scripts)
 
 
 @pytest.mark.usefixtures("collector")

@@ -84,6 +84,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("venturi_redis.worker")
 _DEFAULT_RETENTION = Retention()
 _NOT_STARTED = "released on worker shutdown (not started)"
+# Besides the claim, the scripts every job sends: expanded (2-4 ms each) at the
+# first idle moment, not in the first job's completion, which the jobs
+# enqueued meanwhile would wait out (W3's first jobs: benchmarks/w3_trace.py).
+_JOB_PATH_SCRIPTS = ("complete", "extend")
 StateT = TypeVar("StateT", default=None)
 
 
@@ -296,6 +300,7 @@ class Worker(Serving, Generic[StateT]):
         self._changed = asyncio.Event()  # set whenever a job ends or shutdown escalates
         self._until_idle = False
         self._frozen_start = FrozenStart(False)  # made anew by each run()
+        self._scripts_expanded = False
         # What a handler raised that stops the worker (KeyboardInterrupt, SystemExit):
         # run() raises it once the other jobs are released.
         self._fatal: KeyboardInterrupt | SystemExit | None = None
@@ -525,6 +530,12 @@ class Worker(Serving, Generic[StateT]):
     def _idle(self) -> None:
         """A claim loop is going to wait for work: if nothing runs anywhere, housekeeping."""
         if not any(r.active for r in self._runners):
+            if not self._scripts_expanded:
+                self._scripts_expanded = True
+                for q in self.queues:
+                    for name in _JOB_PATH_SCRIPTS:
+                        q.store.sender.source(name)
+            # After the scripts: the full collection frees what expanding them left.
             self._frozen_start.idle()
 
     # -- running one job ---------------------------------------------------------------
