@@ -40,13 +40,13 @@ from . import ops as _ops
 from . import reads as _reads
 from . import update as _update
 from .batch import enqueue_prepared
-from .bulk import BulkFilters
 from .coalesce import Coalescer
 from .dedup import merge_into
 from .queue_features import QueueFeatures
 from .registry import Recorded
 
 if TYPE_CHECKING:
+    from .bulk import BulkFilters
     from .reads import QueueStats
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of encoded payload (or carry) per job
