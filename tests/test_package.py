@@ -69,6 +69,7 @@ LOADED_WHEN_NAMED = {
     "OffloadHandle": "venturi_redis._producer.results",
     "OffloadNotFound": "venturi_redis._producer.results",
     "OffloadResult": "venturi_redis._producer.results",
+    "QueueStats": "venturi_redis._producer.reads",
     "read_result": "venturi_redis._producer.results",
     "read_result_redacted": "venturi_redis._producer.results",
     "resolve": "venturi_redis._producer.results",
@@ -108,8 +109,9 @@ NOT_AT_A_WORKER_START = (
     "venturi_redis._worker.metrics",
     "venturi_redis._producer.sync",
     "venturi_redis._producer.rebuild",
-    # an operator's bulk commands, the metrics history and the offload results'
-    # reading side: loaded where they are called
+    # the readings (stats, job lists), an operator's bulk commands, the metrics
+    # history and the offload results' reading side: loaded where they are called
+    "venturi_redis._producer.reads",
     "venturi_redis._producer.bulk",
     "venturi_redis._producer.results",
     "venturi_redis._producer.history",

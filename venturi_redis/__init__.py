@@ -34,7 +34,6 @@ from ._model.sealing import Encrypted, Encryption
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.client import Client, Queue
 from ._producer.offload import OffloadFunction, offload
-from ._producer.reads import QueueStats
 from ._producer.retention import Retention
 from ._producer.sharded import ShardedQueue
 from ._store.prepare import EnqueueManyOptions, EnqueueOptions
@@ -45,6 +44,7 @@ from ._worker.handler import BatchHandler, BatchItem, Handler
 if _TYPE_CHECKING:
     from ._model.history import HistoryPoint
     from ._producer.bulk import BulkFilters, BulkProgress
+    from ._producer.reads import QueueStats
     from ._producer.results import (
         OffloadHandle,
         OffloadNotFound,
@@ -62,8 +62,8 @@ __version__ = "0.1.0"
 # The worker side loads on first use, so a web process that only enqueues
 # never imports it (tests/test_package.py checks this); so do the
 # synchronous client, which neither a worker nor an async producer needs,
-# the operators' bulk filters, the metrics history and the offload results'
-# reading side (issue 42: a worker's start-up). Name -> its module.
+# the readings (stats, job lists), the operators' bulk filters, the metrics
+# history and the offload results' reading side (issue 42: a worker's start-up). Name -> its module.
 _LAZY = {
     "BulkFilters": "._producer.bulk",
     "BulkProgress": "._producer.bulk",
@@ -72,6 +72,7 @@ _LAZY = {
     "OffloadNotFound": "._producer.results",
     "OffloadResult": "._producer.results",
     "PrometheusMetrics": "._worker.metrics",
+    "QueueStats": "._producer.reads",
     "SyncClient": "._producer.sync",
     "SyncQueue": "._producer.sync",
     "Worker": "._worker.worker",

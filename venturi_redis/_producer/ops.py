@@ -23,7 +23,7 @@ from .._model.errors import ConfigurationError, CorruptQueueError
 from .._store.keys import WAKE_CAP
 from .._store.prepare import checked_order_key
 from .._store.store import FINISHED_STATES, Retried, corrupt_job
-from .reads import server_now_ms
+from .base import server_now_ms
 from .retention import _PURGE_BATCH, Retention, retention_field
 
 if TYPE_CHECKING:

@@ -68,9 +68,9 @@ from .._store.prepare import (
     unknown_option,
 )
 from .._transport.urls import redact_url
+from .base import server_now_ms
 from .batch import enqueue_prepared, lost_in_flight
 from .client import Client, Queue
-from .reads import server_now_ms
 
 if TYPE_CHECKING:
     from .._model.history import HistoryPoint
