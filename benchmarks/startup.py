@@ -1,6 +1,7 @@
 """A worker process's start-up: from spawning ``venturi worker`` to its first claim (issue 42).
 
-usage: python benchmarks/startup.py [ROOT ...] [--runs 15] [--python PY] [--importtime] [--callgrind]
+usage: python benchmarks/startup.py [ROOT ...] [--runs 15] [--python PY]
+                                    [--importtime] [--callgrind] [--floors]
 
 For each checkout ROOT (default: this one; a base to compare with is made by
 ``git -C /work/main archive main | tar -x -C /tmp/base``), a fresh
@@ -37,11 +38,21 @@ load cannot move: per ROOT, one spawn under ``valgrind --tool=callgrind``
 (``PYTHONHASHSEED=0``) whose handler ends the process with ``os._exit(0)``
 right after its stamp, so the count runs from exec to the first job's
 handler (each run takes a minute or so).
+``--floors`` takes the imports of a worker start apart instead, per ROOT:
+one interpreter imports, in order, what any worker of ours imports before
+its first line (``redis.asyncio``; ``pydantic``; ``pydantic.main`` and a
+first model, which builds pydantic's schema machinery; ``anyio`` with its
+asyncio backend, ``msgpack``, ``ulid``, ``hiredis``; ``typer``), then the
+package (``venturi_redis.cli.worker``, ``venturi_redis._worker.worker``),
+each step timed inside the process (medians of ``--runs``); with
+``--callgrind``, the instructions from exec to the end of each step
+(one process per step under valgrind, ``PYTHONHASHSEED=0``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -220,29 +231,89 @@ def one_run(root: Root, app_dir: Path, importtime: bool = False) -> tuple[float,
 
 def instructions(root: Root, app_dir: Path) -> int:
     """Instructions from exec to the first job's handler, the worker under callgrind."""
-    with RedisServer() as server, tempfile.TemporaryDirectory() as d:
-        env = {**root.env, "REDIS_URL": server.url, "STARTUP_EXIT": "1", "PYTHONHASHSEED": "0"}
+    with RedisServer() as server:
+        env = {**root.env, "REDIS_URL": server.url, "STARTUP_EXIT": "1"}
         subprocess.run([root.python, "-c", ENQUEUE, str(app_dir)], env=env, check=True)
+        n = count_instructions(root, [root.python, root.venturi, "worker", "startup_app:worker"], env)
+        if redis.Redis.from_url(server.url).get("startup:handled") is None:
+            raise RuntimeError(f"{root.root}: the worker ended without running the job")
+        return n
+
+
+# --floors: what a worker start imports, step by step, third-party first.
+FLOOR_STEPS = [
+    ("python -c pass", "pass"),
+    ("redis.asyncio", "import redis.asyncio"),
+    ("pydantic", "import pydantic"),
+    (
+        "pydantic.main, a first model",
+        "import pydantic.main, pydantic.type_adapter\nclass _M(pydantic.BaseModel):\n    a: int",
+    ),
+    (
+        "anyio (asyncio backend), msgpack, ulid, hiredis, zoneinfo",
+        "import anyio, anyio.abc, anyio.lowlevel, anyio.from_thread, anyio._backends._asyncio, "
+        "msgpack, ulid, hiredis, zoneinfo",
+    ),
+    ("typer (the CLI)", "import typer"),
+    (
+        "venturi_redis (cli.worker, _worker.worker)",
+        "import venturi_redis.cli.worker, venturi_redis._worker.worker",
+    ),
+]
+_STEP_TIMES = """
+import json, sys, time
+marks = [time.perf_counter()]
+for code in json.loads(sys.argv[1]):
+    exec(code, {})
+    marks.append(time.perf_counter())
+print(json.dumps([b - a for a, b in zip(marks, marks[1:])]))
+"""
+
+
+def import_steps(root: Root, runs: int, callgrind: bool) -> None:
+    """Each step of FLOOR_STEPS: its own time (median of ``runs``), and with
+    ``callgrind`` the instructions from exec to its end."""
+    codes = [code for _, code in FLOOR_STEPS[1:]]
+    steps: list[list[float]] = [[] for _ in codes]
+    passes = []
+    for _ in range(runs):
+        passes.append(floor(root.python, "pass")[0])
+        out = subprocess.run(
+            [root.python, "-c", _STEP_TIMES, json.dumps(codes)],
+            env=root.env,
+            cwd=root.root,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        for got, t in zip(steps, json.loads(out), strict=True):
+            got.append(t)
+    counts: list[int | None] = [None] * len(FLOOR_STEPS)
+    if callgrind:
+        for i in range(len(FLOOR_STEPS)):
+            code = "\n".join(c for _, c in FLOOR_STEPS[: i + 1])
+            counts[i] = count_instructions(root, [root.python, "-c", code], root.env)
+    print(f"{root.root} ({root.python}): the imports of a worker start, step by step")
+    for i, (name, _) in enumerate(FLOOR_STEPS):
+        t = statistics.median(passes) if i == 0 else statistics.median(steps[i - 1])
+        what = "wall, spawn to exit" if i == 0 else "in-process"
+        ins = f"  {counts[i]:>15,} instructions to here" if counts[i] is not None else ""
+        print(f"  {t * 1000:7.1f} ms ({what})  {name}{ins}", flush=True)
+
+
+def count_instructions(root: Root, argv: list[str | Path], env: dict[str, str]) -> int:
+    """Instructions of one process under callgrind."""
+    with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "callgrind.out"
         subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={out}",
-                root.python,
-                root.venturi,
-                "worker",
-                "startup_app:worker",
-            ],
-            env=env,
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv],
+            env={**env, "PYTHONHASHSEED": "0"},
             cwd=root.root,
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             timeout=900,
         )
-        if redis.Redis.from_url(server.url).get("startup:handled") is None:
-            raise RuntimeError(f"{root.root}: the worker ended without running the job")
         m = re.search(r"^(?:summary|totals):\s*(\d+)", out.read_text(), re.M)
         assert m, "no totals in the callgrind output"
         return int(m.group(1))
@@ -288,11 +359,16 @@ def main() -> None:
     ap.add_argument("--python", type=Path, default=Path(sys.executable))
     ap.add_argument("--importtime", action="store_true", help="one more run per ROOT, imports attributed")
     ap.add_argument("--callgrind", action="store_true", help="instructions, exec to the first handler")
+    ap.add_argument("--floors", action="store_true", help="the imports of a worker start, step by step")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         app_dir = Path(tmp)
         (app_dir / "startup_app.py").write_text(APP)
         roots = [Root(r, a.python, app_dir) for r in a.roots]
+        if a.floors:
+            for root in roots:
+                import_steps(root, a.runs, a.callgrind)
+            return
         if a.callgrind:
             for root in roots:
                 n = instructions(root, app_dir)

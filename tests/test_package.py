@@ -60,6 +60,37 @@ def test_worker_side_names_load_on_first_use() -> None:
     assert out.stdout.split() == ["False", "True"]
 
 
+# Public names whose modules a worker does not use: `import venturi_redis`
+# leaves them unimported (issue 42), and naming one loads it.
+LOADED_WHEN_NAMED = {
+    "BulkFilters": "venturi_redis._producer.bulk",
+    "BulkProgress": "venturi_redis._producer.bulk",
+    "HistoryPoint": "venturi_redis._model.history",
+    "OffloadHandle": "venturi_redis._producer.results",
+    "OffloadNotFound": "venturi_redis._producer.results",
+    "OffloadResult": "venturi_redis._producer.results",
+    "QueueStats": "venturi_redis._producer.reads",
+    "read_result": "venturi_redis._producer.results",
+    "read_result_redacted": "venturi_redis._producer.results",
+    "resolve": "venturi_redis._producer.results",
+}
+
+
+def test_names_a_worker_does_not_use_load_when_named() -> None:
+    code = (
+        "import importlib, json, sys; import venturi_redis as vr; "
+        f"names = {LOADED_WHEN_NAMED!r}; "
+        "before = sorted({m for m in names.values() if m in sys.modules}); "
+        "same = [n for n, m in names.items() if getattr(vr, n) is getattr(importlib.import_module(m), n)]; "
+        "from venturi_redis import BulkFilters, HistoryPoint, resolve; "
+        "print(json.dumps([before, same]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, same = json.loads(out.stdout)
+    assert before == []
+    assert same == list(LOADED_WHEN_NAMED)
+
+
 # What a worker started by `venturi worker` must not have imported by the time
 # it runs its first job (issue 42: its start-up to the first claim). Each is
 # the optional dependency of another face (the other commands' tables and
@@ -78,6 +109,16 @@ NOT_AT_A_WORKER_START = (
     "venturi_redis._worker.metrics",
     "venturi_redis._producer.sync",
     "venturi_redis._producer.rebuild",
+    # the readings (stats, job lists), an operator's bulk commands, the metrics
+    # history and the offload results' reading side: loaded where they are called
+    "venturi_redis._producer.reads",
+    "venturi_redis._producer.bulk",
+    "venturi_redis._producer.results",
+    "venturi_redis._producer.history",
+    "venturi_redis._model.history",
+    # the embedded memory:// server: a redis:// worker never needs it
+    "fakeredis",
+    "lupa",
     "rich.console",
     "rich.table",
     "rich.progress",

@@ -26,25 +26,14 @@ from ._model.errors import (
 )
 from ._model.events import QueueEvent
 from ._model.flow import Flow
-from ._model.history import HistoryPoint
 from ._model.limits import Limit, LimitInfo, LimitKeyLoad, Rate
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
 from ._model.schedule import Schedule, ScheduleInfo
 from ._model.sealing import Encrypted, Encryption
 from ._model.task import Merge, NoCarry, Pending, Task
-from ._producer.bulk import BulkFilters, BulkProgress
 from ._producer.client import Client, Queue
 from ._producer.offload import OffloadFunction, offload
-from ._producer.reads import QueueStats
-from ._producer.results import (
-    OffloadHandle,
-    OffloadNotFound,
-    OffloadResult,
-    read_result,
-    read_result_redacted,
-    resolve,
-)
 from ._producer.retention import Retention
 from ._producer.sharded import ShardedQueue
 from ._store.prepare import EnqueueManyOptions, EnqueueOptions
@@ -53,6 +42,17 @@ from ._worker.context import Context
 from ._worker.handler import BatchHandler, BatchItem, Handler
 
 if _TYPE_CHECKING:
+    from ._model.history import HistoryPoint
+    from ._producer.bulk import BulkFilters, BulkProgress
+    from ._producer.reads import QueueStats
+    from ._producer.results import (
+        OffloadHandle,
+        OffloadNotFound,
+        OffloadResult,
+        read_result,
+        read_result_redacted,
+        resolve,
+    )
     from ._producer.sync import SyncClient, SyncQueue
     from ._worker.metrics import PrometheusMetrics, WorkerObserver
     from ._worker.worker import Worker
@@ -60,15 +60,26 @@ if _TYPE_CHECKING:
 __version__ = "0.1.0"
 
 # The worker side loads on first use, so a web process that only enqueues
-# never imports it (tests/test_package.py checks this); so does the
-# synchronous client, which neither a worker nor an async producer needs
-# (issue 42: a worker's start-up). Name -> its module.
+# never imports it (tests/test_package.py checks this); so do the
+# synchronous client, which neither a worker nor an async producer needs,
+# the readings (stats, job lists), the operators' bulk filters, the metrics
+# history and the offload results' reading side (issue 42: a worker's start-up). Name -> its module.
 _LAZY = {
+    "BulkFilters": "._producer.bulk",
+    "BulkProgress": "._producer.bulk",
+    "HistoryPoint": "._model.history",
+    "OffloadHandle": "._producer.results",
+    "OffloadNotFound": "._producer.results",
+    "OffloadResult": "._producer.results",
     "PrometheusMetrics": "._worker.metrics",
+    "QueueStats": "._producer.reads",
     "SyncClient": "._producer.sync",
     "SyncQueue": "._producer.sync",
     "Worker": "._worker.worker",
     "WorkerObserver": "._worker.metrics",
+    "read_result": "._producer.results",
+    "read_result_redacted": "._producer.results",
+    "resolve": "._producer.results",
 }
 
 

@@ -6,6 +6,10 @@ Protocols instead of ``Client`` and ``Queue`` keeps the imports one way
 (``client.py`` -> helpers -> this module), with no cycle hidden behind
 ``TYPE_CHECKING``. ``Client`` and ``Queue`` satisfy them structurally (mypy
 checks it wherever a ``Queue`` is passed).
+
+The two small reads the helpers share (the scripts' clock, a reply as text)
+live here too, not in ``reads.py``, which a worker never imports (issue 42:
+its start-up).
 """
 
 from __future__ import annotations
@@ -18,6 +22,20 @@ from .._store.keys import QueueKeys
 from .._store.sender import Sender
 from .._store.store import QueueStore
 from .registry import Recorded
+
+
+def _text(value: Any) -> str:
+    if value is None or value is False:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+async def server_now_ms(client: ClientLike) -> int:
+    """The clock the scripts use: the client's own, else Redis TIME."""
+    if client.clock is not None:
+        return int(client.clock())
+    sec, usec = await client.redis.time()
+    return int(sec) * 1000 + int(usec) // 1000
 
 
 class ClientLike(Protocol):

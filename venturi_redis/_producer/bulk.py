@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from .._model.backoff import to_ms
 from .._model.errors import ConfigurationError
 from .._store.store import Retried
-from .reads import _text
+from .base import _text
 
 if TYPE_CHECKING:
     from .base import QueueLike

@@ -37,16 +37,16 @@ from .._transport.lane import Lane
 from .._transport.urls import redact_url
 from . import flow as _flow
 from . import ops as _ops
-from . import reads as _reads
 from . import update as _update
+from .base import server_now_ms
 from .batch import enqueue_prepared
-from .bulk import BulkFilters
 from .coalesce import Coalescer
 from .dedup import merge_into
 from .queue_features import QueueFeatures
 from .registry import Recorded
 
 if TYPE_CHECKING:
+    from .bulk import BulkFilters
     from .reads import QueueStats
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of encoded payload (or carry) per job
@@ -215,7 +215,7 @@ class Queue(QueueFeatures):
             at = options.pop("at", None)
             if at is not None:
                 at_ms = checked_at(at, options.get("delay", 0.0))
-                options["delay"] = max(0, at_ms - await _reads.server_now_ms(self.client)) / 1000
+                options["delay"] = max(0, at_ms - await server_now_ms(self.client)) / 1000
             job = prepare(
                 task, self.client.max_payload_bytes, self.client.encryption, **cast("PrepareOptions", options)
             )
@@ -291,6 +291,8 @@ class Queue(QueueFeatures):
         ``waiting_on`` and ``dependents`` (workflows) are read in the same
         transaction as the hash.
         """
+        from . import reads as _reads  # a reading: not imported at a worker's start (issue 42)
+
         return await _reads.get_job(self, job_id)
 
     async def journal(self, job_id: str) -> list[JournalEntry]:
@@ -312,6 +314,8 @@ class Queue(QueueFeatures):
         (pending, eligible later) and ``retrying`` (pending after a failed run, waiting for
         its retry), then ``waiting`` (workflows), ``running``, ``suspended``, ``completed``,
         ``dead`` and ``cancelled``. O(1) or O(log n) per index, whatever the queue's size."""
+        from . import reads as _reads  # a reading: not imported at a worker's start (issue 42)
+
         return await _reads.counts(self.client, [self.keys])
 
     async def is_drained(self) -> bool:
@@ -362,11 +366,15 @@ class Queue(QueueFeatures):
 
     async def stats(self) -> QueueStats:
         """Counts per state and priority, lag and completions in the last minute."""
+        from . import reads as _reads  # a reading: not imported at a worker's start (issue 42)
+
         return await _reads.stats(self)
 
     async def workers(self) -> list[WorkerInfo]:
         """The workers consuming this queue now (each renews its registration every lease
         tick; a stopped or killed one is gone within about a lease)."""
+        from . import reads as _reads  # a reading: not imported at a worker's start (issue 42)
+
         return await _reads.list_workers(self)
 
     async def list_jobs(
@@ -377,6 +385,8 @@ class Queue(QueueFeatures):
         ``state`` is a ``JobState`` or a view of the pending jobs: ``"retrying"``
         (the last run failed), ``"delayed"`` (eligible later), ``"limited"``
         (parked on a limit)."""
+        from . import reads as _reads  # a reading: not imported at a worker's start (issue 42)
+
         return await _reads.list_jobs(self, state=state, kind=kind, limit=limit)
 
     async def retry(self, job_id: str) -> bool:

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from .._model.errors import ConfigurationError
 from .._store.keys import QueueKeys, is_queue_name, registry_key
-from .reads import _text
+from .base import _text
 from .registry import PRUNE_AFTER_MS
 
 if TYPE_CHECKING:

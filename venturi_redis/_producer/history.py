@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._model.history import COUNTERS, HOUR_MS, HistoryPlan, HistoryPoint, fold, plan
 from .._store.store import HISTORY_DEFAULT
-from .reads import server_now_ms
+from .base import server_now_ms
 
 if TYPE_CHECKING:
     from .base import QueueLike as Queue

@@ -26,10 +26,10 @@ from .._model.outcome import UNSET
 from .._model.task import Task, validate_kind
 from .._store.keys import validate_name
 from .._store.prepare import prepare
-from .results import TOKEN_BYTES, OffloadHandle
 
 if TYPE_CHECKING:
     from .client import Client
+    from .results import OffloadHandle
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -146,6 +146,8 @@ class OffloadFunction(Generic[P, R]):
         is written if they do not validate. The job and its ``pending``
         snapshot are written in one atomic step.
         """
+        from .results import TOKEN_BYTES, OffloadHandle  # the reading side: not at a worker's start
+
         task = self.task(*args, **kwargs)
         token = secrets.token_urlsafe(TOKEN_BYTES)
         queue = client.queue(self.queue)
@@ -168,6 +170,8 @@ class OffloadFunction(Generic[P, R]):
 
     def handle(self, key: str, job_id: str = "") -> OffloadHandle[R]:
         """A typed handle for a key kept elsewhere (a session, a database row)."""
+        from .results import OffloadHandle
+
         return OffloadHandle(key=key, job_id=job_id, result_type=self.result_type)
 
     async def _run(self, payload: Task[Any]) -> Any:

@@ -23,13 +23,12 @@ from .._model.errors import ConfigurationError, CorruptQueueError
 from .._store.keys import WAKE_CAP
 from .._store.prepare import checked_order_key
 from .._store.store import FINISHED_STATES, Retried, corrupt_job
-from . import bulk as _bulk
-from .bulk import BulkFilters, make_filter
-from .reads import server_now_ms
+from .base import server_now_ms
 from .retention import _PURGE_BATCH, Retention, retention_field
 
 if TYPE_CHECKING:
     from .base import QueueLike
+    from .bulk import BulkFilters
 
 CancelResult = Literal["cancelled", "requested", "not_found", "finished"]
 
@@ -79,8 +78,10 @@ async def retry_dead_report(
     queue: QueueLike, *, note: str = "retried by an operator", **filters: Unpack[BulkFilters]
 ) -> Retried:
     """``retry_dead`` with the refused jobs too (id -> what is wrong), for the CLI."""
+    from . import bulk as _bulk  # an operator's command: not imported at a worker's start (issue 42)
+
     now = await server_now_ms(queue.client)
-    flt = make_filter(filters, now)
+    flt = _bulk.make_filter(filters, now)
     got = await _bulk.retry_dead(queue, flt, now, note, filters.get("on_progress"))
     for job_id, why in got.refused.items():
         log.warning("queue %s: job %s not retried: %s (repair it, then retry it)", queue.name, job_id, why)
@@ -96,12 +97,14 @@ async def cancel_jobs(
 ) -> Retried:
     """Cancel the jobs of ``state`` matching the filters; ``since`` / ``until`` on their enqueue
     time. The ids cancelled (a running job's: asked to stop), and those refused as corrupt."""
+    from . import bulk as _bulk  # an operator's command: not imported at a worker's start (issue 42)
+
     if state not in _bulk.CANCELLABLE:
         raise ConfigurationError(
             f"cancel_jobs takes state one of {', '.join(_bulk.CANCELLABLE)}, got {state!r}"
         )
     now = await server_now_ms(queue.client)
-    flt = make_filter(filters, now)
+    flt = _bulk.make_filter(filters, now)
     got = await _bulk.cancel_jobs(queue, state, flt, now, note, filters.get("on_progress"))
     for job_id, why in got.refused.items():
         log.warning("queue %s: job %s not cancelled: %s", queue.name, job_id, why)
@@ -206,10 +209,12 @@ async def purge(
     until none is left; with any, reads them by pages (``bulk.py``). Returns
     how many jobs were removed.
     """
+    from . import bulk as _bulk  # an operator's command: not imported at a worker's start (issue 42)
+
     _check_finished(state)
     keep_ms = to_ms(older_than, "older_than")
     now = await server_now_ms(queue.client)
-    flt = make_filter(filters, now)
+    flt = _bulk.make_filter(filters, now)
     on_progress = filters.get("on_progress")
     if flt != _bulk.Filter() or on_progress is not None:
         return await _bulk.purge(queue, state, flt, now, keep_ms, on_progress)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._model.enums import Priority
 from .._model.events import QueueEvent
-from .._model.history import HistoryPoint
 from .._model.limits import LimitInfo, Rate
 from .._model.records import JobInfo
 from .._model.schedule import ScheduleInfo
@@ -22,10 +21,12 @@ from .._model.task import Task
 from .._store.keys import QueueKeys
 from .._store.store import QueueStore
 from . import events as _events
-from . import history as _history
 from . import limits as _limits
 from . import schedules as _schedules
 from .base import ClientLike
+
+if TYPE_CHECKING:
+    from .._model.history import HistoryPoint
 
 
 class QueueFeatures:
@@ -95,11 +96,15 @@ class QueueFeatures:
         Raises:
             ConfigurationError: ``since`` or ``step`` out of those bounds (nothing read).
         """
+        from . import history as _history  # not imported at a worker's start (issue 42)
+
         return await _history.history(self, since=since, kind=kind, step=step)
 
     async def set_history(self, enabled: bool) -> None:
         """Switch this queue's metrics history on or off (off by default: it costs every
         transition a few Redis commands). Takes effect at every client's next script call."""
+        from . import history as _history
+
         await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _history.set_history(self, enabled)
 

@@ -17,6 +17,7 @@ from redis.exceptions import ResponseError
 from .._model.enums import PRIORITIES_HIGH_FIRST, DeadReason, JobState
 from .._model.errors import ConfigurationError
 from .._model.records import JobInfo, WorkerInfo, ms_to_dt
+from .base import _text, server_now_ms
 from .retention import FINISHED, FinishedState, bounds_of_field, trim_behind
 
 if TYPE_CHECKING:
@@ -50,12 +51,6 @@ def _atomic_pipeline(client: ClientLike) -> Any:
     in one slot, but a cluster client pipelines without MULTI)."""
     clustered = hasattr(client.redis, "nodes_manager")
     return client.redis.pipeline(transaction=not clustered)
-
-
-def _text(value: Any) -> str:
-    if value is None or value is False:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,14 +198,6 @@ async def _legacy_dead_reason(queue: QueueLike, job_id: str) -> DeadReason | Non
         if fields.get(b"event") == b"dead":
             return DeadReason.of(_text(fields.get(b"reason")))
     return None
-
-
-async def server_now_ms(client: ClientLike) -> int:
-    """The clock the scripts use: the client's own, else Redis TIME."""
-    if client.clock is not None:
-        return int(client.clock())
-    sec, usec = await client.redis.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 async def stats(queue: QueueLike) -> QueueStats:

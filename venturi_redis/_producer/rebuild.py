@@ -37,7 +37,7 @@ import anyio
 from .._model.errors import ConfigurationError
 from .._store.keys import queue_keys_match, queue_of_key, rebuild_key, registry_key
 from .._transport.cluster import is_cluster
-from .reads import _text
+from .base import _text
 
 if TYPE_CHECKING:
     from .base import ClientLike

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .reads import _atomic_pipeline, _text, server_now_ms
+from .base import _text, server_now_ms
+from .reads import _atomic_pipeline
 
 if TYPE_CHECKING:
     from .base import QueueLike

@@ -40,9 +40,8 @@ from .._model.schedule import (
 from .._model.task import Task, task_kind
 from .._store.prepare import Prepared, checked_dedup_field, checked_limit_key, payload_too_large
 from .._store.store import Fired, ScriptArg
-from .base import QueueLike
+from .base import QueueLike, server_now_ms
 from .dedup import merge_into
-from .reads import server_now_ms
 
 log = logging.getLogger("venturi_redis.schedules")
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._model.errors import ConfigurationError
 from .._transport.urls import redact_url
-from .reads import _text
+from .base import _text
 
 if TYPE_CHECKING:
     from .base import ClientLike

@@ -55,7 +55,6 @@ from redis.crc import key_slot
 
 from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
-from .._model.history import HistoryPoint, merge, plan
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
 from .._store.keys import QueueKeys, validate_name
@@ -69,13 +68,13 @@ from .._store.prepare import (
     unknown_option,
 )
 from .._transport.urls import redact_url
+from .base import server_now_ms
 from .batch import enqueue_prepared, lost_in_flight
-from .bulk import BulkFilters
 from .client import Client, Queue
-from .history import read as read_history
-from .reads import server_now_ms
 
 if TYPE_CHECKING:
+    from .._model.history import HistoryPoint
+    from .bulk import BulkFilters
     from .reads import QueueStats
 
 SLOTS = 16384
@@ -318,6 +317,9 @@ class ShardedQueue:
         self, *, since: timedelta = timedelta(hours=1), kind: str | None = None, step: timedelta | None = None
     ) -> list[HistoryPoint]:
         """``Queue.history`` summed over the partitions, step by step (one clock for all)."""
+        from .._model.history import merge, plan  # not imported at a worker's start (issue 42)
+        from .history import read as read_history
+
         plan(0, since, step)  # the arguments checked before any command
         the_plan = plan(await server_now_ms(self.client), since, step)
         return merge([await read_history(p, the_plan, kind) for p in self.partitions])

@@ -18,7 +18,7 @@ from .._model.enums import Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
 from .._model.task import Task, task_kind
 from .._store.prepare import checked_at, checked_dedup_field
-from .reads import server_now_ms
+from .base import server_now_ms
 
 if TYPE_CHECKING:
     from .base import QueueLike

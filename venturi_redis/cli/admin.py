@@ -13,9 +13,9 @@ from rich.progress import MofNCompleteColumn, Progress
 from .._producer import bulk as _bulk
 from .._producer import events as _events
 from .._producer import ops as _ops
+from .._producer.base import server_now_ms
 from .._producer.bulk import BulkFilters, BulkProgress, make_filter
 from .._producer.client import Client
-from .._producer.reads import server_now_ms
 from .app import (
     CreateOpt,
     JobQueueOpt,

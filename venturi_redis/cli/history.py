@@ -18,9 +18,9 @@ from rich.table import Table
 
 from .._model.errors import ConfigurationError
 from .._model.history import HistoryPoint, merge, plan
+from .._producer.base import server_now_ms
 from .._producer.client import Client
 from .._producer.history import read
-from .._producer.reads import server_now_ms
 from .._producer.sharded import group_partitions
 from .app import CreateOpt, JsonOpt, RedisOpt, die, known_queue, queue_app, run_with_client
 from .output import console, print_json, print_table, safe_text

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._model.enums import JobState
 from .._model.records import JobInfo
-from .._producer.reads import server_now_ms
+from .._producer.base import server_now_ms
 
 if TYPE_CHECKING:
     from .._producer.client import Queue

@@ -47,8 +47,9 @@ from redis.exceptions import ResponseError
 
 from .._model.history import COUNTERS, HistoryPoint
 from .._model.records import ms_to_dt
+from .._producer.base import server_now_ms
 from .._producer.discovery import discover_queues
-from .._producer.reads import COUNT_COMMANDS, QueueStats, server_now_ms, stats_commands, stats_from
+from .._producer.reads import COUNT_COMMANDS, QueueStats, stats_commands, stats_from
 
 if TYPE_CHECKING:
     from .._producer.client import Client, Queue

@@ -27,9 +27,9 @@ import anyio
 from .._model.errors import ConfigurationError, VenturiError
 from .._model.records import JobInfo
 from .._model.task import Task
+from .._producer.base import server_now_ms
 from .._producer.client import Queue
 from .._producer.offload import OffloadFunction
-from .._producer.reads import server_now_ms
 from .._worker.declared_limits import declare_limits
 from .._worker.scheduler import declare
 from .._worker.worker import Worker
