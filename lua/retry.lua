@@ -52,7 +52,8 @@ events_open(KEYS[8], KEYS[9], ARGV[2], meta[1])
 history_counts = meta[2] == '1' and {} or nil
 local id = ARGV[3]
 local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now,
-  {'failures', 'max_failures', 'dependents', 'cancel_requested', 'dedup_window', 'dedup', 'kind', 'order_key'})
+  {'failures', 'max_failures', 'dependents', 'cancel_requested', 'dedup_window', 'dedup', 'kind', 'order_key',
+    'created_at', 'priority', 'eligible_at'}, 15)
 if refused then
   return {0, refused}
 end
@@ -74,11 +75,11 @@ local function die()
   redis.call('ZADD', KEYS[5], now, id)
   if f[5] then unhold(KEYS[6], dedup_held_key(ARGV[2]), f[6], id) end -- throttled: no window
   journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
-    with_error(with_claim({'failures', failures}, o[5], o[6]), ARGV[12], ARGV[13]))
+    with_error(with_claim({'failures', failures}, o[5], o[6]), ARGV[12], ARGV[13]), f[7] or '')
   journal(KEYS[2], now, 'dead', run,
     'retry backstop: ' .. failures .. (failures == 1 and ' failed run' or ' failed runs') ..
     ' (max_failures=' .. limit .. ')', nil,
-    {'reason', 'max_failures'})
+    {'reason', 'max_failures'}, f[7] or '')
   compact_journal(KEYS[2])
   offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now)
   if f[3] then
@@ -104,10 +105,10 @@ local delay = backoff_delay_ms(id, failures, tonumber(ARGV[8]), tonumber(ARGV[9]
 local eligible = now + delay
 redis.call('HSET', KEYS[1], 'state', 'pending', 'failures', failures,
   'note', ARGV[5], 'eligible_at', eligible, 'updated_at', now)
-back_to_pending(KEYS[4], KEYS[6], KEYS[1], id, eligible)
+back_to_pending(KEYS[4], KEYS[6], KEYS[1], id, eligible, f[6])
 if not f[4] then redis.call('ZADD', retrying_key(ARGV[2]), eligible, id) end
 journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
-  with_error(with_claim({'failures', failures, 'delay_ms', delay}, o[5], o[6]), ARGV[12], ARGV[13]))
+  with_error(with_claim({'failures', failures, 'delay_ms', delay}, o[5], o[6]), ARGV[12], ARGV[13]), f[7] or '')
 compact_journal(KEYS[2])
 wake_workers(KEYS[7], 1)
 if history_counts then

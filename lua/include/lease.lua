@@ -39,11 +39,13 @@ end
 -- (its job or journal key of the wrong type is one too; a refusal is
 -- journaled: refuse above). The caller writes nothing else when refused.
 -- `more` (optional): further fields the caller needs, read in the same
--- HMGET, as f[7], f[8], ... (whatever the verdict).
+-- HMGET, as f[7], f[8], ... (whatever the verdict). `pre_at` (optional): the
+-- index in f of `created_at`, `priority` and `eligible_at`, in that order
+-- (in `more`), which materialize then does not read again.
 -- Every caller gets the job's `enqueued` entry written here, before its
 -- first write to the hash (complete.lua, whose writes leave the hash saying
 -- it, checks its own owner: lean_owner).
-local function check_owner(job_key, journal_key, token, attempted, now, more)
+local function check_owner(job_key, journal_key, token, attempted, now, more, pre_at)
   local f
   if more then
     f = redis.pcall('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot',
@@ -67,10 +69,15 @@ local function check_owner(job_key, journal_key, token, attempted, now, more)
     return refuse(job_key, journal_key, f[1],
       'lease token does not match (the lease expired and was reclaimed)', f[3], attempted, now), f[3], f
   end
-  if not journal_ok(journal_key) then
+  -- journal_ok's XLEN, whose count also says whether the journal has entries
+  -- (then materialize has nothing to write: its EXISTS is skipped).
+  local len = redis.pcall('XLEN', journal_key)
+  if type(len) ~= 'number' then
     return 'journal key is not a stream', f[3]
   end
-  materialize(job_key, journal_key)
+  if len == 0 then
+    materialize(job_key, journal_key, pre_at and {f[pre_at], f[pre_at + 1], f[pre_at + 2]})
+  end
   return nil, f[3], f
 end
 
