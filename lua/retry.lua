@@ -51,7 +51,7 @@ local meta = redis.call('HMGET', KEYS[8], 'events', 'history')
 events_open(KEYS[8], KEYS[9], ARGV[2], meta[1])
 history_counts = meta[2] == '1' and {} or nil
 local id = ARGV[3]
-local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now,
+local refused, run, o, entries = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now,
   {'failures', 'max_failures', 'dependents', 'cancel_requested', 'dedup_window', 'dedup', 'kind', 'order_key',
     'created_at', 'priority', 'eligible_at'}, 15)
 if refused then
@@ -80,7 +80,7 @@ local function die()
     'retry backstop: ' .. failures .. (failures == 1 and ' failed run' or ' failed runs') ..
     ' (max_failures=' .. limit .. ')', nil,
     {'reason', 'max_failures'}, f[7] or '')
-  compact_journal(KEYS[2])
+  compact_journal(KEYS[2], entries + 2) -- with `failed` and `dead`
   offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now)
   if f[3] then
     graph_finished(ARGV[2], f[3], KEYS[1], id, now, false, nil, ARGV[5])
@@ -109,7 +109,7 @@ back_to_pending(KEYS[4], KEYS[6], KEYS[1], id, eligible, f[6])
 if not f[4] then redis.call('ZADD', retrying_key(ARGV[2]), eligible, id) end
 journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
   with_error(with_claim({'failures', failures, 'delay_ms', delay}, o[5], o[6]), ARGV[12], ARGV[13]), f[7] or '')
-compact_journal(KEYS[2])
+compact_journal(KEYS[2], entries + 1) -- with `failed`
 wake_workers(KEYS[7], 1)
 if history_counts then
   history_count(f[7] or '', 'failed', 1)

@@ -42,6 +42,8 @@ end
 -- HMGET, as f[7], f[8], ... (whatever the verdict). `pre_at` (optional): the
 -- index in f of `created_at`, `priority` and `eligible_at`, in that order
 -- (in `more`), which materialize then does not read again.
+-- The fourth value returned, when the check passes: the journal's length
+-- now (for compact_journal, which then need not read it).
 -- Every caller gets the job's `enqueued` entry written here, before its
 -- first write to the hash (complete.lua, whose writes leave the hash saying
 -- it, checks its own owner: lean_owner).
@@ -75,10 +77,10 @@ local function check_owner(job_key, journal_key, token, attempted, now, more, pr
   if type(len) ~= 'number' then
     return 'journal key is not a stream', f[3]
   end
-  if len == 0 then
-    materialize(job_key, journal_key, pre_at and {f[pre_at], f[pre_at + 1], f[pre_at + 2]})
+  if len == 0 and materialize(job_key, journal_key, pre_at and {f[pre_at], f[pre_at + 1], f[pre_at + 2]}) then
+    len = 1
   end
-  return nil, f[3], f
+  return nil, f[3], f, len
 end
 
 -- Clear the lease fields when a job leaves RUNNING (absent, not empty: a
