@@ -210,12 +210,6 @@ for i = 4, #ARGV do
     runs[#runs + 1] = f[2] or '0'
   end
 end
--- `cmd key` with all of `list` (in chunks: unpack takes a few thousand values at most).
-local function each_chunk(cmd, key, list)
-  for j = 1, #list, 1000 do
-    redis.call(cmd, key, unpack(list, j, math.min(j + 999, #list)))
-  end
-end
 if #done > 0 then
   for k = 1, 4 do each_chunk('ZREM', KEYS[k], done) end
   each_chunk('ZREM', retrying, done) -- waiting for a retry, maybe (keys.lua)

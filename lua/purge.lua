@@ -44,6 +44,7 @@
 -- @include clock.lua
 -- @include keys.lua
 -- @include states.lua
+-- @include operator.lua
 
 local prefix = ARGV[2]
 local now = now_ms(ARGV[1])
@@ -124,16 +125,6 @@ if #fields > 0 then
   end
 end
 -- The writes: nothing above wrote.
--- `cmd key` with all of `list` (in chunks: unpack takes a few thousand values at most).
-local function each_chunk(cmd, key, list)
-  for j = 1, #list, 1000 do
-    if key then
-      redis.call(cmd, key, unpack(list, j, math.min(j + 999, #list)))
-    else
-      redis.call(cmd, unpack(list, j, math.min(j + 999, #list)))
-    end
-  end
-end
 if holders then
   local freed = {}
   for k = 1, #fields do

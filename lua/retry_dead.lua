@@ -168,12 +168,6 @@ for i = 4, #ARGV do
     runs[#runs + 1] = f[3] or '0'
   end
 end
--- `cmd key` with all of `list` (in chunks: unpack takes a few thousand values at most).
-local function each_chunk(cmd, key, list)
-  for j = 1, #list, 1000 do
-    redis.call(cmd, key, unpack(list, j, math.min(j + 999, #list)))
-  end
-end
 local n = #moved
 if n > 0 then
   each_chunk('ZREM', KEYS[1], moved)

@@ -47,3 +47,17 @@ end
 local function corrupt_job(id, what)
   return redis.error_reply('VR_CORRUPTJOB job ' .. id .. ': ' .. what)
 end
+
+-- `cmd key` with all of `list`, or `cmd` with all of `list` when `key` is
+-- nil (a DEL of many keys), in chunks: unpack takes a few thousand values at
+-- most. The bulk actions' set moves (retry_dead, cancel_pending, purge), once
+-- per call.
+local function each_chunk(cmd, key, list)
+  for j = 1, #list, 1000 do
+    if key then
+      redis.call(cmd, key, unpack(list, j, math.min(j + 999, #list)))
+    else
+      redis.call(cmd, unpack(list, j, math.min(j + 999, #list)))
+    end
+  end
+end
