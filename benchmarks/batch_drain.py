@@ -86,14 +86,20 @@ def _cpu(r: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-async def child(url: str, n: int, variant: str) -> dict[str, float]:
-    """One drain, in a process of its own: jobs/s and Redis's CPU µs per job."""
+async def fill(url: str, n: int) -> tuple[redis.Redis, vr.Client, vr.Queue]:
+    """A flushed server with ``n`` no-op jobs queued on ``bench`` (batch_trace.py's too)."""
     sync = redis.Redis.from_url(url)
     sync.flushall()
     client = vr.Client.from_url(url)
     q = client.queue("bench")
     for start in range(0, n, 1000):
         await q.enqueue_many([Noop(i=i) for i in range(start, min(n, start + 1000))])
+    return sync, client, q
+
+
+async def child(url: str, n: int, variant: str) -> dict[str, float]:
+    """One drain, in a process of its own: jobs/s and Redis's CPU µs per job."""
+    sync, client, q = await fill(url, n)
     rec = aioredis.Redis.from_url(url) if variant in ("single W2", "batch INCRBY") else None
     worker = vr.Worker(q, state=rec, concurrency=100, handle_signals=False)
     worker.register(BatchJob if variant.startswith("batch") else SingleJob)

@@ -53,14 +53,13 @@ def _sched(path: str) -> tuple[float, float]:
 async def drain(root: str, url: str, pid: int, n: int) -> dict[str, Any]:
     """One drain of the checkout at ``root``: its figures (see the module docstring)."""
     sys.path.insert(0, root)
-    import redis
 
     import venturi_redis as vr
     from venturi_redis._worker import completer as completer_module
     from venturi_redis._worker import runner as runner_module
 
     sys.path.insert(0, str(HERE))
-    from batch_drain import BatchJob, Noop
+    from batch_drain import BatchJob, fill
 
     counts = {"claims": 0, "pipelines": 0, "held_at_claim": 0}
     real_claim = runner_module._Runner.claim
@@ -79,12 +78,7 @@ async def drain(root: str, url: str, pid: int, n: int) -> dict[str, Any]:
     runner_module._Runner.claim = claim  # type: ignore[method-assign]
     completer_module._Batch._send = send  # type: ignore[method-assign]
 
-    sync = redis.Redis.from_url(url)
-    sync.flushall()
-    client = vr.Client.from_url(url)
-    q = client.queue("bench")
-    for start in range(0, n, 1000):
-        await q.enqueue_many([Noop(i=i) for i in range(start, min(n, start + 1000))])
+    _, client, q = await fill(url, n)
     worker = vr.Worker(q, concurrency=100, handle_signals=False)
     worker.register(BatchJob)
     redis_stat = f"/proc/{pid}/schedstat"  # redis-server's main thread: the one that runs commands
