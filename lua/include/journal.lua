@@ -27,9 +27,11 @@ local JOURNAL_MAXLEN = '1000'
 -- (`SET journal:<id> x`) is refused or quarantined, the job's fault alone,
 -- not an XADD error half way through a transition or a batch. (XLEN: an
 -- error for a key of another type, 0 for none; TYPE's status reply costs
--- Redis three times as much.)
+-- Redis three times as much.) Returns the journal's length (0 for none, a
+-- true value in Lua), or false when it cannot take an entry.
 local function journal_ok(journal_key)
-  return type(redis.pcall('XLEN', journal_key)) == 'number'
+  local len = redis.pcall('XLEN', journal_key)
+  return type(len) == 'number' and len
 end
 
 -- The XADD of one entry; `extra` a flat list of field, value pairs.

@@ -71,10 +71,10 @@ local function check_owner(job_key, journal_key, token, attempted, now, more, pr
     return refuse(job_key, journal_key, f[1],
       'lease token does not match (the lease expired and was reclaimed)', f[3], attempted, now), f[3], f
   end
-  -- journal_ok's XLEN, whose count also says whether the journal has entries
-  -- (then materialize has nothing to write: its EXISTS is skipped).
-  local len = redis.pcall('XLEN', journal_key)
-  if type(len) ~= 'number' then
+  -- Its length also says whether the journal has entries (then materialize
+  -- has nothing to write: its EXISTS is skipped).
+  local len = journal_ok(journal_key)
+  if not len then
     return 'journal key is not a stream', f[3]
   end
   if len == 0 and materialize(job_key, journal_key, pre_at and {f[pre_at], f[pre_at + 1], f[pre_at + 2]}) then
