@@ -10,7 +10,7 @@ next one go. On redis, memory and cluster (CONTRACT_MODULES).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -22,6 +22,14 @@ from venturi_redis._store import calls
 from venturi_redis.testing import Clock
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def timed(url: str, queue_name: str) -> AsyncIterator[tuple[vr.Queue, Clock]]:
+    """A queue on a client with a test clock, and that clock (the client closed after)."""
+    clock = Clock()
+    async with vr.Client.from_url(url, clock=clock) as client:
+        yield client.queue(queue_name), clock
 
 
 class Step(vr.Task):
@@ -260,55 +268,43 @@ async def test_bad_order_keys_are_refused_with_nothing_written(queue: vr.Queue) 
     assert counts["pending"] == 2 and counts["ordered"] == 0
 
 
-async def test_expiry_releases_a_key_and_drops_a_waiter(url: str, queue_name: str) -> None:
-    client = vr.Client.from_url(url, clock=Clock())
-    try:
-        queue = client.queue(queue_name)
-        clock = client.clock
-        assert isinstance(clock, Clock)
-        first = await queue.enqueue(Step(key="a", n=0), expires=1)
-        waiter = await queue.enqueue(Step(key="a", n=1), expires=1)
-        last = await queue.enqueue(Step(key="a", n=2))
-        clock.advance(2)
-        # The reclaim's sweep ends the waiter; the claim ends the holder.
-        await queue.store.reclaim(batch=100, max_failures="25")
-        assert (await _state(queue, waiter)).state is vr.JobState.DEAD
-        assert (await _state(queue, first)).state is vr.JobState.DEAD
-        assert [j[0] for j in await _claim(queue)] == [last]
-        # The claim's own expiry ending (no sweep first) lets the next go too.
-        held = await queue.enqueue(Step(key="b", n=0), expires=1)
-        nxt = await queue.enqueue(Step(key="b", n=1))
-        clock.advance(2)
-        assert await _claim(queue) == []  # it reached the expired holder first
-        assert (await _state(queue, held)).state is vr.JobState.DEAD
-        assert await _claim(queue) == []  # its key is let go by the reclaim's next sweep
-        await queue.store.reclaim(batch=100, max_failures="25")
-        assert [j[0] for j in await _claim(queue)] == [nxt]
-    finally:
-        await client.aclose()
+async def test_expiry_releases_a_key_and_drops_a_waiter(timed: tuple[vr.Queue, Clock]) -> None:
+    queue, clock = timed
+    first = await queue.enqueue(Step(key="a", n=0), expires=1)
+    waiter = await queue.enqueue(Step(key="a", n=1), expires=1)
+    last = await queue.enqueue(Step(key="a", n=2))
+    clock.advance(2)
+    # The reclaim's sweep ends the waiter; the claim ends the holder.
+    await queue.store.reclaim(batch=100, max_failures="25")
+    assert (await _state(queue, waiter)).state is vr.JobState.DEAD
+    assert (await _state(queue, first)).state is vr.JobState.DEAD
+    assert [j[0] for j in await _claim(queue)] == [last]
+    # The claim's own expiry ending (no sweep first) lets the next go too.
+    held = await queue.enqueue(Step(key="b", n=0), expires=1)
+    nxt = await queue.enqueue(Step(key="b", n=1))
+    clock.advance(2)
+    assert await _claim(queue) == []  # it reached the expired holder first
+    assert (await _state(queue, held)).state is vr.JobState.DEAD
+    assert await _claim(queue) == []  # its key is let go by the reclaim's next sweep
+    await queue.store.reclaim(batch=100, max_failures="25")
+    assert [j[0] for j in await _claim(queue)] == [nxt]
 
 
 async def test_a_reclaimed_holder_keeps_its_key_and_its_backstop_death_frees_it(
-    url: str, queue_name: str
+    timed: tuple[vr.Queue, Clock],
 ) -> None:
-    client = vr.Client.from_url(url, clock=Clock())
-    try:
-        queue = client.queue(queue_name)
-        clock = client.clock
-        assert isinstance(clock, Clock)
-        first = await queue.enqueue(Step(key="a", n=0), lease=1)
-        second = await queue.enqueue(Step(key="a", n=1))
-        assert [j[0] for j in await _claim(queue)] == [first]
-        clock.advance(2)
-        await queue.store.reclaim(batch=100, max_failures="2")
-        assert (await _state(queue, first)).state is vr.JobState.PENDING
-        assert [j[0] for j in await _claim(queue)] == [first]  # its retry, still the holder
-        clock.advance(2)
-        await queue.store.reclaim(batch=100, max_failures="2")
-        assert (await _state(queue, first)).state is vr.JobState.DEAD
-        assert [j[0] for j in await _claim(queue)] == [second]
-    finally:
-        await client.aclose()
+    queue, clock = timed
+    first = await queue.enqueue(Step(key="a", n=0), lease=1)
+    second = await queue.enqueue(Step(key="a", n=1))
+    assert [j[0] for j in await _claim(queue)] == [first]
+    clock.advance(2)
+    await queue.store.reclaim(batch=100, max_failures="2")
+    assert (await _state(queue, first)).state is vr.JobState.PENDING
+    assert [j[0] for j in await _claim(queue)] == [first]  # its retry, still the holder
+    clock.advance(2)
+    await queue.store.reclaim(batch=100, max_failures="2")
+    assert (await _state(queue, first)).state is vr.JobState.DEAD
+    assert [j[0] for j in await _claim(queue)] == [second]
 
 
 async def test_an_operators_retry_of_a_dead_job_joins_its_key_at_the_end(queue: vr.Queue) -> None:
@@ -462,80 +458,62 @@ async def test_a_batch_handler_gets_one_job_of_a_key_at_a_time_in_order(queue: v
 
 
 async def test_a_key_a_claim_ended_keeps_the_queue_undrained_until_it_is_let_go(
-    url: str, queue_name: str
+    timed: tuple[vr.Queue, Clock],
 ) -> None:
     # The claim ends an expired holder; its key is let go by the reclaim's
     # next sweep: until then the key's next job is runnable, not drained.
-    client = vr.Client.from_url(url, clock=Clock())
-    try:
-        queue = client.queue(queue_name)
-        clock = client.clock
-        assert isinstance(clock, Clock)
-        await queue.enqueue(Step(key="b", n=0), expires=1)
-        nxt = await queue.enqueue(Step(key="b", n=1))
-        clock.advance(2)
-        assert await _claim(queue) == []  # it reached the expired holder
-        assert (await queue.counts())["ordered"] == 1
-        assert await queue.is_drained() is False
-        await queue.store.reclaim(batch=100, max_failures="25")
-        assert await queue.is_drained() is False  # the next job is pending now
-        assert [j[0] for j in await _claim(queue)] == [nxt]
-    finally:
-        await client.aclose()
+    queue, clock = timed
+    await queue.enqueue(Step(key="b", n=0), expires=1)
+    nxt = await queue.enqueue(Step(key="b", n=1))
+    clock.advance(2)
+    assert await _claim(queue) == []  # it reached the expired holder
+    assert (await queue.counts())["ordered"] == 1
+    assert await queue.is_drained() is False
+    await queue.store.reclaim(batch=100, max_failures="25")
+    assert await queue.is_drained() is False  # the next job is pending now
+    assert [j[0] for j in await _claim(queue)] == [nxt]
 
 
 async def test_until_idle_waits_for_a_key_a_claim_ended_and_runs_its_next_job(
-    url: str, queue_name: str
+    timed: tuple[vr.Queue, Clock],
 ) -> None:
-    client = vr.Client.from_url(url, clock=Clock())
-    try:
-        queue = client.queue(queue_name)
-        clock = client.clock
-        assert isinstance(clock, Clock)
-        held = await queue.enqueue(Step(key="b", n=0), expires=1)
-        nxt = await queue.enqueue(Step(key="b", n=1))
-        paused = await queue.enqueue(Step(key="p", n=0))
-        await queue.pause_key("p")
-        clock.advance(2)
-        state: dict[str, Any] = {}
-        # The reclaim (every 0.05 s here) lets "b" go; "p" stays paused, and
-        # the run still ends: its jobs cannot run until the key is resumed.
-        await drain(queue, StepJob, state=state, reclaim_interval=0.05)
-        assert state["ran"] == [("b", 1, 1)]
-        assert (await _state(queue, held)).state is vr.JobState.DEAD
-        assert (await _state(queue, nxt)).state is vr.JobState.COMPLETED
-        assert (await _state(queue, paused)).state is vr.JobState.PENDING
-        assert await queue.is_drained() is True
-    finally:
-        await client.aclose()
+    queue, clock = timed
+    held = await queue.enqueue(Step(key="b", n=0), expires=1)
+    nxt = await queue.enqueue(Step(key="b", n=1))
+    paused = await queue.enqueue(Step(key="p", n=0))
+    await queue.pause_key("p")
+    clock.advance(2)
+    state: dict[str, Any] = {}
+    # The reclaim (every 0.05 s here) lets "b" go; "p" stays paused, and
+    # the run still ends: its jobs cannot run until the key is resumed.
+    await drain(queue, StepJob, state=state, reclaim_interval=0.05)
+    assert state["ran"] == [("b", 1, 1)]
+    assert (await _state(queue, held)).state is vr.JobState.DEAD
+    assert (await _state(queue, nxt)).state is vr.JobState.COMPLETED
+    assert (await _state(queue, paused)).state is vr.JobState.PENDING
+    assert await queue.is_drained() is True
 
 
 async def test_the_testing_drain_lets_an_ended_holders_key_go_and_leaves_a_paused_key(
-    url: str, queue_name: str
+    timed: tuple[vr.Queue, Clock],
 ) -> None:
     from venturi_redis.testing import drain as test_drain
 
-    client = vr.Client.from_url(url, clock=Clock())
-    try:
-        queue = client.queue(queue_name)
-        clock = client.clock
-        assert isinstance(clock, Clock)
-        held = await queue.enqueue(Step(key="b", n=0), expires=1)
-        nxt = await queue.enqueue(Step(key="b", n=1))
-        await queue.enqueue(Step(key="p", n=0))
-        await queue.pause_key("p")
-        waiting = await queue.enqueue(Step(key="p", n=1))
-        clock.advance(2)
-        state: dict[str, Any] = {}
-        with anyio.fail_after(20):
-            report = await test_drain(queue, StepJob, state=state)
-        assert [i.id for i in report.completed] == [nxt]
-        assert [i.id for i in report.dead] == [held]
-        assert (await _state(queue, waiting)).state is vr.JobState.PENDING
-        assert (await queue.counts())["ordered"] == 2
-        await queue.resume_key("p")
-        with anyio.fail_after(20):
-            report = await test_drain(queue, StepJob, state=state)
-        assert [i.id for i in report.completed][-1] == waiting
-    finally:
-        await client.aclose()
+    queue, clock = timed
+    held = await queue.enqueue(Step(key="b", n=0), expires=1)
+    nxt = await queue.enqueue(Step(key="b", n=1))
+    await queue.enqueue(Step(key="p", n=0))
+    await queue.pause_key("p")
+    waiting = await queue.enqueue(Step(key="p", n=1))
+    clock.advance(2)
+    state: dict[str, Any] = {}
+    with anyio.fail_after(20):
+        report = await test_drain(queue, StepJob, state=state)
+    assert [i.id for i in report.completed] == [nxt]
+    assert [i.id for i in report.dead] == [held]
+    assert (await _state(queue, waiting)).state is vr.JobState.PENDING
+    assert (await queue.counts())["ordered"] == 2
+    await queue.resume_key("p")
+    with anyio.fail_after(20):
+        report = await test_drain(queue, StepJob, state=state)
+    assert [i.id for i in report.completed][-1] == waiting
