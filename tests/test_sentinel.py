@@ -156,6 +156,38 @@ async def test_an_idle_worker_blocks_on_the_master_and_is_woken(sentinel: LocalS
         assert info is not None and info.state == vr.JobState.COMPLETED
 
 
+async def test_a_connection_closed_by_the_pool_while_it_sends_is_a_connection_error(
+    sentinel: LocalSentinel,
+) -> None:
+    """At a switchover the pool closes its idle connections without its lock.
+
+    One that a task took from the pool meanwhile is closed under its command:
+    redis-py then writes to a writer it set to None. That must reach the
+    caller as the transient ``ConnectionError`` a worker retries (a CI run
+    saw the reclaim loop die of the ``AttributeError`` instead). The close
+    is made to land at the same point every time: in the health check,
+    between redis-py's "is it connected" and its write. (redis-py 8 says so
+    itself; 5.0 raised the ``AttributeError``, which ``sentinel._Checked`` turns.)
+    """
+    async with vr.Client.from_url(sentinel.url) as client:
+        pool: Any = client.redis.connection_pool
+        pool.next_check = time.monotonic() + 60  # the master is known: no sentinel round trip
+        conn = await redispy.pooled_connection(pool)
+        try:
+            assert conn.is_connected
+
+            async def closed_by_the_sweep() -> None:
+                await conn.disconnect()
+
+            conn.check_health = closed_by_the_sweep
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await conn.send_command("PING")
+            del conn.check_health
+        finally:
+            await pool.release(conn)
+        assert await client.redis.ping()  # the pool reconnects it for the next command
+
+
 async def test_closing_the_client_closes_the_sentinel_connections(sentinel: LocalSentinel) -> None:
     client = vr.Client.from_url(sentinel.url)
     await client.queue(f"st-{uuid.uuid4().hex[:8]}").enqueue(Echo(text="x"))

@@ -137,6 +137,11 @@ class _Checked(SentinelManagedConnection):
     ``Connection`` path, to the default ``localhost:6379``, not to the master
     (a pool's connections are connected before they are handed out; a
     worker's own blocking claim connection is not).
+
+    And a connection closed by the pool while it sends (the pool drops its
+    idle connections at a switchover without its lock, so one just handed
+    out can be among them) raises a ``ConnectionError``, as a dropped
+    connection does, not redis-py's ``AttributeError`` on its closed writer.
     """
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
@@ -150,7 +155,21 @@ class _Checked(SentinelManagedConnection):
                 f"{address} is no longer the master of {pool.service_name!r} (the sentinels name "
                 f"{pool.master_address[0]}:{pool.master_address[1]}); nothing was sent, retry"
             )
-        await super().send_packed_command(command, check_health)
+        try:
+            await super().send_packed_command(command, check_health)
+        except AttributeError as exc:
+            # The pool's sweep of idle connections at a switchover
+            # (``get_master_address``) does not take the pool's lock, so it
+            # can close a connection that another task took from the pool
+            # meanwhile; redis-py then writes to the writer it set to None.
+            # Nothing of this command was written: say so as the transient
+            # error it is, not as a crash of the caller's loop.
+            if exc.obj is not None:
+                raise
+            raise RedisConnectionError(
+                f"the connection to {self.host}:{self.port} was closed under this command (the "
+                f"sentinels named a new master of {pool.service_name!r}); nothing was sent, retry"
+            ) from None
 
 
 class _CheckedSSL(_Checked, SentinelManagedSSLConnection):
