@@ -58,7 +58,24 @@ async def test_a_dedup_collision_pushes_no_token(queue: vr.Queue) -> None:
 
 async def test_the_wake_list_is_capped(queue: vr.Queue) -> None:
     await queue.enqueue_many([Echo(text=str(i)) for i in range(WAKE_CAP + 76)])
-    assert await tokens(queue) == WAKE_CAP
+    # Chunks of 500 jobs: 500, 1,000, then 1,100 tokens, past the cap: trimmed to half of it.
+    assert await tokens(queue) == WAKE_CAP // 2
+
+
+async def test_a_full_wake_list_is_trimmed_to_half_the_cap_not_on_every_push(queue: vr.Queue) -> None:
+    """Busy workers leave the list at the cap; trimming it back to the cap would cost each push a second command."""
+    r = queue.client.redis
+    await r.rpush(queue.keys.wake, *["1"] * WAKE_CAP)
+    await queue.enqueue(Echo(text="over"))  # past the cap: trimmed to half of it
+    assert await tokens(queue) == WAKE_CAP // 2
+    for i in range(3):  # below the cap again: a push is a push
+        await queue.enqueue(Echo(text=str(i)))
+    assert await tokens(queue) == WAKE_CAP // 2 + 3
+    # A push of more tokens than half the cap keeps all of its own (a flow's
+    # children are made claimable by one script call).
+    await r.rpush(queue.keys.wake, *["1"] * (WAKE_CAP // 2))
+    await queue.enqueue_flow(Echo(text="parent"), [Echo(text=str(i)) for i in range(600)])
+    assert await tokens(queue) == 600
 
 
 async def test_a_short_claim_empties_the_wake_list_a_full_one_keeps_it(queue: vr.Queue) -> None:
