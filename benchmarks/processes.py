@@ -10,6 +10,13 @@ polls every 5 ms), so process start-up is not counted, and a second process
 that starts late is. jobs/s = jobs completed in that window / its length.
 The settings interleave run by run (the machine's speed drifts); median of
 runs.
+
+Over the same window it reads the CPU time spent: Redis's own (``INFO
+cpu``, user + sys) and the worker processes' (the supervisor and its
+children, ``/proc/PID/stat`` utime + stime, in clock ticks), each per job
+and as cores busy. Their sum per job bounds what any number of processes
+can do on this machine: ``cores / (Redis µs + worker µs per job)`` jobs/s,
+printed as the ceiling.
 """
 
 from __future__ import annotations
@@ -47,7 +54,43 @@ def make_worker() -> vr.Worker:
     return vr.Worker(client.queue(QUEUE), concurrency=100, retention=None).register(NopJob)
 
 
-def one_run(jobs: int, processes: int) -> float:
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds (user + sys) of ``pid`` and its children, as /proc has them now."""
+    total = 0.0
+    pids = [pid]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:  # ppid (the 4th field; the 2nd after the name)
+                pids.append(int(entry))
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+    return total
+
+
+def _redis_cpu(r: object) -> float:
+    info = r.info("cpu")  # type: ignore[attr-defined]
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _script_calls(r: object) -> int:
+    """Script calls Redis has run (``INFO commandstats``: EVALSHA and EVAL)."""
+    stats = r.info("commandstats")  # type: ignore[attr-defined]
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+def one_run(jobs: int, processes: int) -> tuple[float, float, float, float]:
+    """jobs/s, Redis's and the workers' CPU µs per job, and jobs per script call, over the timed window."""
     from tests.servers import RedisServer
 
     with RedisServer() as server, vr.SyncClient(server.url) as client:
@@ -66,11 +109,17 @@ def one_run(jobs: int, processes: int) -> float:
             while (first := r.zcard(key)) == 0:
                 time.sleep(0.005)
             t0 = time.perf_counter()
+            redis0, workers0 = _redis_cpu(r), _tree_cpu(proc.pid)
+            calls0 = _script_calls(r)
+            first = r.zcard(key)
             while (done := r.zcard(key)) < jobs:
                 time.sleep(0.005)
             t1 = time.perf_counter()
+            redis1, workers1 = _redis_cpu(r), _tree_cpu(proc.pid)
+            calls = _script_calls(r) - calls0
             assert done == jobs
-            return (jobs - first) / (t1 - t0)
+            n = jobs - first
+            return n / (t1 - t0), (redis1 - redis0) / n * 1e6, (workers1 - workers0) / n * 1e6, n / calls
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
@@ -85,13 +134,31 @@ def main() -> None:
     print(f"| {a.jobs:,} no-op jobs, concurrency 100 per process | jobs/s (median) | runs |\n|---|---|---|")
     # Interleaved (1, 2, 1, 2, ...): the machine's speed drifts, and each
     # setting sees the same drift.
-    runs: dict[int, list[float]] = {n: [] for n in a.processes}
+    runs: dict[int, list[tuple[float, float, float, float]]] = {n: [] for n in a.processes}
     for _ in range(a.runs):
         for n in a.processes:
             runs[n].append(one_run(a.jobs, n))
-    for n, rates in runs.items():
+    cpu_rows = []
+    cores = os.cpu_count() or 1
+    for n, got in runs.items():
+        rates = [g[0] for g in got]
         shown = ", ".join(f"{r:,.0f}" for r in rates)
         print(f"| `--processes {n}` | {statistics.median(rates):,.0f} | {shown} |", flush=True)
+        rate = statistics.median(rates)
+        redis_us = statistics.median(g[1] for g in got)
+        workers_us = statistics.median(g[2] for g in got)
+        busy = rate * (redis_us + workers_us) / 1e6
+        ceiling = cores / (redis_us + workers_us) * 1e6
+        per_call = statistics.median(g[3] for g in got)
+        cpu_rows.append(
+            f"| `--processes {n}` | {redis_us:.1f} | {workers_us:.1f} | {rate * redis_us / 1e6:.2f} + "
+            f"{rate * workers_us / 1e6:.2f} = {busy:.2f} of {cores} | {ceiling:,.0f} | {per_call:.1f} |"
+        )
+    print(
+        "\n| CPU over the window (medians) | Redis µs/job | workers µs/job | cores busy (Redis + workers) "
+        f"| ceiling on {cores} cores, jobs/s | jobs per script call |\n|---|---|---|---|---|---|"
+    )
+    print("\n".join(cpu_rows), flush=True)
 
 
 if __name__ == "__main__":
