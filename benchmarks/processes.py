@@ -1,6 +1,6 @@
 """W2-style drain with ``venturi worker --processes N``: one worker process against several.
 
-usage: .venv/bin/python benchmarks/processes.py [--jobs 20000] [--processes 1 2] [--runs 3]
+usage: .venv/bin/python benchmarks/processes.py [--jobs 100000] [--processes 1 2] [--runs 3]
 
 Each run: a fresh redis-server of its own, ``jobs`` no-op jobs enqueued first
 (untimed), then ``venturi worker benchmarks.processes:make_worker --processes
@@ -8,6 +8,10 @@ N`` (concurrency 100 per process) started as a user starts it. The clock runs
 from the first completed job to the last (Redis counts them; this script
 polls every 5 ms), so process start-up is not counted, and a second process
 that starts late is. jobs/s = jobs completed in that window / its length.
+The default is 100,000 jobs (it was 20,000): the second process starts
+~0.1 s after the first (its imports), which was a fifth of a 20,000-job
+window at ~40,000 jobs/s (20,000 jobs read 1.31x, 100,000 read 1.63-1.72x in
+the same hour, session 23, benchmarks/README.md) and is a twentieth of this one.
 The settings interleave run by run (the machine's speed drifts); median of
 runs.
 
@@ -127,7 +131,7 @@ def one_run(jobs: int, processes: int) -> tuple[float, float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", type=int, default=20_000)
+    ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
