@@ -10,7 +10,8 @@ order (off then on, then on then off), so the machine's drift falls on both:
 
 - W1: ``--jobs`` single enqueues of a task whose encoded payload is 1 KiB,
   awaited one after another;
-- W2: one in-process worker (``--concurrency``) drains them, no-op handler.
+- W2: one in-process worker (``--concurrency``) drains them, no-op handler;
+- W1 bulk: the same tasks again, in ``enqueue_many`` calls of 100.
 
 Each phase reports jobs/s (wall) and this process's CPU per job
 (``time.process_time``: the client's, not Redis's). The figures are medians
@@ -60,6 +61,7 @@ from tests.servers import RedisServer  # noqa: E402
 from venturi_redis._model.codec import pack_model  # noqa: E402
 
 KEY = bytes(range(32))
+BULK = 100  # jobs per enqueue_many call in W1 bulk
 
 
 class Blob(vr.Task):
@@ -95,12 +97,19 @@ async def one_round(url: str, jobs: int, concurrency: int, encrypted: bool) -> d
         w2, c2 = time.perf_counter(), time.process_time()
         counts = await queue.counts()
         assert counts["completed"] == jobs + 1, counts
+        # W1 bulk: the same tasks again, BULK to an enqueue_many call.
+        w3, c3 = time.perf_counter(), time.process_time()
+        for i in range(0, jobs, BULK):
+            await queue.enqueue_many(tasks[i : i + BULK])
+        w4, c4 = time.perf_counter(), time.process_time()
     n = jobs + 1
     return {
         "w1_rate": jobs / (w1 - w0),
         "w1_cpu_us": (c1 - c0) / jobs * 1e6,
         "w2_rate": n / (w2 - w1),
         "w2_cpu_us": (c2 - c1) / n * 1e6,
+        "w1_bulk_rate": jobs / (w4 - w3),
+        "w1_bulk_cpu_us": (c4 - c3) / jobs * 1e6,
     }
 
 
@@ -258,6 +267,8 @@ def main() -> None:
         ("w1_cpu_us", "W1 client CPU per job, us", False),
         ("w2_rate", f"W2 drain c={a.concurrency}, jobs/s", True),
         ("w2_cpu_us", "W2 worker CPU per job, us", False),
+        ("w1_bulk_rate", f"W1 bulk enqueue ({BULK} a call), jobs/s", True),
+        ("w1_bulk_cpu_us", "W1 bulk client CPU per job, us", False),
     ):
         off = statistics.median(x[key] for x in results[False])
         on = statistics.median(x[key] for x in results[True])
