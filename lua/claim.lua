@@ -219,7 +219,8 @@ local function endings_lib()
     end
   end
 
-  return {quarantined = quarantined, cancelled = cancelled, expired = expired, journal_ok = journal_ok}
+  return {quarantined = quarantined, cancelled = cancelled, expired = expired, journal_ok = journal_ok,
+    bad_priority = bad_priority}
 end
 
 -- Claim the pending job `id`, found in a pending set (`listed`: the caller
@@ -271,7 +272,8 @@ local function take(id, listed)
     elseif not kind then
       bad = 'kind field is missing'
     elseif not PRIORITY_LEVEL[priority or ''] then
-      bad = bad_priority(priority)
+      E = E or endings_lib() -- a quarantine: the lib is made for it anyway
+      bad = E.bad_priority(priority)
     elseif expires and not is_time(expires) then
       bad = 'expires_at field is not a time in ms'
     elseif expires and tonumber(expires) <= now then

@@ -71,7 +71,17 @@ local E = nil
 local function ends_lib()
   -- @lib (scripts.py prune: the helpers only this needs are made here)
   return {refuse = refuse, offload_settle = offload_settle, OFFLOAD_FIELDS = OFFLOAD_FIELDS,
-    graph_finished = graph_finished, wake_workers = wake_workers, order_lib = order_lib}
+    graph_finished = graph_finished, wake_workers = wake_workers, order_lib = order_lib,
+    feature_keys = feature_keys, graph_queue_keys = graph_queue_keys, limits_lib = limits_lib,
+    dedup_index_key = dedup_index_key, dedup_held_key = dedup_held_key}
+end
+
+-- The metrics history's flush (include history.lua), made only while the
+-- queue's history is on: a lib of its own, so a queue with history does not
+-- make the endings' helpers on every completion.
+local function history_lib()
+  -- @lib
+  return history_flush
 end
 
 local now = now_ms(ARGV[1])
@@ -92,7 +102,7 @@ local seen = {}
 local done, members = {}, {}
 local kinds, runs = {}, {} -- the `completed` event's (events.lua emit_many)
 local woke = 0
-local fk, lim = nil, nil -- feature_keys(prefix) and limits_lib(), for the first run that held a slot
+local fk, lim = nil, nil -- E.feature_keys(prefix) and E.limits_lib(), for the first run that held a slot
 for i = 0, n - 1 do
   local a = 6 + i * 6
   local id, token = ARGV[a], ARGV[a + 1]
@@ -211,13 +221,13 @@ for i = 0, n - 1 do
           E = E or ends_lib()
           local x = redis.call('HMGET', job_key, 'slot', E.OFFLOAD_FIELDS[1], E.OFFLOAD_FIELDS[2], 'dependents',
             'dedup_window', 'dedup', 'order_key')
-          if x[5] and x[6] and redis.pcall('HGET', dedup_index_key(prefix), x[6]) == id then
+          if x[5] and x[6] and redis.pcall('HGET', E.dedup_index_key(prefix), x[6]) == id then
             -- Throttled (docs/dedup.md): the key stays held by this job until
             -- the window's end, on this script's clock. In pcalls: an index
             -- or held set of the wrong type ends the window now, it does
             -- not stop the completion half written.
             local until_s = str(now + (tonumber(x[5]) or 0))
-            if type(redis.pcall('ZADD', dedup_held_key(prefix), until_s, x[6])) == 'number' then
+            if type(redis.pcall('ZADD', E.dedup_held_key(prefix), until_s, x[6])) == 'number' then
               redis.call('HSET', job_key, 'dedup_until', until_s)
             end
           end
@@ -226,13 +236,13 @@ for i = 0, n - 1 do
             E.graph_finished(prefix, x[4], job_key, id, now, true, result, nil)
           end
           if x[1] then
-            lim = lim or limits_lib()
-            fk = fk or feature_keys(prefix)
+            lim = lim or E.limits_lib()
+            fk = fk or E.feature_keys(prefix)
             if lim.release(fk.limits_state, fk.limits_ready, job_key, x[1], now_s) then woke = woke + 1 end
           end
           -- Its order key goes to the key's next job (order.lua).
           if x[7] then
-            E.order_lib(feature_keys, graph_queue_keys, job_keys).release(prefix, job_key, x[7], id, nil)
+            E.order_lib(E.feature_keys, E.graph_queue_keys, job_keys).release(prefix, job_key, x[7], id, nil)
           end
         end
       end
@@ -248,6 +258,9 @@ if events_stream then
   emit_many('completed', now_s, done, kinds, runs)
 end
 trim_finished(prefix, KEYS[2], now, ARGV[3], ARGV[4], #done)
-if history_counts then history_flush(prefix, now) end
-if woke > 0 then (E or ends_lib()).wake_workers(feature_keys(prefix).wake, woke) end
+if history_counts then history_lib()(prefix, now) end
+if woke > 0 then
+  E = E or ends_lib()
+  E.wake_workers(E.feature_keys(prefix).wake, woke)
+end
 return out

@@ -121,18 +121,39 @@ def test_a_helper_only_a_lib_needs_is_made_in_the_lib() -> None:
     assert lines[-1] == "return hot() + a_lib().rarer() + b_lib()"
 
 
+def _lib_end(lines: list[str], lib: int) -> int:
+    """The line of the ``end`` closing the lib whose ``-- @lib`` line is ``lib``.
+
+    The helpers spliced into it are at column 0, each closed by its own
+    column-0 ``end``; the lib's own lines are indented.
+    """
+    in_helper = False
+    for i in range(lib + 1, len(lines)):
+        if re.match(r"local function \w+\(", lines[i]):
+            in_helper = True
+        elif lines[i] == "end":
+            if not in_helper:
+                return i
+            in_helper = False
+    raise AssertionError("the lib has no end")
+
+
 def test_the_hot_scripts_make_their_rare_helpers_in_a_lib() -> None:
     """claim, complete and enqueue: the helpers of their rare paths are made
     only by their libs, not on every call (benchmarks/README.md, "Session 22")."""
     s = ScriptSet()
     for name, hot, rare in [
         ("claim", ["take", "events_open"], ["quarantine", "finish_cancelled", "journal", "history_flush"]),
-        ("complete", ["journal_add", "trim_finished"], ["refuse", "graph_finished", "offload_settle"]),
+        (
+            "complete",
+            ["journal_add", "trim_finished"],
+            ["refuse", "graph_finished", "offload_settle", "feature_keys", "limits_lib", "dedup_held_key"],
+        ),
         ("enqueue", ["write_job", "wake_workers"], ["emit_many", "offload_pending", "history_flush"]),
     ]:
         lines = s[name].source.splitlines()
         lib = next(i for i, line in enumerate(lines) if line.strip().startswith("-- @lib"))
-        lib_end = next(i for i in range(lib, len(lines)) if lines[i].startswith("  return {"))
+        lib_end = _lib_end(lines, lib)
         where = {
             m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"local function (\w+)\(", line))
         }

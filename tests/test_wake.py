@@ -63,7 +63,8 @@ async def test_the_wake_list_is_capped(queue: vr.Queue) -> None:
 
 
 async def test_a_full_wake_list_is_trimmed_to_half_the_cap_not_on_every_push(queue: vr.Queue) -> None:
-    """Busy workers leave the list at the cap; trimming it back to the cap would cost each push a second command."""
+    """Busy workers leave the list at the cap: trimming it back to the cap would
+    cost each push a second command."""
     r = queue.client.redis
     await r.rpush(queue.keys.wake, *["1"] * WAKE_CAP)
     await queue.enqueue(Echo(text="over"))  # past the cap: trimmed to half of it
