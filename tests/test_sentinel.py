@@ -188,6 +188,27 @@ async def test_a_connection_closed_by_the_pool_while_it_sends_is_a_connection_er
         assert await client.redis.ping()  # the pool reconnects it for the next command
 
 
+async def test_another_attribute_error_while_sending_is_not_taken_for_a_dropped_connection(
+    sentinel: LocalSentinel,
+) -> None:
+    """Only the closed writer's AttributeError becomes a ConnectionError: a bug's stays what it is."""
+    async with vr.Client.from_url(sentinel.url) as client:
+        pool: Any = client.redis.connection_pool
+        pool.next_check = time.monotonic() + 60
+        conn = await redispy.pooled_connection(pool)
+        try:
+
+            async def buggy() -> None:
+                object().missing  # noqa: B018 - an AttributeError on a live object
+
+            conn.check_health = buggy
+            with pytest.raises(AttributeError, match="missing"):
+                await conn.send_command("PING")
+            del conn.check_health
+        finally:
+            await pool.release(conn)
+
+
 async def test_closing_the_client_closes_the_sentinel_connections(sentinel: LocalSentinel) -> None:
     client = vr.Client.from_url(sentinel.url)
     await client.queue(f"st-{uuid.uuid4().hex[:8]}").enqueue(Echo(text="x"))

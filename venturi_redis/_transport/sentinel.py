@@ -123,6 +123,11 @@ class _CheckedPool(SentinelConnectionPool):
         return known is not None and (connection.host, connection.port) != known
 
 
+# What redis-py's send calls on its stream writer: an AttributeError on None
+# for one of them is the writer its connection dropped (``_Checked``).
+_WRITER_METHODS = frozenset({"write", "writelines", "drain"})
+
+
 class _Checked(SentinelManagedConnection):
     """A connection that will not send to a master the sentinels replaced (module docstring).
 
@@ -164,7 +169,7 @@ class _Checked(SentinelManagedConnection):
             # meanwhile; redis-py then writes to the writer it set to None.
             # Nothing of this command was written: say so as the transient
             # error it is, not as a crash of the caller's loop.
-            if exc.obj is not None:
+            if exc.obj is not None or exc.name not in _WRITER_METHODS:
                 raise
             raise RedisConnectionError(
                 f"the connection to {self.host}:{self.port} was closed under this command (the "
