@@ -64,27 +64,16 @@ TICK = os.sysconf("SC_CLK_TCK")
 def _tree_cpu(pid: int) -> float:
     """CPU seconds (user + sys) of ``pid`` and its children, as /proc has them now."""
     total = 0.0
-    pids = [pid]
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid:  # ppid (the 4th field; the 2nd after the name)
-                pids.append(int(entry))
-    for p in pids:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+            # The process itself, or a child (ppid: the 4th field, the 2nd after the name).
+            if int(entry) == pid or int(fields[1]) == pid:
+                total += (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
     return total
-
-
-def _redis_cpu(r: object) -> float:
-    info = r.info("cpu")  # type: ignore[attr-defined]
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _script_calls(r: object) -> int:
@@ -95,6 +84,8 @@ def _script_calls(r: object) -> int:
 
 def one_run(jobs: int, processes: int) -> tuple[float, float, float, float]:
     """jobs/s, Redis's and the workers' CPU µs per job, and jobs per script call, over the timed window."""
+    from redis_cpu import cpu as redis_cpu  # the server's INFO cpu, user + sys (benchmarks/ is sys.path[0])
+
     from tests.servers import RedisServer
 
     with RedisServer() as server, vr.SyncClient(server.url) as client:
@@ -113,13 +104,13 @@ def one_run(jobs: int, processes: int) -> tuple[float, float, float, float]:
             while (first := r.zcard(key)) == 0:
                 time.sleep(0.005)
             t0 = time.perf_counter()
-            redis0, workers0 = _redis_cpu(r), _tree_cpu(proc.pid)
+            redis0, workers0 = redis_cpu(r), _tree_cpu(proc.pid)
             calls0 = _script_calls(r)
             first = r.zcard(key)
             while (done := r.zcard(key)) < jobs:
                 time.sleep(0.005)
             t1 = time.perf_counter()
-            redis1, workers1 = _redis_cpu(r), _tree_cpu(proc.pid)
+            redis1, workers1 = redis_cpu(r), _tree_cpu(proc.pid)
             calls = _script_calls(r) - calls0
             assert done == jobs
             n = jobs - first

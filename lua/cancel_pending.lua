@@ -73,17 +73,9 @@ local FIELDS = {'state', 'run_count', 'dedup', 'dependents', 'parked', 'dedup_wi
   'created_at', 'priority', 'eligible_at', 'offload', 'kind'}
 -- The states cancel.lua acts on that this script leaves to it.
 local OTHERS = {running = true, suspended = true, waiting = true}
--- Each job's `cancelled` entry: journal.lua's journal_args, made once,
--- NOMKSTREAM third; a job puts its journal key and run in place.
-local ENTRY = journal_args('', now_s, 'cancelled', '0', note, nil, {'from', 'pending'})
-table.insert(ENTRY, 3, 'NOMKSTREAM')
-local ENTRY_RUN = nil
-for k = 1, #ENTRY do
-  if ENTRY[k] == 'run' then
-    ENTRY_RUN = k + 1
-    break
-  end
-end
+-- Each job's `cancelled` entry, made once (operator.lua batch_entry);
+-- a job puts its journal key and run in place.
+local ENTRY, ENTRY_RUN = batch_entry(now_s, 'cancelled', note, {'from', 'pending'})
 local scratch = journal_scratch_key(prefix)
 local compacts = redis.REDIS_VERSION_NUM ~= nil -- journal.lua compact_journal
 local held = dedup_held_key(prefix)

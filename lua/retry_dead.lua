@@ -69,18 +69,10 @@ local kinds, runs = {}, {} -- the `retried` event's (events.lua emit_many)
 -- Read once, for every step below (a batch of thousands pays each read per job):
 -- the dedup field (reindex), the offload token and the KIND (the event).
 local FIELDS = {'state', 'priority', 'run_count', 'failures', 'dedup', 'offload', 'kind', 'order_key'}
--- Each job's `retried` entry: journal.lua's journal_args, made once, NOMKSTREAM
--- third; a job puts its journal key, run and failure count before in place.
-local XADD = journal_args('', now_s, 'retried', '0', note, nil, {'failures_before', '0'})
-table.insert(XADD, 3, 'NOMKSTREAM')
+-- Each job's `retried` entry, made once (operator.lua batch_entry); a job
+-- puts its journal key, run and failure count before in place.
+local XADD, XADD_RUN = batch_entry(now_s, 'retried', note, {'failures_before', '0'})
 local dedup_ok = nil -- whether the dedup index is a hash (or none): read at the first job with a key
-local XADD_RUN = nil -- the index of the run's value: after the first 'run'
-for k = 1, #XADD do
-  if XADD[k] == 'run' then
-    XADD_RUN = k + 1
-    break
-  end
-end
 -- Those set moves come after every job's own writes, so their keys' types
 -- are read before the first: a dead set or `retrying` index of another type
 -- (made by hand) stops the call with nothing written; a pending set of

@@ -48,6 +48,20 @@ local function corrupt_job(id, what)
   return redis.error_reply('VR_CORRUPTJOB job ' .. id .. ': ' .. what)
 end
 
+-- A bulk action's journal entry, the same for every job of the batch
+-- (journal.lua journal_args), made once: the XADD's arguments with
+-- NOMKSTREAM third, and the index of the run's value. Each job puts its
+-- journal key (args[2]) and its run in place.
+local function batch_entry(now_s, event, note, extra)
+  local args = journal_args('', now_s, event, '0', note, nil, extra)
+  table.insert(args, 3, 'NOMKSTREAM')
+  for k = 1, #args do
+    if args[k] == 'run' then
+      return args, k + 1
+    end
+  end
+end
+
 -- `cmd key` with all of `list`, or `cmd` with all of `list` when `key` is
 -- nil (a DEL of many keys), in chunks: unpack takes a few thousand values at
 -- most. The bulk actions' set moves (retry_dead, cancel_pending, purge), once
