@@ -5,6 +5,15 @@
 -- KEYS[3]      queue meta hash (its `events`, `limits` and `history` fields)
 -- KEYS[4+2i..] for job i (0-based): its job hash, the pending zset of its priority
 -- KEYS[4+2n+i] with offload snapshots (ARGV[5] '1'): job i's snapshot key
+-- ARGV has one of two layouts (calls.py enqueue picks, tests/test_layouts.py
+-- checks). The short one, for a single job with no optional field, dedup
+-- mode 'nx' and no offload (what a plain `queue.enqueue(task)` sends):
+-- ARGV[1]      now in ms, or '' for Redis TIME
+-- ARGV[2..7]   the job's six fixed values (job_args.lua: id .. payload; no m)
+-- The prefix is then the meta key's (KEYS[3], prefix .. 'meta'). Six strings
+-- fewer than the general layout's twelve: Redis builds ARGV as a Lua table
+-- one string at a time (~1,300 instructions each, parsing included; a
+-- single enqueue's -5%, benchmarks/README.md "Session 24"). The general one:
 -- ARGV[1]      now in ms, or '' for Redis TIME
 -- ARGV[2]      key prefix of the queue ("venturi:{q}:")
 -- ARGV[3]      number of jobs n
@@ -73,10 +82,12 @@ end
 
 local now = now_ms(ARGV[1])
 local now_s = str(now)
-local prefix = ARGV[2]
-local n = tonumber(ARGV[3])
-local force = ARGV[4] == 'force'
-local offload = ARGV[5] == '1'
+local prefix, n, force, offload, a
+if ARGV[8] == nil then -- the short layout: one job, no pairs, 'nx', no offload
+  prefix, n, force, offload, a = string.sub(KEYS[3], 1, -5), 1, false, false, 2
+else
+  prefix, n, force, offload, a = ARGV[2], tonumber(ARGV[3]), ARGV[4] == 'force', ARGV[5] == '1', 6
+end
 local meta = redis.call('HMGET', KEYS[3], 'events', 'limits', 'history')
 events_open(KEYS[3], events_key(prefix), prefix, meta[1] or false)
 history_counts = meta[3] == '1' and {} or nil
@@ -97,7 +108,7 @@ if events_stream and not one then ids, kinds, runs = {}, {}, {} end
 local ok = nil -- feature_keys(prefix), for a call with an ordered job
 local ordered = false
 if n == 1 then
-  ordered = ARGV[13] == 'order_key'
+  ordered = ARGV[13] == 'order_key' -- nil in the short layout
 else
   local b = 6
   for _ = 1, n do
@@ -127,7 +138,6 @@ if ordered then
   end
   if broken then return redis.error_reply('VR_WRONGTYPE ' .. broken) end
 end
-local a = 6
 for i = 0, n - 1 do
   local id, kind, priority, delay, field, payload, m, first = job_at(a)
   a = first + 2 * m

@@ -28,7 +28,8 @@ class _Spy:
 
         async def call(script_call: calls.Call) -> Any:
             if script_call.name == "enqueue":
-                self.sizes.append(int(script_call.args[2]))  # ARGV[3]: the number of jobs
+                # KEYS: three, then each job's hash and pending set (no offload here).
+                self.sizes.append((len(script_call.keys) - 3) // 2)
                 self.entered.set()
                 if self.hold is not None:
                     hold, self.hold = self.hold, None

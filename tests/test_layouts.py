@@ -156,7 +156,8 @@ SAMPLE: dict[str, Any] = {
 }
 # Builders whose parameters the samples above do not cover, with theirs.
 OVERRIDES: dict[str, dict[str, Any]] = {
-    "enqueue": {"jobs": [PREPARED]},
+    # The general layout (a job with an optional field); the short one: the test below.
+    "enqueue": {"jobs": [PREPARED._replace(lease_ms="5000")]},
     "enqueue_flow": {"jobs": [(PREPARED, "fail", [])]},
     "extend": {"leases": [(J, "t", 1000)]},
     "complete": {"completions": [calls.completion(J, "t", "", b"", b"", b"")]},
@@ -244,6 +245,26 @@ def test_enqueue_puts_each_jobs_hash_then_its_pending_set() -> None:
         K.job(other.id),
         K.pending(vr.Priority.HIGH),
     ]
+
+
+def test_a_plain_single_enqueue_sends_the_short_layout() -> None:
+    call = calls.enqueue(K, "", [PREPARED])
+    assert call.keys == [K.dedup, K.wake, K.meta, K.job(J), K.pending(vr.Priority.NORMAL)]
+    assert call.args == ["", *calls.job_args(PREPARED)[: len(calls.JOB_ARGS) - 1]]
+    assert K.meta == K.prefix + "meta"  # enqueue.lua takes the prefix from the meta key
+    header = (LUA / "enqueue.lua").read_text()
+    assert re.search(r"ARGV\[2\.\.7\]\s+the job's six fixed values", header)
+    assert "string.sub(KEYS[3], 1, -5)" in header  # -5: drops "meta"
+    # Anything else sends the general layout: now, then the prefix.
+    general: list[tuple[list[Prepared], dict[str, Any]]] = [
+        ([PREPARED._replace(lease_ms="5000")], {}),
+        ([PREPARED._replace(carry=b"c")], {}),
+        ([PREPARED], {"dedup_mode": "force"}),
+        ([PREPARED], {"offload": [("tok", 1000)]}),
+        ([PREPARED, PREPARED._replace(id="01J9ZQ4K8V3M0S5B2N7XWYQ1RU")], {}),
+    ]
+    for jobs, options in general:
+        assert calls.enqueue(K, "", jobs, **options).args[:3] == ["", K.prefix, len(jobs)], (jobs, options)
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))

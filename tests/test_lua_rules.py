@@ -222,7 +222,10 @@ def test_each_call_passes_the_keys_its_header_lists_in_one_hash_tag(name: str) -
 def test_the_enqueue_call_lays_out_its_keys_as_documented() -> None:
     call = _sample_calls()["enqueue"]
     assert call.keys == [K.dedup, K.wake, K.meta, K.job("01JOB"), K.pending(vr.Priority.NORMAL)]
-    assert call.args[:2] == ["", K.prefix]
+    assert call.args[:2] == ["", "01JOB"]  # the short layout: a plain single job
+    general = calls.enqueue(K, "", [JOB._replace(lease_ms="5000")])
+    assert general.keys == call.keys
+    assert general.args[:2] == ["", K.prefix]
 
 
 def test_the_lua_job_states_are_jobstates() -> None:

@@ -147,3 +147,47 @@ async def _lose_one_evalsha_reply(queue: vr.Queue, monkeypatch: pytest.MonkeyPat
     info = await queue.get(a)
     assert info is not None and info.carry == {"n": 1}  # not merged into itself
     assert await events(queue, a) == ["enqueued"]
+
+
+async def test_the_short_and_the_general_enqueue_layouts_write_the_same_job(queue: vr.Queue) -> None:
+    """enqueue.lua's two ARGV layouts: calls.enqueue sends the short one for a plain single
+    job; the general one, sent here by hand for the same job, must write the same."""
+    r, k = queue.client.redis, queue.keys
+    now = "1765000000000"
+    field = dedup_field("plain", "same")
+    cap = queue.client.max_payload_bytes
+    short_job = prepare(Plain(n=7), cap, None)._replace(dedup=field)  # no optional field
+    general_job = prepare(Plain(n=7), cap, None)._replace(dedup=dedup_field("plain", "other"))
+    short = calls.enqueue(k, now, [short_job])
+    assert short.args == [now, *calls.job_args(short_job)[:6]]
+    general = calls.Call(
+        "enqueue",
+        [k.dedup, k.wake, k.meta, k.job(general_job.id), k.pending(general_job.priority)],
+        [now, k.prefix, 1, "nx", "", *calls.job_args(general_job)],
+    )
+    for call in (short, general):
+        assert calls.enqueue_holder(await queue.client.sender.call(call)) == ""
+    written = [await r.hgetall(k.job(j.id)) for j in (short_job, general_job)]
+    assert written[0].pop(b"dedup") == field.encode()
+    assert written[1].pop(b"dedup") == dedup_field("plain", "other").encode()
+    assert written[0] == written[1]
+    assert written[0][b"state"] == b"pending" and written[0][b"created_at"] == now.encode()
+    pending = k.pending(vr.Priority.NORMAL)
+    assert await r.zscore(pending, short_job.id) == await r.zscore(pending, general_job.id) == int(now)
+    assert await r.hget(k.dedup, field) == short_job.id.encode()
+    assert await r.llen(k.wake) == 2
+    entries = [fields for _, fields in await r.xrange(k.events)]
+    assert [e[b"job"] for e in entries] == [short_job.id.encode(), general_job.id.encode()]
+    for e in entries:
+        e.pop(b"job")
+    assert entries[0] == entries[1] and entries[0][b"event"] == b"enqueued"
+    # The short layout's dedup check: a second job with the same field is refused.
+    again = prepare(Plain(n=8), cap, None)._replace(dedup=field)
+    assert len(calls.enqueue(k, now, [again]).args) == 7
+    assert await _send_at(queue, again, now) == [short_job.id]
+    assert not await r.exists(k.job(again.id))
+
+
+async def _send_at(queue: vr.Queue, job: Any, now: str) -> list[Any]:
+    reply = await queue.client.sender.call(calls.enqueue(queue.keys, now, [job]))
+    return calls.enqueue_holders(reply)

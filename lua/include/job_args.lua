@@ -14,10 +14,11 @@
 
 local JOB_ARGS = 7
 
--- The job at ARGV[a]: its seven fixed values, and the index of its first pair.
+-- The job at ARGV[a]: its seven fixed values, and the index of its first pair
+-- (m is 0 for enqueue.lua's short layout, which stops after the payload).
 local function job_at(a)
   return ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
-    tonumber(ARGV[a + 6]), a + JOB_ARGS
+    tonumber(ARGV[a + 6]) or 0, a + JOB_ARGS
 end
 
 -- Write a new job's hash in one HSET: the fields every job has, its dedup

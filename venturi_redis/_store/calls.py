@@ -107,6 +107,17 @@ def enqueue(
     the script writes each job's pending snapshot with the job.
     """
     call_keys: list[str] = [keys.dedup, keys.wake, keys.meta]
+    if len(jobs) == 1 and not offload and dedup_mode == "nx":
+        job = jobs[0]
+        if not job.optional():
+            # The short layout (enqueue.lua): now and the job's fixed values, no m. The
+            # script takes the prefix from the meta key, the rest is the defaults.
+            call_keys += [keys.job(job.id), keys.pending_by_priority[job.priority]]
+            return Call(
+                "enqueue",
+                call_keys,
+                [now, job.id, job.kind, job.priority.label, job.delay_ms, job.dedup, job.payload],
+            )
     args: list[ScriptArg] = [now, keys.prefix, len(jobs), dedup_mode, "1" if offload else ""]
     by_priority = keys.pending_by_priority
     for i, job in enumerate(jobs):
