@@ -457,3 +457,79 @@ async def test_update_seals_the_new_payload(url: str, queue_name: str) -> None:
         assert sealed_key_id(raw[b"payload"]) == key_id_of(KEY_A)
         assert SECRET.encode() not in b"".join(raw.values())
         assert (await queue.get(job_id)).payload == {"card": SECRET, "pad": ""}  # type: ignore[union-attr]
+
+
+class Keyed(vr.Task):
+    KIND: ClassVar[str] = "enc.keyed"
+    card: str
+    key: str = "k"
+
+    def dedup_key(self) -> str | None:
+        return "" if self.key == "bad" else self.key  # "": a dedup key refused
+
+
+async def test_a_bulk_enqueue_seals_each_payload_under_its_own_nonce_of_one_draw(
+    url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    secrets = [f"{SECRET}-{i:03d}" for i in range(150)]
+    draws: list[bytes] = []
+    real = os.urandom
+
+    def urandom(n: int) -> bytes:
+        draws.append(real(n))
+        return draws[-1]
+
+    enc = vr.Encryption(keys=[KEY_B, KEY_A])  # seals under KEY_B, the first key
+    async with vr.Client.from_url(url, encryption=enc) as client:
+        queue = client.queue(queue_name)
+        monkeypatch.setattr(os, "urandom", urandom)
+        ids = await queue.enqueue_many([Charge(card=s, pad="x" * 1000) for s in secrets])
+        monkeypatch.undo()
+        payloads: list[bytes] = []
+        for job_id in ids:
+            raw = await client.redis.hgetall(queue.keys.job(job_id))
+            assert SECRET.encode() not in b"".join(raw.values())
+            payloads.append(raw[b"payload"])
+        assert {sealed_key_id(p) for p in payloads} == {key_id_of(KEY_B)}
+        nonces = [p[6:18] for p in payloads]
+        assert len(set(nonces)) == len(ids) == 150
+        # The nonces are one draw of this call, 12 bytes a job, cut in the tasks' order.
+        (draw,) = [d for d in draws if len(d) == 12 * 150]
+        assert nonces == [draw[i : i + 12] for i in range(0, len(draw), 12)]
+        plain = vr.Encryption(keys=[KEY_B])  # the payload opens under that key alone
+        from venturi_redis._model.codec import unpack
+
+        assert [unpack(plain.open(p))["card"] for p in payloads] == secrets
+        assert [(await queue.get(i)).payload["card"] for i in ids] == secrets  # type: ignore[union-attr]
+        flow = await queue.enqueue_flow(Part(card=SECRET), [Part(card=f"{SECRET}-{i}") for i in range(5)])
+        flow_nonces = []
+        for job_id in (*flow.children_ids, flow.parent_id):
+            raw = await client.redis.hgetall(queue.keys.job(job_id))
+            assert SECRET.encode() not in b"".join(raw.values())
+            flow_nonces.append(raw[b"payload"][6:18])
+        assert len(set(flow_nonces + nonces)) == 156
+
+
+async def test_a_bulk_enqueue_over_the_cap_raises_first_and_writes_nothing(url: str, queue_name: str) -> None:
+    from venturi_redis._model.codec import pack_model
+
+    bad_key = Keyed(card=SECRET, key="bad")
+    cap = len(pack_model(bad_key))  # every task but too_large within the cap
+    enc = vr.Encryption(keys=[KEY_A])
+    async with vr.Client.from_url(url, encryption=enc, max_payload_bytes=cap) as client:
+        queue = client.queue(queue_name)
+        ok = [Keyed(card=SECRET, key=f"k{i}") for i in range(10)]
+        too_large = Keyed(card=SECRET + "xx", key="big")
+        for tasks, error in (
+            ([*ok[:5], too_large, *ok[5:]], vr.PayloadTooLarge),
+            ([too_large, *ok], vr.PayloadTooLarge),
+            ([*ok[:3], too_large, *ok[3:6], bad_key], vr.PayloadTooLarge),  # the tasks' order
+            ([*ok[:3], bad_key, *ok[3:6], too_large], vr.ConfigurationError),
+        ):
+            with pytest.raises(error) as caught:
+                await queue.enqueue_many(tasks)
+            assert isinstance(caught.value, vr.PayloadTooLarge) == (error is vr.PayloadTooLarge)
+            assert [k async for k in client.redis.scan_iter(match=f"{queue.keys.prefix}*")] == []
+        assert len(await queue.enqueue_many(ok)) == 10

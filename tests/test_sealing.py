@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import venturi_redis as vr
-from venturi_redis._model.sealing import _BODY, _HEAD, HEADER_V1, OVERHEAD, key_id_of
+from venturi_redis._model.sealing import _BODY, _HEAD, HEADER_V1, OVERHEAD, key_id_of, sealed_key_id
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(100, 132))
@@ -66,26 +66,75 @@ def test_no_nonce_repeats_across_threads() -> None:
     assert len(every) == 80_000 and len(set(every)) == 80_000
 
 
+def _counted_urandom(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every ``os.urandom`` draw from now on, as it returned it (the real kernel bytes)."""
+    draws: list[bytes] = []
+    real = os.urandom
+
+    def urandom(n: int) -> bytes:
+        draws.append(real(n))
+        return draws[-1]
+
+    monkeypatch.setattr(os, "urandom", urandom)
+    return draws
+
+
+def test_seal_many_draws_its_nonces_at_its_call_and_keeps_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    enc = vr.Encryption(keys=[KEY_B, KEY_A])  # seals under KEY_B, the first
+    plains = [b"\x92\x01" + bytes([i]) * i for i in range(200)]
+    draws = _counted_urandom(monkeypatch)
+    first = enc.seal_many(plains)
+    second = enc.seal_many(plains)
+    # One draw of 12 bytes a value per call, each at its call, cut in order: the
+    # second call draws its own, nothing of the first's is left for it.
+    assert [len(d) for d in draws] == [12 * 200, 12 * 200]
+    assert [_nonce(s) for s in first] == [draws[0][i : i + 12] for i in range(0, 2400, 12)]
+    assert [_nonce(s) for s in second] == [draws[1][i : i + 12] for i in range(0, 2400, 12)]
+    nonces = [_nonce(s) for s in first + second]
+    assert len(set(nonces)) == 400
+    assert {sealed_key_id(s) for s in first + second} == {key_id_of(KEY_B)}
+    assert [enc.open(s) for s in first] == plains == [enc.open(s) for s in second]
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    for plain, sealed in zip(plains, first, strict=True):
+        assert len(sealed) == len(plain) + OVERHEAD
+        assert AESGCM(KEY_B).decrypt(sealed[_HEAD:_BODY], sealed[_BODY:], sealed[:_HEAD]) == plain
+    assert enc.seal_many([]) == []
+
+
+def test_a_sealer_seals_no_more_values_than_it_drew_for() -> None:
+    enc = vr.Encryption(keys=[KEY_A])
+    sealer = enc.sealer(2)
+    sealed = [sealer.seal(b"a"), sealer.seal(b"b")]
+    assert [enc.open(s) for s in sealed] == [b"a", b"b"] and _nonce(sealed[0]) != _nonce(sealed[1])
+    with pytest.raises(RuntimeError, match="for 2 values asked to seal one more"):
+        sealer.seal(b"c")  # never a nonce reused, nor one drawn behind the caller's back
+    with pytest.raises(RuntimeError):
+        enc.sealer(0).seal(b"x")
+
+
 # A nonce drawn from state in the process's memory (a counter, a buffer of random
-# bytes) would repeat in a forked child unless re-drawn there: os.urandom per seal never does.
+# bytes kept between calls) would repeat in a forked child unless re-drawn there:
+# os.urandom at each seal, or at each bulk call for that call's values, never does.
 _FORK = """
 import os, sys
 import venturi_redis as vr
 enc = vr.Encryption(keys=[bytes(range(32))])
 nonce = lambda: enc.seal(b"x")[6:18]
-before = [nonce() for _ in range(100)]
+bulk = lambda: [s[6:18] for s in enc.seal_many([b"x"] * 10)]
+before = [nonce() for _ in range(50)] + [n for _ in range(5) for n in bulk()]
 read, write = os.pipe()
 pid = os.fork()
 if pid == 0:  # the child: seals as the parent does next, sends its nonces back
     os.close(read)
-    os.write(write, b"".join(nonce() for _ in range(1000)))
+    os.write(write, b"".join(nonce() for _ in range(500)) + b"".join(n for _ in range(50) for n in bulk()))
     os._exit(0)
 os.close(write)
 blob = b""
 while chunk := os.read(read, 65536):
     blob += chunk
 os.waitpid(pid, 0)
-after = [nonce() for _ in range(1000)]
+after = [nonce() for _ in range(500)] + [n for _ in range(50) for n in bulk()]
 sys.stdout.write(" ".join(n.hex() for n in before + after) + "\\n" + blob.hex())
 """
 

@@ -220,7 +220,7 @@ async def _try_merge(
                         f"merged {job.kind} payload or carry is over the cap of {cap} bytes"
                     )
                 if crypt is not None:
-                    payload, carry_bytes = crypt.seal(payload), crypt.seal(carry_bytes)
+                    payload, carry_bytes = crypt.seal_many((payload, carry_bytes))
                 new_prio = job.priority if job.explicit_priority else Priority.parse(new_task.priority())
             merge_call = queue.store.merge_call(
                 holder=holder,

@@ -22,7 +22,7 @@ from .._model.enums import Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
 from .._model.ids import new_job_id, new_job_ids
 from .._model.outcome import UNSET
-from .._model.sealing import Encryption
+from .._model.sealing import Encryption, Sealer
 from .._model.task import Task, task_kind
 from .keys import dedup_field, limit_field
 
@@ -170,7 +170,7 @@ class Prepared(NamedTuple):
 def prepare(
     task: Task[Any],
     cap: int,
-    encryption: Encryption | None,
+    encryption: Encryption | Sealer | None,
     *,
     delay: float | timedelta = 0.0,
     priority: Priority | int | str | None = None,
@@ -284,13 +284,18 @@ def prepare_many(
     others reuse what it worked out and check only what is their own, in the
     same order: the type, KIND (once per class), payload size, priority and
     dedup key. Their ids come from one ``new_job_ids`` call, after the first.
+
+    With ``encryption``, the call's nonces are drawn from the kernel at once,
+    here (``Encryption.sealer``), and each payload is sealed after its cap's
+    check, as ``prepare`` seals one.
     """
     if not tasks:
         return []
+    sealer = None if encryption is None else encryption.sealer(len(tasks))
     first = prepare(
         tasks[0],
         cap,
-        encryption=encryption,
+        encryption=sealer,
         delay=delay,
         priority=priority,
         lease=lease,
@@ -313,8 +318,8 @@ def prepare_many(
         payload = pack(task)
         if len(payload) > cap:
             raise payload_too_large(kind, len(payload), cap)
-        if encryption is not None:
-            payload = encryption.seal(payload)
+        if sealer is not None:
+            payload = sealer.seal(payload)
         if not explicit:
             prio = Priority.parse(task.priority())
         key = task.dedup_key()
