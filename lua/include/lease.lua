@@ -91,14 +91,16 @@ local function clear_lease(job_key)
 end
 
 -- Leave RUNNING with the run's outcome: out of the running set, the lease
--- fields dropped, the run's attachment (msgpack; '' = none) set or dropped
--- and its carry ('' = unchanged) saved. The caller then writes the state.
+-- fields dropped (clear_lease's HDEL, inline: a helper named here would be a
+-- closure made on every call of the scripts that end a run), the run's
+-- attachment (msgpack; '' = none) set or dropped and its carry ('' =
+-- unchanged) saved. The caller then writes the state.
 local function leave_running(running_key, job_key, id, attachment, carry)
   redis.call('ZREM', running_key, id)
   if attachment == nil or attachment == '' then
     redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at', 'attachment')
   else
-    clear_lease(job_key)
+    redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at')
     redis.call('HSET', job_key, 'attachment', attachment)
   end
   if carry ~= nil and carry ~= '' then
