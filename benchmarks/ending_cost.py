@@ -26,7 +26,9 @@ and those inside ``evalShaCommand`` (the script alone: the timers of the
 event loop run by the wall clock, ~50x slower under valgrind, so their
 share moves with the machine's load). Rounds of 100 keep every sorted set
 a listpack: a skiplist's random levels moved the counts by ~1% between runs
-of the same code; now they repeat to ~0.1%.
+of the same code; now they repeat to ~0.3% on a quiet machine (a busy one
+moves them by ~1%: dict resizes and rehash steps follow the wall clock's
+cron too), so alternate base and branch and read them in one sitting.
 
 Events are on (the default of a queue), history off. ``--root`` takes the
 scripts from another checkout (a base made with ``git archive``), for an
