@@ -45,6 +45,13 @@
 -- @include operator.lua
 -- @include order.lua
 
+-- A refusal's journal entry (lease.lua refuse, through check_owner), made
+-- on that path only (benchmarks/README.md, "Session 24").
+local function lib()
+  -- @lib (scripts.py prune: the helpers only this needs are made here)
+  return {refuse = refuse}
+end
+
 local now = now_ms(ARGV[1])
 events_open(KEYS[11], KEYS[12], ARGV[2])
 local id = ARGV[3]
@@ -89,7 +96,7 @@ end
 
 local owner, claimed = nil, nil -- the claim of the run a worker ends cancelled
 if token ~= '' then
-  local refused, _, o = check_owner(KEYS[1], KEYS[2], token, 'cancel', now)
+  local refused, _, o = check_owner(KEYS[1], KEYS[2], token, 'cancel', now, nil, nil, lib)
   if refused then
     return {0, refused}
   end

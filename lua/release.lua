@@ -20,19 +20,30 @@
 -- @include wake.lua
 -- @include limits.lua
 
+-- What only some releases need: a refusal's journal entry (lease.lua refuse,
+-- through check_owner) and a run's concurrency slot to give back. Made by
+-- lib() on those paths only: each function a script defines at its top is
+-- a closure made on every call (benchmarks/README.md, "Session 24").
+local function lib()
+  -- @lib (scripts.py prune: the helpers only this needs are made here)
+  return {refuse = refuse, limits_lib = limits_lib}
+end
+
 local now = now_ms(ARGV[1])
 events_open(KEYS[7], KEYS[8], ARGV[2])
 local id = ARGV[3]
-local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'release', now)
+local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'release', now, nil, nil, lib)
 if refused then
   return {0, refused}
 end
-if o[4] then limits_lib().release(KEYS[9], KEYS[10], KEYS[1], o[4], str(now)) end
+if o[4] then lib().limits_lib().release(KEYS[9], KEYS[10], KEYS[1], o[4], str(now)) end
 redis.call('ZREM', KEYS[3], id)
-clear_lease(KEYS[1])
+redis.call('HDEL', KEYS[1], 'lease_token', 'lease_expires', 'claimed_at') -- lease.lua clear_lease
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[5]) end
 redis.call('HSET', KEYS[1], 'state', 'pending', 'eligible_at', now, 'updated_at', now)
-back_to_pending(KEYS[4], KEYS[5], KEYS[1], id, now)
+-- Back to pending (dedup.lua back_to_pending, inline: its dedup key taken back if free).
+redis.call('ZADD', KEYS[4], now, id)
+reindex(KEYS[5], KEYS[1], id)
 journal(KEYS[2], now, 'released', run, ARGV[6], nil, with_claim({}, o[5], o[6]))
 compact_journal(KEYS[2])
 wake_workers(KEYS[6], 1)

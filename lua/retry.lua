@@ -45,6 +45,22 @@
 -- @include history.lua
 -- @include order.lua
 
+-- What only some retries need: a refusal's journal entry (lease.lua refuse,
+-- through check_owner), a run's concurrency slot to give back, the
+-- metrics history, and the backstop's death (the job's dedup key, offload
+-- snapshot, dependents and order key). Made by lib() at the first use in a
+-- call (L): each function a script defines at its top is a closure made on
+-- every call, and the usual retry, back to pending, needs none of these
+-- (benchmarks/README.md, "Session 24").
+local L = nil
+local function lib()
+  -- @lib (scripts.py prune: the helpers only this needs are made here)
+  return {refuse = refuse, limits_lib = limits_lib, history_count = history_count,
+    history_flush = history_flush, unhold = unhold, dedup_held_key = dedup_held_key, offload_settle = offload_settle,
+    graph_finished = graph_finished, order_lib = order_lib, feature_keys = feature_keys,
+    graph_queue_keys = graph_queue_keys}
+end
+
 local now = now_ms(ARGV[1])
 -- The meta hash's two switches in one read, the job's fields with its lease check's.
 local meta = redis.call('HMGET', KEYS[8], 'events', 'history')
@@ -53,27 +69,29 @@ history_counts = meta[2] == '1' and {} or nil
 local id = ARGV[3]
 local refused, run, o, entries = check_owner(KEYS[1], KEYS[2], ARGV[4], 'retry', now,
   {'failures', 'max_failures', 'dependents', 'cancel_requested', 'dedup_window', 'dedup', 'kind', 'order_key',
-    'created_at', 'priority', 'eligible_at'}, 15)
+    'created_at', 'priority', 'eligible_at'}, 15, lib)
 if refused then
   return {0, refused}
 end
-if o[4] and limits_lib().release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) then
-  wake_workers(KEYS[7], 1)
+if o[4] then
+  L = L or lib()
+  if L.limits_lib().release(KEYS[10], KEYS[11], KEYS[1], o[4], str(now)) then
+    wake_workers(KEYS[7], 1)
+  end
 end
 local f = {unpack(o, 7, 14)} -- failures, max_failures, ..., order_key
 local failures = (tonumber(f[1]) or 0) + 1
 local limit = backstop(f[2], ARGV[11])
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
 
--- Killed by the backstop: dead, its key, offload, dependents and order key
--- seen to. A lib (scripts.py prune): the helpers only this needs are made
--- when it runs, not by the usual retry, which goes back to pending.
-local function die()
-  -- @lib
+if limit and failures >= limit then
+  -- Killed by the backstop: dead, its key, offload, dependents and order key
+  -- seen to (the lib's helpers).
+  L = L or lib()
   redis.call('HSET', KEYS[1], 'state', 'dead', 'failures', failures,
     'note', ARGV[5], 'dead_reason', 'max_failures', 'finished_at', now, 'updated_at', now)
   redis.call('ZADD', KEYS[5], now, id)
-  if f[5] then unhold(KEYS[6], dedup_held_key(ARGV[2]), f[6], id) end -- throttled: no window
+  if f[5] then L.unhold(KEYS[6], L.dedup_held_key(ARGV[2]), f[6], id) end -- throttled: no window
   journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
     with_error(with_claim({'failures', failures}, o[5], o[6]), ARGV[12], ARGV[13]), f[7] or '')
   journal(KEYS[2], now, 'dead', run,
@@ -81,22 +99,18 @@ local function die()
     ' (max_failures=' .. limit .. ')', nil,
     {'reason', 'max_failures'}, f[7] or '')
   compact_journal(KEYS[2], entries + 2) -- with `failed` and `dead`
-  offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now)
+  L.offload_settle(ARGV[2], KEYS[1], id, 'failed', nil, ARGV[5], now)
   if f[3] then
-    graph_finished(ARGV[2], f[3], KEYS[1], id, now, false, nil, ARGV[5])
+    L.graph_finished(ARGV[2], f[3], KEYS[1], id, now, false, nil, ARGV[5])
   end
   if history_counts then
-    history_count(f[7] or '', 'failed', 1)
-    history_count(f[7] or '', 'dead', 1)
-    history_flush(ARGV[2], now)
+    L.history_count(f[7] or '', 'failed', 1)
+    L.history_count(f[7] or '', 'dead', 1)
+    L.history_flush(ARGV[2], now)
   end
   if f[8] then
-    order_lib(feature_keys, graph_queue_keys, job_keys).release(ARGV[2], KEYS[1], f[8], id, nil)
+    L.order_lib(L.feature_keys, L.graph_queue_keys, job_keys).release(ARGV[2], KEYS[1], f[8], id, nil)
   end
-end
-
-if limit and failures >= limit then
-  die()
   return {1, 'dead', 0, failures}
 end
 
@@ -105,14 +119,17 @@ local delay = backoff_delay_ms(id, failures, tonumber(ARGV[8]), tonumber(ARGV[9]
 local eligible = now + delay
 redis.call('HSET', KEYS[1], 'state', 'pending', 'failures', failures,
   'note', ARGV[5], 'eligible_at', eligible, 'updated_at', now)
-back_to_pending(KEYS[4], KEYS[6], KEYS[1], id, eligible, f[6])
+-- Back to pending (dedup.lua back_to_pending, inline: its dedup key taken back if free).
+redis.call('ZADD', KEYS[4], eligible, id)
+reindex(KEYS[6], KEYS[1], id, f[6])
 if not f[4] then redis.call('ZADD', retrying_key(ARGV[2]), eligible, id) end
 journal(KEYS[2], now, 'failed', run, ARGV[5], ARGV[6],
   with_error(with_claim({'failures', failures, 'delay_ms', delay}, o[5], o[6]), ARGV[12], ARGV[13]), f[7] or '')
 compact_journal(KEYS[2], entries + 1) -- with `failed`
 wake_workers(KEYS[7], 1)
 if history_counts then
-  history_count(f[7] or '', 'failed', 1)
-  history_flush(ARGV[2], now)
+  L = L or lib()
+  L.history_count(f[7] or '', 'failed', 1)
+  L.history_flush(ARGV[2], now)
 end
 return {1, 'pending', delay, failures}

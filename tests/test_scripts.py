@@ -161,6 +161,98 @@ def test_the_hot_scripts_make_their_rare_helpers_in_a_lib() -> None:
         assert all(not lib <= where[h] <= lib_end for h in hot), name
 
 
+def _top_helpers(source: str) -> list[str]:
+    """The helpers a script's expanded source makes at its top, every call: its
+    column-0 ``local function``s outside its libs."""
+    lines = source.splitlines()
+    top: list[str] = []
+    i = 0
+    while i < len(lines):
+        if lines[i].strip().startswith("-- @lib"):
+            i = _lib_end(lines, i) + 1
+            continue
+        if m := re.match(r"local function (\w+)\(", lines[i]):
+            top.append(m.group(1))
+        i += 1
+    return top
+
+
+def test_the_ending_scripts_make_their_rare_helpers_in_a_lib() -> None:
+    """retry, pause, release, suspend and dead: a refusal (lease.lua refuse,
+    through check_owner's lib), a run's slot, a throttled key, an offload,
+    dependents, an order key, the history and the backstop's death are made
+    only by the script's lib, and the helpers a common path inlines are not
+    made at all (benchmarks/README.md, "Session 24")."""
+    s = ScriptSet()
+    everywhere = ["check_owner", "journal", "materialize"]
+    for name, hot, rare, gone, most in [
+        (
+            "retry",
+            ["leave_running", "backoff_delay_ms", "reindex", "retrying_key", "with_error", "wake_workers"],
+            [
+                "refuse",
+                "limits_lib",
+                "history_count",
+                "history_flush",
+                "unhold",
+                "offload_settle",
+                "graph_finished",
+                "order_lib",
+                "feature_keys",
+            ],
+            ["die", "back_to_pending", "clear_lease"],
+            26,
+        ),
+        (
+            "pause",
+            ["leave_running", "reindex", "wake_workers"],
+            ["refuse", "limits_lib"],
+            ["back_to_pending", "clear_lease"],
+            21,
+        ),
+        (
+            "release",
+            ["reindex", "wake_workers"],
+            ["refuse", "limits_lib"],
+            ["back_to_pending", "clear_lease", "leave_running"],
+            20,
+        ),
+        (
+            "suspend",
+            ["leave_running"],
+            ["refuse", "limits_lib", "wake_workers", "unhold", "dedup_held_key"],
+            ["set_blob", "clear_lease"],
+            19,
+        ),
+        (
+            "dead",
+            ["leave_running", "with_error"],
+            [
+                "refuse",
+                "limits_lib",
+                "wake_workers",
+                "unhold",
+                "offload_settle",
+                "graph_finished",
+                "order_lib",
+                "history_count",
+                "history_flush",
+                "feature_keys",
+            ],
+            ["clear_lease"],
+            20,
+        ),
+    ]:
+        src = s[name].source
+        top = _top_helpers(src)
+        made = set(re.findall(r"^local function (\w+)\(", src, re.M))
+        assert set(everywhere + hot) <= set(top), (name, sorted(set(everywhere + hot) - set(top)))
+        assert not set(rare) & set(top), (name, sorted(set(rare) & set(top)))
+        assert set(rare) <= made, (name, sorted(set(rare) - made))  # in the lib
+        assert not set(gone) & made, (name, sorted(set(gone) & made))
+        assert top[-1] == "lib" and len(top) <= most, (name, len(top), top)
+
+
 def test_lines_passed_together_name_what_each_would_alone() -> None:
     lines = ['y = "unclosed d(', "z = 'a\\", "-- c()", "w = v -- u", "x = 'ok' .. t"]
     assert (

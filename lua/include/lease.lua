@@ -44,10 +44,14 @@ end
 -- (in `more`), which materialize then does not read again.
 -- The fourth value returned, when the check passes: the journal's length
 -- now (for compact_journal, which then need not read it).
+-- `lib`: the caller's lib (a function returning a table of its helpers,
+-- scripts.py prune), with `refuse` above in it: a refusal takes it from
+-- there, so a script makes refuse's closure on that path only, not on
+-- every call (benchmarks/README.md, "Session 24").
 -- Every caller gets the job's `enqueued` entry written here, before its
 -- first write to the hash (complete.lua, whose writes leave the hash saying
 -- it, checks its own owner: lean_owner).
-local function check_owner(job_key, journal_key, token, attempted, now, more, pre_at)
+local function check_owner(job_key, journal_key, token, attempted, now, more, pre_at, lib)
   local f
   if more then
     f = redis.pcall('HMGET', job_key, 'state', 'lease_token', 'run_count', 'slot',
@@ -66,9 +70,9 @@ local function check_owner(job_key, journal_key, token, attempted, now, more, pr
     return 'job does not exist', 0
   end
   if f[1] ~= 'running' then
-    return refuse(job_key, journal_key, f[1], 'job is ' .. f[1], f[3], attempted, now), f[3], f
+    return lib().refuse(job_key, journal_key, f[1], 'job is ' .. f[1], f[3], attempted, now), f[3], f
   elseif f[2] ~= token then
-    return refuse(job_key, journal_key, f[1],
+    return lib().refuse(job_key, journal_key, f[1],
       'lease token does not match (the lease expired and was reclaimed)', f[3], attempted, now), f[3], f
   end
   -- Its length also says whether the journal has entries (then materialize
@@ -91,14 +95,16 @@ local function clear_lease(job_key)
 end
 
 -- Leave RUNNING with the run's outcome: out of the running set, the lease
--- fields dropped, the run's attachment (msgpack; '' = none) set or dropped
--- and its carry ('' = unchanged) saved. The caller then writes the state.
+-- fields dropped (clear_lease's HDEL, inline: a helper named here would be a
+-- closure made on every call of the scripts that end a run), the run's
+-- attachment (msgpack; '' = none) set or dropped and its carry ('' =
+-- unchanged) saved. The caller then writes the state.
 local function leave_running(running_key, job_key, id, attachment, carry)
   redis.call('ZREM', running_key, id)
   if attachment == nil or attachment == '' then
     redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at', 'attachment')
   else
-    clear_lease(job_key)
+    redis.call('HDEL', job_key, 'lease_token', 'lease_expires', 'claimed_at')
     redis.call('HSET', job_key, 'attachment', attachment)
   end
   if carry ~= nil and carry ~= '' then
