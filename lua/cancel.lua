@@ -53,6 +53,7 @@ local function lib()
 end
 
 local now = now_ms(ARGV[1])
+local now_s = str(now) -- the writes' string, made once (clock.lua str)
 events_open(KEYS[11], KEYS[12], ARGV[2])
 local id = ARGV[3]
 local token = ARGV[5]
@@ -88,8 +89,8 @@ if state == 'running' and token == '' then
   -- a run that ends before noticing lands in pending and is cancelled by the
   -- claim that would have picked it up.
   if not f[4] then
-    redis.call('HSET', KEYS[1], 'cancel_requested', now, 'updated_at', now)
-    journal(KEYS[2], now, 'cancel_requested', f[2], ARGV[4], nil)
+    redis.call('HSET', KEYS[1], 'cancel_requested', now_s, 'updated_at', now_s)
+    journal(KEYS[2], now_s, 'cancel_requested', f[2], ARGV[4], nil)
   end
   return {1, 'requested'}
 end
@@ -100,7 +101,7 @@ if token ~= '' then
   if refused then
     return {0, refused}
   end
-  if o[4] and limits_lib().release(KEYS[13], KEYS[14], KEYS[1], o[4], str(now)) then
+  if o[4] and limits_lib().release(KEYS[13], KEYS[14], KEYS[1], o[4], now_s) then
     wake_workers(KEYS[15], 1)
   end
   leave_running(KEYS[4], KEYS[1], id, ARGV[6], ARGV[7])

@@ -55,6 +55,7 @@ local function lib()
 end
 
 local now = now_ms(ARGV[1])
+local now_s = str(now) -- the writes' string, made once (clock.lua str)
 events_open(KEYS[5], KEYS[6], ARGV[2])
 history_counts = redis.call('HGET', KEYS[5], 'history') == '1' and {} or nil
 local id = ARGV[3]
@@ -67,13 +68,13 @@ end
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
 redis.call('HINCRBY', KEYS[1], 'failures', 1)
 redis.call('HSET', KEYS[1], 'state', 'dead', 'note', ARGV[5], 'dead_reason', ARGV[8],
-  'finished_at', now, 'updated_at', now)
-redis.call('ZADD', KEYS[4], now, id)
+  'finished_at', now_s, 'updated_at', now_s)
+redis.call('ZADD', KEYS[4], now_s, id)
 if f[10] then
   L = L or lib()
   L.unhold(L.dedup_index_key(ARGV[2]), L.dedup_held_key(ARGV[2]), f[11], id)
 end
-journal(KEYS[2], now, 'dead', run, ARGV[5], ARGV[6],
+journal(KEYS[2], now_s, 'dead', run, ARGV[5], ARGV[6],
   with_error(with_claim({'reason', ARGV[8]}, f[5], f[6]), ARGV[9], ARGV[10]))
 compact_journal(KEYS[2])
 if f[7] then -- an offload (offload_settle does nothing for a job with no token)
@@ -90,7 +91,7 @@ if f[13] then
 end
 if f[4] then
   L = L or lib()
-  if L.limits_lib().release(KEYS[7], KEYS[8], KEYS[1], f[4], str(now)) then L.wake_workers(KEYS[9], 1) end
+  if L.limits_lib().release(KEYS[7], KEYS[8], KEYS[1], f[4], now_s) then L.wake_workers(KEYS[9], 1) end
 end
 if history_counts then
   L = L or lib()

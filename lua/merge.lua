@@ -77,11 +77,12 @@ end
 -- holds the enqueue-time priority.
 materialize(KEYS[1], KEYS[2])
 local now = now_ms(ARGV[1])
+local now_s = str(now) -- the writes' string, made once (clock.lua str)
 events_open(KEYS[6], KEYS[7], ARGV[2])
 local decision = ARGV[4]
 local extra = {'decision', decision, 'by', ARGV[9]}
 if decision ~= 'keep' then
-  redis.call('HSET', KEYS[1], 'payload', ARGV[5], 'updated_at', now)
+  redis.call('HSET', KEYS[1], 'payload', ARGV[5], 'updated_at', now_s)
   if ARGV[6] == 'reset' then
     redis.call('HDEL', KEYS[1], 'carry')
   elseif ARGV[6] == 'set' then
@@ -123,6 +124,6 @@ if ARGV[11] ~= '' then
   extra[#extra + 1] = 'eligible_at'
   extra[#extra + 1] = eligible
 end
-journal(KEYS[2], now, 'merged', f[2], nil, nil, extra)
+journal(KEYS[2], now_s, 'merged', f[2], nil, nil, extra)
 compact_journal(KEYS[2])
 return 1

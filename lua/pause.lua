@@ -30,6 +30,7 @@ local function lib()
 end
 
 local now = now_ms(ARGV[1])
+local now_s = str(now) -- the writes' string, made once (clock.lua str)
 events_open(KEYS[7], KEYS[8], ARGV[2])
 local id = ARGV[3]
 local delay = tonumber(ARGV[5])
@@ -40,15 +41,15 @@ local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'pause', now, nil
 if refused then
   return {0, refused}
 end
-if o[4] then lib().limits_lib().release(KEYS[9], KEYS[10], KEYS[1], o[4], str(now)) end
+if o[4] then lib().limits_lib().release(KEYS[9], KEYS[10], KEYS[1], o[4], now_s) end
 local eligible = str(now + delay)
 leave_running(KEYS[3], KEYS[1], id, ARGV[7], ARGV[8])
 redis.call('HSET', KEYS[1], 'state', 'pending', 'note', ARGV[6],
-  'eligible_at', eligible, 'updated_at', now)
+  'eligible_at', eligible, 'updated_at', now_s)
 -- Back to pending (dedup.lua back_to_pending, inline: its dedup key taken back if free).
 redis.call('ZADD', KEYS[4], eligible, id)
 reindex(KEYS[5], KEYS[1], id)
-journal(KEYS[2], now, 'paused', run, ARGV[6], ARGV[7], with_claim({'delay_ms', ARGV[5]}, o[5], o[6]))
+journal(KEYS[2], now_s, 'paused', run, ARGV[6], ARGV[7], with_claim({'delay_ms', ARGV[5]}, o[5], o[6]))
 compact_journal(KEYS[2])
 wake_workers(KEYS[6], 1)
 return {1, now + delay}

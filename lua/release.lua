@@ -30,21 +30,22 @@ local function lib()
 end
 
 local now = now_ms(ARGV[1])
+local now_s = str(now) -- the writes' string, made once (clock.lua str)
 events_open(KEYS[7], KEYS[8], ARGV[2])
 local id = ARGV[3]
 local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'release', now, nil, nil, lib)
 if refused then
   return {0, refused}
 end
-if o[4] then lib().limits_lib().release(KEYS[9], KEYS[10], KEYS[1], o[4], str(now)) end
+if o[4] then lib().limits_lib().release(KEYS[9], KEYS[10], KEYS[1], o[4], now_s) end
 redis.call('ZREM', KEYS[3], id)
 redis.call('HDEL', KEYS[1], 'lease_token', 'lease_expires', 'claimed_at') -- lease.lua clear_lease
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[5]) end
-redis.call('HSET', KEYS[1], 'state', 'pending', 'eligible_at', now, 'updated_at', now)
+redis.call('HSET', KEYS[1], 'state', 'pending', 'eligible_at', now_s, 'updated_at', now_s)
 -- Back to pending (dedup.lua back_to_pending, inline: its dedup key taken back if free).
-redis.call('ZADD', KEYS[4], now, id)
+redis.call('ZADD', KEYS[4], now_s, id)
 reindex(KEYS[5], KEYS[1], id)
-journal(KEYS[2], now, 'released', run, ARGV[6], nil, with_claim({}, o[5], o[6]))
+journal(KEYS[2], now_s, 'released', run, ARGV[6], nil, with_claim({}, o[5], o[6]))
 compact_journal(KEYS[2])
 wake_workers(KEYS[6], 1)
 return {1}

@@ -36,11 +36,12 @@ if not pending then
   return corrupt_job(id, bad_priority(f[2]))
 end
 local now = now_ms(ARGV[1])
+local now_s = str(now) -- the writes' string, made once (clock.lua str)
 events_open(KEYS[10], KEYS[11], ARGV[2])
 redis.call('ZREM', KEYS[3], id)
 redis.call('HSET', KEYS[1], 'state', 'pending', 'resume_input', ARGV[4],
-  'eligible_at', now, 'updated_at', now)
-back_to_pending(pending, KEYS[4], KEYS[1], id, now)
-journal(KEYS[2], now, 'resumed', f[3], nil, ARGV[4])
+  'eligible_at', now_s, 'updated_at', now_s)
+back_to_pending(pending, KEYS[4], KEYS[1], id, now_s)
+journal(KEYS[2], now_s, 'resumed', f[3], nil, ARGV[4])
 wake_workers(KEYS[5], 1)
 return {1}

@@ -37,6 +37,7 @@ local function lib()
 end
 
 local now = now_ms(ARGV[1])
+local now_s = str(now) -- the writes' string, made once (clock.lua str)
 events_open(KEYS[5], KEYS[6], ARGV[2])
 local id = ARGV[3]
 local refused, run, o = check_owner(KEYS[1], KEYS[2], ARGV[4], 'suspend', now,
@@ -46,10 +47,10 @@ if refused then
 end
 if o[4] then
   L = L or lib()
-  if L.limits_lib().release(KEYS[7], KEYS[8], KEYS[1], o[4], str(now)) then L.wake_workers(KEYS[9], 1) end
+  if L.limits_lib().release(KEYS[7], KEYS[8], KEYS[1], o[4], now_s) then L.wake_workers(KEYS[9], 1) end
 end
 leave_running(KEYS[3], KEYS[1], id, ARGV[6], ARGV[7])
-redis.call('HSET', KEYS[1], 'state', 'suspended', 'note', ARGV[5], 'updated_at', now)
+redis.call('HSET', KEYS[1], 'state', 'suspended', 'note', ARGV[5], 'updated_at', now_s)
 redis.call('HDEL', KEYS[1], 'resume_input', 'eligible_at')
 -- lease.lua set_blob, inline: the output, or none.
 if ARGV[8] == '' then
@@ -57,11 +58,11 @@ if ARGV[8] == '' then
 else
   redis.call('HSET', KEYS[1], 'output', ARGV[8])
 end
-redis.call('ZADD', KEYS[4], now, id)
+redis.call('ZADD', KEYS[4], now_s, id)
 if o[7] then
   L = L or lib()
   L.unhold(L.dedup_index_key(ARGV[2]), L.dedup_held_key(ARGV[2]), o[8], id)
 end
-journal(KEYS[2], now, 'suspended', run, ARGV[5], ARGV[6], with_claim({}, o[5], o[6]))
+journal(KEYS[2], now_s, 'suspended', run, ARGV[5], ARGV[6], with_claim({}, o[5], o[6]))
 compact_journal(KEYS[2])
 return {1}
