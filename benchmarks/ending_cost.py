@@ -53,15 +53,6 @@ ENDINGS = ("retry", "pause", "release", "suspend", "dead", "reclaim")
 ROUND = 100  # jobs per round (below zset-max-listpack-entries, 128)
 
 
-def _totals(path: Path) -> int:
-    """A dump's instructions (its ``totals:`` line: with instrumentation switched
-    off and on, ``summary:`` holds the last stretch only)."""
-    m = re.search(r"^totals:\s+(\d+)", path.read_text(), re.M)
-    if m is None:
-        raise RuntimeError(f"no instruction total in {path}")
-    return int(m.group(1))
-
-
 def _evalsha(path: Path) -> int:
     """The instructions inside ``evalShaCommand`` (inclusive) in a dump: the scripts alone,
     without the event loop's timers (serverCron runs by the wall clock, ~10x slower
@@ -80,7 +71,7 @@ async def measure(
 ) -> dict[str, int]:
     """Each ending's instructions per call, on the server on ``port`` (callgrind's ``pid``);
     ``kept`` gets each ending's dump."""
-    from redis_cost import callgrind_control, server_up
+    from redis_cost import _total, callgrind_control, server_up
     from venturi_only import Raw
 
     import venturi_redis as vr
@@ -97,7 +88,7 @@ async def measure(
         await callgrind_control(pid, "-d")
         dumps += 1
         dump = Path(f"{out}.{dumps}")
-        got[name] = _totals(dump) // n
+        got[name] = _total(dump) // n
         got[f"{name} evalsha"] = _evalsha(dump) // n
         kept[name] = dump
 
@@ -212,30 +203,16 @@ def main() -> None:
     if not endings or any(e not in ENDINGS for e in endings):
         raise SystemExit(f"--ending takes some of {', '.join(ENDINGS)}, got {a.ending!r}")
     sys.path.insert(0, str(HERE))
-    sys.path.insert(0, str(a.root.resolve()))
-    from redis_cost import _free_port
+    from redis_cost import callgrind_server, use_root
 
-    import venturi_redis
-
-    if not Path(venturi_redis.__file__).resolve().is_relative_to(a.root.resolve()):
-        raise SystemExit(f"venturi_redis came from {venturi_redis.__file__}, not from {a.root}")
-    port = _free_port()
+    use_root(a.root)
     with tempfile.TemporaryDirectory() as tmp:
         if a.keep is not None:
             a.keep.mkdir(parents=True, exist_ok=True)
         out = (a.keep.resolve() if a.keep is not None else Path(tmp)) / "cg"
-        valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
-        server = subprocess.Popen(
-            [*valgrind, "redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            kept: dict[str, Path] = {}
-            got = asyncio.run(measure(port, server.pid, out, a.n, endings, kept))
-        finally:
-            server.terminate()
-            server.wait()
+        kept: dict[str, Path] = {}
+        with callgrind_server(out) as (port, pid):
+            got = asyncio.run(measure(port, pid, out, a.n, endings, kept))
         for name, dump in kept.items():
             dump.rename(f"{out}.{name}")
     print(

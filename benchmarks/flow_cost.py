@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -38,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from redis_cost import _free_port, _total, callgrind_control, server_up  # noqa: E402
+from redis_cost import _total, callgrind_control, callgrind_server, server_up  # noqa: E402
 
 import venturi_redis as vr  # noqa: E402
 from venturi_redis._model.ids import new_job_id  # noqa: E402
@@ -118,22 +117,10 @@ def main() -> None:
     a = ap.parse_args()
     results: dict[str, int] = {}
     for scenario in a.only or SCENARIOS:
-        port = _free_port()
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "cg"
-            valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
-            server = subprocess.Popen(
-                [*valgrind, "redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            try:
-                results[scenario] = asyncio.run(
-                    measure(port, server.pid, out, scenario, a.n, a.batch, a.blocked)
-                )
-            finally:
-                server.terminate()
-                server.wait()
+            with callgrind_server(out) as (port, pid):
+                results[scenario] = asyncio.run(measure(port, pid, out, scenario, a.n, a.batch, a.blocked))
         base = results.get("none") or results.get("keys")
         note = ""
         if scenario == "keys+blocked" and "keys" in results:

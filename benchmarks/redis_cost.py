@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import re
 import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +52,41 @@ def _free_port() -> int:
 
 
 def _total(path: Path) -> int:
-    m = re.search(r"^(?:summary|totals):\s+(\d+)", path.read_text(), re.M)
+    """A dump's instructions: its ``totals:`` line (with instrumentation switched off and
+    on within a dump, as ending_cost.py does, ``summary:`` holds the last stretch only)."""
+    text = path.read_text()
+    m = re.search(r"^totals:\s+(\d+)", text, re.M) or re.search(r"^summary:\s+(\d+)", text, re.M)
     if m is None:
         raise RuntimeError(f"no instruction total in {path}")
     return int(m.group(1))
+
+
+@contextlib.contextmanager
+def callgrind_server(out: Path) -> Iterator[tuple[int, int]]:
+    """A redis-server on a free port under callgrind, dumping to ``out.1``, ``out.2``, ...:
+    its port and pid; stopped on the way out."""
+    port = _free_port()
+    valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    server = subprocess.Popen(
+        [*valgrind, "redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield port, server.pid
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def use_root(root: Path) -> None:
+    """Import the package from ``root`` (first on ``sys.path``, with this folder's modules), or stop."""
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(root.resolve()))
+    import venturi_redis
+
+    if not Path(venturi_redis.__file__).resolve().is_relative_to(root.resolve()):
+        raise SystemExit(f"venturi_redis came from {venturi_redis.__file__}, not from {root}")
 
 
 async def callgrind_control(pid: int, flag: str) -> None:
@@ -208,35 +241,18 @@ def main() -> None:
         "--history", action="store_true", help="the queue's metrics history on (default: off, as released)"
     )
     a = ap.parse_args()
-    sys.path.insert(0, str(HERE))
-    sys.path.insert(0, str(a.root.resolve()))
-    import venturi_redis
-
-    if not Path(venturi_redis.__file__).resolve().is_relative_to(a.root.resolve()):
-        raise SystemExit(f"venturi_redis came from {venturi_redis.__file__}, not from {a.root}")
-    port = _free_port()
+    use_root(a.root)
     with tempfile.TemporaryDirectory() as tmp:
         if a.keep is not None:
             a.keep.mkdir(parents=True, exist_ok=True)
         out = (a.keep.resolve() if a.keep is not None else Path(tmp)) / "cg"
-        valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
-        server = subprocess.Popen(
-            [*valgrind, "redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
+        with callgrind_server(out) as (port, pid):
             if a.floor:
-                got = asyncio.run(measure_floor(port, server.pid, out, a.n, a.batch, a.bulk))
+                got = asyncio.run(measure_floor(port, pid, out, a.n, a.batch, a.bulk))
             else:
                 got = asyncio.run(
-                    measure(
-                        port, server.pid, out, a.n, a.batch, a.events, a.fanin, a.bulk, a.max_kept, a.history
-                    )
+                    measure(port, pid, out, a.n, a.batch, a.events, a.fanin, a.bulk, a.max_kept, a.history)
                 )
-        finally:
-            server.terminate()
-            server.wait()
     what = f"enqueue_flow ({a.fanin} children per call)" if a.fanin else "single enqueue"
     if a.bulk > 1 and not a.fanin:
         what = f"enqueue ({a.bulk} jobs per call)"

@@ -149,7 +149,10 @@ class Encryption:
 
     def seal(self, plain: bytes) -> bytes:
         """``plain`` encrypted under the first key, in its envelope."""
-        nonce = os.urandom(_NONCE)  # a fresh random nonce per seal (docs/security.md says why)
+        return self._sealed(os.urandom(_NONCE), plain)  # a fresh random nonce (docs/security.md says why)
+
+    def _sealed(self, nonce: bytes, plain: bytes) -> bytes:
+        """The envelope of ``plain`` under the first key and ``nonce`` (``seal`` and ``Sealer``'s)."""
         head = self._head
         return head + nonce + self._encrypt(nonce, plain, head)
 
@@ -162,7 +165,7 @@ class Encryption:
         enqueue's preparation): make it there and drop it, never keep it for
         a later call (docs/security.md, "What is encrypted").
         """
-        return Sealer(self._head, self._encrypt, os.urandom(_NONCE * n))
+        return Sealer(self._sealed, os.urandom(_NONCE * n))
 
     def seal_many(self, plains: Sequence[bytes]) -> list[bytes]:
         """Each of ``plains`` sealed as ``seal`` seals it, the call's nonces drawn at once (``sealer``)."""
@@ -211,10 +214,10 @@ class Sealer:
     than it was made for, it raises rather than reuse or draw again.
     """
 
-    __slots__ = ("_at", "_encrypt", "_head", "_nonces")
+    __slots__ = ("_at", "_nonces", "_sealed")
 
-    def __init__(self, head: bytes, encrypt: Callable[[bytes, bytes, bytes], bytes], nonces: bytes) -> None:
-        self._head, self._encrypt, self._nonces, self._at = head, encrypt, nonces, 0
+    def __init__(self, sealed: Callable[[bytes, bytes], bytes], nonces: bytes) -> None:
+        self._sealed, self._nonces, self._at = sealed, nonces, 0
 
     def seal(self, plain: bytes) -> bytes:
         """``plain`` encrypted under the first key, in its envelope, under the next nonce of the draw."""
@@ -223,8 +226,7 @@ class Sealer:
         if len(nonce) != _NONCE:
             raise RuntimeError(f"a Sealer for {len(self._nonces) // _NONCE} values asked to seal one more")
         self._at = at + _NONCE
-        head = self._head
-        return head + nonce + self._encrypt(nonce, plain, head)
+        return self._sealed(nonce, plain)
 
 
 def missing_key(raw: bytes, encryption: Encryption | None) -> EncryptionKeyMissing | None:

@@ -75,6 +75,8 @@ from .prepare import Prepared
 
 # job_args.lua's per-job layout (tests/test_layouts.py checks the two agree).
 JOB_ARGS = ("id", "kind", "priority", "delay_ms", "dedup", "payload", "m")
+# enqueue.lua's general ARGV for one job without optional fields or offload: five, then JOB_ARGS.
+_ONE_PLAIN_JOB = 5 + len(JOB_ARGS)
 
 
 def job_args(job: Prepared) -> list[ScriptArg]:
@@ -107,17 +109,6 @@ def enqueue(
     the script writes each job's pending snapshot with the job.
     """
     call_keys: list[str] = [keys.dedup, keys.wake, keys.meta]
-    if len(jobs) == 1 and not offload and dedup_mode == "nx":
-        job = jobs[0]
-        if not job.optional():
-            # The short layout (enqueue.lua): now and the job's fixed values, no m. The
-            # script takes the prefix from the meta key, the rest is the defaults.
-            call_keys += [keys.job(job.id), keys.pending_by_priority[job.priority]]
-            return Call(
-                "enqueue",
-                call_keys,
-                [now, job.id, job.kind, job.priority.label, job.delay_ms, job.dedup, job.payload],
-            )
     args: list[ScriptArg] = [now, keys.prefix, len(jobs), dedup_mode, "1" if offload else ""]
     by_priority = keys.pending_by_priority
     for i, job in enumerate(jobs):
@@ -127,6 +118,11 @@ def enqueue(
             args += offload[i]
     for token, _ in offload:
         call_keys.append(keys.offload(token))
+    if len(args) == _ONE_PLAIN_JOB and dedup_mode == "nx":
+        # One job with no optional field (m = 0, the last value) and no offload (its two
+        # values would follow): enqueue.lua's short layout, now and the job's fixed
+        # values. The script takes the prefix from the meta key, the rest is the defaults.
+        args = [now, *args[5:-1]]
     return Call("enqueue", call_keys, args)
 
 
