@@ -364,6 +364,69 @@ def test_a_child_that_cannot_be_spawned_is_a_quick_death_not_a_crash(refusals: i
 _peeked: dict[int, list[str]] = {}
 
 
+ONE_CHILD = """
+import logging, sys
+from venturi_redis.cli import processes
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+print("supervise returned", processes.supervise([[sys.executable, "-c", sys.argv[1]]]))
+"""
+# Still importing: no handler of its own yet, so the forwarded SIGTERM ends it.
+STARTING = "import time; time.sleep(60)"
+# Its handler installed, then a bad end on shutdown: an exit status, or a SIGKILL.
+_HANDLED = (
+    "import os, signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: {end}); "
+    "print('handler on', file=sys.stderr, flush=True); time.sleep(60)"
+)
+
+
+@pytest.mark.parametrize(
+    ("child", "ready", "status", "logged"),
+    [
+        (STARTING, "worker 0 started", 0, "stopped by SIGTERM while starting"),
+        (_HANDLED.format(end="sys.exit(3)"), "handler on", 1, "worker 0 ended with status 3 on shutdown"),
+        (
+            _HANDLED.format(end="os.kill(os.getpid(), signal.SIGKILL)"),
+            "handler on",
+            1,
+            "worker 0 ended with status -9 on shutdown",
+        ),
+    ],
+    ids=["still-starting", "exit-3", "sigkill"],
+)
+def test_a_child_ended_by_the_forwarded_signal_while_starting_stopped_cleanly(
+    child: str, ready: str, status: int, logged: str
+) -> None:
+    """A SIGTERM soon after start (a rolling restart) reached a child still
+    importing, which died of it (status -15): the supervisor exited 1, "ended
+    badly on shutdown", for a stop that went as asked. Now a child ended by
+    the very signal forwarded to it is a clean stop; any other bad end on
+    shutdown (an exit status, a SIGKILL) still makes it exit 1."""
+    sup = subprocess.Popen(
+        [sys.executable, "-c", ONE_CHILD, child],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180  # a bound against a hang, not a timing
+        err = ""
+        while ready not in err:
+            assert sup.poll() is None and time.monotonic() < deadline, err
+            time.sleep(0.05)
+            err = _peek(sup)
+        sup.send_signal(signal.SIGTERM)
+        out, rest = sup.communicate(timeout=60)
+        err += rest
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
+    assert out.strip() == f"supervise returned {status}", err
+    assert logged in err, err
+    assert "Traceback" not in err, err
+
+
 def _peek(proc: subprocess.Popen[str]) -> str:
     """What the supervisor logged so far (stderr read without blocking)."""
     import select

@@ -10,7 +10,9 @@ alone and the children get exactly one signal each, forwarded. Then:
   minute), and the death is logged with its exit status;
 - SIGTERM or SIGINT is forwarded to every child; the supervisor waits for all
   of them (each lets its running jobs finish within its grace) and exits 0
-  when they all stopped cleanly;
+  when they all stopped cleanly: with status 0, or, for a child still
+  starting (its imports; a worker installs its handler before its first
+  claim), ended by the forwarded signal itself;
 - a child that cannot be kept alive (``MAX_QUICK_DEATHS`` deaths in a row,
   each within ``STABLE`` seconds of its start, or a usage error, status 2)
   makes the supervisor stop the others and exit 1; a child that cannot even
@@ -146,7 +148,17 @@ def supervise(
                     continue
                 slot.proc = None
                 if stopping:
-                    if code != 0:
+                    if code < 0 and -code in received:
+                        # Ended by the very signal forwarded to it: a child still
+                        # starting, its handler not installed yet (a worker
+                        # installs it before its first claim). Stopped as asked.
+                        log.info(
+                            "supervisor: worker %d (pid %d) stopped by %s while starting",
+                            slot.index,
+                            proc.pid,
+                            _name(-code),
+                        )
+                    elif code != 0:
                         log.warning(
                             "supervisor: worker %d (pid %d) ended with status %s", slot.index, proc.pid, code
                         )
