@@ -368,7 +368,7 @@ async def test_a_schedule_stores_its_payload_sealed_and_its_fires_are_sealed(
     url: str, queue_name: str
 ) -> None:
     from tests.test_schedules import T0, Clock
-    from venturi_redis._producer.schedules import fire_due
+    from venturi_redis._producer.firing import fire_due
 
     clock = Clock(T0)
     async with vr.Client.from_url(url, clock=clock, encryption=vr.Encryption(keys=[KEY_A])) as client:

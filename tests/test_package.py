@@ -66,10 +66,17 @@ LOADED_WHEN_NAMED = {
     "BulkFilters": "venturi_redis._producer.bulk",
     "BulkProgress": "venturi_redis._producer.bulk",
     "HistoryPoint": "venturi_redis._model.history",
+    "Limit": "venturi_redis._model.limits",
+    "LimitInfo": "venturi_redis._model.limits",
+    "LimitKeyLoad": "venturi_redis._model.limits",
     "OffloadHandle": "venturi_redis._producer.results",
     "OffloadNotFound": "venturi_redis._producer.results",
     "OffloadResult": "venturi_redis._producer.results",
+    "QueueEvent": "venturi_redis._model.events",
     "QueueStats": "venturi_redis._producer.reads",
+    "Rate": "venturi_redis._model.limits",
+    "Schedule": "venturi_redis._model.schedule",
+    "ScheduleInfo": "venturi_redis._model.schedule",
     "read_result": "venturi_redis._producer.results",
     "read_result_redacted": "venturi_redis._producer.results",
     "resolve": "venturi_redis._producer.results",
@@ -82,7 +89,7 @@ def test_names_a_worker_does_not_use_load_when_named() -> None:
         f"names = {LOADED_WHEN_NAMED!r}; "
         "before = sorted({m for m in names.values() if m in sys.modules}); "
         "same = [n for n, m in names.items() if getattr(vr, n) is getattr(importlib.import_module(m), n)]; "
-        "from venturi_redis import BulkFilters, HistoryPoint, resolve; "
+        "from venturi_redis import BulkFilters, HistoryPoint, Limit, QueueEvent, Schedule, resolve; "
         "print(json.dumps([before, same]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -116,6 +123,19 @@ NOT_AT_A_WORKER_START = (
     "venturi_redis._producer.results",
     "venturi_redis._producer.history",
     "venturi_redis._model.history",
+    # the event stream, limits and schedules of a worker that uses none (its
+    # first fire round finds nothing due), the queue discovery of the CLI's
+    # hints, batch handlers, @vr.offload functions: loaded where they are used
+    "venturi_redis._model.events",
+    "venturi_redis._model.limits",
+    "venturi_redis._model.schedule",
+    "venturi_redis._producer.events",
+    "venturi_redis._producer.limits",
+    "venturi_redis._producer.schedules",
+    "venturi_redis._producer.discovery",
+    "venturi_redis._worker.batch",
+    "venturi_redis._model.batch_note",
+    "venturi_redis._worker.offload",
     # the embedded memory:// server: a redis:// worker never needs it
     "fakeredis",
     "lupa",

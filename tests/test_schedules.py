@@ -19,7 +19,7 @@ import pytest
 
 import venturi_redis as vr
 from tests.tasks import Echo, EchoJob
-from venturi_redis._producer.schedules import fire_due
+from venturi_redis._producer.firing import fire_due
 from venturi_redis._store import calls_schedule
 
 pytestmark = pytest.mark.anyio

@@ -23,7 +23,7 @@ from tests.helpers import keys_matching, make_worker
 from tests.servers import RedisServer
 from tests.tasks import Echo, EchoJob
 from venturi_redis._model.ids import derived_job_id
-from venturi_redis._producer.schedules import fire_due
+from venturi_redis._producer.firing import fire_due
 
 pytestmark = pytest.mark.anyio
 

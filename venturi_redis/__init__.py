@@ -24,12 +24,9 @@ from ._model.errors import (
     TaskError,
     VenturiError,
 )
-from ._model.events import QueueEvent
 from ._model.flow import Flow
-from ._model.limits import Limit, LimitInfo, LimitKeyLoad, Rate
 from ._model.outcome import Outcome
 from ._model.records import JobInfo, JournalEntry
-from ._model.schedule import Schedule, ScheduleInfo
 from ._model.sealing import Encrypted, Encryption
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.client import Client, Queue
@@ -42,7 +39,10 @@ from ._worker.context import Context
 from ._worker.handler import BatchHandler, BatchItem, Handler
 
 if _TYPE_CHECKING:
+    from ._model.events import QueueEvent
     from ._model.history import HistoryPoint
+    from ._model.limits import Limit, LimitInfo, LimitKeyLoad, Rate
+    from ._model.schedule import Schedule, ScheduleInfo
     from ._producer.bulk import BulkFilters, BulkProgress
     from ._producer.reads import QueueStats
     from ._producer.results import (
@@ -63,16 +63,25 @@ __version__ = "0.1.0"
 # never imports it (tests/test_package.py checks this); so do the
 # synchronous client, which neither a worker nor an async producer needs,
 # the readings (stats, job lists), the operators' bulk filters, the metrics
-# history and the offload results' reading side (issue 42: a worker's start-up). Name -> its module.
+# history and the offload results' reading side, and the models of the event
+# stream, limits and schedules, which a worker that uses none of them never
+# imports (issue 42: a worker's start-up). Name -> its module.
 _LAZY = {
     "BulkFilters": "._producer.bulk",
     "BulkProgress": "._producer.bulk",
     "HistoryPoint": "._model.history",
+    "Limit": "._model.limits",
+    "LimitInfo": "._model.limits",
+    "LimitKeyLoad": "._model.limits",
     "OffloadHandle": "._producer.results",
     "OffloadNotFound": "._producer.results",
     "OffloadResult": "._producer.results",
     "PrometheusMetrics": "._worker.metrics",
+    "QueueEvent": "._model.events",
     "QueueStats": "._producer.reads",
+    "Rate": "._model.limits",
+    "Schedule": "._model.schedule",
+    "ScheduleInfo": "._model.schedule",
     "SyncClient": "._producer.sync",
     "SyncQueue": "._producer.sync",
     "Worker": "._worker.worker",

@@ -35,7 +35,7 @@ from .._model.errors import ConfigurationError, JobNotFound
 from .._model.events import QueueEvent
 from .._model.limits import MAX_COUNT, whole_count
 from .._model.records import JobInfo
-from .._store.store import EVENTS_DEFAULT
+from .._store.store import EVENTS_DEFAULT, EVENTS_MAXLEN
 
 if TYPE_CHECKING:
     from .base import QueueLike as Queue
@@ -50,9 +50,6 @@ FINISHED = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED})
 _FINISH_EVENTS = frozenset({b"completed", b"dead", b"cancelled"})
 # When a queue's events are off, wait() reads the job back this often.
 _POLL_OFF = 0.25
-# Cap of a queue's stream when switched on without one: the default one (an entry of
-# one job ~100 B, docs/redis-layout.md "Memory per job").
-EVENTS_MAXLEN = int(EVENTS_DEFAULT)
 
 
 def _text(value: Any) -> str:

@@ -4,6 +4,10 @@ A mixin of ``Queue`` (``client.py``), split from it by concept: each method is
 a thin delegation to the module that does the work (``events.py``,
 ``history.py``, ``schedules.py``, ``limits.py``), given the queue as a
 ``QueueLike``.
+
+Those modules are imported where a method is first called, not with ``Queue``:
+a worker that uses no event stream, schedule or limit never imports them, nor
+the models they return (issue 42: a worker's start-up).
 """
 
 from __future__ import annotations
@@ -13,20 +17,17 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .._model.enums import Priority
-from .._model.events import QueueEvent
-from .._model.limits import LimitInfo, Rate
-from .._model.records import JobInfo
-from .._model.schedule import ScheduleInfo
 from .._model.task import Task
 from .._store.keys import QueueKeys
-from .._store.store import QueueStore
-from . import events as _events
-from . import limits as _limits
-from . import schedules as _schedules
+from .._store.store import EVENTS_MAXLEN, QueueStore
 from .base import ClientLike
 
 if TYPE_CHECKING:
+    from .._model.events import QueueEvent
     from .._model.history import HistoryPoint
+    from .._model.limits import LimitInfo, Rate
+    from .._model.records import JobInfo
+    from .._model.schedule import ScheduleInfo
 
 
 class QueueFeatures:
@@ -50,6 +51,8 @@ class QueueFeatures:
 
         Iterate with ``async for``; it never ends by itself (break, or cancel).
         """
+        from . import events as _events
+
         return _events.follow(self, since=since, kinds=kinds)
 
     async def wait(
@@ -69,13 +72,17 @@ class QueueFeatures:
             TimeoutError: It has not finished after ``timeout`` seconds.
             JobNotFound: No such job in this queue.
         """
+        from . import events as _events
+
         return await _events.wait(self, job_id, timeout)
 
-    async def set_events(self, enabled: bool, *, maxlen: int = _events.EVENTS_MAXLEN) -> None:
+    async def set_events(self, enabled: bool, *, maxlen: int = EVENTS_MAXLEN) -> None:
         """Switch this queue's event stream on (capped at about ``maxlen`` entries) or off.
 
         Takes effect at the next script call of every client and worker.
         """
+        from . import events as _events
+
         await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _events.set_events(self, enabled, maxlen=maxlen)
 
@@ -146,6 +153,8 @@ class QueueFeatures:
                 zone, ``end_at`` before ``start_at``, a schedule that never
                 fires; nothing is written.
         """
+        from . import schedules as _schedules
+
         await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         return await _schedules.schedule(
             self,
@@ -161,27 +170,39 @@ class QueueFeatures:
 
     async def unschedule(self, schedule_id: str) -> bool:
         """Remove the schedule; True if it existed (jobs it already enqueued stay)."""
+        from . import schedules as _schedules
+
         return await _schedules.unschedule(self, schedule_id)
 
     async def get_schedule(self, schedule_id: str) -> ScheduleInfo | None:
         """The schedule ``schedule_id`` of this queue, or None."""
+        from . import schedules as _schedules
+
         return await _schedules.get_schedule(self, schedule_id)
 
     async def schedules(self) -> list[ScheduleInfo]:
         """Every schedule of this queue (paused and ended ones too), by id."""
+        from . import schedules as _schedules
+
         return await _schedules.list_schedules(self)
 
     async def pause_schedule(self, schedule_id: str) -> bool:
         """Stop firing the schedule until resumed; False if there is no such schedule."""
+        from . import schedules as _schedules
+
         return await _schedules.pause_schedule(self, schedule_id)
 
     async def resume_schedule(self, schedule_id: str) -> bool:
         """Fire the schedule again, from its next fire time after now (fire times skipped
         while paused are not caught up); False if there is no such schedule."""
+        from . import schedules as _schedules
+
         return await _schedules.resume_schedule(self, schedule_id)
 
     async def trigger_schedule(self, schedule_id: str) -> str | None:
         """Enqueue one extra job of the schedule now; its id (None: no such schedule)."""
+        from . import schedules as _schedules
+
         return await _schedules.trigger_schedule(self, schedule_id)
 
     # -- flow control (docs/flow-control.md) ----------------------------------------
@@ -208,6 +229,8 @@ class QueueFeatures:
                 concurrency that is not a whole number >= 1, a rate that is
                 not a ``vr.Rate``, or neither given (nothing is written).
         """
+        from . import limits as _limits
+
         await self.client._recorded.ensure(self.client.redis, self.name)  # registry.py
         await _limits.set_limit(self, kind, concurrency=concurrency, rate=rate, per_key=per_key)
 
@@ -216,6 +239,8 @@ class QueueFeatures:
 
         Jobs waiting on it run as soon as workers take them.
         """
+        from . import limits as _limits
+
         return await _limits.clear_limit(self, kind, per_key=per_key)
 
     async def limits(self, *, keys: int = 50) -> list[LimitInfo]:
@@ -230,4 +255,6 @@ class QueueFeatures:
         Raises:
             ConfigurationError: ``keys`` is not a whole number >= 0.
         """
+        from . import limits as _limits
+
         return await _limits.limits(self, keys)

@@ -1,7 +1,7 @@
 """Schedules of one queue: define, read, pause, trigger, and fire the due ones.
 
 ``Queue.schedule()`` and its siblings delegate here; the worker's scheduler
-(``_worker/scheduler.py``) calls ``fire_due`` on its wake-ups. The storage
+(``_worker/scheduler.py``) calls ``firing.fire_due`` on its wake-ups. The storage
 (docs/redis-layout.md): one hash per schedule, a set of the queue's schedule
 ids, and the due index, a zset of the active ones scored by next fire time.
 
@@ -17,44 +17,31 @@ the fire time, a second guard (the script creates no job whose hash exists).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from redis.exceptions import ResponseError
 
-from .._model.codec import pack_model, text, unpack_model
+from .._model.codec import pack_model, text
 from .._model.enums import Priority
 from .._model.errors import ConfigurationError, CorruptQueueError, TaskDefinitionError
-from .._model.ids import derived_job_id, new_job_id
+from .._model.ids import new_job_id
 from .._model.schedule import (
     CORRUPT,
     ScheduleFault,
     ScheduleInfo,
     checked_priority,
-    fire_plan,
     next_fire,
     timing,
     validate_schedule_id,
 )
 from .._model.task import Task, task_kind
-from .._store.prepare import Prepared, checked_dedup_field, checked_limit_key, payload_too_large
-from .._store.store import Fired, ScriptArg
+from .._store.prepare import checked_dedup_field, checked_limit_key, payload_too_large
+from .._store.store import ScriptArg
 from .base import QueueLike, server_now_ms
-from .dedup import merge_into
+from .firing import schedule_fields as _fields
 
 log = logging.getLogger("venturi_redis.schedules")
-
-# Due schedules one fire round reads (the next round takes the rest).
-DUE_BATCH = 50
-# The version a fire passes for a schedule it could not read (no stored one is it).
-_UNREAD = "(unread)"
-
-
-def _fields(raw: dict[bytes, bytes]) -> dict[str, str]:
-    return {
-        k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items() if k != b"payload"
-    }
 
 
 def _corrupt(queue: QueueLike, schedule_id: str, note: str) -> CorruptQueueError:
@@ -262,101 +249,3 @@ async def trigger_schedule(queue: QueueLike, schedule_id: str) -> str | None:
         _refused(queue, schedule_id, result.id)
         return None
     return result.id
-
-
-class FireRound(NamedTuple):
-    """What one ``fire_due`` round did: the scripts' clock, the earliest next fire
-    time it knows of (None: no active schedule), and each schedule it fired."""
-
-    now: int
-    earliest: int | None
-    fired: list[tuple[str, Fired]]
-
-
-async def fire_due(
-    queue: QueueLike, *, tasks: Mapping[str, type[Task[Any]]] | None = None, limit: int = DUE_BATCH
-) -> FireRound:
-    """Fire the schedules of ``queue`` that are due now (at most ``limit``).
-
-    ``tasks``: KIND -> Task class, for the dedup merge of a fire whose task's
-    dedup key a pending job holds (the worker passes its handlers). A KIND not
-    in it leaves the pending job as it is (the work is held; the merge is
-    skipped, docs/schedules.md).
-    """
-    client = queue.client
-    keys = queue.keys
-    due = await queue.store.schedule_due(limit=limit)
-    out: list[tuple[str, Fired]] = []
-    if not due.ids:
-        return FireRound(due.now, due.earliest, out)
-    pipe = client.redis.pipeline(transaction=False)
-    for sid in due.ids:
-        pipe.hgetall(keys.schedule(sid))
-    # One schedule's key of the wrong type is its own trouble: the others fire.
-    raws = await pipe.execute(raise_on_error=False)
-    for sid, raw in zip(due.ids, raws, strict=True):
-        f: dict[str, str] = {}
-        fire_at, fires, nxt, fault = 0, 1, None, ""
-        if isinstance(raw, Exception) or not raw:
-            # Gone (an entry of the index naming no schedule) or not a hash: the
-            # script sees which, and takes it out of the due index. A version no
-            # hash holds: one created since this read is left alone.
-            f, fault = {"version": _UNREAD}, "its key could not be read"
-        else:
-            f = _fields(raw)
-            try:
-                fire_at, fires, nxt = fire_plan(f, due.now)
-            except ScheduleFault as exc:
-                fault = str(exc)
-            except Exception as exc:  # noqa: BLE001 - not the schedule's data (cronsim missing): skip it
-                log.warning("queue %s: schedule %s cannot be fired here (%r)", queue.name, sid, exc)
-                continue
-        job_id = derived_job_id(fire_at, f"{queue.name}\0{sid}\0{fire_at}".encode())
-        result = await queue.store.schedule_fire(
-            schedule_id=sid,
-            job_id=job_id,
-            version=f.get("version", ""),
-            fire_at=fire_at,
-            next_at=nxt,
-            fires=fires,
-            fault=fault,
-        )
-        out.append((sid, result))
-        if result.status == "merged":
-            assert not isinstance(raw, Exception)
-            await _merge(queue, tasks or {}, sid, f, raw.get(b"payload", b""), job_id, result.id)
-        elif result.status == "refused" and result.id.startswith(CORRUPT):
-            log.warning("queue %s: schedule %s paused: %s", queue.name, sid, result.id)
-    # The earliest fire time now that these moved on (one ZRANGE; the due
-    # script's was read before them).
-    first = await client.redis.zrange(keys.schedules_due, 0, 0, withscores=True)
-    return FireRound(due.now, int(first[0][1]) if first else None, out)
-
-
-async def _merge(
-    queue: QueueLike,
-    tasks: Mapping[str, type[Task[Any]]],
-    sid: str,
-    f: dict[str, str],
-    payload: bytes,
-    job_id: str,
-    holder: str,
-) -> None:
-    """A fire met a pending job holding its task's dedup key: the task's ``merge`` decides."""
-    cls = tasks.get(f.get("kind", ""))
-    if cls is None:
-        return
-    try:
-        crypt = queue.client.encryption
-        task = unpack_model(cls, payload if crypt is None else crypt.open(payload))
-        prio = Priority.parse(f.get("priority") or "normal")
-        job = Prepared(job_id, f["kind"], prio, 0, payload, b"", "", "", f.get("dedup", ""), True)
-        await merge_into(queue, task, job, holder)
-    except Exception as exc:  # noqa: BLE001 - the user's merge(); the fire itself is done
-        log.warning(
-            "queue %s: schedule %s: merging its fire into pending job %s failed (%r)",
-            queue.name,
-            sid,
-            holder,
-            exc,
-        )

@@ -52,10 +52,10 @@ from .._store.prepare import (
     prepare,
     unknown_option,
 )
+from .._store.store import EVENTS_MAXLEN
 from .._transport.blocking import blocking_redis
 from .bulk import BulkFilters
 from .client import Client, Queue
-from .events import EVENTS_MAXLEN
 from .reads import QueueStats
 
 

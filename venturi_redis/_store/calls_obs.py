@@ -15,6 +15,9 @@ from .keys import QueueKeys
 # docs/observability.md gives the cost (each script call that moves jobs
 # writes one entry, however many jobs it moves).
 EVENTS_DEFAULT = "1000"
+# Cap of a queue's stream when switched on without one: the default one (an entry of
+# one job ~100 B, docs/redis-layout.md "Memory per job").
+EVENTS_MAXLEN = int(EVENTS_DEFAULT)
 
 # The metrics history's switch when a queue's meta hash has no `history`
 # field (lua/include/history.lua's HISTORY_DEFAULT; tests/test_history.py

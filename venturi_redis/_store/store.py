@@ -42,7 +42,7 @@ from .calls import (
     corrupt_job,
 )
 from .calls_flow import FlowJob, Policy
-from .calls_obs import EVENTS_DEFAULT, HISTORY_DEFAULT
+from .calls_obs import EVENTS_DEFAULT, EVENTS_MAXLEN, HISTORY_DEFAULT
 from .calls_ops import FINISHED_STATES, CancelledPending, Purged, Retried
 from .calls_schedule import Due, Fired
 from .keys import QueueKeys
@@ -562,6 +562,7 @@ __all__ = [
     "ClaimedJob",
     "Completion",
     "EVENTS_DEFAULT",
+    "EVENTS_MAXLEN",
     "FINISHED_STATES",
     "FlowJob",
     "HISTORY_DEFAULT",

@@ -16,12 +16,13 @@ def redact_url(url: str) -> str:
     head, qmark, query = url.partition("?")
     # Up to the last '@': a password with an unencoded '@' or '/' is still all masked.
     head = re.sub(r"(://[^:/@]*:).*@", r"\1***@", head)
-    query = _SECRET_OPTION.sub(r"\1***", query)
+    if query:  # compiled at the first URL with options (re caches it), not at import (issue 42)
+        query = re.sub(_SECRET_OPTION, r"\1***", query, flags=re.I)
     return f"{head}{qmark}{query}"
 
 
 # A query option named like a secret, up to its value's end.
-_SECRET_OPTION = re.compile(r"((?:^|&)[^=&]*(?:password|passwd|pwd|token|secret|auth)[^=&]*=)[^&]*", re.I)
+_SECRET_OPTION = r"((?:^|&)[^=&]*(?:password|passwd|pwd|token|secret|auth)[^=&]*=)[^&]*"
 
 
 def tls_defaults(url: str) -> dict[str, bool]:

@@ -13,14 +13,21 @@ declared is left alone (an operator may have set it: ``venturi limit``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .._model.errors import ConfigurationError
-from .._model.limits import Limit, LimitInfo
 from .._producer.client import Queue
+
+if TYPE_CHECKING:
+    from .._model.limits import Limit, LimitInfo
 
 
 def declared_limits(limits: Sequence[Limit]) -> tuple[Limit, ...]:
     """The worker's ``limits`` argument, checked: a list of ``vr.Limit``, one per kind and scope."""
+    if not limits and isinstance(limits, Sequence):
+        return ()  # the usual worker declares none: vr.Limit's module stays unimported (issue 42)
+    from .._model.limits import Limit
+
     if isinstance(limits, Limit) or not all(isinstance(x, Limit) for x in limits):
         raise ConfigurationError(f"limits must be a list of vr.Limit, got {limits!r}")
     seen: set[tuple[str, bool]] = set()

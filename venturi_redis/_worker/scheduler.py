@@ -28,16 +28,18 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from .._model.errors import ConfigurationError
-from .._model.schedule import Schedule
 from .._model.task import Task
 from .._producer.client import Queue
-from .._producer.schedules import DUE_BATCH, fire_due
+from .._producer.firing import DUE_BATCH, fire_due
 from .runner import _SURVIVABLE
+
+if TYPE_CHECKING:
+    from .._model.schedule import Schedule
 
 log = logging.getLogger("venturi_redis.worker")
 
@@ -51,6 +53,10 @@ _MARGIN = 0.002
 
 def declared_schedules(schedules: Sequence[Schedule], qs: Sequence[Queue]) -> list[tuple[Queue, Schedule]]:
     """Each declared schedule with the worker queue it belongs to (checked now)."""
+    if not schedules and isinstance(schedules, Sequence):
+        return []  # the usual worker declares none: vr.Schedule's module stays unimported (issue 42)
+    from .._model.schedule import Schedule
+
     if isinstance(schedules, Schedule) or not all(isinstance(s, Schedule) for s in schedules):
         raise ConfigurationError(f"schedules must be a list of vr.Schedule, got {schedules!r}")
     by_name = {q.name: q for q in qs}

@@ -19,7 +19,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._model.endings import Released
-from .batch import batching_for
+from .handler import BatchHandler
 from .inbox import Inbox
 from .registry import keep_touching
 
@@ -49,6 +49,7 @@ class Serving:
     _runners: list[_Runner]
     _schedulers: list[Scheduler]
     _jobs_tg: TaskGroup | None
+    _registry: dict[str, type[Any]]
     _force: bool
     _changed: asyncio.Event
 
@@ -84,9 +85,14 @@ class Serving:
             try:
                 async with anyio.create_task_group() as jobs_tg:
                     self._jobs_tg = jobs_tg
+                    # batch.py is imported only by a worker with a vr.BatchHandler
+                    # (issue 42: a worker's start-up); batching_for checks the same.
+                    batches = any(issubclass(cls, BatchHandler) for cls in self._registry.values())
+                    if batches:
+                        from .batch import batching_for
                     for r in self._runners:
                         r.inbox = Inbox()
-                        r.batching = batching_for(self, r)  # type: ignore[arg-type]  # a Worker
+                        r.batching = batching_for(self, r) if batches else None  # type: ignore[arg-type]  # a Worker
                         for _ in range(2 * self.concurrency):
                             jobs_tg.start_soon(r.slot)
                     async with anyio.create_task_group() as claim_tg:

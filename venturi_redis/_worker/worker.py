@@ -65,7 +65,6 @@ from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import BatchHandler, Handler, batch_settings, sync_handle
 from .job import Job
 from .keeper import LeaseKeeper
-from .offload import offload_handler
 from .runner import (
     _IDLE_BLOCK_MAX,
     _MIN_BLOCK,
@@ -314,7 +313,11 @@ class Worker(Serving, Generic[StateT]):
     def register(self, *handlers: type[Any] | OffloadFunction[Any, Any]) -> Worker[StateT]:
         """Register Task+Handler classes (or ``@vr.offload`` functions) by their KIND."""
         for h in handlers:
-            entry = offload_handler(h) if isinstance(h, OffloadFunction) else h
+            entry = h
+            if isinstance(h, OffloadFunction):
+                from .offload import offload_handler  # only a worker of @vr.offload functions imports it
+
+                entry = offload_handler(h)
             if not (isinstance(entry, type) and issubclass(entry, Task) and issubclass(entry, Handler)):
                 raise TaskDefinitionError(
                     f"register() expects a class deriving from both vr.Task and vr.Handler, got {h!r}"

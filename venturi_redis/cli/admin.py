@@ -11,11 +11,11 @@ from rich.console import Console
 from rich.progress import MofNCompleteColumn, Progress
 
 from .._producer import bulk as _bulk
-from .._producer import events as _events
 from .._producer import ops as _ops
 from .._producer.base import server_now_ms
 from .._producer.bulk import BulkFilters, BulkProgress, make_filter
 from .._producer.client import Client
+from .._store.store import EVENTS_MAXLEN
 from .app import (
     CreateOpt,
     JobQueueOpt,
@@ -313,7 +313,7 @@ def queue_events(
     switch: Annotated[str, typer.Argument(metavar="on|off", help="the event stream on or off")],
     maxlen: Annotated[
         int, typer.Option("--maxlen", min=1, help="cap of the stream, in entries (~100 B each)")
-    ] = _events.EVENTS_MAXLEN,
+    ] = EVENTS_MAXLEN,
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
     create: CreateOpt = False,

@@ -23,7 +23,6 @@ from typer import core as _typer_core
 from typer.core import TyperGroup
 
 from .._model.errors import ConfigurationError, VenturiError
-from .._producer import discovery as _discovery
 from .._producer.client import Client, Queue
 from .._producer.sharded import group_partitions
 from .._store.keys import QueueKeys
@@ -249,6 +248,8 @@ async def known_queue(client: Client, name: str, *, create: bool = False, change
     queue = client.queue(name)  # the name is checked first
     if create or await queue_exists(client, name):
         return queue
+    from .._producer import discovery as _discovery  # only on this hint's path, not at a worker's start
+
     known = list(group_partitions(await _discovery.discover_queues(client)))
     close = get_close_matches(name, known, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
@@ -266,6 +267,8 @@ async def job_queue(client: Client, job_id: str, queue: str | None) -> Queue:
     (one EXISTS per queue of the registry, never a walk of the keyspace)."""
     if queue is not None:
         return client.queue(queue)
+    from .._producer import discovery as _discovery
+
     name = await _discovery.find_job_queue(client, job_id)
     if name is None:
         n = len(await _discovery.registered(client))
