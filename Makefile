@@ -101,7 +101,7 @@ typecheck: $(STAMP) ## mypy --strict on the package
 
 test-oldest: $(OLDEST_STAMP) ## The redis-py contract tests on the oldest supported redis-py and hiredis
 	$(OLDEST)/bin/python -c "import redis, hiredis; print('oldest: redis-py', redis.__version__, 'hiredis', hiredis.__version__)"
-	$(OLDEST)/bin/python -m pytest -q -m "not cluster" $(OLDEST_TESTS)
+	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider -m "not cluster" $(OLDEST_TESTS)
 
 $(CLUSTER_OLDEST_STAMP): pyproject.toml venturi_redis/_transport/cluster.py
 	@test -n "$(CLUSTER_FLOOR)" || { echo "no CLUSTER_FLOOR = (X, Y) in venturi_redis/_transport/cluster.py" >&2; exit 1; }
@@ -116,7 +116,7 @@ test-cluster-oldest: $(STAMP) ## The Redis Cluster tests on the oldest redis-py 
 	else \
 		$(MAKE) --no-print-directory $(CLUSTER_OLDEST_STAMP) && \
 		$(CLUSTER_OLDEST)/bin/python -c "import redis; print('cluster-oldest: redis-py', redis.__version__)" && \
-		$(CLUSTER_OLDEST)/bin/python -m pytest -q -m cluster $(CLUSTER_TESTS); \
+		$(CLUSTER_OLDEST)/bin/python -m pytest -q -p no:cacheprovider -m cluster $(CLUSTER_TESTS); \
 	fi
 
 resolves: $(STAMP) ## pip resolves the built wheel beside rq, celery[redis], saq, and redis at the floor (dry run)
