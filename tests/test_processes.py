@@ -361,7 +361,7 @@ def test_a_child_that_cannot_be_spawned_is_a_quick_death_not_a_crash(refusals: i
         assert "died 5 times in a row" in err and "status -9" not in err
 
 
-_peeked: dict[int, list[str]] = {}
+_peeked: dict[subprocess.Popen[str], list[str]] = {}
 
 
 ONE_CHILD = """
@@ -428,17 +428,23 @@ def test_a_child_ended_by_the_forwarded_signal_while_starting_stopped_cleanly(
 
 
 def _peek(proc: subprocess.Popen[str]) -> str:
-    """What the supervisor logged so far (stderr read without blocking)."""
+    """What the supervisor logged so far (stderr read without blocking).
+
+    Read from the pipe itself: a buffered ``readline`` could keep lines in
+    its buffer that ``select`` no longer reports (two log lines in one read),
+    and a wait for the second then lasted until the next line came.
+    """
     import select
 
     assert proc.stderr is not None
-    lines = _peeked.setdefault(proc.pid, [])
-    while select.select([proc.stderr], [], [], 0)[0]:
-        line = proc.stderr.readline()
-        if not line:
+    fd = proc.stderr.fileno()
+    chunks = _peeked.setdefault(proc, [])
+    while select.select([fd], [], [], 0)[0]:
+        data = os.read(fd, 65536)
+        if not data:
             break
-        lines.append(line)
-    return "".join(lines)
+        chunks.append(data.decode(errors="replace"))
+    return "".join(chunks)
 
 
 def test_one_process_unless_asked() -> None:
