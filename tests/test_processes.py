@@ -361,21 +361,31 @@ def test_a_child_that_cannot_be_spawned_is_a_quick_death_not_a_crash(refusals: i
         assert "died 5 times in a row" in err and "status -9" not in err
 
 
-_peeked: dict[int, list[str]] = {}
+_peeked: dict[int, list[bytes]] = {}
 
 
 def _peek(proc: subprocess.Popen[str]) -> str:
-    """What the supervisor logged so far (stderr read without blocking)."""
+    """What the supervisor logged so far (stderr read without blocking).
+
+    Read from the descriptor, never through ``proc.stderr``'s buffers: a
+    ``readline`` there takes in every line the pipe holds and returns one,
+    and ``select`` on the descriptor cannot see the rest. "worker 1 started"
+    then waited, unseen, for the next line the supervisor wrote: the steady
+    child's death when its sleep ran out, a minute later, after which the
+    test's SIGTERM met its replacement before it could handle it (status
+    -15: supervise returned 1). ``communicate`` reads what is left.
+    """
     import select
 
     assert proc.stderr is not None
-    lines = _peeked.setdefault(proc.pid, [])
-    while select.select([proc.stderr], [], [], 0)[0]:
-        line = proc.stderr.readline()
-        if not line:
+    fd = proc.stderr.fileno()
+    chunks = _peeked.setdefault(proc.pid, [])
+    while select.select([fd], [], [], 0)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
             break
-        lines.append(line)
-    return "".join(lines)
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
 
 
 def test_one_process_unless_asked() -> None:
