@@ -361,7 +361,7 @@ def test_a_child_that_cannot_be_spawned_is_a_quick_death_not_a_crash(refusals: i
         assert "died 5 times in a row" in err and "status -9" not in err
 
 
-_peeked: dict[subprocess.Popen[str], list[str]] = {}
+_peeked: dict[subprocess.Popen[str], list[bytes]] = {}
 
 
 ONE_CHILD = """
@@ -430,9 +430,14 @@ def test_a_child_ended_by_the_forwarded_signal_while_starting_stopped_cleanly(
 def _peek(proc: subprocess.Popen[str]) -> str:
     """What the supervisor logged so far (stderr read without blocking).
 
-    Read from the pipe itself: a buffered ``readline`` could keep lines in
-    its buffer that ``select`` no longer reports (two log lines in one read),
-    and a wait for the second then lasted until the next line came.
+    Read from the descriptor, never through ``proc.stderr``'s buffers: a
+    ``readline`` there takes in every line the pipe holds and returns one,
+    and ``select`` on the descriptor cannot see the rest. "worker 1 started"
+    then waited, unseen, for the next line the supervisor wrote: the steady
+    child's death when its sleep ran out, a minute later, after which the
+    test's SIGTERM met its replacement before it could handle it (status
+    -15: supervise returned 1). ``communicate`` reads what is left. Kept by
+    process, not by pid (a pid is reused within a long run).
     """
     import select
 
@@ -440,11 +445,11 @@ def _peek(proc: subprocess.Popen[str]) -> str:
     fd = proc.stderr.fileno()
     chunks = _peeked.setdefault(proc, [])
     while select.select([fd], [], [], 0)[0]:
-        data = os.read(fd, 65536)
-        if not data:
+        chunk = os.read(fd, 65536)
+        if not chunk:
             break
-        chunks.append(data.decode(errors="replace"))
-    return "".join(chunks)
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
 
 
 def test_one_process_unless_asked() -> None:

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
+from redis.exceptions import ResponseError
 
 import venturi_redis as vr
 from tests.helpers import claim_raw, drain, make_worker
@@ -258,6 +259,72 @@ async def test_a_job_claimed_while_idle_starts_before_the_next_idle_claim(
             await wait_done(queue, job_id)
         worker.shutdown()
     assert order[:3] == ["idle claim", "handler", "idle claim"]
+
+
+async def test_an_error_reply_to_the_idle_blpop_leaves_its_connection_in_step(queue: vr.Queue) -> None:
+    """An error reply to the idle BLPOP (WRONGTYPE here: the schedules' wake list
+    written by hand; on a live server BUSY, while a script runs past its time,
+    or MISCONF) was raised before the reply of the claim behind it was read:
+    every later exchange on that connection read the one before's reply, a
+    claim's as its BLPOP's and its BLPOP's as its claim's, and once the key was
+    repaired the worker died parsing one (a ValueError). The jobs such a claim
+    took were never run either: they waited out their lease."""
+    worker = make_worker(queue, EchoJob, poll_interval=0.2, state={})
+    crashed: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await worker.run()
+        except Exception as exc:  # noqa: BLE001 - what the test reports
+            crashed.append(exc)
+
+    r = queue.client.redis
+    ids: list[str] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await anyio.sleep(0.3)  # idle, blocked on the wake list
+        await r.set(queue.keys.schedules_wake, "not a list")
+        for i in range(10):  # each idle BLPOP is refused; the claims behind them still run
+            ids.append(await queue.enqueue(Echo(text=f"refused {i}")))
+            await anyio.sleep(0.05)
+        await r.delete(queue.keys.schedules_wake)  # repaired
+        for i in range(10):
+            ids.append(await queue.enqueue(Echo(text=f"repaired {i}")))
+            await anyio.sleep(0.05)
+        # A bound against a job left to its lease (30 s), not a timing.
+        with anyio.move_on_after(15):
+            while not crashed and (await queue.counts())["completed"] < len(ids):
+                await anyio.sleep(0.02)
+        worker.shutdown()
+    assert not crashed, crashed
+    infos = [await queue.get(i) for i in ids]
+    # Each completed on its first run: no claim's jobs were dropped.
+    assert [(i.state, i.failures) for i in infos if i] == [(vr.JobState.COMPLETED, 0)] * len(ids)
+
+
+# A Cluster has no idle claim behind its BLPOP (runner.py _can_arm): nothing to show there.
+@pytest.mark.parametrize("backend", ["redis", "memory"])
+async def test_the_jobs_a_claim_takes_behind_a_refused_blpop_are_handed_out(queue: vr.Queue) -> None:
+    """The claim behind a refused BLPOP runs all the same: its jobs are the
+    worker's to run, not left running unseen until their lease runs out."""
+    runner = make_worker(queue, EchoJob)._runners[0]
+    r = queue.client.redis
+    job_id = await queue.enqueue(Echo(text="a"))
+    await r.delete(queue.keys.wake)  # no token: the BLPOP looks at the next key
+    await r.set(queue.keys.schedules_wake, "not a list")
+    try:
+        _, _, jobs = await runner._armed_claim(1, 1.0)
+        assert [j.id for j in jobs] == [job_id]
+        # Nothing to claim: the BLPOP's error is raised, for the claim loop to log.
+        with pytest.raises(ResponseError, match="WRONGTYPE"):
+            await runner._armed_claim(1, 1.0)
+        await r.delete(queue.keys.schedules_wake)
+        later = await queue.enqueue(Echo(text="b"))
+        # The connection is in step: this exchange's replies are its own.
+        _, _, jobs = await runner._armed_claim(1, 1.0)
+        assert [j.id for j in jobs] == [later]
+    finally:
+        await runner.close()
 
 
 async def wait_done(queue: vr.Queue, job_id: str) -> None:

@@ -30,6 +30,12 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-failures", type=int, default=0, help="0 = no backstop")
     p.add_argument("--poll-interval", type=float, default=1.0)
     p.add_argument("--reclaim-interval", type=float, default=0.25)
+    p.add_argument(
+        "--retention",
+        choices=("default", "none"),
+        default="default",
+        help="none: keep every finished job, for a run that reads them all back afterwards",
+    )
     return p.parse_args(argv)
 
 
@@ -47,6 +53,7 @@ async def _main(args: argparse.Namespace) -> None:
             backoff=vr.Backoff.fibonacci(0.01, 0.1),
             poll_interval=args.poll_interval,
             reclaim_interval=args.reclaim_interval,
+            retention=None if args.retention == "none" else vr.Retention(),
             shutdown_grace=2.0,
             handle_signals=True,
             name=args.name,

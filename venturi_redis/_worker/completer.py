@@ -23,7 +23,8 @@ is awaited by its slot task. Outside ``run()`` (a test's direct call), or
 ``direct`` (the worker is on its way out and the batch may be gone), the call
 goes straight to Redis.
 
-A transient error is retried (up to 8 attempts, then the lease expires and
+A transient error (a dropped connection; a server answering BUSY while a
+script runs) is retried (up to 8 attempts, then the lease expires and
 the reclaim runs the job again); a refusal after a retried call may be our
 own first attempt having succeeded with its reply lost: logged, never
 re-applied.
@@ -40,6 +41,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.backoff import Backoff
@@ -71,6 +73,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("venturi_redis.worker")
 
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def _retryable(exc: object) -> bool:
+    """Whether an ending's call may simply be sent again: its connection failed,
+    or the server answered BUSY (a script running past busy-reply-threshold;
+    the call did not run). Given up on, the job would wait out its lease and
+    run again. A pipeline's error may carry redis-py's "Command # n (...) of
+    pipeline caused error: " before the server's."""
+    if isinstance(exc, _TRANSIENT):
+        return True
+    return isinstance(exc, ResponseError) and str(exc).rpartition("caused error: ")[2].startswith("BUSY ")
+
+
 # Metrics names of each ending ("failed" becomes "dead" at the backstop).
 _OUTCOMES: dict[type[Any], str] = {
     Completed: "completed",
@@ -241,7 +256,7 @@ class Completer:
         if reply is APPLIED and host.observer is None:
             host.job_done(job)  # the usual reply: nothing to tell, log or retry
             return
-        if isinstance(reply, _TRANSIENT) and host.jobs_group is not None:
+        if _retryable(reply) and host.jobs_group is not None:
             # Try again as finish does, in a task of its own (it sleeps between attempts).
             host.jobs_group.start_soon(self._complete_again, job)
             return
@@ -285,7 +300,9 @@ class Completer:
                     return await job.queue.store.send(op), attempt
                 result: Transition = await batch.submit(op)
                 return result, attempt
-            except _TRANSIENT as exc:
+            except Exception as exc:
+                if not _retryable(exc):
+                    raise
                 attempt += 1
                 if attempt > 8:
                     log.error(

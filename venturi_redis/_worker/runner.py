@@ -69,6 +69,14 @@ def _can_arm(client: Client) -> bool:
     )
 
 
+async def _reply(conn: Any) -> Any:
+    """The next reply on ``conn``; an error reply is returned, not raised (the next is still to read)."""
+    try:
+        return await conn.read_response()
+    except ResponseError as exc:
+        return exc
+
+
 def _socket_timeout(redis: Any) -> float | None:
     inner = getattr(redis, "venturi_inner", redis)
     kwargs = getattr(getattr(inner, "connection_pool", None), "connection_kwargs", None)
@@ -328,33 +336,44 @@ class _Runner:
         try:
             with anyio.fail_after(limit):
                 await conn.send_packed_command(conn.pack_commands(commands))
-                popped = await conn.read_response()  # a token, a stop, or nil (timed out)
-                reply = await conn.read_response()
+                # Both replies are read before an error reply is raised: raised
+                # at the BLPOP's (WRONGTYPE, BUSY while a script runs past its
+                # time, MISCONF), the claim's was left unread, and every later
+                # exchange on this connection read the one before's replies
+                # (the worker died parsing a BLPOP's as a claim's).
+                popped = await _reply(conn)  # a token, a stop, nil (timed out), or an error
+                reply = await _reply(conn)
         except TimeoutError:
             self._conn = None
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await conn.disconnect()
             raise RedisTimeoutError(f"no reply to BLPOP on {q.keys.wake} in {limit:.2f}s") from None
-        except NoScriptError:
-            # Both replies are read; the script cache was flushed (a restart,
-            # SCRIPT FLUSH). The claim did not run: run it the ordinary way.
-            self._popped(popped)
-            return await self.claim(want)
-        except ResponseError as exc:
-            # An error reply: the connection is fine. A coded one is mapped.
-            mapped = q.store.sender.map_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from None
         except BaseException:
             # A reply may be unread (a timeout, a cancel): the connection is unusable.
             self._conn = None
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await conn.disconnect()
             raise
-        self._popped(popped)
-        claimed = op.parse(reply)
-        return claimed.now, claimed.next, jobs_of(q, claimed)
+        # Both replies are read: the connection is fine, whatever they say.
+        blpop_failed = isinstance(popped, ResponseError)
+        if isinstance(reply, NoScriptError):
+            # The script cache was flushed (a restart, SCRIPT FLUSH). The
+            # claim did not run: run it the ordinary way.
+            got = await self.claim(want)
+        elif isinstance(reply, ResponseError):
+            # A coded error is mapped; the BLPOP's error, if any, comes first.
+            raise popped if blpop_failed else q.store.sender.map_error(reply)
+        else:
+            claimed = op.parse(reply)
+            got = claimed.now, claimed.next, jobs_of(q, claimed)
+        if not blpop_failed:
+            self._popped(popped)
+        elif not got[2]:
+            # Nothing claimed: the BLPOP's error is the claim loop's to log and
+            # back off from. Jobs claimed behind it are ours to run all the
+            # same (dropped, they would wait out their lease unseen).
+            raise popped
+        return got
 
     def _popped(self, popped: Any) -> None:
         """What an idle BLPOP popped: a schedules token pokes the scheduler."""
