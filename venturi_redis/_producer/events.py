@@ -26,8 +26,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.backoff import to_ms
 from .._model.enums import JobState
@@ -36,6 +34,7 @@ from .._model.events import QueueEvent
 from .._model.limits import MAX_COUNT, whole_count
 from .._model.records import JobInfo
 from .._store.store import EVENTS_DEFAULT, EVENTS_MAXLEN
+from .._transport.errors import TRANSIENT
 
 if TYPE_CHECKING:
     from .base import QueueLike as Queue
@@ -44,7 +43,6 @@ if TYPE_CHECKING:
 _BLOCK_MS = 4000
 # Entries per read: a follower that fell behind catches up in steps this big.
 _COUNT = 500
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 # How finished jobs end; wait() returns on these.
 FINISHED = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED})
 _FINISH_EVENTS = frozenset({b"completed", b"dead", b"cancelled"})
@@ -141,7 +139,7 @@ async def follow(
     while True:
         try:
             entries = await _read(queue, after, _BLOCK_MS)
-        except _TRANSIENT:
+        except TRANSIENT:
             # Reconnect and read on from the last id seen: nothing is lost
             # that the stream still holds.
             failures += 1
@@ -224,7 +222,7 @@ async def wait(
                 if any(_finished(f, target) for _, f in entries):
                     break
             failures = 0
-        except _TRANSIENT:
+        except TRANSIENT:
             failures += 1
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job_id} did not finish within {seconds:g} s") from None

@@ -38,14 +38,13 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 import anyio
 from pydantic import TypeAdapter, ValidationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.backoff import to_ms
 from .._model.codec import unpack_as
 from .._model.errors import ConfigurationError, PayloadError, VenturiError
 from .._model.sealing import Encryption, missing_key
 from .._store.keys import QueueKeys, validate_name
+from .._transport.errors import TRANSIENT
 
 if TYPE_CHECKING:
     from .client import Client
@@ -57,7 +56,6 @@ REDACTED = "terminal error"
 
 TOKEN_BYTES = 24  # 192 random bits, 32 URL-safe characters (offload.py mints them)
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{32}")
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 # Longest single pub/sub read. When it passes without a wake-up, resolve reads
 # the snapshot once more: redis-py may reconnect and resubscribe a pub/sub
 # connection without telling us, and a wake-up published while it was down is
@@ -299,7 +297,7 @@ async def _resolve(
                     last = _decode(raw, adapter, redact=False, encryption=client.encryption)
                     if last.status != "pending":
                         return last
-        except _TRANSIENT:
+        except TRANSIENT:
             # The subscription may have missed a wake-up while it was down:
             # subscribe again and read back again, as at the start.
             failures += 1

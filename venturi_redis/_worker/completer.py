@@ -40,9 +40,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.backoff import Backoff
 from .._model.codec import pack, pack_model
@@ -62,6 +59,7 @@ from .._model.errors import LeaseLostError, PayloadError
 from .._model.outcome import UNSET
 from .._model.task import NoCarry
 from .._store.store import APPLIED, NO_STATE, EndingArgs, Lease, Op, Retained, RunState, send_ops
+from .._transport.errors import TRANSIENT, refused_busy
 from .context import Context
 
 if TYPE_CHECKING:
@@ -72,18 +70,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("venturi_redis.worker")
 
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
-
 
 def _retryable(exc: object) -> bool:
     """Whether an ending's call may simply be sent again: its connection failed,
-    or the server answered BUSY (a script running past busy-reply-threshold;
-    the call did not run). Given up on, the job would wait out its lease and
-    run again. A pipeline's error may carry redis-py's "Command # n (...) of
-    pipeline caused error: " before the server's."""
-    if isinstance(exc, _TRANSIENT):
-        return True
-    return isinstance(exc, ResponseError) and str(exc).rpartition("caused error: ")[2].startswith("BUSY ")
+    or the server answered BUSY (the call did not run). Given up on, the job
+    would wait out its lease and run again."""
+    return isinstance(exc, TRANSIENT) or refused_busy(exc)
 
 
 # Metrics names of each ending ("failed" becomes "dead" at the backstop).

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -33,6 +32,7 @@ from .._producer.client import Client, Queue
 from .._producer.retention import Retention
 from .._store.store import ClaimReply, Op
 from .._transport.cluster import is_cluster
+from .._transport.errors import TRANSIENT
 from .._transport.redispy import unpooled_connection
 from .inbox import Inbox
 from .job import Job, jobs_of
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("venturi_redis.worker")
 
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 # What the background loops (claim, reclaim, lease renewal) survive: any Redis
 # error, not only a dropped connection. An error reply (OOM at maxmemory,
 # READONLY during a failover, a script error) is logged and the loop tries
@@ -278,7 +277,7 @@ class _Runner:
                     result = await self._armed_claim(want, block)
                 else:
                     result = await self._blpop_then_claim(want, block)
-            except _TRANSIENT:
+            except TRANSIENT:
                 await self._drop_idle_connections()
                 raise
             if result is not None:

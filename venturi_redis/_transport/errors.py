@@ -1,0 +1,25 @@
+"""Which Redis errors mean "send it again": one definition for the worker and the readers.
+
+``TRANSIENT``: the connection failed or timed out (nothing, or not
+everything, of the call is known to have run). ``refused_busy``: the server
+answered BUSY, running a script past ``busy-reply-threshold``; the command
+did not run. redis-py has no exception class for BUSY (it is a plain
+``ResponseError``), so it is told by the server's message.
+"""
+
+from __future__ import annotations
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def refused_busy(exc: object) -> bool:
+    """Whether ``exc`` is the server's BUSY reply.
+
+    A pipeline's error carries redis-py's "Command # n (...) of pipeline
+    caused error: " before the server's message.
+    """
+    return isinstance(exc, ResponseError) and str(exc).rpartition("caused error: ")[2].startswith("BUSY ")
