@@ -29,7 +29,7 @@ OLDEST_TESTS := tests/test_redispy.py tests/test_redispy_gates.py tests/test_lan
 CLUSTER_OLDEST := .venv-cluster-oldest
 CLUSTER_OLDEST_STAMP := $(CLUSTER_OLDEST)/.installed
 CLUSTER_FLOOR := $(shell sed -n 's/^CLUSTER_FLOOR = (\([0-9]*\), \([0-9]*\))/\1.\2.0/p' venturi_redis/_transport/cluster.py)
-CLUSTER_TESTS := tests/test_cluster.py tests/test_cluster_sharded.py tests/test_dedup.py tests/test_tls.py tests/test_resend.py
+CLUSTER_TESTS := tests/test_cluster.py tests/test_cluster_reshard.py tests/test_cluster_sharded.py tests/test_dedup.py tests/test_tls.py tests/test_resend.py
 # What the built wheel must install beside (docs/operations.md): each resolved
 # on its own, at the release line an app already has (pip install --dry-run;
 # unpinned, pip would rather fall back to a years-old peer than a lower redis-py).

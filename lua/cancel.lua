@@ -21,6 +21,7 @@
 -- A WAITING job leaves the graph; the jobs waiting on a cancelled job apply
 -- their on_dependency_failure policy (graph.lua; its queue-wide keys derive
 -- from the prefix, keys.lua graph_queue_keys).
+-- KEYS[17] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (a cancelled offload job settles its
 --         snapshot as failed, offload.lua)

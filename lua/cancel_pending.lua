@@ -10,6 +10,7 @@
 -- KEYS[5] cancelled zset   KEYS[6] dedup index hash
 -- KEYS[7] queue meta hash   KEYS[8] event stream (include events.lua)
 -- KEYS[9] limits:parked zset: a job parked on a limit leaves it (limits.lua)
+-- KEYS[10] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (job hashes, journals, the `retrying`
 --         index, the `dedup:held` set and offload snapshots derive from it)

@@ -19,7 +19,8 @@
 --            quarantined there (quarantine.lua) instead of claimed
 --            (either way, a job others wait on is added to the `graph:orphans`
 --            set, keys.lua: the next reclaim sweep tells its dependents)
--- KEYS[11]   optional: the claiming worker's stop list. An idle worker sends
+-- KEYS[11]   the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
+-- KEYS[12]   optional: the claiming worker's stop list. An idle worker sends
 --            this claim pipelined behind `BLPOP wake stop`; to stop it, the
 --            worker pushes two tokens onto its stop list: BLPOP takes one and
 --            this claim, finding the other, deletes the list and claims nothing
@@ -90,7 +91,7 @@ local token_base = ARGV[5]
 local default_lease = tonumber(ARGV[6])
 local default_expires_s = str(now + default_lease)
 
-if KEYS[11] and redis.call('DEL', KEYS[11]) == 1 then
+if KEYS[12] and redis.call('DEL', KEYS[12]) == 1 then
   return {now, 0}
 end
 

@@ -22,6 +22,7 @@
 -- takes derive from the prefix: keys.lua graph_queue_keys).
 -- A job with an order key (its `hooks` flag) lets the key's next job go to
 -- its pending set (order.lua; keys.lua feature_keys).
+-- KEYS[4] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and offload
 --         snapshot keys derive from it (include offload.lua: an offload's

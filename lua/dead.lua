@@ -14,6 +14,7 @@
 -- index entry and its `dedup:held` field (names derived from the prefix,
 -- keys.lua; dedup.lua unhold): only a completion opens a window.
 -- A job with an order key releases it to the key's next job (order.lua).
+-- KEYS[10] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the job is an offload, its snapshot
 --         becomes `failed` with the note as its error and the redacted

@@ -9,6 +9,7 @@
 -- KEYS[7] queue meta hash (its `events` field: include events.lua; each
 --         job created is an `enqueued` event, as enqueue.lua's are; its
 --         `history` field: include history.lua, the jobs created by kind)
+-- KEYS[8] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue ("venturi:{q}:"); job, journal and graph
 --         keys derive from it (keys.lua job_keys, graph_keys)

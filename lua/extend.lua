@@ -1,6 +1,7 @@
 -- extend: renew the leases a worker still holds, in one call per worker tick.
 --
 -- KEYS[1] running zset
+-- KEYS[2] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue (job keys derive from it)
 -- ARGV[3..] triples: job id, lease token, lease ms
 --

@@ -4,6 +4,7 @@
 -- KEYS[4] limits:ready zset   KEYS[5] queue meta hash (field `limits`: claims
 --         read the limit keys only while it is set)
 -- KEYS[6] wake list
+-- KEYS[7] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (unused here; every script takes it)
 -- ARGV[3] 'set' or 'clear'   ARGV[4] kind   ARGV[5] '1' per key, '0' kind-wide

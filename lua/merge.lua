@@ -20,6 +20,7 @@
 -- KEYS[9] dedup index hash   KEYS[10] dedup:held zset (keys.lua dedup_held_key)
 -- KEYS[11] retrying zset: a job waiting for its retry (keys.lua retrying_key)
 --         is due at its new eligible_at there too, when a debounce moves it
+-- KEYS[12] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[10] the job's dedup field
 -- ARGV[11] debounce in ms ('' = none): the merged job's eligibility moves to
 --         now + this, whatever the decision (a parked job goes back to its

@@ -6,6 +6,7 @@
 -- KEYS[6..9] pending zsets, CRITICAL first (a held-back holder leaves them all:
 --         its priority field is not trusted to name its set)
 -- KEYS[10] limits:parked zset: a holder parked on a limit is held back from there
+-- KEYS[11] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (job hashes derive from it)
 -- ARGV[3] the order key

@@ -5,6 +5,7 @@
 -- handler may report often (the worker rate-limits it; docs/observability.md).
 --
 -- KEYS[1] job hash   KEYS[2] queue meta hash   KEYS[3] event stream
+-- KEYS[4] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] lease token   ARGV[5] value (msgpack)
 --

@@ -5,6 +5,7 @@
 --
 -- KEYS[1] the finished zset (completed | dead | cancelled), scored by finish time
 -- KEYS[2] dedup index hash
+-- KEYS[3] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (job hashes and journals derive from it)
 -- ARGV[3] keep jobs that finished less than this many ms before now (0 = none

@@ -14,6 +14,7 @@
 --         concurrency slot gives it back (include limits.lua)
 -- When the backstop kills a job others wait on, they apply their policy
 -- (graph.lua; its queue-wide keys derive from the prefix, keys.lua).
+-- KEYS[13] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (job hashes and journals derive from it)
 -- ARGV[3] at most this many jobs per call

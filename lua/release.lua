@@ -8,6 +8,7 @@
 -- KEYS[7] queue meta hash   KEYS[8] event stream (include events.lua)
 -- KEYS[9] limits:state hash   KEYS[10] limits:ready zset: a run holding a
 --         concurrency slot gives it back (include limits.lua)
+-- KEYS[11] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] lease token   ARGV[5] carry (msgpack or '')
 -- ARGV[6] note

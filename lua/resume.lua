@@ -4,6 +4,7 @@
 -- KEYS[4] dedup index hash   KEYS[5] wake list
 -- KEYS[6..9] pending zsets, CRITICAL first: the job's priority field picks one
 -- KEYS[10] queue meta hash   KEYS[11] event stream (include events.lua)
+-- KEYS[12] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] resume input (msgpack)
 --

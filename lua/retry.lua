@@ -19,6 +19,7 @@
 -- A job back to pending joins the `retrying` index (keys.lua retrying_key),
 -- scored by when it is due, unless its cancel was requested (the claim
 -- that reaches it cancels it instead of running it).
+-- KEYS[12] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue: when the backstop kills an offload job,
 --         its snapshot becomes `failed` with the error and the redacted

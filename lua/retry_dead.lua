@@ -8,6 +8,7 @@
 -- KEYS[1] dead zset   KEYS[2] dedup index hash   KEYS[3] wake list
 -- KEYS[4..7] pending zsets, CRITICAL first: each job's priority field picks one
 -- KEYS[8] queue meta hash   KEYS[9] event stream (include events.lua)
+-- KEYS[10] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''
 -- ARGV[2] key prefix of the queue (job hashes, journals and offload
 --         snapshots derive from it)

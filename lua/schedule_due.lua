@@ -1,6 +1,7 @@
 -- schedule_due: the schedules due now, by the scripts' clock (read only).
 --
 -- KEYS[1]      the due index: active schedule ids scored by next fire time (ms)
+-- KEYS[2] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1]      now in ms, or '' for Redis TIME
 -- ARGV[2]      key prefix of the queue (unused here; every script takes it)
 -- ARGV[3]      most ids returned

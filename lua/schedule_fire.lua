@@ -15,6 +15,7 @@
 --              job created counted by kind)
 -- KEYS[12]     event stream (include events.lua: the job created is an
 --              `enqueued` event)
+-- KEYS[13] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1]      now in ms, or '' for Redis TIME
 -- ARGV[2]      key prefix of the queue (events.lua takes its length)
 -- ARGV[3]      'fire' (the due fire time ARGV[6]), 'trigger' (one extra job now,

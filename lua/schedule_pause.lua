@@ -3,6 +3,7 @@
 -- KEYS[1]      the schedule's hash (venturi:{q}:schedule:<id>)
 -- KEYS[2]      the due index: active schedule ids scored by next fire time (ms)
 -- KEYS[3]      the schedules wake list: a resume leaves a token (at most one)
+-- KEYS[4] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1]      now in ms, or '' for Redis TIME
 -- ARGV[2]      key prefix of the queue (unused here; every script takes it)
 -- ARGV[3]      the schedule id

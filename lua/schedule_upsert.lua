@@ -4,6 +4,7 @@
 -- KEYS[2]      the queue's set of schedule ids
 -- KEYS[3]      the due index: active schedule ids scored by next fire time (ms)
 -- KEYS[4]      the schedules wake list: a token tells an idle worker to look
+-- KEYS[5] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1]      now in ms, or '' for Redis TIME
 -- ARGV[2]      key prefix of the queue (unused here; every script takes it)
 -- ARGV[3]      the schedule id

@@ -10,6 +10,7 @@
 -- index entry and its `dedup:held` field (names derived from the prefix,
 -- keys.lua; dedup.lua unhold): a suspended job is not pending, and only a
 -- completion opens a window. resume.lua takes the key back if still free.
+-- KEYS[10] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id   ARGV[4] lease token   ARGV[5] note
 -- ARGV[6] attachment (msgpack or '')   ARGV[7] carry (msgpack or '')

@@ -10,6 +10,7 @@
 --         priority, or back to its pending set when it is delayed
 -- KEYS[10] retrying zset: a job waiting for its retry keeps its score there
 --         equal to its eligibility
+-- KEYS[11] the scratch key journal-compact, absent between calls: the slot guard (keys.lua)
 -- ARGV[1] now in ms or ''   ARGV[2] key prefix of the queue
 -- ARGV[3] job id
 -- ARGV[4] the new task's KIND ('' = the task is unchanged)

@@ -47,8 +47,9 @@ CONTRACT_MODULES = {
 # Process, chaos and failover tests: `pytest -m "not slow"` leaves them out
 # of a quick local run; `make test` (and so .ci/run) runs them.
 SLOW_MODULES = {
-    "test_cluster_failover", "test_dashboard_browser", "test_flow_processes", "test_offload_multiprocess",
-    "test_processes", "test_schedules_procs", "test_sentinel", "test_workflows_procs",
+    "test_cluster_failover", "test_cluster_reshard", "test_dashboard_browser", "test_flow_processes",
+    "test_offload_multiprocess", "test_processes", "test_schedules_procs", "test_sentinel",
+    "test_workflows_procs",
 }  # fmt: skip
 # VENTURI_REDIS_SETUP=noconfig|acl|acl+info (tests/servers.py, MANAGED_SETUPS):
 # the contract suite alone (the tests parametrized by `backend`), on the

@@ -60,6 +60,7 @@ HEADER_NAMES = [
     (r"^order:paused", "order_paused"),
     (r"^order:seq", "order_seq"),
     (r"the finished zset", "finished"),
+    (r"^the scratch key journal-compact", "journal_compact"),
     (r"^(running|suspended|completed|dead|cancelled|waiting) zset", None),  # the word itself
 ]
 # An entry starts its comment line or follows two spaces (a KEYS[n] inside prose is no entry).
@@ -121,6 +122,7 @@ def key_names() -> dict[str, str]:
             "order_queue",
             "order_paused",
             "order_seq",
+            "journal_compact",
         ]
     }
     names.update({K.pending(p): "pending" for p in vr.Priority})
@@ -234,6 +236,27 @@ def test_a_scripts_keys_are_the_ones_its_header_names(name: str) -> None:
     if name == "enqueue":
         got = got[: len(want)]  # then each job's hash and pending set: the test below
     assert got == want
+
+
+@pytest.mark.parametrize("name", sorted(set(BUILDERS) - {"enqueue"}))
+def test_every_script_but_enqueue_declares_the_slot_guard(name: str) -> None:
+    """The scratch key, absent between calls, is declared last (before claim's optional
+    stop list): while a Cluster moves the queue's slot, Redis refuses the call before
+    it runs (tests/test_cluster_reshard.py)."""
+    keys = built(name).keys  # claim's sample rides behind an idle BLPOP: its stop list follows
+    if name == "claim":
+        assert keys[-2:] == [K.journal_compact, K.wake_stop("w")]
+    else:
+        assert keys[-1] == K.journal_compact
+    if name == "claim":
+        plain = calls.claim(K, "", count=1, worker="w", token_base="b", default_lease_ms=1)
+        assert plain.keys[-1] == K.journal_compact
+
+
+def test_enqueue_declares_no_slot_guard() -> None:
+    """A single enqueue pays for no extra key: the new job's hash it declares is
+    missing on a slot's source until the move ends, which refuses it the same way."""
+    assert K.journal_compact not in built("enqueue").keys
 
 
 def test_enqueue_puts_each_jobs_hash_then_its_pending_set() -> None:

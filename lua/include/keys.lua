@@ -19,7 +19,15 @@ local function events_key(prefix)
 end
 
 -- The scratch key journal.lua's compact_journal renames a journal to while it
--- copies it back at its exact size (empty between calls).
+-- copies it back at its exact size (empty between calls). Being absent
+-- between calls makes it the slot guard too: every script but enqueue
+-- declares it as a key (calls.py), so while a Redis Cluster moves the queue's
+-- slot (MIGRATING here, IMPORTING there) one declared key is always missing
+-- and Redis refuses the call (TRYAGAIN, ASK) before it runs. Without it, a
+-- script could start here and then meet a job's hash or journal that had
+-- already moved: an error part-way through, after its first writes (or, read
+-- under pcall, a key taken for one of the wrong type). enqueue needs none:
+-- the new job's hash it declares is missing here until the move ends.
 local function journal_scratch_key(prefix)
   return prefix .. 'journal-compact'
 end

@@ -32,6 +32,14 @@ The conventions every script follows (CONTRIBUTING.md, "Lua"):
   ``lua/include/keys.lua``, and no key is built from a value read out of a
   hash: a script that reads a job's priority takes the four pending sets in
   KEYS, CRITICAL first, and the field picks one.
+* The slot guard: every script but ``enqueue`` declares the queue's scratch
+  key ``journal-compact`` (``keys.journal_compact``), absent between calls,
+  as its last key (before claim's optional stop list). While a Redis Cluster
+  moves the queue's slot, Redis then refuses the call with ``TRYAGAIN`` or
+  ``ASK`` before it runs, instead of letting it meet a job's key that moved
+  after its first writes (lua/include/keys.lua says more; docs/cluster.md,
+  "Moving a queue's slot"). ``enqueue`` declares the new job's hash, missing
+  on the source until the move ends, which guards it the same way.
 * A reply is a result (a refusal included: ``Transition``); an error the
   caller must handle comes back as a coded error reply, ``VR_<CODE> message``,
   turned into an exception by ``script_error``, in one place.
@@ -179,6 +187,7 @@ def merge(
             keys.dedup,
             keys.dedup_held,
             keys.retrying,
+            keys.journal_compact,
         ],
         [
             now,
@@ -229,6 +238,7 @@ def claim(
         keys.wake,
         keys.cancelled,
         keys.dead,
+        keys.journal_compact,
     ]
     if stop_key is not None:
         call_keys.append(stop_key)
@@ -366,7 +376,7 @@ def extend(keys: QueueKeys, now: str, leases: Sequence[tuple[str, str, int]]) ->
     args: list[ScriptArg] = [now, keys.prefix]
     for job_id, token, lease_ms in leases:
         args += [job_id, token, lease_ms]
-    return Call("extend", [keys.running], args)
+    return Call("extend", [keys.running, keys.journal_compact], args)
 
 
 class Extended(NamedTuple):
@@ -395,6 +405,7 @@ def reclaim(keys: QueueKeys, now: str, *, batch: int, max_failures: str) -> Call
             keys.wake,
             *keys.pending_high_first,
             *_ending_keys(keys),
+            keys.journal_compact,
         ],
         [now, keys.prefix, batch, max_failures],
     )

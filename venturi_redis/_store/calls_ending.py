@@ -44,6 +44,7 @@ def complete(
             keys.running,
             keys.completed,
             keys.meta,
+            keys.journal_compact,
         ],
         args,
     )
@@ -80,6 +81,7 @@ def pause(
             keys.dedup,
             keys.wake,
             *_ending_keys(keys),
+            keys.journal_compact,
         ],
         [now, keys.prefix, job_id, token, delay_ms, note, attachment, carry],
     )
@@ -117,6 +119,7 @@ def suspend(
             keys.suspended,
             *_ending_keys(keys),
             keys.wake,
+            keys.journal_compact,
         ],
         [now, keys.prefix, job_id, token, note, attachment, carry, output],
     )
@@ -155,6 +158,7 @@ def retry(
             keys.dedup,
             keys.wake,
             *_ending_keys(keys),
+            keys.journal_compact,
         ],
         [
             now,
@@ -200,6 +204,7 @@ def dead(
             keys.dead,
             *_ending_keys(keys),
             keys.wake,
+            keys.journal_compact,
         ],
         [now, keys.prefix, job_id, token, note, attachment, carry, reason, error_type, traceback],
     )
@@ -219,6 +224,7 @@ def release(
             keys.dedup,
             keys.wake,
             *_ending_keys(keys),
+            keys.journal_compact,
         ],
         [now, keys.prefix, job_id, token, carry, note],
     )
@@ -248,6 +254,7 @@ def cancel(
             *_ending_keys(keys),
             keys.wake,
             keys.limits_parked,
+            keys.journal_compact,
         ],
         [now, keys.prefix, job_id, note, token, attachment, carry],
     )

@@ -33,7 +33,11 @@ def enqueue_flow(keys: QueueKeys, now: str, jobs: Sequence[FlowJob]) -> Call:
     for job, policy, after in jobs:
         args += job_args(job)
         args += [policy, len(after), *after]
-    return Call("enqueue_flow", [keys.waiting, keys.wake, *keys.pending_high_first, keys.meta], args)
+    return Call(
+        "enqueue_flow",
+        [keys.waiting, keys.wake, *keys.pending_high_first, keys.meta, keys.journal_compact],
+        args,
+    )
 
 
 def flow_created(reply: Any) -> bool:

@@ -30,7 +30,7 @@ def progress(keys: QueueKeys, now: str, *, job_id: str, token: str, value: bytes
     """progress.lua: a RUNNING job's progress (msgpack ``value``), for its lease holder only."""
     return Call(
         "progress",
-        [keys.job(job_id), keys.meta, keys.events],
+        [keys.job(job_id), keys.meta, keys.events, keys.journal_compact],
         [now, keys.prefix, job_id, token, value],
     )
 

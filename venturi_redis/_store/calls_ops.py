@@ -32,6 +32,7 @@ def resume(keys: QueueKeys, now: str, *, job_id: str, value: bytes) -> Call:
             *keys.pending_high_first,
             keys.meta,
             keys.events,
+            keys.journal_compact,
         ],
         [now, keys.prefix, job_id, value],
     )
@@ -41,7 +42,15 @@ def retry_dead(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) -> C
     """retry_dead.lua: dead jobs back to pending, failures reset."""
     return Call(
         "retry_dead",
-        [keys.dead, keys.dedup, keys.wake, *keys.pending_high_first, keys.meta, keys.events],
+        [
+            keys.dead,
+            keys.dedup,
+            keys.wake,
+            *keys.pending_high_first,
+            keys.meta,
+            keys.events,
+            keys.journal_compact,
+        ],
         [now, keys.prefix, note, *ids],
     )
 
@@ -50,7 +59,15 @@ def cancel_pending(keys: QueueKeys, now: str, *, ids: Sequence[str], note: str) 
     """cancel_pending.lua: an operator's cancel of many pending jobs, one call."""
     return Call(
         "cancel_pending",
-        [*keys.pending_high_first, keys.cancelled, keys.dedup, keys.meta, keys.events, keys.limits_parked],
+        [
+            *keys.pending_high_first,
+            keys.cancelled,
+            keys.dedup,
+            keys.meta,
+            keys.events,
+            keys.limits_parked,
+            keys.journal_compact,
+        ],
         [now, keys.prefix, note, *ids],
     )
 
@@ -90,6 +107,7 @@ def order_pause(keys: QueueKeys, now: str, *, key: str, pause: bool) -> Call:
             keys.wake,
             *keys.pending_high_first,
             keys.limits_parked,
+            keys.journal_compact,
         ],
         [now, keys.prefix, key, "1" if pause else ""],
     )
@@ -134,6 +152,7 @@ def update(
             keys.wake,
             keys.limits_parked,
             keys.retrying,
+            keys.journal_compact,
         ],
         [now, keys.prefix, job_id, kind, payload, dedup, priority, delay_ms],
     )
@@ -183,7 +202,7 @@ def purge(
         "" if most is None else most,
         *ids,
     ]
-    return Call("purge", [finished, keys.dedup], args)
+    return Call("purge", [finished, keys.dedup, keys.journal_compact], args)
 
 
 class Purged(NamedTuple):
@@ -216,6 +235,14 @@ def limit(
     """
     return Call(
         "limit",
-        [keys.limits, keys.limits_state, keys.limits_parked, keys.limits_ready, keys.meta, keys.wake],
+        [
+            keys.limits,
+            keys.limits_state,
+            keys.limits_parked,
+            keys.limits_ready,
+            keys.meta,
+            keys.wake,
+            keys.journal_compact,
+        ],
         [now, keys.prefix, action, kind, "1" if per_key else "0", concurrency, rate_count, rate_ms],
     )

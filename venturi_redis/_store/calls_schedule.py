@@ -55,7 +55,13 @@ def schedule_upsert(
         args += [name, definition[name]]
     return Call(
         "schedule_upsert",
-        [keys.schedule(schedule_id), keys.schedules, keys.schedules_due, keys.schedules_wake],
+        [
+            keys.schedule(schedule_id),
+            keys.schedules,
+            keys.schedules_due,
+            keys.schedules_wake,
+            keys.journal_compact,
+        ],
         args,
     )
 
@@ -74,7 +80,7 @@ def upserted(reply: Any) -> Upserted:
 
 def schedule_due(keys: QueueKeys, now: str, *, limit: int) -> Call:
     """schedule_due.lua: the schedules due now (at most ``limit``), and the earliest fire time."""
-    return Call("schedule_due", [keys.schedules_due], [now, keys.prefix, limit])
+    return Call("schedule_due", [keys.schedules_due, keys.journal_compact], [now, keys.prefix, limit])
 
 
 class Due(NamedTuple):
@@ -117,6 +123,7 @@ def schedule_fire(
             *keys.pending_high_first,
             keys.meta,
             keys.events,
+            keys.journal_compact,
         ],
         [
             now,
@@ -160,7 +167,7 @@ def schedule_pause(
     """schedule_pause.lua: pause ``schedule_id``, or resume it at ``next_at`` (if still ``version``)."""
     return Call(
         "schedule_pause",
-        [keys.schedule(schedule_id), keys.schedules_due, keys.schedules_wake],
+        [keys.schedule(schedule_id), keys.schedules_due, keys.schedules_wake, keys.journal_compact],
         [
             now,
             keys.prefix,

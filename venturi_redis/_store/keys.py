@@ -8,7 +8,7 @@ key                                type    what it holds
 =================================  ======  ===========================================
 ``venturi:{q}:job:<id>``           hash    one job: plain-text metadata, msgpack blobs
 ``venturi:{q}:journal:<id>``       stream  the job's journal: what its hash cannot say
-``venturi:{q}:journal-compact``    stream  journal compaction's scratch (lua/include/journal.lua)
+``venturi:{q}:journal-compact``    stream  journal compaction's scratch, and the slot guard (keys.lua)
 ``venturi:{q}:pending:<level>``    zset    pending job ids scored by eligible_at (ms)
 ``venturi:{q}:retrying``           zset    pending ids whose last run failed, by eligible_at
 ``venturi:{q}:expiring``           zset    ids of jobs with a start deadline, by expires_at
@@ -203,6 +203,11 @@ class QueueKeys:
     order_paused: str = field(init=False)
     order_seq: str = field(init=False)
     order_ended: str = field(init=False)
+    # The scratch key a journal is copied through at its exact size (keys.lua
+    # journal_scratch_key), absent between script calls. Every script but
+    # enqueue declares it, last (calls.py, "the slot guard"): while the
+    # queue's Cluster slot moves, Redis then refuses the call before it runs.
+    journal_compact: str = field(init=False)
     # Pending sets by priority, and from CRITICAL down to LOW (the order a claim scans them).
     pending_by_priority: dict[Priority, str] = field(init=False, compare=False, repr=False)
     pending_high_first: tuple[str, ...] = field(init=False, compare=False, repr=False)
@@ -225,6 +230,7 @@ class QueueKeys:
         ):
             object.__setattr__(self, suffix, f"{p}{suffix}")
         object.__setattr__(self, "dedup_held", f"{p}dedup:held")
+        object.__setattr__(self, "journal_compact", f"{p}journal-compact")
         for suffix in ("state", "parked", "ready"):
             object.__setattr__(self, f"limits_{suffix}", f"{p}limits:{suffix}")
         object.__setattr__(self, "limits", f"{p}limits")
@@ -322,12 +328,6 @@ class QueueKeys:
 
     def history_hour(self, start_s: int) -> str:
         return f"{self.prefix}history:h:{start_s}"
-
-    @property
-    def journal_compact(self) -> str:
-        """The scratch key a journal is copied through at its exact size (keys.lua
-        journal_scratch_key; empty between script calls)."""
-        return f"{self.prefix}journal-compact"
 
     @property
     def graph_orphans(self) -> str:

@@ -1,7 +1,12 @@
 """Which Redis errors mean "send it again": one definition for the worker and the readers.
 
 ``TRANSIENT``: the connection failed or timed out (nothing, or not
-everything, of the call is known to have run). ``refused_busy``: the server
+everything, of the call is known to have run), or a Redis Cluster refused
+the call while a slot moves and redis-py's redirections ran out
+(``TryAgainError``; ``ClusterError``, which redis-py raises only as "TTL
+exhausted" after its ``MOVED``/``ASK``/``TRYAGAIN`` retries): the call did
+not run, and runs once the move is over (docs/cluster.md, "Moving a queue's
+slot"). ``refused_busy``: the server
 answered BUSY, running a script past ``busy-reply-threshold``; the command
 did not run. redis-py has no exception class for BUSY (it is a plain
 ``ResponseError``), so it is told by the server's message.
@@ -9,11 +14,11 @@ did not run. redis-py has no exception class for BUSY (it is a plain
 
 from __future__ import annotations
 
+from redis.exceptions import ClusterError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, TryAgainError, ClusterError)
 
 
 def refused_busy(exc: object) -> bool:
