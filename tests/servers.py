@@ -106,7 +106,10 @@ def make_tls_files(directory: Path) -> TlsFiles:
 # (tests/conftest.py).
 APP_USER = "venturi-app"
 APP_PASSWORD = "app-s3cret-pw-4711"
-ACL_KEYS = ("~venturi:*", "&venturi:*")
+# resetchannels first: Redis 6.2 gives a new user every channel
+# (acl-pubsub-default allchannels; 7.0 and later none) and refuses a channel
+# pattern after that; on 7.0 and later it changes nothing (docs/deployment.md).
+ACL_KEYS = ("~venturi:*", "resetchannels", "&venturi:*")
 MANAGED_SETUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "": ((), None),
     # A managed service's CONFIG, renamed away.
