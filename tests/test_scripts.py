@@ -367,3 +367,31 @@ async def test_scripts_evicted_from_the_eval_cache_are_sent_again() -> None:
             if evicts:
                 assert int((await other.info("stats"))["evicted_scripts"]) > 0
         await other.aclose()
+
+
+def test_a_command_error_inside_a_script_is_the_same_exception_on_redis_6_2() -> None:
+    """Redis 7.0 and later reply an error a command raised inside a script with
+    the command's own code first (redis-py raises its class); 6.2 wraps it in
+    "Error running script (...)", a plain ResponseError. At maxmemory a 6.2
+    server runs the enqueue script and refuses its first write: `enqueue` then
+    raised that, where docs/guarantees.md promises OutOfMemoryError (found by
+    tests/chaos/test_hostile_input.py's test_redis_at_maxmemory on 6.2.16)."""
+    from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
+
+    sha = "3463e0501b4cf8a0a0071fe6d4b0a8ea0aa8d024"
+    oom = "OOM command not allowed when used memory > 'maxmemory'."
+    wrapped = f"Error running script (call to f_{sha}): @user_script:296: @user_script: 296: -{oom}"
+    for reply in (wrapped, f"Command # 2 (EVALSHA {sha} 3 a b c) of pipeline caused error: {wrapped}"):
+        got = calls.script_error(ResponseError(reply))
+        assert type(got) is OutOfMemoryError
+        # As 7.0+ replies it (redis-py strips the code): the command's message, then where.
+        assert (
+            str(got)
+            == f"command not allowed when used memory > 'maxmemory'. script: {sha}, on @user_script:296."
+        )
+    readonly = wrapped.replace(f"-{oom}", "-READONLY You can't write against a read only replica.")
+    assert type(calls.script_error(ResponseError(readonly))) is ReadOnlyError
+    # Any other error is left as it is, a coded one mapped as before.
+    other = ResponseError(wrapped.replace("-OOM", "-WRONGTYPE"))
+    assert calls.script_error(other) is other
+    assert isinstance(calls.script_error(ResponseError("VR_BADARG delay is NaN")), vr.ConfigurationError)
