@@ -37,7 +37,7 @@ CLUSTER_TESTS := tests/test_cluster.py tests/test_cluster_reshard.py tests/test_
 PEERS := "rq>=3.0" "celery[redis]>=5.5" "saq[redis]>=0.26" "redis==$(basename $(REDIS_FLOOR)).*"
 
 .DEFAULT_GOAL := help
-.PHONY: help install oldest example test test-managed test-oldest test-cluster-oldest resolves lint typecheck check bench clean
+.PHONY: help install oldest example test test-server test-managed test-oldest test-cluster-oldest resolves lint typecheck check bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -62,17 +62,32 @@ oldest: $(OLDEST_STAMP) ## Create .venv-oldest: the package on the oldest redis-
 example: $(STAMP) ## Run examples/bookmarks.py end to end (REDIS_URL, else the embedded memory://)
 	$(BIN)/python examples/bookmarks.py
 
-# The slow tests (`-m slow`: processes, chaos, failover; tests/conftest.py
-# SLOW_MODULES) mostly wait on processes and servers: they run beside the
-# rest, in a second pytest whose log is printed when both have ended.
-test: $(STAMP) ## Run the whole test suite (starts its own redis-server processes), then the managed set-ups
-	@log=$$(mktemp); \
+# The pytest stage of `make test` (and of `make test-server`): the whole
+# suite. The slow tests (`-m slow`: processes, chaos, failover;
+# tests/conftest.py SLOW_MODULES) mostly wait on processes and servers: they
+# run beside the rest, in a second pytest whose log is printed when both have
+# ended.
+PYTEST_STAGE = log=$$(mktemp); \
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow > "$$log" 2>&1 & slow=$$!; \
 	$(BIN)/python -m pytest -q -m "not slow"; fast=$$?; \
 	wait $$slow; status=$$?; \
 	echo "== the slow tests (-m slow: processes, chaos, failover)"; cat "$$log"; rm -f "$$log"; \
 	[ $$fast -eq 0 ] && [ $$status -eq 0 ]
+
+test: $(STAMP) ## Run the whole test suite (starts its own redis-server processes), then the managed set-ups
+	@$(PYTEST_STAGE)
 	$(MAKE) --no-print-directory test-managed
+
+# Another server release (docs/operations.md, "Servers tested"): the same
+# pytest stage with REDIS_BIN, a directory holding that build's redis-server
+# (for Valkey, a redis-server link to valkey-server), first on PATH; every
+# server the suite starts (single, TLS, Cluster, Sentinel) is that one.
+test-server: $(STAMP) ## The suite on another redis-server: make test-server REDIS_BIN=DIR (DIR/redis-server first on PATH)
+	@test -n "$(REDIS_BIN)" || { echo "make test-server: say which server, REDIS_BIN=DIR (a directory holding redis-server)" >&2; exit 1; }
+	@test -x "$(REDIS_BIN)/redis-server" -a -f "$(REDIS_BIN)/redis-server" || { echo "make test-server: no redis-server in REDIS_BIN=$(REDIS_BIN)" >&2; exit 1; }
+	@export PATH="$(abspath $(REDIS_BIN)):$$PATH"; \
+	echo "test-server: $$(command -v redis-server): $$(redis-server --version)"; \
+	$(PYTEST_STAGE)
 
 # The contract suite again on each server set-up of managed Redis and
 # least-privilege users (tests/servers.py, MANAGED_SETUPS; docs/deployment.md):

@@ -78,7 +78,7 @@ local OTHERS = {running = true, suspended = true, waiting = true}
 -- a job puts its journal key and run in place.
 local ENTRY, ENTRY_RUN = batch_entry(now_s, 'cancelled', note, {'from', 'pending'})
 local scratch = journal_scratch_key(prefix)
-local compacts = redis.REDIS_VERSION_NUM ~= nil -- journal.lua compact_journal
+local compacts = JOURNAL_COMPACTS -- journal.lua compact_journal
 local held = dedup_held_key(prefix)
 local dedup_ok = nil -- whether the dedup index is a hash (or none): read at the first job with a key
 local parked_ok = nil -- whether limits:parked is a sorted set (or none): read at the first parked job

@@ -2,10 +2,12 @@
 
 ``LocalCluster(masters=3, replicas=1)`` starts ``masters * (1 + replicas)``
 servers on free ports (client port and cluster-bus port both picked free, via
-``cluster-port``, so nothing collides with another test run), each with its
-``nodes.conf`` in its own temp dir, then wires them by hand:
+``cluster-port``, so nothing collides with another test run; Redis 6.2 has no
+``cluster-port``, its bus is the port + 10000, and both are picked free), each
+with its ``nodes.conf`` in its own temp dir, then wires them by hand:
 
-1. every master gets an equal slot range (``CLUSTER ADDSLOTSRANGE``) and a
+1. every master gets an equal slot range (``CLUSTER ADDSLOTS``, every release;
+   ``ADDSLOTSRANGE`` is 7.0+) and a
    distinct config epoch (``CLUSTER SET-CONFIG-EPOCH``), exactly what
    ``redis-cli --cluster create`` does, without its fixed one-second sleeps;
 2. every node ``CLUSTER MEET``s the first one;
@@ -27,7 +29,7 @@ from urllib.parse import quote
 
 import redis
 
-from tests.servers import RedisServer, TlsFiles, free_port
+from tests.servers import RedisServer, TlsFiles, free_port, free_port_pair, server_version
 
 SLOTS = 16384
 
@@ -139,7 +141,7 @@ class LocalCluster:
             first, last = i * SLOTS // self.masters, (i + 1) * SLOTS // self.masters - 1
             m.slots = (first, last)
             with m.conn() as r:
-                r.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+                r.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
                 # Distinct epochs up front, as redis-cli does: no epoch
                 # collision round before the slot map settles.
                 r.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
@@ -162,14 +164,18 @@ class LocalCluster:
         test runs start servers too) can grab either port: pick new ones.
         """
         for attempt in range(5):
-            bus = free_port()
+            if server_version() >= (7, 0):
+                port, bus = None, free_port()
+                bus_args: tuple[str, ...] = ("--cluster-port", str(bus))
+            else:  # no cluster-port before 7.0: the bus is always the port + 10000
+                port = free_port_pair(10000)
+                bus, bus_args = port + 10000, ()
             server = RedisServer(
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
-                "--cluster-port",
-                str(bus),
+                *bus_args,
                 "--cluster-node-timeout",
                 str(self.node_timeout_ms),
                 # Let a replica take over however long it was disconnected:
@@ -182,6 +188,7 @@ class LocalCluster:
                 "0",
                 *(("--tls-cluster", "yes", "--tls-replication", "yes") if self.tls else ()),
                 *self.extra,
+                port=port,
                 tls=self.tls,
             )
             try:

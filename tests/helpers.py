@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
+from redis.exceptions import RedisError
 
 import venturi_redis as vr
 from venturi_redis._store import calls
@@ -27,6 +29,24 @@ async def drain(
     with anyio.fail_after(timeout):
         await worker.run(until_idle=True)
     return worker
+
+
+async def expires_at(r: Any, key: str) -> tuple[int, int]:
+    """When ``key`` expires (ms since the epoch), as bounds ``(lo, hi)``.
+
+    Exact (``lo == hi``) by PEXPIRETIME, Redis 7.0 and later; on 6.2, which
+    lacks it, by PTTL between two readings of this machine's clock (the
+    suite's servers are local: the same clock).
+    """
+    try:
+        at = int(await r.pexpiretime(key))
+        return at, at
+    except RedisError:  # unknown command (redis-py's cluster client says so before sending)
+        pass
+    before = int(time.time() * 1000)
+    ttl = int(await r.pttl(key))
+    after = int(time.time() * 1000)
+    return before + ttl, after + ttl
 
 
 async def events(queue: vr.Queue, job_id: str) -> list[str]:

@@ -6,7 +6,9 @@ only meaningful against a real server.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -23,6 +25,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_port_pair(offset: int) -> int:
+    """A free port whose ``port + offset`` is free too (Redis 6.2's cluster bus: port + 10000)."""
+    for _ in range(200):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            port = int(a.getsockname()[1])
+            if port + offset > 65535:
+                continue
+            try:
+                b.bind(("127.0.0.1", port + offset))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port p with p + {offset} free too")
 
 
 def redis_server_binary() -> str:
@@ -88,7 +106,10 @@ def make_tls_files(directory: Path) -> TlsFiles:
 # (tests/conftest.py).
 APP_USER = "venturi-app"
 APP_PASSWORD = "app-s3cret-pw-4711"
-ACL_KEYS = ("~venturi:*", "&venturi:*")
+# resetchannels first: Redis 6.2 gives a new user every channel
+# (acl-pubsub-default allchannels; 7.0 and later none) and refuses a channel
+# pattern after that; on 7.0 and later it changes nothing (docs/deployment.md).
+ACL_KEYS = ("~venturi:*", "resetchannels", "&venturi:*")
 MANAGED_SETUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "": ((), None),
     # A managed service's CONFIG, renamed away.
@@ -245,14 +266,31 @@ def version_of(binary: str | None = None) -> str:
     return out.stdout.strip()
 
 
+@functools.cache
+def server_version() -> tuple[int, ...]:
+    """The release of the ``redis-server`` on PATH, from its ``--version`` (``v=7.0.15``).
+
+    Valkey's is its own (``v=8.0.1``): every Valkey has what Redis 7.2 has.
+    For what the suite's harness must start differently on an older server
+    (`make test-server`, docs/operations.md "Servers tested"); never for what
+    the package does, which must not depend on it.
+    """
+    found = re.search(r"\bv=(\d+)\.(\d+)\.(\d+)", version_of())
+    if found is None:
+        raise RuntimeError(f"cannot read redis-server's version from {version_of()!r}")
+    return tuple(int(x) for x in found.groups())
+
+
 __all__ = [
     "LocalSentinel",
     "RedisServer",
     "TlsFiles",
     "free_port",
+    "free_port_pair",
     "make_tls_files",
     "os",
     "redis_server_binary",
+    "server_version",
     "version_of",
 ]
 

@@ -291,7 +291,7 @@ PARKED = {
 async def test_a_job_leaving_its_worker_keeps_a_compact_journal(
     backend: str, queue: vr.Queue, how: str
 ) -> None:
-    """A stream's first node is preallocated at 4 KB on Redis 7; a job that
+    """A stream's first node is preallocated at 4 KB (Redis 6.2 and later); a job that
     leaves its worker gets its journal copied at its exact size, with the same
     entries and ids, and later entries still append after them."""
     job_id = await queue.enqueue(Parking(how=how))
@@ -310,7 +310,9 @@ async def test_a_job_leaving_its_worker_keeps_a_compact_journal(
     assert [e.event for e in await queue.journal(job_id)] == expected
     info = await r.xinfo_stream(key)
     assert info["last-generated-id"].decode() == entries[-1].id
-    assert info["entries-added"] == len(held)
+    # The stream's own counter, copied with it (XINFO reports it since Redis 7.0).
+    if "entries-added" in info:
+        assert info["entries-added"] == len(held)
     if backend != "memory":  # fakeredis has no MEMORY USAGE and no preallocation
         # ~4,700 B before compacting
         assert await r.memory_usage(key, samples=0) < 1500 + error_bytes(entries)

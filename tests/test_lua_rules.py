@@ -250,3 +250,16 @@ def test_an_ending_writes_the_clock_as_a_string_made_once(name: str) -> None:
         writes = "redis.call(" in code or code.lstrip().startswith("journal(")
         if writes or re.search(r"'(updated_at|finished_at|eligible_at|cancel_requested)'", code):
             assert not bare_now.search(code), f"{name}.lua writes the bare clock: {line.strip()}"
+
+
+def test_no_script_asks_the_server_its_version() -> None:
+    # redis.REDIS_VERSION and redis.REDIS_VERSION_NUM exist since Redis 7.0:
+    # on 6.2, the oldest release a worker accepts, both are nil, and a script
+    # that took nil for "not a real Redis" (fakeredis) would quietly do less
+    # there (it did: journals were left uncompacted, ~4.7 KB each instead of
+    # ~0.7 KB). What a script needs to know of the server it reads from what
+    # every release has (journal.lua's JOURNAL_COMPACTS: redis.sha1hex).
+    files = [*LUA.glob("*.lua"), *(LUA / "include").glob("*.lua")]
+    for path in files:
+        found = re.search(r"\bREDIS_VERSION(_NUM)?\b", _code(path.read_text()))
+        assert found is None, f"{path.name} reads redis.{found.group(0) if found else ''} (nil on Redis 6.2)"

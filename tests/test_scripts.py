@@ -300,3 +300,98 @@ async def test_noscript_is_recovered(client: vr.Client, queue: vr.Queue) -> None
     await client.redis.script_flush()
     res = await client.sender.pipeline([calls.extend(queue.keys, "", [])] * 3)
     assert [calls.extended(r) for r in res] == [calls.Extended([], [])] * 3
+
+
+async def test_scripts_evicted_from_the_eval_cache_are_sent_again() -> None:
+    """Redis 7.4+ and Valkey 8 keep at most 500 scripts loaded by EVAL and evict the
+    least recently used (INFO stats evicted_scripts); ours are loaded by EVAL (the
+    fallback after NOSCRIPT, a transaction's calls), so an application that EVALs
+    scripts of its own evicts them at any moment. Every path meets the NOSCRIPT and
+    sends the source again: the enqueue lane, a transaction, the blocking client's
+    direct enqueue, the worker's claims (behind its BLPOP too) and its pipelined
+    endings. A server without eviction (before 7.4) runs the same steps, nothing
+    evicted."""
+    import anyio
+    import redis.asyncio as aioredis
+
+    from tests.helpers import make_worker
+    from tests.servers import RedisServer
+    from tests.tasks import Echo, EchoJob
+
+    with RedisServer() as server:
+        other = aioredis.Redis.from_url(server.url)
+        crowded = 0
+
+        async def crowd() -> None:
+            """600 EVALs of new scripts: more than the 500 an evicting server keeps."""
+            nonlocal crowded
+            pipe = other.pipeline(transaction=False)
+            for i in range(crowded, crowded + 600):
+                pipe.eval(f"return {i}", 0)
+            await pipe.execute()
+            crowded += 600
+
+        async with vr.Client.from_url(server.url) as client:
+            q = client.queue("evicted")
+            evicts = "evicted_scripts" in await other.info("stats")
+            ids = [await q.enqueue(Echo(text="warm"))]  # enqueue.lua loaded by EVAL (NOSCRIPT first)
+            await crowd()
+            if evicts:  # the next call is a NOSCRIPT
+                assert await other.script_exists(client.sender._scripts["enqueue"].sha) == [False]
+            ids.append(await q.enqueue(Echo(text="lane")))
+            await crowd()
+            ids += await q.enqueue_many([Echo(text=f"many-{i}") for i in range(30)])
+            await crowd()
+
+            def direct() -> str:
+                with vr.SyncClient(server.url) as sc:
+                    return sc.queue("evicted").enqueue(Echo(text="direct"))
+
+            ids.append(await anyio.to_thread.run_sync(direct))
+            await crowd()
+            worker = make_worker(q, EchoJob, concurrency=4, poll_interval=0.05)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                with anyio.fail_after(30):
+                    for i in range(30):  # while the worker claims, completes and waits
+                        ids.append(await q.enqueue(Echo(text=f"late-{i}")))
+                        await crowd()
+                        await anyio.sleep(0.01)
+                    while (await q.counts())["completed"] < len(ids):
+                        await crowd()
+                        await anyio.sleep(0.02)
+                worker.shutdown()
+            for job_id in ids:
+                info = await q.get(job_id)
+                assert info is not None and info.state == vr.JobState.COMPLETED, info
+            if evicts:
+                assert int((await other.info("stats"))["evicted_scripts"]) > 0
+        await other.aclose()
+
+
+def test_a_command_error_inside_a_script_is_the_same_exception_on_redis_6_2() -> None:
+    """Redis 7.0 and later reply an error a command raised inside a script with
+    the command's own code first (redis-py raises its class); 6.2 wraps it in
+    "Error running script (...)", a plain ResponseError. At maxmemory a 6.2
+    server runs the enqueue script and refuses its first write: `enqueue` then
+    raised that, where docs/guarantees.md promises OutOfMemoryError (found by
+    tests/chaos/test_hostile_input.py's test_redis_at_maxmemory on 6.2.16)."""
+    from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
+
+    sha = "3463e0501b4cf8a0a0071fe6d4b0a8ea0aa8d024"
+    oom = "OOM command not allowed when used memory > 'maxmemory'."
+    wrapped = f"Error running script (call to f_{sha}): @user_script:296: @user_script: 296: -{oom}"
+    for reply in (wrapped, f"Command # 2 (EVALSHA {sha} 3 a b c) of pipeline caused error: {wrapped}"):
+        got = calls.script_error(ResponseError(reply))
+        assert type(got) is OutOfMemoryError
+        # As 7.0+ replies it (redis-py strips the code): the command's message, then where.
+        assert (
+            str(got)
+            == f"command not allowed when used memory > 'maxmemory'. script: {sha}, on @user_script:296."
+        )
+    readonly = wrapped.replace(f"-{oom}", "-READONLY You can't write against a read only replica.")
+    assert type(calls.script_error(ResponseError(readonly))) is ReadOnlyError
+    # Any other error is left as it is, a coded one mapped as before.
+    other = ResponseError(wrapped.replace("-OOM", "-WRONGTYPE"))
+    assert calls.script_error(other) is other
+    assert isinstance(calls.script_error(ResponseError("VR_BADARG delay is NaN")), vr.ConfigurationError)

@@ -98,7 +98,14 @@ local function with_claim(extra, owner, claimed)
   return extra
 end
 
--- A stream's first node is allocated at 4 KB on Redis 7 (t_stream.c
+-- Whether journals are compacted (compact_journal, journal_add): on every
+-- Redis and Valkey, whose streams preallocate their first node (6.2 as 7.x
+-- and 8), not on fakeredis (memory://), which has nothing to undo. Told
+-- apart by redis.sha1hex, which every release gives scripts and fakeredis
+-- does not; never by redis.REDIS_VERSION_NUM, which Redis 6.2 lacks (7.0+).
+local JOURNAL_COMPACTS = redis.sha1hex ~= nil
+
+-- A stream's first node is allocated at 4 KB on Redis 6.2 and later (t_stream.c
 -- preallocates up to stream-node-max-bytes for the XADDs to come), about six
 -- times what a job's journal holds. A job whose journal was just started and
 -- that may stay for long (finished, dead, cancelled, suspended, waiting out a
@@ -110,12 +117,11 @@ end
 -- are unchanged (COPY keeps a TTL); a later XADD grows the node in place. A
 -- journal longer than one node (100 entries by default) is left alone: its
 -- full nodes were shrunk by Redis already, and the copy would cost more.
--- Skipped where the server does not give its version to scripts (fakeredis:
--- no preallocation to undo). `len`: the stream's length when the caller
--- knows it (nil: read here).
+-- Skipped on fakeredis (JOURNAL_COMPACTS: no preallocation to undo). `len`:
+-- the stream's length when the caller knows it (nil: read here).
 local JOURNAL_COMPACT_MAX = 100
 local function compact_journal(key, len)
-  if redis.REDIS_VERSION_NUM == nil then
+  if not JOURNAL_COMPACTS then
     return
   end
   len = len or redis.call('XLEN', key)
@@ -143,7 +149,7 @@ end
 -- nothing written).
 local journal_add_scratch = nil -- journal_scratch_key(ARGV[2]), made once per call
 local function journal_add(key, starts, ...)
-  if not starts or redis.REDIS_VERSION_NUM == nil then
+  if not starts or not JOURNAL_COMPACTS then
     return redis.pcall('XADD', key, 'MAXLEN', '~', JOURNAL_MAXLEN, '*', ...)
   end
   local scratch = journal_add_scratch or journal_scratch_key(ARGV[2])

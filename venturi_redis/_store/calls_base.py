@@ -6,9 +6,10 @@ See calls.py for the calling conventions every script follows.
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
-from redis.exceptions import ResponseError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
 
 from .._model.codec import text
 from .._model.errors import ConfigurationError, CorruptQueueError
@@ -30,7 +31,13 @@ def script_error(exc: ResponseError) -> Exception:
     * ``VR_CORRUPTJOB``: an operator's transition of one job (cancel, resume,
       a dedup merge) found the job's own data corrupt (lua/include/operator.lua);
       nothing was written (``CorruptQueueError`` naming the job).
+
+    An error a command inside the script raised is the exception Redis 7.0
+    and later reply it as, on Redis 6.2 too (``_unwrapped``).
     """
+    unwrapped = _unwrapped(exc)
+    if unwrapped is not None:
+        return unwrapped
     code, _, rest = str(exc).partition(" ")
     if code == "VR_WRONGTYPE":
         return CorruptQueueError(f"{rest}: the script moved no job; repair or delete that key")
@@ -39,6 +46,35 @@ def script_error(exc: ResponseError) -> Exception:
     if code == "VR_BADARG":
         return ConfigurationError(rest)
     return exc
+
+
+# Redis 6.2's reply for an error a command raised inside a script (7.0 and
+# later reply the command's own error, its code first, which redis-py raises
+# as its class): "Error running script (call to f_<sha>): @user_script:<line>:
+# @user_script: <line>: -<CODE> <message>". A pipeline's error has redis-py's
+# "Command # n (...) of pipeline caused error: " before it.
+_WRAPPED = re.compile(
+    r"Error running script \(call to f_(\w+)\): @user_script:(\d+): @user_script: \d+: -(\S+) (.*)", re.S
+)
+# The codes whose class the package or its callers rely on: a refusal at
+# maxmemory (docs/guarantees.md: enqueue raises OutOfMemoryError and writes
+# nothing), a write on a replica.
+_UNWRAPPED: dict[str, type[ResponseError]] = {"OOM": OutOfMemoryError, "READONLY": ReadOnlyError}
+
+
+def _unwrapped(exc: ResponseError) -> ResponseError | None:
+    """A 6.2-wrapped error of a command the script ran, as 7.0+ raises it; None for any other.
+
+    On 6.2 a script at maxmemory runs, and Redis refuses its first write
+    (and only a first one: nothing was written), where 7.0 and later reply
+    the same ``OOM`` error; only the reply's shape differs. The message is
+    7.0's: the command's message, then ``script: <sha>, on @user_script:<line>.``
+    """
+    found = _WRAPPED.search(str(exc))
+    if found is None or found.group(3) not in _UNWRAPPED:
+        return None
+    sha, line, code, message = found.groups()
+    return _UNWRAPPED[code](f"{message} script: {sha}, on @user_script:{line}.")
 
 
 def corrupt_job(what: str) -> CorruptQueueError:
