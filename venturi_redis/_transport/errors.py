@@ -2,11 +2,12 @@
 
 ``TRANSIENT``: the connection failed or timed out (nothing, or not
 everything, of the call is known to have run), or a Redis Cluster refused
-the call while a slot moves and redis-py's redirections ran out
-(``TryAgainError``; ``ClusterError``, which redis-py raises only as "TTL
-exhausted" after its ``MOVED``/``ASK``/``TRYAGAIN`` retries): the call did
-not run, and runs once the move is over (docs/cluster.md, "Moving a queue's
-slot"). ``refused_busy``: the server
+the call: ``TryAgainError`` while a slot moves, and ``ClusterError``, which
+redis-py raises as "TTL exhausted" once its ``MOVED``/``ASK``/``TRYAGAIN``
+retries ran out and as its subclasses ``ClusterDownError`` and
+``MasterDownError`` (CLUSTERDOWN, MASTERDOWN) during a failover. Such a call
+did not run, and runs once the move or the failover is over (docs/cluster.md,
+"Moving a queue's slot"). ``refused_busy``: the server
 answered BUSY, running a script past ``busy-reply-threshold``; the command
 did not run. redis-py has no exception class for BUSY (it is a plain
 ``ResponseError``), so it is told by the server's message.
