@@ -25,7 +25,6 @@ import logging
 import subprocess
 import time
 from collections import Counter
-from typing import Any, ClassVar
 
 import anyio
 from redis.crc import key_slot
@@ -33,6 +32,7 @@ from redis.exceptions import RedisError
 
 import venturi_redis as vr
 from tests.cluster import LocalCluster
+from tests.tasks import Tick, TickJob
 
 failed_partway = 0
 
@@ -43,17 +43,6 @@ class _Log(logging.Handler):
         exc = record.exc_info[1] if record.exc_info else None
         if "non local key" in record.getMessage() or (exc is not None and "non local key" in str(exc)):
             failed_partway += 1
-
-
-class Tick(vr.Task):
-    KIND: ClassVar[str] = "tick"
-    n: int
-
-
-class TickJob(Tick, vr.Handler[Any]):
-    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
-        await anyio.sleep(0.002)
-        return vr.Outcome.completed()
 
 
 async def main(a: argparse.Namespace) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import anyio
 from pydantic import BaseModel
 
 import venturi_redis as vr
@@ -69,3 +70,16 @@ class DoomedJob(Doomed, vr.Handler[Any]):
     async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
         ctx.set_attachment({"status": 410})
         raise vr.TaskError.permanent("resource gone")
+
+
+class Tick(vr.Task):
+    """A job that takes 2 ms, for runs that keep a worker busy under load."""
+
+    KIND: ClassVar[str] = "tick"
+    n: int
+
+
+class TickJob(Tick, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        await anyio.sleep(0.002)
+        return vr.Outcome.completed()

@@ -35,6 +35,7 @@ from redis.exceptions import RedisError
 import venturi_redis as vr
 from tests.cluster import ClusterNode, LocalCluster
 from tests.helpers import drain, make_worker
+from tests.tasks import Tick, TickJob
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
@@ -52,17 +53,6 @@ class HoldJob(Hold, vr.Handler[Any]):
     async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
         state["started"].append(self.n)
         await state["go"].wait()
-        return vr.Outcome.completed()
-
-
-class Tick(vr.Task):
-    KIND: ClassVar[str] = "tick"
-    n: int
-
-
-class TickJob(Tick, vr.Handler[Any]):
-    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
-        await anyio.sleep(0.002)
         return vr.Outcome.completed()
 
 
@@ -92,6 +82,15 @@ def end_move(
         with n.conn(5) as r:
             r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst.node_id)
     return moved
+
+
+def failed_partway(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The log records of scripts that failed part-way: a key they reached had moved."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if "non local key" in r.getMessage() or (r.exc_info and "non local key" in str(r.exc_info[1]))
+    ][:5]
 
 
 def _ends(cluster: LocalCluster, slot: int) -> tuple[ClusterNode, ClusterNode]:
@@ -149,9 +148,7 @@ async def test_a_run_ending_while_its_keys_are_split_completes_once_after_the_mo
             assert (stats.completed, stats.dead, stats.running) == (3, 0, 0)
         finally:
             await client.aclose()
-    partial = [r.getMessage() for r in caplog.records if "non local key" in r.getMessage()]
-    failed = [r.getMessage() for r in caplog.records if r.exc_info and "non local key" in str(r.exc_info[1])]
-    assert not partial and not failed, partial + failed
+    assert not failed_partway(caplog)
 
 
 async def test_a_queue_moved_under_load_loses_nothing_and_runs_each_job_to_one_completion(
@@ -232,6 +229,4 @@ async def test_a_queue_moved_under_load_loses_nothing_and_runs_each_job_to_one_c
         finally:
             await producer.aclose()
             await consumer.aclose()
-    failed = [r.getMessage() for r in caplog.records if r.exc_info and "non local key" in str(r.exc_info[1])]
-    failed += [r.getMessage() for r in caplog.records if "non local key" in r.getMessage()]
-    assert not failed, failed[:5]
+    assert not failed_partway(caplog)
