@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -133,3 +134,41 @@ def worker_queues(queues: Any, client: Any) -> list[Queue]:
     if len({(id(q.client), q.name) for q in qs}) != len(qs):
         raise ConfigurationError("Worker was given the same queue twice")
     return qs
+
+
+def wanted_queues(queues: Sequence[Queue], names: Sequence[str]) -> set[str]:
+    """The names of ``queues`` that ``names`` pick (``Worker.only_queues``, ``venturi worker --queue``).
+
+    A name is one of ``queues``, a sharded queue whose partitions are among
+    them (meaning all of those), or one partition. Any other name is a
+    ``ConfigurationError`` listing what is accepted.
+    """
+    from .._producer.sharded import parse_partition
+
+    # The worker holds a ShardedQueue as its partitions (in index order);
+    # their names give the sharded queue's name back.
+    shards: dict[str, list[str]] = {}
+    for q in queues:
+        if (parsed := parse_partition(q.name)) is not None:
+            shards.setdefault(parsed[0], []).append(q.name)
+    own = {q.name for q in queues}
+    wanted: set[str] = set()
+    unknown: list[str] = []
+    for n in names:
+        match = set(shards.get(n, ())) | ({n} & own)
+        if not match:
+            unknown.append(n)
+        wanted |= match
+    if unknown:
+        partitions = {p for parts in shards.values() for p in parts}
+        accepted = sorted(own - partitions) + [
+            f"{base} (sharded: all {len(parts)} partitions, or one of them, "
+            + (", ".join(parts) if len(parts) <= 4 else f"{parts[0]} ... {parts[-1]}")
+            + ")"
+            for base, parts in sorted(shards.items())
+        ]
+        raise ConfigurationError(
+            f"this worker does not consume queue(s) {', '.join(unknown)}; "
+            f"--queue accepts: {'; '.join(accepted)}"
+        )
+    return wanted

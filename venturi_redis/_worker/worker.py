@@ -387,34 +387,7 @@ class Worker(Serving, Generic[StateT]):
         A name is a queue this worker consumes, a sharded queue it consumes
         (meaning all its partitions), or one partition of it.
         """
-        from .._producer.sharded import parse_partition
-
-        # The worker holds a ShardedQueue as its partitions (in index order);
-        # their names give the sharded queue's name back.
-        shards: dict[str, list[str]] = {}
-        for q in self.queues:
-            if (parsed := parse_partition(q.name)) is not None:
-                shards.setdefault(parsed[0], []).append(q.name)
-        own = {q.name for q in self.queues}
-        wanted: set[str] = set()
-        unknown: list[str] = []
-        for n in names:
-            match = set(shards.get(n, ())) | ({n} & own)
-            if not match:
-                unknown.append(n)
-            wanted |= match
-        if unknown:
-            partitions = {p for parts in shards.values() for p in parts}
-            accepted = sorted(own - partitions) + [
-                f"{base} (sharded: all {len(parts)} partitions, or one of them, "
-                + (", ".join(parts) if len(parts) <= 4 else f"{parts[0]} ... {parts[-1]}")
-                + ")"
-                for base, parts in sorted(shards.items())
-            ]
-            raise ConfigurationError(
-                f"this worker does not consume queue(s) {', '.join(unknown)}; "
-                f"--queue accepts: {'; '.join(accepted)}"
-            )
+        wanted = _opt.wanted_queues(self.queues, names)
         self.queues = [q for q in self.queues if q.name in wanted]
         self._runners = [r for r in self._runners if r.queue.name in wanted]
         self._schedulers = [s for s in self._schedulers if s.queue.name in wanted]
