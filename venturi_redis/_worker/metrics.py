@@ -16,6 +16,8 @@ worker is registered for is reported as ``unregistered``)::
     venturi_leases_expired_total{queue,outcome}  runs whose lease expired (worker presumed
                                                  dead), taken back by this worker's reclaim:
                                                  outcome requeued or dead
+    venturi_event_loop_blocked_seconds           histogram: blocks of the worker's event loop at
+                                                 least Worker(blocked_loop_warning=...) long
     venturi_queue_jobs{queue,state}              depth: eligible, delayed, retrying, running, ...
     venturi_queue_eligible{queue,priority}       eligible now, per priority
     venturi_queue_lag_seconds{queue}             age of the oldest eligible job
@@ -56,6 +58,7 @@ class WorkerObserver(Protocol):
     # Optional, called when the observer has them (PrometheusMetrics does):
     #   job_waited(queue, kind, seconds): a claimed job had been eligible for ``seconds``.
     #   leases_expired(queue, requeued, dead): this worker's reclaim took back expired leases.
+    #   loop_blocked(seconds): the event loop ran again after a block the worker warned of.
 
 
 class PrometheusMetrics:
@@ -104,6 +107,12 @@ class PrometheusMetrics:
             ["queue", "outcome"],
             registry=r,
         )
+        self.blocked = pc.Histogram(
+            "venturi_event_loop_blocked_seconds",
+            "Blocks of the worker's event loop (a handler blocking it), at least blocked_loop_warning long",
+            buckets=_BUCKETS,
+            registry=r,
+        )
         self.depth = pc.Gauge("venturi_queue_jobs", "Jobs per state", ["queue", "state"], registry=r)
         self.eligible = pc.Gauge(
             "venturi_queue_eligible", "Jobs eligible now, per priority", ["queue", "priority"], registry=r
@@ -145,6 +154,9 @@ class PrometheusMetrics:
             self.leases.labels(queue, "requeued").inc(requeued)
         if dead:
             self.leases.labels(queue, "dead").inc(dead)
+
+    def loop_blocked(self, seconds: float) -> None:
+        self.blocked.observe(seconds)
 
     # -- gauges ---------------------------------------------------------------------------
 

@@ -19,8 +19,10 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._model.endings import Released
+from .execute import execute
 from .handler import BatchHandler
 from .inbox import Inbox
+from .loopwatch import LoopWatch
 from .registry import keep_touching
 
 if TYPE_CHECKING:
@@ -44,6 +46,9 @@ class Serving:
     shutdown_grace: float
     handle_signals: bool
     health_file: Any
+    blocked_loop_warning: float | None
+    lease: float
+    observer: Any
     _keeper: LeaseKeeper
     _completer: Completer
     _runners: list[_Runner]
@@ -75,6 +80,8 @@ class Serving:
             service_tg.start_soon(self._keeper.run)
             if self.health_file is not None:
                 service_tg.start_soon(keep_touching, self.health_file, self.lease_ms / 3000, self.id)
+            if self.blocked_loop_warning is not None:
+                service_tg.start_soon(self._loop_watch(self.blocked_loop_warning).run)
             await self._completer.run(service_tg)
             for r in self._runners:
                 service_tg.start_soon(r.reclaim_loop)
@@ -106,6 +113,17 @@ class Serving:
                 self._jobs_tg = None
                 await self._release_unstarted()
             service_tg.cancel_scope.cancel()
+
+    def _loop_watch(self, threshold: float) -> LoopWatch:
+        """The blocked-loop watch of this run (loopwatch.py): it names the job on the loop's stack."""
+        return LoopWatch(
+            self.id,
+            threshold,
+            self.lease,
+            lambda: [j for r in self._runners for j in r.active.values()],
+            {execute.__code__: "job"},
+            lambda: self.observer,
+        )
 
     async def _release_unstarted(self) -> None:
         """Jobs claimed but not started when the slots were cancelled go back to pending.

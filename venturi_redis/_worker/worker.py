@@ -178,6 +178,12 @@ class Worker(Serving, Generic[StateT]):
             (retried with the backoff, dead past the backstop), journaled
             ``failed`` with a note saying it timed out and after how long.
             ``None`` (the default): no limit (docs/flow-control.md).
+        blocked_loop_warning: Seconds the event loop may go without running
+            before the worker logs a warning naming the job and the lines
+            blocking it (an ``async def handle`` calling ``time.sleep``, a
+            blocking client, CPU-bound work: no lease is renewed meanwhile),
+            and, once it runs again, for how long (loopwatch.py;
+            docs/guarantees.md). ``None``: no watch.
 
     Raises:
         ConfigurationError: An argument is out of range or of the wrong type
@@ -210,6 +216,7 @@ class Worker(Serving, Generic[StateT]):
         schedules: Sequence[Schedule] = (),
         timeout: float | None = None,
         limits: Sequence[Limit] = (),
+        blocked_loop_warning: float | None = 1.0,
     ) -> None:
         qs = _opt.worker_queues(queues, client)
         # Every other argument is checked here, where it is given, not when
@@ -230,6 +237,7 @@ class Worker(Serving, Generic[StateT]):
         freeze_gc = _opt.flag(freeze_gc, "freeze_gc")
         gc_threshold = _opt.optional_count(gc_threshold, "gc_threshold")
         timeout = _opt.optional_seconds(timeout, "timeout")
+        self.blocked_loop_warning = _opt.optional_seconds(blocked_loop_warning, "blocked_loop_warning")
         self.health_file = _opt.path_or_none(health_file, "health_file")
         self.schedules = declared_schedules(schedules, qs)
         self.limits = declared_limits(limits)
