@@ -40,6 +40,7 @@ from .job import Job, jobs_of
 if TYPE_CHECKING:
     from .batch import Batching
     from .metrics import WorkerObserver
+    from .recycle import Recycling
 
 log = logging.getLogger("venturi_redis.worker")
 
@@ -141,6 +142,7 @@ class RunnerHost(Protocol):
 
     concurrency: int
     observer: WorkerObserver | None
+    recycling: Recycling | None  # Worker(max_runs=..., max_memory_mib=...)
 
     @property
     def batch_size(self) -> int: ...
@@ -436,6 +438,12 @@ class _Runner:
             self.poke = asyncio.Event()
             self.interrupt = Interrupt()
             want = min(free, w.batch_size) if self.batching is None else free
+            recycling = w.recycling
+            if recycling is not None:
+                want = recycling.reserve(want)  # max_runs: never more than is left
+                if not want:  # another queue's claim holds what is left: it settles soon
+                    await anyio.sleep(0.05)
+                    continue
             try:
                 if idle_for is None:
                     now, nxt, jobs = await self.claim(want)
@@ -444,10 +452,16 @@ class _Runner:
                     got = await self.idle_claim(want, idle_for)  # its jobs are dispatched
                     idle_for = None
                     if got is None:
+                        if recycling is not None:
+                            recycling.settle(want, 0)
                         continue
                     now, nxt, jobs = got
                 failures = 0
+                if recycling is not None:
+                    recycling.settle(want, len(jobs))
             except _SURVIVABLE as exc:
+                if recycling is not None:
+                    recycling.settle(want, 0)
                 failures += 1
                 delay = min(0.05 * 2**failures, 5.0)
                 log.warning("queue %s: claim failed (%s); retrying in %.2fs", self.queue.name, exc, delay)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .completer import Completer
     from .job import Job
     from .keeper import LeaseKeeper
+    from .recycle import Recycling
     from .runner import _Runner
     from .scheduler import Scheduler
 
@@ -57,6 +58,10 @@ class Serving:
     _registry: dict[str, type[Any]]
     _force: bool
     _changed: asyncio.Event
+    _recycling: bool
+    _stopping: bool
+    _stop: Any
+    recycling: Recycling | None
 
     if TYPE_CHECKING:  # Worker's methods
 
@@ -82,6 +87,8 @@ class Serving:
                 service_tg.start_soon(keep_touching, self.health_file, self.lease_ms / 3000, self.id)
             if self.blocked_loop_warning is not None:
                 service_tg.start_soon(self._loop_watch(self.blocked_loop_warning).run)
+            if self.recycling is not None:
+                service_tg.start_soon(self.recycling.watch_memory)
             await self._completer.run(service_tg)
             for r in self._runners:
                 service_tg.start_soon(r.reclaim_loop)
@@ -142,7 +149,31 @@ class Serving:
                 await self._completer.finish(job, Released(_NOT_STARTED), direct=True)
                 self._finish(r, job)
 
+    def _recycle(self, reason: str) -> None:
+        """A recycling bound is reached: claim no more, let the running jobs finish, return from run()."""
+        if self._stopping:
+            return
+        running = sum(len(r.active) for r in self._runners)
+        log.warning(
+            "worker %s: stopping to be started afresh: %s; its %d running job(s) finish first",
+            self.id,
+            reason,
+            running,
+        )
+        self._recycling = True
+        self._stopping = True
+        for r in self._runners:
+            r.wake()
+            r.interrupt.set()
+        if self._stop is not None:
+            self._stop.set()
+
     async def _drain(self, jobs_tg: TaskGroup) -> None:
+        # Recycling: every running job finishes, however long, until a
+        # shutdown() (SIGTERM) comes; its grace counts from then.
+        while self._recycling and any(r.active for r in self._runners):
+            self._changed = asyncio.Event()
+            await self._changed.wait()
         with anyio.move_on_after(self.shutdown_grace):
             while any(r.active for r in self._runners) and not self._force:
                 self._changed = asyncio.Event()

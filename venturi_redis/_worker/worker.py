@@ -65,6 +65,7 @@ from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import BatchHandler, Handler, batch_settings, sync_handle
 from .job import Job
 from .keeper import LeaseKeeper
+from .recycle import Recycling
 from .runner import (
     _IDLE_BLOCK_MAX,
     _MIN_BLOCK,
@@ -184,6 +185,13 @@ class Worker(Serving, Generic[StateT]):
             blocking client, CPU-bound work: no lease is renewed meanwhile),
             and, once it runs again, for how long (loopwatch.py;
             docs/guarantees.md). ``None``: no watch.
+        max_runs: Stop by itself, to be started afresh, once it has claimed
+            this many runs; ``max_memory_mib``: once its resident memory is
+            above this many MiB (read every second). Running jobs finish
+            first, with no grace and no stop asked of them; then ``run()``
+            returns, ``venturi worker`` exits 0 and ``--processes`` starts a
+            fresh child (recycle.py; docs/deployment.md). For handlers that
+            leak. ``None`` (the default): no bound.
 
     Raises:
         ConfigurationError: An argument is out of range or of the wrong type
@@ -217,6 +225,8 @@ class Worker(Serving, Generic[StateT]):
         timeout: float | None = None,
         limits: Sequence[Limit] = (),
         blocked_loop_warning: float | None = 1.0,
+        max_runs: int | None = None,
+        max_memory_mib: int | None = None,
     ) -> None:
         qs = _opt.worker_queues(queues, client)
         # Every other argument is checked here, where it is given, not when
@@ -238,6 +248,10 @@ class Worker(Serving, Generic[StateT]):
         gc_threshold = _opt.optional_count(gc_threshold, "gc_threshold")
         timeout = _opt.optional_seconds(timeout, "timeout")
         self.blocked_loop_warning = _opt.optional_seconds(blocked_loop_warning, "blocked_loop_warning")
+        self.max_runs = _opt.optional_count(max_runs, "max_runs")
+        self.max_memory_mib = _opt.optional_count(max_memory_mib, "max_memory_mib")
+        self.recycling: Recycling | None = None  # made by each run() when a bound is set
+        self._recycling = False  # stopping by itself: running jobs finish, with no grace
         self.health_file = _opt.path_or_none(health_file, "health_file")
         self.schedules = declared_schedules(schedules, qs)
         self.limits = declared_limits(limits)
@@ -421,10 +435,11 @@ class Worker(Serving, Generic[StateT]):
         """
         if grace is not None:
             self.shutdown_grace = _opt.seconds(grace, "grace", zero=True)
-        if self._stopping:
+        if self._stopping and not self._recycling:
             self._force = True
-            self._changed.set()
+        self._changed.set()  # a drain waits on it (a recycle's drain: the grace starts now)
         self._stopping = True
+        self._recycling = False
         for r in self._runners:
             for job in r.active.values():
                 if job.ctx is not None:
@@ -478,6 +493,8 @@ class Worker(Serving, Generic[StateT]):
             ", ".join(self.kinds),
         )
         self._fatal = None
+        bounds = self.max_runs, self.max_memory_mib
+        self.recycling = None if bounds == (None, None) else Recycling(*bounds, self._recycle)
         try:
             self._frozen_start = FrozenStart(self.freeze_gc)
             with self._frozen_start, young_threshold_raised(self.gc_threshold):
@@ -488,7 +505,7 @@ class Worker(Serving, Generic[StateT]):
                 for r in self._runners:
                     await r.close()
             self._running = False
-            self._stopping = self._force = False
+            self._stopping = self._force = self._recycling = False
             log.info("worker %s stopped", self.id)
         if self._fatal is not None:
             fatal, self._fatal = self._fatal, None

@@ -7,7 +7,9 @@ alone and the children get exactly one signal each, forwarded. Then:
 
 - a child that exits while no shutdown was asked for is restarted after a
   backoff (0.5 s, doubling to 30 s; back to 0.5 s once a child has run a
-  minute), and the death is logged with its exit status;
+  minute), and the death is logged with its exit status; but one that exits
+  0 stopped by itself (``--max-runs``, ``--max-memory-mib``: recycle.py), so
+  a fresh one starts at once, and that is no death;
 - SIGTERM or SIGINT is forwarded to every child; the supervisor waits for all
   of them (each lets its running jobs finish within its grace) and exits 0
   when they all stopped cleanly: with status 0, or, for a child still
@@ -163,6 +165,15 @@ def supervise(
                             "supervisor: worker %d (pid %d) ended with status %s", slot.index, proc.pid, code
                         )
                         failed = failed or f"worker {slot.index} ended with status {code} on shutdown"
+                    continue
+                if code == 0:
+                    # Stopped by itself, its jobs finished (--max-runs, --max-memory-mib): a fresh one now.
+                    log.info(
+                        "supervisor: worker %d (pid %d) recycled itself; starting a fresh one",
+                        slot.index,
+                        proc.pid,
+                    )
+                    slot.restart_at = now
                     continue
                 how = f"killed by {_name(-code)}" if code < 0 else f"exited with status {code}"
                 failed = _died(slot, f"worker {slot.index} (pid {proc.pid}) {how}", code, now)

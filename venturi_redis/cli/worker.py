@@ -140,6 +140,24 @@ def worker(
             help="Touch this file at start and every lease tick (a liveness probe's file).",
         ),
     ] = None,
+    max_runs: Annotated[
+        int | None,
+        typer.Option(
+            "--max-runs",
+            min=1,
+            metavar="N",
+            help="Exit 0 after claiming N runs, once they finish (with --processes: a fresh child starts).",
+        ),
+    ] = None,
+    max_memory_mib: Annotated[
+        int | None,
+        typer.Option(
+            "--max-memory-mib",
+            min=1,
+            metavar="MIB",
+            help="Exit 0 once resident memory is above MIB, its running jobs finished first.",
+        ),
+    ] = None,
 ) -> None:
     """Run a worker until SIGTERM / SIGINT (graceful: running jobs get their grace period)."""
     from .._worker.worker import Worker
@@ -168,6 +186,8 @@ def worker(
         options += ["--json"] if json_out else []
         # Every child touches the same file: it goes stale only when none is ticking.
         options += [f"--health-file={health_file}"] if health_file is not None else []
+        options += [f"--max-runs={max_runs}"] if max_runs is not None else []
+        options += [f"--max-memory-mib={max_memory_mib}"] if max_memory_mib is not None else []
         commands = child_commands(target, processes, options=options, metrics_port=metrics_port)
         raise typer.Exit(supervise(commands))
     from .processes import watch_lifeline
@@ -201,6 +221,10 @@ def worker(
             w.check_eviction_policy = False
         if health_file is not None:
             w.health_file = Path(health_file)
+        if max_runs is not None:
+            w.max_runs = max_runs
+        if max_memory_mib is not None:
+            w.max_memory_mib = max_memory_mib
         running = type(asyncio.get_running_loop())
         logging.getLogger("venturi_redis.cli").info(
             "event loop: %s.%s", running.__module__, running.__qualname__
