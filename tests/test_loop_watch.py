@@ -10,7 +10,6 @@ reported, nor is a whole process that was stopped.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 import pytest
@@ -142,12 +141,6 @@ async def test_the_watch_thread_lives_as_long_as_run_and_none_turns_it_off(queue
             worker.shutdown()
         assert seen[-1] is watched
         assert not any(worker.id in t.name for t in watch_threads())  # stopped and joined with run()
-
-
-@pytest.mark.parametrize("bad", [0, -1, math.nan, math.inf, True, "1"])
-async def test_a_bad_threshold_is_refused_naming_it(queue: vr.Queue, bad: Any) -> None:
-    with pytest.raises(vr.ConfigurationError, match="blocked_loop_warning"):
-        vr.Worker(queue, blocked_loop_warning=bad)
 
 
 # A process of its own whose loop blocks (--block) or which is stopped as a

@@ -86,6 +86,15 @@ BAD: list[tuple[str, Any]] = [
     ("gc_threshold", 0),
     ("gc_threshold", True),
     ("gc_threshold", 5e3),
+    ("blocked_loop_warning", 0),
+    ("blocked_loop_warning", NAN),
+    ("blocked_loop_warning", True),
+    ("blocked_loop_warning", INF),
+    ("blocked_loop_warning", "1"),
+    ("max_runs", 0),
+    ("max_runs", 2.5),
+    ("max_memory_mib", -1),
+    ("max_memory_mib", True),
 ]
 
 
