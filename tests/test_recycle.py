@@ -47,6 +47,16 @@ class NapJob(Nap, vr.Handler[None]):
         return vr.Outcome.completed()
 
 
+class Asked(vr.Task):
+    KIND: ClassVar[str] = "recycle.asked"
+
+
+class AskedJob(Asked, vr.Handler[None]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: None) -> vr.Outcome:
+        await anyio.sleep(0.05)
+        return vr.Outcome.completed(result=ctx.is_cancelled())
+
+
 async def states(queue: vr.Queue, ids: list[str]) -> list[vr.JobState]:
     infos = [await queue.get(i) for i in ids]
     return [i.state for i in infos if i is not None]
@@ -176,3 +186,13 @@ def test_processes_start_a_fresh_child_for_each_recycled_one(
     text = log.read_text()
     assert text.count("recycled itself; starting a fresh one") >= 1, text
     assert "restarting in" not in text  # no death, no backoff
+
+
+async def test_the_runs_of_the_last_claim_are_not_asked_to_stop(queue: vr.Queue) -> None:
+    """The claim that uses the budget up starts the recycle before its jobs start: they run as usual."""
+    ids = await queue.enqueue_many([Asked() for _ in range(3)])
+    worker = make_worker(queue, AskedJob, max_runs=2, concurrency=1, batch_size=2)
+    with anyio.fail_after(20):
+        await worker.run()
+    infos = [await queue.get(i) for i in ids[:2]]
+    assert [(i.state, i.result) for i in infos if i is not None] == [(vr.JobState.COMPLETED, False)] * 2

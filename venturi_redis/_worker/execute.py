@@ -95,8 +95,11 @@ class RunHost(Protocol):
         """The registered handler classes, by KIND."""
 
     @property
-    def stopping(self) -> bool:
-        """Whether the worker is shutting down (a run that starts now is asked to stop)."""
+    def shutting_down(self) -> bool:
+        """Whether the worker is shutting down (a run that starts now is asked to stop).
+
+        Not while it recycles (recycle.py): it claims no more, but what it claimed runs as usual.
+        """
 
     def crash(self, exc: KeyboardInterrupt | SystemExit, job: Job) -> None:
         """A handler raised ``exc``: stop the worker, releasing its other jobs."""
@@ -232,7 +235,7 @@ def start_run(
     # a cycle, which only the cyclic GC would free (~5% of the worker's CPU per job).
     ctx._job = job
     ctx._registry = registry
-    if host.stopping:
+    if host.shutting_down:
         ctx._cancel("worker shutting down")
     return task, ctx
 

@@ -180,18 +180,14 @@ class Worker(Serving, Generic[StateT]):
             ``failed`` with a note saying it timed out and after how long.
             ``None`` (the default): no limit (docs/flow-control.md).
         blocked_loop_warning: Seconds the event loop may go without running
-            before the worker logs a warning naming the job and the lines
-            blocking it (an ``async def handle`` calling ``time.sleep``, a
-            blocking client, CPU-bound work: no lease is renewed meanwhile),
-            and, once it runs again, for how long (loopwatch.py;
-            docs/guarantees.md). ``None``: no watch.
-        max_runs: Stop by itself, to be started afresh, once it has claimed
-            this many runs; ``max_memory_mib``: once its resident memory is
-            above this many MiB (read every second). Running jobs finish
-            first, with no grace and no stop asked of them; then ``run()``
-            returns, ``venturi worker`` exits 0 and ``--processes`` starts a
-            fresh child (recycle.py; docs/deployment.md). For handlers that
-            leak. ``None`` (the default): no bound.
+            (an ``async def handle`` that blocks it: no lease is renewed)
+            before a warning names the job and the lines blocking it
+            (loopwatch.py; docs/guarantees.md). ``None``: no watch.
+        max_runs: Stop by itself once it has claimed this many runs, or
+            (``max_memory_mib``) once its resident memory is above this many
+            MiB; running jobs finish first, with no grace. ``venturi worker``
+            then exits 0 and ``--processes`` starts a fresh child
+            (recycle.py; docs/deployment.md). ``None``: no bound.
 
     Raises:
         ConfigurationError: An argument is out of range or of the wrong type
@@ -422,7 +418,13 @@ class Worker(Serving, Generic[StateT]):
 
     @property
     def stopping(self) -> bool:
+        """Whether claiming has stopped (a shutdown, or a recycle)."""
         return self._stopping
+
+    @property
+    def shutting_down(self) -> bool:
+        """Whether a run that starts now is asked to stop: a shutdown, not a recycle."""
+        return self._stopping and not self._recycling
 
     # -- lifecycle -----------------------------------------------------------------
 
