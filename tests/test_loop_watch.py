@@ -9,6 +9,7 @@ reported, nor is a whole process that was stopped.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -25,6 +26,7 @@ import pytest
 
 import venturi_redis as vr
 from tests.helpers import drain, make_worker
+from tests.servers import RedisServer
 
 pytestmark = pytest.mark.anyio
 
@@ -208,3 +210,25 @@ async def test_prometheus_counts_each_block(queue: vr.Queue) -> None:
     await drain(queue, SleepyJob, blocked_loop_warning=0.2, observer=m, concurrency=1)
     assert m.registry.get_sample_value("venturi_event_loop_blocked_seconds_count") == 1
     assert b"venturi_event_loop_blocked_seconds_bucket" in m.render()
+
+
+def test_a_run_abandoned_with_its_loop_leaves_no_watch_behind(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A loop stopped between two run_until_complete calls is not a blocked one, and a loop
+    closed under a run that was never cancelled (its finally never runs) ends the watch thread."""
+    caplog.set_level(logging.WARNING, logger=WATCH_LOG)
+    loop = asyncio.new_event_loop()
+    client = vr.Client.from_url(redis_server.url)
+    worker = make_worker(client.queue("loopwatch-abandoned"), SleepyJob, blocked_loop_warning=0.1)
+    task = loop.create_task(worker.run())
+    loop.run_until_complete(asyncio.sleep(0.5))
+    assert any(worker.id in t.name for t in watch_threads())
+    time.sleep(0.5)  # the loop stands still, not blocked: nothing runs on it
+    loop.close()  # the run's task is dropped, never cancelled
+    del task
+    deadline = time.monotonic() + 5
+    while any(worker.id in t.name for t in watch_threads()):
+        assert time.monotonic() < deadline, "the watch thread outlived its loop"
+        time.sleep(0.05)
+    assert watch_lines(caplog) == []

@@ -19,11 +19,15 @@ Two halves, one per thread:
 
 A process that was stopped or starved as a whole (SIGSTOP, a paused VM, a
 CPU quota) stops both threads: the watch thread then wakes late itself, and
-that block is not reported as a handler's. Nothing of this runs per job.
+that block is not reported as a handler's. A loop that is not running (kept
+between two ``run_until_complete`` calls) is not blocked either, and a loop
+closed under a run that was never cancelled ends the thread. Nothing of this
+runs per job.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import threading
@@ -80,11 +84,13 @@ class LoopWatch:
         self._beat = time.monotonic()
         self._reported = -1.0  # the beat whose block the thread reported
         self._loop_thread = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
 
     async def run(self) -> None:
         """Beat until cancelled, with the watch thread beside."""
         self._loop_thread = threading.get_ident()
+        self._loop = asyncio.get_running_loop()
         self._beat = time.monotonic()
         self._stop.clear()
         thread = threading.Thread(
@@ -126,7 +132,12 @@ class LoopWatch:
     def _watch(self) -> None:
         """The thread: reports a beat overdue by the threshold, once per block."""
         woke = time.monotonic()
+        loop = self._loop
         while not self._stop.wait(self.period):
+            if loop is None or loop.is_closed():
+                return  # run() was abandoned with its loop (never cancelled): nothing left to watch
+            if not loop.is_running():
+                continue  # a loop kept between runs (run_until_complete): not blocked, stopped
             now = time.monotonic()
             overslept = now - woke - self.period
             woke = now
