@@ -19,7 +19,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import anyio
 import pytest
@@ -73,11 +73,15 @@ class Told:
         self.blocks.append(seconds)
 
 
-def watch_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+def watch_lines(caplog: pytest.LogCaptureFixture, worker: vr.Worker[Any]) -> list[str]:
+    """What ``worker``'s watch said (another test's worker, left running, may say its own)."""
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == WATCH_LOG and r.levelno == logging.WARNING and "event loop" in r.getMessage()
+        if r.name == WATCH_LOG
+        and r.levelno == logging.WARNING
+        and "event loop" in r.getMessage()
+        and f"worker {worker.id}:" in r.getMessage()
     ]
 
 
@@ -97,8 +101,8 @@ async def test_a_blocking_handler_is_named_with_its_line_and_what_the_block_mean
     caplog.set_level(logging.WARNING, logger=WATCH_LOG)
     job_id = await queue.enqueue(Sleepy(seconds=1.0))
     told = Told()
-    await drain(queue, SleepyJob, lease=lease, blocked_loop_warning=0.2, observer=told)
-    lines = watch_lines(caplog)
+    worker = await drain(queue, SleepyJob, lease=lease, blocked_loop_warning=0.2, observer=told)
+    lines = watch_lines(caplog, worker)
     blocked = [line for line in lines if "has been blocked for" in line]
     again = [line for line in lines if "ran again after" in line]
     assert len(blocked) == 1 and len(again) == 1, lines
@@ -121,8 +125,8 @@ async def test_a_handler_that_does_not_block_the_loop_is_not_reported(
     caplog.set_level(logging.WARNING, logger=WATCH_LOG)
     await queue.enqueue(Sleepy(seconds=1.5, how=how))
     told = Told()
-    await drain(queue, SleepyJob, blocked_loop_warning=0.5, observer=told)
-    assert watch_lines(caplog) == [] and told.blocks == []
+    worker = await drain(queue, SleepyJob, blocked_loop_warning=0.5, observer=told)
+    assert watch_lines(caplog, worker) == [] and told.blocks == []
 
 
 def watch_threads() -> list[threading.Thread]:
@@ -231,4 +235,4 @@ def test_a_run_abandoned_with_its_loop_leaves_no_watch_behind(
     while any(worker.id in t.name for t in watch_threads()):
         assert time.monotonic() < deadline, "the watch thread outlived its loop"
         time.sleep(0.05)
-    assert watch_lines(caplog) == []
+    assert watch_lines(caplog, worker) == []
