@@ -36,6 +36,7 @@ from .._transport.errors import TRANSIENT
 from .._transport.redispy import unpooled_connection
 from .inbox import Inbox
 from .job import Job, jobs_of
+from .lost_claims import LostClaims
 
 if TYPE_CHECKING:
     from .batch import Batching
@@ -193,6 +194,10 @@ class _Runner:
         # Forming batches and held jobs, when the worker has a batch handler
         # (batch.py; set by each run()): None costs the dispatch one test.
         self.batching: Batching | None = None
+        # The last claim's token base and send time: noted if its reply is lost (lost_claims.py).
+        self._claim_base = ""
+        self._claim_sent = 0.0
+        self.lost = LostClaims(queue, settings.worker_id, settings.lease_ms)
 
     async def slot(self) -> None:
         """One long-lived task that runs claimed jobs one after another.
@@ -222,10 +227,11 @@ class _Runner:
 
     def _claim_op(self, count: int, stop_key: str | None = None) -> Op[ClaimReply]:
         s = self.settings
+        self._claim_base, self._claim_sent = secrets.token_hex(8), time.time()
         return self.queue.store.claim_op(
             count=count,
             worker=s.worker_id,
-            token_base=secrets.token_hex(8),
+            token_base=self._claim_base,
             default_lease_ms=s.lease_ms,
             stop_key=stop_key,
         )
@@ -419,6 +425,8 @@ class _Runner:
         # for a wake-up before it claims anyway (None: claim now).
         idle_for: float | None = None
         while not w.stopping:
+            if self.lost.pending:
+                await self.lost.release()
             free = w.concurrency - self.busy
             if self.batching is not None:
                 # Held jobs placed first; then enough to fill a batch (batch.py).
@@ -460,6 +468,8 @@ class _Runner:
                 if recycling is not None:
                     recycling.settle(want, len(jobs))
             except _SURVIVABLE as exc:
+                if isinstance(exc, TRANSIENT) and self._claim_base:
+                    self.lost.note(self._claim_base, self._claim_sent)  # it may have run
                 if recycling is not None:
                     recycling.settle(want, 0)
                 failures += 1
@@ -488,6 +498,7 @@ class _Runner:
 
         ``now``: the claim's clock (ms), for an observer's ``job_waited``.
         """
+        self._claim_base = ""  # its reply is in: nothing of it is lost
         w = self.host
         batching = self.batching
         if w.observer is None and batching is None:  # the usual worker: nothing to tell, nothing held
