@@ -2,7 +2,8 @@
 
 Run the web side with ``uvicorn examples.fastapi_app:app`` and a worker beside
 it with ``venturi worker examples.fastapi_app:make_worker`` (``pip install
-fastapi uvicorn 'venturi-redis[cli]'``; both need ``REDIS_URL`` pointing at
+fastapi uvicorn 'venturi-redis[cli,dashboard]'``: the app mounts the
+dashboard, which needs jinja2; both need ``REDIS_URL`` pointing at
 the same Redis). Then::
 
     curl -X POST localhost:8000/welcome -H 'content-type: application/json' -d '{"email": "a@example.org"}'

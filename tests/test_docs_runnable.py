@@ -5,7 +5,8 @@ A block is runnable when the line right above its opening fence is
 virtualenv's Python in a fresh process, once against a real redis-server
 (``REDIS_URL`` set) and once with ``REDIS_URL`` unset. A block that raises, or
 exits non-zero, fails the suite; so does a page that marks nothing runnable
-while a test here expects it to.
+while a test here expects it to. Every page a page names (``docs/NAME.md``,
+``[...](NAME.md)``) must exist.
 """
 
 from __future__ import annotations
@@ -68,3 +69,15 @@ def test_the_taste_prints_the_jobs_journal(tmp_path: Path, redis_server: RedisSe
     assert re.fullmatch(r"crawl \w{26}: completed after 3 runs, \{'pages': 3, 'agent': 'taste/1.0'\}", first)
     events = [line.split()[1] for line in journal]
     assert events == ["enqueued", "claimed", "paused", "claimed", "paused", "claimed", "completed"]
+
+
+def test_every_docs_page_named_exists() -> None:
+    """A reader follows ``docs/NAME.md`` and ``[...](NAME.md)``: each names a page that exists."""
+    named = set()
+    for page in PAGES:
+        text = page.read_text()
+        named.update(re.findall(r"\bdocs/([\w-]+\.md)\b", text))
+        if page.parent.name == "docs":
+            named.update(re.findall(r"\]\(([\w-]+\.md)(?:#[\w-]*)?\)", text))
+    assert named, "no page names found: the patterns above are stale"
+    assert sorted(name for name in named if not (ROOT / "docs" / name).is_file()) == []
