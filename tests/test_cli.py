@@ -763,6 +763,22 @@ def test_worker_loop_option_errors_are_usage_errors(app_dir: Path, rurl: str) ->
     assert lines[0].endswith("pip install 'venturi_redis[uvloop]'")
 
 
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_worker_metrics_port_without_prometheus_client_is_a_usage_error(
+    app_dir: Path, rurl: str, processes: str
+) -> None:
+    """One line and status 2 before any worker starts (the supervisor's children would
+    each have crashed with a traceback, and been restarted five times)."""
+    (app_dir / "prometheus_client.py").write_text("raise ImportError('No module named prometheus_client')\n")
+    options = ["--metrics-port", "0", "--processes", processes]
+    res = run_worker(app_dir, "myapp:worker", "--redis", rurl, *options)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("venturi: --metrics-port needs prometheus_client"), res.stderr
+    assert lines[0].endswith("pip install 'venturi-redis[metrics]'")
+
+
 def test_worker_unknown_queue_is_refused(app_dir: Path, rurl: str) -> None:
     res = run_worker(app_dir, "myapp:worker", "--redis", rurl, "--queue", "elsewhere")
     assert res.returncode == 1

@@ -60,6 +60,16 @@ def _loop_options(loop: str) -> dict[str, Any]:
     return {"loop_factory": uvloop.new_event_loop}
 
 
+def _metrics_usable(metrics_port: int | None) -> None:
+    """``--metrics-port`` without prometheus_client: a usage error now, before any worker is built."""
+    if metrics_port is None:
+        return
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError as exc:
+        die(f"--metrics-port needs prometheus_client ({exc}): pip install 'venturi-redis[metrics]'", 2)
+
+
 class _JsonLogFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc = {
@@ -163,6 +173,7 @@ def worker(
     from .._worker.worker import Worker
 
     backend_options = _loop_options(loop)
+    _metrics_usable(metrics_port)
 
     handler = logging.StreamHandler()
     handler.setFormatter(
