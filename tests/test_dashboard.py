@@ -330,6 +330,15 @@ async def test_retry_cancel_pause_resume_and_dead_retry(world: World) -> None:
             "job_id": ids["hostile"],
             "error": "Nothing done: the job is not dead.",
         }
+        # No such job: 404, as cancel answers, not "not dead".
+        for action in ("retry", "cancel"):
+            missing = await h.post(
+                f"/queues/mail/jobs/01JNOSUCHJOB0000000000000/{action}",
+                data={"csrf_token": token},
+                headers={"accept": "application/json"},
+            )
+            assert (missing.status_code, missing.json()["done"]) == (404, "not_found"), action
+            assert missing.json()["error"] == "Nothing done: no such job."
         gone = await h.post(
             f"/queues/mail/jobs/{ids['delayed']}/cancel",
             data={"csrf_token": token},

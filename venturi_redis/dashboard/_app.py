@@ -328,6 +328,8 @@ class Dashboard:
         moved = await queue.retry(job_id)
         target = self.url(request, "job", queue=queue.name, job_id=job_id)
         if not moved:
+            if await queue.get(job_id) is None:  # as cancel answers: no such job is a 404
+                return self._answer(request, target, "not_found", 404, job_id=job_id)
             return self._answer(request, target, "not-dead", 409, job_id=job_id)
         return self._answer(request, target, "retried", job_id=job_id)
 
