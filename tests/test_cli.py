@@ -451,6 +451,8 @@ def test_job_cancel_pending_running_finished(rurl: str, qname: str, sq: vr.SyncQ
     assert res.exit_code == 0 and "cancelled" in res.stdout
     again = venturi("job", "cancel", pend, "--redis", rurl, "-q", qname, "--json")
     assert again.exit_code == 1 and json.loads(again.stdout)["result"] == "finished"
+    # Why nothing was done goes to stderr with --json too, as job retry says it.
+    assert again.stderr == f"venturi: job {pend} is cancelled; nothing done\n"
     said = venturi("job", "cancel", pend, "--redis", rurl, "-q", qname)
     assert said.exit_code == 1 and said.stderr == f"venturi: job {pend} is cancelled; nothing done\n"
     none = venturi("job", "cancel", "01NOSUCHJOB0000000000000000", "--redis", rurl, "-q", qname)

@@ -76,6 +76,7 @@ def job_cancel(
     async def go(client: Client) -> int:
         q = await job_queue(client, job_id, queue)
         result, detail = await _ops.cancel(q, job_id)
+        done = result in ("cancelled", "requested")
         if json_out:
             print_json({"id": job_id, "queue": q.name, "result": result, "detail": detail})
         elif result == "cancelled":
@@ -85,11 +86,12 @@ def job_cancel(
                 f"job {job_id} is running: its worker will ask it to stop at its next lease "
                 "renewal and the run will end cancelled"
             )
-        else:
-            # The script's reason names the job itself ("job is completed"): said once.
+        if not done:
+            # To stderr with --json too (stdout stays the document). The script's
+            # reason names the job itself ("job is completed"): said once.
             why = detail.removeprefix("job ")
             typer.echo(f"venturi: job {job_id} {clean(why)}; nothing done", err=True)
-        return 0 if result in ("cancelled", "requested") else 1
+        return 0 if done else 1
 
     run_with_client(redis, go)
 
