@@ -142,6 +142,17 @@ def test_unreachable_redis_is_one_line_with_password_hidden() -> None:
     assert "hunter2" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
+def test_unreachable_sentinels_are_named_by_address_not_by_client_repr() -> None:
+    """redis-py puts each sentinel client's repr (~1 KB of settings) in its MasterNotFoundError."""
+    ports = free_port(), free_port()
+    url = f"redis+sentinel://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/mymaster/0"
+    res = venturi("stats", "--redis", url)
+    assert res.exit_code == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "No master found for 'mymaster'" in res.stderr
+    assert "ConnectionPool" not in res.stderr and "redis.asyncio" not in res.stderr, res.stderr
+    assert len(res.stderr) < 600, res.stderr
+
+
 def test_bad_url_and_bad_queue_name_are_usage_errors(rurl: str) -> None:
     res = venturi("stats", "--redis", "http://example.org")
     assert res.exit_code == 2 and "unsupported URL" in res.stderr

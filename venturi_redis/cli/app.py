@@ -8,6 +8,7 @@ place (``one_line_errors``), for the admin commands and the worker alike.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -181,6 +182,16 @@ def die(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
+# A redis-py client's repr, as redis-py's Sentinel puts each sentinel's in its
+# MasterNotFoundError: ~1 KB of connection settings around the host and port.
+_CLIENT_REPR = re.compile(r"<redis\.[\w.]*Redis\(<.*?\bhost=([^,>]+),port=(\d+).*?\)>\)>\)>")
+
+
+def _client_reprs_named(message: str) -> str:
+    """``message`` with each redis-py client's repr replaced by its host:port."""
+    return _CLIENT_REPR.sub(lambda m: f"sentinel {m[1]}:{m[2]}", message)
+
+
 @contextmanager
 def one_line_errors(*, url: str | None = None, what: str = "", config_status: int = 2) -> Iterator[None]:
     """Turn every failure an operator can meet into one line and an exit status.
@@ -202,7 +213,7 @@ def one_line_errors(*, url: str | None = None, what: str = "", config_status: in
     except VenturiError as exc:
         die(f"{lead}{exc}", 1)
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        die(f"{lead}cannot reach Redis{at}: {exc}", 1)
+        die(f"{lead}cannot reach Redis{at}: {_client_reprs_named(str(exc))}", 1)
     except RedisError as exc:
         die(f"{lead}Redis{at} refused: {exc}", 1)
 
