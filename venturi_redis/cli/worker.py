@@ -159,6 +159,14 @@ def worker(
             help="Exit 0 after claiming N runs, once they finish (with --processes: a fresh child starts).",
         ),
     ] = None,
+    reload: Annotated[
+        bool,
+        typer.Option(
+            "--reload",
+            help="Development: restart the worker(s) when a .py file under the current directory "
+            "changes (pip install 'venturi-redis[reload]').",
+        ),
+    ] = False,
     max_memory_mib: Annotated[
         int | None,
         typer.Option(
@@ -174,6 +182,11 @@ def worker(
 
     backend_options = _loop_options(loop)
     _metrics_usable(metrics_port)
+    if reload:
+        try:
+            import watchfiles  # noqa: F401
+        except ImportError as exc:
+            die(f"--reload needs the watchfiles package ({exc}): pip install 'venturi-redis[reload]'", 2)
 
     handler = logging.StreamHandler()
     handler.setFormatter(
@@ -187,7 +200,7 @@ def worker(
     # The resolved URL, given or not: a factory calling Client.from_url() then
     # reaches the server every other command here reaches.
     os.environ["REDIS_URL"] = redis_url(redis)
-    if processes > 1:
+    if processes > 1 or reload:
         from .processes import child_commands, supervise
 
         options = [f"--log-level={log_level}", f"--metrics-addr={metrics_addr}", f"--loop={loop}"]
@@ -200,7 +213,7 @@ def worker(
         options += [f"--max-runs={max_runs}"] if max_runs is not None else []
         options += [f"--max-memory-mib={max_memory_mib}"] if max_memory_mib is not None else []
         commands = child_commands(target, processes, options=options, metrics_port=metrics_port)
-        raise typer.Exit(supervise(commands))
+        raise typer.Exit(supervise(commands, reload=[Path.cwd()] if reload else ()))
     from .processes import watch_lifeline
 
     watch_lifeline()  # a child of --processes: stop when the supervisor is gone
