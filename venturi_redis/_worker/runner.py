@@ -49,6 +49,11 @@ log = logging.getLogger("venturi_redis.worker")
 # again on its next tick, instead of taking the whole worker down with it.
 _SURVIVABLE = (RedisError, OSError)
 _RECLAIM_BATCH = 100
+# Most reclaim calls one tick makes for the parts of the sweep that stop at a
+# cap of their own (reclaim.lua's `more`: throttled keys, start deadlines...),
+# 100 throttled keys each: well past any rate they come at, and a bound on a
+# part that cannot get through its batch (a corrupt entry looked at again).
+_SWEEP_CALLS_MAX = 100
 # An idle worker blocks on its queue's wake list for at most this long (and
 # never longer than poll_interval) before it claims anyway: the claim that
 # follows a timeout finds delayed jobs that came due, and a reply that does not
@@ -507,9 +512,11 @@ class _Runner:
 
     async def reclaim_once(self) -> int:
         q, s = self.queue, self.settings
-        total = 0
+        total = calls = 0
         while True:
-            requeued, died, ids = await q.store.reclaim(batch=_RECLAIM_BATCH, max_failures=s.max_failures)
+            swept = await q.store.reclaim(batch=_RECLAIM_BATCH, max_failures=s.max_failures)
+            requeued, died, ids, more = swept
+            calls += 1
             if ids:
                 log.warning(
                     "queue %s: reclaimed %d expired lease(s) (%d requeued, %d dead): %s",
@@ -523,7 +530,7 @@ class _Runner:
             expired = getattr(self.host.observer, "leases_expired", None)
             if ids and expired is not None:
                 expired(q.name, requeued, died)
-            if len(ids) < _RECLAIM_BATCH:
+            if len(ids) < _RECLAIM_BATCH and not (more and calls < _SWEEP_CALLS_MAX):
                 return total
 
     async def reclaim_loop(self) -> None:
