@@ -19,6 +19,7 @@ jobs that fail permanently (to dead); jobs with a dedup key (merged into a
 pending job of the same key) and with a throttling dedup window, their keys
 ever new; jobs that report progress twice, set an attachment and complete
 with a note; a synchronous (``def handle``) kind; jobs that pause once.
+``--batch`` puts a ``vr.BatchHandler`` kind in the mix (3 jobs in 20).
 
 Every ``--every`` seconds the worker process itself prints a sample: its RSS
 (``/proc/self/status`` VmRSS), the asyncio tasks alive, its threads, jobs
@@ -34,7 +35,7 @@ the worker (SIGUSR1) to take its baseline (a tracemalloc snapshot, object
 counts by type from ``gc.get_objects``, the container lengths); once the
 producer is done and the queue drained, SIGUSR2 makes it print what grew
 since: the top allocation sites (``Snapshot.compare_to``, by line, within the
-packages above), the object types whose count grew, and the containers that
+packages above and elsewhere), the object types whose count grew, and the containers that
 grew. The summary gives each figure's growth per 100,000 jobs finished
 after the baseline (a least-squares slope over the samples after it).
 
@@ -66,6 +67,7 @@ import sys
 import threading
 import time
 import tracemalloc
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -234,6 +236,33 @@ class PauserJob(Pauser, vr.Handler[None]):
         return vr.Outcome.completed()
 
 
+class Mail(vr.Task):
+    """A job of a batch handler's kind (``--batch``): many per ``handle_batch`` call."""
+
+    KIND: ClassVar[str] = "soak.mail"
+    i: int
+
+    def backoff(self) -> vr.Backoff:
+        return vr.Backoff.fibonacci(0.05, 0.2)
+
+
+class MailJob(Mail, vr.BatchHandler[None]):
+    BATCH_SIZE: ClassVar[int] = 50
+    BATCH_WAIT: ClassVar[float] = 0.02
+
+    @classmethod
+    async def handle_batch(
+        cls, items: Sequence[vr.BatchItem[Mail]], state: None
+    ) -> Sequence[vr.Outcome | BaseException] | None:
+        # Most complete with a result; one in ten fails its first run and is retried.
+        return [
+            vr.TaskError("bounced")
+            if item.task.i % 10 == 0 and item.ctx.failures == 0
+            else vr.Outcome.completed(result=item.task.i)
+            for item in items
+        ]
+
+
 HANDLERS: tuple[type[Any], ...] = (
     PlainJob,
     ExpiringJob,
@@ -248,11 +277,14 @@ HANDLERS: tuple[type[Any], ...] = (
 )
 
 
-def shape_of(i: int) -> vr.Task:
+def shape_of(i: int, batch: bool = False) -> vr.Task:
     """Job ``i``'s shape, out of 20: 7 plain, 1 with a deadline, 2 flaky, 1 doomed, 2 deduped, 1 throttled,
     2 reporters, 2 sync, 1 pauser, 1 slow (times out once). Dedup keys are ever new, as an
-    app's order or user ids are: what a key leaves behind in Redis once its jobs are done must go."""
+    app's order or user ids are: what a key leaves behind in Redis once its jobs are done must go.
+    With ``batch``, 3 of the plain are a batch handler's kind instead."""
     r = i % 20
+    if batch and r < 3:
+        return Mail(i=i)
     if r < 7:
         return Plain(i=i)
     if r == 7:
@@ -378,17 +410,19 @@ class SelfReport:
         assert self.base is not None
         snap0, types0, sizes0 = self.base
         lines: list[str] = []
+        types = type_counts()  # before the snapshots below add tracemalloc's own objects
         if snap0 is not None:
+            now = tracemalloc.take_snapshot()
             keep = [tracemalloc.Filter(True, f"*/{g}/*") for g in GROUPS]
-            now = tracemalloc.take_snapshot().filter_traces(keep)
-            lines.append("top allocation sites grown since the baseline (bytes, count):")
-            for stat in now.compare_to(snap0.filter_traces(keep), "lineno")[:25]:
-                if stat.size_diff <= 0:
-                    break
-                frame = stat.traceback[0]
-                where = frame.filename.split("site-packages/")[-1].split(str(ROOT) + "/")[-1]
-                lines.append(f"  {stat.size_diff:+10,} B {stat.count_diff:+8,}  {where}:{frame.lineno}")
-        grown = [(k, v - types0.get(k, 0)) for k, v in type_counts().items() if v - types0.get(k, 0) > 100]
+            drop = [tracemalloc.Filter(False, f"*/{g}/*") for g in GROUPS]
+            for title, filters in (("within " + ", ".join(GROUPS), keep), ("elsewhere", drop)):
+                diffs = now.filter_traces(filters).compare_to(snap0.filter_traces(filters), "lineno")
+                lines.append(f"top allocation sites grown since the baseline, {title} (bytes, blocks):")
+                for stat in sorted((d for d in diffs if d.size_diff > 0), key=lambda d: -d.size_diff)[:15]:
+                    frame = stat.traceback[0]
+                    where = frame.filename.split("site-packages/")[-1].split(str(ROOT) + "/")[-1]
+                    lines.append(f"  {stat.size_diff:+10,} B {stat.count_diff:+8,}  {where}:{frame.lineno}")
+        grown = [(k, v - types0.get(k, 0)) for k, v in types.items() if v - types0.get(k, 0) > 100]
         lines.append("object types whose count grew by more than 100 since the baseline:")
         lines += [f"  {d:+9,}  {k}" for k, d in sorted(grown, key=lambda kv: -kv[1])[:25]] or ["  none"]
         sizes = containers(self.roots)
@@ -434,7 +468,7 @@ async def worker_main(a: argparse.Namespace) -> None:
     async with vr.Client.from_url(os.environ["REDIS_URL"]) as client:
         queues = [client.queue(name) for name in a.queues.split(",")]
         worker = vr.Worker(queues, concurrency=a.concurrency, observer=finished)
-        worker.register(*HANDLERS)
+        worker.register(*HANDLERS, *((MailJob,) if a.batch else ()))
         report = SelfReport({"worker": worker, "client": client})
         async with anyio.create_task_group() as tg:
             tg.start_soon(
@@ -459,11 +493,11 @@ async def producer_main(a: argparse.Namespace) -> None:
                 await anyio.sleep(0.05)
                 continue
             n = min(50, a.jobs - sent)
-            await asyncio.gather(*(q.enqueue(shape_of(i)) for i in range(sent, sent + n)))
+            await asyncio.gather(*(q.enqueue(shape_of(i, a.batch)) for i in range(sent, sent + n)))
             sent += n
             n = min(450, a.jobs - sent)
             if n:
-                await q.enqueue_many([shape_of(i) for i in range(sent, sent + n)])
+                await q.enqueue_many([shape_of(i, a.batch) for i in range(sent, sent + n)])
                 sent += n
         emit({"sent": sent, "producer_done": True})
 
@@ -560,6 +594,7 @@ class Child:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--role", role, *args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
         self.samples: list[dict[str, Any]] = []
+        self.latest: dict[str, Any] = {}
         self.report: list[str] | None = None
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -573,14 +608,13 @@ class Child:
             record = json.loads(line[len(PREFIX) :])
             if "report" in record:
                 self.report = record["report"]
-            elif "marked" not in record:
+            elif "rss_kb" in record:
                 self.samples.append(record)
+            self.latest.update(record)
 
     def last(self, field: str, default: Any = 0) -> Any:
-        for s in reversed(self.samples):
-            if field in s:
-                return s[field]
-        return default
+        """The newest value of ``field`` in any of the child's records."""
+        return self.latest.get(field, default)
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
@@ -640,6 +674,7 @@ def drive(a: argparse.Namespace) -> None:
         env = {**os.environ, "REDIS_URL": server.url, "PYTHONPATH": str(ROOT)}
         measured_env = {**env, "PYTHONTRACEMALLOC": "1"} if a.tracemalloc else env
         common = ["--jobs", str(a.jobs), "--every", str(a.every), "--backlog", str(a.backlog)]
+        common += ["--batch"] if a.batch else []
         if a.producer:
             # The worker only keeps Redis bounded; the client is measured.
             helper = Child("worker", [*common, "--queues", f"{QUEUE},{WAIT_QUEUE}"], env)
@@ -652,6 +687,8 @@ def drive(a: argparse.Namespace) -> None:
             sender = helper
         done_field = "sent" if a.producer else "done"
         mode = "tracemalloc on" if a.tracemalloc else "tracemalloc off"
+        mode += ", batch kind" if a.batch else ""
+        mode += ", SyncClient" if a.sync and a.producer else ""
         print(f"{measured_role} measured, {a.jobs:,} jobs, {mode}, redis {server.url}")
         heads = "   t s    jobs   RSS MB  tasks thr  gc objects  traced MB  used_memory MB     keys"
         print(heads, flush=True)
@@ -680,7 +717,9 @@ def drive(a: argparse.Namespace) -> None:
                     time.sleep(0.5)
                     if measured.proc.poll() is not None or (a.producer and helper.proc.poll() is not None):
                         raise SystemExit("a child process ended early")
-                    if marked_at is None and sender.last("sent") >= a.warmup * a.jobs:
+                    # After its first sample: its handler of SIGUSR1 is in place by then.
+                    warm = sender.last("sent") >= a.warmup * a.jobs
+                    if marked_at is None and measured.samples and warm:
                         measured.signal(signal.SIGUSR1)
                         marked_at = len(measured.samples)
                     show_new()
@@ -756,6 +795,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=None, help="default 300,000 (2,000,000 with --producer)")
     ap.add_argument("--producer", action="store_true", help="measure a long-lived producer instead")
+    ap.add_argument("--batch", action="store_true", help="worker mode: a batch handler's kind in the mix")
     ap.add_argument("--sync", action="store_true", help="with --producer: a vr.SyncClient, from one thread")
     ap.add_argument("--tracemalloc", action="store_true", help="trace the measured process's allocations")
     ap.add_argument("--every", type=float, default=5.0, help="seconds between samples")
