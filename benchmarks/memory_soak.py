@@ -396,6 +396,8 @@ class SelfReport:
         }
         if tracemalloc.is_tracing():
             record["traced"] = traced_by_group(tracemalloc.take_snapshot())
+            # tracemalloc's own memory (its traces), part of the RSS but not traced.
+            record["tracemalloc_kb"] = tracemalloc.get_tracemalloc_memory() // 1024
         record["containers"] = containers(self.roots)
         emit(record)
 
@@ -629,6 +631,9 @@ class Child:
                 self.proc.wait()
 
 
+Row = tuple[float, int, int, int, float, int, int, int, int]
+
+
 def slope(xs: list[float], ys: list[float]) -> float:
     """Least-squares slope of ys against xs (0 with fewer than two distinct xs)."""
     if len(set(xs)) < 2:
@@ -659,8 +664,15 @@ def queue_keys(r: Any) -> list[str]:
     return out
 
 
-def redis_figures(r: Any) -> tuple[int, int]:
-    return int(r.info("memory")["used_memory"]), int(r.dbsize())
+def redis_figures(r: Any) -> tuple[int, int, int, int]:
+    """Redis's used_memory, its key count, and the queue's throttled keys held and deadlines listed."""
+    pipe = r.pipeline(transaction=False)
+    pipe.info("memory")
+    pipe.dbsize()
+    pipe.zcard(f"venturi:{{{QUEUE}}}:dedup:held")
+    pipe.zcard(f"venturi:{{{QUEUE}}}:expiring")
+    memory, keys, held, deadlines = pipe.execute()
+    return int(memory["used_memory"]), int(keys), int(held), int(deadlines)
 
 
 def drive(a: argparse.Namespace) -> None:
@@ -691,23 +703,25 @@ def drive(a: argparse.Namespace) -> None:
         mode += ", SyncClient" if a.sync and a.producer else ""
         print(f"{measured_role} measured, {a.jobs:,} jobs, {mode}, redis {server.url}")
         heads = "   t s    jobs   RSS MB  tasks thr  gc objects  traced MB  used_memory MB     keys"
+        heads += "   held  expiring"
         print(heads, flush=True)
-        # t, jobs, RSS, tasks, traced, used_memory, keys
-        rows: list[tuple[float, int, int, int, float, int, int]] = []
+        # t, jobs, RSS, tasks, traced, used_memory, keys, throttled keys held, deadlines listed
+        rows: list[Row] = []
         marked_at: int | None = None
         start = time.time()
 
         def show_new() -> None:
             while len(rows) < len(measured.samples):
                 s = measured.samples[len(rows)]
-                mem, keys = redis_figures(r)
+                mem, keys, held, deadlines = redis_figures(r)
                 traced = sum(s.get("traced", {}).values()) / 1e6
                 row = (s["at"] - start, int(s.get(done_field, 0)), s["rss_kb"], s["tasks"])
-                rows.append((*row, traced, mem, keys))
+                rows.append((*row, traced, mem, keys, held, deadlines))
                 mark = "*" if marked_at is not None and len(rows) == marked_at + 1 else " "
                 print(
                     f"{row[0]:6.0f}{mark}{row[1]:9,} {s['rss_kb'] / 1024:7.1f} {s['tasks']:6} "
-                    f"{s['threads']:3} {s['gc_objects']:11,} {traced:10.1f} {mem / 1e6:15.1f} {keys:8,}",
+                    f"{s['threads']:3} {s['gc_objects']:11,} {traced:10.1f} {mem / 1e6:15.1f} {keys:8,} "
+                    f"{held:6,} {deadlines:9,}",
                     flush=True,
                 )
 
@@ -746,7 +760,7 @@ def drive(a: argparse.Namespace) -> None:
 def summarize(
     a: argparse.Namespace,
     measured: Child,
-    rows: list[tuple[float, int, int, int, float, int, int]],
+    rows: list[Row],
     marked_at: int | None,
     done_field: str,
 ) -> None:
@@ -768,6 +782,9 @@ def summarize(
             f"  traced {first[4]:.1f} -> {last[4]:.1f} MB; "
             f"slope {slope(xs, [row[4] for row in after]) * per:+.3f} MB per 100k jobs"
         )
+        own = [s["tracemalloc_kb"] / 1024 for s in measured.samples[base:] if "tracemalloc_kb" in s]
+        if own:
+            print(f"  tracemalloc's own memory {own[0]:.1f} -> {own[-1]:.1f} MB (in the RSS, not traced)")
         groups: dict[str, list[float]] = collections.defaultdict(list)
         for s in measured.samples[base:]:
             for g, v in s.get("traced", {}).items():
@@ -783,6 +800,10 @@ def summarize(
         f"-> {last[5] / 1e6:.1f} MB (end, drained); keys {rows[0][6]:,} -> {first[6]:,} -> {last[6]:,}"
     )
     print(f"  Redis used_memory at most {max(r[5] for r in after) / 1e6:.1f} MB after the baseline")
+    print(
+        f"  throttled keys held {first[7]:,} (baseline) -> {last[7]:,} (end); "
+        f"deadlines listed {first[8]:,} -> {last[8]:,}"
+    )
     outcomes = measured.last("outcomes", None)
     if outcomes:
         print("  runs by outcome: " + ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items())))
