@@ -804,6 +804,9 @@ def summarize(
         f"  throttled keys held {first[7]:,} (baseline) -> {last[7]:,} (end); "
         f"deadlines listed {first[8]:,} -> {last[8]:,}"
     )
+    if measured.last("loop_tasks", None) is not None:  # --sync: the SyncClient's loop thread
+        tasks = [s["loop_tasks"] for s in measured.samples[base:] if "loop_tasks" in s]
+        print(f"  the SyncClient loop thread's asyncio tasks {tasks[0]} -> {tasks[-1]} (max {max(tasks)})")
     outcomes = measured.last("outcomes", None)
     if outcomes:
         print("  runs by outcome: " + ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items())))
