@@ -44,9 +44,15 @@
 -- cancel and quarantine endings add to it) tell their dependents.
 --
 -- Then the throttled dedup keys due a look (keys.lua dedup_held_key) are
--- kept or freed, up to 100 per sweep.
+-- kept or freed, up to 100 a call.
 --
--- Returns {requeued, dead, id...}.
+-- Returns {requeued, dead, more, id...}: `more` is 1 when a part other than
+-- the expired leases (start deadlines, orphans, throttled keys, ended order
+-- keys) stopped at its cap with more maybe left, so that the worker calls
+-- again on the same tick (runner.py reclaim_once): a fixed amount a tick
+-- fell behind whatever came faster (100 throttled keys a 15 s tick, while a
+-- worker completes thousands of jobs a second), and those keys stayed in
+-- Redis for good.
 
 -- @include clock.lua
 -- @include keys.lua
@@ -72,7 +78,9 @@ if events_read then
 end
 local requeued, died = 0, 0
 local requeued_slots = false
-local out = {0, 0}
+local out = {0, 0, 0}
+-- A capped part found a full batch: call again (the header's `more`).
+local more = false
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local job_key, journal_key = job_keys(prefix, id)
@@ -158,6 +166,7 @@ local held_key = dedup_held_key(prefix)
 local EXPIRE_MAX = 1000
 local exp_key = feature_keys(prefix).expiring
 local due = redis.call('ZRANGE', exp_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, EXPIRE_MAX)
+more = more or #due == EXPIRE_MAX
 if #due > 0 and not events_read then
   events_open(KEYS[9], KEYS[10], ARGV[2])
   history_counts = redis.call('HGET', KEYS[9], 'history') == '1' and {} or nil
@@ -224,9 +233,10 @@ for _, eid in ipairs(due) do
 end
 
 -- Jobs the claim ended (cancelled, quarantined) whose dependents are still
--- to be told (graph.lua graph_orphaned): told here, a batch per sweep. A job
+-- to be told (graph.lua graph_orphaned): told here, a batch a call. A job
 -- back in another state since (an operator's retry) tells them when it ends.
 local orphans = redis.call('SPOP', graph_orphans_key(prefix), 100)
+more = more or #orphans == 100
 if #orphans > 0 and not events_read then
   events_open(KEYS[9], KEYS[10], ARGV[2])
   history_counts = redis.call('HGET', KEYS[9], 'history') == '1' and {} or nil
@@ -253,6 +263,8 @@ local due = redis.pcall('ZRANGEBYSCORE', held_key, '-inf', now, 'LIMIT', 0, 100)
 local index_type = #due > 0 and redis.call('TYPE', KEYS[3]).ok
 -- No index at all (its last field freed) still lets the sweep drop the fields.
 if type(due) == 'table' and not due.err and #due > 0 and (index_type == 'hash' or index_type == 'none') then
+  -- Each field looked at leaves the due range (kept: scored later; else dropped).
+  more = more or #due == 100
   for _, field in ipairs(due) do
     local holder = redis.call('HGET', KEYS[3], field)
     local again = nil
@@ -282,9 +294,10 @@ end
 if history_counts then history_flush(prefix, now) end
 -- Ordered jobs the claim ended (cancel requested, expired, quarantined:
 -- claim.lua adds them to `order:ended`, keys.lua feature_keys): their keys
--- let the next job go here (order.lua), a batch per sweep.
+-- let the next job go here (order.lua), a batch a call.
 local ended = redis.pcall('SPOP', feature_keys(prefix).order_ended, 100)
 if type(ended) == 'table' and not ended.err and #ended > 0 then
+  more = more or #ended == 100
   local ol = order_lib(feature_keys, graph_queue_keys, job_keys)
   for _, oid in ipairs(ended) do
     ol.ended(prefix, (job_keys(prefix, oid)), oid)
@@ -292,6 +305,7 @@ if type(ended) == 'table' and not ended.err and #ended > 0 then
 end
 out[1] = requeued
 out[2] = died
+out[3] = more and 1 or 0
 if requeued > 0 or requeued_slots then
   wake_workers(KEYS[4], requeued + 1)
 end

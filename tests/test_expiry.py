@@ -167,6 +167,22 @@ async def test_the_reclaim_sweep_ends_an_expired_job_no_claim_reaches(
     assert await r.zrange(queue.keys.expiring, 0, -1) == [later.encode()]
 
 
+async def test_one_reclaim_tick_takes_every_deadline_past_not_a_batch(
+    clocked: vr.Client, queue_name: str
+) -> None:
+    """The sweep's part for deadlines stops at 1,000 a call: a worker's tick calls
+    again until it is through, so an index fed faster than 1,000 a tick (a finished
+    job leaves it only when its deadline passes) does not grow for good."""
+    queue = clocked.queue(queue_name)
+    await queue.pause()
+    await queue.enqueue_many([Report(n=i) for i in range(1_250)], expires=5)
+    _clock(clocked).advance(5)
+    await make_worker(queue, ReportJob)._runners[0].reclaim_once()
+    counts = await queue.counts()
+    assert (counts["pending"], counts["dead"]) == (0, 1_250)
+    assert await clocked.redis.zcard(queue.keys.expiring) == 0
+
+
 async def test_a_retry_due_after_the_deadline_never_runs(clocked: vr.Client, queue_name: str) -> None:
     queue = clocked.queue(queue_name)
     job = await queue.enqueue(Failing(), expires=30)

@@ -360,7 +360,7 @@ async def test_idle_wake_ups_leave_no_cyclic_garbage(queue: vr.Queue) -> None:
 
 
 def test_an_interrupt_reaches_the_wait_that_registers_after_it_and_no_wait_after_that() -> None:
-    from venturi_redis._worker.runner import Interrupt
+    from venturi_redis._worker.interrupt import Interrupt
 
     calls: list[str] = []
     interrupt = Interrupt()

@@ -132,8 +132,8 @@ class Driver:
 
     async def reclaim(self, batch: int = 100) -> tuple[int, int, list[str]]:
         call = calls.reclaim(self.k, self._now(), batch=batch, max_failures=self.max_failures)
-        requeued, died, ids = calls.reclaimed(await self._call(call))
-        return requeued, died, ids
+        got = calls.reclaimed(await self._call(call))
+        return got.requeued, got.dead, got.ids
 
     async def priority(self, job_id: str) -> Priority:
         raw = await self.c.redis.hget(self.k.job(job_id), "priority")

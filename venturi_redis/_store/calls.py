@@ -415,10 +415,13 @@ class Reclaimed(NamedTuple):
     requeued: int
     dead: int
     ids: list[str]
+    # A part of the sweep past the expired leases (start deadlines, throttled
+    # keys...) stopped at its cap: call again (reclaim.lua's header).
+    more: bool = False
 
 
 def reclaimed(reply: Any) -> Reclaimed:
-    return Reclaimed(int(reply[0]), int(reply[1]), [text(x) for x in reply[2:]])
+    return Reclaimed(int(reply[0]), int(reply[1]), [text(x) for x in reply[3:]], reply[2] == 1)
 
 
 # What this module defines, and what it re-exports from calls_base and calls_ending.

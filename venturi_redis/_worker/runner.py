@@ -35,6 +35,7 @@ from .._transport.cluster import is_cluster
 from .._transport.errors import TRANSIENT
 from .._transport.redispy import unpooled_connection
 from .inbox import Inbox
+from .interrupt import Interrupt
 from .job import Job, jobs_of
 from .lost_claims import LostClaims
 
@@ -51,6 +52,9 @@ log = logging.getLogger("venturi_redis.worker")
 # again on its next tick, instead of taking the whole worker down with it.
 _SURVIVABLE = (RedisError, OSError)
 _RECLAIM_BATCH = 100
+# Most reclaim calls a tick makes while a capped part of the sweep is full
+# (reclaim.lua's `more`: throttled keys, deadlines): a bound on one that is stuck.
+_SWEEP_CALLS_MAX = 100
 # An idle worker blocks on its queue's wake list for at most this long (and
 # never longer than poll_interval) before it claims anyway: the claim that
 # follows a timeout finds delayed jobs that came due, and a reply that does not
@@ -85,38 +89,6 @@ def _socket_timeout(redis: Any) -> float | None:
         kwargs = getattr(inner, "connection_kwargs", None) or {}
     value = kwargs.get("socket_timeout")
     return float(value) if value else None
-
-
-class Interrupt:
-    """A request to cut a runner's idle wait short (shutdown; an ``until_idle`` run's last job).
-
-    Set once. An idle wait in progress registers a callback (``on_set``) that
-    the set runs at once: a plain call where an ``asyncio.Event`` would need a
-    task waiting on it, cancelled after every wait that was not interrupted.
-    """
-
-    __slots__ = ("_callback", "_set")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._callback: Callable[[], None] | None = None
-
-    def set(self) -> None:
-        if not self._set:
-            self._set = True
-            callback, self._callback = self._callback, None
-            if callback is not None:
-                callback()
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def on_set(self, callback: Callable[[], None] | None) -> None:
-        """Call ``callback`` when set (now, if it is); None forgets the one registered."""
-        if callback is not None and self._set:
-            callback()
-        else:
-            self._callback = callback
 
 
 @dataclass(frozen=True, slots=True)
@@ -532,9 +504,12 @@ class _Runner:
 
     async def reclaim_once(self) -> int:
         q, s = self.queue, self.settings
-        total = 0
+        total = calls = 0
         while True:
-            requeued, died, ids = await q.store.reclaim(batch=_RECLAIM_BATCH, max_failures=s.max_failures)
+            requeued, died, ids, more = await q.store.reclaim(
+                batch=_RECLAIM_BATCH, max_failures=s.max_failures
+            )
+            calls += 1
             if ids:
                 log.warning(
                     "queue %s: reclaimed %d expired lease(s) (%d requeued, %d dead): %s",
@@ -548,7 +523,7 @@ class _Runner:
             expired = getattr(self.host.observer, "leases_expired", None)
             if ids and expired is not None:
                 expired(q.name, requeued, died)
-            if len(ids) < _RECLAIM_BATCH:
+            if len(ids) < _RECLAIM_BATCH and not (more and calls < _SWEEP_CALLS_MAX):
                 return total
 
     async def reclaim_loop(self) -> None:
