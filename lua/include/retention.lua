@@ -1,12 +1,13 @@
--- Retention inside the scripts that finish jobs (issue 47): each call that
--- adds finished jobs to a finished set (completed, dead, cancelled) removes up
--- to twice as many of the set's oldest jobs that are past the queue's
--- retention, by age or by count, whichever bound is reached first. Trimming
--- so keeps pace with finishing at any rate, with one worker or fifty, and
--- each finished job pays O(1) for it: a queue over its bounds holds at most
--- about (rate x retention) finished jobs, plus what one call adds. The
--- reclaim tick's sweep (ops.py trim, purge.lua) is still there for queues
--- whose jobs stopped finishing while older ones age out.
+-- Retention inside the script that completes jobs (issue 47; complete.lua is
+-- the one that includes this): each call that adds completed jobs removes up
+-- to twice as many of the completed set's oldest jobs that are past the
+-- queue's retention, by age or by count, whichever bound is reached first.
+-- Trimming so keeps pace with completing at any rate, with one worker or
+-- fifty, and each completed job pays O(1) for it: a queue over its bounds
+-- holds at most about (rate x retention) completed jobs, plus what one call
+-- adds. Dead and cancelled jobs, which come far slower, are trimmed by the
+-- reclaim tick's sweep (ops.py trim, purge.lua), which also catches up a
+-- queue whose jobs stopped finishing while older ones age out.
 --
 -- A trimmed job loses its hash, its journal and its workflow keys (keys.lua
 -- graph_keys: the dependents set and the results copied to it). Nothing else:
