@@ -224,7 +224,14 @@ def test_a_run_abandoned_with_its_loop_leaves_no_watch_behind(
     caplog.set_level(logging.WARNING, logger=WATCH_LOG)
     loop = asyncio.new_event_loop()
     client = vr.Client.from_url(redis_server.url)
-    worker = make_worker(client.queue("loopwatch-abandoned"), SleepyJob, blocked_loop_warning=0.1)
+    # The collector left as it is: an abandoned run never puts it back (nor unfreezes it).
+    worker = make_worker(
+        client.queue("loopwatch-abandoned"),
+        SleepyJob,
+        blocked_loop_warning=0.1,
+        freeze_gc=False,
+        gc_threshold=None,
+    )
     task = loop.create_task(worker.run())
     loop.run_until_complete(asyncio.sleep(0.5))
     assert any(worker.id in t.name for t in watch_threads())
