@@ -15,7 +15,7 @@ import functools
 import threading
 from typing import Any
 
-from .redispy import use_connection_class
+from .redispy import derive_connection_class
 
 _servers: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -34,8 +34,7 @@ def memory_redis(url: str) -> Any:
         if server is None:
             server = _servers[name] = fakeredis.FakeServer()
     client = aioredis.FakeRedis(server=server)
-    pool: Any = client.connection_pool
-    use_connection_class(pool, _yielding(pool.connection_class))
+    derive_connection_class(client.connection_pool, _yielding)
     return client
 
 
