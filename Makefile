@@ -37,7 +37,7 @@ CLUSTER_TESTS := tests/test_cluster.py tests/test_cluster_reshard.py tests/test_
 PEERS := "rq>=3.0" "celery[redis]>=5.5" "saq[redis]>=0.26" "redis==$(basename $(REDIS_FLOOR)).*"
 
 .DEFAULT_GOAL := help
-.PHONY: help install oldest example test test-server test-managed test-oldest test-cluster-oldest resolves lint typecheck check bench clean
+.PHONY: help install oldest example test test-server test-python test-managed test-oldest test-cluster-oldest resolves lint typecheck check bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -96,6 +96,30 @@ test-server: $(STAMP) ## The suite on another redis-server: make test-server RED
 	@test -x "$(REDIS_BIN)/redis-server" -a -f "$(REDIS_BIN)/redis-server" || { echo "make test-server: no redis-server in REDIS_BIN=$(REDIS_BIN)" >&2; exit 1; }
 	@export PATH="$(abspath $(REDIS_BIN)):$$PATH"; \
 	echo "test-server: $$(command -v redis-server): $$(redis-server --version)"; \
+	$(PYTEST_STAGE)
+
+# Another Python (docs/operations.md, "Pythons tested"): the same pytest stage
+# as test-server, in .venv-py<major><minor> (.venv-py313), built with PYTHON
+# and stamped like .venv; BIN is that virtualenv's for the stage. The stamp
+# is made by a make of its own, which does not take test-python's BIN.
+PYTHON_TAG = $(if $(PYTHON),$(shell "$(PYTHON)" -c 'import sys; print("%d%d" % sys.version_info[:2])' 2>/dev/null))
+PYVENV = .venv-py$(PYTHON_TAG)
+PYVENV_STAMP = $(PYVENV)/.installed
+
+ifneq ($(PYTHON_TAG),)
+$(PYVENV_STAMP): pyproject.toml
+	"$(PYTHON)" -m venv $(PYVENV)
+	$(PYVENV)/bin/pip install -q --upgrade pip
+	$(PYVENV)/bin/pip install -q -e ".[dev]"
+	@touch $(PYVENV_STAMP)
+endif
+
+test-python: BIN = $(PYVENV)/bin
+test-python: ## The suite on another Python: make test-python PYTHON=/path/to/python3.X (in .venv-py3X)
+	@test -n "$(PYTHON)" || { echo "make test-python: say which Python, PYTHON=/path/to/python3.X" >&2; exit 1; }
+	@test -n "$(PYTHON_TAG)" || { echo "make test-python: PYTHON=$(PYTHON) does not run" >&2; exit 1; }
+	@$(MAKE) --no-print-directory $(PYVENV_STAMP)
+	@echo "test-python: $(PYTHON): $$($(BIN)/python --version)"; \
 	$(PYTEST_STAGE)
 
 # The contract suite again on each server set-up of managed Redis and
@@ -159,4 +183,4 @@ bench: $(STAMP) ## Run the benchmarks (see benchmarks/README.md)
 	$(BIN)/python benchmarks/run.py
 
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) $(OLDEST) $(CLUSTER_OLDEST) .pytest_cache .mypy_cache .ruff_cache dist build
+	rm -rf $(VENV) $(OLDEST) $(CLUSTER_OLDEST) .venv-py[0-9]* .pytest_cache .mypy_cache .ruff_cache dist build

@@ -50,6 +50,25 @@ async def test_sequential_enqueues_go_out_one_by_one(
     assert len(set(ids)) == 5
 
 
+async def test_other_tasks_run_while_an_enqueue_is_in_flight(queue: vr.Queue) -> None:
+    """What sharing needs on every backend: a call in flight lets the event loop run other
+    tasks, which then find it there. On ``memory://`` that is _transport/memory.py's doing
+    (from Python 3.12, nothing in redis-py or fakeredis suspends a command there)."""
+    order: list[str] = []
+
+    async def enqueue() -> None:
+        await queue.enqueue(Echo(text="first"))
+        order.append("enqueued")
+
+    async def other() -> None:
+        order.append("another task ran")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(enqueue)
+        tg.start_soon(other)
+    assert order == ["another task ran", "enqueued"]
+
+
 async def test_a_burst_shares_calls_and_every_caller_gets_its_own_id(
     queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:

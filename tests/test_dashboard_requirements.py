@@ -297,7 +297,11 @@ def test_a_newcomer_runs_the_example_then_venturi_dashboard_and_sees_its_queue(
     )
     assert m, ran.stdout
     name, venturi, url, path = m.groups()
-    assert (venturi, url, path) == (".venv/bin/venturi", redis_server.url, f"/queues/{name}")
+    # The venturi beside the Python running the suite: .venv/bin/venturi under
+    # `make test`, .venv-py3XX/bin/venturi under `make test-python`.
+    beside = Path(sys.executable).parent / "venturi"
+    expected = str(beside.relative_to(root)) if beside.is_relative_to(root) else str(beside)
+    assert (venturi, url, path) == (expected, redis_server.url, f"/queues/{name}")
     assert (root / venturi).exists()
     port = str(shots.free_port())  # the printed command on a port of the test's own
     proc = subprocess.Popen([str(root / venturi), "dashboard", "--redis", url, "--port", port], cwd=root)
@@ -328,7 +332,7 @@ def test_a_newcomer_runs_the_example_then_venturi_dashboard_and_sees_its_queue(
     assert alone.returncode == 0, alone.stderr
     assert "This ran on memory://" in alone.stdout
     assert "REDIS_URL=redis://127.0.0.1:6379/0 make example" in alone.stdout
-    assert ".venv/bin/venturi dashboard --redis redis://127.0.0.1:6379/0" in alone.stdout
+    assert f"{expected} dashboard --redis redis://127.0.0.1:6379/0" in alone.stdout
 
 
 async def test_an_empty_overview_explains_memory_urls(redis_server: RedisServer) -> None:

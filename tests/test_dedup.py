@@ -434,6 +434,7 @@ class Wire:
         self.writes: list[tuple[AbstractConnection, list[str]]] = []
         self._hook: Callable[[], Awaitable[None]] | None = None
         self._lose_exec = ""
+        self._writing: set[int] = set()  # the connections inside a recorded write (their id)
         for cls in (AbstractConnection, FastPackConnection):
             monkeypatch.setattr(cls, "send_packed_command", self._recording(cls.send_packed_command))
         # The enqueue lane writes to its transport itself once it reads its own replies.
@@ -462,8 +463,13 @@ class Wire:
 
     def _recording(self, original: Any) -> Any:
         async def send_packed_command(conn: AbstractConnection, command: Any, *args: Any, **kw: Any) -> Any:
-            # Once per write: a subclass's send may call its base class's.
-            if type(conn).send_packed_command is send_packed_command:
+            # Once per write, by the outermost recorder: a subclass's send may call its
+            # base class's (FastPackConnection's, memory://'s connection class's, which
+            # is not patched here: _transport/memory.py).
+            if id(conn) in self._writing:
+                return await original(conn, command, *args, **kw)
+            self._writing.add(id(conn))
+            try:
                 names = _command_names(command)
                 self.writes.append((conn, names))
                 if names[0] == "WATCH" and self._hook is not None:
@@ -474,7 +480,9 @@ class Wire:
                     if when == "before":
                         raise RedisConnectionError("injected: the connection failed before EXEC went out")
                     self._fail_next_read(conn)
-            return await original(conn, command, *args, **kw)
+                return await original(conn, command, *args, **kw)
+            finally:
+                self._writing.discard(id(conn))
 
         return send_packed_command
 

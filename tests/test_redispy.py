@@ -143,6 +143,23 @@ def test_a_pool_takes_the_connection_class_it_was_given_whatever_the_url_says() 
     assert unix.connection_class is UnixDomainSocketConnection
 
 
+def test_a_pool_opens_its_connections_as_a_class_derived_from_its_own() -> None:
+    """``memory://``'s connections: a subclass of the class fakeredis's pool chose, made from it."""
+    from redis.asyncio.connection import Connection, ConnectionPool
+
+    pool = ConnectionPool.from_url("redis://127.0.0.1:1/0")
+    seen: list[type] = []
+
+    def derive(base: type) -> type:
+        seen.append(base)
+        return type("Derived", (base,), {})
+
+    redispy.derive_connection_class(pool, derive)
+    assert seen == [Connection]
+    assert pool.connection_class.__name__ == "Derived" and issubclass(pool.connection_class, Connection)
+    assert type(pool.make_connection()) is pool.connection_class
+
+
 def test_a_blocking_pool_hands_out_a_connection(redis_server: RedisServer) -> None:
     import redis
 

@@ -24,6 +24,7 @@ from tests.servers import RedisServer
 from tests.tasks import Echo, EchoJob
 from venturi_redis._store import calls
 from venturi_redis._store.scripts import ScriptSet
+from venturi_redis._worker import gc_tuning
 
 pytestmark = pytest.mark.anyio
 
@@ -323,8 +324,10 @@ class GcProbeJob(GcProbe, vr.Handler[dict[str, Any]]):
 
 @pytest.fixture
 def collector() -> Iterator[None]:
-    """The process's collector as a test found it, put back whatever the test did."""
-    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    """The process's collector as a test found it, put back whatever the test did: nothing
+    frozen but what CPython froze itself (3.12: gc_tuning.INTERPRETER_FROZEN), or less once a
+    test unfroze that too."""
+    assert gc.get_freeze_count() <= gc_tuning.INTERPRETER_FROZEN and gc.isenabled()
     thresholds = gc.get_threshold()
     try:
         yield
@@ -364,10 +367,29 @@ async def test_a_worker_leaves_the_collector_alone_when_told_or_when_the_process
     # Nothing frozen by the worker (frozen objects that die leave the count), nothing unfrozen.
     assert state["frozen while running"] <= before
     if process == "already frozen":
-        assert gc.get_freeze_count() > 0
+        assert gc.get_freeze_count() > gc_tuning.INTERPRETER_FROZEN
     else:
-        assert before == state["frozen while running"] == gc.get_freeze_count() == 0
+        assert before == state["frozen while running"] == gc.get_freeze_count()
+        assert before <= gc_tuning.INTERPRETER_FROZEN  # nothing frozen by the process
     assert gc.isenabled() == (process != "gc disabled")
+
+
+@pytest.mark.usefixtures("collector")
+async def test_a_worker_freezes_beside_what_the_interpreter_froze_itself(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPython 3.12 starts with objects of its own in the permanent generation (375 tuples on
+    3.12.1): that is not a process running its collector its own way, and a worker freezes there
+    as on 3.11 and 3.13 (it froze nothing on 3.12 before). Here the objects frozen before the
+    worker starts stand for the interpreter's own, on every Python."""
+    gc.freeze()
+    before = gc.get_freeze_count()
+    monkeypatch.setattr(gc_tuning, "INTERPRETER_FROZEN", before)
+    await queue.enqueue(GcProbe())
+    state: dict[str, Any] = {}
+    await drain(queue, GcProbeJob, state=state)
+    assert state["frozen while running"] > before  # the worker's own start-up frozen too
+    assert gc.get_freeze_count() == 0  # unfrozen when it stopped
 
 
 class _Cycle:

@@ -188,6 +188,17 @@ def use_connection_class(pool: Any, connection_class: type) -> None:
         pool.connection_class = connection_class
 
 
+def derive_connection_class(pool: Any, derive: Callable[[Any], type]) -> None:
+    """Make ``pool`` open its connections as ``derive(the class it opens them as)``, a subclass of it.
+
+    For a pool whose class the package did not choose (fakeredis's, for
+    ``memory://``: ``memory.py``). The same reach as ``use_connection_class``:
+    ``ConnectionPool.connection_class``, read by ``make_connection`` for each
+    new connection (5.0 to 8.2).
+    """
+    use_connection_class(pool, derive(pool.connection_class))
+
+
 @functools.cache
 def _wants_command_name(pool_class: Any) -> bool:
     """Whether ``pool_class.get_connection`` must be given a command name.
@@ -291,6 +302,7 @@ def is_cut_connection(exc: AttributeError) -> bool:
 
 __all__ = [
     "cluster_uninitialized",
+    "derive_connection_class",
     "forget_watch",
     "handshaken_transport",
     "health_check_due",

@@ -149,10 +149,11 @@ class Worker(Serving, Generic[StateT]):
             from being frozen runs the first time the worker has nothing to
             run, not before its first jobs. Left alone when
             the process manages its collector itself (``gc`` disabled, or
-            objects already frozen); ``False`` never touches it.
+            objects already frozen, beyond those CPython 3.12 freezes
+            itself at start-up); ``False`` never touches it.
         gc_threshold: While running, the collector's young-generation
             threshold is at least this (CPython's default is 700 on 3.11
-            and 3.12): fewer collections of the young objects, and fewer of
+            and 3.12, 2,000 on 3.13): fewer collections of the young objects, and fewer of
             the older generations they trigger. Handlers that call out
             leave cyclic garbage behind (a redis-py command in the
             benchmark's handler, ~25 objects a job): at 700 the collector
