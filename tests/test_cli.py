@@ -484,6 +484,8 @@ def test_job_update_priority_and_delay(rurl: str, qname: str, sq: vr.SyncQueue) 
     pend = sq.enqueue(Echo(text="a"), delay=3600)
     res = venturi("job", "update", pend, "--priority", "high", "--delay", "0", "--redis", rurl)
     assert res.exit_code == 0 and "priority high, eligible at" in res.stdout
+    # A time as every table shows one: UTC to the millisecond, with a Z.
+    assert re.search(r"eligible at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", res.stdout.strip()), res.stdout
     info = sq.get(pend)
     assert info is not None and info.priority is vr.Priority.HIGH
     assert sq.journal(pend)[-1].details["changed"] == "priority,eligible_at"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 import redis
@@ -51,6 +52,10 @@ def test_follow_a_queue(redis_server: RedisServer) -> None:
         ["enqueued", first, "echo"],
         ["enqueued", second, "echo"],
     ]
+    # Each line starts with its time as every table shows one: UTC to the millisecond, with a Z.
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line.split()[0]) for line in lines), (
+        lines
+    )
     res = runner.invoke(app, ["events", name, "--since", "0", "--count", "2", "--json", "--redis", url])
     on, doc = (json.loads(line) for line in res.output.splitlines())
     assert (on["event"], on["job_id"]) == ("events_on", "")

@@ -32,6 +32,7 @@ from .app import (
     run_with_client,
 )
 from .output import clean, print_json
+from .output import when as shown_time
 
 
 @job_app.command("retry")
@@ -123,8 +124,8 @@ def job_update(
         if json_out:
             print_json({"id": job_id, "queue": q.name, "updated": done, "state": state})
         elif done and info is not None:
-            when = info.eligible_at.isoformat() if info.eligible_at else "-"
-            typer.echo(f"job {job_id}: priority {info.priority.label}, eligible at {when}")
+            at = shown_time(info.eligible_at)  # as every table shows a time: UTC, milliseconds, Z
+            typer.echo(f"job {job_id}: priority {info.priority.label}, eligible at {at}")
         if done:
             return 0
         why = "does not exist" if state is None else f"is {state}, not pending"

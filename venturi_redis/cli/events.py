@@ -11,15 +11,13 @@ from .._model.events import QueueEvent
 from .._producer import events as _events
 from .._producer.client import Client
 from .app import RedisOpt, app, known_queue, run_with_client
-from .output import clean
+from .output import clean, when
 
 
 def _line(e: QueueEvent) -> str:
     what = e.note if e.value is None else json.dumps(e.value, default=str)
     tail = f"  {what}" if what else ""
-    return clean(
-        f"{e.at.isoformat(timespec='milliseconds')} {e.event:<16} {e.job_id} {e.kind} run {e.run}{tail}"
-    )
+    return clean(f"{when(e.at)} {e.event:<16} {e.job_id} {e.kind} run {e.run}{tail}")
 
 
 def _doc(e: QueueEvent) -> dict[str, Any]:
