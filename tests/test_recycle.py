@@ -22,7 +22,7 @@ import pytest
 
 import venturi_redis as vr
 from tests.helpers import make_worker
-from tests.procs.pworker import Stamp
+from tests.procs.pworker import Stamp, StampJob
 from tests.servers import RedisServer
 from venturi_redis._worker.recycle import resident_mib
 
@@ -34,17 +34,6 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def backend() -> str:
     return "redis"  # a worker's own bounds: the real server only
-
-
-class Nap(vr.Task):
-    KIND: ClassVar[str] = "recycle.nap"
-    seconds: float = 0.0
-
-
-class NapJob(Nap, vr.Handler[None]):
-    async def handle(self, ctx: vr.Context[vr.NoCarry], state: None) -> vr.Outcome:
-        await anyio.sleep(self.seconds)
-        return vr.Outcome.completed()
 
 
 class Asked(vr.Task):
@@ -63,8 +52,8 @@ async def states(queue: vr.Queue, ids: list[str]) -> list[vr.JobState]:
 
 
 async def test_max_runs_claims_exactly_that_many_and_run_returns_by_itself(queue: vr.Queue) -> None:
-    ids = await queue.enqueue_many([Nap() for _ in range(10)])
-    worker = make_worker(queue, NapJob, max_runs=3, concurrency=4)
+    ids = await queue.enqueue_many([Stamp() for _ in range(10)])
+    worker = make_worker(queue, StampJob, max_runs=3, concurrency=4)
     with anyio.fail_after(20):
         await worker.run()  # no shutdown(), no until_idle: it stops by itself
     got = await states(queue, ids)
@@ -75,8 +64,8 @@ async def test_max_runs_claims_exactly_that_many_and_run_returns_by_itself(queue
 
 async def test_max_runs_is_one_budget_across_the_workers_queues(client: vr.Client, queue_name: str) -> None:
     queues = [client.queue(f"{queue_name}-{i}") for i in range(2)]
-    ids = [i for q in queues for i in await q.enqueue_many([Nap() for _ in range(10)])]
-    worker = make_worker(queues, NapJob, max_runs=5, concurrency=3, batch_size=3)
+    ids = [i for q in queues for i in await q.enqueue_many([Stamp() for _ in range(10)])]
+    worker = make_worker(queues, StampJob, max_runs=5, concurrency=3, batch_size=3)
     with anyio.fail_after(20):
         await worker.run()
     done = [s for q in queues for s in await states(q, ids)]
@@ -87,9 +76,9 @@ async def test_running_jobs_finish_past_the_grace_and_nothing_is_released(
     queue: vr.Queue, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="venturi_redis.worker")
-    ids = await queue.enqueue_many([Nap(seconds=1.0) for _ in range(2)] + [Nap() for _ in range(3)])
+    ids = await queue.enqueue_many([Stamp(seconds=1.0) for _ in range(2)] + [Stamp() for _ in range(3)])
     # Both naps claimed at once (batch 2), well past the 0.1 s grace a SIGTERM would give them.
-    worker = make_worker(queue, NapJob, max_runs=2, concurrency=2, batch_size=2, shutdown_grace=0.1)
+    worker = make_worker(queue, StampJob, max_runs=2, concurrency=2, batch_size=2, shutdown_grace=0.1)
     with anyio.fail_after(20):
         await worker.run()
     assert (await states(queue, ids))[:2] == [vr.JobState.COMPLETED] * 2
@@ -98,8 +87,8 @@ async def test_running_jobs_finish_past_the_grace_and_nothing_is_released(
 
 
 async def test_a_shutdown_during_the_recycle_drain_brings_the_grace_back(queue: vr.Queue) -> None:
-    (job_id,) = await queue.enqueue_many([Nap(seconds=60)])
-    worker = make_worker(queue, NapJob, max_runs=1, shutdown_grace=0.2)
+    (job_id,) = await queue.enqueue_many([Stamp(seconds=60)])
+    worker = make_worker(queue, StampJob, max_runs=1, shutdown_grace=0.2)
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker.run)
@@ -118,8 +107,8 @@ async def test_max_memory_mib_stops_the_worker_above_it(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="venturi_redis.worker")
     assert resident_mib() > 1  # this process: tens of MiB, read from /proc/self/statm
-    await queue.enqueue(Nap())
-    worker = make_worker(queue, NapJob, max_memory_mib=1)
+    await queue.enqueue(Stamp())
+    worker = make_worker(queue, StampJob, max_memory_mib=1)
     with anyio.fail_after(20):
         await worker.run()
     said = [r.getMessage() for r in caplog.records if "started afresh" in r.getMessage()]

@@ -39,6 +39,20 @@ class Version(vr.Task):
     KIND: ClassVar[str] = "reload.version"
 
 
+WORKER = [sys.executable, "-m", "venturi_redis.cli", "worker", "relapp:make_worker", "--reload"]
+
+
+def env_for(server: RedisServer, queue: str) -> dict[str, str]:
+    """The app's environment: its Redis and queue, and this checkout's package."""
+    return {
+        **os.environ,
+        "REDIS_URL": server.url,
+        "VENTURI_QUEUE": queue,
+        "PYTHONPATH": str(ROOT),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
 def result_of(q: vr.SyncQueue, log: Path) -> object:
     job_id = q.enqueue(Version())
     deadline = time.monotonic() + 60
@@ -59,19 +73,12 @@ def test_a_changed_handler_runs_after_the_reload(redis_server: RedisServer, tmp_
     name = f"reload-{uuid.uuid4().hex[:8]}"
     app = tmp_path / "relapp.py"
     app.write_text(APP.format(version="v1"))
-    env = {
-        **os.environ,
-        "REDIS_URL": redis_server.url,
-        "VENTURI_QUEUE": name,
-        "PYTHONPATH": str(ROOT),
-        "PYTHONUNBUFFERED": "1",
-    }
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "venturi_redis.cli", "worker", "relapp:make_worker", "--reload"],
+            WORKER,
             cwd=tmp_path,
-            env=env,
+            env=env_for(redis_server, name),
             stdout=out,
             stderr=out,
         )
@@ -94,11 +101,10 @@ def test_a_changed_handler_runs_after_the_reload(redis_server: RedisServer, tmp_
 def test_reload_without_watchfiles_is_a_usage_error(redis_server: RedisServer, tmp_path: Path) -> None:
     (tmp_path / "watchfiles.py").write_text("raise ImportError('No module named watchfiles')\n")
     (tmp_path / "relapp.py").write_text(APP.format(version="v1"))
-    env = {**os.environ, "REDIS_URL": redis_server.url, "VENTURI_QUEUE": "x", "PYTHONPATH": str(ROOT)}
     res = subprocess.run(
-        [sys.executable, "-m", "venturi_redis.cli", "worker", "relapp:make_worker", "--reload"],
+        WORKER,
         cwd=tmp_path,
-        env=env,
+        env=env_for(redis_server, "x"),
         capture_output=True,
         text=True,
         timeout=60,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from redis.exceptions import RedisError
 
+from .._model.codec import text
 from .._model.endings import Released
 from .._model.enums import Priority
 from .._store.store import NO_STATE, EndingArgs, Lease, send_ops
@@ -88,8 +89,7 @@ class LostClaims:
             lo = int(claim.sent_ms + offset) + self.lease_ms - SLACK_MS
             hi = int(claim.failed_ms + offset) + self.lease_ms + SLACK_MS
             ids = await redis.zrangebyscore(self.queue.keys.running, lo, hi, start=0, num=MOST)
-            ids = [i.decode() if isinstance(i, bytes) else i for i in ids]
-            released += await self._release(claim.base, ids)
+            released += await self._release(claim.base, [text(i) for i in ids])
             self.pending.remove(claim)
         return released
 
@@ -104,9 +104,9 @@ class LostClaims:
         store = self.queue.store
         ops = []
         for job_id, row in zip(ids, rows, strict=True):
-            token, owner, priority = (v.decode() if isinstance(v, bytes) else v for v in row)
-            if token and token.startswith(prefix) and owner == self.worker_id:
-                lease = Lease(job_id, token, _PRIORITY.get(priority or "", Priority.NORMAL))
+            token, owner, priority = (text(v) for v in row)
+            if token.startswith(prefix) and owner == self.worker_id:
+                lease = Lease(job_id, token, _PRIORITY.get(priority, Priority.NORMAL))
                 ops.append(store.end_run(lease, Released(NOTE), NO_STATE, _ARGS))
         if not ops:
             return 0

@@ -161,6 +161,10 @@ class Serving:
             running,
         )
         self._recycling = True
+        self._stop_claiming()
+
+    def _stop_claiming(self) -> None:
+        """Claim no more: each claim loop woken, its idle wait cut short, run()'s stop event set."""
         self._stopping = True
         for r in self._runners:
             r.wake()

@@ -441,16 +441,12 @@ class Worker(Serving, Generic[StateT]):
         if self._stopping and not self._recycling:
             self._force = True
         self._changed.set()  # a drain waits on it (a recycle's drain: the grace starts now)
-        self._stopping = True
         self._recycling = False
         for r in self._runners:
             for job in r.active.values():
                 if job.ctx is not None:
                     job.ctx._cancel("worker shutting down")
-            r.wake()
-            r.interrupt.set()
-        if self._stop is not None:
-            self._stop.set()
+        self._stop_claiming()
 
     async def run(self, *, until_idle: bool = False) -> None:
         """Run until ``shutdown()`` (or SIGTERM / SIGINT).

@@ -154,9 +154,8 @@ def supervise(
                 shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
                 log.warning("supervisor: %s changed; restarting the workers with the new code", shown)
                 for slot in slots:
-                    if slot.proc is not None and slot.proc.poll() is None:
-                        slot.reloading = True
-                        slot.proc.send_signal(signal.SIGTERM)
+                    slot.reloading = slot.proc is not None
+                _terminate(slots)
             for slot in slots:
                 proc = slot.proc
                 if proc is None:
@@ -173,9 +172,13 @@ def supervise(
                         slot.quick_deaths, slot.backoff = 0, BACKOFF_FIRST
                     continue
                 slot.proc = None
-                if slot.reloading and not stopping:
+                if not stopping and (slot.reloading or code == 0):
+                    # Stopped for new code (--reload), or by itself, its jobs finished
+                    # (--max-runs, --max-memory-mib): no death, a fresh one now.
+                    why = "stopped for the new code" if slot.reloading else "recycled itself"
                     slot.reloading = False
-                    log.info("supervisor: worker %d (pid %d) stopped for the new code", slot.index, proc.pid)
+                    fresh = "supervisor: worker %d (pid %d) %s; starting a fresh one"
+                    log.info(fresh, slot.index, proc.pid, why)
                     slot.restart_at = now
                     continue
                 if stopping:
@@ -194,15 +197,6 @@ def supervise(
                             "supervisor: worker %d (pid %d) ended with status %s", slot.index, proc.pid, code
                         )
                         failed = failed or f"worker {slot.index} ended with status {code} on shutdown"
-                    continue
-                if code == 0:
-                    # Stopped by itself, its jobs finished (--max-runs, --max-memory-mib): a fresh one now.
-                    log.info(
-                        "supervisor: worker %d (pid %d) recycled itself; starting a fresh one",
-                        slot.index,
-                        proc.pid,
-                    )
-                    slot.restart_at = now
                     continue
                 how = f"killed by {_name(-code)}" if code < 0 else f"exited with status {code}"
                 failed = _died(slot, f"worker {slot.index} (pid {proc.pid}) {how}", code, now)
