@@ -10,6 +10,7 @@ reported, nor is a whole process that was stopped.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -243,3 +244,48 @@ def test_a_run_abandoned_with_its_loop_leaves_no_watch_behind(
         assert time.monotonic() < deadline, "the watch thread outlived its loop"
         time.sleep(0.05)
     assert watch_lines(caplog, worker) == []
+
+
+async def test_the_workers_listing_counts_the_blocks(
+    queue: vr.Queue, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`venturi workers`, queue.workers() and the dashboard's queue page say how often a worker's
+    loop was blocked and the longest block, while the worker runs; a record without those fields
+    (an older release's) reads them as 0."""
+    import httpx
+    from typer.testing import CliRunner
+
+    from venturi_redis.cli.commands import app
+    from venturi_redis.dashboard import create_app
+
+    caplog.set_level(logging.WARNING, logger=WATCH_LOG)
+    await queue.enqueue(Sleepy(seconds=0.8))
+    worker = make_worker(queue, SleepyJob, blocked_loop_warning=0.2, lease=1.5, concurrency=1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(20):
+            while not [w for w in await queue.workers() if w.name == worker.id and w.loop_blocked]:
+                await anyio.sleep(0.05)
+        (info,) = [w for w in await queue.workers() if w.name == worker.id]
+        ended = [line for line in watch_lines(caplog, worker) if "ran again after" in line]
+        cli = await anyio.to_thread.run_sync(
+            lambda: CliRunner().invoke(app, ["workers", "-q", queue.name, "--redis", redis_server.url])
+        )
+        transport = httpx.ASGITransport(app=create_app(queue.client))
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as h:
+            page = (await h.get(f"/queues/{queue.name}")).text
+            api = (await h.get(f"/api/queues/{queue.name}/workers")).json()["workers"]
+        worker.shutdown()
+    assert len(ended) == 1 and info.loop_blocked == 1
+    # The longest block is the one the warning reported ("about X s"), to the tenth.
+    assert f"about {info.longest_block:.1f} s blocked" in ended[0], (info, ended)
+    assert cli.exit_code == 0, cli.output
+    assert f"1x, longest {info.longest_block:.1f} s" in " ".join(cli.output.split()), cli.output
+    (row,) = [w for w in api if w["name"] == worker.id]
+    assert row["loop_blocked"] == 1 and row["longest_block"] == info.longest_block
+    assert f"1&times;, longest {info.longest_block:.1f} s" in page
+    doc = json.loads(info.to_json())
+    del doc["loop_blocked"], doc["longest_block"]
+    back = vr.WorkerInfo.from_json(json.dumps(doc))
+    assert back is not None and back.name == worker.id
+    assert back.loop_blocked == 0 and back.longest_block == 0.0

@@ -26,7 +26,7 @@ from ._model.errors import (
 )
 from ._model.flow import Flow
 from ._model.outcome import Outcome
-from ._model.records import JobInfo, JournalEntry
+from ._model.records import JobInfo, JournalEntry, WorkerInfo
 from ._model.sealing import Encrypted, Encryption
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.client import Client, Queue
@@ -165,6 +165,7 @@ __all__ = [
     "TaskError",
     "VenturiError",
     "Worker",
+    "WorkerInfo",
     "WorkerObserver",
     "backoff_delay",
     "offload",

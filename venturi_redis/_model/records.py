@@ -463,7 +463,11 @@ class WorkerInfo:
     """A running worker as it registers itself on each queue it consumes (``queue.workers()``).
 
     Renewed on every lease-renewal tick; a worker that stops renewing (killed,
-    hung, cut off) disappears when its registration expires.
+    hung, cut off) disappears when its registration expires. ``loop_blocked``
+    counts the times since its start that a handler blocked its event loop
+    for ``blocked_loop_warning`` or more (each logged as a WARNING naming the
+    job and the line), ``longest_block`` the longest of them in seconds; a
+    record written by a release before these fields reads them as 0.
     """
 
     name: str
@@ -476,6 +480,8 @@ class WorkerInfo:
     expires_at: datetime
     running: int
     version: str
+    loop_blocked: int = 0
+    longest_block: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(
@@ -490,6 +496,8 @@ class WorkerInfo:
                 "expires_ms": int(self.expires_at.timestamp() * 1000),
                 "running": self.running,
                 "version": self.version,
+                "loop_blocked": self.loop_blocked,
+                "longest_block": self.longest_block,
             },
             separators=(",", ":"),
         )
@@ -510,6 +518,8 @@ class WorkerInfo:
                 expires_at=ms_to_dt(int(d["expires_ms"])),
                 running=int(d["running"]),
                 version=str(d["version"]),
+                loop_blocked=int(d.get("loop_blocked", 0)),
+                longest_block=float(d.get("longest_block", 0.0)),
             )
         except (ValueError, TypeError, KeyError, OverflowError):
             return None

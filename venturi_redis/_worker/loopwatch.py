@@ -63,6 +63,8 @@ class LoopWatch:
             of its local holding the job (``execute``'s ``job``).
         observer: The worker's observer; its ``loop_blocked(seconds)``, when
             it has one, is told of each block once it ended.
+        noted: Told of each block once it ended too (the worker's
+            registration counts them for ``venturi workers``).
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class LoopWatch:
         running: Callable[[], Iterable[Any]],
         run_frames: dict[CodeType, str],
         observer: Callable[[], Any] = lambda: None,
+        noted: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self.worker_id = worker_id
         self.threshold = threshold
@@ -81,6 +84,7 @@ class LoopWatch:
         self.running = running
         self.run_frames = run_frames
         self.observer = observer
+        self.noted = noted
         self._beat = time.monotonic()
         self._reported = -1.0  # the beat whose block the thread reported
         self._loop_thread = 0
@@ -125,6 +129,7 @@ class LoopWatch:
             what = "no other job ran meanwhile"
         again = "the event loop ran again after about %.1f s blocked"
         log.warning("worker %s: " + again + "; %s", self.worker_id, blocked, what)
+        self.noted(blocked)
         told = getattr(self.observer(), "loop_blocked", None)
         if told is not None:
             told(blocked)

@@ -5,7 +5,8 @@ Per queue (docs/redis-layout.md, "Workers")::
     venturi:{q}:workers        zset    worker name -> when its registration expires (ms)
     venturi:{q}:worker:<name>  string  the worker's record (JSON: name, host, pid,
                                        queues, concurrency, started, last heartbeat,
-                                       jobs running, version), PX ttl
+                                       jobs running, version, event-loop blocks
+                                       and the longest), PX ttl
 
 The record is written by the lease keeper on each of its ticks (``beat``), in
 one pipelined round trip per queue: SET the record with its TTL. Every
@@ -65,6 +66,14 @@ class Registration:
         self.version = __version__
         self.started_at: datetime = ms_to_dt(time.time() * 1000)
         self._beats: dict[str, int] = {}  # per queue name
+        # The blocks of the event loop the loop watch warned of (loopwatch.py), since the start.
+        self.loops_blocked = 0
+        self.longest_block = 0.0
+
+    def loop_blocked(self, seconds: float) -> None:
+        """The event loop ran again after a block the worker warned of: counted for the record."""
+        self.loops_blocked += 1
+        self.longest_block = max(self.longest_block, seconds)
 
     def record(self, now_ms: int, ttl_ms: int, running: int) -> WorkerInfo:
         return WorkerInfo(
@@ -78,6 +87,8 @@ class Registration:
             expires_at=ms_to_dt(now_ms + ttl_ms),
             running=running,
             version=self.version,
+            loop_blocked=self.loops_blocked,
+            longest_block=round(self.longest_block, 3),
         )
 
     async def beat(self, queue: Queue, tick_s: float, running: int) -> None:

@@ -130,6 +130,7 @@ class Serving:
             lambda: [j for r in self._runners for j in r.active.values()],
             {execute.__code__: "job"},
             lambda: self.observer,
+            self._keeper.registration.loop_blocked,
         )
 
     async def _release_unstarted(self) -> None:

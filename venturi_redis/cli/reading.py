@@ -179,7 +179,7 @@ def workers_cmd(
     redis: RedisOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """The workers running now: name, host, pid, queues, concurrency, jobs running, last heartbeat."""
+    """The workers running now: name, host, pid, queues, concurrency, jobs running, loop blocks, heartbeat."""
 
     async def go(client: Client) -> int:
         names = await chosen_queues(client, queue)
@@ -196,7 +196,8 @@ def workers_cmd(
             console().print(Text(f"no workers running on {where}"))
             return 0
         table = Table(title=f"{len(listed)} worker(s)", box=box.SIMPLE_HEAD)
-        for col in ("name", "host", "pid", "queues", "conc", "running", "started", "heartbeat", "version"):
+        cols = ("name", "host", "pid", "queues", "conc", "running", "loop blocked", "started", "heartbeat")
+        for col in (*cols, "version"):
             table.add_column(col, no_wrap=col != "queues")
         for w in listed:
             table.add_row(
@@ -206,6 +207,7 @@ def workers_cmd(
                 safe_text(", ".join(w.queues)),
                 str(w.concurrency),
                 str(w.running),
+                f"{w.loop_blocked}x, longest {w.longest_block:.1f} s" if w.loop_blocked else "-",
                 when(w.started_at),
                 when(w.heartbeat_at),
                 safe_text(w.version),

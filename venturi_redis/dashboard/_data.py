@@ -224,6 +224,8 @@ def worker_dict(info: WorkerInfo) -> dict[str, Any]:
             "started_at": info.started_at,
             "heartbeat_at": info.heartbeat_at,
             "version": info.version,
+            "loop_blocked": info.loop_blocked,
+            "longest_block": info.longest_block,
         }
     )
     return doc
