@@ -95,6 +95,10 @@ BAD: list[tuple[str, Any]] = [
     ("max_runs", 2.5),
     ("max_memory_mib", -1),
     ("max_memory_mib", True),
+    ("startup_wait", -1),
+    ("startup_wait", NAN),
+    ("startup_wait", INF),
+    ("startup_wait", True),
 ]
 
 

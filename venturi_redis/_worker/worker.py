@@ -50,16 +50,15 @@ from .._model.backoff import Backoff, to_ms
 from .._model.endings import Released
 from .._model.errors import ConfigurationError, TaskDefinitionError
 from .._model.task import Task
-from .._producer import server as _server
 from .._producer.client import Client, Queue
 from .._producer.offload import OffloadFunction
 from .._producer.retention import Retention
 from .._producer.sharded import ShardedQueue
 from .._store.store import KEEP_ALL, ClaimReply, Op
-from .._transport.urls import redact_url
 from . import options as _opt
+from . import startup
 from .completer import Completer
-from .declared_limits import declare_limits, declared_limits
+from .declared_limits import declared_limits
 from .execute import execute
 from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import BatchHandler, Handler, batch_settings, sync_handle
@@ -72,7 +71,7 @@ from .runner import (
     RunnerSettings,
     _Runner,
 )
-from .scheduler import Scheduler, declare, declared_schedules
+from .scheduler import Scheduler, declared_schedules
 from .serving import Serving
 from .threads import HandlerThreads
 
@@ -89,15 +88,6 @@ _NOT_STARTED = "released on worker shutdown (not started)"
 # enqueued meanwhile would wait out (W3's first jobs: benchmarks/w3_trace.py).
 _JOB_PATH_SCRIPTS = ("complete", "extend")
 StateT = TypeVar("StateT", default=None)
-
-
-def _server_of(client: Client) -> str:
-    """The server ``client`` talks to, for the start-up log line (passwords masked)."""
-    if client.url:
-        return redact_url(client.url)
-    # A client built around the caller's own redis-py client: its repr names
-    # host, port and db (never the password).
-    return repr(getattr(client.redis, "venturi_inner", client.redis))
 
 
 class Worker(Serving, Generic[StateT]):
@@ -136,6 +126,9 @@ class Worker(Serving, Generic[StateT]):
         check_eviction_policy: Refuse to start unless the server's
             ``maxmemory-policy`` is ``noeviction`` (an eviction could silently
             drop jobs). ``False`` skips that check; the version check stays.
+        startup_wait: Seconds ``run()`` keeps trying a Redis it cannot reach
+            at start (starting, loading its data, failing over) before it
+            raises; ``0``: at once (startup.py; docs/deployment.md).
         observer: Told of every claim and every finished run (for metrics:
             ``vr.PrometheusMetrics``).
         freeze_gc: While running, keep the objects that existed when the
@@ -214,6 +207,7 @@ class Worker(Serving, Generic[StateT]):
         name: str | None = None,
         retention: Retention | None = _DEFAULT_RETENTION,
         check_eviction_policy: bool = True,
+        startup_wait: float = 30.0,
         observer: WorkerObserver | None = None,
         freeze_gc: bool = True,
         gc_threshold: int | None = 5_000,
@@ -240,6 +234,7 @@ class Worker(Serving, Generic[StateT]):
         name = _opt.worker_name(name)
         retention = _opt.instance_or_none(retention, Retention, "retention", "a vr.Retention")
         check_eviction_policy = _opt.flag(check_eviction_policy, "check_eviction_policy")
+        self.startup_wait = _opt.seconds(startup_wait, "startup_wait", zero=True)
         observer = _opt.observer(observer)
         freeze_gc = _opt.flag(freeze_gc, "freeze_gc")
         gc_threshold = _opt.optional_count(gc_threshold, "gc_threshold")
@@ -462,17 +457,21 @@ class Worker(Serving, Generic[StateT]):
                 note naming the job (docs/guarantees.md).
             ConfigurationError: No handler is registered, or the worker is
                 already running.
+            redis.exceptions.ConnectionError: Redis did not answer within
+                ``startup_wait`` (startup.py).
         """
         if not self._registry:
             raise ConfigurationError("no handlers registered: call worker.register(MyTaskHandler) first")
         if self._running:
             raise ConfigurationError("this worker is already running")
-        for client in {id(q.client): q.client for q in self.queues}.values():
-            await _server.check_server(client, eviction_policy=self.check_eviction_policy)
-            # A queue a worker serves is listed from its start, jobs or not (_producer/registry.py).
-            await client._recorded.record(client.redis, *(q.name for q in self.queues if q.client is client))
-        await declare(self.schedules)
-        await declare_limits(self.limits, self.queues)
+        await startup.start(
+            self.id,
+            self.queues,
+            wait=self.startup_wait,
+            eviction_policy=self.check_eviction_policy,
+            schedules=self.schedules,
+            limits=self.limits,
+        )
         self._running = True
         self._until_idle = until_idle
         # A shutdown() that came before this point is kept, not reset: the
@@ -488,7 +487,7 @@ class Worker(Serving, Generic[StateT]):
             "worker %s starting on %s at %s (kinds: %s)",
             self.id,
             ", ".join(q.name for q in self.queues),
-            ", ".join(sorted({_server_of(q.client) for q in self.queues})),
+            ", ".join(sorted({startup.server_of(q.client) for q in self.queues})),
             ", ".join(self.kinds),
         )
         self._fatal = None

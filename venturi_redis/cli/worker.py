@@ -123,6 +123,15 @@ def worker(
         bool,
         typer.Option("--no-eviction-check", help="Start even if maxmemory-policy is not noeviction."),
     ] = False,
+    startup_wait: Annotated[
+        float | None,
+        typer.Option(
+            "--startup-wait",
+            min=0,
+            metavar="SECONDS",
+            help="Keep trying a Redis not reachable at start this long (default 30; 0: exit at once).",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error.")] = "info",
     json_out: Annotated[bool, typer.Option("--json", help="Log JSON lines instead of text.")] = False,
     loop: Annotated[
@@ -207,6 +216,7 @@ def worker(
         options += [f"--queue={q}" for q in queue or []]
         options += [f"--concurrency={concurrency}"] if concurrency is not None else []
         options += ["--no-eviction-check"] if no_eviction_check else []
+        options += [f"--startup-wait={startup_wait}"] if startup_wait is not None else []
         options += ["--json"] if json_out else []
         # Every child touches the same file: it goes stale only when none is ticking.
         options += [f"--health-file={health_file}"] if health_file is not None else []
@@ -243,6 +253,8 @@ def worker(
             w.concurrency = concurrency  # a default batch_size follows it
         if no_eviction_check:
             w.check_eviction_policy = False
+        if startup_wait is not None:
+            w.startup_wait = startup_wait
         if health_file is not None:
             w.health_file = Path(health_file)
         if max_runs is not None:

@@ -1,0 +1,127 @@
+"""A worker's start: its Redis reached (waited for up to ``startup_wait``), checked, declarations written.
+
+Before it claims anything a worker checks each server it uses (its version
+and eviction policy, _producer/server.py), lists its queues in the registry,
+and upserts the schedules and limits it declares. A Redis that cannot be
+reached yet (still starting, loading its data set and answering ``LOADING``,
+a Sentinel or Cluster failover under way, a pod started before the Redis it
+depends on) is tried again for up to ``startup_wait`` seconds, from 0.25 s
+apart up to 2 s apart: one WARNING at the first failure, one INFO once it
+answers; past the wait, ``run()`` raises the last error (``venturi worker``:
+"cannot reach Redis", exit 1). What waiting cannot mend is raised at once:
+a wrong password, a server certificate that does not verify, a refused
+command, a server too old, an evicting policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+from redis.exceptions import AuthenticationError
+
+from .._producer import server as _server
+from .._producer.client import Client
+from .._transport.errors import TRANSIENT
+from .._transport.urls import redact_url
+from .declared_limits import declare_limits
+from .scheduler import declare
+
+if TYPE_CHECKING:
+    from .._model.limits import Limit
+    from .._model.schedule import Schedule
+    from .._producer.client import Queue
+
+log = logging.getLogger("venturi_redis.worker")
+
+FIRST_PAUSE = 0.25  # seconds before the second try; doubled each time, up to LONGEST_PAUSE
+LONGEST_PAUSE = 2.0
+
+
+def server_of(client: Client) -> str:
+    """The server ``client`` talks to, for log lines (passwords masked)."""
+    if client.url:
+        return redact_url(client.url)
+    # A client built around the caller's own redis-py client: its repr names
+    # host, port and db (never the password).
+    return repr(getattr(client.redis, "venturi_inner", client.redis))
+
+
+def _may_pass(exc: BaseException) -> bool:
+    """Whether waiting may mend ``exc``: not a wrong password, nor a certificate that does not verify."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, (AuthenticationError, ssl.SSLCertVerificationError)):
+            return False
+        cause = cause.__cause__ or cause.__context__
+    return True
+
+
+async def waiting_for_redis(
+    worker_id: str, where: str, wait: float, step: Callable[[], Awaitable[None]]
+) -> None:
+    """Run ``step`` until it does not fail for want of Redis, for at most ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    pause, failures, started = FIRST_PAUSE, 0, time.monotonic()
+    while True:
+        try:
+            await step()
+        except TRANSIENT as exc:
+            left = deadline - time.monotonic()
+            if left <= 0 or not _may_pass(exc):
+                raise
+            if failures == 0:
+                log.warning(
+                    "worker %s: cannot reach Redis at %s (%s); trying again for up to %g s "
+                    "(Worker(startup_wait=...), venturi worker --startup-wait)",
+                    worker_id,
+                    where,
+                    exc,
+                    wait,
+                )
+            failures += 1
+            await anyio.sleep(min(pause, left))
+            pause = min(pause * 2, LONGEST_PAUSE)
+            continue
+        if failures:
+            log.info(
+                "worker %s: Redis at %s answered after %.1f s (%d tries)",
+                worker_id,
+                where,
+                time.monotonic() - started,
+                failures + 1,
+            )
+        return
+
+
+async def start(
+    worker_id: str,
+    queues: Sequence[Queue],
+    *,
+    wait: float,
+    eviction_policy: bool,
+    schedules: Sequence[tuple[Queue, Schedule]],
+    limits: Sequence[Limit],
+) -> None:
+    """Every check and write a worker makes before its first claim, each server waited for."""
+    clients = {id(q.client): q.client for q in queues}.values()
+    for client in clients:
+
+        async def check(client: Client = client) -> None:
+            await _server.check_server(client, eviction_policy=eviction_policy)
+            # A queue a worker serves is listed from its start, jobs or not (_producer/registry.py).
+            names = (q.name for q in queues if q.client is client)
+            await client._recorded.record(client.redis, *names)
+
+        await waiting_for_redis(worker_id, server_of(client), wait, check)
+
+    async def declarations() -> None:
+        await declare(schedules)
+        await declare_limits(limits, queues)
+
+    where = ", ".join(sorted({server_of(c) for c in clients}))
+    await waiting_for_redis(worker_id, where, wait, declarations)
