@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,12 +21,13 @@ from pathlib import Path
 
 import anyio
 import pytest
+import redis
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import venturi_redis as vr
 from tests.helpers import make_worker
-from tests.servers import RedisServer, free_port
+from tests.servers import RedisServer, free_port, redis_server_binary
 from tests.tasks import Echo, EchoJob
 
 pytestmark = pytest.mark.anyio
@@ -84,6 +86,71 @@ async def test_a_worker_started_before_its_redis_serves_once_it_answers(
     assert "cannot reach Redis at redis://127.0.0.1:" in lines[0][1]
     assert "trying again for up to 30 s" in lines[0][1] and "--startup-wait" in lines[0][1]
     assert "answered after" in lines[1][1]
+
+
+async def test_a_redis_still_loading_its_data_is_waited_for(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restarted Redis answers LOADING until its data set is read back: a worker waits it out."""
+    caplog.set_level(logging.INFO, logger=LOG)
+    with RedisServer() as first:
+        admin = redis.Redis(host="127.0.0.1", port=first.port)
+        pipe = admin.pipeline(transaction=False)
+        for i in range(20_000):
+            pipe.set(f"filler:{i}", "x" * 20)
+        pipe.execute()
+        admin.save()
+        admin.close()
+        port = first.port
+        shutil.copy(first.dir / "dump.rdb", tmp_path / "dump.rdb")  # its directory goes with it
+    # Read back slowly (key-load-delay, µs a key), answering clients every KiB read meanwhile.
+    slow = ["--key-load-delay", "100", "--loading-process-events-interval-bytes", "1024"]
+    args = [
+        redis_server_binary(),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(tmp_path),
+        "--save",
+        "",
+    ]
+    proc = subprocess.Popen([*args, *slow], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with anyio.fail_after(30):
+            while not (await _ping(port)).startswith(b"-LOADING"):  # until the server answers LOADING
+                await anyio.sleep(0.01)
+        async with vr.Client.from_url(f"redis://127.0.0.1:{port}/0") as client:
+            queue = client.queue("startup-loading")
+            worker = make_worker(queue, EchoJob, startup_wait=60)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                with anyio.fail_after(60):
+                    while not [line for line in wait_lines(caplog, worker.id) if "answered after" in line[1]]:
+                        await anyio.sleep(0.05)
+                    job_id = await queue.enqueue(Echo(text="loaded"))
+                    while (info := await queue.get(job_id)) is None or info.state != vr.JobState.COMPLETED:
+                        await anyio.sleep(0.05)
+                worker.shutdown()
+    finally:
+        proc.kill()
+        proc.wait()
+    lines = wait_lines(caplog, worker.id)
+    assert [level for level, _ in lines] == [logging.WARNING, logging.INFO], lines
+    assert "loading the dataset" in lines[0][1], lines
+
+
+async def _ping(port: int) -> bytes:
+    """The server's raw reply to PING (no client's retries in between), b"" while it refuses."""
+    try:
+        async with await anyio.connect_tcp("127.0.0.1", port) as conn:
+            await conn.send(b"PING\r\n")
+            reply = await conn.receive()
+    except OSError:
+        return b""
+    assert reply != b"+PONG\r\n", "the data set was read back before the worker could try"
+    return reply
 
 
 async def test_no_wait_raises_at_once(late_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
