@@ -82,6 +82,48 @@ async def test_another_base_exception_is_a_failed_run_and_the_worker_goes_on(que
         assert done is not None and done.state == vr.JobState.COMPLETED
 
 
+class Unprintable(Exception):
+    """A library's exception whose __str__ raises (a format that does not fit its arguments)."""
+
+    template = "{missing}"
+
+    def __str__(self) -> str:
+        return self.template.format(**{})
+
+
+class Garbled(vr.Task):
+    KIND: ClassVar[str] = "garbled-exception"
+
+
+class GarbledJob(Garbled, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        raise Unprintable()
+
+
+class GarbledSyncJob(Garbled, vr.Handler[Any]):
+    def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        raise Unprintable()
+
+
+@pytest.mark.parametrize("handler", [GarbledJob, GarbledSyncJob], ids=["async", "sync"])
+async def test_an_exception_whose_str_raises_is_a_failed_run_with_a_note(
+    queue: vr.Queue, handler: type
+) -> None:
+    """Its run was an internal error before: the job waited out its lease, reclaimed as
+    lease_expired, and no note said what the handler raised."""
+    culprit = await queue.enqueue(Garbled(), max_failures=1)
+    other = await queue.enqueue(Echo(text="after"))
+    worker = make_worker(queue, handler, EchoJob, concurrency=1, state={}, lease=60)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    journal = await queue.journal(culprit)
+    assert [e.event for e in journal] == ["enqueued", "claimed", "failed", "dead"]
+    assert journal[2].note == "Unprintable (its str() raised KeyError: 'missing')"
+    assert journal[2].details["error_type"] == f"{__name__}.Unprintable"
+    done = await queue.get(other)
+    assert done is not None and done.state == vr.JobState.COMPLETED
+
+
 async def test_a_cancellation_from_outside_run_still_releases_the_job(queue: vr.Queue) -> None:
     """The caller cancelling ``run()`` is the worker's own cancellation: released, not failed."""
     job_id = await queue.enqueue(Sleeper())

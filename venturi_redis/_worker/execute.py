@@ -264,7 +264,7 @@ def error_ending(host: RunHost, job: Job, task: Any, ctx: Context[Any], exc: Bas
     # and the worker goes on. Before, the latter stopped the worker with a
     # traceback and left the job running, its run never recorded.
     secrets = secret_values(task, ctx.carry)
-    note = scrub(str(exc) or type(exc).__name__, secrets)
+    note = scrub(said(exc), secrets)
     error_type, tb = failure_of(exc, secrets)
     failed_run(job.id, job.kind, error_type, note, exc if log.isEnabledFor(logging.DEBUG) else None)
     return Failed(note, error_type, tb, task.backoff())
@@ -287,6 +287,24 @@ def outcome_ending(task: Any, outcome: Outcome, crypt: Encryption | None) -> End
             return Failed(f"the run's outcome cannot be stored: {bad}", backoff=task.backoff())
         return Paused(outcome.delay_ms, outcome.note or "")
     return Suspended(outcome.note or "", blob)
+
+
+def said(exc: BaseException) -> str:
+    """``str(exc)`` as a failed run's note: its class name when empty, and never a raise of its own.
+
+    A library's exception whose ``__str__`` raises (a missing attribute, a
+    format that does not fit its arguments) is still a failed run with a note,
+    not an internal error that left its job to wait out its lease.
+    """
+    try:
+        text = str(exc)
+    except Exception as failed:  # noqa: BLE001 - the handler's exception class, not ours
+        try:
+            why = f"{type(failed).__name__}: {failed}"
+        except Exception:  # noqa: BLE001 - that one's str() too
+            why = type(failed).__name__
+        return f"{type(exc).__name__} (its str() raised {why})"[:1000]
+    return text or type(exc).__name__
 
 
 def failure_of(exc: BaseException, secrets: Sequence[str]) -> tuple[str, str]:
