@@ -8,6 +8,7 @@ recorded as failed; ``venturi worker`` then exits non-zero.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -122,6 +123,42 @@ async def test_an_exception_whose_str_raises_is_a_failed_run_with_a_note(
     assert journal[2].details["error_type"] == f"{__name__}.Unprintable"
     done = await queue.get(other)
     assert done is not None and done.state == vr.JobState.COMPLETED
+
+
+class BadBackoff(vr.Task):
+    """A task whose backoff() raises, or returns what is not a vr.Backoff."""
+
+    KIND: ClassVar[str] = "bad-backoff"
+    returns: bool = False
+
+    def backoff(self) -> vr.Backoff | None:
+        if self.returns:
+            return 5  # type: ignore[return-value]  # seconds, meant
+        raise ValueError("no backoff configured for this tenant")
+
+
+class BadBackoffJob(BadBackoff, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        raise RuntimeError(f"run {ctx.run_count} failed")
+
+
+@pytest.mark.parametrize("returns", [False, True], ids=["raises", "not-a-backoff"])
+async def test_a_task_backoff_that_breaks_falls_back_to_the_workers(
+    queue: vr.Queue, returns: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each failed run is recorded and retried with the worker's backoff, and the slip is logged
+    once; before, a raising backoff() was an internal error that left the job to its lease."""
+    caplog.set_level(logging.WARNING, logger="venturi_redis.worker")
+    culprit = await queue.enqueue(BadBackoff(returns=returns), max_failures=3)
+    worker = make_worker(queue, BadBackoffJob, concurrency=1, state={}, lease=60)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    journal = await queue.journal(culprit)
+    assert [e.event for e in journal] == ["enqueued", *["claimed", "failed"] * 3, "dead"]
+    assert [e.note for e in journal if e.event == "failed"] == [f"run {n} failed" for n in (1, 2, 3)]
+    slips = [r.getMessage() for r in caplog.records if "BadBackoffJob.backoff()" in r.getMessage()]
+    said = "returned int, not a vr.Backoff or None" if returns else "raised ValueError: no backoff configured"
+    assert len(slips) == 1 and said in slips[0], slips
 
 
 async def test_a_cancellation_from_outside_run_still_releases_the_job(queue: vr.Queue) -> None:

@@ -66,13 +66,13 @@ from .execute import (
     RunHost,
     _cancel_was_asked,
     _past,
-    _task_timeout,
     error_ending,
     outcome_ending,
     start_run,
 )
 from .failure_log import failed_run
 from .handler import BatchHandler, BatchItem, batch_settings, sync_batch
+from .task_hooks import task_backoff, task_timeout
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -464,10 +464,10 @@ def _endings(
         note = f"timed out after {returned.limit:g} s (the batch's handle_batch call)"
         for item in items:
             failed_run(item.ctx.job_id, item.ctx.kind, "timeout", note)
-        return [Failed(note, backoff=item.task.backoff()) for item in items]
+        return [Failed(note, backoff=task_backoff(item.task)) for item in items]
     if isinstance(returned, _StrayCancel):
         note = "the handler raised CancelledError, which the worker did not ask for"
-        return [Failed(note, backoff=item.task.backoff()) for item in items]
+        return [Failed(note, backoff=task_backoff(item.task)) for item in items]
     if isinstance(returned, _Raised):
         # A raise fails every job of the batch, each as its own raise would.
         exc = returned.exc
@@ -508,7 +508,7 @@ def _endings(
 
 def _failed(item: BatchItem[Any], note: str, error_type: str = "TypeError") -> Ending:
     failed_run(item.ctx.job_id, item.ctx.kind, error_type, note)
-    return Failed(note, error_type, backoff=item.task.backoff())
+    return Failed(note, error_type, backoff=task_backoff(item.task))
 
 
 def _limit(host: RunHost, items: list[BatchItem[Any]], jobs: list[Job]) -> float | None:
@@ -519,7 +519,7 @@ def _limit(host: RunHost, items: list[BatchItem[Any]], jobs: list[Job]) -> float
         if job.timeout_ms:
             limits.append(job.timeout_ms / 1000)
             continue
-        value = host.timeout if type(task).timeout is _NO_TIMEOUT else _task_timeout(task, host.timeout)
+        value = host.timeout if type(task).timeout is _NO_TIMEOUT else task_timeout(task, host.timeout)
         if value is not None:
             limits.append(value)
     return min(limits, default=None)

@@ -16,7 +16,6 @@ import logging
 import math
 import traceback
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import anyio
@@ -35,6 +34,7 @@ from .._store.store import bad_delay
 from .context import Context
 from .failure_log import failed_run
 from .handler import SYNC_HANDLERS
+from .task_hooks import said, task_backoff, task_timeout
 from .threads import HandlerThreads, call_handler
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ async def execute(host: RunHost, job: Job) -> Ending:
         if type(task) is handler_cls
         else type(task).timeout is not _NO_TIMEOUT
     ):
-        limit = _task_timeout(task, host.timeout)
+        limit = task_timeout(task, host.timeout)
     else:
         limit = host.timeout
     try:
@@ -161,7 +161,7 @@ async def execute(host: RunHost, job: Job) -> Ending:
         if timed_out:
             note = f"timed out after {limit:g} s"
             failed_run(job.id, job.kind, "timeout", note)
-            return Failed(note, backoff=task.backoff())
+            return Failed(note, backoff=task_backoff(task))
         if outcome is _DONE:
             return COMPLETED  # the usual run: nothing to encode
         if not isinstance(outcome, Outcome):
@@ -174,7 +174,7 @@ async def execute(host: RunHost, job: Job) -> Ending:
             # goes on. Released instead, it would run again after every restart,
             # and the backstop would never end it.
             note = "the handler raised CancelledError, which the worker did not ask for"
-            return Failed(note, backoff=task.backoff())
+            return Failed(note, backoff=task_backoff(task))
         raise  # the worker releases the job (Worker.run_job)
     except GeneratorExit:
         raise  # this coroutine itself is being closed: nothing may be awaited
@@ -249,7 +249,7 @@ def error_ending(host: RunHost, job: Job, task: Any, ctx: Context[Any], exc: Bas
         # a handler that calls sys.exit() does it again on every worker, and
         # the backstop ends it (docs/guarantees.md, "Handlers that raise").
         host.crash(exc, job)
-        return Failed(f"the handler raised {exc!r}; the worker stopped", backoff=task.backoff())
+        return Failed(f"the handler raised {exc!r}; the worker stopped", backoff=task_backoff(task))
     if isinstance(exc, TaskError):
         # A raised message may quote the task's secrets: never stored, never logged.
         secrets = secret_values(task, ctx.carry)
@@ -258,7 +258,7 @@ def error_ending(host: RunHost, job: Job, task: Any, ctx: Context[Any], exc: Bas
         if exc.is_permanent:
             return Dead(DeadReason.PERMANENT, note, error_type, tb)
         failed_run(job.id, job.kind, error_type, note)
-        return Failed(note, error_type, tb, task.backoff())
+        return Failed(note, error_type, tb, task_backoff(task))
     # An Exception, or a BaseException of the handler's own (a library's,
     # `class Boom(BaseException)`) other than the three above: a failed run,
     # and the worker goes on. Before, the latter stopped the worker with a
@@ -267,7 +267,7 @@ def error_ending(host: RunHost, job: Job, task: Any, ctx: Context[Any], exc: Bas
     note = scrub(said(exc), secrets)
     error_type, tb = failure_of(exc, secrets)
     failed_run(job.id, job.kind, error_type, note, exc if log.isEnabledFor(logging.DEBUG) else None)
-    return Failed(note, error_type, tb, task.backoff())
+    return Failed(note, error_type, tb, task_backoff(task))
 
 
 def outcome_ending(task: Any, outcome: Outcome, crypt: Encryption | None) -> Ending:
@@ -277,34 +277,16 @@ def outcome_ending(task: Any, outcome: Outcome, crypt: Encryption | None) -> End
         blob = _pack_optional(outcome.result if outcome.kind == "completed" else outcome.output, crypt)
     except PayloadError as exc:
         what = "result" if outcome.kind == "completed" else "output"
-        return Failed(f"{what} cannot be stored: {exc}", backoff=task.backoff())
+        return Failed(f"{what} cannot be stored: {exc}", backoff=task_backoff(task))
     if outcome.kind == "completed":
         done_note = outcome.note
         return Completed(done_note or "", blob) if done_note or blob else COMPLETED
     if outcome.kind == "pause":
         if (bad := bad_delay(outcome.delay_ms)) is not None:
             # The handler's outcome cannot be stored (a NaN delay): a failed run, never a lost job.
-            return Failed(f"the run's outcome cannot be stored: {bad}", backoff=task.backoff())
+            return Failed(f"the run's outcome cannot be stored: {bad}", backoff=task_backoff(task))
         return Paused(outcome.delay_ms, outcome.note or "")
     return Suspended(outcome.note or "", blob)
-
-
-def said(exc: BaseException) -> str:
-    """``str(exc)`` as a failed run's note: its class name when empty, and never a raise of its own.
-
-    A library's exception whose ``__str__`` raises (a missing attribute, a
-    format that does not fit its arguments) is still a failed run with a note,
-    not an internal error that left its job to wait out its lease.
-    """
-    try:
-        text = str(exc)
-    except Exception as failed:  # noqa: BLE001 - the handler's exception class, not ours
-        try:
-            why = f"{type(failed).__name__}: {failed}"
-        except Exception:  # noqa: BLE001 - that one's str() too
-            why = type(failed).__name__
-        return f"{type(exc).__name__} (its str() raised {why})"[:1000]
-    return text or type(exc).__name__
 
 
 def failure_of(exc: BaseException, secrets: Sequence[str]) -> tuple[str, str]:
@@ -338,20 +320,6 @@ def _past(scope: anyio.CancelScope) -> bool:
     ``cancelled_caught`` alone would record it as the handler said.
     """
     return scope.cancelled_caught or scope.cancel_called or anyio.current_time() >= scope.deadline
-
-
-def _task_timeout(task: Any, default: float | None) -> float | None:
-    value = task.timeout()
-    if value is None:
-        return default
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        log.warning(
-            "%s.timeout() returned %r, not a positive number of seconds; ignored", type(task).__name__, value
-        )
-        return default
-    return float(value)
 
 
 def _cancel_was_asked() -> bool:

@@ -1,0 +1,81 @@
+"""What a run asks of the task's and the handler's own code besides ``handle``, kept from breaking the run.
+
+A run calls the task's ``timeout()`` when it starts and its ``backoff()``
+when it fails, and turns a raised exception into its note with ``str()``.
+That is application code (or a library's), and it can raise or return what
+it should not. Each such slip is logged once per task class and the run goes
+on with the worker's own setting; before, ``backoff()`` or an exception's
+``__str__`` raising was an internal error of the worker that left the job to
+wait out its lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+from typing import Any
+
+from .._model.backoff import Backoff
+
+log = logging.getLogger("venturi_redis.worker")
+
+# The slips already warned of in this process (task class, method, what it
+# did): a broken method would otherwise log on every run of its kind.
+_warned: set[tuple[type, str, str]] = set()
+
+
+def _slip(task: Any, method: str, what: str) -> None:
+    key = (type(task), method, what)
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("%s.%s() %s; the worker's own is used (logged once)", type(task).__name__, method, what)
+
+
+def said(exc: BaseException) -> str:
+    """``str(exc)`` as a failed run's note: its class name when empty, and never a raise of its own.
+
+    A library's exception whose ``__str__`` raises (a format that does not fit
+    its arguments) is still a failed run with a note.
+    """
+    try:
+        text = str(exc)
+    except Exception as failed:  # noqa: BLE001 - the handler's exception class, not ours
+        try:
+            why = f"{type(failed).__name__}: {failed}"
+        except Exception:  # noqa: BLE001 - that one's str() too
+            why = type(failed).__name__
+        return f"{type(exc).__name__} (its str() raised {why})"[:1000]
+    return text or type(exc).__name__
+
+
+def task_backoff(task: Any) -> Backoff | None:
+    """``task.backoff()``; None (the worker's backoff) when it raises or returns no ``vr.Backoff``."""
+    try:
+        value = task.backoff()
+    except Exception as exc:  # noqa: BLE001 - the task's own method
+        _slip(task, "backoff", f"raised {type(exc).__name__}: {said(exc)}")
+        return None
+    if value is None or isinstance(value, Backoff):
+        return value
+    _slip(task, "backoff", f"returned {type(value).__name__}, not a vr.Backoff or None")
+    return None
+
+
+def task_timeout(task: Any, default: float | None) -> float | None:
+    """``task.timeout()`` in seconds; ``default`` when it is None, raises, or is no positive number."""
+    try:
+        value = task.timeout()
+    except Exception as exc:  # noqa: BLE001 - the task's own method
+        _slip(task, "timeout", f"raised {type(exc).__name__}: {said(exc)}")
+        return default
+    if value is None:
+        return default
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        log.warning(
+            "%s.timeout() returned %r, not a positive number of seconds; ignored", type(task).__name__, value
+        )
+        return default
+    return float(value)
