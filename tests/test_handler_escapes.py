@@ -1,4 +1,6 @@
-"""Handlers that raise what ``except Exception`` does not catch (issue 26, items 1 and 10).
+"""Handlers that raise what ``except Exception`` does not catch (issue 26, items 1 and 10),
+and the application's other code a run calls (an exception's ``__str__``, a task's
+``backoff()``, a model's validator, the worker's observer) when it raises.
 
 A ``CancelledError`` the worker did not cause is a failed run, and the worker
 goes on. ``KeyboardInterrupt`` / ``SystemExit`` stop the worker, but only after
@@ -21,6 +23,7 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
+from pydantic import field_validator
 
 import venturi_redis as vr
 from tests.helpers import events, make_worker
@@ -159,6 +162,89 @@ async def test_a_task_backoff_that_breaks_falls_back_to_the_workers(
     slips = [r.getMessage() for r in caplog.records if "BadBackoffJob.backoff()" in r.getMessage()]
     said = "returned int, not a vr.Backoff or None" if returns else "raised ValueError: no backoff configured"
     assert len(slips) == 1 and said in slips[0], slips
+
+
+KNOWN_REGIONS = {"eu": 1}
+
+
+class Regional(vr.Task):
+    """A model whose validator raises KeyError (not ValueError) for a region it does not know."""
+
+    KIND: ClassVar[str] = "regional"
+    region: str
+
+    @field_validator("region")
+    @classmethod
+    def known(cls, value: str) -> str:
+        KNOWN_REGIONS[value]  # KeyError: pydantic passes it through, not a ValidationError
+        return value
+
+
+class RegionalJob(Regional, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        return vr.Outcome.completed()
+
+
+async def test_a_validator_raising_other_than_value_error_is_an_invalid_payload(queue: vr.Queue) -> None:
+    """Dead at once, invalid_payload, as a payload that does not validate (it was an internal
+    error: the job waited out its lease and was charged a failure, its note saying nothing)."""
+    KNOWN_REGIONS["us"] = 2
+    culprit = await queue.enqueue(Regional(region="us"))  # valid where it was made
+    del KNOWN_REGIONS["us"]  # not on the worker
+    other = await queue.enqueue(Echo(text="after"))
+    worker = make_worker(queue, RegionalJob, EchoJob, concurrency=1, state={}, lease=60)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    journal = await queue.journal(culprit)
+    assert [e.event for e in journal] == ["enqueued", "claimed", "dead"]
+    assert journal[-1].details["reason"] == "invalid_payload"
+    assert journal[-1].note == (
+        "payload does not decode: stored value does not validate as RegionalJob: a validator raised "
+        "KeyError (validators signal invalid input with ValueError)"
+    )
+    assert "us" not in (journal[-1].note or "").split()  # the value is not quoted
+    done = await queue.get(other)
+    assert done is not None and done.state == vr.JobState.COMPLETED
+
+
+class BrokenObserver:
+    """An application's observer with a bug in every method."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def job_claimed(self, queue: str, kind: str) -> None:
+        self.calls += 1
+        raise RuntimeError("claimed: metrics backend down")
+
+    def job_finished(self, queue: str, kind: str, outcome: str, seconds: float) -> None:
+        self.calls += 1
+        raise RuntimeError("finished: metrics backend down")
+
+    def job_waited(self, queue: str, kind: str, seconds: float) -> None:
+        raise AssertionError("not reached: job_claimed raised first")
+
+
+async def test_an_observer_that_raises_neither_stops_the_worker_nor_holds_a_job(
+    queue: vr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, job_finished raising ended run() with an ExceptionGroup, and job_claimed raising
+    left the rest of that claim's jobs undispatched until their leases expired."""
+    caplog.set_level(logging.WARNING, logger="venturi_redis.metrics")
+    ids = await queue.enqueue_many([Echo(text=str(i)) for i in range(6)])
+    observer = BrokenObserver()
+    worker = make_worker(queue, EchoJob, concurrency=3, state={}, lease=60, observer=observer)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    for job_id in ids:
+        info = await queue.get(job_id)
+        assert info is not None and info.state == vr.JobState.COMPLETED and info.run_count == 1
+    assert observer.calls == 12
+    said = [r.getMessage() for r in caplog.records if "observer raised" in r.getMessage()]
+    assert sorted(said) == [
+        "the worker's observer raised in job_claimed(); ignored (logged once)",
+        "the worker's observer raised in job_finished(); ignored (logged once)",
+    ]
 
 
 async def test_a_cancellation_from_outside_run_still_releases_the_job(queue: vr.Queue) -> None:

@@ -92,6 +92,8 @@ def unpack_model(cls: type[M], raw: bytes) -> M:
         return cls.model_validate(data)
     except ValidationError as exc:
         raise PayloadError(f"stored value does not validate as {cls.__name__}: {_errors(exc)}") from exc
+    except Exception as exc:  # the model's own validator code
+        raise PayloadError(_raised_by_validator(cls, exc)) from exc
 
 
 def model_decoder(cls: type[M]) -> Callable[[bytes], M]:
@@ -122,6 +124,8 @@ def model_decoder(cls: type[M]) -> Callable[[bytes], M]:
             return validate(data)  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise PayloadError(f"stored value does not validate as {cls.__name__}: {_errors(exc)}") from exc
+        except Exception as exc:  # the model's own validator code
+            raise PayloadError(_raised_by_validator(cls, exc)) from exc
 
     return decode
 
@@ -133,6 +137,20 @@ def unpack_as(adapter: TypeAdapter[Any], raw: bytes) -> Any:
         return adapter.validate_python(data)
     except ValidationError as exc:
         raise PayloadError(f"stored value does not validate: {_errors(exc)}") from exc
+
+
+def _raised_by_validator(cls: type, exc: Exception) -> str:
+    """A validator of ``cls`` raised what pydantic does not turn into a validation error.
+
+    Only ``ValueError`` and ``AssertionError`` (and pydantic's own) are; a
+    ``KeyError`` or ``TypeError`` from a validator's code passes through it.
+    Named by type only: its message may quote the stored value, as pydantic's
+    own text does.
+    """
+    return (
+        f"stored value does not validate as {cls.__name__}: a validator raised {type(exc).__name__} "
+        "(validators signal invalid input with ValueError)"
+    )
 
 
 def _errors(exc: ValidationError) -> str:

@@ -61,6 +61,7 @@ from .._model.task import NoCarry
 from .._store.store import APPLIED, NO_STATE, EndingArgs, Lease, Op, Retained, RunState, send_ops
 from .._transport.errors import TRANSIENT, refused_busy
 from .context import Context
+from .metrics import observer_raised
 
 if TYPE_CHECKING:
     from .._producer.client import Client, Queue
@@ -317,9 +318,12 @@ class Completer:
         )
         if host.observer is not None and result.applied:
             outcome = "dead" if died else _OUTCOMES[type(ending)]
-            host.observer.job_finished(
-                q.name, host.kind_label(job.kind), outcome, time.monotonic() - job.started
-            )
+            try:
+                host.observer.job_finished(
+                    q.name, host.kind_label(job.kind), outcome, time.monotonic() - job.started
+                )
+            except Exception as exc:  # noqa: BLE001 - the application's observer: never stops the worker
+                observer_raised("job_finished", exc)
         if not result.applied:
             err = LeaseLostError(job.id, _SCRIPTS[type(ending)], result.detail)
             if attempt:

@@ -40,6 +40,8 @@ from typing import Any
 
 import anyio
 
+from .metrics import observer_raised
+
 log = logging.getLogger("venturi_redis.worker")
 
 # Frames of these directories are the worker's (and its loop's), not the handler's.
@@ -132,7 +134,10 @@ class LoopWatch:
         self.noted(blocked)
         told = getattr(self.observer(), "loop_blocked", None)
         if told is not None:
-            told(blocked)
+            try:
+                told(blocked)
+            except Exception as exc:  # noqa: BLE001 - the application's observer
+                observer_raised("loop_blocked", exc)
 
     def _watch(self) -> None:
         """The thread: reports a beat overdue by the threshold, once per block."""

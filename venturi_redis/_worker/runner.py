@@ -38,6 +38,7 @@ from .inbox import Inbox
 from .interrupt import Interrupt
 from .job import Job, jobs_of
 from .lost_claims import LostClaims
+from .metrics import observer_raised
 
 if TYPE_CHECKING:
     from .batch import Batching
@@ -487,9 +488,12 @@ class _Runner:
             self.active[job.id] = job
             if w.observer is not None:
                 kind = w.kind_label(job.kind)
-                w.observer.job_claimed(self.queue.name, kind)
-                if waited is not None and now and job.eligible_at:
-                    waited(self.queue.name, kind, max(0.0, (now - job.eligible_at) / 1000))
+                try:
+                    w.observer.job_claimed(self.queue.name, kind)
+                    if waited is not None and now and job.eligible_at:
+                        waited(self.queue.name, kind, max(0.0, (now - job.eligible_at) / 1000))
+                except Exception as exc:  # noqa: BLE001 - the application's observer: never holds a job
+                    observer_raised("job_claimed", exc)
             if batching is not None:
                 job.runner = self
                 if batching.place(job):  # a batch job, or one held until a slot frees
@@ -522,7 +526,10 @@ class _Runner:
             total += len(ids)
             expired = getattr(self.host.observer, "leases_expired", None)
             if ids and expired is not None:
-                expired(q.name, requeued, died)
+                try:
+                    expired(q.name, requeued, died)
+                except Exception as exc:  # noqa: BLE001 - the application's observer
+                    observer_raised("leases_expired", exc)
             if len(ids) < _RECLAIM_BATCH and not (more and calls < _SWEEP_CALLS_MAX):
                 return total
 
