@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
-from pydantic import field_validator
+from pydantic import BaseModel, field_validator
 
 import venturi_redis as vr
 from tests.helpers import events, make_worker
@@ -203,6 +203,36 @@ async def test_a_validator_raising_other_than_value_error_is_an_invalid_payload(
         "KeyError (validators signal invalid input with ValueError)"
     )
     assert "us" not in (journal[-1].note or "").split()  # the value is not quoted
+    done = await queue.get(other)
+    assert done is not None and done.state == vr.JobState.COMPLETED
+
+
+class Pages(BaseModel):
+    n: int = 0
+
+
+class Crawl(vr.Task[Pages]):
+    KIND: ClassVar[str] = "carry-reassigned"
+
+
+class CrawlJob(Crawl, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[Pages], state: Any) -> vr.Outcome:
+        ctx.carry = {"n": ctx.carry.n + 1}  # type: ignore[assignment]  # a dict, not Pages
+        return vr.Outcome.pause_in(0)
+
+
+async def test_a_carry_set_to_what_is_not_its_model_ends_the_run_with_a_note(queue: vr.Queue) -> None:
+    """Dead at once with a note naming the mistake, as any run state that cannot be saved (it
+    was an internal error: the job waited out its lease, charged a failure, nothing said)."""
+    culprit = await queue.enqueue(Crawl())
+    other = await queue.enqueue(Echo(text="after"))
+    worker = make_worker(queue, CrawlJob, EchoJob, concurrency=1, state={}, lease=60)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    journal = await queue.journal(culprit)
+    assert [e.event for e in journal] == ["enqueued", "claimed", "dead"]
+    note = "cannot save run state: ctx.carry was set to a dict; it must stay the task's carry model"
+    assert journal[-1].note == note
     done = await queue.get(other)
     assert done is not None and done.state == vr.JobState.COMPLETED
 

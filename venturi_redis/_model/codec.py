@@ -71,7 +71,9 @@ def pack_model(model: BaseModel) -> bytes:
     """Encode a pydantic model (a task payload or a carry)."""
     try:
         return _packer()(_dump_json(model))
-    except (PydanticSerializationError, TypeError, ValueError, OverflowError) as exc:
+    except (PydanticSerializationError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        if not isinstance(model, BaseModel):
+            raise PayloadError(f"cannot encode a {type(model).__name__}: a pydantic model is needed") from exc
         raise PayloadError(f"cannot encode {type(model).__name__}: {exc}") from exc
 
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
+from pydantic import BaseModel
 
 from .._model.backoff import Backoff
 from .._model.codec import pack, pack_model
@@ -229,6 +230,9 @@ class Completer:
             return NO_STATE, ending  # the usual run: nothing to save
         try:
             attachment = pack(ctx.attachment) if ctx.attachment is not None else b""
+            if not isinstance(ctx.carry, BaseModel):  # the handler set ctx.carry to something else
+                what = type(ctx.carry).__name__
+                raise PayloadError(f"ctx.carry was set to a {what}; it must stay the task's carry model")
             carry = b"" if isinstance(ctx.carry, NoCarry) else pack_model(ctx.carry)
             crypt = job.queue.client.encryption  # encryption at rest: sealed as the producer seals
             if crypt is not None:
