@@ -237,6 +237,39 @@ async def test_a_carry_set_to_what_is_not_its_model_ends_the_run_with_a_note(que
     assert done is not None and done.state == vr.JobState.COMPLETED
 
 
+async def test_an_internal_error_fails_the_run_at_once_with_a_note(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in the worker's own path for one job (here: its first run's execution raising)
+    is logged with its traceback and ends that run failed, noted, at once; before, the job
+    waited out its lease and was reclaimed as lease_expired with nothing said."""
+    import venturi_redis._worker.worker as worker_module
+
+    real = worker_module.execute
+    calls = 0
+
+    async def flaky(host: Any, job: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug of ours")
+        return await real(host, job)
+
+    monkeypatch.setattr(worker_module, "execute", flaky)
+    caplog.set_level(logging.ERROR, logger="venturi_redis.worker")
+    job_id = await queue.enqueue(Echo(text="x"))
+    worker = make_worker(queue, EchoJob, concurrency=1, state={}, lease=60)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    journal = await queue.journal(job_id)
+    assert [e.event for e in journal] == ["enqueued", "claimed", "failed", "claimed", "completed"]
+    assert journal[2].note == "internal error in the worker: RuntimeError: a bug of ours"
+    assert journal[2].details["error_type"] == "RuntimeError"
+    assert 'raise RuntimeError("a bug of ours")' in journal[2].details["traceback"]
+    logged = [r for r in caplog.records if "internal error running job" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None
+
+
 class BrokenObserver:
     """An application's observer with a bug in every method."""
 

@@ -62,7 +62,9 @@ from .._model.task import NoCarry
 from .._store.store import APPLIED, NO_STATE, EndingArgs, Lease, Op, Retained, RunState, send_ops
 from .._transport.errors import TRANSIENT, refused_busy
 from .context import Context
+from .execute import failure_of
 from .metrics import observer_raised
+from .task_hooks import said
 
 if TYPE_CHECKING:
     from .._producer.client import Client, Queue
@@ -186,6 +188,25 @@ class Completer:
         job.completion = job.queue.store.completion(job.id, job.token, ending, state)
         batch.complete_soon(job.queue, job.completion, self._completed, job)
         return True
+
+    async def internal_error(self, job: Job, exc: Exception) -> None:
+        """The worker's own code failed on ``job``'s way (a bug: logged with its traceback).
+
+        Its run ends failed now, noted with the error, rather than left to wait
+        out its lease and be reclaimed as ``lease_expired`` (charged the same
+        failure, with nothing said). Not when its ending was already on its way
+        or its lease is lost: that ending, or the reclaim, stands.
+        """
+        log.error("queue %s: internal error running job %s", job.queue.name, job.id, exc_info=exc)
+        if job.committing or job.lost:
+            return
+        note = f"internal error in the worker: {type(exc).__name__}: {said(exc)}"[:1000]
+        error_type, tb = failure_of(exc, ())  # not scrubbed of task secrets: no task is at hand here
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            try:
+                await self.finish(job, Failed(note, error_type, tb), direct=True)
+            except Exception:
+                log.exception("queue %s: job %s: its failed run could not be written", job.queue.name, job.id)
 
     async def finish(self, job: Job, ending: Ending, *, direct: bool = False) -> None:
         """Write ``ending`` for ``job``'s run.

@@ -570,8 +570,8 @@ class Worker(Serving, Generic[StateT]):
                 await completer.finish(job, ending)
         except anyio.get_cancelled_exc_class():
             raise
-        except Exception:
-            log.exception("queue %s: internal error running job %s", job.queue.name, job.id)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours: logged, its run failed
+            await completer.internal_error(job, exc)  # its run ends failed now, not at its lease
         finally:
             if not job.deferred:  # else the completer settles it when its reply is in
                 self._finish(runner, job)
