@@ -71,8 +71,8 @@ from .execute import (
     start_run,
 )
 from .failure_log import failed_run
+from .guarded import task_backoff, task_timeout
 from .handler import BatchHandler, BatchItem, batch_settings, sync_batch
-from .task_hooks import task_backoff, task_timeout
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup

@@ -63,8 +63,7 @@ from .._store.store import APPLIED, NO_STATE, EndingArgs, Lease, Op, Retained, R
 from .._transport.errors import TRANSIENT, refused_busy
 from .context import Context
 from .execute import failure_of
-from .metrics import observer_raised
-from .task_hooks import said
+from .guarded import observer_raised, said
 
 if TYPE_CHECKING:
     from .._producer.client import Client, Queue

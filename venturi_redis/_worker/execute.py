@@ -33,8 +33,8 @@ from .._model.task import NoCarry, Task
 from .._store.store import bad_delay
 from .context import Context
 from .failure_log import failed_run
+from .guarded import said, task_backoff, task_timeout
 from .handler import SYNC_HANDLERS
-from .task_hooks import said, task_backoff, task_timeout
 from .threads import HandlerThreads, call_handler
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ from typing import Any
 
 import anyio
 
-from .metrics import observer_raised
+from .guarded import observer_raised
 
 log = logging.getLogger("venturi_redis.worker")
 

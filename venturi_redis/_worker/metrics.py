@@ -61,23 +61,6 @@ class WorkerObserver(Protocol):
     #   loop_blocked(seconds): the event loop ran again after a block the worker warned of.
 
 
-# The observer methods that raised, with the exception's type, already logged in this process.
-_raised: set[tuple[str, type]] = set()
-
-
-def observer_raised(method: str, exc: Exception) -> None:
-    """An observer's ``method`` raised ``exc``: logged once per method and exception type, and ignored.
-
-    An observer is the application's code (its metrics, its hooks); a bug in
-    it must neither stop the worker nor hold a job, so every call of one is
-    guarded and the run goes on as if it had returned.
-    """
-    key = (method, type(exc))
-    if key not in _raised:
-        _raised.add(key)
-        log.warning("the worker's observer raised in %s(); ignored (logged once)", method, exc_info=exc)
-
-
 class PrometheusMetrics:
     """Counters, a run-duration histogram and queue gauges in one registry.
 

@@ -34,11 +34,11 @@ from .._store.store import ClaimReply, Op
 from .._transport.cluster import is_cluster
 from .._transport.errors import TRANSIENT
 from .._transport.redispy import unpooled_connection
+from .guarded import observer_raised
 from .inbox import Inbox
 from .interrupt import Interrupt
 from .job import Job, jobs_of
 from .lost_claims import LostClaims
-from .metrics import observer_raised
 
 if TYPE_CHECKING:
     from .batch import Batching

@@ -1,12 +1,14 @@
-"""What a run asks of the task's and the handler's own code besides ``handle``, kept from breaking the run.
+"""The application's code a run calls besides ``handle``, kept from breaking the run or the worker.
 
 A run calls the task's ``timeout()`` when it starts and its ``backoff()``
-when it fails, and turns a raised exception into its note with ``str()``.
-That is application code (or a library's), and it can raise or return what
-it should not. Each such slip is logged once per task class and the run goes
-on with the worker's own setting; before, ``backoff()`` or an exception's
-``__str__`` raising was an internal error of the worker that left the job to
-wait out its lease.
+when it fails, turns a raised exception into its note with ``str()``, and
+tells the worker's observer (the application's metrics) of each claim and
+ending. That code can raise or return what it should not. Each such slip is
+logged once and the run goes on: with the worker's own setting, a note
+naming the exception's class, or as if the observer had returned. Before,
+each was an internal error of the worker that left the job to wait out its
+lease, and an observer's could stop the worker (docs/guarantees.md, "The
+application's code around a handler").
 """
 
 from __future__ import annotations
@@ -23,6 +25,23 @@ log = logging.getLogger("venturi_redis.worker")
 # The slips already warned of in this process (task class, method, what it
 # did): a broken method would otherwise log on every run of its kind.
 _warned: set[tuple[type, str, str]] = set()
+
+
+# The observer methods that raised, with the exception's type, already logged in this process.
+_raised: set[tuple[str, type]] = set()
+
+
+def observer_raised(method: str, exc: Exception) -> None:
+    """An observer's ``method`` raised ``exc``: logged once per method and exception type, and ignored.
+
+    An observer is the application's code (its metrics, its hooks); a bug in
+    it must neither stop the worker nor hold a job, so every call of one is
+    guarded and the run goes on as if it had returned.
+    """
+    key = (method, type(exc))
+    if key not in _raised:
+        _raised.add(key)
+        log.warning("the worker's observer raised in %s(); ignored (logged once)", method, exc_info=exc)
 
 
 def _slip(task: Any, method: str, what: str) -> None:
