@@ -92,10 +92,8 @@ def unpack_model(cls: type[M], raw: bytes) -> M:
         if cls.model_validate.__func__ is _MODEL_VALIDATE:  # type: ignore[attr-defined]
             return cls.__pydantic_validator__.validate_python(data)  # type: ignore[no-any-return]
         return cls.model_validate(data)
-    except ValidationError as exc:
-        raise PayloadError(f"stored value does not validate as {cls.__name__}: {_errors(exc)}") from exc
-    except Exception as exc:  # the model's own validator code
-        raise PayloadError(_raised_by_validator(cls, exc)) from exc
+    except Exception as exc:  # ValidationError, or what a validator of the model raised
+        raise invalid(cls.__name__, exc) from exc
 
 
 def model_decoder(cls: type[M]) -> Callable[[bytes], M]:
@@ -124,35 +122,50 @@ def model_decoder(cls: type[M]) -> Callable[[bytes], M]:
             raise PayloadError(f"stored value is not valid msgpack ({len(raw)} bytes): {exc}") from exc
         try:
             return validate(data)  # type: ignore[no-any-return]
-        except ValidationError as exc:
-            raise PayloadError(f"stored value does not validate as {cls.__name__}: {_errors(exc)}") from exc
-        except Exception as exc:  # the model's own validator code
-            raise PayloadError(_raised_by_validator(cls, exc)) from exc
+        except Exception as exc:  # ValidationError, or what a validator of the model raised
+            raise invalid(cls.__name__, exc) from exc
 
     return decode
 
 
-def unpack_as(adapter: TypeAdapter[Any], raw: bytes) -> Any:
-    """Decode and validate bytes with a TypeAdapter (typed results, resume input)."""
+def unpack_as(adapter: TypeAdapter[Any], raw: bytes, name: str = "") -> Any:
+    """Decode and validate bytes with a TypeAdapter (typed results, resume input);
+    ``name``, the type's, goes in the error."""
     data = unpack(raw)
     try:
         return adapter.validate_python(data)
-    except ValidationError as exc:
-        raise PayloadError(f"stored value does not validate: {_errors(exc)}") from exc
+    except Exception as exc:  # ValidationError, or what a validator of the type raised
+        raise invalid(name, exc) from exc
 
 
-def _raised_by_validator(cls: type, exc: Exception) -> str:
-    """A validator of ``cls`` raised what pydantic does not turn into a validation error.
+class ValidatorRaised(PayloadError):
+    """A stored value's validation raised something other than pydantic's ValidationError.
 
-    Only ``ValueError`` and ``AssertionError`` (and pydantic's own) are; a
-    ``KeyError`` or ``TypeError`` from a validator's code passes through it.
-    Named by type only: its message may quote the stored value, as pydantic's
-    own text does.
+    A validator of the user's model did (a ``model_validator(mode="before")``
+    that upgrades the payloads of an older model and meets one it did not
+    expect: ``KeyError``). Still a PayloadError, so every reader treats it as
+    data that does not validate (a worker sends the job to dead, reason
+    ``invalid_payload``) rather than as a crash of its own; ``__cause__`` is
+    the exception, whose traceback points at the validator.
     """
-    return (
-        f"stored value does not validate as {cls.__name__}: a validator raised {type(exc).__name__} "
-        "(validators signal invalid input with ValueError)"
-    )
+
+
+def invalid(name: str, exc: Exception) -> PayloadError:
+    """Why a stored value does not validate as ``name`` (a class's, or '' for none), as a
+    PayloadError: pydantic's errors by field, or the exception a validator raised."""
+    as_name = f" as {name}" if name else ""
+    if isinstance(exc, ValidationError):
+        return PayloadError(f"stored value does not validate{as_name}: {_errors(exc)}")
+    try:
+        raised = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    except Exception:  # noqa: BLE001 - a validator's exception whose __str__ raises too
+        raised = type(exc).__name__
+    return ValidatorRaised(f"stored value does not validate{as_name}: its validation raised {raised}")
+
+
+def type_name(tp: Any) -> str:
+    """A type as an error names it: ``Report``, ``list[str]``, ``int | None``."""
+    return tp.__qualname__ if isinstance(tp, type) else repr(tp).replace("typing.", "")
 
 
 def _errors(exc: ValidationError) -> str:

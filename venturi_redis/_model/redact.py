@@ -91,6 +91,21 @@ def secret_values(*models: BaseModel | None) -> list[str]:
     return out
 
 
+def document_secrets(model: type[BaseModel], doc: Any) -> list[str]:
+    """The values a stored document ``doc`` holds under ``model``'s sensitive field names,
+    as text, for ``scrub``: for a note about a document that does not validate as
+    ``model`` (a payload of an older model), where ``secret_values`` has no model
+    instance to read. Top-level keys only; empty when ``doc`` is no mapping."""
+    if not isinstance(doc, Mapping):
+        return []
+    hook = getattr(model, "sensitive_fields", None)
+    names = hook() if callable(hook) else marked_fields(model)
+    out: list[str] = []
+    for name in names:
+        _leaves(doc.get(name), out)
+    return out
+
+
 def _leaves(value: Any, out: list[str], depth: int = 0) -> None:
     """Each scalar inside ``value`` as text (long enough to scrub) into ``out``."""
     if value is None or depth > 20:

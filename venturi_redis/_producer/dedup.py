@@ -37,6 +37,7 @@ WATCH relies on in redis-py is in ``_transport/redispy.py``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 from typing import TYPE_CHECKING, Any
 
@@ -44,10 +45,12 @@ import anyio
 from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError, ResponseError, WatchError
 
-from .._model.codec import pack_model, text, unpack_model
+from .._model.codec import pack_model, text, unpack, unpack_model
 from .._model.enums import JobState, Priority
-from .._model.errors import MergeConflictError, PayloadTooLarge, TaskDefinitionError
+from .._model.errors import MergeConflictError, PayloadError, PayloadTooLarge, TaskDefinitionError
 from .._model.records import ENQUEUED_FIELDS, LazyJournal, journal_from
+from .._model.redact import document_secrets, scrub
+from .._model.sealing import missing_key
 from .._model.task import Merge, Pending, Task
 from .._store.store import Call, corrupt_job
 from .._transport.redispy import forget_watch, pin_connection, pipeline_reply, watch_lost_with_connection
@@ -57,6 +60,11 @@ if TYPE_CHECKING:
     from .base import QueueLike
 
 MAX_MERGE_ATTEMPTS = 64
+
+
+log = logging.getLogger("venturi_redis.dedup")
+# Task.merge itself: a task class that keeps it replaces the pending job, whatever it holds.
+_DEFAULT_MERGE = Task.merge
 
 
 class _ReplyLost:
@@ -171,25 +179,59 @@ async def _try_merge(
             # seals what it writes; the merge script sees opaque bytes.
             crypt = client.encryption
             raw_payload, raw_carry = raw[b"payload"], raw.get(b"carry")
+            for blob in (raw_payload, raw_carry):
+                if blob and (missing := missing_key(blob, crypt)) is not None:
+                    raise missing
             if crypt is not None:
                 raw_payload = crypt.open(raw_payload)
                 raw_carry = crypt.open(raw_carry) if raw_carry else raw_carry
-            existing = unpack_model(task_cls, raw_payload)
             carry_cls = task_cls.carry_type()
-            carry = unpack_model(carry_cls, raw_carry) if raw_carry else task_cls.default_carry()
-            pending: Pending[Any, Any] = Pending(
-                job_id=holder,
-                payload=existing,
-                carry=carry,
-                run_count=int(raw.get(b"run_count", 0)),
-                failures=int(raw.get(b"failures", 0)),
-                journal=journal,
-            )
-            decision = task.merge(pending)  # the user's code: its exceptions abort the enqueue
-            if not isinstance(decision, Merge):
-                raise TaskDefinitionError(
-                    f"{task_cls.__qualname__}.merge() must return a vr.Merge, got {type(decision).__name__}"
-                )
+            decision: Merge[Any, Any]
+            if task_cls.merge is _DEFAULT_MERGE:
+                # Replace, whatever the job holds: nothing of it is read, so a job
+                # enqueued by an older model of the task, which this one no longer
+                # validates, is replaced too (docs/semantics.md, "Changing a task's
+                # model while its jobs wait"), where reading it failed this enqueue.
+                decision = Merge.replace()
+            else:
+                try:
+                    existing = unpack_model(task_cls, raw_payload)
+                    carry = unpack_model(carry_cls, raw_carry) if raw_carry else task_cls.default_carry()
+                except PayloadError as exc:
+                    # merge() cannot be shown the job. Not this enqueue's fault, and no
+                    # retry of it changes stored bytes: the new job goes in beside it
+                    # (nothing lost, nothing merged behind merge()'s back), and the old
+                    # one goes dead (invalid_payload) on a worker that cannot read it either.
+                    # A validator's message may quote the job's values: its secrets are masked.
+                    secrets: list[str] = []
+                    with contextlib.suppress(PayloadError):
+                        secrets = document_secrets(task_cls, unpack(raw_payload))
+                    log.warning(
+                        "queue %s: pending job %s holds the dedup key of this %s job, and %s cannot "
+                        "read it (%s); enqueued job %s beside it (as Merge.independent())",
+                        queue.name,
+                        holder,
+                        job.kind,
+                        task_cls.__qualname__,
+                        scrub(str(exc), secrets),
+                        job.id,
+                    )
+                    decision = Merge.independent()
+                else:
+                    pending: Pending[Any, Any] = Pending(
+                        job_id=holder,
+                        payload=existing,
+                        carry=carry,
+                        run_count=int(raw.get(b"run_count", 0)),
+                        failures=int(raw.get(b"failures", 0)),
+                        journal=journal,
+                    )
+                    decision = task.merge(pending)  # the user's code: its exceptions abort the enqueue
+                    if not isinstance(decision, Merge):
+                        raise TaskDefinitionError(
+                            f"{task_cls.__qualname__}.merge() must return a vr.Merge, "
+                            f"got {type(decision).__name__}"
+                        )
             if decision.decision == "independent":
                 await pipe.reset()
                 await queue.store.enqueue_forced(job)

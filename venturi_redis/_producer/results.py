@@ -40,7 +40,7 @@ import anyio
 from pydantic import TypeAdapter, ValidationError
 
 from .._model.backoff import to_ms
-from .._model.codec import unpack_as
+from .._model.codec import type_name, unpack_as
 from .._model.errors import ConfigurationError, PayloadError, VenturiError
 from .._model.sealing import Encryption, missing_key
 from .._store.keys import QueueKeys, validate_name
@@ -137,11 +137,17 @@ def _text(value: bytes | None) -> str:
 
 
 def _decode(
-    raw: dict[bytes, bytes], adapter: TypeAdapter[Any], *, redact: bool, encryption: Encryption | None
+    raw: dict[bytes, bytes],
+    result_type: Any,
+    adapter: TypeAdapter[Any],
+    *,
+    redact: bool,
+    encryption: Encryption | None,
 ) -> OffloadResult[Any]:
-    """A snapshot as its reader sees it. An encrypted value (the job's result, sealed by
-    its worker) is opened with the reading client's ``encryption``; a typed value cannot
-    be shown as ``vr.Encrypted``, so a missing key raises ``EncryptionKeyMissing``."""
+    """A snapshot as its reader sees it (``adapter``: ``result_type``'s). An encrypted value
+    (the job's result, sealed by its worker) is opened with the reading client's
+    ``encryption``; a typed value cannot be shown as ``vr.Encrypted``, so a missing key
+    raises ``EncryptionKeyMissing``."""
     status = _text(raw.get(b"status"))
     job_id = _text(raw.get(b"job_id")) or None
     if status == "pending":
@@ -155,7 +161,15 @@ def _decode(
                 blob = encryption.open(blob)
             elif (missing := missing_key(blob, None)) is not None:
                 raise missing
-            value = unpack_as(adapter, blob)
+            try:
+                value = unpack_as(adapter, blob, "" if result_type is Any else type_name(result_type))
+            except PayloadError as exc:
+                # A result stored by an older model of the return type (docs/semantics.md,
+                # "Changing a task's model while its jobs wait"): say whose, and the way out.
+                raise PayloadError(
+                    f"offload result of job {job_id} cannot be read: {exc}; an untyped read "
+                    "(vr.read_result(client, handle.key)) returns the stored document"
+                ) from exc
         else:  # the function returned None
             try:
                 value = adapter.validate_python(None)
@@ -168,7 +182,9 @@ def _decode(
 async def _read(client: Client, key: str, result_type: Any, *, redact: bool) -> OffloadResult[Any] | None:
     keys, token = _parse_key(client, key)
     raw = await client.redis.hgetall(keys.offload(token))
-    return _decode(raw, _adapter(result_type), redact=redact, encryption=client.encryption) if raw else None
+    if not raw:
+        return None
+    return _decode(raw, result_type, _adapter(result_type), redact=redact, encryption=client.encryption)
 
 
 @overload
@@ -252,7 +268,8 @@ async def _resolve(
 ) -> OffloadResult[T]:
     """``resolve``, with a hook called after each step so tests can inject races."""
     keys, token = _parse_key(client, handle.key)
-    adapter = _adapter(handle.result_type)
+    result_type = handle.result_type
+    adapter = _adapter(result_type)
     snapshot, channel = keys.offload(token), keys.offload_channel(token)
     seconds = math.inf if timeout is None else to_ms(timeout, "timeout") / 1000
     deadline = time.monotonic() + seconds
@@ -278,7 +295,7 @@ async def _resolve(
                     f"no offload snapshot for job key in queue {keys.name!r}: the key was never "
                     "issued, or its result expired after the retention; offload the call again"
                 )
-            last = _decode(raw, adapter, redact=False, encryption=client.encryption)
+            last = _decode(raw, result_type, adapter, redact=False, encryption=client.encryption)
             if last.status != "pending":
                 return last
             await hook("read")
@@ -294,7 +311,7 @@ async def _resolve(
                 # quiet slice: read back either way.
                 raw = await client.redis.hgetall(snapshot)
                 if raw:
-                    last = _decode(raw, adapter, redact=False, encryption=client.encryption)
+                    last = _decode(raw, result_type, adapter, redact=False, encryption=client.encryption)
                     if last.status != "pending":
                         return last
         except TRANSIENT:

@@ -11,11 +11,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._model.codec import text, unpack, unpack_as
+from .._model.codec import text, type_name, unpack, unpack_as
+from .._model.errors import EncryptionKeyMissing, PayloadError
 from .._model.sealing import Encryption, missing_key
 
 if TYPE_CHECKING:
     from .._producer.client import Queue
+
+
+class UnreadableResult(PayloadError):
+    """A dependency's stored result does not decode, or does not validate as the result type
+    its task declares now (its model changed since the dependency completed).
+
+    No retry changes a stored copy: raised out of the handler of ``job_id`` (the waiting
+    job), it ends that job's run dead at once, reason ``invalid_payload``
+    (``execute.error_ending``), where an ordinary error would be retried for hours.
+    """
+
+    def __init__(self, message: str, job_id: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
 
 
 def decode_result(
@@ -34,7 +49,7 @@ def decode_result(
     handler = registry.get(kind)
     entry = getattr(handler, "__venturi_offload__", None)
     if entry is not None:
-        return unpack_as(entry._result_adapter, blob)
+        return unpack_as(entry._result_adapter, blob, type_name(entry.result_type))
     return unpack(blob)
 
 
@@ -45,5 +60,13 @@ async def read_dependency_results(
     out: dict[str, Any] = {}
     for field, value in sorted(raw.items()):
         kind, _, blob = value.partition(b"\n")
-        out[text(field)] = decode_result(text(kind), blob, registry, queue.client.encryption)
+        dep = text(field)
+        try:
+            out[dep] = decode_result(text(kind), blob, registry, queue.client.encryption)
+        except EncryptionKeyMissing:
+            raise  # another worker, or this one given the key, can read it: a failed run
+        except PayloadError as exc:
+            raise UnreadableResult(
+                f"the result of dependency {dep} ({text(kind)}) cannot be read: {exc}", job_id
+            ) from exc
     return out

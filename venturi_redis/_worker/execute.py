@@ -12,6 +12,7 @@ cancelled) is re-raised: the worker releases the job on its way out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import traceback
@@ -22,16 +23,17 @@ import anyio
 from pydantic import BaseModel
 
 from .._model import tracing as _tracing
-from .._model.codec import model_decoder, pack, unpack, unpack_as, unpack_model
+from .._model.codec import ValidatorRaised, model_decoder, pack, type_name, unpack, unpack_as, unpack_model
 from .._model.endings import COMPLETED, Completed, Dead, Ending, Failed, Paused, Suspended
 from .._model.enums import DeadReason
 from .._model.errors import EncryptionKeyMissing, PayloadError, TaskDefinitionError, TaskError
 from .._model.outcome import UNSET, Outcome
-from .._model.redact import scrub, secret_values
+from .._model.redact import document_secrets, scrub, secret_values
 from .._model.sealing import Encryption, missing_key
 from .._model.task import NoCarry, Task
 from .._store.store import bad_delay
 from .context import Context
+from .dependencies import UnreadableResult
 from .failure_log import failed_run
 from .guarded import said, task_backoff, task_timeout
 from .handler import SYNC_HANDLERS
@@ -202,7 +204,7 @@ def start_run(
     except PayloadError as exc:
         if (missing := missing_key(job.payload, crypt)) is not None:
             return _key_missing(job, "payload", missing)
-        return Dead(DeadReason.INVALID_PAYLOAD, f"payload does not decode: {exc}")
+        return _undecodable("payload", exc, handler_cls, job.payload, crypt)
     try:
         carry: BaseModel = (
             unpack_model(handler_cls.carry_type(), job.carry if crypt is None else crypt.open(job.carry))
@@ -214,7 +216,9 @@ def start_run(
     except (PayloadError, TaskDefinitionError) as exc:
         if (missing := missing_key(job.carry, crypt)) is not None:
             return _key_missing(job, "carry", missing)
-        return Dead(DeadReason.INVALID_PAYLOAD, f"carry does not decode: {exc}")
+        if isinstance(exc, TaskDefinitionError):
+            return Dead(DeadReason.INVALID_PAYLOAD, f"carry does not decode: {exc}")
+        return _undecodable("carry", exc, handler_cls.carry_type(), job.carry, crypt)
     try:
         resume_input = (
             _decode_resume(handler_cls, job.resume_input if crypt is None else crypt.open(job.resume_input))
@@ -225,7 +229,7 @@ def start_run(
         if (missing := missing_key(job.resume_input, crypt)) is not None:
             return _key_missing(job, "resume input", missing)
         # The value came from queue.resume(); no retry can change it.
-        return Dead(DeadReason.INVALID_PAYLOAD, f"resume input does not validate: {exc}")
+        return _undecodable("resume input", exc, None, job.resume_input, crypt, verb="validate")
     # Positional, in the signature's order (keywords cost more): once per run.
     ctx: Context[Any] = Context(
         job.id, job.queue.name, job.kind, job.run_count, job.failures, job.history, carry, resume_input
@@ -240,6 +244,36 @@ def start_run(
     return task, ctx
 
 
+def _undecodable(
+    what: str,
+    exc: PayloadError,
+    model: type[BaseModel] | None,
+    stored: bytes,
+    crypt: Encryption | None,
+    verb: str = "decode",
+) -> Dead:
+    """The ending of a run whose job's stored ``what`` does not decode or validate: dead at
+    once (``invalid_payload``), since no retry changes stored bytes; a fixed model and an
+    operator's retry do (docs/semantics.md, "Changing a task's model while its jobs wait").
+
+    The note names each field that failed and why, with the values of ``model``'s
+    sensitive fields masked (a validator's message may quote them). When a validator of
+    the model raised something else (``codec.ValidatorRaised``: a migration of older
+    payloads that meets one it did not expect), the journal keeps that exception's type
+    and traceback as a failed run's, pointing at the validator's line.
+    """
+    secrets: list[str] = []
+    if model is not None:
+        with contextlib.suppress(PayloadError):  # not a document: no field of it to mask
+            secrets = document_secrets(model, unpack(stored if crypt is None else crypt.open(stored)))
+    note = scrub(f"{what} does not {verb}: {exc}", secrets)
+    cause = exc.__cause__
+    if isinstance(exc, ValidatorRaised) and cause is not None:
+        error_type, tb = failure_of(cause, secrets)
+        return Dead(DeadReason.INVALID_PAYLOAD, note, error_type, tb)
+    return Dead(DeadReason.INVALID_PAYLOAD, note)
+
+
 def error_ending(host: RunHost, job: Job, task: Any, ctx: Context[Any], exc: BaseException) -> Ending:
     """What a handler's exception makes of its job's run (not a cancellation the worker asked for)."""
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -250,6 +284,12 @@ def error_ending(host: RunHost, job: Job, task: Any, ctx: Context[Any], exc: Bas
         # the backstop ends it (docs/guarantees.md, "Handlers that raise").
         host.crash(exc, job)
         return Failed(f"the handler raised {exc!r}; the worker stopped", backoff=task_backoff(task))
+    if isinstance(exc, UnreadableResult) and exc.job_id == job.id:
+        # ctx.dependency_results() met a stored result its task's type no longer
+        # validates: no retry changes it (a batch's other jobs, failed by the same
+        # raise, are charged an ordinary failure below).
+        _, tb = failure_of(exc, ())
+        return Dead(DeadReason.INVALID_PAYLOAD, str(exc), "venturi_redis.PayloadError", tb)
     if isinstance(exc, TaskError):
         # A raised message may quote the task's secrets: never stored, never logged.
         secrets = secret_values(task, ctx.carry)
@@ -341,7 +381,7 @@ def _decode_resume(handler_cls: type[Any], raw: bytes) -> Any:
     if not raw:
         return None
     adapter = handler_cls.resume_adapter()
-    return unpack(raw) if adapter is None else unpack_as(adapter, raw)
+    return unpack(raw) if adapter is None else unpack_as(adapter, raw, type_name(handler_cls.RESUME))
 
 
 def _pack_optional(value: Any, crypt: Encryption | None) -> bytes:

@@ -137,16 +137,33 @@ class Redaction:
 
     show_values: bool = False
     sensitive: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # The payload fields each known task declares, by KIND.
+    declared: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, show_values: bool, tasks: Sequence[type[Task[Any]]]) -> Redaction:
-        return cls(show_values, {t.kind(): frozenset(t.sensitive_fields()) for t in tasks})
+        return cls(
+            show_values,
+            {t.kind(): frozenset(t.sensitive_fields()) for t in tasks},
+            {t.kind(): frozenset(t.model_fields) for t in tasks},
+        )
 
     def doc(self, kind: str, value: Any) -> Any:
-        """``value`` (a payload, carry, result, output or attachment) as it may be shown."""
+        """``value`` (a carry, result, output or attachment) as it may be shown."""
         if not self.show_values:
             return redact(value)
         hidden = self.sensitive.get(kind)
+        return redact(value, hidden) if hidden else value
+
+    def payload(self, kind: str, value: Any) -> Any:
+        """A job's payload as it may be shown: as ``doc``, and, for a known task, a key
+        its model does not declare is masked too. The job was enqueued by an older
+        model (a field since removed or renamed, docs/semantics.md): whether that
+        field was sensitive, the reader cannot know."""
+        declared = self.declared.get(kind)
+        if not self.show_values or declared is None or not isinstance(value, Mapping):
+            return self.doc(kind, value)
+        hidden = self.sensitive.get(kind, frozenset()) | {k for k in value if k not in declared}
         return redact(value, hidden) if hidden else value
 
 
@@ -180,7 +197,8 @@ def job_dict(info: JobInfo, redaction: Redaction) -> dict[str, Any]:
         "fire_at": info.fire_at,
         "dedup_until": info.dedup_until,
     }
-    for name in ("payload", "carry", "attachment", "result", "output"):
+    out["payload"] = redaction.payload(info.kind, info.payload)
+    for name in ("carry", "attachment", "result", "output"):
         out[name] = redaction.doc(info.kind, getattr(info, name))
     doc: dict[str, Any] = jsonable(out)
     return doc
