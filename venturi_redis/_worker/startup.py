@@ -18,12 +18,14 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from redis.exceptions import AuthenticationError
 
+from .._model.errors import ConfigurationError
 from .._producer import server as _server
 from .._producer.client import Client
 from .._transport.errors import TRANSIENT
@@ -125,3 +127,89 @@ async def start(
 
     where = ", ".join(sorted({server_of(c) for c in clients}))
     await waiting_for_redis(worker_id, where, wait, declarations)
+
+
+def started(worker_id: str, queues: Sequence[Queue], kinds: Sequence[str]) -> None:
+    """The start-up log line: the queues, the servers (passwords masked) and the kinds."""
+    log.info(
+        "worker %s starting on %s at %s (kinds: %s)",
+        worker_id,
+        ", ".join(q.name for q in queues),
+        ", ".join(sorted({server_of(q.client) for q in queues})),
+        ", ".join(kinds),
+    )
+
+
+class Lifespan:
+    """``Worker(lifespan=...)``: the handlers' state, made as ``run()`` starts and closed as it ends.
+
+    ``factory()`` returns an async context manager (an ``@asynccontextmanager``
+    function's call): entered once Redis answered and the start's checks
+    passed, before the first claim; its value is the ``state`` every handler
+    gets; exited once the last job ended (finished, or released at the end of
+    the grace), before the worker leaves the registry. Each ``run()`` enters
+    it anew. What its exit raises is raised by ``run()``.
+    """
+
+    def __init__(self, factory: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
+        self.factory = factory
+        self._cm: AbstractAsyncContextManager[Any] | None = None
+
+    @classmethod
+    def of(cls, factory: Any, state: Any) -> Lifespan | None:
+        """``Worker(lifespan=..., state=...)``'s lifespan, checked: a function, and no state beside it."""
+        if factory is None:
+            return None
+        if hasattr(factory, "__aenter__") or not callable(factory):  # lifespan(), called: one use only
+            raise ConfigurationError(
+                f"lifespan must be a function returning an async context manager, got {factory!r}"
+            )
+        if state is not None:
+            raise ConfigurationError("lifespan makes the handlers' state: give lifespan= or state=, not both")
+        return cls(factory)
+
+    async def enter(self) -> Any:
+        cm = self.factory()
+        if not (hasattr(cm, "__aenter__") and hasattr(cm, "__aexit__")):
+            name = getattr(self.factory, "__qualname__", repr(self.factory))
+            raise ConfigurationError(
+                f"lifespan {name}() returned a {type(cm).__name__}, not an async context manager "
+                "(make it an @contextlib.asynccontextmanager function that yields the state)"
+            )
+        state = await cm.__aenter__()
+        self._cm = cm
+        return state
+
+    async def exit(self, exc: BaseException | None) -> None:
+        cm, self._cm = self._cm, None
+        if cm is not None:
+            await cm.__aexit__(
+                type(exc) if exc is not None else None, exc, exc.__traceback__ if exc else None
+            )
+
+
+class _HasLifespan(Protocol):
+    lifespan: Lifespan | None
+    state: Any
+
+
+@asynccontextmanager
+async def state_held(worker: _HasLifespan) -> AsyncIterator[None]:
+    """Around a run: ``worker.state`` made by its lifespan (if any), closed after, even when cancelled."""
+    lifespan = worker.lifespan
+    if lifespan is None:
+        yield
+        return
+    worker.state = await lifespan.enter()
+    raised: BaseException | None = None
+    try:
+        yield
+    except BaseException as exc:
+        raised = exc
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):  # a cancelled run still closes the pools
+            try:
+                await lifespan.exit(raised)
+            finally:
+                worker.state = None

@@ -38,7 +38,8 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
@@ -100,6 +101,11 @@ class Worker(Serving, Generic[StateT]):
             names (str) are accepted together with ``client``.
         client: The client that queue names are resolved on.
         state: The shared dependencies every handler receives (``App``).
+        lifespan: Instead of ``state``: a function returning an async context
+            manager (``@contextlib.asynccontextmanager``) that opens what the
+            handlers share (a database pool, an HTTP client), yields it as
+            their state, and closes it: entered as ``run()`` starts, exited
+            once its last job ended (startup.py ``Lifespan``).
         concurrency: Handlers running at once, per queue.
         lease: Seconds a claim is valid without renewal. A running worker
             renews every ``lease / 3``; a dead worker's jobs are reclaimed
@@ -194,6 +200,7 @@ class Worker(Serving, Generic[StateT]):
         *,
         client: Client | None = None,
         state: StateT = None,  # type: ignore[assignment]
+        lifespan: Callable[[], AbstractAsyncContextManager[StateT]] | None = None,
         concurrency: int = 16,
         lease: float = 30.0,
         max_failures: int | None = 25,
@@ -248,6 +255,7 @@ class Worker(Serving, Generic[StateT]):
         self.schedules = declared_schedules(schedules, qs)
         self.limits = declared_limits(limits)
         self.queues = qs
+        self.lifespan = startup.Lifespan.of(lifespan, state)
         self.state = state
         self.concurrency = concurrency
         self.lease = lease
@@ -483,20 +491,16 @@ class Worker(Serving, Generic[StateT]):
         self._stop = anyio.Event()
         if self._stopping:
             self._stop.set()
-        log.info(
-            "worker %s starting on %s at %s (kinds: %s)",
-            self.id,
-            ", ".join(q.name for q in self.queues),
-            ", ".join(sorted({startup.server_of(q.client) for q in self.queues})),
-            ", ".join(self.kinds),
-        )
+        startup.started(self.id, self.queues, self.kinds)
         self._fatal = None
         bounds = self.max_runs, self.max_memory_mib
         self.recycling = None if bounds == (None, None) else Recycling(*bounds, self._recycle)
         try:
-            self._frozen_start = FrozenStart(self.freeze_gc)
-            with self._frozen_start, young_threshold_raised(self.gc_threshold):
-                await self._serve(until_idle)
+            # Worker(lifespan=...): its state made here, closed once the last job ended.
+            async with startup.state_held(self):
+                self._frozen_start = FrozenStart(self.freeze_gc)
+                with self._frozen_start, young_threshold_raised(self.gc_threshold):
+                    await self._serve(until_idle)
         finally:
             await self._keeper.leave()
             with anyio.CancelScope(shield=True):
