@@ -135,14 +135,19 @@ class GrowingJob(Growing, vr.Handler[Any]):
 
 
 async def test_a_carry_or_attachment_over_the_cap_is_not_saved_and_fails_the_run(
-    url: str, queue_name: str
+    url: str, queue_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with vr.Client.from_url(url, max_payload_bytes=10 * KB) as client:
         queue = client.queue(queue_name)
         carry = await queue.enqueue(Growing(mode="carry"))
         set_big = await queue.enqueue(Growing(mode="attachment-set"))
         grew = await queue.enqueue(Growing(mode="attachment-grew"))
-        await drain(queue, GrowingJob, max_failures=1)
+        with caplog.at_level(logging.WARNING, logger="venturi_redis.worker"):
+            await drain(queue, GrowingJob, max_failures=1)
+        # One WARNING per failed run (its failure and its death), as for any failure.
+        for job_id in (carry, set_big, grew):
+            said = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"job {job_id} ")]
+            assert len(said) == 2 and "PayloadTooLarge" in said[0] and " is dead " in said[1], said
 
         info = await queue.get(carry)
         assert info is not None and info.state == vr.JobState.DEAD  # not suspended with a lost carry

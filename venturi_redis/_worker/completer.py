@@ -203,7 +203,10 @@ class Completer:
         worker's books (``CompleterHost.job_done``) once written; for every
         other ending the caller does that when this returns.
         """
+        decided = ending
         state, ending = self._state(job, ending)
+        if ending is not decided and isinstance(ending, Failed):  # its state was over the cap
+            failed_run(job.id, job.kind, ending.error_type, ending.note)
         host = self._host
         if job.cancel_requested and isinstance(ending, (Paused, Suspended, Failed, Released)):
             # An operator cancelled the job while it ran: whatever else the run
@@ -380,8 +383,7 @@ def _unsaved(
         attachment = b""
     reason = "the run's state was not saved: " + "; ".join(why)
     if isinstance(ending, (Completed, Paused, Suspended)):
-        failed_run(job.id, job.kind, _TOO_LARGE, reason)
-        return attachment, carry, Failed(reason, _TOO_LARGE)
+        return attachment, carry, Failed(reason, _TOO_LARGE)  # logged by finish(), once
     note = f"{ending.note} ({reason})" if ending.note else reason
     return attachment, carry, dataclasses.replace(ending, note=note)
 
