@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from .errors import ConfigurationError, PayloadTooLarge
 
-# Redis's proto-max-bulk-len default: no argument of a command may be longer,
-# so no cap may be set above it.
-MAX_VALUE_BYTES = 512 << 20
+# The highest cap: Redis takes no argument longer than proto-max-bulk-len
+# (512 MB by default), and a stored value can be a little longer than the value
+# capped (encryption adds 34 bytes; a dependency's result copy, its KIND).
+MAX_VALUE_BYTES = 500 << 20
 # Client(max_payload_bytes=...): a payload, a carry, a resume input, an attachment.
 DEFAULT_MAX_PAYLOAD = 1 << 20
 # Client(max_result_bytes=...): a run's result (Outcome.completed) or output (Outcome.suspend).
