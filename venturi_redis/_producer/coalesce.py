@@ -35,12 +35,13 @@ class Coalescer:
     alone: a sequential producer pays nothing extra. Calls made while one is
     in flight wait, and the first of them then sends all of them (up to 500,
     and up to ``Client(max_batch_bytes=...)`` of payloads: Redis copies them
-    while it serves nobody else) as one ``enqueue.lua`` call: one round trip and one script for a burst of
-    a web server's requests, with each call's own result (its job created, or
-    the holder of its dedup key for it to merge into) and each call's own
-    error. A call that sends a batch for the others is shielded from
-    cancellation until the reply is in, because they depend on it; a call
-    cancelled while it still waits is withdrawn, with nothing written.
+    while it serves nobody else) as one ``enqueue.lua`` call: one round trip
+    and one script for a burst of a web server's requests, with each call's
+    own result (its job created, or the holder of its dedup key for it to
+    merge into) and each call's own error. A call that sends a batch for the
+    others is shielded from cancellation until the reply is in, because they
+    depend on it; a call cancelled while it still waits is withdrawn, with
+    nothing written.
     """
 
     __slots__ = ("_queue", "_sending", "_waiting")
