@@ -15,6 +15,13 @@ from .._model.errors import ConfigurationError, PayloadTooLarge
 from .._model.flow import Flow
 from .._model.records import JOURNAL_FIELDS, JobInfo, JournalEntry, WorkerInfo, journal_from
 from .._model.sealing import Encryption
+from .._model.sizes import (
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_BATCH_JOBS,
+    DEFAULT_MAX_PAYLOAD,
+    DEFAULT_MAX_RESULT,
+    checked_cap,
+)
 from .._model.task import Task
 from .._store.keys import QueueKeys
 from .._store.prepare import (
@@ -49,8 +56,6 @@ if TYPE_CHECKING:
     from .bulk import BulkFilters
     from .reads import QueueStats
 
-DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of encoded payload (or carry) per job
-
 
 class Client:
     """A connection to one Redis (or the embedded ``memory://`` server).
@@ -59,8 +64,21 @@ class Client:
         redis: A ``redis.asyncio.Redis`` (or fakeredis) client with
             ``decode_responses=False``.
         namespace: The first part of every key (``venturi`` by default).
-        max_payload_bytes: Largest encoded payload or carry accepted, checked
-            before anything is sent to Redis.
+        max_payload_bytes: Largest encoded payload, carry, resume value or
+            attachment (1 MiB by default): a producer's is refused before
+            anything is sent (``PayloadTooLarge``), a run's carry or
+            attachment over it fails the run, unsaved.
+        max_result_bytes: Largest encoded result or suspend output a run may
+            store (8 MiB by default); over it the run fails, with a note
+            naming the cap.
+        max_batch_jobs: Most tasks one ``enqueue_many`` call takes (10,000 by
+            default): the call is one transaction, and Redis serves nobody
+            else while it runs.
+        max_batch_bytes: Most encoded payload bytes one ``enqueue_many`` or
+            ``enqueue_flow`` call sends (32 MiB by default), for the same
+            reason; concurrent ``enqueue`` calls that share a script call
+            share at most this much. docs/guarantees.md, "Sizes and
+            limits", has every limit.
         clock: Milliseconds-since-epoch source passed to every script. ``None``
             (the default) lets each script read Redis ``TIME``, so every pod
             shares the server's clock and skew between pods cannot matter.
@@ -80,13 +98,18 @@ class Client:
         *,
         namespace: str = "venturi",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
+        max_result_bytes: int = DEFAULT_MAX_RESULT,
+        max_batch_jobs: int = DEFAULT_MAX_BATCH_JOBS,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         clock: Callable[[], int] | None = None,
         url: str = "",
         durable: Durability | int | None = None,
         encryption: Encryption | None = None,
     ) -> None:
-        if max_payload_bytes < 1:
-            raise ConfigurationError(f"max_payload_bytes must be >= 1, got {max_payload_bytes}")
+        self.max_payload_bytes = checked_cap("max_payload_bytes", max_payload_bytes)
+        self.max_result_bytes = checked_cap("max_result_bytes", max_result_bytes)
+        self.max_batch_jobs = checked_cap("max_batch_jobs", max_batch_jobs, 10**9)
+        self.max_batch_bytes = checked_cap("max_batch_bytes", max_batch_bytes, 1 << 40)
         if is_cluster(redis):
             require_cluster_support()  # a caller's own RedisCluster, on a redis-py too old for it
         # Durable mode wraps the connection: each EVALSHA goes out with a WAIT.
@@ -95,7 +118,6 @@ class Client:
             redis = DurableRedis(redis, self.durability)
         self.redis = redis
         self.namespace = namespace
-        self.max_payload_bytes = max_payload_bytes
         self.url = url
         if encryption is not None and not isinstance(encryption, Encryption):
             raise ConfigurationError(
@@ -245,13 +267,20 @@ class Queue(QueueFeatures):
         an error raised from here (a ``redis.exceptions`` error) means the
         transaction did not run, or, for a connection dropped while it was in
         flight, that it ran whole or not at all (like a single ``enqueue``).
-        Redis runs nothing else meanwhile: split very large batches yourself.
+        Redis runs nothing else meanwhile, so a call takes at most
+        ``Client(max_batch_jobs=...)`` tasks (10,000) and
+        ``max_batch_bytes`` of encoded payloads (32 MiB): a larger one raises
+        before anything is sent; split it into several calls.
 
         Returns the job ids in order. Tasks whose dedup key collides (with a
         pending job, or with an earlier task of the same batch) are merged
         afterwards, in order, as if enqueued one by one.
 
         Raises:
+            ConfigurationError: More tasks than ``Client(max_batch_jobs=...)``
+                (nothing encoded, nothing sent), or a bad option.
+            PayloadTooLarge: A task's payload over ``max_payload_bytes``, or
+                the call's over ``max_batch_bytes`` (nothing sent).
             PartialEnqueueError: Some tasks were enqueued and others not: a
                 ``merge`` that raised (or lost its race too often) after the
                 jobs were created, a script error inside the transaction
@@ -264,7 +293,15 @@ class Queue(QueueFeatures):
         bad = unknown_option(options, ENQUEUE_MANY_OPTIONS, "enqueue_many")
         if bad is not None:
             raise bad
-        jobs = prepare_many(tasks, self.client.max_payload_bytes, self.client.encryption, **options)
+        c = self.client
+        jobs = prepare_many(
+            tasks,
+            c.max_payload_bytes,
+            c.encryption,
+            **options,
+            max_jobs=c.max_batch_jobs,
+            max_bytes=c.max_batch_bytes,
+        )
         return await enqueue_prepared(self, tasks, jobs)
 
     async def enqueue_flow(self, parent: Task[Any], children: Sequence[Task[Any] | Flow]) -> Flow:

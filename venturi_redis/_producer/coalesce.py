@@ -33,13 +33,15 @@ class Coalescer:
 
     A call made while no enqueue of this queue is in flight goes out at once,
     alone: a sequential producer pays nothing extra. Calls made while one is
-    in flight wait, and the first of them then sends all of them (up to 500)
-    as one ``enqueue.lua`` call: one round trip and one script for a burst of
-    a web server's requests, with each call's own result (its job created, or
-    the holder of its dedup key for it to merge into) and each call's own
-    error. A call that sends a batch for the others is shielded from
-    cancellation until the reply is in, because they depend on it; a call
-    cancelled while it still waits is withdrawn, with nothing written.
+    in flight wait, and the first of them then sends all of them (up to 500,
+    and up to ``Client(max_batch_bytes=...)`` of payloads: Redis copies them
+    while it serves nobody else) as one ``enqueue.lua`` call: one round trip
+    and one script for a burst of a web server's requests, with each call's
+    own result (its job created, or the holder of its dedup key for it to
+    merge into) and each call's own error. A call that sends a batch for the
+    others is shielded from cancellation until the reply is in, because they
+    depend on it; a call cancelled while it still waits is withdrawn, with
+    nothing written.
     """
 
     __slots__ = ("_queue", "_sending", "_waiting")
@@ -81,9 +83,13 @@ class Coalescer:
         return me.holder
 
     async def _send_batch(self) -> None:
-        batch = [self._waiting.popleft() for _ in range(min(len(self._waiting), ENQUEUE_CHUNK))]
-        for w in batch:
+        waiting, held, most = self._waiting, 0, self._queue.client.max_batch_bytes
+        batch: list[_Waiting] = []
+        while waiting and len(batch) < ENQUEUE_CHUNK and held < most:
+            w = waiting.popleft()
             w.sent = True
+            batch.append(w)
+            held += len(w.job.payload)
         try:
             with anyio.CancelScope(shield=True):
                 holders = await self._queue.store.enqueue([w.job for w in batch])

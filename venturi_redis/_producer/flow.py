@@ -15,7 +15,7 @@ from .._model.errors import ConfigurationError, TaskDefinitionError
 from .._model.flow import Flow
 from .._model.outcome import UNSET
 from .._model.task import Task
-from .._store.prepare import Prepared, prepare
+from .._store.prepare import Prepared, batch_too_large, prepare
 from .._store.store import FlowJob, Policy
 
 if TYPE_CHECKING:
@@ -86,7 +86,16 @@ async def enqueue_flow(queue: QueueLike, parent: Task[Any], children: Sequence[T
     if isinstance(children, (str, bytes)) or not isinstance(children, Sequence):
         got = type(children).__name__
         raise ConfigurationError(f"children must be a list of tasks or vr.Flow, got {got}")
+    # Counted before any child is encoded: a call of 100,000 is refused at once.
+    tasks = sum(1 for child in children if not isinstance(child, Flow))
+    if tasks > MAX_FLOW_JOBS:
+        raise ConfigurationError(
+            f"enqueue_flow takes at most {MAX_FLOW_JOBS:,} children, got {tasks:,}: the call is one "
+            "script, which Redis runs whole while it serves nobody else; build a tree of flows "
+            "instead (a vr.Flow child is waited on through its parent; docs/workflows.md)"
+        )
     cap, crypt = queue.client.max_payload_bytes, queue.client.encryption
+    most, total = queue.client.max_batch_bytes, 0
     # The call's nonces drawn at once, here: one per child and the parent (a
     # vr.Flow child leaves its own unused); the jobs are prepared without an await.
     seal = None if crypt is None else crypt.sealer(len(children) + 1)
@@ -100,14 +109,17 @@ async def enqueue_flow(queue: QueueLike, parent: Task[Any], children: Sequence[T
             child, cap, encryption=seal, delay=0.0, priority=None, lease=None, max_failures=UNSET, carry=None
         )
         _no_dedup(job)
+        total += len(job.payload)
+        if total > most:
+            raise batch_too_large("enqueue_flow", tasks + 1, most)
         jobs.append(FlowJob(job, policy_of(child), ()))
         ids.append(job.id)
-    if len(jobs) > MAX_FLOW_JOBS:
-        raise ConfigurationError(f"enqueue_flow takes at most {MAX_FLOW_JOBS} children, got {len(jobs)}")
     top = prepare(
         parent, cap, encryption=seal, delay=0.0, priority=None, lease=None, max_failures=UNSET, carry=None
     )
     _no_dedup(top)
+    if total + len(top.payload) > most:
+        raise batch_too_large("enqueue_flow", tasks + 1, most)
     waits = checked_ids(ids)
     jobs.append(FlowJob(top, policy_of(parent), waits))
     await _run(queue, jobs)

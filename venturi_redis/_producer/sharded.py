@@ -62,6 +62,7 @@ from .._store.prepare import (
     ENQUEUE_MANY_OPTIONS,
     EnqueueManyOptions,
     EnqueueOptions,
+    check_batch_count,
     checked_dedup_field,
     checked_order_key,
     prepare_many,
@@ -239,6 +240,7 @@ class ShardedQueue:
         bad = unknown_option(options, ENQUEUE_MANY_OPTIONS, "enqueue_many")
         if bad is not None:
             raise bad
+        check_batch_count(len(tasks), self.partitions[0].client.max_batch_jobs)  # before any routing
         groups: dict[int, list[int]] = {}
         index = {id(p): i for i, p in enumerate(self.partitions)}
         for pos, task in enumerate(tasks):
@@ -249,6 +251,8 @@ class ShardedQueue:
                 self.partitions[part].client.max_payload_bytes,
                 self.partitions[part].client.encryption,
                 **options,
+                max_jobs=self.partitions[part].client.max_batch_jobs,
+                max_bytes=self.partitions[part].client.max_batch_bytes,
             )
             for part, positions in groups.items()
         }

@@ -276,8 +276,16 @@ def prepare_many(
     max_failures: int | None = UNSET,
     timeout: float | timedelta | None = None,
     expires: float | timedelta | None = None,
+    max_jobs: int | None = None,
+    max_bytes: int | None = None,
 ) -> list[Prepared]:
     """``prepare`` of each task (no carry), with the per-call work done once.
+
+    ``max_jobs`` and ``max_bytes`` bound the call (``Client(max_batch_jobs=...,
+    max_batch_bytes=...)``; None: no bound): more tasks, or more encoded
+    payload bytes in all, raise before anything is sent. The count is checked
+    before any task is encoded, the bytes as they add up, so a refused call
+    never holds more than its bound in memory.
 
     The first task goes through ``prepare`` itself, so the call's arguments
     are checked there, in its order, raising what ``enqueue`` would. The
@@ -291,6 +299,8 @@ def prepare_many(
     """
     if not tasks:
         return []
+    if max_jobs is not None:
+        check_batch_count(len(tasks), max_jobs)
     sealer = None if encryption is None else encryption.sealer(len(tasks))
     first = prepare(
         tasks[0],
@@ -307,6 +317,10 @@ def prepare_many(
     jobs = [first]
     kinds: dict[type[Task[Any]], str] = {}
     pack = pack_model  # one msgpack packer per thread, reused
+    # Encoded bytes so far (the first job's, sealed or not: within a few bytes of its plain size).
+    total, most = len(first.payload), (1 << 62) if max_bytes is None else max_bytes
+    if total > most:
+        raise batch_too_large("enqueue_many", len(tasks), most)
     prio, delay_ms, explicit = first.priority, first.delay_ms, first.explicit_priority
     for job_id, task in zip(new_job_ids(len(tasks) - 1), tasks[1:], strict=True):
         if not isinstance(task, Task):
@@ -316,8 +330,12 @@ def prepare_many(
         if kind is None:
             kind = kinds[cls] = cls.kind()
         payload = pack(task)
-        if len(payload) > cap:
-            raise payload_too_large(kind, len(payload), cap)
+        size = len(payload)
+        if size > cap:
+            raise payload_too_large(kind, size, cap)
+        total += size
+        if total > most:
+            raise batch_too_large("enqueue_many", len(tasks), most)
         if sealer is not None:
             payload = sealer.seal(payload)
         if not explicit:
@@ -495,6 +513,25 @@ def checked_order_key(kind: str, key: object, dedup: str) -> str:
             "(an ordered job is never merged into another)"
         )
     return key
+
+
+def check_batch_count(count: int, max_jobs: int) -> None:
+    """Raise unless an ``enqueue_many`` of ``count`` tasks is within ``Client(max_batch_jobs=...)``."""
+    if count > max_jobs:
+        raise ConfigurationError(
+            f"enqueue_many takes at most {max_jobs:,} tasks per call, got {count:,}: one call is "
+            "one transaction, which Redis runs whole while it serves nobody else; enqueue them in "
+            f"calls of {max_jobs:,} or fewer (each all or nothing), or raise Client(max_batch_jobs=...)"
+        )
+
+
+def batch_too_large(call: str, count: int, cap: int) -> PayloadTooLarge:
+    """A call of many jobs whose payloads add up to more than ``Client(max_batch_bytes=...)``."""
+    return PayloadTooLarge(
+        f"{call} of {count:,} tasks: their payloads add up to over {cap:,} bytes encoded, the cap of "
+        "one call (Client(max_batch_bytes=...)); Redis copies every byte of it while it serves "
+        "nobody else: split the call"
+    )
 
 
 def payload_too_large(kind: str, size: int, cap: int) -> PayloadTooLarge:

@@ -488,7 +488,7 @@ def _endings(
     endings: list[Ending] = []
     for item, job, entry in zip(items, jobs, returned, strict=True):
         if isinstance(entry, Outcome):
-            endings.append(outcome_ending(item.task, entry, job.queue.client.encryption))
+            endings.append(outcome_ending(item.task, entry, job))
         elif isinstance(entry, (KeyboardInterrupt, SystemExit)):
             # Returned, not raised: this job's failure, not the process's stop.
             endings.append(

@@ -33,6 +33,7 @@ re-applied.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
@@ -58,11 +59,13 @@ from .._model.endings import (
 from .._model.enums import DeadReason
 from .._model.errors import LeaseLostError, PayloadError
 from .._model.outcome import UNSET
+from .._model.sizes import bounded_note, over_cap
 from .._model.task import NoCarry
 from .._store.store import APPLIED, NO_STATE, EndingArgs, Lease, Op, Retained, RunState, send_ops
 from .._transport.errors import TRANSIENT, refused_busy
 from .context import Context
 from .execute import failure_of
+from .failure_log import failed_run
 from .guarded import observer_raised, said
 
 if TYPE_CHECKING:
@@ -103,6 +106,12 @@ _SCRIPTS: dict[type[Any], str] = {
 }
 # Most completions in one complete.lua call (a longer burst takes several calls).
 _COMPLETE_BATCH = 200
+# Most bytes of values (attachments, carries, results) in one complete.lua
+# call: Redis copies them while it serves nobody else (~5 ms a MB), so a burst
+# of runs with large results goes out as several calls, others served between.
+_COMPLETE_BYTES = 16 << 20
+# The error type of a run whose state is over its cap (as execute.py names it).
+_TOO_LARGE = "venturi_redis.PayloadTooLarge"
 # Pipelines in flight at once: while one is at Redis, the worker builds and
 # sends the next, so the worker's CPU and Redis's overlap instead of taking
 # turns (in-process drain at concurrency 100: about +15%, benchmarks/README.md).
@@ -186,6 +195,8 @@ class Completer:
         job.deferred = True
         job.completion = job.queue.store.completion(job.id, job.token, ending, state)
         batch.complete_soon(job.queue, job.completion, self._completed, job)
+        if ending is not COMPLETED or state is not NO_STATE:  # not the usual run: it may hold values
+            batch.hold(_size(job.completion))
         return True
 
     async def internal_error(self, job: Job, exc: Exception) -> None:
@@ -214,7 +225,10 @@ class Completer:
         worker's books (``CompleterHost.job_done``) once written; for every
         other ending the caller does that when this returns.
         """
+        decided = ending
         state, ending = self._state(job, ending)
+        if ending is not decided and isinstance(ending, Failed):  # its state was over the cap
+            failed_run(job.id, job.kind, ending.error_type, ending.note)
         host = self._host
         if job.cancel_requested and isinstance(ending, (Paused, Suspended, Failed, Released)):
             # An operator cancelled the job while it ran: whatever else the run
@@ -235,6 +249,8 @@ class Completer:
                 job.deferred = True
                 job.completion = store.completion(job.id, job.token, ending, state)
                 batch.complete_soon(job.queue, job.completion, self._completed, job)
+                if ending is not COMPLETED or state is not NO_STATE:
+                    batch.hold(_size(job.completion))
                 return
         op = store.end_run(Lease(job.id, job.token, job.priority), ending, state, self._args(ending))
         result, attempt = await self._send(job, op, direct=direct)
@@ -254,12 +270,18 @@ class Completer:
                 what = type(ctx.carry).__name__
                 raise PayloadError(f"ctx.carry was set to a {what}; it must stay the task's carry model")
             carry = b"" if isinstance(ctx.carry, NoCarry) else pack_model(ctx.carry)
-            crypt = job.queue.client.encryption  # encryption at rest: sealed as the producer seals
-            if crypt is not None:
-                attachment = crypt.seal(attachment) if attachment else attachment
-                carry = crypt.seal(carry) if carry else carry
         except PayloadError as exc:
-            return NO_STATE, Dead(DeadReason.INVALID_PAYLOAD, f"cannot save run state: {exc}")
+            return NO_STATE, Dead(
+                DeadReason.INVALID_PAYLOAD, f"cannot save run state: {bounded_note(str(exc))}"
+            )
+        client = job.queue.client
+        cap = client.max_payload_bytes
+        if len(attachment) > cap or len(carry) > cap:
+            attachment, carry, ending = _unsaved(job, ending, attachment, carry, cap)
+        crypt = client.encryption  # encryption at rest: sealed as the producer seals
+        if crypt is not None:
+            attachment = crypt.seal(attachment) if attachment else attachment
+            carry = crypt.seal(carry) if carry else carry
         return RunState(attachment, carry), ending
 
     def _args(self, ending: Ending) -> EndingArgs:
@@ -368,6 +390,62 @@ class Completer:
             )
 
 
+def _unsaved(
+    job: Job, ending: Ending, attachment: bytes, carry: bytes, cap: int
+) -> tuple[bytes, bytes, Ending]:
+    """A run's state with a value over ``Client(max_payload_bytes=...)``: what is saved, and its ending.
+
+    The value over the cap is not written ('' leaves the job's stored one as
+    it was: the last carry that fit is what the next run starts from). A run
+    that would have moved its job on (completed, paused, suspended) is a
+    failed run instead, with a note naming the cap: its state was not saved.
+    Any other ending stands (a failure, a death, a release, a cancel), its
+    note saying what was not saved.
+    """
+    why: list[str] = []
+    if len(carry) > cap:
+        why.append(str(over_cap("its carry", len(carry), cap, "max_payload_bytes")))
+        carry = b""
+    if len(attachment) > cap:
+        why.append(str(over_cap("its attachment", len(attachment), cap, "max_payload_bytes")))
+        attachment = b""
+    reason = "the run's state was not saved: " + "; ".join(why)
+    if isinstance(ending, (Completed, Paused, Suspended)):
+        return attachment, carry, Failed(reason, _TOO_LARGE)  # logged by finish(), once
+    note = f"{ending.note} ({reason})" if ending.note else reason
+    return attachment, carry, dataclasses.replace(ending, note=note)
+
+
+def _size(completion: Completion) -> int:
+    """The bytes of a completion's large values: its attachment, carry and result (a note is
+    bounded small: sizes.NOTE_CHARS)."""
+    return sum(len(value) for value in completion[3:] if isinstance(value, bytes))
+
+
+_Entry = tuple["Queue", "Completion", Any, Any]
+
+
+def _counted(group: list[_Entry]) -> list[list[_Entry]]:
+    """A queue's completions in calls of at most ``_COMPLETE_BATCH``."""
+    return [group[i : i + _COMPLETE_BATCH] for i in range(0, len(group), _COMPLETE_BATCH)]
+
+
+def _chunked(group: list[_Entry]) -> list[list[_Entry]]:
+    """A queue's completions in calls of at most ``_COMPLETE_BATCH``, each closed once its
+    values reach ``_COMPLETE_BYTES`` (so a call holds at most that and one job's values)."""
+    chunks: list[list[_Entry]] = [[]]
+    held = 0
+    for entry in group:
+        chunk = chunks[-1]
+        if len(chunk) >= _COMPLETE_BATCH or held >= _COMPLETE_BYTES:
+            chunk = []
+            chunks.append(chunk)
+            held = 0
+        chunk.append(entry)
+        held += _size(entry[1])
+    return chunks
+
+
 class _Batch:
     """Sends one connection's endings and claims, many per round trip.
 
@@ -399,6 +477,7 @@ class _Batch:
         # call; (queue, completion, done, job) for a completion nobody awaits.
         self._ops: list[tuple[Op[Any], asyncio.Future[Any], bool]] = []
         self._completions: list[tuple[Queue, Completion, Any, Any]] = []
+        self._bytes = 0  # of the values of _completions (only counted when there are some)
         self._kick = anyio.Event()
         # Whether _kick is set: the calls after the first of a round trip skip setting it again.
         self._kicked = False
@@ -415,6 +494,11 @@ class _Batch:
         ``Transition`` (or the exception), from its own task."""
         self._completions.append((queue, completion, done, job))
         self._wake_sender()
+
+    def hold(self, size: int) -> None:
+        """The last completion handed over holds ``size`` bytes of values (told only when it
+        may hold some: the usual completion costs nothing more)."""
+        self._bytes += size
 
     def _wake_sender(self) -> None:
         """Set ``_kick`` once per round trip (the calls after the first skip setting it again)."""
@@ -440,14 +524,16 @@ class _Batch:
             self._kicked = False
             ops, self._ops = self._ops, []
             completions, self._completions = self._completions, []
+            size, self._bytes = self._bytes, 0
             if not ops and not completions:
                 continue  # the other sender took them
-            await self._send(ops, completions)
+            await self._send(ops, completions, size)
 
     async def _send(
         self,
         ops: list[tuple[Op[Any], asyncio.Future[Any], bool]],
         completions: list[tuple[Queue, Completion, Any, Any]],
+        size: int = 0,
     ) -> None:
         # The pipeline: the claims, the awaited endings, then one complete call
         # per queue (per _COMPLETE_BATCH completions).
@@ -467,8 +553,7 @@ class _Batch:
         chunks: list[list[tuple[Queue, Completion, Any, Any]]] = []
         for group in by_queue.values():
             store = group[0][0].store
-            for start in range(0, len(group), _COMPLETE_BATCH):
-                chunk = group[start : start + _COMPLETE_BATCH]
+            for chunk in _chunked(group) if size > _COMPLETE_BYTES else _counted(group):
                 chunks.append(chunk)
                 pipeline.append(store.complete_op([entry[1] for entry in chunk], self.retained))
         try:

@@ -12,8 +12,10 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar, TypeVarTuple, Unpack
 
 from .._model.codec import pack
+from .._model.errors import PayloadTooLarge
 from .._model.outcome import UNSET
 from .._model.records import JournalEntry
+from .._model.sizes import PROGRESS_BYTES, over_cap
 from .._model.task import NoCarry
 from .dependencies import read_dependency_results
 from .progress import Progress
@@ -111,9 +113,15 @@ class Context(Generic[CarryT]):
 
         Any pydantic-serializable value (dicts, lists, models, datetimes…). It is
         kept for every outcome, a raised error included. Raises PayloadError at
-        once if the value cannot be encoded, so the mistake shows where it is made.
+        once if the value cannot be encoded, and PayloadTooLarge if it is over
+        the client's ``max_payload_bytes`` (1 MiB by default; every run's
+        journal entry keeps its own), so the mistake shows where it is made.
         """
-        pack(value)
+        raw = pack(value)
+        job = self._job
+        if job is not None and len(raw) > job.queue.client.max_payload_bytes:
+            cap = job.queue.client.max_payload_bytes
+            raise over_cap("the attachment", len(raw), cap, "max_payload_bytes")
         self._attachment = value
 
     async def report_progress(self, value: Any) -> None:
@@ -125,9 +133,17 @@ class Context(Generic[CarryT]):
         held back and the newest is written when the interval has passed, or
         before the run's transition: the last value always lands. A report
         that cannot be written is logged, never raised (only a value that
-        cannot be encoded raises, ``PayloadError``, at once).
+        cannot be encoded raises, ``PayloadError``, at once, and one over
+        64 KiB encoded, ``PayloadTooLarge``: a progress value is also an
+        event of the queue's stream; put bulk in the attachment or result).
         """
         raw = pack(value)
+        if len(raw) > PROGRESS_BYTES:
+            raise PayloadTooLarge(
+                f"the progress value is {len(raw):,} bytes encoded, over the cap of {PROGRESS_BYTES:,} "
+                "(every report is also an event of the queue's stream): report a summary (a count, "
+                "a fraction) and keep the detail in the attachment or the result"
+            )
         progress = self._progress
         if progress is None:
             if self._job is None:

@@ -5,6 +5,11 @@ Each dependency's result was copied, as it completed, to the waiting job's
 dependency, its value the dependency's KIND, a newline, then its msgpack
 result (nothing for ``None``). So retention may have purged the dependencies
 long ago; this reads one hash of the job's own.
+
+It reads it by pages (``HSCAN``), each aiming at ``PAGE_BYTES``: a fan-in of
+many children with sizeable results is a hash of hundreds of MB, which one
+``HGETALL`` made Redis copy while it served nobody else (2,000 results of
+50 KB: 267 ms). A hash of a few small results is still one call.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from .._model.sealing import Encryption, missing_key
 
 if TYPE_CHECKING:
     from .._producer.client import Queue
+
+# Bytes of results one read aims at: the page's COUNT follows the sizes seen so far.
+PAGE_BYTES = 8 << 20
 
 
 class UnreadableResult(PayloadError):
@@ -56,7 +64,7 @@ def decode_result(
 async def read_dependency_results(
     queue: Queue, job_id: str, registry: dict[str, type[Any]]
 ) -> dict[str, Any]:
-    raw: dict[bytes, bytes] = await queue.client.redis.hgetall(queue.keys.depresults(job_id))
+    raw = await _read_pages(queue.client.redis, queue.keys.depresults(job_id))
     out: dict[str, Any] = {}
     for field, value in sorted(raw.items()):
         kind, _, blob = value.partition(b"\n")
@@ -70,3 +78,23 @@ async def read_dependency_results(
                 f"the result of dependency {dep} ({text(kind)}) cannot be read: {exc}", job_id
             ) from exc
     return out
+
+
+async def _read_pages(redis: Any, key: str) -> dict[bytes, bytes]:
+    """The whole hash ``key``, read by ``HSCAN`` pages of about ``PAGE_BYTES`` each.
+
+    The first page asks for 10 fields (at most 10 results at the cap); each
+    next one for as many as the sizes seen so far fit in ``PAGE_BYTES``
+    (1 to 1,000). A field returned twice (the hash rehashed between pages)
+    is the same field: the dict keeps one.
+    """
+    out: dict[bytes, bytes] = {}
+    cursor, count = 0, 10
+    while True:
+        cursor, page = await redis.hscan(key, cursor, count=count)
+        out.update(page)
+        size = sum(len(value) for value in page.values())
+        if size:
+            count = max(1, min(1_000, len(page) * PAGE_BYTES // size))
+        if not cursor:
+            return out

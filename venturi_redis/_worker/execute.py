@@ -26,10 +26,17 @@ from .._model import tracing as _tracing
 from .._model.codec import ValidatorRaised, model_decoder, pack, type_name, unpack, unpack_as, unpack_model
 from .._model.endings import COMPLETED, Completed, Dead, Ending, Failed, Paused, Suspended
 from .._model.enums import DeadReason
-from .._model.errors import EncryptionKeyMissing, PayloadError, TaskDefinitionError, TaskError
+from .._model.errors import (
+    EncryptionKeyMissing,
+    PayloadError,
+    PayloadTooLarge,
+    TaskDefinitionError,
+    TaskError,
+)
 from .._model.outcome import UNSET, Outcome
 from .._model.redact import document_secrets, scrub, secret_values
 from .._model.sealing import Encryption, missing_key
+from .._model.sizes import NOTE_CHARS, bounded_note, over_cap
 from .._model.task import NoCarry, Task
 from .._store.store import bad_delay
 from .context import Context
@@ -40,6 +47,7 @@ from .handler import SYNC_HANDLERS
 from .threads import HandlerThreads, call_handler
 
 if TYPE_CHECKING:
+    from .._producer.client import Client
     from .job import Job
 
 log = logging.getLogger("venturi_redis.worker")
@@ -81,6 +89,11 @@ def _plan(handler_cls: type[Any]) -> _Plan:
 
 # Characters of a failed run's traceback kept in its journal entry (the tail).
 TRACEBACK_TAIL = 2048
+# Characters each part of a traceback keeps (a frame, an exception's own line):
+# an exception of 10 MB of text must not push every frame out of the tail.
+_TRACEBACK_PART = TRACEBACK_TAIL // 4
+# The error type of a run whose value is over its cap (as failure_of names ours).
+_TOO_LARGE = "venturi_redis.PayloadTooLarge"
 
 
 class RunHost(Protocol):
@@ -185,7 +198,7 @@ async def execute(host: RunHost, job: Job) -> Ending:
     result = outcome.result
     if outcome.kind == "completed" and not outcome.note and (result is UNSET or result is None):
         return COMPLETED  # the usual run: nothing to encode
-    return outcome_ending(task, outcome, job.queue.client.encryption)
+    return outcome_ending(task, outcome, job)
 
 
 def start_run(
@@ -217,7 +230,7 @@ def start_run(
         if (missing := missing_key(job.carry, crypt)) is not None:
             return _key_missing(job, "carry", missing)
         if isinstance(exc, TaskDefinitionError):
-            return Dead(DeadReason.INVALID_PAYLOAD, f"carry does not decode: {exc}")
+            return Dead(DeadReason.INVALID_PAYLOAD, f"carry does not decode: {bounded_note(str(exc))}")
         return _undecodable("carry", exc, handler_cls.carry_type(), job.carry, crypt)
     try:
         resume_input = (
@@ -266,7 +279,7 @@ def _undecodable(
     if model is not None:
         with contextlib.suppress(PayloadError):  # not a document: no field of it to mask
             secrets = document_secrets(model, unpack(stored if crypt is None else crypt.open(stored)))
-    note = scrub(f"{what} does not {verb}: {exc}", secrets)
+    note = bounded_note(scrub(f"{what} does not {verb}: {exc}", secrets))
     cause = exc.__cause__
     if isinstance(exc, ValidatorRaised) and cause is not None:
         error_type, tb = failure_of(cause, secrets)
@@ -283,17 +296,18 @@ def error_ending(host: RunHost, job: Job, task: Any, ctx: Context[Any], exc: Bas
         # a handler that calls sys.exit() does it again on every worker, and
         # the backstop ends it (docs/guarantees.md, "Handlers that raise").
         host.crash(exc, job)
-        return Failed(f"the handler raised {exc!r}; the worker stopped", backoff=task_backoff(task))
+        note = f"the handler raised {bounded_note(repr(exc))}; the worker stopped"
+        return Failed(note, backoff=task_backoff(task))
     if isinstance(exc, UnreadableResult) and exc.job_id == job.id:
         # ctx.dependency_results() met a stored result its task's type no longer
         # validates: no retry changes it (a batch's other jobs, failed by the same
         # raise, are charged an ordinary failure below).
         _, tb = failure_of(exc, ())
-        return Dead(DeadReason.INVALID_PAYLOAD, str(exc), "venturi_redis.PayloadError", tb)
+        return Dead(DeadReason.INVALID_PAYLOAD, bounded_note(str(exc)), "venturi_redis.PayloadError", tb)
     if isinstance(exc, TaskError):
         # A raised message may quote the task's secrets: never stored, never logged.
         secrets = secret_values(task, ctx.carry)
-        note = scrub(exc.message, secrets)
+        note = bounded_note(scrub(exc.message, secrets))
         error_type, tb = failure_of(exc, secrets)
         if exc.is_permanent:
             return Dead(DeadReason.PERMANENT, note, error_type, tb)
@@ -304,29 +318,41 @@ def error_ending(host: RunHost, job: Job, task: Any, ctx: Context[Any], exc: Bas
     # and the worker goes on. Before, the latter stopped the worker with a
     # traceback and left the job running, its run never recorded.
     secrets = secret_values(task, ctx.carry)
-    note = scrub(said(exc), secrets)
+    note = bounded_note(scrub(said(exc), secrets))
     error_type, tb = failure_of(exc, secrets)
     failed_run(job.id, job.kind, error_type, note, exc if log.isEnabledFor(logging.DEBUG) else None)
     return Failed(note, error_type, tb, task_backoff(task))
 
 
-def outcome_ending(task: Any, outcome: Outcome, crypt: Encryption | None) -> Ending:
-    """What a handler's returned ``vr.Outcome`` makes of its job's run (``crypt``: the
-    queue's encryption at rest, which seals a result or output; None: off)."""
+def outcome_ending(task: Any, outcome: Outcome, job: Job) -> Ending:
+    """What a handler's returned ``vr.Outcome`` makes of its job's run.
+
+    A result or output is encoded here, under the queue client's
+    ``max_result_bytes`` (and sealed by its encryption at rest, if on); one
+    that cannot be stored (does not encode, or is over the cap) makes the run
+    a failed run whose note says why, and nothing of it is written.
+    """
+    client: Client = job.queue.client
+    done = outcome.kind == "completed"
     try:
-        blob = _pack_optional(outcome.result if outcome.kind == "completed" else outcome.output, crypt)
+        blob = _pack_optional(outcome.result if done else outcome.output, client)
     except PayloadError as exc:
-        what = "result" if outcome.kind == "completed" else "output"
-        return Failed(f"{what} cannot be stored: {exc}", backoff=task_backoff(task))
-    if outcome.kind == "completed":
-        done_note = outcome.note
-        return Completed(done_note or "", blob) if done_note or blob else COMPLETED
+        why = f"{'result' if done else 'output'} cannot be stored: {bounded_note(str(exc))}"
+        if isinstance(exc, PayloadTooLarge):
+            failed_run(job.id, job.kind, _TOO_LARGE, why)
+            return Failed(why, _TOO_LARGE, backoff=task_backoff(task))
+        return Failed(why, backoff=task_backoff(task))
+    note = outcome.note
+    if note and len(note) > NOTE_CHARS:
+        note = bounded_note(note)
+    if done:
+        return Completed(note or "", blob) if note or blob else COMPLETED
     if outcome.kind == "pause":
         if (bad := bad_delay(outcome.delay_ms)) is not None:
             # The handler's outcome cannot be stored (a NaN delay): a failed run, never a lost job.
             return Failed(f"the run's outcome cannot be stored: {bad}", backoff=task_backoff(task))
-        return Paused(outcome.delay_ms, outcome.note or "")
-    return Suspended(outcome.note or "", blob)
+        return Paused(outcome.delay_ms, note or "")
+    return Suspended(note or "", blob)
 
 
 def failure_of(exc: BaseException, secrets: Sequence[str]) -> tuple[str, str]:
@@ -335,20 +361,33 @@ def failure_of(exc: BaseException, secrets: Sequence[str]) -> tuple[str, str]:
     The type is qualified by its module (``KeyError``, ``shop.errors.OutOfStock``;
     venturi's own by the package, ``venturi_redis.TaskError``).
     The traceback (chained causes included) is scrubbed of the task's secrets as
-    the note is, then cut to its last ``TRACEBACK_TAIL`` characters at a line
-    start: the frames nearest the raise, and the exception's own line.
+    the note is, each of its parts (a frame, an exception's own lines) cut to
+    ``_TRACEBACK_PART`` characters, its start and its end (the note keeps
+    more of the message), then the whole cut to its last ``TRACEBACK_TAIL``
+    characters at a line start: the frames nearest the raise, and the
+    exception's own line. Before the parts were cut, an exception of 10 MB of
+    text left no frame in the tail, only the end of its message.
     """
     cls = type(exc)
     module = cls.__module__
     if module.startswith("venturi_redis._"):
         module = "venturi_redis"  # our errors by their public name (vr.TaskError), not their module
     name = cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
-    text = scrub("".join(traceback.format_exception(exc)), secrets).rstrip("\n")
+    text = "".join(_part(scrub(part, secrets)) for part in traceback.format_exception(exc)).rstrip("\n")
     if len(text) > TRACEBACK_TAIL:
         tail = text[-TRACEBACK_TAIL:]
         cut = tail.find("\n")
         text = "...\n" + (tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail)
     return name, text
+
+
+def _part(text: str) -> str:
+    """One part of a formatted traceback, cut to ``_TRACEBACK_PART`` characters: its start
+    and its end (an exception's line ends as it was raised), what is between counted."""
+    if len(text) <= _TRACEBACK_PART:
+        return text
+    half = _TRACEBACK_PART // 2
+    return f"{text[:half]} ... ({len(text) - 2 * half:,} characters not kept) ... {text[-half:]}"
 
 
 def _past(scope: anyio.CancelScope) -> bool:
@@ -384,10 +423,16 @@ def _decode_resume(handler_cls: type[Any], raw: bytes) -> Any:
     return unpack(raw) if adapter is None else unpack_as(adapter, raw, type_name(handler_cls.RESUME))
 
 
-def _pack_optional(value: Any, crypt: Encryption | None) -> bytes:
+def _pack_optional(value: Any, client: Client) -> bytes:
     if value is UNSET or value is None:
         return b""
-    return pack(value) if crypt is None else crypt.seal(pack(value))
+    raw = pack(value)
+    if len(raw) > client.max_result_bytes:
+        raise over_cap(
+            f"the {type(value).__name__} returned", len(raw), client.max_result_bytes, "max_result_bytes"
+        )
+    crypt = client.encryption
+    return raw if crypt is None else crypt.seal(raw)
 
 
 def _key_missing(job: Job, what: str, exc: EncryptionKeyMissing) -> Failed:
