@@ -88,10 +88,12 @@ def test_the_enqueue_options_are_declared_once_and_read_by_prepare() -> None:
     """
     from venturi_redis._store.prepare import prepare, prepare_many
 
-    # `cap` and `encryption` are the client's, not options of a call.
+    # `cap`, `encryption` and a call's bounds (`max_jobs`, `max_bytes`) are the client's,
+    # not options of a call.
     taken = set(inspect.signature(prepare).parameters) - {"task", "cap", "encryption"}
     assert set(vr.EnqueueOptions.__optional_keys__) - {"after", "at"} == taken
-    many = set(inspect.signature(prepare_many).parameters) - {"tasks", "cap", "encryption"}
+    clients = {"tasks", "cap", "encryption", "max_jobs", "max_bytes"}
+    many = set(inspect.signature(prepare_many).parameters) - clients
     assert set(vr.EnqueueManyOptions.__optional_keys__) == many
     assert vr.EnqueueManyOptions.__optional_keys__ < vr.EnqueueOptions.__optional_keys__
 
