@@ -8,18 +8,29 @@ On a redis-server of this module's own, so that the counts are only ours.
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import json
+import logging
 from collections.abc import AsyncIterator, Iterator
+from typing import Any, ClassVar
 
+import anyio
 import pytest
+from typer.testing import CliRunner
 
 import venturi_redis as vr
+from tests.helpers import make_worker
 from tests.servers import RedisServer
-from tests.tasks import Echo
+from tests.tasks import Echo, EchoJob
 from venturi_redis._producer import registry
 from venturi_redis._producer.names import QUEUES_KEPT
+from venturi_redis._worker.waiting import GROUP_SIZE
+from venturi_redis.cli.commands import app
 
 pytestmark = pytest.mark.anyio
+
+MANY = 300  # queues of a worker: past redis-py 8's pool of 100 connections, five wait groups
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +65,11 @@ async def _clients(client: vr.Client) -> tuple[int, int]:
     """Redis's connected and blocked clients."""
     info = await client.redis.info("clients")
     return int(info["connected_clients"]), int(info["blocked_clients"])
+
+
+async def _cli(*argv: str) -> Any:
+    """``venturi ARGV`` (it runs an event loop of its own: from a thread)."""
+    return await anyio.to_thread.run_sync(lambda: CliRunner().invoke(app, list(argv)))
 
 
 # -- a producer writing to a queue per tenant ---------------------------------------------------
@@ -108,3 +124,166 @@ async def test_the_registry_memo_is_bounded_and_a_forgotten_name_is_recorded_aga
 
 async def registry_names(client: vr.Client) -> set[str]:
     return {m.decode() for m in await client.redis.zrange("venturi:queues", 0, -1)}
+
+
+# -- a worker serving hundreds of queues --------------------------------------------------------
+
+
+class Slow(vr.Task):
+    KIND: ClassVar[str] = "slow"
+    seconds: float = 0.05
+
+
+class SlowJob(Slow, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        await anyio.sleep(self.seconds)
+        return vr.Outcome.completed()
+
+
+async def _until(what: str, check: Any, timeout: float = 30.0) -> None:
+    """Wait for ``check()`` (a bound on a hang, not a timing: fails saying what never came)."""
+    with anyio.move_on_after(timeout):
+        while not await check():
+            await anyio.sleep(0.02)
+        return
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+async def _registered_everywhere(client: vr.Client, names: list[str]) -> bool:
+    pipe = client.redis.pipeline(transaction=False)
+    for n in names:
+        pipe.exists(client.queue(n).keys.workers)
+    return all(await pipe.execute())
+
+
+async def test_a_worker_on_300_queues_blocks_on_a_few_connections_and_starves_no_queue(
+    client: vr.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    names = [f"tenant-{i:03d}" for i in range(MANY)]
+    groups = -(-MANY // GROUP_SIZE)
+    connected, _ = await _clients(client)
+    worker = make_worker([client.queue(n) for n in names], EchoJob, SlowJob, concurrency=2, poll_interval=60)
+    caplog.set_level(logging.WARNING, logger="venturi_redis")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await _until("registered", lambda: _registered_everywhere(client, names))
+        await _until("idle", lambda: _blocked(client, groups))
+        now_connected, blocked = await _clients(client)
+        # One connection per wait group blocks (a connection per queue before: 300), and the
+        # worker holds a few more (its pool, the completer's pipelines).
+        assert blocked == groups
+        assert now_connected - connected <= groups + 12, now_connected - connected
+        # Slot tasks are started as jobs need them: not 2 x concurrency x 300 up front (a
+        # claim loop and a scheduler a queue remain, and a few services).
+        assert len(asyncio.all_tasks()) < 2 * MANY + 50
+        # A flood on one queue, then one job on each of 20 others: those run beside the flood.
+        flood = client.queue(names[0])
+        await flood.enqueue_many([Slow() for _ in range(200)])  # 5 s of work at concurrency 2
+        others = [client.queue(n) for n in names[100:300:10]]
+        for q in others:
+            await q.enqueue(Echo(text=q.name))
+        await _until("the others ran", lambda: _all_completed(others))
+        flooded = (await flood.counts())["completed"]
+        worker.shutdown()
+    assert flooded < 150, flooded  # most of the flood still to go when the others had run
+    # Nothing failed on the way: no "Too many connections" from a pool of 100.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def _blocked(client: vr.Client, n: int) -> bool:
+    return (await _clients(client))[1] == n
+
+
+async def _all_completed(queues: list[vr.Queue]) -> bool:
+    return all([(await q.counts())["completed"] == 1 for q in queues])
+
+
+async def test_a_token_for_a_queue_with_no_free_slot_is_left_to_another_worker(client: vr.Client) -> None:
+    """One token wakes one worker: a wait group hands a token back when its queue's slots are
+    full, so an idle worker takes the job instead of it waiting for the busy one."""
+    names = [f"pair-{i:02d}" for i in range(20)]
+    release = anyio.Event()
+
+    class Hold(vr.Task):
+        KIND: ClassVar[str] = "hold"
+
+    class HoldJob(Hold, vr.Handler[Any]):
+        async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+            await release.wait()
+            return vr.Outcome.completed()
+
+    a = make_worker(
+        [client.queue(n) for n in names], HoldJob, EchoJob, concurrency=1, poll_interval=60, name="a"
+    )
+    b = make_worker(
+        [client.queue(n) for n in names], HoldJob, EchoJob, concurrency=1, poll_interval=60, name="b"
+    )
+    q0 = client.queue(names[0])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(a.run)
+        await _until("a idle", lambda: _blocked(client, 1))
+        held = await q0.enqueue(Hold())
+        await _until("a holds it", lambda: _owner_is(q0, held, "a"))
+        tg.start_soon(b.run)
+        await _until("b idle", lambda: _blocked(client, 2))
+        second = await q0.enqueue(Echo(text="for b"))
+        await _until("the second ran", lambda: _state_is(q0, second, "completed"))
+        info = await q0.get(second)
+        assert info is not None and info.lease_owner == "b"  # a's slot on q0 was taken
+        release.set()
+        await _until("the first ran", lambda: _state_is(q0, held, "completed"))
+        a.shutdown()
+        b.shutdown()
+
+
+async def _owner_is(q: vr.Queue, job_id: str, owner: str) -> bool:
+    info = await q.get(job_id)
+    return info is not None and info.lease_owner == owner and info.state.value == "running"
+
+
+async def _state_is(q: vr.Queue, job_id: str, state: str) -> bool:
+    info = await q.get(job_id)
+    return info is not None and info.state.value == state
+
+
+async def test_a_grouped_worker_run_until_idle_drains_every_queue_and_returns(client: vr.Client) -> None:
+    queues = [client.queue(f"drain-{i:02d}") for i in range(40)]
+    for i, q in enumerate(queues):
+        await q.enqueue_many([Echo(text=str(i))] * 3)
+    worker = make_worker(queues, EchoJob, concurrency=2)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    assert all([(await q.counts())["completed"] == 3 for q in queues])
+    assert (await _clients(client))[1] == 0  # no wait group left blocking
+
+
+async def test_a_worker_record_names_20_queues_and_counts_them_all(client: vr.Client) -> None:
+    names = [f"rec-{i:03d}" for i in range(MANY)]
+    worker = make_worker([client.queue(n) for n in names], EchoJob, name="big")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await _until("registered", lambda: _registered_everywhere(client, names))
+        raw = await client.redis.get(client.queue(names[-1]).keys.worker("big"))
+        res = await _cli("workers", "--redis", client.url)
+        res_json = await _cli("workers", "--json", "--redis", client.url)
+        listed = await client.queue(names[7]).workers()
+        worker.shutdown()
+    record = json.loads(raw)
+    # Written on every queue, every tick: 20 names, not 300 (a 300-queue record each before).
+    assert record["queues"] == names[:20] and record["queue_count"] == MANY
+    assert len(raw) < 1024
+    assert [(w.name, w.queue_count, len(w.queues)) for w in listed] == [("big", MANY, 20)]
+    assert res.exit_code == 0 and "(+280 more)" in res.output
+    docs = json.loads(res_json.output)
+    assert [(d["name"], d["queue_count"]) for d in docs] == [("big", MANY)]
+
+
+async def test_a_worker_narrowed_with_only_queues_registers_on_those_alone(client: vr.Client) -> None:
+    a, b = client.queue("only-a"), client.queue("only-b")
+    worker = make_worker([a, b], EchoJob, name="narrow").only_queues(["only-a"])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await _until("registered", lambda: _registered_everywhere(client, ["only-a"]))
+        on_b = await b.workers()
+        worker.shutdown()
+    assert on_b == []  # it registered (and so showed) on a queue it did not consume

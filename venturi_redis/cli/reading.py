@@ -166,6 +166,11 @@ def stats(
     run_with_client(redis, go)
 
 
+def _more(n: int) -> str:
+    """The tail of a list cut short: `` (+N more)``."""
+    return f" (+{n:,} more)" if n > 0 else ""
+
+
 def _trim_lag(r: QueueStats) -> str:
     """How far trimming is behind: the oldest finished job's time past its period, and the
     jobs past a count bound (``+N``); "0s" while it keeps up."""
@@ -203,7 +208,7 @@ def workers_cmd(
                 safe_text(w.name),
                 safe_text(w.host),
                 str(w.pid),
-                safe_text(", ".join(w.queues)),
+                safe_text(", ".join(w.queues) + _more(w.queue_count - len(w.queues))),
                 str(w.concurrency),
                 str(w.running),
                 when(w.started_at),
