@@ -23,6 +23,7 @@ import venturi_redis as vr
 from tests.helpers import make_worker
 from tests.servers import RedisServer
 from tests.tasks import Echo, EchoJob
+from tests.test_batch_handlers import Mail, SendMails
 from venturi_redis._producer import registry
 from venturi_redis._producer.names import QUEUES_KEPT
 from venturi_redis._worker.waiting import GROUP_SIZE
@@ -198,6 +199,31 @@ async def _all_completed(queues: list[vr.Queue]) -> bool:
     return all([(await q.counts())["completed"] == 1 for q in queues])
 
 
+async def test_a_busy_queue_neither_floods_its_wait_group_with_blpops_nor_starves_the_others(
+    client: vr.Client,
+) -> None:
+    """A group blocks only for its idle queues (a busy one claims on by itself, its tokens left
+    for idle workers), and names them from the one after the last woken: the others of a
+    busy queue's group are woken while it still has work."""
+    queues = [client.queue(f"busy-{i:02d}") for i in range(20)]  # one wait group
+    worker = make_worker(queues, EchoJob, SlowJob, concurrency=2, poll_interval=60)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await _until("idle", lambda: _blocked(client, 1))
+        before = (await _calls(client)).get("blpop", 0)
+        await queues[0].enqueue_many([Slow(seconds=0.01) for _ in range(300)])  # 1.5 s at concurrency 2
+        for q in queues[1:]:
+            await q.enqueue(Echo(text=q.name))
+        await _until("the others ran", lambda: _all_completed(queues[1:]))
+        flooded = (await queues[0].counts())["completed"]
+        blpops = (await _calls(client)).get("blpop", 0) - before
+        worker.shutdown()
+    assert flooded < 300, flooded
+    # A BLPOP a wake-up of the 19 others, and a few as the busy queue leaves and joins its
+    # group: not one per token of the flood (300).
+    assert blpops <= 40, blpops  # (23 or 24 measured)
+
+
 async def test_a_token_for_a_queue_with_no_free_slot_is_left_to_another_worker(client: vr.Client) -> None:
     """One token wakes one worker: a wait group hands a token back when its queue's slots are
     full, so an idle worker takes the job instead of it waiting for the busy one."""
@@ -246,15 +272,23 @@ async def _state_is(q: vr.Queue, job_id: str, state: str) -> bool:
     return info is not None and info.state.value == state
 
 
-async def test_a_grouped_worker_run_until_idle_drains_every_queue_and_returns(client: vr.Client) -> None:
+@pytest.mark.parametrize("batches", [False, True], ids=["jobs", "with-a-batch-handler"])
+async def test_a_grouped_worker_run_until_idle_drains_every_queue_and_returns(
+    client: vr.Client, batches: bool
+) -> None:
     queues = [client.queue(f"drain-{i:02d}") for i in range(40)]
     for i, q in enumerate(queues):
         await q.enqueue_many([Echo(text=str(i))] * 3)
-    worker = make_worker(queues, EchoJob, concurrency=2)
-    with anyio.fail_after(30):
+        if batches:
+            await q.enqueue_many([Mail(to=f"{i}-{k}") for k in range(12)])
+    state: dict[str, Any] = {}
+    handlers = (EchoJob, SendMails) if batches else (EchoJob,)
+    worker = make_worker(queues, *handlers, concurrency=2, state=state)
+    with anyio.fail_after(60):
         await worker.run(until_idle=True)
-    assert all([(await q.counts())["completed"] == 3 for q in queues])
+    assert all([(await q.counts())["completed"] == (15 if batches else 3) for q in queues])
     assert (await _clients(client))[1] == 0  # no wait group left blocking
+    assert len(state.get("ids", [])) == (40 * 12 if batches else 0)
 
 
 async def test_a_worker_record_names_20_queues_and_counts_them_all(client: vr.Client) -> None:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import random
 import secrets
 import time
 from collections.abc import Callable
@@ -167,6 +168,7 @@ class _Runner:
         self.group: WaitGroup | None = None
         self.done = False  # its claim loop has ended (a wait group stops waiting for it)
         self.slots_left = 0  # slot tasks still to start as jobs come (start_slots_lazily)
+        self.short = False  # in a wait group: its last claim came back short (it is idle)
         # Bounds the calls the worker's claim loops and schedulers make beside the
         # completer's pipelines (a lost claim's look, the idle drain check): set by
         # each run(), so that 1,000 queues do not ask for 1,000 connections at once.
@@ -192,9 +194,9 @@ class _Runner:
         self.poke.set()
 
     def takes_tokens(self) -> bool:
-        """Whether a wake-up token is for this runner now (its wait group asks): claiming,
-        with a free slot."""
-        return not self.done and not self.host.stopping and self.busy < self.host.concurrency
+        """Whether a wake-up token is for this runner now (its wait group asks): idle (its
+        last claim came back short), with a free slot, claiming."""
+        return self.short and not self.done and not self.host.stopping and self.busy < self.host.concurrency
 
     def release_slot(self, job: Job) -> None:
         """The job's handler is done: its slot can take another job."""
@@ -295,6 +297,11 @@ class _Runner:
         group's own) or an interrupt comes. None when interrupted with nothing claimed.
         """
         assert self.group is not None
+        self.short = True  # the last claim came back short: its group blocks for it
+        if seconds >= self.settings.poll_interval:
+            # The claim poll_interval asks for, spread: the queues of a worker start
+            # together and would otherwise claim together, a burst every interval.
+            seconds *= random.uniform(0.75, 1.0)
         self.interrupt.on_set(self.poke.set)
         try:
             self.group.join(self)
@@ -303,7 +310,16 @@ class _Runner:
             self.interrupt.on_set(None)
         if self.interrupt.is_set():
             return None
-        got = await self.claim(want)
+        # Straight to Redis, not through the completer: an idle queue has no endings
+        # for it to ride with, and behind a busy queue's pipelines of completions it
+        # waited ~10 ms for a job that was there (the 8 side calls bound a burst).
+        op = self._claim_op(want)
+        async with self.side_calls:
+            claimed = await self.queue.store.send(op)
+        got = claimed.now, claimed.next, jobs_of(self.queue, claimed)
+        # Full or not, the runner stays idle for its group: a wake-up's claim is full
+        # whenever it takes the one job it woke for at batch_size 1. The loop's next
+        # claim, if full too, says the queue is busy (_claim_noting_busy).
         self._dispatch(got[2], got[0])
         return got
 
@@ -502,22 +518,40 @@ class _Runner:
             if nxt > 0:
                 idle_for = min(idle_for, max(0.0, (nxt - now) / 1000))
 
+    def join_group(self, group: WaitGroup) -> None:
+        """Wait for wake-ups in ``group`` (waiting.py), for one run: a runner of a worker with many queues.
+
+        Its claims then say when the queue is busy: a claim made by the loop
+        on its own (after a full one) that comes back full too; the group leaves
+        the queue's tokens alone until a claim comes back short. (A method of
+        this runner only: the usual claim path is untouched.)
+        """
+        self.group = group
+        self.claim = self._claim_noting_busy  # type: ignore[method-assign]
+
     def start_slots_lazily(self) -> None:
         """Start slot tasks as claimed jobs need them, not ``2 * concurrency`` up front.
 
-        For a runner of a worker with many queues (a wait group's): 1,000
-        queues at ``concurrency=16`` made 32,000 tasks at the start, most
-        never used (~150 KB and a few ms of start-up per queue). A slot task
-        once started stays until the run ends, as the eager ones do. The
-        usual worker keeps its eager slots: this replaces ``_dispatch`` on
-        this runner only, so the usual claim path is untouched.
+        For a grouped runner (a worker with many queues and no batch handler):
+        1,000 queues at ``concurrency=16`` made 32,000 tasks at the start, most
+        never used (~150 KB and a few ms of start-up a queue). A slot task once
+        started stays until the run ends, as the eager ones do. (A method of
+        this runner only: the usual dispatch is untouched.)
         """
         self.slots_left = 2 * self.host.concurrency
         self._dispatch = self._dispatch_starting_slots  # type: ignore[method-assign]
 
-    def start_slots_eagerly(self) -> None:
-        """Back to the usual dispatch (a run's end: the next run decides again)."""
+    def leave_group(self) -> None:
+        """Back to the usual runner (a run's end: the next run decides again)."""
+        self.group = None
+        self.short = False
         self.__dict__.pop("_dispatch", None)
+        self.__dict__.pop("claim", None)
+
+    async def _claim_noting_busy(self, count: int) -> tuple[int, int, list[Job]]:
+        got = await _Runner.claim(self, count)
+        self.short = len(got[2]) < count
+        return got
 
     def _dispatch_starting_slots(self, jobs: list[Job], now: int = 0) -> None:
         _Runner._dispatch(self, jobs, now)

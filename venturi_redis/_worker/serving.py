@@ -127,10 +127,10 @@ class Serving:
                     groups = wait_groups(self._runners, self.id, self.idle_block, lambda: self._stopping)
                     for r in self._runners:
                         r.inbox = Inbox()
-                        r.done = False  # its wait group waits for it
+                        r.done = r.short = False  # its wait group waits for it once it is idle
                         r.batching = batching_for(self, r) if batches else None  # type: ignore[arg-type]  # a Worker
-                        if r.group is not None:
-                            r.start_slots_lazily()  # many queues: slots as their jobs need them
+                        if r.group is not None and not batches:
+                            r.start_slots_lazily()  # as its jobs come (batch.py places held jobs itself)
                         else:
                             for _ in range(2 * self.concurrency):
                                 jobs_tg.start_soon(r.slot)
@@ -142,8 +142,7 @@ class Serving:
                                 claim_tg.start_soon(r.claim_loop, until_idle)
                     finally:
                         for r in self._runners:
-                            r.group = None
-                            r.start_slots_eagerly()
+                            r.leave_group()
                     # Claiming has stopped (shutdown, or every queue drained).
                     for r in self._runners:
                         r.inbox.close()

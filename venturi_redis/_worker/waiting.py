@@ -11,7 +11,7 @@ nothing to do (benchmarks/many_queues.py).
 So a worker with more than ``GROUP_FROM`` queues on one plain Redis waits in
 groups of up to ``GROUP_SIZE`` queues. A group is one task and one connection
 of its own: one ``BLPOP`` of the wake list and the schedules wake list of
-every queue of the group whose runner has a free slot, and of the group's stop
+every idle queue of the group, and of the group's stop
 list (``venturi:{<first queue>}:wake:<worker id>``, the stop list of its first
 queue). A token popped from a queue's wake list pokes that queue's runner,
 which then claims the ordinary way (through the completer, with the other
@@ -25,13 +25,23 @@ idle runner of a worker with few queues claims after every 5 s block).
 What stays as it was:
 
 - **One token wakes one worker.** A group blocks only on the queues whose
-  runner has a free slot. A token it pops for a queue whose runner has none
-  (every slot taken meanwhile, or the worker stopping) is pushed back onto
-  that wake list, for another worker, and the next ``BLPOP`` leaves the
-  queue out.
-- **Joining.** A runner that gets a free slot back and goes idle while its
-  group blocks without it pushes one token onto the group's stop list: the
-  ``BLPOP`` returns and is armed again with the runner in (``join``).
+  runner is idle (its last claim came back short) and has a free slot: a
+  busy queue's runner claims on by itself, as it did, and the tokens its
+  jobs pushed are left for the idle workers (a group that blocked on them
+  would pop them one ``BLPOP`` at a time). A token the group pops for a
+  queue whose runner has no free slot by then (or a stopping worker) is
+  pushed back onto that wake list, for another worker, and the next
+  ``BLPOP`` leaves the queue out.
+- **Joining.** A runner that goes idle while its group blocks without it
+  (its queue was busy, or had no free slot) pushes one token onto the
+  group's stop list: the ``BLPOP`` returns and is armed again with the
+  runner in (``join``). A wake-up and its claim, or a claim after
+  ``poll_interval``, leave the runner idle: no stop token, one ``BLPOP`` a
+  wake-up.
+- **Fairness.** ``BLPOP`` pops the first of its lists that holds a token:
+  each one names the group's queues from the one after the queue last
+  woken, so a queue with a stream of tokens cannot keep the others of its
+  group waiting.
 - **Liveness.** The block is ``Worker.idle_block`` (at most 5 s), and a reply
   overdue by 1.5 s past it means the connection is dead: it is dropped, and
   every runner of the group is poked, so each claims the ordinary way
@@ -67,9 +77,10 @@ log = logging.getLogger("venturi_redis.worker")
 
 # A worker waits in groups when it has more than this many queues on one client.
 GROUP_FROM = 8
-# Queues per group: its BLPOP names two lists per queue (Redis's work for one
-# grows with the keys it names: ~0.1 ms at 128 keys on the benchmark machine).
-GROUP_SIZE = 64
+# Queues per group: its BLPOP names two lists per queue, and Redis's work for one
+# grows with the keys it names (commandstats on the shared 2-core machine: ~24 µs
+# at 3 keys, ~48 at 33, ~97 at 65, ~122 at 129), paid once a wake-up.
+GROUP_SIZE = 32
 _BLOCK_MARGIN = 1.5  # runner.py's: a reply this late past the block means a dead connection
 _STOP_TTL_MS = 60_000  # the stop list outlives a worker killed between the push and the pop
 
@@ -94,10 +105,14 @@ class Waiting(Protocol):
     done: bool
 
     def takes_tokens(self) -> bool:
-        """Whether a wake-up token is for it now: claiming, with a free slot."""
+        """Whether a wake-up token is for it now: idle (its last claim came back short), with a
+        free slot."""
 
     def wake(self) -> None:
         """Claim now."""
+
+    def join_group(self, group: WaitGroup) -> None:
+        """Wait for wake-ups in ``group`` (for one run of the worker)."""
 
 
 class WaitGroup:
@@ -119,6 +134,7 @@ class WaitGroup:
         self._conn: Any = None
         self._pushing: asyncio.Task[None] | None = None  # the last push of a stop token
         self.arms = 0  # BLPOPs sent (tests read it)
+        self._next = 0  # where the next BLPOP starts naming queues (the one after the last woken)
 
     def _wanted(self, runner: Waiting) -> bool:
         return not self._stopping() and runner.takes_tokens()
@@ -157,7 +173,11 @@ class WaitGroup:
         failures = 0
         try:
             while not self._over():
-                members = [r for r in self.runners if self._wanted(r)]
+                # From the queue after the last one woken: BLPOP pops the first list it
+                # names that holds a token, and a busy queue must not starve its group.
+                n = len(self.runners)
+                turn = [self.runners[(self._next + i) % n] for i in range(n)]
+                members = [r for r in turn if self._wanted(r)]
                 if not members:
                     self._changed = anyio.Event()
                     with anyio.move_on_after(self.block):
@@ -217,6 +237,7 @@ class WaitGroup:
             return
         for r in members:
             if key == r.queue.keys.wake:
+                self._next = (self.runners.index(r) + 1) % len(self.runners)
                 if self._wanted(r):
                     r.wake()
                     return
@@ -259,6 +280,6 @@ def wait_groups(
             stop_key = chunk[0].queue.keys.wake_stop(worker_id)
             group = WaitGroup(chunk, stop_key, block, stopping)
             for r in chunk:
-                r.group = group
+                r.join_group(group)
             groups.append(group)
     return groups
