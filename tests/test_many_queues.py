@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar
 
 import anyio
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -26,8 +27,11 @@ from tests.tasks import Echo, EchoJob
 from tests.test_batch_handlers import Mail, SendMails
 from venturi_redis._producer import registry
 from venturi_redis._producer.names import QUEUES_KEPT
+from venturi_redis._producer.reads import COUNT_COMMANDS
+from venturi_redis._worker.registry import Registration
 from venturi_redis._worker.waiting import GROUP_SIZE
 from venturi_redis.cli.commands import app
+from venturi_redis.dashboard import create_app
 
 pytestmark = pytest.mark.anyio
 
@@ -321,3 +325,74 @@ async def test_a_worker_narrowed_with_only_queues_registers_on_those_alone(clien
         on_b = await b.workers()
         worker.shutdown()
     assert on_b == []  # it registered (and so showed) on a queue it did not consume
+
+
+# -- the operator's views of many queues --------------------------------------------------------
+
+
+async def _fill(client: vr.Client, names: list[str]) -> None:
+    for n in names:
+        await client.queue(n).enqueue(Echo(text=n))
+
+
+async def test_venturi_stats_and_workers_read_many_queues_in_few_round_trips(client: vr.Client) -> None:
+    names = [f"stat-{i:03d}" for i in range(MANY)]
+    await _fill(client, names)
+    served = [client.queue(n) for n in names[:10]]
+    # A worker's registration on ten queues, as its lease keeper writes it (no worker
+    # running: its claims and sweeps would be counted too).
+    registration = Registration("ten", served, 4)
+    assert await registration.beat([(q, 0) for q in served], 10.0) == [None] * 10
+    await client.redis.config_resetstat()
+    res = await _cli("stats", "--json", "--redis", client.url)
+    stats_calls = await _calls(client)
+    await client.redis.config_resetstat()
+    listed = await _cli("workers", "--json", "--redis", client.url)
+    workers_calls = await _calls(client)
+    assert res.exit_code == 0, res.output
+    rows = {r["queue"]: r for r in json.loads(res.output)}
+    assert len(rows) == MANY and all(r["eligible"] == 1 for r in rows.values())
+    assert {n for n, r in rows.items() if r["workers"] == 1} == set(names[:10])
+    assert stats_calls.get("time", 0) == 1  # one clock for every row (one a queue before)
+    assert stats_calls.get("multi", 0) <= -(-MANY // 50)  # a MULTI per 50 queues (one a queue before)
+    assert [(d["name"], d["queue_count"]) for d in json.loads(listed.output)] == [("ten", 10)]
+    # One record read for a worker on ten queues (an MGET per queue before).
+    assert workers_calls.get("get", 0) == 1 and "mget" not in workers_calls, workers_calls
+
+
+async def test_the_overview_shows_a_page_of_queues_and_reads_only_those(client: vr.Client) -> None:
+    names = [f"tenant-{i:03d}" for i in range(250)]
+    await _fill(client, names)
+    web = create_app(client, read_only=True)
+    transport = httpx.ASGITransport(app=web)
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash") as h:
+        first = (await h.get("/api/queues")).json()
+        await client.redis.config_resetstat()
+        again = (await h.get("/api/queues")).json()
+        refresh = sum((await _calls(client)).values())
+        last = (await h.get("/api/queues?page=3")).json()
+        found = (await h.get("/api/queues?q=tenant-01")).json()
+        html = (await h.get("/?page=2")).text
+        bad = [(await h.get(f"/api/queues?page={p}")).status_code for p in ("0", "x", "-1")]
+    assert [q["queue"] for q in first["queues"]] == names[:100] == [q["queue"] for q in again["queues"]]
+    assert (first["total"], first["pages"], first["page"], first["page_size"]) == (250, 3, 1, 100)
+    # A refresh reads the page's queues only: 250 queues' reads before.
+    assert refresh <= (COUNT_COMMANDS + 4) * 100, refresh
+    assert [q["queue"] for q in last["queues"]] == names[200:] and last["page"] == 3
+    assert [q["queue"] for q in found["queues"]] == names[10:20] and found["total"] == 10
+    assert 'rel="next"' in html and 'rel="prev"' in html and "queues 101&ndash;200 of 250" in html
+    assert 'hx-get="/?page=2"' in html  # the refresh stays on its page
+    assert bad == [400, 400, 400]
+
+
+async def test_the_metrics_refresh_reads_many_queues_at_one_clock(client: vr.Client) -> None:
+    names = [f"gauge-{i:03d}" for i in range(MANY)]
+    await _fill(client, names)
+    metrics = vr.PrometheusMetrics()
+    await client.redis.config_resetstat()
+    await metrics.refresh([client.queue(n) for n in names])
+    calls = await _calls(client)
+    assert calls.get("time", 0) == 1  # one clock for every queue (one a queue, and a round trip, before)
+    assert calls.get("multi", 0) <= -(-MANY // 50)
+    text = metrics.render().decode()
+    assert 'venturi_queue_jobs{queue="gauge-299",state="eligible"} 1.0' in text

@@ -13,13 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from .._model.enums import JobState
-from .._model.records import WorkerInfo
 from .._model.redact import redact
 from .._model.sealing import Encrypted
 from .._producer import discovery as _discovery
+from .._producer import many as _many
 from .._producer.client import Client
 from .._producer.reads import LISTINGS, QueueStats
-from .._producer.sharded import group_partitions, grouped_stats
+from .._producer.sharded import group_partitions, merge_stats
 from .app import (
     Fail,
     JobQueueOpt,
@@ -97,19 +97,22 @@ def stats(
         # A sharded queue's partitions show as one row (docs/cluster.md). A
         # queue whose keys cannot be read (a key of the wrong type, written by
         # hand) is named on stderr; the others are still shown.
+        # Every queue's reads go out many queues to a round trip (_producer/many.py).
         members = group_partitions(names)
+        got, errors = await _many.stats_of(client, names)
+        alive = await _many.workers_of(client, names)
         rows: list[QueueStats] = []
         broken: dict[str, str] = {}
-        for group, parts in members.items():
-            try:
-                rows.extend(await grouped_stats(client, parts))
-            except ResponseError as exc:
-                broken[group] = clean(str(exc))
         # Workers registered now, per logical queue (a sharded queue's partitions share them).
         workers: dict[str, int] = {}
-        for r in rows:
-            seen = {w.name for m in members.get(r.queue, [r.queue]) for w in await client.queue(m).workers()}
-            workers[r.queue] = len(seen)
+        for group, parts in members.items():
+            failed = next((errors[p] for p in parts if p in errors), None)
+            if failed is not None:
+                broken[group] = clean(str(failed))
+                continue
+            part_stats = [got[p] for p in parts]
+            rows.append(part_stats[0] if parts == [group] else merge_stats(group, part_stats))
+            workers[group] = len(set().union(*(alive[p] for p in parts)))
         for group, error in broken.items():
             typer.echo(f"venturi: queue {group!r}: cannot read its stats: {error}", err=True)
         status = 1 if broken else 0
@@ -188,11 +191,8 @@ def workers_cmd(
 
     async def go(client: Client) -> int:
         names = await chosen_queues(client, queue)
-        found: dict[str, WorkerInfo] = {}
-        for name in names:
-            for w in await client.queue(name).workers():
-                found.setdefault(w.name, w)  # one worker on many queues is listed once
-        listed = sorted(found.values(), key=lambda w: w.name)
+        # One worker on many queues is listed once, its record read once (_producer/many.py).
+        listed = await _many.registered_workers(client, names)
         if json_out:
             print_json([dataclasses.asdict(w) for w in listed])
             return 0
