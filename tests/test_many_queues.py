@@ -337,6 +337,7 @@ async def _fill(client: vr.Client, names: list[str]) -> None:
 
 async def test_venturi_stats_and_workers_read_many_queues_in_few_round_trips(client: vr.Client) -> None:
     names = [f"stat-{i:03d}" for i in range(MANY)]
+    await client.queue("stat-123").enqueue_many([Echo(text="first")] * 3)  # the oldest job, the most
     await _fill(client, names)
     served = [client.queue(n) for n in names[:10]]
     # A worker's registration on ten queues, as its lease keeper writes it (no worker
@@ -349,15 +350,21 @@ async def test_venturi_stats_and_workers_read_many_queues_in_few_round_trips(cli
     await client.redis.config_resetstat()
     listed = await _cli("workers", "--json", "--redis", client.url)
     workers_calls = await _calls(client)
+    table = await _cli("stats", "--redis", client.url)
     assert res.exit_code == 0, res.output
     rows = {r["queue"]: r for r in json.loads(res.output)}
-    assert len(rows) == MANY and all(r["eligible"] == 1 for r in rows.values())
+    assert len(rows) == MANY and rows["stat-123"]["eligible"] == 4
+    assert all(r["eligible"] == 1 for n, r in rows.items() if n != "stat-123")
     assert {n for n, r in rows.items() if r["workers"] == 1} == set(names[:10])
     assert stats_calls.get("time", 0) == 1  # one clock for every row (one a queue before)
     assert stats_calls.get("multi", 0) <= -(-MANY // 50)  # a MULTI per 50 queues (one a queue before)
     assert [(d["name"], d["queue_count"]) for d in json.loads(listed.output)] == [("ten", 10)]
     # One record read for a worker on ten queues (an MGET per queue before).
     assert workers_calls.get("get", 0) == 1 and "mget" not in workers_calls, workers_calls
+    # The table: the 200 busiest of 300 (drawing thousands of rows took rich minutes), busiest first.
+    shown = [line.split()[0] for line in table.stdout.splitlines() if line.strip().startswith("stat-")]
+    assert table.exit_code == 0 and len(shown) == 200 and shown[0] == "stat-123", shown[:3]
+    assert "300 queues: the table shows the 200 busiest" in table.stderr
 
 
 async def test_the_overview_shows_a_page_of_queues_and_reads_only_those(client: vr.Client) -> None:

@@ -123,7 +123,19 @@ def stats(
             if not broken:
                 console().print("no queues found")
             return status
-        table = Table(title=f"venturi queues at {when(rows[0].at)}", box=box.SIMPLE_HEAD)
+        title = f"venturi queues at {when(rows[0].at)}"
+        if len(rows) > TABLE_ROWS:
+            # A queue per tenant: a table of thousands of rows takes rich a minute to
+            # draw and nobody reads it. The busiest, and the way to all of them.
+            typer.echo(
+                f"venturi: {len(rows):,} queues: the table shows the {TABLE_ROWS} busiest (the oldest "
+                "eligible job, then the most jobs eligible, running, dead); --json lists them all, "
+                "-q NAME picks queues",
+                err=True,
+            )
+            rows = sorted(rows, key=_busiest)[:TABLE_ROWS]
+            title += f", the {TABLE_ROWS} busiest of {len(members):,}"
+        table = Table(title=title, box=box.SIMPLE_HEAD)
         # Short headers and no wrapping: a queue name or a count is never cut.
         table.add_column("queue", no_wrap=True)
         for col in (
@@ -167,6 +179,15 @@ def stats(
         return status
 
     run_with_client(redis, go)
+
+
+# Rows of the stats table at most (--json lists every queue).
+TABLE_ROWS = 200
+
+
+def _busiest(r: QueueStats) -> tuple[float, int, int, int, str]:
+    """The busiest queue first: the oldest eligible job, then the most jobs eligible, running, dead."""
+    return (-r.lag_seconds, -r.eligible, -r.running, -r.dead, r.queue)
 
 
 def _more(n: int) -> str:
