@@ -295,6 +295,29 @@ async def test_a_grouped_worker_run_until_idle_drains_every_queue_and_returns(
     assert len(state.get("ids", [])) == (40 * 12 if batches else 0)
 
 
+async def test_a_wait_group_whose_connection_is_killed_blocks_again_and_misses_no_job(
+    client: vr.Client,
+) -> None:
+    """CLIENT KILL of a group's blocked connection: the group drops it, pokes its runners (each
+    claims the ordinary way) and blocks again on a fresh one; a job enqueued then runs well
+    within poll_interval (60 s here: a lost wake-up would wait for it)."""
+    queues = [client.queue(f"kill-{i:02d}") for i in range(20)]
+    worker = make_worker(queues, EchoJob, poll_interval=60)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await _until("idle", lambda: _blocked(client, 1))
+        listed = await client.redis.client_list()
+        blocked = [c for c in listed if c.get("cmd") == "blpop"]
+        assert len(blocked) == 1
+        await client.redis.client_kill_filter(_id=blocked[0]["id"])
+        await _until("blocking again, on another connection", lambda: _blocked(client, 1))
+        job_id = await queues[7].enqueue(Echo(text="after the kill"))
+        await _until("the job ran", lambda: _state_is(queues[7], job_id, "completed"), timeout=30)
+        again = [c for c in await client.redis.client_list() if c.get("cmd") == "blpop"]
+        worker.shutdown()
+    assert [c["id"] for c in again] != [blocked[0]["id"]]
+
+
 async def test_a_worker_record_names_20_queues_and_counts_them_all(client: vr.Client) -> None:
     names = [f"rec-{i:03d}" for i in range(MANY)]
     worker = make_worker([client.queue(n) for n in names], EchoJob, name="big")

@@ -43,7 +43,8 @@ What stays as it was:
   woken, so a queue with a stream of tokens cannot keep the others of its
   group waiting.
 - **Liveness.** The block is ``Worker.idle_block`` (at most 5 s), and a reply
-  overdue by 1.5 s past it means the connection is dead: it is dropped, and
+  overdue by 1.5 s past it means the connection is dead: it is dropped (with
+  the pool's idle connections, which likely went the same way), and
   every runner of the group is poked, so each claims the ordinary way
   (whatever a token lost with the connection was for is found by those
   claims), then the group blocks again on a fresh connection.
@@ -68,6 +69,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.codec import text
 from .._transport.cluster import is_cluster
+from .._transport.errors import TRANSIENT
 from .._transport.redispy import unpooled_connection
 
 if TYPE_CHECKING:
@@ -187,6 +189,8 @@ class WaitGroup:
                     popped = await self._blpop(members)
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - logged; the runners claim the ordinary way
+                    if isinstance(exc, TRANSIENT):
+                        await self._drop_idle_pooled()  # they likely went the same way (runner.py)
                     failures += 1
                     delay = min(0.05 * 2**failures, 5.0)
                     log.warning(
@@ -257,6 +261,12 @@ class WaitGroup:
         if conn is not None:
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await conn.disconnect()
+
+    async def _drop_idle_pooled(self) -> None:
+        pool = getattr(self.client.redis, "connection_pool", None)
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.disconnect(inuse_connections=False)
 
     async def close(self) -> None:
         await self._drop()
