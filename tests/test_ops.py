@@ -14,6 +14,7 @@ from tests.tasks import Doomed, DoomedJob, Echo, EchoJob, Steps, StepsJob
 from venturi_redis._model.endings import Released
 from venturi_redis._producer import ops as _ops
 from venturi_redis._producer import server as _server
+from venturi_redis._worker import housekeeping
 
 pytestmark = pytest.mark.anyio
 
@@ -349,15 +350,14 @@ async def test_long_retention_is_trimmed_once_a_minute_not_every_tick(
     assert worker.trim_interval == 60.0
     short = make_worker(queue, EchoJob, retention=vr.Retention(completed=0.1), reclaim_interval=0.02)
     assert short.trim_interval == pytest.approx(0.1)
-    runner = worker._runners[0]
-    real_reclaim = runner.reclaim_once
+    real_reclaim = housekeeping.reclaim
 
-    async def counting() -> int:
+    async def counting(*args: Any) -> int:
         nonlocal reclaims
         reclaims += 1
-        return await real_reclaim()
+        return await real_reclaim(*args)
 
-    runner.reclaim_once = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(housekeeping, "reclaim", counting)  # the worker's reclaim tick
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         with anyio.fail_after(10):

@@ -119,6 +119,7 @@ NOT_AT_A_WORKER_START = (
     # the readings (stats, job lists), an operator's bulk commands, the metrics
     # history and the offload results' reading side: loaded where they are called
     "venturi_redis._producer.reads",
+    "venturi_redis._producer.many",
     "venturi_redis._producer.bulk",
     "venturi_redis._producer.results",
     "venturi_redis._producer.history",

@@ -458,6 +458,10 @@ class JobInfo:
         return replace(blank, state=state, corrupt={"key": why[:_SHOWN]})
 
 
+# Queues a worker's record names (WorkerInfo.queues); queue_count counts them all.
+WORKER_QUEUES_NAMED = 20
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerInfo:
     """A running worker as it registers itself on each queue it consumes (``queue.workers()``).
@@ -468,6 +472,11 @@ class WorkerInfo:
     for ``blocked_loop_warning`` or more (each logged as a WARNING naming the
     job and the line), ``longest_block`` the longest of them in seconds; a
     record written by a release before these fields reads them as 0.
+
+    ``queues`` names at most the first ``WORKER_QUEUES_NAMED`` queues the worker
+    consumes; ``queue_count`` says how many it consumes in all. (The record is
+    written on every queue of the worker, every tick: a worker on 1,000 queues
+    naming them all wrote ~10 KB a queue, 10 MB a tick.)
     """
 
     name: str
@@ -482,6 +491,11 @@ class WorkerInfo:
     version: str
     loop_blocked: int = 0
     longest_block: float = 0.0
+    queue_count: int = 0  # 0: len(queues) (a record written before the field existed)
+
+    def __post_init__(self) -> None:
+        if self.queue_count < len(self.queues):
+            object.__setattr__(self, "queue_count", len(self.queues))
 
     def to_json(self) -> str:
         return json.dumps(
@@ -489,7 +503,8 @@ class WorkerInfo:
                 "name": self.name,
                 "host": self.host,
                 "pid": self.pid,
-                "queues": list(self.queues),
+                "queues": list(self.queues[:WORKER_QUEUES_NAMED]),
+                "queue_count": self.queue_count,
                 "concurrency": self.concurrency,
                 "started_ms": int(self.started_at.timestamp() * 1000),
                 "heartbeat_ms": int(self.heartbeat_at.timestamp() * 1000),
@@ -520,6 +535,7 @@ class WorkerInfo:
                 version=str(d["version"]),
                 loop_blocked=int(d.get("loop_blocked", 0)),
                 longest_block=float(d.get("longest_block", 0.0)),
+                queue_count=int(d.get("queue_count", 0)),
             )
-        except (ValueError, TypeError, KeyError, OverflowError):
+        except (ValueError, TypeError, KeyError, OverflowError, AttributeError):
             return None

@@ -49,6 +49,7 @@ from .base import server_now_ms
 from .batch import enqueue_prepared
 from .coalesce import Coalescer
 from .dedup import merge_into
+from .names import Kept
 from .queue_features import QueueFeatures
 from .registry import Recorded
 
@@ -131,7 +132,10 @@ class Client:
         # the client owns its connections: aclose() is then the one place that
         # closes them.
         self.sender = Sender(redis, clock=clock)
-        self._queues: dict[str, Queue] = {}
+        # The queues handed out, by name: at most names.QUEUES_KEPT of them (a
+        # queue per tenant must not grow the client without bound).
+        self._kept: Kept[Queue] = Kept()
+        self._queues = self._kept.items  # read on every call: a plain dict's get
         QueueKeys.for_queue("probe", namespace)  # validates the namespace now
         # The queues this client recorded in the registry of queues (registry.py).
         self._recorded = Recorded(namespace)
@@ -160,11 +164,22 @@ class Client:
         return client
 
     def queue(self, name: str = "default") -> Queue:
-        """The queue called ``name`` (one object per name per client)."""
+        """The queue called ``name``.
+
+        The client keeps the queues it hands out, so asking again is a dict
+        lookup; it keeps the last ``1024`` names made (a queue per tenant does
+        not grow it without bound), and one it dropped is made again when
+        asked for: an equal object, with nothing lost (a ``Queue`` holds no
+        state of its own beyond its name's keys; docs/operations.md, "Many
+        queues").
+        """
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = Queue(self, name)
+            q = self._kept.make(name, self._new_queue)
         return q
+
+    def _new_queue(self, name: str) -> Queue:
+        return Queue(self, name)
 
     @property
     def clock(self) -> Callable[[], int] | None:

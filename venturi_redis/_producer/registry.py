@@ -23,6 +23,13 @@ for ``PRUNE_AFTER_MS`` (longer than any memo lasts, plus room for clock
 skew between hosts), so a process that still remembers having recorded a
 queue can never find it pruned behind its back (``discovery.prune``).
 
+The memo is bounded (``MEMO_MAX`` names): a producer that writes to a
+queue per tenant must not keep a name for every queue it ever wrote to.
+Forgetting is always safe, only dearer: a name no longer remembered is
+recorded again (one more ``ZADD``) before the next write to its queue.
+Names whose five minutes are over are dropped first, as the memo grows;
+past ``MEMO_MAX`` names recorded within five minutes, the oldest records go.
+
 The record goes out before the write it announces: a name recorded for a
 write that then failed has no keys and is not listed; the other order could
 leave a queue with keys that nobody lists.
@@ -30,6 +37,7 @@ leave a queue with keys that nobody lists.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -41,22 +49,27 @@ RECORD_EVERY = 300.0
 # A name none of whose keys exist is pruned once unrecorded this long: twice
 # the memo's life, so a memo still believed anywhere is younger (plus clock skew).
 PRUNE_AFTER_MS = int(2 * RECORD_EVERY * 1000) + 300_000
+# Most names one client's memo holds (~125 bytes each: ~8 MB at most).
+MEMO_MAX = 65_536
 
 
 class Recorded:
     """One client's memo of the queues it recorded, and the one command that records them.
 
-    ``due`` is on every enqueue's path: one dict lookup and one clock read.
-    The dict only ever changes by assignments of single items, safe across
-    the threads of a ``SyncClient`` (two threads may both record the same
-    queue once: a harmless repeat).
+    ``due`` is on every enqueue's path: one dict lookup and one clock read,
+    no lock. The dict changes only under the lock (the threads of a
+    ``SyncClient`` record too), and in the order of the records: a name
+    recorded again is moved to the end, so the oldest records are first,
+    where the bound drops them (two threads may both record the same queue
+    once: a harmless repeat).
     """
 
-    __slots__ = ("_until", "key")
+    __slots__ = ("_lock", "_until", "key")
 
     def __init__(self, namespace: str) -> None:
         self.key = registry_key(namespace)
         self._until: dict[str, float] = {}
+        self._lock = threading.Lock()
 
     def due(self, name: str) -> bool:
         """Whether ``name`` must be recorded before this client writes to it."""
@@ -93,14 +106,28 @@ class Recorded:
             self._forget((name,))
             raise
 
+    def __len__(self) -> int:
+        return len(self._until)
+
     def _mark(self, names: Iterable[str]) -> None:
-        until = time.monotonic() + RECORD_EVERY
-        for name in names:
-            self._until[name] = until
+        now = time.monotonic()
+        until = now + RECORD_EVERY
+        memo = self._until
+        with self._lock:
+            for name in names:
+                memo.pop(name, None)  # to the end: the dict stays in the order of the records
+                memo[name] = until
+            # The oldest first: those whose time is over, then any past the bound.
+            while memo:
+                oldest = next(iter(memo))
+                if memo[oldest] > now and len(memo) <= MEMO_MAX:
+                    break
+                del memo[oldest]
 
     def _forget(self, names: Iterable[str]) -> None:
-        for name in names:
-            self._until.pop(name, None)
+        with self._lock:
+            for name in names:
+                self._until.pop(name, None)
 
 
 def _members(names: Iterable[str]) -> dict[str, int]:

@@ -44,6 +44,7 @@ from .._model.limits import LimitInfo, Rate
 from .._model.records import JobInfo, JournalEntry, WorkerInfo
 from .._model.schedule import ScheduleInfo
 from .._model.task import Task
+from .._store.keys import validate_name
 from .._store.prepare import (
     ENQUEUE_OPTIONS,
     EnqueueManyOptions,
@@ -56,6 +57,7 @@ from .._store.store import EVENTS_MAXLEN
 from .._transport.blocking import blocking_redis
 from .bulk import BulkFilters
 from .client import Client, Queue
+from .names import Kept
 from .reads import QueueStats
 
 
@@ -121,7 +123,9 @@ class SyncClient:
         self._client: Client | None = None
         # The blocking connection pool of the direct single enqueue (None: none here).
         self._direct: redis.Redis | None = None
-        self._queues: dict[str, SyncQueue] = {}
+        # The blocking views handed out, by name, bounded as Client.queue's (names.py).
+        self._kept: Kept[SyncQueue] = Kept()
+        self._queues = self._kept.items  # read on every call: a plain dict's get
         self._closed = False
         self._ensure()  # a bad URL fails here, not at the first enqueue
 
@@ -154,11 +158,15 @@ class SyncClient:
         return self._ensure()[1]
 
     def queue(self, name: str = "default") -> SyncQueue:
-        """The blocking view of queue ``name``."""
+        """The blocking view of queue ``name`` (kept as ``Client.queue`` keeps its queues: the
+        last 1,024 names made)."""
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = SyncQueue(self, name)
+            q = self._kept.make(name, self._new_queue)
         return q
+
+    def _new_queue(self, name: str) -> SyncQueue:
+        return SyncQueue(self, name)
 
     def close(self) -> None:
         """Close the connection pool and stop the loop thread."""
@@ -187,8 +195,7 @@ class SyncQueue:
 
     def __init__(self, sync_client: SyncClient, name: str) -> None:
         self._sc = sync_client
-        self.name = name
-        Queue(sync_client.client, name)  # validates the name now
+        self.name = validate_name(name)  # a bad name fails now, not at the first call
 
     def _queue(self) -> Queue:
         return self._sc.client.queue(self.name)

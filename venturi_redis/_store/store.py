@@ -434,10 +434,14 @@ class QueueStore:
         """Renew the leases ``(job id, token, lease ms)``: those lost, and those an operator cancelled."""
         return calls.extended(await self.sender.call(calls.extend(self.keys, self.sender.now(), leases)))
 
+    def reclaim_op(self, *, batch: int, max_failures: str) -> Op[Reclaimed]:
+        """A reclaim of up to ``batch`` jobs whose lease expired, to send with others (``send_ops``)."""
+        call = calls.reclaim(self.keys, self.sender.now(), batch=batch, max_failures=max_failures)
+        return Op(call, calls.reclaimed)
+
     async def reclaim(self, *, batch: int, max_failures: str) -> Reclaimed:
         """Take back up to ``batch`` jobs whose lease expired."""
-        call = calls.reclaim(self.keys, self.sender.now(), batch=batch, max_failures=max_failures)
-        return calls.reclaimed(await self.sender.call(call))
+        return await self.send(self.reclaim_op(batch=batch, max_failures=max_failures))
 
     async def progress(self, job_id: str, token: str, value: bytes) -> bool:
         """A running job's progress, for its lease holder only: whether it was written."""

@@ -62,6 +62,11 @@ class FrozenStart:
             gc.freeze()
         return self
 
+    @property
+    def pending(self) -> bool:
+        """Whether ``idle`` still has its full collection to run."""
+        return self._full_collection_due
+
     def idle(self) -> None:
         """The worker has nothing to run: the full collection the start skipped, once."""
         if self._full_collection_due:

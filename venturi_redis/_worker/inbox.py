@@ -59,6 +59,10 @@ class Inbox:
         if len(items) == 1:
             self._wake_one()
 
+    def unattended(self) -> int:
+        """Jobs waiting that no waiting slot task will take (runner.py's lazy slots start that many)."""
+        return len(self._items) - len(self._waiters)
+
     def close(self) -> None:
         """No more jobs: every waiter gets None once the queued jobs are taken."""
         self._closed = True

@@ -3,7 +3,7 @@
 One task of the worker's service group (worker.py). Each tick it sends one
 batched ``extend`` call per queue for the jobs running there (runner.py
 ``extend``), then renews the worker's registration on each queue
-(registry.py ``Registration.beat``): one pipelined round trip per queue.
+(registry.py ``Registration.beat``): one pipeline for up to 100 queues.
 
 The tick is a third of the shortest lease held, of the worker's own lease
 when idle; the registration never beats faster than that idle tick, whatever
@@ -56,17 +56,18 @@ class LeaseKeeper:
             await self.beat(max(tick, self.lease_ms / 3000))
 
     async def beat(self, tick: float) -> None:
-        for r in self.runners:
-            try:
-                await self.registration.beat(r.queue, tick, len(r.active))
-            except _SURVIVABLE as exc:
-                log.warning("queue %s: worker registration failed (%s)", r.queue.name, exc)
+        try:
+            errors = await self.registration.beat([(r.queue, len(r.active)) for r in self.runners], tick)
+        except _SURVIVABLE as exc:  # recording the queues' names failed
+            errors = [exc] * len(self.runners)
+        for r, error in zip(self.runners, errors, strict=True):
+            if error is not None:
+                log.warning("queue %s: worker registration failed (%s)", r.queue.name, error)
 
     async def leave(self) -> None:
         """A clean stop: the worker is no longer listed (else it would be until its TTL)."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-            for r in self.runners:
-                try:
-                    await self.registration.leave(r.queue)
-                except _SURVIVABLE as exc:
-                    log.warning("queue %s: worker deregistration failed (%s)", r.queue.name, exc)
+            try:
+                await self.registration.leave([r.queue for r in self.runners])
+            except _SURVIVABLE as exc:
+                log.warning("worker deregistration failed (%s)", exc)

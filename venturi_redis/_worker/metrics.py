@@ -37,8 +37,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from .._producer.many import stats_of
+
 if TYPE_CHECKING:
     from .._producer.client import Queue
+    from .._producer.reads import QueueStats
 
 log = logging.getLogger("venturi_redis.metrics")
 
@@ -161,11 +164,24 @@ class PrometheusMetrics:
     # -- gauges ---------------------------------------------------------------------------
 
     async def refresh(self, queues: Sequence[Queue]) -> None:
-        """Read ``queue.stats()`` of each queue into the gauges."""
+        """Read ``queue.stats()`` of each queue into the gauges: many queues a round trip
+        (``_producer/many.py``; a worker on 1,000 queues read them one by one, 2,000 round
+        trips a refresh). A queue that cannot be read keeps its last values."""
+        by_client: dict[int, list[Queue]] = {}
         for q in queues:
-            st = await q.stats()
+            by_client.setdefault(id(q.client), []).append(q)
+        read: list[QueueStats] = []
+        for qs in by_client.values():
+            got, broken = await stats_of(qs[0].client, [q.name for q in qs])
+            read += got.values()
+            if broken:
+                name, exc = next(iter(broken.items()))
+                log.warning(
+                    "metrics: reading the stats of %d queue(s) failed (%s: %s)", len(broken), name, exc
+                )
+        for st in read:
             for label, n in st.pending.items():
-                self.eligible.labels(q.name, label).set(n)
+                self.eligible.labels(st.queue, label).set(n)
             for state, n in (
                 ("eligible", st.eligible),
                 ("delayed", st.delayed),
@@ -176,11 +192,11 @@ class PrometheusMetrics:
                 ("dead", st.dead),
                 ("cancelled", st.cancelled),
             ):
-                self.depth.labels(q.name, state).set(n)
-            self.lag.labels(q.name).set(st.lag_seconds)
-            self.paused.labels(q.name).set(1 if st.paused else 0)
-            self.trim_lag.labels(q.name).set(st.trim_lag_seconds)
-            self.over_retention.labels(q.name).set(st.over_retention)
+                self.depth.labels(st.queue, state).set(n)
+            self.lag.labels(st.queue).set(st.lag_seconds)
+            self.paused.labels(st.queue).set(1 if st.paused else 0)
+            self.trim_lag.labels(st.queue).set(st.trim_lag_seconds)
+            self.over_retention.labels(st.queue).set(st.over_retention)
 
     async def refresh_forever(self, queues: Sequence[Queue], interval: float = 5.0) -> None:
         """Refresh the gauges every ``interval`` seconds (run beside the worker)."""

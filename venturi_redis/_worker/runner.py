@@ -15,10 +15,10 @@ import asyncio
 import contextlib
 import logging
 import math
-import random
 import secrets
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,20 +27,23 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.codec import text
-from .._producer import ops as _ops
-from .._producer.client import Client, Queue
+from .._producer.client import Queue
 from .._producer.retention import Retention
 from .._store.store import ClaimReply, Op
-from .._transport.cluster import is_cluster
 from .._transport.errors import TRANSIENT
 from .._transport.redispy import unpooled_connection
+from .grouped import GroupedRunner
 from .guarded import observer_raised
+from .housekeeping import reclaim
 from .inbox import Inbox
 from .interrupt import Interrupt
 from .job import Job, jobs_of
 from .lost_claims import LostClaims
+from .waiting import WaitGroup, can_block
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
     from .batch import Batching
     from .metrics import WorkerObserver
     from .recycle import Recycling
@@ -52,10 +55,6 @@ log = logging.getLogger("venturi_redis.worker")
 # READONLY during a failover, a script error) is logged and the loop tries
 # again on its next tick, instead of taking the whole worker down with it.
 _SURVIVABLE = (RedisError, OSError)
-_RECLAIM_BATCH = 100
-# Most reclaim calls a tick makes while a capped part of the sweep is full
-# (reclaim.lua's `more`: throttled keys, deadlines): a bound on one that is stuck.
-_SWEEP_CALLS_MAX = 100
 # An idle worker blocks on its queue's wake list for at most this long (and
 # never longer than poll_interval) before it claims anyway: the claim that
 # follows a timeout finds delayed jobs that came due, and a reply that does not
@@ -63,16 +62,6 @@ _SWEEP_CALLS_MAX = 100
 _IDLE_BLOCK_MAX = 5.0
 _BLOCK_MARGIN = 1.5
 _MIN_BLOCK = 0.01  # shorter waits are plain sleeps followed by a claim
-
-
-def _can_arm(client: Client) -> bool:
-    """Whether idle claims can ride behind their BLPOP on a connection of their own."""
-    redis = client.redis
-    return (
-        client.durability is None
-        and not is_cluster(redis)
-        and hasattr(getattr(redis, "connection_pool", None), "make_connection")
-    )
 
 
 async def _reply(conn: Any) -> Any:
@@ -133,12 +122,20 @@ class RunnerHost(Protocol):
     def _idle(self) -> None:
         """A claim loop is about to wait for work."""
 
+    @property
+    def jobs_group(self) -> TaskGroup | None:
+        """The slot tasks' task group while run() runs (a runner that starts its slots lazily)."""
+
     def kind_label(self, kind: str) -> str:
         """The metrics label for a KIND."""
 
 
-class _Runner:
-    """The per-queue half of a worker: its claim loop, reclaimer and active jobs."""
+class _Runner(GroupedRunner):
+    """The per-queue half of a worker: its claim loop and active jobs (the sweep reclaims:
+    housekeeping.py; a wait group's part is grouped.py's)."""
+
+    host: RunnerHost
+    settings: RunnerSettings
 
     def __init__(self, host: RunnerHost, settings: RunnerSettings, queue: Queue) -> None:
         self.host = host
@@ -171,6 +168,16 @@ class _Runner:
         self._claim_base = ""
         self._claim_sent = 0.0
         self.lost = LostClaims(queue, settings.worker_id, settings.lease_ms)
+        # The wait group whose connection blocks for this queue when idle (a
+        # worker with many queues: waiting.py; set by each run()), else None.
+        self.group: WaitGroup | None = None
+        self.done = False  # its claim loop has ended (a wait group stops waiting for it)
+        self.slots_left = 0  # slot tasks still to start as jobs come (start_slots_lazily)
+        self.short = False  # in a wait group: its last claim came back short (it is idle)
+        # Bounds the calls the worker's claim loops and schedulers make beside the
+        # completer's pipelines (a lost claim's look, the idle drain check): set by
+        # each run(), so that 1,000 queues do not ask for 1,000 connections at once.
+        self.side_calls: AbstractAsyncContextManager[Any] = contextlib.nullcontext()
 
     async def slot(self) -> None:
         """One long-lived task that runs claimed jobs one after another.
@@ -233,6 +240,8 @@ class _Runner:
         reply is in. Returns None when ``interrupt`` cut the wait short and
         nothing was claimed.
         """
+        if self.group is not None:
+            return await self._grouped_claim(want, seconds)
         block = min(seconds, self.settings.idle_block)
         if block < _MIN_BLOCK:
             await self._wait(block)
@@ -254,7 +263,7 @@ class _Runner:
         self.interrupt.on_set(interrupted)
         try:
             try:
-                if _can_arm(self.queue.client):
+                if can_block(self.queue.client):
                     result = await self._armed_claim(want, block)
                 else:
                     result = await self._blpop_then_claim(want, block)
@@ -385,9 +394,13 @@ class _Runner:
                 await conn.disconnect()
 
     async def claim_loop(self, until_idle: bool) -> None:
+        self.done = False
         try:
             await self._claim_loop(until_idle)
         finally:
+            self.done = True
+            if self.group is not None:
+                self.group.changed()  # it no longer waits for this queue
             if self.batching is not None:
                 self.batching.stop()  # held jobs and forming batches: released unstarted
 
@@ -399,7 +412,8 @@ class _Runner:
         idle_for: float | None = None
         while not w.stopping:
             if self.lost.pending:
-                await self.lost.release()
+                async with self.side_calls:
+                    await self.lost.release()
             free = w.concurrency - self.busy
             if self.batching is not None:
                 # Held jobs placed first; then enough to fill a batch (batch.py).
@@ -458,9 +472,12 @@ class _Runner:
                 # start the handlers before this loop spends its time arming
                 # the next idle claim (pickup latency, W3 in benchmarks/).
                 await anyio.lowlevel.checkpoint()
-            if until_idle and not self.active and await self.queue.is_drained():
-                self.idle = True
-                return
+            if until_idle and not self.active:
+                async with self.side_calls:
+                    drained = await self.queue.is_drained()
+                if drained:
+                    self.idle = True
+                    return
             w._idle()
             idle_for = self.settings.poll_interval
             if nxt > 0:
@@ -507,54 +524,9 @@ class _Runner:
             await self.poke.wait()
 
     async def reclaim_once(self) -> int:
-        q, s = self.queue, self.settings
-        total = calls = 0
-        while True:
-            requeued, died, ids, more = await q.store.reclaim(
-                batch=_RECLAIM_BATCH, max_failures=s.max_failures
-            )
-            calls += 1
-            if ids:
-                log.warning(
-                    "queue %s: reclaimed %d expired lease(s) (%d requeued, %d dead): %s",
-                    q.name,
-                    len(ids),
-                    requeued,
-                    died,
-                    ", ".join(ids[:10]),
-                )
-            total += len(ids)
-            expired = getattr(self.host.observer, "leases_expired", None)
-            if ids and expired is not None:
-                try:
-                    expired(q.name, requeued, died)
-                except Exception as exc:  # noqa: BLE001 - the application's observer
-                    observer_raised("leases_expired", exc)
-            if len(ids) < _RECLAIM_BATCH and not (more and calls < _SWEEP_CALLS_MAX):
-                return total
-
-    async def reclaim_loop(self) -> None:
-        s = self.settings
-        trimmed_at = -math.inf
-        recorded = False
-        while True:
-            try:
-                await self.reclaim_once()
-                if not recorded or (
-                    s.retention is not None and time.monotonic() - trimmed_at >= s.trim_interval
-                ):
-                    # What stats measure trimming against (the fleet's last word).
-                    await _ops.record_retention(self.queue, s.retention)
-                    recorded = True
-                if s.retention is not None and time.monotonic() - trimmed_at >= s.trim_interval:
-                    # Retention rides on the reclaim tick: bounded batches, idempotent
-                    # across pods (a job removed by one is skipped by the others).
-                    trimmed_at = time.monotonic()
-                    await _ops.trim(self.queue, s.retention)
-            except _SURVIVABLE as exc:
-                log.warning("queue %s: reclaim failed (%s)", self.queue.name, exc)
-            # Jitter spreads many pods' reclaims instead of having them collide.
-            await anyio.sleep(s.reclaim_interval * random.uniform(0.8, 1.2))
+        """One reclaim sweep of this queue alone (the worker sweeps all its queues at once:
+        housekeeping.py); how many jobs it took back."""
+        return await reclaim([self.queue], self.settings.max_failures, self.host.observer)
 
     async def extend(self) -> None:
         jobs = [j for j in self.active.values() if not j.lost]

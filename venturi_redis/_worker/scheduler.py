@@ -23,11 +23,13 @@ learnt late is fired late, never lost (docs/schedules.md).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -102,6 +104,8 @@ class Scheduler:
         # The scripts' clock (ms) at a monotonic instant, from the last fire round.
         self._clock: tuple[int, float] | None = None
         self.rounds = 0  # fire rounds run (tests read it)
+        # The worker's bound on its side calls (runner.py ``side_calls``), set by each run().
+        self.side_calls: AbstractAsyncContextManager[Any] = contextlib.nullcontext()
         self._hinted = anyio.Event()
 
     def hint(self) -> None:
@@ -147,7 +151,8 @@ class Scheduler:
             now = time.monotonic()
             if due is not None and due <= now:
                 try:
-                    due = await self.fire_round()
+                    async with self.side_calls:
+                        due = await self.fire_round()
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - a schedule's trouble must not stop the jobs
                     # Redis errors (a failover, OOM), and anything a schedule's data
@@ -170,7 +175,8 @@ class Scheduler:
             if hinted or time.monotonic() >= next_peek:
                 next_peek = time.monotonic() + self.peek_interval * random.uniform(0.8, 1.2)
                 try:
-                    seen = await self.peek()
+                    async with self.side_calls:
+                        seen = await self.peek()
                 except _SURVIVABLE as exc:
                     log.warning("queue %s: reading schedules failed (%s)", self.queue.name, exc)
                     continue

@@ -21,11 +21,14 @@ from anyio.abc import TaskGroup
 from .._model.endings import Released
 from .execute import execute
 from .handler import BatchHandler
+from .housekeeping import sweep_forever
 from .inbox import Inbox
 from .loopwatch import LoopWatch
 from .registry import keep_touching
+from .waiting import wait_groups
 
 if TYPE_CHECKING:
+    from .._producer.retention import Retention
     from .completer import Completer
     from .job import Job
     from .keeper import LeaseKeeper
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("venturi_redis.worker")
 _NOT_STARTED = "released on worker shutdown (not started)"
+# Calls at once beside the completer's pipelines: schedule rounds, drain checks, lost claims.
+_SIDE_CALLS = 8
 
 
 class Serving:
@@ -49,6 +54,10 @@ class Serving:
     health_file: Any
     blocked_loop_warning: float | None
     lease: float
+    idle_block: float
+    reclaim_interval: float
+    trim_interval: float
+    retention: Retention | None
     observer: Any
     _keeper: LeaseKeeper
     _completer: Completer
@@ -68,6 +77,9 @@ class Serving:
         def shutdown(self, *, grace: float | None = None) -> None: ...
 
         def _finish(self, runner: _Runner, job: Job) -> None: ...
+
+        @property
+        def max_failures_arg(self) -> str: ...
 
     @property
     def completer(self) -> Completer:
@@ -90,8 +102,15 @@ class Serving:
             if self.recycling is not None:
                 service_tg.start_soon(self.recycling.watch_memory)
             await self._completer.run(service_tg)
+            # The claim loops' and schedulers' calls outside the completer share a
+            # few connections, however many queues (a pool holds 100 on redis-py 8).
+            side_calls = anyio.CapacityLimiter(_SIDE_CALLS)
             for r in self._runners:
-                service_tg.start_soon(r.reclaim_loop)
+                r.side_calls = side_calls
+            for scheduler in self._schedulers:
+                scheduler.side_calls = side_calls
+            # One sweep over every queue (expired leases, retention): housekeeping.py.
+            service_tg.start_soon(sweep_forever, [r.queue for r in self._runners], self)
             for scheduler in self._schedulers:
                 service_tg.start_soon(scheduler.run)
             if self.handle_signals and threading.current_thread() is threading.main_thread():
@@ -104,14 +123,26 @@ class Serving:
                     batches = any(issubclass(cls, BatchHandler) for cls in self._registry.values())
                     if batches:
                         from .batch import batching_for
+                    # A worker with many queues waits for their wake-ups in groups (waiting.py).
+                    groups = wait_groups(self._runners, self.id, self.idle_block, lambda: self._stopping)
                     for r in self._runners:
                         r.inbox = Inbox()
+                        r.done = r.short = False  # its wait group waits for it once it is idle
                         r.batching = batching_for(self, r) if batches else None  # type: ignore[arg-type]  # a Worker
-                        for _ in range(2 * self.concurrency):
-                            jobs_tg.start_soon(r.slot)
-                    async with anyio.create_task_group() as claim_tg:
+                        if r.group is not None and not batches:
+                            r.start_slots_lazily()  # as its jobs come (batch.py places held jobs itself)
+                        else:
+                            for _ in range(2 * self.concurrency):
+                                jobs_tg.start_soon(r.slot)
+                    try:
+                        async with anyio.create_task_group() as claim_tg:
+                            for group in groups:
+                                claim_tg.start_soon(group.run)  # each returns once its runners stop
+                            for r in self._runners:
+                                claim_tg.start_soon(r.claim_loop, until_idle)
+                    finally:
                         for r in self._runners:
-                            claim_tg.start_soon(r.claim_loop, until_idle)
+                            r.leave_group()
                     # Claiming has stopped (shutdown, or every queue drained).
                     for r in self._runners:
                         r.inbox.close()

@@ -413,6 +413,8 @@ class Worker(Serving, Generic[StateT]):
         self.queues = [q for q in self.queues if q.name in wanted]
         self._runners = [r for r in self._runners if r.queue.name in wanted]
         self._schedulers = [s for s in self._schedulers if s.queue.name in wanted]
+        # Registered (and renewing leases) on the queues it consumes, not on those it was built for.
+        self._keeper = LeaseKeeper(self.id, self._runners, self.queues, self.concurrency, self.lease_ms)
         return self
 
     @property
@@ -532,6 +534,8 @@ class Worker(Serving, Generic[StateT]):
 
     def _idle(self) -> None:
         """A claim loop is going to wait for work: if nothing runs anywhere, housekeeping."""
+        if self._scripts_expanded and not self._frozen_start.pending:
+            return  # all done: no walk of every queue's books per idle claim loop (many queues)
         if not any(r.active for r in self._runners):
             if not self._scripts_expanded:
                 self._scripts_expanded = True

@@ -13,13 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from .._model.enums import JobState
-from .._model.records import WorkerInfo
 from .._model.redact import redact
 from .._model.sealing import Encrypted
 from .._producer import discovery as _discovery
+from .._producer import many as _many
 from .._producer.client import Client
 from .._producer.reads import LISTINGS, QueueStats
-from .._producer.sharded import group_partitions, grouped_stats
+from .._producer.sharded import group_partitions, merge_stats
 from .app import (
     Fail,
     JobQueueOpt,
@@ -97,19 +97,22 @@ def stats(
         # A sharded queue's partitions show as one row (docs/cluster.md). A
         # queue whose keys cannot be read (a key of the wrong type, written by
         # hand) is named on stderr; the others are still shown.
+        # Every queue's reads go out many queues to a round trip (_producer/many.py).
         members = group_partitions(names)
+        got, errors = await _many.stats_of(client, names)
+        alive = await _many.workers_of(client, names)
         rows: list[QueueStats] = []
         broken: dict[str, str] = {}
-        for group, parts in members.items():
-            try:
-                rows.extend(await grouped_stats(client, parts))
-            except ResponseError as exc:
-                broken[group] = clean(str(exc))
         # Workers registered now, per logical queue (a sharded queue's partitions share them).
         workers: dict[str, int] = {}
-        for r in rows:
-            seen = {w.name for m in members.get(r.queue, [r.queue]) for w in await client.queue(m).workers()}
-            workers[r.queue] = len(seen)
+        for group, parts in members.items():
+            failed = next((errors[p] for p in parts if p in errors), None)
+            if failed is not None:
+                broken[group] = clean(str(failed))
+                continue
+            part_stats = [got[p] for p in parts]
+            rows.append(part_stats[0] if parts == [group] else merge_stats(group, part_stats))
+            workers[group] = len(set().union(*(alive[p] for p in parts)))
         for group, error in broken.items():
             typer.echo(f"venturi: queue {group!r}: cannot read its stats: {error}", err=True)
         status = 1 if broken else 0
@@ -120,7 +123,19 @@ def stats(
             if not broken:
                 console().print("no queues found")
             return status
-        table = Table(title=f"venturi queues at {when(rows[0].at)}", box=box.SIMPLE_HEAD)
+        title = f"venturi queues at {when(rows[0].at)}"
+        if len(rows) > TABLE_ROWS:
+            # A queue per tenant: a table of thousands of rows takes rich a minute to
+            # draw and nobody reads it. The busiest, and the way to all of them.
+            typer.echo(
+                f"venturi: {len(rows):,} queues: the table shows the {TABLE_ROWS} busiest (the oldest "
+                "eligible job, then the most jobs eligible, running, dead); --json lists them all, "
+                "-q NAME picks queues",
+                err=True,
+            )
+            rows = sorted(rows, key=_busiest)[:TABLE_ROWS]
+            title += f", the {TABLE_ROWS} busiest of {len(members):,}"
+        table = Table(title=title, box=box.SIMPLE_HEAD)
         # Short headers and no wrapping: a queue name or a count is never cut.
         table.add_column("queue", no_wrap=True)
         for col in (
@@ -166,6 +181,20 @@ def stats(
     run_with_client(redis, go)
 
 
+# Rows of the stats table at most (--json lists every queue).
+TABLE_ROWS = 200
+
+
+def _busiest(r: QueueStats) -> tuple[float, int, int, int, str]:
+    """The busiest queue first: the oldest eligible job, then the most jobs eligible, running, dead."""
+    return (-r.lag_seconds, -r.eligible, -r.running, -r.dead, r.queue)
+
+
+def _more(n: int) -> str:
+    """The tail of a list cut short: `` (+N more)``."""
+    return f" (+{n:,} more)" if n > 0 else ""
+
+
 def _trim_lag(r: QueueStats) -> str:
     """How far trimming is behind: the oldest finished job's time past its period, and the
     jobs past a count bound (``+N``); "0s" while it keeps up."""
@@ -183,11 +212,8 @@ def workers_cmd(
 
     async def go(client: Client) -> int:
         names = await chosen_queues(client, queue)
-        found: dict[str, WorkerInfo] = {}
-        for name in names:
-            for w in await client.queue(name).workers():
-                found.setdefault(w.name, w)  # one worker on many queues is listed once
-        listed = sorted(found.values(), key=lambda w: w.name)
+        # One worker on many queues is listed once, its record read once (_producer/many.py).
+        listed = await _many.registered_workers(client, names)
         if json_out:
             print_json([dataclasses.asdict(w) for w in listed])
             return 0
@@ -204,7 +230,7 @@ def workers_cmd(
                 safe_text(w.name),
                 safe_text(w.host),
                 str(w.pid),
-                safe_text(", ".join(w.queues)),
+                safe_text(", ".join(w.queues) + _more(w.queue_count - len(w.queues))),
                 str(w.concurrency),
                 str(w.running),
                 f"{w.loop_blocked}x, longest {w.longest_block:.1f} s" if w.loop_blocked else "-",

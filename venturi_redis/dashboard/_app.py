@@ -144,15 +144,17 @@ class Dashboard:
     # -- pages and their JSON ------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
-        rows, broken = await self.overview_rows.rows()
+        number, match = _overview.page_asked(request.query_params)
+        rows, broken, page = await self.overview_rows.rows(number, match)
         if request.url.path.endswith("/api/queues") or wants_json(request.scope):
             return JSONResponse(
                 {
                     "queues": [r.to_dict() for r in rows],
                     "unreadable": [{"queue": q, "error": e} for q, e in sorted(broken.items())],
+                    **page.to_dict(),
                 }
             )
-        return self.page(request, "overview.html", rows=rows, broken=sorted(broken.items()))
+        return self.page(request, "overview.html", rows=rows, broken=sorted(broken.items()), at=page)
 
     async def jobs(self, request: Request) -> Response:
         queue = await self.known_queue(request.path_params["queue"])

@@ -237,6 +237,7 @@ def worker_dict(info: WorkerInfo) -> dict[str, Any]:
             "host": info.host,
             "pid": info.pid,
             "queues": list(info.queues),
+            "queue_count": info.queue_count,
             "concurrency": info.concurrency,
             "running": info.running,
             "started_at": info.started_at,

@@ -31,6 +31,12 @@ is on is read (one ``HGET``) once per ``discovery_interval`` per queue.
 
 The queue names come from the registry of queues (``Discovery``), kept for
 ``discovery_interval`` seconds: one ``ZRANGE`` and one ``EXISTS`` per queue.
+
+A page shows at most ``PAGE_QUEUES`` queues (by name; ``?page=``, and ``?q=``
+keeps the names that contain a text), and only those are read: with a queue
+per tenant, 5,000 rows read every 5 s cost Redis 120,000 commands a refresh
+and the browser a page it could not draw in time (benchmarks/many_queues.py).
+The rows of a page are read ``READS_AT_ONCE`` queues at a time.
 """
 
 from __future__ import annotations
@@ -39,11 +45,15 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
+import anyio
 from redis.exceptions import ResponseError
+from starlette.exceptions import HTTPException
 
 from .._model.history import COUNTERS, HistoryPoint
 from .._model.records import ms_to_dt
@@ -65,6 +75,9 @@ _SETTLE_MS = 5_000
 # Workers are seen through the jobs they hold or held: the lease owner of
 # every running job (up to this many) and of the most recently finished ones.
 _WORKER_SAMPLE = 100
+# Queues on one page of the overview, and read at once while it is refreshed.
+PAGE_QUEUES = 100
+READS_AT_ONCE = 8
 
 
 # A minute of the chart: completed, dead, and (from the metrics history only) enqueued, failed.
@@ -125,6 +138,59 @@ class QueueOverview:
             "throughput_per_minute": self.throughput.to_dict(),
             "workers": {w: at.isoformat() for w, at in sorted(self.workers.items())},
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Where a page of the overview stands: its number, of how many, over how many queues."""
+
+    number: int
+    pages: int
+    total: int  # queues found (containing ``match`` when it is given)
+    match: str = ""
+
+    @classmethod
+    def of(cls, page: int, total: int, match: str) -> Page:
+        pages = max(1, -(-total // PAGE_QUEUES))
+        return cls(number=min(max(1, page), pages), pages=pages, total=total, match=match)
+
+    @property
+    def first(self) -> int:
+        """The position (from 1) of the page's first queue among them all."""
+        return min(self.total, (self.number - 1) * PAGE_QUEUES + 1)
+
+    @property
+    def last(self) -> int:
+        return min(self.total, self.number * PAGE_QUEUES)
+
+    @property
+    def size(self) -> int:
+        return PAGE_QUEUES
+
+    def query(self, number: int) -> str:
+        """The query string of page ``number`` of the same queues (the filter kept)."""
+        return "?" + urlencode({"page": number, **({"q": self.match} if self.match else {})})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "page": self.number,
+            "pages": self.pages,
+            "page_size": PAGE_QUEUES,
+            "total": self.total,
+            "match": self.match,
+        }
+
+
+def page_asked(params: Mapping[str, str]) -> tuple[int, str]:
+    """The page (``?page=``, from 1) and the filter (``?q=``, a text the names contain) asked for.
+
+    Raises:
+        HTTPException: 400, a page that is no number from 1.
+    """
+    number = params.get("page", "1")
+    if not number.isdigit() or not 1 <= int(number) <= 1_000_000:
+        raise HTTPException(400, f"page must be a number from 1, got {number[:40]!r}")
+    return int(number), params.get("q", "").strip()[:128]
 
 
 @dataclass(slots=True)
@@ -208,29 +274,45 @@ class Overview:
             self._offset_at = at
         return int(time.time() * 1000 + self._offset_ms)
 
-    async def rows(self) -> tuple[list[QueueOverview], dict[str, str]]:
-        """Every queue found, with its row, and the queues that cannot be read.
+    async def rows(self, page: int = 1, match: str = "") -> tuple[list[QueueOverview], dict[str, str], Page]:
+        """The queues of page ``page`` (of those whose name contains ``match``), with their rows,
+        the queues of the page that cannot be read, and where the page stands.
 
         A queue with a key of the wrong type (written by hand) answers
         WRONGTYPE; it is returned by name with Redis's error, and the other
         queues are still shown (as ``venturi stats`` does).
         """
-        names = await self.discovery.names()
-        rows: list[QueueOverview] = []
+        every = await self.discovery.names()
+        names = [n for n in every if match in n] if match else every
+        at = Page.of(page, len(names), match)
+        shown = names[(at.number - 1) * PAGE_QUEUES : at.number * PAGE_QUEUES]
+        read: list[QueueOverview | None] = [None] * len(shown)
         broken: dict[str, str] = {}
-        if names:
+        if shown:
             now = await self._now()
-            for name in names:
+            limiter = anyio.CapacityLimiter(READS_AT_ONCE)
+
+            async def one(i: int, name: str) -> None:
                 kept = self._kept.setdefault(name, _Kept())
-                try:
-                    queue = self.client.queue(name)
-                    await self._history_switch(queue, kept)
-                    rows.append(await overview(queue, kept, now))
-                except ResponseError as exc:
-                    broken[name] = str(exc)[:300]
-        for gone in set(self._kept) - set(names):
+                async with limiter:
+                    try:
+                        queue = self.client.queue(name)
+                        await self._history_switch(queue, kept)
+                        read[i] = await overview(queue, kept, now)
+                    except ResponseError as exc:
+                        broken[name] = str(exc)[:300]
+
+            async with anyio.create_task_group() as tg:
+                for i, name in enumerate(shown):
+                    tg.start_soon(one, i, name)
+        # What is kept between refreshes: never for a queue that is gone, and for the
+        # shown page's only once it would hold more than a few pages' worth.
+        for gone in set(self._kept) - set(every):
             del self._kept[gone]
-        return rows, broken
+        if len(self._kept) > 4 * PAGE_QUEUES:
+            for name in set(self._kept) - set(shown):
+                del self._kept[name]
+        return [r for r in read if r is not None], broken, at
 
     async def _history_switch(self, queue: Queue, kept: _Kept) -> None:
         """Whether the queue's metrics history is on: read once per discovery interval.
