@@ -468,7 +468,11 @@ class Worker(Serving, Generic[StateT]):
         if self._running:
             raise ConfigurationError("this worker is already running")
         for client in {id(q.client): q.client for q in self.queues}.values():
-            await _server.check_server(client, eviction_policy=self.check_eviction_policy)
+            if not await _server.check_server_when_admitted(  # waits at maxclients (shutdown: returns)
+                client, eviction_policy=self.check_eviction_policy, stopping=lambda: self._stopping
+            ):
+                self._stopping = False
+                return
             # A queue a worker serves is listed from its start, jobs or not (_producer/registry.py).
             await client._recorded.record(client.redis, *(q.name for q in self.queues if q.client is client))
         await declare(self.schedules)
