@@ -153,7 +153,6 @@ class Lifespan:
 
     def __init__(self, factory: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
         self.factory = factory
-        self._cm: AbstractAsyncContextManager[Any] | None = None
 
     @classmethod
     def of(cls, factory: Any, state: Any) -> Lifespan | None:
@@ -168,7 +167,8 @@ class Lifespan:
             raise ConfigurationError("lifespan makes the handlers' state: give lifespan= or state=, not both")
         return cls(factory)
 
-    async def enter(self) -> Any:
+    def opened(self) -> AbstractAsyncContextManager[Any]:
+        """A new context manager from the factory, checked to be an async one."""
         cm = self.factory()
         if not (hasattr(cm, "__aenter__") and hasattr(cm, "__aexit__")):
             name = getattr(self.factory, "__qualname__", repr(self.factory))
@@ -176,16 +176,7 @@ class Lifespan:
                 f"lifespan {name}() returned a {type(cm).__name__}, not an async context manager "
                 "(make it an @contextlib.asynccontextmanager function that yields the state)"
             )
-        state = await cm.__aenter__()
-        self._cm = cm
-        return state
-
-    async def exit(self, exc: BaseException | None) -> None:
-        cm, self._cm = self._cm, None
-        if cm is not None:
-            await cm.__aexit__(
-                type(exc) if exc is not None else None, exc, exc.__traceback__ if exc else None
-            )
+        return cm
 
 
 class _HasLifespan(Protocol):
@@ -200,7 +191,8 @@ async def state_held(worker: _HasLifespan) -> AsyncIterator[None]:
     if lifespan is None:
         yield
         return
-    worker.state = await lifespan.enter()
+    cm = lifespan.opened()  # the run's own: a worker that runs again opens a fresh one
+    worker.state = await cm.__aenter__()
     raised: BaseException | None = None
     try:
         yield
@@ -210,6 +202,8 @@ async def state_held(worker: _HasLifespan) -> AsyncIterator[None]:
     finally:
         with anyio.CancelScope(shield=True):  # a cancelled run still closes the pools
             try:
-                await lifespan.exit(raised)
+                await cm.__aexit__(
+                    type(raised) if raised else None, raised, raised.__traceback__ if raised else None
+                )
             finally:
                 worker.state = None
