@@ -17,7 +17,7 @@ import msgpack
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, SchemaValidator, to_jsonable_python
 
-from .errors import PayloadError
+from .errors import PayloadError, said
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -156,11 +156,9 @@ def invalid(name: str, exc: Exception) -> PayloadError:
     as_name = f" as {name}" if name else ""
     if isinstance(exc, ValidationError):
         return PayloadError(f"stored value does not validate{as_name}: {_errors(exc)}")
-    try:
-        raised = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    except Exception:  # noqa: BLE001 - a validator's exception whose __str__ raises too
-        raised = type(exc).__name__
-    return ValidatorRaised(f"stored value does not validate{as_name}: its validation raised {raised}")
+    return ValidatorRaised(
+        f"stored value does not validate{as_name}: its validation raised {said(exc, named=True)}"
+    )
 
 
 def type_name(tp: Any) -> str:

@@ -32,6 +32,7 @@ from .._model.errors import (
     PayloadTooLarge,
     TaskDefinitionError,
     TaskError,
+    said,
 )
 from .._model.outcome import UNSET, Outcome
 from .._model.redact import document_secrets, scrub, secret_values
@@ -42,7 +43,7 @@ from .._store.store import bad_delay
 from .context import Context
 from .dependencies import UnreadableResult
 from .failure_log import failed_run
-from .guarded import said, task_backoff, task_timeout
+from .guarded import task_backoff, task_timeout
 from .handler import SYNC_HANDLERS
 from .threads import HandlerThreads, call_handler
 
