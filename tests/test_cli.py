@@ -794,6 +794,14 @@ def test_worker_metrics_port_without_prometheus_client_is_a_usage_error(
     assert lines[0].endswith("pip install 'venturi-redis[metrics]'")
 
 
+def test_worker_metrics_gauges_is_all_elected_or_none(app_dir: Path, rurl: str) -> None:
+    res = run_worker(
+        app_dir, "myapp:worker", "--redis", rurl, "--metrics-port", "0", "--metrics-gauges", "one"
+    )
+    assert res.returncode == 2
+    assert res.stderr.strip() == "venturi: --metrics-gauges 'one': use all, elected or none"
+
+
 def test_worker_unknown_queue_is_refused(app_dir: Path, rurl: str) -> None:
     res = run_worker(app_dir, "myapp:worker", "--redis", rurl, "--queue", "elsewhere")
     assert res.returncode == 1
