@@ -120,9 +120,10 @@ def main() -> None:
     print(line("GET /api/scale?prefix=tenant- (HTTP)", http_ms))
     print(line("Client.scale_total (in-process)", local_ms))
     total = sum(n for k, n in calls.items() if k not in ("info",))
-    trips = calls.get("multi", 0) + calls.get("time", 0) + calls.get("zrange", 0)
+    multi, exists = calls.get("multi", 0), -(-calls.get("exists", 0) // 1000)
+    trips = multi + calls.get("time", 0) + calls.get("zrange", 0) + exists
     print(f"one call: {total:,} Redis commands; {calls}")
-    print(f"round trips: {trips} (clock, registry, {calls.get('multi', 0)} MULTI) + the EXISTS pipelines")
+    print(f"round trips: {trips} (clock, registry, {multi} MULTI, at least {exists} EXISTS pipeline(s))")
     print("answer:", json.dumps(json.loads(body)))
 
 
