@@ -188,6 +188,8 @@ async def test_the_python_api_answers_as_the_route(client: vr.Client) -> None:
     assert isinstance(got, vr.ScaleTotal)
     with pytest.raises(vr.ConfigurationError, match="name the queues"):
         await client.scale_total()
+    with pytest.raises(vr.ConfigurationError, match="is one string: give a list"):
+        await client.scale_total("tenant-a")
 
 
 async def test_it_reads_many_queues_a_round_trip_and_writes_nothing(client: vr.Client) -> None:

@@ -219,6 +219,8 @@ async def scale_queues(
         ConfigurationError: A name that is no queue name, neither ``queues`` nor
             ``prefix`` given, or more than ``MAX_SCALE_QUEUES`` queues.
     """
+    if isinstance(queues, str):
+        raise ConfigurationError(f"queues={queues[:130]!r} is one string: give a list of queue names")
     bad = [q for q in queues if not is_queue_name(q)]
     if bad:
         raise ConfigurationError(f"invalid queue name {bad[0][:130]!r} in queues: use {NAME_RULE}")
