@@ -130,6 +130,25 @@ async def test_a_holder_that_stops_gives_the_key_up(client: vr.Client) -> None:
     assert nxt.exporting
 
 
+async def test_a_stop_whose_key_cannot_be_given_up_still_stops(
+    client: vr.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queues = await fleet(client, 3)
+    m = vr.PrometheusMetrics(gauges="elected")
+
+    async def lost(queues: object) -> None:
+        raise ConnectionError("the worker closed its client first")
+
+    monkeypatch.setattr(m, "resign", lost)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(m.refresh_forever, queues, 0.05)
+        with anyio.fail_after(10):
+            while not m.exporting:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert await client.redis.pttl(m.gauges_key(queues)) > 0  # its TTL hands the gauges on
+
+
 async def test_workers_on_other_queues_elect_their_own(client: vr.Client) -> None:
     queues = await fleet(client, 6)
     a, b = vr.PrometheusMetrics(gauges="elected"), vr.PrometheusMetrics(gauges="elected")

@@ -256,8 +256,13 @@ class PrometheusMetrics:
                 await anyio.sleep(interval)
         finally:
             if self.gauges == "elected" and self.exporting and queues:
+                # Best effort: the worker may have closed its client already; the key's TTL
+                # then hands the gauges on instead.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                    await self.resign(queues)
+                    try:
+                        await self.resign(queues)
+                    except Exception as exc:  # noqa: BLE001 - stopping must not fail on it
+                        log.debug("metrics: could not give the gauges' key up (%s)", exc)
 
     # -- the election (gauges="elected") ---------------------------------------------------
 
