@@ -192,6 +192,24 @@ async def test_the_python_api_answers_as_the_route(client: vr.Client) -> None:
         await client.scale_total("tenant-a")
 
 
+async def test_the_blocking_client_answers_the_same(client: vr.Client, redis_server: RedisServer) -> None:
+    await tenants(client)
+    client.clock = None
+    want = await client.scale_total(prefix="tenant-")
+
+    def blocking() -> vr.ScaleTotal:
+        with vr.SyncClient(redis_server.url, namespace=client.namespace) as sc:
+            return sc.scale_total(prefix="tenant-")
+
+    got = await anyio.to_thread.run_sync(blocking)
+    assert (got.queues, got.ready, got.running, got.paused) == (
+        want.queues,
+        want.ready,
+        want.running,
+        want.paused,
+    )
+
+
 async def test_it_reads_many_queues_a_round_trip_and_writes_nothing(client: vr.Client) -> None:
     names = [f"tenant-{i:03}" for i in range(250)]
     for n in names:
