@@ -5,6 +5,14 @@ metrics-api scaler (docs/deployment.md). Every number is an O(log n) read of
 an index (``ZCOUNT`` of the pending sets by score, ``ZCARD``), plus one
 ``EXISTS`` over the names in the queue's registry of workers: a million
 pending jobs cost the same as ten. Two round trips.
+
+``scale_total`` sums the same signal over many queues (``GET /api/scale``,
+``Client.scale_total``: a Deployment serving a queue per tenant has one
+replica count). One clock read, then ``_PER_TRIP`` queues a round trip (a
+MULTI each on a single Redis, so each queue's counts agree as they do in
+``scale_signal``), then one ``EXISTS`` per distinct worker name: a worker
+registered on 1,000 of the queues has a record on each, and one found is
+enough to count it once.
 """
 
 from __future__ import annotations
