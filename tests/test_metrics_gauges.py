@@ -149,6 +149,27 @@ async def test_a_stop_whose_key_cannot_be_given_up_still_stops(
     assert await client.redis.pttl(m.gauges_key(queues)) > 0  # its TTL hands the gauges on
 
 
+async def test_an_election_key_of_another_type_is_left_and_said_once(
+    client: vr.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    queues = await fleet(client, 3)
+    m = vr.PrometheusMetrics(gauges="elected")
+    key = m.gauges_key(queues)
+    await client.redis.hset(key, "by", "hand")
+    for _ in range(3):
+        await m.refresh(queues, 0.05)  # before: each raised WRONGTYPE
+    assert not m.exporting
+    said = [r.getMessage() for r in caplog.records if "election key" in r.getMessage()]
+    assert said == [
+        f"metrics: the gauges' election key {key} holds a hash, not a string: no worker "
+        f"exports the queue gauges until it is deleted (DEL {key})"
+    ]
+    assert await client.redis.hgetall(key) == {b"by": b"hand"}  # nothing destroyed
+    await client.redis.delete(key)
+    await m.refresh(queues, 0.05)
+    assert m.exporting
+
+
 async def test_workers_on_other_queues_elect_their_own(client: vr.Client) -> None:
     queues = await fleet(client, 6)
     a, b = vr.PrometheusMetrics(gauges="elected"), vr.PrometheusMetrics(gauges="elected")

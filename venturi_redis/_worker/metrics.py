@@ -54,6 +54,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
+from redis.exceptions import ResponseError
 
 from .._model.errors import ConfigurationError
 from .._producer.base import _text
@@ -107,6 +108,7 @@ class PrometheusMetrics:
         # This exporter's id in the election: readable in redis-cli, unique per instance.
         self.holder_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.exporting = gauges == "all"
+        self._wrong_key: str | None = None  # the election's key last found of another type
         try:
             import prometheus_client as pc
         except ImportError:  # pragma: no cover - depends on the install
@@ -287,7 +289,25 @@ class PrometheusMetrics:
             if not self.exporting:
                 log.info("metrics: this worker exports the queue gauges (%s)", key)
             return True
-        if _text(await redis.get(key)) == self.holder_id:
+        try:
+            holder = _text(await redis.get(key))
+        except ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            # Something else wrote the key (a hand-made key, a clash of names): left as it
+            # is, said once while it stays so; no worker exports until it is deleted.
+            if self._wrong_key != key:
+                self._wrong_key = key
+                log.warning(
+                    "metrics: the gauges' election key %s holds a %s, not a string: no worker "
+                    "exports the queue gauges until it is deleted (DEL %s)",
+                    key,
+                    _text(await redis.type(key)),
+                    key,
+                )
+            return False
+        self._wrong_key = None
+        if holder == self.holder_id:
             await redis.pexpire(key, ttl_ms)
             return True
         return False
