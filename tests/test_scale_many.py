@@ -97,6 +97,28 @@ async def test_the_sum_of_named_queues_is_the_sum_of_their_signals(client: vr.Cl
     }
 
 
+@pytest.mark.parametrize("backend", ["memory", "cluster"])
+async def test_the_sum_is_the_same_on_the_embedded_server_and_on_redis_cluster(url: str) -> None:
+    # Each queue is a slot of its own on a Cluster: the reads go out per node, never in one MULTI.
+    on = vr.Client.from_url(url, namespace=f"s{uuid.uuid4().hex[:10]}")
+    try:
+        await tenants(on)
+        async with http(create_app(on, read_only=True)) as h:
+            named = (await h.get("/api/scale", params={"queues": "tenant-a,tenant-b,tenant-c"})).json()
+            prefixed = (await h.get("/api/scale", params={"prefix": "tenant-"})).json()
+    finally:
+        await on.aclose()
+    assert named == prefixed
+    assert {k: named[k] for k in ("queues", "ready", "running", "due_soon", "paused", "lag_seconds")} == {
+        "queues": 3,
+        "ready": 6,
+        "running": 1,
+        "due_soon": 1,
+        "paused": 1,
+        "lag_seconds": 5.0,
+    }
+
+
 async def test_a_prefix_sums_the_registered_queues_it_starts(client: vr.Client) -> None:
     await tenants(client)
     async with http(create_app(client, read_only=True)) as h:
