@@ -464,7 +464,9 @@ def test_the_command_refuses_a_backend_it_cannot_run(up: Upstream) -> None:
 
     with pytest.raises(CommandError, match="unknown"):
         call_command("venturi_worker", backend="unknown", batch=True, stdout=io.StringIO())
-    dummy = {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}
+    from venturi_redis.contrib.django import _compat
+
+    dummy = {"BACKEND": f"{_compat.FRAMEWORK}.backends.dummy.DummyBackend"}
     with (
         override_settings(TASKS={**settings.TASKS, "dummy": dummy}),
         pytest.raises(CommandError, match="is a DummyBackend, not a VenturiBackend"),
@@ -477,11 +479,13 @@ def test_the_command_refuses_a_backend_it_cannot_run(up: Upstream) -> None:
 
 def test_a_failed_tasks_traceback_reaches_logging_handlers_with_exc_info(up: Upstream) -> None:
     """django-tasks logs a failed task with ``logger.exception`` from its
-    task_finished receiver: sent outside the except block, that logged
-    ``NoneType: None`` and gave Sentry-style handlers no exception."""
+    task_finished receiver (Django 6's receiver, with ``sys.exc_info()``): sent
+    outside the except block, that logged ``NoneType: None`` and gave
+    Sentry-style handlers no exception."""
     import logging
 
     from tests.djangoapp import tasks
+    from venturi_redis.contrib.django import _compat
 
     records: list[logging.LogRecord] = []
 
@@ -490,7 +494,7 @@ def test_a_failed_tasks_traceback_reaches_logging_handlers_with_exc_info(up: Ups
             records.append(record)
 
     handler = Keep(level=logging.ERROR)
-    logger = logging.getLogger("django_tasks")
+    logger = logging.getLogger(_compat.FRAMEWORK)  # "django.tasks" on Django 6, else "django_tasks"
     logger.addHandler(handler)
     try:
         sync_failure = tasks.failing_task_value_error.enqueue()
