@@ -182,6 +182,25 @@ def test_batch_runs_every_due_task_then_returns(up: Upstream) -> None:
     assert failed.status == "FAILED"
 
 
+def test_a_task_sent_to_another_backend_with_using_runs_on_that_backends_worker(up: Upstream) -> None:
+    """Django 6's test_task_error_invalid_exception sends a task defined on one
+    backend to another (``.using(backend=...)``): that backend's worker runs it
+    (it went dead with "no handler" when a worker took only its own backend's
+    tasks)."""
+    from shop.tasks import send_welcome  # defined on "default"
+
+    from tests.djangoapp import tasks  # defined on "upstream"
+
+    moved = send_welcome.using(backend="upstream").enqueue("ada@example.org")
+    assert moved.backend == "upstream"
+    run_batch()
+    moved.refresh()
+    assert (moved.status, moved.return_value) == ("SUCCESSFUL", "welcomed ada@example.org")
+    assert moved.backend == "upstream"
+    assert tasks.noop_task.backend == "upstream"  # the one defined there, run by the same worker
+    assert "shop.tasks.send_welcome" in run_batch()  # listed among the tasks it runs
+
+
 def test_batch_does_not_wait_for_a_task_whose_run_after_is_ahead(up: Upstream) -> None:
     """The database worker's test_run_after: --batch runs what is due now, then exits."""
     from django.utils import timezone
