@@ -87,6 +87,14 @@ async def test_sync_client_serves_50_request_greenlets_under_gevent(
     assert plain_app_imports(redis_server.url) == "[]"
 
 
+def test_a_client_made_before_the_fork_serves_greenlets_of_a_patched_child(redis_server: RedisServer) -> None:
+    # gunicorn -k gevent --preload: the app (and its SyncClient) is imported in
+    # the master, unpatched; each worker forks, then patches. On main the
+    # child hung on the SyncClient's (real) lock at its first requests.
+    name, merge_name = f"p-{uuid.uuid4().hex[:10]}", f"pm-{uuid.uuid4().hex[:10]}"
+    assert run_app("preload", redis_server.url, name, merge_name) == {"child": 0}
+
+
 def test_sync_client_refuses_eventlet_with_the_alternatives(redis_server: RedisServer) -> None:
     out = run_app("eventlet", redis_server.url, "unused", "unused")
     assert out["refused"] is not None

@@ -3,7 +3,7 @@
 Run as a script, so that the patching comes before any other import, as
 ``gunicorn -k gevent`` or an app's first line does::
 
-    python tests/procs/green_app.py gevent|eventlet REDIS_URL QUEUE MERGE_QUEUE
+    python tests/procs/green_app.py gevent|eventlet|preload REDIS_URL QUEUE MERGE_QUEUE
 
 With ``gevent``: 50 request greenlets at once each enqueue (the direct
 path), enqueue a task whose dedup key collides (the merge, on the loop
@@ -12,6 +12,9 @@ thread), ``enqueue_many``, ``get``, ``counts`` and ``wait`` for the result
 that no asyncio loop is seen running in this thread. Then ``asyncio.run``,
 a second ``SyncClient`` and ``close``. It prints one JSON line of what it
 saw. With ``eventlet``: ``SyncClient(url)`` must refuse; it prints the error.
+With ``preload``, what ``gunicorn -k gevent --preload`` does: the
+``SyncClient`` is made before any patching, then a forked child patches and
+serves 50 request greenlets; the parent reports whether the child finished.
 
 A deadlock dumps every thread's stack and exits 1 (``faulthandler``), so it
 fails the test instead of hanging it.
@@ -116,6 +119,46 @@ def run_gevent(url: str, name: str, merge_name: str) -> dict[str, Any]:
     }
 
 
+def run_preload(url: str, name: str, merge_name: str) -> dict[str, Any]:
+    import os
+    import signal
+    import time
+
+    sc = vr.SyncClient(url)  # made in the master, at import, with the app (--preload)
+    q, mq = sc.queue(name), sc.queue(merge_name)
+    q.enqueue(Echo(text="master"))
+    pid = os.fork()
+    if pid == 0:  # the worker: patched after the fork, as gunicorn's GeventWorker does
+        from gevent import monkey
+
+        monkey.patch_all()
+        import gevent
+
+        def request(i: int) -> str:
+            q.enqueue(Echo(text=f"r{i}"))
+            merged = mq.enqueue(Count(key="k"))
+            q.counts()
+            return merged
+
+        greenlets = [gevent.spawn(request, i) for i in range(REQUESTS)]
+        gevent.joinall(greenlets, timeout=30, raise_error=True)
+        ok = sum(g.successful() for g in greenlets) == REQUESTS and len({g.value for g in greenlets}) == 1
+        sc.close()
+        os._exit(0 if ok else 3)
+    # A deadlocked child blocks its only OS thread: nothing in it can report, so wait here.
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            sc.close()
+            return {"child": os.waitstatus_to_exitcode(status)}
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    sc.close()
+    return {"child": "hung"}
+
+
 def run_eventlet(url: str) -> dict[str, Any]:
     try:
         vr.SyncClient(url).close()
@@ -126,5 +169,10 @@ def run_eventlet(url: str) -> dict[str, Any]:
 
 if __name__ == "__main__":
     mode, url, name, merge_name = sys.argv[1:5]
-    result = run_gevent(url, name, merge_name) if mode == "gevent" else run_eventlet(url)
+    if mode == "gevent":
+        result = run_gevent(url, name, merge_name)
+    elif mode == "preload":
+        result = run_preload(url, name, merge_name)
+    else:
+        result = run_eventlet(url)
     print(json.dumps(result), flush=True)

@@ -65,6 +65,18 @@ from .green import start_loop_thread
 from .names import Kept
 from .reads import QueueStats
 
+# Held only while a SyncClient swaps in a lock of a forked child's own (_renew_lock):
+# never across a wait, so no greenlet can block on it; made anew in every child.
+_RENEWING = threading.Lock()
+
+
+def _renewing_after_fork() -> None:
+    global _RENEWING
+    _RENEWING = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renewing_after_fork)
+
 
 class _LoopThread:
     """An event loop on a daemon thread, reachable through a BlockingPortal."""
@@ -144,6 +156,7 @@ class SyncClient:
         self._url = url
         self._options = options
         self._lock = threading.Lock()
+        self._lock_pid = os.getpid()  # the process whose lock ``_lock`` is (_renew_lock)
         self._pid = -1
         self._loop: _LoopThread | None = None
         self._client: Client | None = None
@@ -156,17 +169,36 @@ class SyncClient:
         self._ensure()  # a bad URL fails here, not at the first enqueue
 
     def _ensure(self) -> tuple[_LoopThread, Client]:
+        pid = os.getpid()
+        if self._lock_pid != pid:
+            self._renew_lock(pid)
         with self._lock:
             if self._closed:
                 raise ConfigurationError("this SyncClient is closed")
-            if self._pid != os.getpid() or self._loop is None or self._client is None:
+            if self._pid != pid or self._loop is None or self._client is None:
                 # First use, or first use in a forked child: a loop of our own.
                 self._loop = _LoopThread()
                 url, options = self._url, self._options
                 self._client = self._loop.call(lambda: Client.from_url(url, **options))
                 self._direct = _direct_redis(self._client)
-                self._pid = os.getpid()
+                self._pid = pid
             return self._loop, self._client
+
+    def _renew_lock(self, pid: int) -> None:
+        """A lock of this process's own, in a forked child, before its first call takes it.
+
+        The parent's lock may have been held by one of its threads at the
+        fork. And ``gunicorn -k gevent --preload`` makes the ``SyncClient`` in
+        the master, before the worker's ``monkey.patch_all()``: its lock is a
+        real one, which ``_ensure`` holds while it waits (cooperatively) for
+        the child's new loop; the next request greenlet then blocked the whole
+        thread on it, the hub with it, and the child hung. A lock made now is
+        gevent's when patched. The swap itself never yields.
+        """
+        with _RENEWING:
+            if self._lock_pid != pid:
+                self._lock = threading.Lock()
+                self._lock_pid = pid
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop, _ = self._ensure()
@@ -194,6 +226,8 @@ class SyncClient:
 
     def close(self) -> None:
         """Close the connection pool and stop the loop thread."""
+        if self._lock_pid != os.getpid():
+            self._renew_lock(os.getpid())
         with self._lock:
             if self._closed:
                 return
