@@ -83,8 +83,8 @@ def gevent_result(future: Future[T], timeout: float | None = None) -> T:
     only another OS thread releases; a hub with nothing else to watch then
     raises ``LoopExit`` ("This operation would block forever") instead of
     waiting. So the greenlet waits on an ``async_`` watcher of its own hub,
-    the one watcher libev lets another thread fire (``send``), as gevent's
-    own thread pool does. If the greenlet is killed or timed out while it
+    the watcher that another thread may fire (``send``), as gevent's own
+    thread pool does. If the greenlet is killed or timed out while it
     waits (``gevent.Timeout``), the call is cancelled where it can be. After
     ``timeout`` seconds, ``TimeoutError`` (as ``Future.result``).
     """

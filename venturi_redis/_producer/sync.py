@@ -22,6 +22,11 @@ the loop thread, or, for a direct enqueue, takes a connection of its own
 from a thread-safe pool). After ``os.fork`` (gunicorn with preload, celery
 prefork) the child's first call starts a fresh loop and connection pools of
 its own: the parent's thread and sockets do not exist in the child.
+
+Under gevent's monkey patching (``gunicorn -k gevent``) the loop still gets
+a real OS thread and a calling greenlet waits without blocking the hub
+(``green.py``); the direct enqueue runs on gevent's sockets in the greenlet.
+Under eventlet's, ``SyncClient`` refuses to start.
 """
 
 from __future__ import annotations
