@@ -83,6 +83,8 @@ async def test_sync_client_serves_50_request_greenlets_under_gevent(
     # main it did: Django's ORM, asyncio.run and a second SyncClient refused).
     assert out["ticks"] > 0 and out["loop_seen"] == 0
     assert out["asyncio_run"] == "ok" and out["second_pending"] == 1
+    # A wait cut short by gevent.Timeout left no task behind on the loop.
+    assert out["timed_out"] is True and out["loop_tasks"] == 2
     # gevent stays optional: a plain app's SyncClient imports no green library.
     assert plain_app_imports(redis_server.url) == "[]"
 

@@ -9,8 +9,9 @@ With ``gevent``: 50 request greenlets at once each enqueue (the direct
 path), enqueue a task whose dedup key collides (the merge, on the loop
 thread), ``enqueue_many``, ``get``, ``counts`` and ``wait`` for the result
 (the test runs a worker for QUEUE), while a sibling greenlet ticks and checks
-that no asyncio loop is seen running in this thread. Then ``asyncio.run``,
-a second ``SyncClient`` and ``close``. It prints one JSON line of what it
+that no asyncio loop is seen running in this thread. Then a ``wait`` cut
+short by ``gevent.Timeout``, ``asyncio.run``, a second ``SyncClient`` and
+``close``. It prints one JSON line of what it
 saw. With ``eventlet``: ``SyncClient(url)`` must refuse; it prints the error.
 With ``preload``, what ``gunicorn -k gevent --preload`` does: the
 ``SyncClient`` is made before any patching, then a forked child patches and
@@ -98,6 +99,18 @@ def run_gevent(url: str, name: str, merge_name: str) -> dict[str, Any]:
     gevent.joinall(greenlets, timeout=50, raise_error=True)
     ticker.kill()
     out = [g.value for g in greenlets]
+    # A request timed out while it waits (no worker serves this queue): its
+    # call is cancelled on the loop, not left waiting there for ever.
+    idle = sc.queue(f"{merge_name}-idle")
+    never = idle.enqueue(Echo(text="never"))
+    try:
+        with gevent.Timeout(0.3):
+            idle.wait(never)
+        timed_out = False
+    except gevent.Timeout:
+        timed_out = True
+    gevent.sleep(0.1)  # the cancellation reaches the loop thread
+    loop_tasks = sc._ensure()[0].call(lambda: len(asyncio.all_tasks()))  # the portal's and this one
     merged = mq.get(out[0]["merged"])
     assert merged is not None
     second = vr.SyncClient(url)  # another client in the same process (another Redis, say)
@@ -116,6 +129,8 @@ def run_gevent(url: str, name: str, merge_name: str) -> dict[str, Any]:
         "loop_seen": seen["loop_seen"],
         "asyncio_run": asyncio.run(asyncio.sleep(0, "ok")),
         "second_pending": second_pending,
+        "timed_out": timed_out,
+        "loop_tasks": loop_tasks,
     }
 
 
