@@ -22,13 +22,22 @@ the loop thread, or, for a direct enqueue, takes a connection of its own
 from a thread-safe pool). After ``os.fork`` (gunicorn with preload, celery
 prefork) the child's first call starts a fresh loop and connection pools of
 its own: the parent's thread and sockets do not exist in the child.
+
+Under gevent's monkey patching (``gunicorn -k gevent``) the loop still gets
+a real OS thread and a calling greenlet waits without blocking the hub
+(``green.py``); the direct enqueue runs on gevent's sockets in the greenlet.
+Under eventlet's, ``SyncClient`` refuses to start.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from datetime import datetime, timedelta
 from typing import Any, Unpack, cast
 
@@ -57,9 +66,22 @@ from .._store.store import EVENTS_MAXLEN
 from .._transport.blocking import blocking_redis
 from .bulk import BulkFilters
 from .client import Client, Queue
+from .green import start_loop_thread
 from .names import Kept
 from .reads import QueueStats
 from .scale import ScaleTotal
+
+# Held only while a SyncClient swaps in a lock of a forked child's own (_renew_lock):
+# never across a wait, so no greenlet can block on it; made anew in every child.
+_RENEWING = threading.Lock()
+
+
+def _renewing_after_fork() -> None:
+    global _RENEWING
+    _RENEWING = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renewing_after_fork)
 
 
 class _LoopThread:
@@ -67,31 +89,52 @@ class _LoopThread:
 
     def __init__(self) -> None:
         self.portal: BlockingPortal | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name="venturi-sync", daemon=True)
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:  # pragma: no cover - anyio failed to start
-            raise self._error
+        self._aio: asyncio.AbstractEventLoop | None = None
+        self._started: Future[BlockingPortal] = Future()
+        self._ended: Future[None] = Future()
+        # A real OS thread even under gevent's monkey patching, and a wait
+        # that lets the hub run meanwhile (green.py says why).
+        self._wait = start_loop_thread(self._main, "venturi-sync")
+        self._green = self._wait is not Future.result
+        self.portal = self._wait(self._started, None)
 
     def _main(self) -> None:
         async def serve() -> None:
             async with BlockingPortal() as portal:
-                self.portal = portal
-                self._ready.set()
+                self._aio = asyncio.get_running_loop()
+                self._started.set_result(portal)
                 await portal.sleep_until_stopped()
 
         try:
             anyio.run(serve)
         except BaseException as exc:  # noqa: BLE001  # pragma: no cover - reported to the constructor
-            self._error = exc
-            self._ready.set()
+            if not self._started.done():
+                self._started.set_exception(exc)
+        finally:
+            self._ended.set_result(None)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` (awaited if it is async) on the loop thread, as ``BlockingPortal.call``."""
+        assert self.portal is not None
+        if not self._green:
+            return self.portal.call(fn, *args)
+        assert self._aio is not None
+
+        # Under gevent: the portal's own hand-off waits on a concurrent Future
+        # (a patched lock that another thread releases: LoopExit), so the call
+        # goes in as a plain asyncio task, whose Future the greenlet awaits in
+        # green.gevent_result. anyio runs in any asyncio task alike.
+        async def run() -> Any:
+            result = fn(*args)
+            return await result if inspect.isawaitable(result) else result
+
+        return self._wait(asyncio.run_coroutine_threadsafe(run(), self._aio), None)
 
     def stop(self) -> None:
         if self.portal is not None:
-            self.portal.call(self.portal.stop)
-        self._thread.join(5)
+            self.call(self.portal.stop)
+        with contextlib.suppress(TimeoutError):  # as a thread's join(5)
+            self._wait(self._ended, 5)
 
 
 def _direct_redis(client: Client) -> redis.Redis | None:
@@ -119,6 +162,7 @@ class SyncClient:
         self._url = url
         self._options = options
         self._lock = threading.Lock()
+        self._lock_pid = os.getpid()  # the process whose lock ``_lock`` is (_renew_lock)
         self._pid = -1
         self._loop: _LoopThread | None = None
         self._client: Client | None = None
@@ -130,28 +174,45 @@ class SyncClient:
         self._closed = False
         self._ensure()  # a bad URL fails here, not at the first enqueue
 
-    def _ensure(self) -> tuple[BlockingPortal, Client]:
+    def _ensure(self) -> tuple[_LoopThread, Client]:
+        pid = os.getpid()
+        if self._lock_pid != pid:
+            self._renew_lock(pid)
         with self._lock:
             if self._closed:
                 raise ConfigurationError("this SyncClient is closed")
-            if self._pid != os.getpid() or self._loop is None or self._client is None:
+            if self._pid != pid or self._loop is None or self._client is None:
                 # First use, or first use in a forked child: a loop of our own.
                 self._loop = _LoopThread()
-                assert self._loop.portal is not None
                 url, options = self._url, self._options
-                self._client = self._loop.portal.call(lambda: Client.from_url(url, **options))
+                self._client = self._loop.call(lambda: Client.from_url(url, **options))
                 self._direct = _direct_redis(self._client)
-                self._pid = os.getpid()
-            assert self._loop.portal is not None
-            return self._loop.portal, self._client
+                self._pid = pid
+            return self._loop, self._client
+
+    def _renew_lock(self, pid: int) -> None:
+        """A lock of this process's own, in a forked child, before its first call takes it.
+
+        The parent's lock may have been held by one of its threads at the
+        fork. And ``gunicorn -k gevent --preload`` makes the ``SyncClient`` in
+        the master, before the worker's ``monkey.patch_all()``: its lock is a
+        real one, which ``_ensure`` holds while it waits (cooperatively) for
+        the child's new loop; the next request greenlet then blocked the whole
+        thread on it, the hub with it, and the child hung. A lock made now is
+        gevent's when patched. The swap itself never yields.
+        """
+        with _RENEWING:
+            if self._lock_pid != pid:
+                self._lock = threading.Lock()
+                self._lock_pid = pid
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        portal, _ = self._ensure()
+        loop, _ = self._ensure()
 
         async def run() -> Any:
             return await fn(*args, **kwargs)
 
-        return portal.call(run)
+        return loop.call(run)
 
     @property
     def client(self) -> Client:
@@ -176,6 +237,8 @@ class SyncClient:
 
     def close(self) -> None:
         """Close the connection pool and stop the loop thread."""
+        if self._lock_pid != os.getpid():
+            self._renew_lock(os.getpid())
         with self._lock:
             if self._closed:
                 return
@@ -183,8 +246,7 @@ class SyncClient:
             loop, client, direct = self._loop, self._client, self._direct
             self._loop = self._client = self._direct = None
         if loop is not None and client is not None and self._pid == os.getpid():
-            assert loop.portal is not None
-            loop.portal.call(client.aclose)
+            loop.call(client.aclose)
             loop.stop()
             if direct is not None:
                 direct.close()
@@ -211,11 +273,11 @@ class SyncQueue:
 
     def enqueue(self, task: Task[Any], **options: Unpack[EnqueueOptions]) -> str:
         """Enqueue one task and return its job id (see ``Queue.enqueue``; dedup merges included)."""
-        portal, client = self._sc._ensure()
+        loop, client = self._sc._ensure()
         direct = self._sc._direct
         q = client.queue(self.name)
         if direct is None or "after" in options or "at" in options:
-            result: str = portal.call(lambda: q.enqueue(task, **options))
+            result: str = loop.call(lambda: q.enqueue(task, **options))
             return result
         # The direct path (module docstring): Queue.enqueue's own steps, from this thread.
         bad = unknown_option(options, ENQUEUE_OPTIONS, "enqueue")
@@ -229,7 +291,7 @@ class SyncQueue:
             return job.id
         from .dedup import merge_into
 
-        merged: str = portal.call(merge_into, q, task, job, holder)
+        merged: str = loop.call(merge_into, q, task, job, holder)
         return merged
 
     def enqueue_flow(self, parent: Task[Any], children: Sequence[Task[Any] | Flow]) -> Flow:
