@@ -8,7 +8,7 @@ Against a redis-server of its own, ``n`` sequential ``SyncQueue.enqueue``
 calls per row, the rows taking turns within each run (median of ``runs``):
 
 - ``SyncClient`` as shipped: the enqueue checked, encoded and sent from the
-  calling thread on a blocking connection (``venturi_redis/_sync.py``);
+  calling thread on a blocking connection (``venturi_redis/_producer/sync.py``);
 - the same with the direct path off: each call handed to the client's event
   loop thread through the anyio portal and back, as before session 15;
 - a blocking redis-py ``EVALSHA "return 1"``, the round trip underneath.

@@ -9,12 +9,11 @@ loop as running, and Django's ORM (``SynchronousOnlyOperation``),
 ("Already running asyncio in this thread") all refuse to run.
 
 So under gevent the loop gets a real OS thread, started with the thread
-function gevent saved before patching. Everything else stays as it is: the
-calling greenlet waits on the portal's ``concurrent.futures.Future`` through
-gevent's patched locks, which wait cooperatively (the hub keeps serving
-other greenlets) and accept a release from another OS thread (gevent 20.12
-and later); inside the loop thread, the patched ``selectors`` and ``socket``
-run on a gevent hub of that thread's own.
+function gevent saved before patching, and a calling greenlet waits for its
+call's ``concurrent.futures.Future`` on a watcher of its own hub that the
+loop thread fires (``gevent_result``: the hub keeps serving the other
+greenlets meanwhile); inside the loop thread, the patched ``selectors`` and
+``socket`` run on a gevent hub of that thread's own.
 
 eventlet's green locks cannot be released from another OS thread, so a
 caller could not wait for a real loop thread without blocking the hub:
