@@ -155,9 +155,18 @@ class Client:
         Redis Sentinel: ``redis+sentinel://host:port[,host:port...]/SERVICE[/DB]``
         (or ``rediss+sentinel://``): the service's master, followed across
         failovers; see docs/operations.md.
+
+        ``max_connections=N`` (or ``?max_connections=N`` in the URL, which
+        wins): the most connections the client's pool opens, 20 by default.
+        A call that finds them all in use waits for one (up to 10 s, then
+        ``vr.PoolExhaustedError``); the enqueue lane's connection is one
+        more. docs/deployment.md, "Connections each part holds".
         """
         url = url or default_url()
-        client = cls(connect(url, cluster=options.pop("cluster", False)), url=url, **options)
+        redis = connect(
+            url, cluster=options.pop("cluster", False), max_connections=options.pop("max_connections", None)
+        )
+        client = cls(redis, url=url, **options)
         # The client owns this connection: the enqueue lane may take one of its
         # own (only over a plain pool; see Lane.for_redis).
         client.sender.lane = Lane.for_redis(client.redis)

@@ -10,7 +10,8 @@ did not run, and runs once the move or the failover is over (docs/cluster.md,
 "Moving a queue's slot"). ``refused_busy``: the server
 answered BUSY, running a script past ``busy-reply-threshold``; the command
 did not run. redis-py has no exception class for BUSY (it is a plain
-``ResponseError``), so it is told by the server's message.
+``ResponseError``), so it is told by the server's message. ``server_full``:
+the server refused a new connection at its ``maxclients``; nothing was sent.
 """
 
 from __future__ import annotations
@@ -20,6 +21,18 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, TryAgainError, ClusterError)
+
+
+def server_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server refusing a new connection at its ``maxclients``.
+
+    Redis answers a connection past ``maxclients`` with ``-ERR max number of
+    clients reached`` and closes it, before any command: redis-py raises it
+    during the connection's handshake as ``MaxClientsReachedError`` (8.x) or
+    a plain ``ConnectionError`` (5.0 to 7.4), both with that text. So a call
+    that meets it sent nothing, and may go another way at once.
+    """
+    return isinstance(exc, RedisConnectionError) and "max number of clients reached" in str(exc)
 
 
 def refused_busy(exc: object) -> bool:

@@ -21,6 +21,10 @@ the code does there instead: its fallback, or the feature's gate
 (docs/operations.md, "Supported redis-py", tabulates what works on which
 release).
 
+The bounded pools that wait (``WaitingPool``, for the client's pool) reach
+into redis-py's pools too: they are the fence's second module,
+``redispy_pools.py``, under the same rules.
+
 Everything else the package does with redis-py goes through its public API
 (``execute_command``, pipelines, ``send_packed_command`` / ``read_response``,
 ``pack_command``, ``make_connection``), which these notes do not repeat.

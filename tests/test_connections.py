@@ -1,0 +1,299 @@
+"""How many Redis connections each part holds, and what each does at the server's ``maxclients``.
+
+docs/deployment.md, "Connections each part holds", has the table these tests
+count against: each part runs as a user runs it (a burst of concurrent calls,
+threads, a worker whose handlers use the queue, tabs on the dashboard), with
+``client_name`` in its URL, and its connections are counted on the server
+(``CLIENT LIST``) while it runs. Then a redis-server with a low ``maxclients``
+is filled, and each part must say so clearly or keep working, never lose a
+job or enqueue one twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+import venturi_redis as vr
+from tests.servers import RedisServer
+from tests.tasks import Echo
+from venturi_redis._transport import redispy
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "deployment.md"
+
+
+# -- the table -----------------------------------------------------------------------------------
+
+_TABLE_RE = re.compile(r"<!-- connections -->\n((?:\|.*\n)+)")
+
+
+def table() -> dict[str, int]:
+    """Each part of docs/deployment.md's table (its first column) -> its figure (the bold number)."""
+    match = _TABLE_RE.search(DOC.read_text())
+    assert match, "docs/deployment.md has no <!-- connections --> table"
+    rows = [line.split("|")[1:-1] for line in match[1].splitlines()[2:]]
+    figures: dict[str, int] = {}
+    for part, figure, *_ in rows:
+        number = re.search(r"\*\*(?:P \u00d7 )?(\d+)\*\*", figure)
+        assert number, f"no **figure** for {part.strip()!r}"
+        figures[part.strip()] = int(number[1])
+    return figures
+
+
+def figure(part: str) -> int:
+    """The table's figure for the row whose part starts with ``part``."""
+    (found,) = [n for name, n in table().items() if name.startswith(part)]
+    return found
+
+
+def test_the_table_names_every_part() -> None:
+    assert [name.split(" ")[0] for name in table()] == ["`vr.Client`", "`vr.SyncClient`", "Django's"]
+
+
+# -- counting ------------------------------------------------------------------------------------
+
+
+def named(server: RedisServer, name: str) -> int:
+    """How many connections called ``name`` the server has now."""
+    with redis.Redis(port=server.port, decode_responses=True, **server.connect_kwargs()) as admin:
+        return sum(1 for c in admin.client_list() if c.get("name") == name)
+
+
+@contextlib.contextmanager
+def peak(server: RedisServer, name: str) -> Iterator[list[int]]:
+    """The most connections called ``name`` seen at once while the block runs (``[n]``), from a thread
+    that reads ``CLIENT LIST`` over and over; and at the end, those still open."""
+    seen = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        with redis.Redis(port=server.port, decode_responses=True, **server.connect_kwargs()) as admin:
+            while not done.is_set():
+                now = sum(1 for c in admin.client_list() if c.get("name") == name)
+                seen[0] = max(seen[0], now)
+                done.wait(0.005)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        thread.join()
+        seen[0] = max(seen[0], named(server, name))
+
+
+def url_of(server: RedisServer, name: str, **query: str | float) -> str:
+    return server.url_with(client_name=name, **query)
+
+
+def tag() -> str:
+    return f"c{uuid.uuid4().hex[:10]}"
+
+
+# -- a producer ----------------------------------------------------------------------------------
+
+
+async def test_a_client_under_a_burst_holds_what_the_table_says(redis_server: RedisServer) -> None:
+    """A web server's burst: 1,000 concurrent enqueues, then 1,000 concurrent reads (asyncio.gather).
+
+    Before the pool had a bound that waits, redis-py 8 failed the reads past
+    its 100 connections ("Too many connections"), and redis-py 5 to 7 opened
+    one per read.
+    """
+    name = tag()
+    async with vr.Client.from_url(url_of(redis_server, name)) as client:
+        queue = client.queue(name)
+        with peak(redis_server, name) as most:
+            ids = await _gather(*(queue.enqueue(Echo(text=str(i))) for i in range(1000)))
+            infos = await _gather(*(queue.get(job_id) for job_id in ids))
+            await _gather(*(queue.counts() for _ in range(200)))
+        assert all(info is not None and info.state == vr.JobState.PENDING for info in infos)
+        # The pool reached its bound (the burst was big enough), and no more.
+        assert named(redis_server, name) == most[0] == figure("`vr.Client`") == 21
+    assert named(redis_server, name) == 0  # aclose() closed them all
+
+
+async def test_the_bound_comes_from_the_url_or_the_keyword(redis_server: RedisServer) -> None:
+    name = tag()
+    for url, options, bound in (
+        (url_of(redis_server, name, max_connections=3), {}, 3),
+        (url_of(redis_server, name), {"max_connections": 4}, 4),
+        (url_of(redis_server, name, max_connections=2), {"max_connections": 9}, 2),  # the URL wins
+    ):
+        async with vr.Client.from_url(url, **options) as client:
+            queue = client.queue(name)
+            await queue.enqueue(Echo(text="lane"))
+            await _gather(*(queue.get("01NOSUCHJOB0000000000000000") for _ in range(300)))
+            assert named(redis_server, name) == bound + 1  # and the lane
+    if redispy.release() >= (8, 2):  # Redis Cluster's floor: its own bound per node, given the same way
+        cluster = vr.Client.from_url("redis+cluster://127.0.0.1:1", max_connections=7)
+        assert [n.max_connections for n in cluster.redis.nodes_manager.startup_nodes.values()] == [7]
+    for bad in (0, -1, 2.5, "3", True):
+        with pytest.raises(vr.ConfigurationError, match="max_connections"):
+            vr.Client.from_url(redis_server.url, max_connections=bad)
+    for bad_query in ("0", "x", "-2"):
+        with pytest.raises(vr.ConfigurationError, match="max_connections"):
+            vr.Client.from_url(f"{redis_server.url}?max_connections={bad_query}")
+
+
+def test_a_sync_client_shared_by_many_threads_holds_what_the_table_says(redis_server: RedisServer) -> None:
+    """Django or Flask: 64 threads enqueue at once (each on a connection of its own), then read.
+
+    Before, each thread enqueueing at once held a connection (redis-py 8
+    failed past 100 threads).
+    """
+    name = tag()
+    with vr.SyncClient(url_of(redis_server, name)) as sc, peak(redis_server, name) as most:
+        queue = sc.queue(name)
+        barrier = threading.Barrier(64)
+
+        def work(i: int) -> list[str]:
+            barrier.wait()
+            ids = [queue.enqueue(Echo(text=f"{i}-{k}")) for k in range(10)]
+            for job_id in ids:
+                assert queue.get(job_id) is not None
+            return ids
+
+        with ThreadPoolExecutor(64) as pool:
+            ids = [job_id for batch in pool.map(work, range(64)) for job_id in batch]
+        assert len(set(ids)) == 640 and queue.counts()["pending"] == 640
+    assert 40 <= most[0] <= figure("`vr.SyncClient`") == 41  # both pools at their bound, no more
+
+
+def test_django_s_backend_holds_what_the_table_says(redis_server: RedisServer) -> None:
+    """One SyncClient per process and URL (``OPTIONS["url"]``, its bound in it): the SyncClient's figure."""
+    from venturi_redis.contrib.django import _backend
+
+    url = url_of(redis_server, tag(), max_connections=3)
+    try:
+        sc = _backend.sync_client(url)
+        assert _backend.sync_client(url) is sc
+        assert sc.client.redis.connection_pool.max_connections == 3
+    finally:
+        _backend._clients.pop(url).close()
+    assert figure("Django's") == figure("`vr.SyncClient`")
+
+
+# -- at the server's limits ----------------------------------------------------------------------
+
+
+async def test_a_full_pool_says_which_bound_to_raise(redis_server: RedisServer) -> None:
+    """Every connection held by blocking commands of the user's own: the call waits, then says why."""
+    name = tag()
+    async with vr.Client.from_url(url_of(redis_server, name, max_connections=2)) as client:
+        client.redis.connection_pool.wait_seconds = 0.5
+        async with anyio.create_task_group() as tg:
+            for i in range(2):
+                tg.start_soon(client.redis.blpop, f"{name}:nothing:{i}", 5)
+            await _until(lambda: named(redis_server, name) == 2)
+            with pytest.raises(vr.PoolExhaustedError) as err:
+                await client.queue(name).get("01NOSUCHJOB0000000000000000")
+            tg.cancel_scope.cancel()
+    message = str(err.value)
+    assert "max_connections" in message and "all 2" in message and "127.0.0.1:" in message
+    assert isinstance(err.value, RedisConnectionError)  # the worker's loops retry it
+
+
+@pytest.fixture
+def small_server() -> Iterator[RedisServer]:
+    """A redis-server that takes 12 clients at most."""
+    with RedisServer("--maxclients", "12") as server:
+        yield server
+
+
+def fill(server: RedisServer, hogs: list[redis.Redis]) -> None:
+    """Take every free client slot of ``server`` with a connection of ``hogs``."""
+    while True:
+        hog = redis.Redis(port=server.port, socket_connect_timeout=2)
+        try:
+            hog.ping()
+        except RedisConnectionError as exc:
+            hog.close()
+            refused = str(exc)
+            break
+        hogs.append(hog)
+    assert "max number of clients reached" in refused
+
+
+@contextlib.contextmanager
+def filled(server: RedisServer) -> Iterator[list[redis.Redis]]:
+    """Every free client slot of ``server`` taken, until the block ends."""
+    hogs: list[redis.Redis] = []
+    try:
+        fill(server, hogs)
+        yield hogs
+    finally:
+        for hog in hogs:
+            hog.close()
+
+
+async def test_a_client_without_a_connection_says_the_server_is_full(small_server: RedisServer) -> None:
+    async with vr.Client.from_url(small_server.url) as client:
+        with filled(small_server):
+            with pytest.raises(vr.MaxClientsError) as err:
+                await client.queue("full").enqueue(Echo(text="refused"))
+            with pytest.raises(vr.MaxClientsError):
+                await client.queue("full").counts()
+        message = str(err.value)
+        assert f"127.0.0.1:{small_server.port}" in message and "maxclients" in message
+        assert "docs/deployment.md" in message
+        assert isinstance(err.value, RedisConnectionError)
+        # Once the server takes connections again, the same client works.
+        assert await client.queue("full").enqueue(Echo(text="accepted"))
+    with filled(small_server), vr.SyncClient(small_server.url) as sc, pytest.raises(vr.MaxClientsError):
+        sc.queue("full").enqueue(Echo(text="refused"))
+
+
+async def test_a_client_with_connections_keeps_working_at_maxclients(small_server: RedisServer) -> None:
+    """A burst needs more connections than the client has; the server refuses them: the burst waits
+    for the client's own, and every call succeeds, the enqueue lane's too."""
+    async with vr.Client.from_url(small_server.url) as client:
+        queue = client.queue("keeps")
+        await _gather(*(queue.get("01NOSUCHJOB0000000000000000") for _ in range(3)))  # 3 pooled
+        with filled(small_server):
+            ids = [await queue.enqueue(Echo(text="one by one")) for _ in range(5)]  # the lane is refused
+            ids += await _gather(*(queue.enqueue(Echo(text=str(i))) for i in range(300)))
+            infos = await _gather(*(queue.get(job_id) for job_id in ids))
+        assert all(i is not None for i in infos) and (await queue.counts())["pending"] == 305
+    with filled(small_server):
+        pass  # (the hogs of the block above are gone: the server takes clients again)
+    async with vr.Client.from_url(small_server.url) as fresh:
+        await fresh.queue("sync-keeps").counts()
+    with vr.SyncClient(small_server.url) as sc:
+        sq = sc.queue("sync-keeps")
+        sq.counts()  # the loop's connection
+        first = sq.enqueue(Echo(text="direct"))  # the direct enqueue's connection
+        with filled(small_server), ThreadPoolExecutor(8) as pool:
+            more = list(pool.map(lambda i: sq.enqueue(Echo(text=str(i))), range(40)))
+        assert len({first, *more}) == 41
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+async def _gather(*awaitables: Any) -> list[Any]:
+    """``asyncio.gather``, as a web framework's burst is."""
+    import asyncio
+
+    return list(await asyncio.gather(*awaitables))
+
+
+async def _until(condition: Any, timeout: float = 10) -> None:
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.02)
