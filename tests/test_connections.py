@@ -12,22 +12,28 @@ job or enqueue one twice.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import subprocess
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
+import httpx
 import pytest
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import venturi_redis as vr
+from tests.helpers import make_worker
 from tests.servers import RedisServer
-from tests.tasks import Echo
+from tests.tasks import Echo, EchoJob
 from venturi_redis._transport import redispy
 
 pytestmark = pytest.mark.anyio
@@ -61,7 +67,16 @@ def figure(part: str) -> int:
 
 
 def test_the_table_names_every_part() -> None:
-    assert [name.split(" ")[0] for name in table()] == ["`vr.Client`", "`vr.SyncClient`", "Django's"]
+    assert [name.split(" ")[0] for name in table()] == [
+        "`vr.Client`",
+        "`queue.wait`,",
+        "`vr.resolve`",
+        "`vr.SyncClient`",
+        "Django's",
+        "`vr.Worker`,",
+        "`venturi",
+        "`venturi",
+    ]
 
 
 # -- counting ------------------------------------------------------------------------------------
@@ -103,6 +118,23 @@ def url_of(server: RedisServer, name: str, **query: str | float) -> str:
 
 def tag() -> str:
     return f"c{uuid.uuid4().hex[:10]}"
+
+
+class Parent(vr.Task):
+    """A job whose handler uses the queue as users' handlers do: progress, a child, a wait on it."""
+
+    KIND: ClassVar[str] = "conns.parent"
+    n: int
+
+
+class ParentJob(Parent, vr.Handler[vr.Queue]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], queue: vr.Queue) -> vr.Outcome:
+        await ctx.report_progress({"step": 1})
+        child = await queue.enqueue(Echo(text=f"child of {self.n}"))
+        with contextlib.suppress(TimeoutError):  # the child may not have run yet: the wait is the point
+            await queue.wait(child, timeout=0.2)
+        await ctx.report_progress({"step": 2})
+        return vr.Outcome.completed()
 
 
 # -- a producer ----------------------------------------------------------------------------------
@@ -187,6 +219,170 @@ def test_django_s_backend_holds_what_the_table_says(redis_server: RedisServer) -
     finally:
         _backend._clients.pop(url).close()
     assert figure("Django's") == figure("`vr.SyncClient`")
+
+
+# -- waiting and following -----------------------------------------------------------------------
+
+
+async def test_waiters_and_followers_share_one_reader(redis_server: RedisServer) -> None:
+    """200 requests in ``queue.wait`` and 20 followers of ``queue.events()``, on a client of 2 connections.
+
+    Before, each held a connection of the pool while it blocked: the pool
+    ran out (redis-py 8: "Too many connections"), and a bound would have
+    left no connection for the reads.
+    """
+    name = tag()
+    async with vr.Client.from_url(url_of(redis_server, name, max_connections=2)) as client:
+        queue = client.queue(name)
+        ids = await _gather(*(queue.enqueue(Echo(text=str(i))) for i in range(200)))
+        followed: list[set[str]] = []
+
+        async def follow() -> None:
+            seen: set[str] = set()
+            followed.append(seen)
+            async for event in queue.events():
+                if event.event == "completed":
+                    seen.add(event.job_id)
+                    if seen >= set(ids):
+                        return
+
+        async with vr.Client.from_url(redis_server.url) as other:
+            worker = make_worker(other.queue(name), EchoJob, concurrency=20)
+            with peak(redis_server, name) as most, anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(20):
+                        tg.start_soon(follow)
+                    await _until(lambda: len(followed) == 20)
+                    waits = [_later(queue.wait(job_id, timeout=30)) for job_id in ids]
+                    await anyio.sleep(0.2)  # every wait is in place before the first job runs
+                    tg.start_soon(worker.run)
+                    infos = await _gather(*waits)
+                    worker.shutdown()
+        assert [i.state for i in infos] == [vr.JobState.COMPLETED] * 200
+        assert all(seen == set(ids) for seen in followed)  # every follower saw every completion
+        # The pool's 2, the lane's 1, the queue's reader's 1.
+        assert most[0] <= 2 + 1 + figure("`queue.wait`,") == 4
+
+
+async def test_resolves_never_stall_on_a_small_pool(redis_server: RedisServer) -> None:
+    """Six resolves on a client of 2 connections: each subscription beside the pool, so the reads go on.
+
+    Before, each subscription held a pooled connection while its resolve
+    waited for another to read its snapshot: past the bound, none could.
+    """
+    name = tag()
+
+    async def double(n: int) -> int:
+        return 2 * n
+
+    fn = vr.offload(queue=name, kind="conns.double")(double)
+    async with vr.Client.from_url(url_of(redis_server, name, max_connections=2)) as client:
+        handles = [await fn.offload(client, n) for n in range(6)]
+        async with vr.Client.from_url(redis_server.url) as other:
+            worker = make_worker(other.queue(name), fn)
+            with peak(redis_server, name) as most:
+                async with anyio.create_task_group() as tg:
+                    with anyio.fail_after(30):
+                        resolving = [_later(vr.resolve(client, h, timeout=20)) for h in handles]
+                        tg.start_soon(worker.run)
+                        results = await _gather(*resolving)
+                        worker.shutdown()
+    assert [(r.status, r.value) for r in results] == [("completed", 2 * n) for n in range(6)]
+    assert most[0] <= 2 + 1 + 6 * figure("`vr.resolve`")
+
+
+# -- a worker ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("concurrency", [1, 10, 100])
+async def test_a_worker_holds_what_the_table_says(redis_server: RedisServer, concurrency: int) -> None:
+    """Handlers that report progress, enqueue a child and wait on it, at concurrency 1, 10 and 100.
+
+    Before, the pool grew with the handlers' calls (one connection each at
+    100), and at 100 ran out: lease renewals and reclaims failed with "Too
+    many connections".
+    """
+    name = tag()
+    async with vr.Client.from_url(url_of(redis_server, name)) as client:
+        queue = client.queue(name)
+        await queue.enqueue_many([Parent(n=i) for i in range(3 * concurrency)])
+        worker = make_worker(queue, ParentJob, EchoJob, state=queue, concurrency=concurrency)
+        with peak(redis_server, name) as most, anyio.fail_after(60):
+            await worker.run(until_idle=True)
+        counts = await queue.counts()
+    assert counts["completed"] == 6 * concurrency and counts["dead"] == 0
+    assert most[0] <= figure("`vr.Worker`,") == 23
+
+
+def test_processes_hold_what_the_table_says_and_the_supervisor_none(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    name = tag()
+    env = {
+        **os.environ,
+        "REDIS_URL": url_of(redis_server, name),
+        "VENTURI_QUEUE": name,
+        "PYTHONUNBUFFERED": "1",
+    }
+    log = tmp_path / "supervisor.log"
+    cmd = [sys.executable, "-m", "venturi_redis.cli", "worker", "tests.procs.pworker:make_worker"]
+    with log.open("wb") as out:
+        sup = subprocess.Popen([*cmd, "--processes", "2"], cwd=ROOT, env=env, stdout=out, stderr=out)
+    try:
+        with vr.SyncClient(redis_server.url) as sc:
+            deadline = time.monotonic() + 60
+            while len(sc.queue(name).workers()) < 2:
+                assert time.monotonic() < deadline and sup.poll() is None, log.read_text()
+                time.sleep(0.05)
+            from tests.procs.pworker import Stamp
+
+            ids = [sc.queue(name).enqueue(Stamp(seconds=0.05)) for _ in range(40)]
+            while any((i := sc.queue(name).get(j)) is None or i.state != vr.JobState.COMPLETED for j in ids):
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            held = named(redis_server, name)
+    finally:
+        sup.terminate()
+        sup.wait(60)
+    per_worker = figure("`vr.Worker`,")
+    assert 2 <= held <= 2 * per_worker
+    row = next(row for row in DOC.read_text().splitlines() if row.startswith("| `venturi worker"))
+    assert f"**P \u00d7 {per_worker}**" in row
+
+
+# -- the dashboard -------------------------------------------------------------------------------
+
+
+async def test_the_dashboard_with_tabs_open_holds_what_the_table_says(redis_server: RedisServer) -> None:
+    """Ten tabs on one queue's live page and a burst of 200 page and API requests."""
+    from venturi_redis.dashboard import _live, create_app
+
+    name = tag()
+    async with vr.Client.from_url(url_of(redis_server, name)) as client:
+        queue = client.queue(name)
+        job_id = await queue.enqueue(Echo(text="seen live"))
+        app = create_app(client)
+        frames: list[bytes] = []
+
+        async def receive() -> dict[str, Any]:
+            await anyio.sleep_forever()
+            raise AssertionError
+
+        async def send(message: dict[str, Any]) -> None:
+            frames.append(message.get("body", b""))
+
+        with peak(redis_server, name) as most:
+            async with anyio.create_task_group() as tg:
+                for _ in range(10):  # the tabs: each an EventSource on the queue's feed
+                    feed = _live.EventFeed(queue, "0", heartbeat=0.05, lifetime=2.0)
+                    tg.start_soon(feed, {"type": "http"}, receive, send)
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://dash") as h:
+                    paths = [f"/queues/{name}", "/api/queues", f"/api/queues/{name}/scale"] * 67
+                    pages = await _gather(*(h.get(p) for p in paths[:200]))
+        assert {p.status_code for p in pages} == {200}
+        assert sum(job_id.encode() in f for f in frames) == 10  # each tab got the event
+        assert most[0] <= figure("`venturi dashboard`") == 22
 
 
 # -- at the server's limits ----------------------------------------------------------------------
@@ -293,7 +489,22 @@ async def _gather(*awaitables: Any) -> list[Any]:
     return list(await asyncio.gather(*awaitables))
 
 
+def _later(awaitable: Any) -> Any:
+    """``awaitable`` as a task started now, awaited later (its connection, if any, taken now)."""
+    import asyncio
+
+    return asyncio.ensure_future(awaitable)
+
+
 async def _until(condition: Any, timeout: float = 10) -> None:
     with anyio.fail_after(timeout):
         while not condition():
             await anyio.sleep(0.02)
+
+
+async def _wait_done(queue: vr.Queue, ids: list[str]) -> None:
+    while True:
+        infos = [await queue.get(job_id) for job_id in ids]
+        if all(i is not None and i.state == vr.JobState.COMPLETED for i in infos):
+            return
+        await anyio.sleep(0.05)

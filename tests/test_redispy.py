@@ -297,6 +297,24 @@ async def test_a_connection_the_server_refused_goes_back_disconnected() -> None:
             await pool.disconnect()
 
 
+def test_a_sibling_pool_opens_the_same_connections() -> None:
+    from redis.asyncio.connection import ConnectionPool
+
+    from venturi_redis._transport.fastpack import FastPackConnection
+
+    pool = ConnectionPool.from_url(
+        "redis://u:p@127.0.0.1:1/3?client_name=web", connection_class=FastPackConnection
+    )
+    sibling = redispy.sibling_pool(pool, 1)
+    assert type(sibling) is ConnectionPool and sibling.max_connections == 1
+    assert sibling.connection_class is FastPackConnection
+    same = ("host", "port", "db", "username", "password", "client_name", "socket_timeout")
+    assert {k: sibling.connection_kwargs.get(k) for k in same} == {
+        "host": "127.0.0.1", "port": 1, "db": 3, "username": "u", "password": "p", "client_name": "web",
+        "socket_timeout": None,
+    }  # fmt: skip
+
+
 # Attributes and methods of redis-py's (or asyncio's) objects that only the fence may touch.
 _FENCED = {
     "_reader",

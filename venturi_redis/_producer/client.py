@@ -56,6 +56,7 @@ from .registry import Recorded
 if TYPE_CHECKING:
     from .bulk import BulkFilters
     from .reads import QueueStats
+    from .tail import StreamTail
 
 
 class Client:
@@ -139,6 +140,9 @@ class Client:
         QueueKeys.for_queue("probe", namespace)  # validates the namespace now
         # The queues this client recorded in the registry of queues (registry.py).
         self._recorded = Recorded(namespace)
+        # Each queue's one reader of its event stream, for its followers and
+        # waiters (tail.py), by the stream's key; made at the first of them.
+        self._tails: dict[str, StreamTail] = {}
 
     @classmethod
     def from_url(cls, url: str | None = None, **options: Any) -> Client:
@@ -204,7 +208,9 @@ class Client:
         return self.sender.now()
 
     async def aclose(self) -> None:
-        """Close the connection pool (and the enqueue lane's connection)."""
+        """Close the connection pool (and the enqueue lane's and the event readers' connections)."""
+        for tail in list(self._tails.values()):
+            await tail.aclose()
         await self.sender.aclose()
         await self.redis.aclose()
 

@@ -13,8 +13,8 @@ seconds, then raises ``vr.PoolExhaustedError``. A call that finds a free
 connection takes redis-py's own path: nothing is added to it.
 
 Beside the pool, not counted in it: the enqueue lane (one connection,
-``lane.py``) and each worker runner's blocking claim connection (one per
-queue, ``_worker/runner.py``).
+``lane.py``), each worker runner's blocking claim connection (one per queue,
+``_worker/runner.py``) and each queue's event reader (``_producer/tail.py``).
 docs/deployment.md, "Connections each part holds", is the user's table.
 
 A connection the server refuses at its ``maxclients`` raises
@@ -29,6 +29,7 @@ import redis
 from redis.asyncio.connection import ConnectionPool
 
 from .._model.errors import ConfigurationError, MaxClientsError, PoolExhaustedError
+from .redispy import sibling_pool
 from .redispy_pools import WaitingPool, WaitingSyncPool
 
 DEFAULT_MAX_CONNECTIONS = 20
@@ -88,6 +89,22 @@ class BoundedSyncPool(WaitingSyncPool, redis.ConnectionPool):
         return max_clients_error(address(self.connection_kwargs), exc)
 
 
+def side_redis(redis: Any) -> Any | None:
+    """A client of one connection of its own beside ``redis``'s pool (same server, credentials, options).
+
+    For a reader that blocks (a queue's event reader, ``_producer/tail.py``):
+    it never holds one of the pool's connections while it waits. None where
+    ``redis`` is not a plain client over the client's own pool (fakeredis, a
+    cluster, Sentinel, durable mode, a caller's own ``Redis``): the reader
+    then blocks on a connection of ``redis`` itself.
+    """
+    import redis.asyncio as aioredis
+
+    if type(redis) is not aioredis.Redis or type(redis.connection_pool) is not BoundedPool:
+        return None
+    return aioredis.Redis.from_pool(sibling_pool(redis.connection_pool, 1))
+
+
 def max_connections_option(value: object) -> int:
     """``max_connections`` as given to ``Client.from_url``, checked: a whole number >= 1.
 
@@ -110,4 +127,5 @@ __all__ = [
     "address",
     "max_clients_error",
     "max_connections_option",
+    "side_redis",
 ]

@@ -39,6 +39,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from redis.asyncio.connection import ConnectionPool as AsyncConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -233,6 +234,17 @@ def pooled_sync_connection(pool: Any) -> Any:
     return pool.get_connection()
 
 
+def sibling_pool(pool: Any, max_connections: int) -> Any:
+    """A new plain ``redis.asyncio`` pool whose connections are ``pool``'s: same class, address, options.
+
+    ``ConnectionPool.connection_class`` and the public ``connection_kwargs``
+    (5.0 to 8.2), as ``make_connection`` reads them.
+    """
+    return AsyncConnectionPool(
+        connection_class=pool.connection_class, max_connections=max_connections, **pool.connection_kwargs
+    )
+
+
 # -- redis.asyncio pipelines (the dedup merge's WATCH) -------------------------
 
 
@@ -317,6 +329,7 @@ __all__ = [
     "pooled_connection",
     "pooled_sync_connection",
     "release",
+    "sibling_pool",
     "stale_check",
     "stream_writer",
     "swap_protocol",
