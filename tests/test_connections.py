@@ -6,12 +6,14 @@ threads, a worker whose handlers use the queue, tabs on the dashboard), with
 ``client_name`` in its URL, and its connections are counted on the server
 (``CLIENT LIST``) while it runs. Then a redis-server with a low ``maxclients``
 is filled, and each part must say so clearly or keep working, never lose a
-job or enqueue one twice.
+job or run one twice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 import re
 import subprocess
@@ -477,6 +479,97 @@ async def test_a_client_with_connections_keeps_working_at_maxclients(small_serve
         with filled(small_server), ThreadPoolExecutor(8) as pool:
             more = list(pool.map(lambda i: sq.enqueue(Echo(text=str(i))), range(40)))
         assert len({first, *more}) == 41
+
+
+async def test_a_worker_started_at_maxclients_waits_then_runs_every_job_once(
+    small_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rolling deploy's new pod: the server is full when the worker starts. It waits (one WARNING),
+    starts when connections come free, and runs every job once. Before, it exited at its start-up check."""
+    caplog.set_level(logging.WARNING, logger="venturi_redis")
+    async with vr.Client.from_url(small_server.url) as producer:
+        ids = await producer.queue("deploy").enqueue_many([Echo(text=str(i)) for i in range(50)])
+    async with vr.Client.from_url(small_server.url) as client:
+        queue = client.queue("deploy")
+        worker = make_worker(queue, EchoJob, concurrency=4)
+        with filled(small_server) as hogs:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(worker.run, until_idle=True))
+                await _until(lambda: any("waiting for a connection" in r.message for r in caplog.records))
+                await anyio.sleep(1.0)  # it keeps waiting, quietly
+                for hog in hogs:
+                    hog.close()
+                with anyio.fail_after(30):
+                    await _wait_done(queue, ids)
+        infos = [await queue.get(job_id) for job_id in ids]
+    assert [(i.state, i.run_count, i.failures) for i in infos if i] == [(vr.JobState.COMPLETED, 1, 0)] * 50
+    waiting = [r for r in caplog.records if "waiting for a connection" in r.message]
+    assert len(waiting) == 1 and "maxclients" in waiting[0].message
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_worker_asked_to_stop_while_it_waits_stops(small_server: RedisServer) -> None:
+    async with vr.Client.from_url(small_server.url) as client:
+        worker = make_worker(client.queue("stopping"), EchoJob)
+        with filled(small_server), anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                await anyio.sleep(0.3)
+                worker.shutdown()
+        # And it can run later, when the server takes it.
+        await client.queue("stopping").enqueue(Echo(text="later"))
+        with anyio.fail_after(20):
+            await worker.run(until_idle=True)
+        assert (await client.queue("stopping").counts())["completed"] == 1
+
+
+async def test_a_running_worker_keeps_working_at_maxclients(
+    small_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server fills while a worker runs; then its idle-claim connection drops (a network blip),
+    and its handlers start to use the queue: the worker goes on with the connections it has, every
+    job runs once, nothing is logged as lost.
+
+    Before, the refused idle-claim connection made the worker drop its pooled
+    ones, and its handlers' calls, its completions and its leases then failed.
+    """
+    caplog.set_level(logging.WARNING, logger="venturi_redis")
+    async with vr.Client.from_url(small_server.url) as client:
+        queue = client.queue("running")
+        worker = make_worker(queue, ParentJob, EchoJob, state=queue, concurrency=8, lease=3.0)
+        first = await queue.enqueue_many([Echo(text=str(i)) for i in range(8)])
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            with anyio.fail_after(30):
+                await _wait_done(queue, first)
+                idle = await _until_blocked(client)
+            with filled(small_server) as hogs:
+                hogs[0].execute_command("CLIENT", "KILL", "ID", idle)
+                fill(small_server, hogs)  # the slot it freed: taken before the worker reconnects
+                more = await queue.enqueue_many([Parent(n=i) for i in range(32)])
+                with anyio.fail_after(60):
+                    await _wait_done(queue, more)
+                    await anyio.sleep(3.5)  # past a lease: nothing expires
+            worker.shutdown()
+        infos = [await queue.get(job_id) for job_id in first + more]
+        assert [(i.run_count, i.failures) for i in infos if i] == [(1, 0)] * 40
+        assert (await queue.counts())["completed"] == 72  # and the parents' children
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    refused = [r for r in caplog.records if "max number of clients reached" in r.message]
+    # One WARNING: its idle claims wait on a pooled connection. No claim,
+    # completion or lease renewal failed for want of one.
+    assert [r.message.split(" (")[0] for r in refused] == [
+        "queue running: Redis refused this worker's idle-claim connection"
+    ]
+
+
+async def _until_blocked(client: vr.Client) -> int:
+    """The id of the idle worker's blocked connection (its idle claim's BLPOP)."""
+    while True:
+        blocked = [c for c in await client.redis.client_list() if c["cmd"] == "blpop"]
+        if blocked:
+            return int(blocked[0]["id"])
+        await anyio.sleep(0.02)
 
 
 # -- helpers -------------------------------------------------------------------------------------
