@@ -266,6 +266,35 @@ async def test_waiters_and_followers_share_one_reader(redis_server: RedisServer)
         assert most[0] <= 2 + 1 + figure("`queue.wait`,") == 4
 
 
+async def test_a_quiet_reader_keeps_its_connection_under_a_short_socket_timeout(
+    redis_server: RedisServer,
+) -> None:
+    """``?socket_timeout=1``: the queue's reader blocks for less than that, so a quiet stream costs no
+    reconnects (a read past the timeout failed, and dropped its connection, every second)."""
+    name = tag()
+    async with vr.Client.from_url(url_of(redis_server, name, socket_timeout=1)) as client:
+        queue = client.queue(name)
+        readers: set[str] = set()
+        with anyio.fail_after(20):
+            async with contextlib.aclosing(queue.events()) as events:
+
+                async def watch_then_enqueue() -> None:
+                    with redis.Redis(port=redis_server.port, decode_responses=True) as admin:
+                        for _ in range(60):  # 3 s of quiet: three socket timeouts
+                            readers.update(
+                                c["id"]
+                                for c in admin.client_list()
+                                if c.get("name") == name and c["cmd"] == "xread"
+                            )
+                            await anyio.sleep(0.05)
+                    await queue.enqueue(Echo(text="late"))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(watch_then_enqueue)
+                    event = await anext(events)
+        assert event.event == "enqueued" and len(readers) == 1
+
+
 async def test_resolves_never_stall_on_a_small_pool(redis_server: RedisServer) -> None:
     """Six resolves on a client of 2 connections: each subscription beside the pool, so the reads go on.
 

@@ -46,7 +46,8 @@ import anyio
 from .._transport.errors import TRANSIENT, server_full
 from .._transport.pool import side_redis
 
-# One blocking read: under the 5 s socket timeout of Client.from_url's default.
+# One blocking read: under the 5 s socket timeout of Client.from_url's default
+# (a shorter timeout in the URL shortens it: block_ms).
 BLOCK_MS = 4000
 # Entries per read: a reader or a follower that fell behind catches up in steps this big.
 COUNT = 500
@@ -76,6 +77,19 @@ def _entries(reply: Any) -> list[Entry]:
         return []
     found = next(iter(reply.values()))[0] if isinstance(reply, dict) else reply[0][1]
     return [(_text(entry_id), fields) for entry_id, fields in found]
+
+
+def block_ms(redis: Any) -> int:
+    """How long one ``XREAD`` on ``redis`` blocks: ``BLOCK_MS``, or a second under its socket timeout.
+
+    A read that outlasted the client's socket timeout (``?socket_timeout=2``
+    in the URL) would fail every time, and the reader would never read.
+    """
+    kwargs = getattr(getattr(redis, "connection_pool", None), "connection_kwargs", None) or {}
+    timeout = kwargs.get("socket_timeout")
+    if not timeout:
+        return BLOCK_MS
+    return max(10, min(BLOCK_MS, int((float(timeout) - 1.0) * 1000)))
 
 
 def finished_jobs(entries: list[Entry]) -> set[bytes]:
@@ -238,11 +252,12 @@ class StreamTail:
     async def _run(self) -> None:
         side = side_redis(self._redis)
         conn = side if side is not None else self._redis
+        block = block_ms(conn)
         failures = 0
         try:
             while self._followers or self._waiters:
                 try:
-                    reply = await conn.xread({self.key: self.position}, count=COUNT, block=BLOCK_MS)
+                    reply = await conn.xread({self.key: self.position}, count=COUNT, block=block)
                 except TRANSIENT as exc:
                     # Read on from the same position once it answers again;
                     # the waiters read their jobs back meanwhile. Refused at
@@ -303,6 +318,7 @@ __all__ = [
     "FINISH_EVENTS",
     "StreamTail",
     "Waiter",
+    "block_ms",
     "finished_jobs",
     "stream_id",
     "tail_of",
