@@ -17,7 +17,9 @@ Beside the pool, not counted in it: the enqueue lane (one connection,
 ``_worker/runner.py``) and each queue's event reader (``_producer/tail.py``).
 docs/deployment.md, "Connections each part holds", is the user's table.
 
-A connection the server refuses at its ``maxclients`` raises
+A server at its ``maxclients`` that refuses a new connection is one more
+bound: the call takes an idle connection of the pool, or waits for one in
+use (``redispy_pools.WaitingPool``); only a pool with none in use raises
 ``vr.MaxClientsError``, which says so, where, and what to do.
 """
 
@@ -89,20 +91,21 @@ class BoundedSyncPool(WaitingSyncPool, redis.ConnectionPool):
         return max_clients_error(address(self.connection_kwargs), exc)
 
 
-def side_redis(redis: Any) -> Any | None:
-    """A client of one connection of its own beside ``redis``'s pool (same server, credentials, options).
+def side_redis(client: Any) -> Any | None:
+    """A client of one connection of its own beside ``client``'s pool (same server, credentials, options).
 
-    For a reader that blocks (a queue's event reader, ``_producer/tail.py``):
-    it never holds one of the pool's connections while it waits. None where
-    ``redis`` is not a plain client over the client's own pool (fakeredis, a
-    cluster, Sentinel, durable mode, a caller's own ``Redis``): the reader
-    then blocks on a connection of ``redis`` itself.
+    For a reader that blocks (a queue's event reader, ``_producer/tail.py``;
+    a ``resolve``'s subscription): it never holds one of the pool's
+    connections while it waits. None where ``client`` is not a plain
+    ``redis.asyncio.Redis`` over the pool ``Client.from_url`` made (fakeredis,
+    a cluster, Sentinel, durable mode, a caller's own ``Redis``): the reader
+    then blocks on a connection of ``client`` itself.
     """
     import redis.asyncio as aioredis
 
-    if type(redis) is not aioredis.Redis or type(redis.connection_pool) is not BoundedPool:
+    if type(client) is not aioredis.Redis or type(client.connection_pool) is not BoundedPool:
         return None
-    return aioredis.Redis.from_pool(sibling_pool(redis.connection_pool, 1))
+    return aioredis.Redis.from_pool(sibling_pool(client.connection_pool, 1))
 
 
 def max_connections_option(value: object) -> int:
