@@ -272,9 +272,11 @@ async def test_a_connection_the_server_refused_goes_back_disconnected() -> None:
 
     from venturi_redis._transport import redispy_pools
     from venturi_redis._transport.errors import server_full
+    from venturi_redis._transport.fastpack import FastPackConnection
 
     with RedisServer("--maxclients", "3") as server:
-        pool = aioredis.ConnectionPool(port=server.port)
+        # The client's connection class: it names the refusal on redis-py 5 to 7 too (ReadsRefusal).
+        pool = aioredis.ConnectionPool(port=server.port, connection_class=FastPackConnection)
         first, second = await redispy.pooled_connection(pool), await redispy.pooled_connection(pool)
         await pool.release(first)
         hog = redis.Redis(port=server.port)
@@ -295,6 +297,29 @@ async def test_a_connection_the_server_refused_goes_back_disconnected() -> None:
         finally:
             hog.close()
             await pool.disconnect()
+
+
+async def test_the_refusal_at_maxclients_is_read_on_every_release() -> None:
+    """redis-py 8 raises the server's refusal itself; before 8 it fails writing its handshake
+    ("Connection lost") with the refusal unread, which ``ReadsRefusal`` reads (``refusal_unread``)."""
+    import redis
+
+    from venturi_redis._transport.errors import server_full
+    from venturi_redis._transport.fastpack import FastPackConnection, FastPackSSLConnection
+
+    assert issubclass(FastPackConnection, redispy.ReadsRefusal)
+    assert issubclass(FastPackSSLConnection, redispy.ReadsRefusal)
+    with RedisServer("--maxclients", "1") as server:
+        hog = redis.Redis(port=server.port)
+        hog.ping()
+        try:
+            conn = FastPackConnection(port=server.port, socket_timeout=5)
+            with pytest.raises(RedisConnectionError) as err:
+                await conn.connect()  # type: ignore[no-untyped-call]
+            assert server_full(err.value), repr(err.value)
+            assert not server_full(RedisConnectionError("Error while writing to socket: Connection lost"))
+        finally:
+            hog.close()
 
 
 def test_a_sibling_pool_opens_the_same_connections() -> None:

@@ -18,13 +18,13 @@ import hiredis
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
-from .pool import BoundedSyncPool
+from .pool import DEFAULT_MAX_CONNECTIONS, BoundedSyncPool
 from .redispy import pooled_sync_connection
 from .scriptref import ScriptArg, ScriptRef
 from .urls import tls_defaults
 
 
-def blocking_redis(url: str, max_connections: int) -> redis.Redis:
+def blocking_redis(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> redis.Redis:
     """A blocking client for ``url``, with ``Client.from_url``'s defaults.
 
     5 s socket and connect timeouts and, over TLS, the host name checked

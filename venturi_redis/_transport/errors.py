@@ -20,6 +20,8 @@ from redis.exceptions import ClusterError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .redispy import server_said_full
+
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, TryAgainError, ClusterError)
 
 
@@ -28,11 +30,13 @@ def server_full(exc: BaseException) -> bool:
 
     Redis answers a connection past ``maxclients`` with ``-ERR max number of
     clients reached`` and closes it, before any command: redis-py raises it
-    during the connection's handshake as ``MaxClientsReachedError`` (8.x) or
-    a plain ``ConnectionError`` (5.0 to 7.4), both with that text. So a call
-    that meets it sent nothing, and may go another way at once.
+    during the connection's handshake as ``MaxClientsReachedError`` (8.x), or
+    fails writing its handshake before it reads it (5.0 to 7.4), which our
+    connection classes then raise with the server's text
+    (``redispy.ReadsRefusal``). So a call that meets it sent nothing, and
+    may go another way at once.
     """
-    return isinstance(exc, RedisConnectionError) and "max number of clients reached" in str(exc)
+    return isinstance(exc, RedisConnectionError) and server_said_full(exc)
 
 
 def refused_busy(exc: object) -> bool:

@@ -40,11 +40,20 @@ def _take_connected_first(pool: Any) -> bool:
     If so, it is put where the pool takes its next connection from: the end
     of ``ConnectionPool._available_connections`` (a list popped from the end,
     asyncio and blocking, 5.0 to 8.2), where the pool had just put back the
-    refused one. ``Connection.is_connected`` is public.
+    refused one.
     """
     idle: list[Any] = pool._available_connections
-    idle.sort(key=lambda conn: bool(conn.is_connected))
-    return bool(idle) and bool(idle[-1].is_connected)
+    idle.sort(key=_connected)
+    return bool(idle) and _connected(idle[-1])
+
+
+def _connected(conn: Any) -> bool:
+    """Whether ``conn`` is connected: ``is_connected`` where it has it (asyncio 5.0 to 8.2; a
+    blocking connection in 8.2, not 5.0), else a blocking connection's ``_sock`` (5.0 to 8.2)."""
+    connected = getattr(conn, "is_connected", None)
+    if connected is None:
+        connected = getattr(conn, "_sock", None) is not None
+    return bool(connected)
 
 
 def _in_use(pool: Any) -> int:

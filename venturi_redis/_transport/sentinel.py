@@ -64,6 +64,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.errors import ConfigurationError, PoolExhaustedError
 from .pool import POOL_WAIT, max_clients_error
+from .redispy import ReadsRefusal
 from .redispy_pools import WaitingPool
 from .urls import redact_url
 
@@ -146,7 +147,7 @@ class _CheckedPool(WaitingPool, SentinelConnectionPool):
 _WRITER_METHODS = frozenset({"write", "writelines", "drain"})
 
 
-class _Checked(SentinelManagedConnection):
+class _Checked(ReadsRefusal, SentinelManagedConnection):
     """A connection that will not send to a master the sentinels replaced (module docstring).
 
     A connection still on the old master when the switch is noticed refuses
