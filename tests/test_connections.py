@@ -513,9 +513,10 @@ async def test_a_client_with_connections_keeps_working_at_maxclients(small_serve
 async def test_a_worker_started_at_maxclients_waits_then_runs_every_job_once(
     small_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A rolling deploy's new pod: the server is full when the worker starts. It waits (one WARNING),
-    starts when connections come free, and runs every job once. Before, it exited at its start-up check."""
-    caplog.set_level(logging.WARNING, logger="venturi_redis")
+    """A rolling deploy's new pod: the server is full when the worker starts. It waits, within its
+    ``startup_wait`` (one WARNING, one INFO: the wait for a Redis that cannot be reached yet), starts
+    when connections come free, and runs every job once. Before, it exited at its start-up check."""
+    caplog.set_level(logging.INFO, logger="venturi_redis")
     async with vr.Client.from_url(small_server.url) as producer:
         ids = await producer.queue("deploy").enqueue_many([Echo(text=str(i)) for i in range(50)])
     async with vr.Client.from_url(small_server.url) as client:
@@ -524,7 +525,7 @@ async def test_a_worker_started_at_maxclients_waits_then_runs_every_job_once(
         with filled(small_server) as hogs:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(functools.partial(worker.run, until_idle=True))
-                await _until(lambda: any("waiting for a connection" in r.message for r in caplog.records))
+                await _until(lambda: bool(_start_lines(caplog, worker.id)))
                 await anyio.sleep(1.0)  # it keeps waiting, quietly
                 for hog in hogs:
                     hog.close()
@@ -532,12 +533,25 @@ async def test_a_worker_started_at_maxclients_waits_then_runs_every_job_once(
                     await _wait_done(queue, ids)
         infos = [await queue.get(job_id) for job_id in ids]
     assert [(i.state, i.run_count, i.failures) for i in infos if i] == [(vr.JobState.COMPLETED, 1, 0)] * 50
-    waiting = [r for r in caplog.records if "waiting for a connection" in r.message]
-    assert len(waiting) == 1 and "maxclients" in waiting[0].message
+    lines = _start_lines(caplog, worker.id)
+    assert [level for level, _ in lines] == [logging.WARNING, logging.INFO], lines
+    assert "refuses new connections" in lines[0][1] and "maxclients" in lines[0][1]
+    assert "--startup-wait" in lines[0][1] and "answered after" in lines[1][1]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+def _start_lines(caplog: pytest.LogCaptureFixture, worker_id: str) -> list[tuple[int, str]]:
+    """The start-up wait's lines of this worker (_worker/startup.py): its WARNING, then its INFO."""
+    return [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if worker_id in r.getMessage() and "Redis at" in r.getMessage()
+    ]
+
+
 async def test_a_worker_asked_to_stop_while_it_waits_stops(small_server: RedisServer) -> None:
+    """A shutdown() (SIGTERM) during the start-up wait ends run() at once, having claimed nothing,
+    not after ``startup_wait`` (30 s)."""
     async with vr.Client.from_url(small_server.url) as client:
         worker = make_worker(client.queue("stopping"), EchoJob)
         with filled(small_server), anyio.fail_after(10):

@@ -14,27 +14,15 @@ check reads what it can (docs/deployment.md, "Managed Redis and ACL users"):
 A check it cannot make is one WARNING naming what it could not read and
 why it matters, and the worker starts; a server it can read and that is too
 old or may evict is refused, as before.
-
-A server at its ``maxclients`` that refuses the worker's first connection
-(a rolling deploy starts new pods while the old ones still hold theirs) is
-waited for, not a reason to exit: ``check_server_when_admitted`` tries again
-(0.5 s, doubling to 5 s), with one WARNING a minute, until the server takes
-the connection or the worker is asked to stop. A worker that exited would
-be restarted into the same refusal, under the supervisor's or Kubernetes'
-growing back-off.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
-from .._model.errors import ConfigurationError, MaxClientsError
+from .._model.errors import ConfigurationError
 from .._transport.urls import redact_url
 from .base import _text
 
@@ -153,27 +141,3 @@ async def check_server(client: ClientLike, *, eviction_policy: bool = True) -> N
                 "redis.conf; on a managed service, in its parameter group), or override with "
                 "Worker(..., check_eviction_policy=False) (venturi worker --no-eviction-check)"
             )
-
-
-async def check_server_when_admitted(
-    client: ClientLike, *, eviction_policy: bool, stopping: Callable[[], bool]
-) -> bool:
-    """``check_server``, waiting while the server refuses this client at its ``maxclients``.
-
-    Returns False, having checked nothing, when ``stopping()`` turned true
-    while it waited (the module docstring says why it waits).
-    """
-    delay, log_at = 0.5, 0.0
-    while True:
-        try:
-            await check_server(client, eviction_policy=eviction_policy)
-            return True
-        except MaxClientsError as exc:
-            if time.monotonic() >= log_at:
-                log_at = time.monotonic() + 60.0
-                log.warning("waiting for a connection: %s", exc)
-        for _ in range(round(delay / 0.05)):  # looking at stopping() every 50 ms
-            if stopping():
-                return False
-            await anyio.sleep(0.05)
-        delay = min(delay * 2, 5.0)
