@@ -606,6 +606,43 @@ async def test_a_running_worker_keeps_working_at_maxclients(
     ]
 
 
+async def test_a_worker_with_many_queues_keeps_waking_at_maxclients(
+    small_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As above, for a worker with 10 queues, whose idle queues wait in a group (_worker/waiting.py)
+    on a connection of the group's own. The server is full when the group asks for it (the worker's
+    second run: its client's pool kept the connections of the first). The group blocks on a pooled
+    connection meanwhile, with one WARNING; its wake-ups still come (an idle queue claims only every
+    45 to 60 s here), the pool's connections are kept, every job runs once.
+
+    Before, each BLPOP was a failure logged (one a retry), and the group dropped the pool's idle
+    connections, which the server did not give back.
+    """
+    caplog.set_level(logging.WARNING, logger="venturi_redis")
+    async with vr.Client.from_url(small_server.url) as client:
+        queues = [client.queue(f"grouped-{i}") for i in range(10)]
+        worker = make_worker(queues, EchoJob, concurrency=4, poll_interval=60.0, blocked_loop_warning=None)
+        first = [await q.enqueue(Echo(text=q.name)) for q in queues]
+        with anyio.fail_after(30):
+            await worker.run(until_idle=True)  # the pool's connections made
+        with filled(small_server), anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                await _until(lambda: any("max number of clients" in r.getMessage() for r in caplog.records))
+                # Jobs for idle queues now: a wake-up popped by the pooled BLPOP claims them (not
+                # the claim every poll_interval).
+                more = [(q, await q.enqueue(Echo(text=q.name))) for q in queues[1::3] for _ in range(3)]
+                with anyio.fail_after(20):
+                    for q, job_id in more:
+                        await _wait_done(q, [job_id])
+                worker.shutdown()
+        infos = [await q.get(job_id) for q, job_id in [*zip(queues, first, strict=True), *more]]
+        assert [(i.run_count, i.failures) for i in infos if i] == [(1, 0)] * 19
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    warned = [r.getMessage().split(" (")[0] for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == ["queue grouped-0: Redis refused the idle-wait connection of 10 queue(s) of this worker"]
+
+
 async def _until_blocked(client: vr.Client) -> int:
     """The id of the idle worker's blocked connection (its idle claim's BLPOP)."""
     while True:

@@ -40,7 +40,7 @@ from .inbox import Inbox
 from .interrupt import Interrupt
 from .job import Job, jobs_of
 from .lost_claims import LostClaims
-from .waiting import WaitGroup, can_block
+from .waiting import WaitGroup, can_block, socket_timeout
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -71,15 +71,6 @@ async def _reply(conn: Any) -> Any:
         return await conn.read_response()
     except ResponseError as exc:
         return exc
-
-
-def _socket_timeout(redis: Any) -> float | None:
-    inner = getattr(redis, "venturi_inner", redis)
-    kwargs = getattr(getattr(inner, "connection_pool", None), "connection_kwargs", None)
-    if kwargs is None:
-        kwargs = getattr(inner, "connection_kwargs", None) or {}
-    value = kwargs.get("socket_timeout")
-    return float(value) if value else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,9 +388,9 @@ class _Runner(GroupedRunner):
         q = self.queue
         redis = q.client.redis
         # The read must outlast the block under the client's own socket timeout.
-        socket_timeout = _socket_timeout(redis)
-        if socket_timeout:
-            block = max(_MIN_BLOCK, min(block, socket_timeout - _BLOCK_MARGIN))
+        timeout = socket_timeout(redis)
+        if timeout:
+            block = max(_MIN_BLOCK, min(block, timeout - _BLOCK_MARGIN))
         try:
             with anyio.fail_after(block + _BLOCK_MARGIN):
                 popped = await redis.blpop([q.keys.wake, self.stop_key, self.schedules_wake], timeout=block)
