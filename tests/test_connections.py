@@ -90,6 +90,12 @@ def named(server: RedisServer, name: str) -> int:
         return sum(1 for c in admin.client_list() if c.get("name") == name)
 
 
+def blocked(server: RedisServer, name: str) -> int:
+    """How many connections called ``name`` block in a ``BLPOP`` now."""
+    with redis.Redis(port=server.port, decode_responses=True, **server.connect_kwargs()) as admin:
+        return sum(1 for c in admin.client_list() if c.get("name") == name and c["cmd"] == "blpop")
+
+
 @contextlib.contextmanager
 def peak(server: RedisServer, name: str) -> Iterator[list[int]]:
     """The most connections called ``name`` seen at once while the block runs (``[n]``), from a thread
@@ -343,6 +349,35 @@ async def test_a_worker_holds_what_the_table_says(redis_server: RedisServer, con
         counts = await queue.counts()
     assert counts["completed"] == 6 * concurrency and counts["dead"] == 0
     assert most[0] <= figure("`vr.Worker`,") == 23
+
+
+async def test_a_worker_on_many_queues_holds_what_the_table_says(redis_server: RedisServer) -> None:
+    """40 queues: past 8, the worker's idle claims wait in groups of 32 (_worker/waiting.py), one
+    connection a group (2), not one a queue (40); its handlers wait on one queue (1 reader)."""
+    from venturi_redis._worker.waiting import GROUP_FROM, GROUP_SIZE
+
+    name = tag()
+    async with vr.Client.from_url(url_of(redis_server, name)) as client:
+        queues = [client.queue(f"{name}-{i}") for i in range(40)]
+        for i, q in enumerate(queues):
+            await q.enqueue(Parent(n=i))
+        worker = make_worker(queues, ParentJob, EchoJob, state=queues[0], concurrency=4)
+        groups = -(-len(queues) // GROUP_SIZE)
+        assert len(queues) > GROUP_FROM and groups == 2
+        with peak(redis_server, name) as most, anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                while sum([(await q.counts())["completed"] for q in queues]) < 80:  # and the children
+                    await anyio.sleep(0.05)
+                # Idle: each group blocks on its own connection, and no queue on one of its own.
+                await _until(lambda: blocked(redis_server, name) == groups)
+                await anyio.sleep(1.0)
+                assert blocked(redis_server, name) == groups
+                worker.shutdown()
+    # The table's one-queue figure has 1 idle-claim connection: a group's takes its place.
+    assert most[0] <= figure("`vr.Worker`,") - 1 + groups
+    row = next(row for row in DOC.read_text().splitlines() if row.startswith("| `vr.Worker`,"))
+    assert "1 connection per group of up to 32 queues (40 queues: 2" in row
 
 
 def test_processes_hold_what_the_table_says_and_the_supervisor_none(
