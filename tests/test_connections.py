@@ -641,8 +641,15 @@ async def test_a_running_worker_keeps_working_at_maxclients(
     ]
 
 
+@pytest.fixture
+def roomy_server() -> Iterator[RedisServer]:
+    """A redis-server that takes 40 clients at most: a worker's whole pool fits before it is filled."""
+    with RedisServer("--maxclients", "40") as server:
+        yield server
+
+
 async def test_a_worker_with_many_queues_keeps_waking_at_maxclients(
-    small_server: RedisServer, caplog: pytest.LogCaptureFixture
+    roomy_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """As above, for a worker with 10 queues, whose idle queues wait in a group (_worker/waiting.py)
     on a connection of the group's own. The server is full when the group asks for it (the worker's
@@ -654,13 +661,13 @@ async def test_a_worker_with_many_queues_keeps_waking_at_maxclients(
     connections, which the server did not give back.
     """
     caplog.set_level(logging.WARNING, logger="venturi_redis")
-    async with vr.Client.from_url(small_server.url) as client:
+    async with vr.Client.from_url(roomy_server.url) as client:
         queues = [client.queue(f"grouped-{i}") for i in range(10)]
         worker = make_worker(queues, EchoJob, concurrency=4, poll_interval=60.0, blocked_loop_warning=None)
         first = [await q.enqueue(Echo(text=q.name)) for q in queues]
         with anyio.fail_after(30):
             await worker.run(until_idle=True)  # the pool's connections made
-        with filled(small_server), anyio.fail_after(60):
+        with filled(roomy_server), anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(worker.run)
                 await _until(lambda: any("max number of clients" in r.getMessage() for r in caplog.records))
