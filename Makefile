@@ -37,10 +37,10 @@ CLUSTER_TESTS := tests/test_cluster.py tests/test_cluster_reshard.py tests/test_
 PEERS := "rq>=3.0" "celery[redis]>=5.5" "saq[redis]>=0.26" "redis==$(basename $(REDIS_FLOOR)).*"
 
 .DEFAULT_GOAL := help
-.PHONY: help install oldest example test test-server test-python test-managed test-oldest test-cluster-oldest resolves lint typecheck check bench clean
+.PHONY: help install oldest example test test-server test-python test-managed test-oldest test-cluster-oldest test-django6 resolves lint typecheck check bench clean
 
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -151,6 +151,44 @@ test-oldest: $(OLDEST_STAMP) ## The redis-py contract tests on the oldest suppor
 	$(OLDEST)/bin/python -c "import redis, hiredis; print('oldest: redis-py', redis.__version__, 'hiredis', hiredis.__version__)"
 	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider -m "not cluster" $(OLDEST_TESTS)
 
+# Real Django 6 (docs/integrations.md, "Django 6"): .venv-django6, on a Python
+# 3.12 (Django 6's floor; DJANGO6_PYTHON, else python3.12 or pyenv's 3.12.x),
+# holds the package, the dev tools but Django 5.2 and the django-tasks backport,
+# and the newest Django 6 instead; Django's own tests of its Tasks framework
+# (tests/tasks/ of that release's sdist) are unpacked beside it. The Django
+# tests run there against django.tasks itself, with Django's own held to
+# VenturiBackend (tests/test_django_own.py).
+DJANGO6 := .venv-django6
+DJANGO6_STAMP := $(DJANGO6)/.installed
+DJANGO6_SPEC ?= django>=6,<7
+DJANGO6_PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12.*/bin/python; do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12); print(sys.executable)' 2>/dev/null && break; done)
+DJANGO6_TESTS := tests/test_django.py tests/test_django_probes.py tests/test_django_upstream.py tests/test_django_own.py
+
+$(DJANGO6_STAMP): pyproject.toml
+	@test -n "$(DJANGO6_PYTHON)" || { echo "make test-django6: no Python 3.12 found (python3.12, ~/.pyenv/versions/3.12.*): Django 6 needs one; name it with DJANGO6_PYTHON=/path/to/python3.12" >&2; exit 1; }
+	@"$(DJANGO6_PYTHON)" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "DJANGO6_PYTHON=$(DJANGO6_PYTHON) is Python %d.%d: Django 6 needs 3.12+" % sys.version_info[:2])'
+	rm -rf $(DJANGO6)
+	"$(DJANGO6_PYTHON)" -m venv $(DJANGO6)
+	$(DJANGO6)/bin/pip install -q --upgrade pip
+	$(DJANGO6)/bin/python -c "import re, tomllib; \
+		dev = tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['dev']; \
+		print('\n'.join(d for d in dev if re.split(r'[^A-Za-z0-9_.-]', d)[0].lower() not in ('django', 'django-tasks')))" \
+		> $(DJANGO6)/dev-requirements.txt
+	$(DJANGO6)/bin/pip install -q -e . "$(DJANGO6_SPEC)" -r $(DJANGO6)/dev-requirements.txt
+	$(DJANGO6)/bin/python -c "import importlib.util as u, sys; sys.exit('django-tasks must not be in $(DJANGO6)' if u.find_spec('django_tasks') else 0)"
+	$(DJANGO6)/bin/pip download -q --no-deps --no-binary :all: --dest $(DJANGO6)/sdist \
+		"django==$$($(DJANGO6)/bin/python -c 'import django; print(django.__version__)')"
+	mkdir -p $(DJANGO6)/django-tests
+	tar -xzf $(DJANGO6)/sdist/django-*.tar.gz -C $(DJANGO6)/django-tests --strip-components=2 --wildcards '*/tests/tasks/*'
+	@test -f $(DJANGO6)/django-tests/tasks/test_tasks.py || { echo "no tests/tasks/ in Django's sdist" >&2; exit 1; }
+	@touch $(DJANGO6_STAMP)
+
+test-django6: ## The Django tests on real Django 6 (Python 3.12, .venv-django6), and Django's own tasks tests
+	@$(MAKE) --no-print-directory $(DJANGO6_STAMP)
+	@$(DJANGO6)/bin/python -c "import sys, django; print('django6:', sys.executable, sys.version.split()[0], 'Django', django.__version__)"
+	VENTURI_DJANGO_TESTS=$(abspath $(DJANGO6)/django-tests) $(DJANGO6)/bin/python -m pytest -q -p no:cacheprovider $(DJANGO6_TESTS)
+
 $(CLUSTER_OLDEST_STAMP): pyproject.toml venturi_redis/_transport/cluster.py
 	@test -n "$(CLUSTER_FLOOR)" || { echo "no CLUSTER_FLOOR = (X, Y) in venturi_redis/_transport/cluster.py" >&2; exit 1; }
 	$(PY) -m venv $(CLUSTER_OLDEST)
@@ -177,10 +215,10 @@ resolves: $(STAMP) ## pip resolves the built wheel beside rq, celery[redis], saq
 			print(f'resolves beside {peer}:' + ('' if name == 'redis' else f' {name} {got[name]},') + f' redis {got[\"redis\"]}, hiredis {got[\"hiredis\"]}')" "$$peer"; \
 	done
 
-check: lint typecheck test test-oldest test-cluster-oldest resolves ## Everything CI runs
+check: lint typecheck test test-oldest test-cluster-oldest test-django6 resolves ## Everything CI runs
 
 bench: $(STAMP) ## Run the benchmarks (see benchmarks/README.md)
 	$(BIN)/python benchmarks/run.py
 
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) $(OLDEST) $(CLUSTER_OLDEST) .venv-py[0-9]* .pytest_cache .mypy_cache .ruff_cache dist build
+	rm -rf $(VENV) $(OLDEST) $(CLUSTER_OLDEST) $(DJANGO6) .venv-py[0-9]* .pytest_cache .mypy_cache .ruff_cache dist build

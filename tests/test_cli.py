@@ -794,6 +794,62 @@ def test_worker_metrics_port_without_prometheus_client_is_a_usage_error(
     assert lines[0].endswith("pip install 'venturi-redis[metrics]'")
 
 
+def test_workers_with_elected_gauges_export_them_from_one_at_a_time(
+    app_dir: Path, rurl: str, qname: str
+) -> None:
+    """Two workers on the same queues, --metrics-gauges elected: one exports the queue gauges;
+    when it stops (cleanly: it gives the key up), the other does from its next refresh."""
+    ports = [free_port(), free_port()]
+    delayed = f'venturi_queue_jobs{{queue="{qname}-b",state="delayed"}} 1.0'
+
+    def scrape(port: int) -> str:
+        try:
+            return str(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode())
+        except OSError:
+            return ""
+
+    with vr.SyncClient(rurl) as sc:
+        sc.queue(qname + "-b").enqueue(Echo(text="b"), delay=3600)
+        procs = [
+            start_worker(
+                app_dir, "myapp:worker", "--redis", rurl, "--metrics-port", str(p), "--metrics-gauges=elected"
+            )
+            for p in ports
+        ]
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert all(p.poll() is None for p in procs) and time.monotonic() < deadline
+                bodies = [scrape(p) for p in ports]
+                if all(bodies) and any(delayed in b for b in bodies):
+                    break
+                time.sleep(0.1)
+            time.sleep(6)  # a refresh more each: still one
+            bodies = [scrape(p) for p in ports]
+            assert [delayed in b for b in bodies].count(True) == 1, bodies
+            holder = 0 if delayed in bodies[0] else 1
+            procs[holder].send_signal(signal.SIGTERM)
+            procs[holder].communicate(timeout=30)
+            other = ports[1 - holder]
+            deadline = time.monotonic() + 15
+            while delayed not in scrape(other):
+                assert time.monotonic() < deadline, "the other worker never took the gauges over"
+                time.sleep(0.2)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+                    p.communicate(timeout=30)
+
+
+def test_worker_metrics_gauges_is_all_elected_or_none(app_dir: Path, rurl: str) -> None:
+    res = run_worker(
+        app_dir, "myapp:worker", "--redis", rurl, "--metrics-port", "0", "--metrics-gauges", "one"
+    )
+    assert res.returncode == 2
+    assert res.stderr.strip() == "venturi: --metrics-gauges 'one': use all, elected or none"
+
+
 def test_worker_unknown_queue_is_refused(app_dir: Path, rurl: str) -> None:
     res = run_worker(app_dir, "myapp:worker", "--redis", rurl, "--queue", "elsewhere")
     assert res.returncode == 1

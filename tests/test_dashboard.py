@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import anyio
 import httpx
 import pytest
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 import venturi_redis as vr
 import venturi_redis.dashboard
@@ -49,6 +49,23 @@ class Asks(vr.Task):
 class AsksJob(Asks, vr.Handler[Any]):
     async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
         return vr.Outcome.suspend(output={"q": "approve?"})
+
+
+class VaultCarry(BaseModel):
+    step: int = 0
+    token: str = Field(default="", json_schema_extra={"sensitive": True})
+    password: str = ""  # the task's sensitive field's name: masked in the carry too
+
+
+class Vault(vr.Task[VaultCarry]):
+    KIND: ClassVar[str] = "vault"
+    password: str = Field(json_schema_extra={"sensitive": True})
+
+
+class VaultJob(Vault, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[VaultCarry], state: Any) -> vr.Outcome:
+        ctx.carry = VaultCarry(step=2, token="tok-s3cret", password=self.password)
+        return vr.Outcome.suspend(output={"q": "go on?"})
 
 
 class Hostile(vr.Task):
@@ -213,6 +230,27 @@ async def test_payloads_masked_by_default_and_sensitive_fields_always(world: Wor
         page = await h.get(f"/queues/mail/jobs/{pending}")
     assert shown == {"user": "ann", "password": "***"}
     assert "hunter22" not in page.text
+
+
+async def test_a_carrys_sensitive_fields_stay_masked_when_values_are_shown(redis_server: RedisServer) -> None:
+    client = vr.Client.from_url(redis_server.url, namespace=f"d{uuid.uuid4().hex[:10]}")
+    try:
+        queue = client.queue("vault")
+        job_id = await queue.enqueue(Vault(password="pw-hunter2"))
+        await drain(queue, VaultJob)
+        async with http(create_app(client, show_payloads=True, tasks=[Vault])) as h:
+            job = (await h.get(f"/api/queues/vault/jobs/{job_id}")).json()["job"]
+            page = await h.get(f"/queues/vault/jobs/{job_id}")
+        async with http(create_app(client)) as h:
+            default = (await h.get(f"/api/queues/vault/jobs/{job_id}")).json()["job"]
+    finally:
+        await client.aclose()
+    assert job["state"] == "suspended"
+    assert job["carry"] == {"step": 2, "token": "***", "password": "***"}
+    assert job["payload"] == {"password": "***"}
+    assert "tok-s3cret" not in page.text and "pw-hunter2" not in page.text
+    # By default every value is masked, the carry's as the payload's.
+    assert default["carry"] == {"step": "***", "token": "***", "password": "***"}
 
 
 async def test_hostile_text_is_escaped(world: World) -> None:

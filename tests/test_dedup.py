@@ -327,7 +327,7 @@ class Count(vr.Task[Tally]):
 
 
 async def test_concurrent_producers_lose_no_update(queue: vr.Queue, backend: str) -> None:
-    producers, per_producer, keys = 20, 200 if backend == "redis" else 60, 10
+    producers, per_producer, keys = 20, 100 if backend == "redis" else 40, 10
     sent: dict[str, int] = dict.fromkeys((f"k{i}" for i in range(keys)), 0)
     finished = 0
 

@@ -15,7 +15,7 @@ import shlex
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import httpx
@@ -56,7 +56,7 @@ def check_flags(argv: list[str]) -> None:
 
 
 def test_the_page_has_both_manifests() -> None:
-    assert set(manifests()) == {"kubernetes", "systemd", "keda", "hpa"}
+    assert set(manifests()) == {"kubernetes", "systemd", "keda", "keda-many", "hpa"}
 
 
 def test_kubernetes_deployment() -> None:
@@ -122,6 +122,32 @@ async def _scale_route(path: str) -> dict[str, Any]:
         return body
     finally:
         await client.aclose()
+
+
+def test_keda_scaled_object_on_the_aggregate_route() -> None:
+    """The many-queues ScaledObject: a metrics-api trigger on ``/api/scale`` with a prefix or
+    a list of queues, through the TriggerAuthentication of the first manifest; the route,
+    read-only and behind a token, answers ``valueLocation`` as a number."""
+    (scaled,) = yaml.safe_load_all(manifests()["keda-many"])
+    _, auth = yaml.safe_load_all(manifests()["keda"])
+    assert (scaled["apiVersion"], scaled["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
+    assert scaled["spec"]["scaleTargetRef"]["name"]
+    assert 0 <= scaled["spec"]["minReplicaCount"] < scaled["spec"]["maxReplicaCount"]
+    assert scaled["spec"]["pollingInterval"] >= 15
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "metrics-api"
+    meta = trigger["metadata"]
+    assert all(isinstance(v, str) for v in meta.values())
+    url = urlsplit(meta["url"])
+    assert url.path == "/api/scale"
+    asked = parse_qs(url.query, keep_blank_values=True)
+    assert set(asked) <= {"queues", "prefix"} and asked
+    assert float(meta["targetValue"]) > 0
+    assert meta["authMode"] == "bearer"
+    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    body = anyio.run(_scale_route, f"{url.path}?{url.query}")
+    assert isinstance(body[meta["valueLocation"]], int | float)
+    assert body["queues"] == 0  # no tenant yet: zeros, not an error
 
 
 def test_hpa_on_the_prometheus_lag() -> None:

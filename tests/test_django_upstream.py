@@ -182,6 +182,25 @@ def test_batch_runs_every_due_task_then_returns(up: Upstream) -> None:
     assert failed.status == "FAILED"
 
 
+def test_a_task_sent_to_another_backend_with_using_runs_on_that_backends_worker(up: Upstream) -> None:
+    """Django 6's test_task_error_invalid_exception sends a task defined on one
+    backend to another (``.using(backend=...)``): that backend's worker runs it
+    (it went dead with "no handler" when a worker took only its own backend's
+    tasks)."""
+    from shop.tasks import send_welcome  # defined on "default"
+
+    from tests.djangoapp import tasks  # defined on "upstream"
+
+    moved = send_welcome.using(backend="upstream").enqueue("ada@example.org")
+    assert moved.backend == "upstream"
+    run_batch()
+    moved.refresh()
+    assert (moved.status, moved.return_value) == ("SUCCESSFUL", "welcomed ada@example.org")
+    assert moved.backend == "upstream"
+    assert tasks.noop_task.backend == "upstream"  # the one defined there, run by the same worker
+    assert "shop.tasks.send_welcome" in run_batch()  # listed among the tasks it runs
+
+
 def test_batch_does_not_wait_for_a_task_whose_run_after_is_ahead(up: Upstream) -> None:
     """The database worker's test_run_after: --batch runs what is due now, then exits."""
     from django.utils import timezone
@@ -464,7 +483,9 @@ def test_the_command_refuses_a_backend_it_cannot_run(up: Upstream) -> None:
 
     with pytest.raises(CommandError, match="unknown"):
         call_command("venturi_worker", backend="unknown", batch=True, stdout=io.StringIO())
-    dummy = {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}
+    from venturi_redis.contrib.django import _compat
+
+    dummy = {"BACKEND": f"{_compat.FRAMEWORK}.backends.dummy.DummyBackend"}
     with (
         override_settings(TASKS={**settings.TASKS, "dummy": dummy}),
         pytest.raises(CommandError, match="is a DummyBackend, not a VenturiBackend"),
@@ -477,11 +498,13 @@ def test_the_command_refuses_a_backend_it_cannot_run(up: Upstream) -> None:
 
 def test_a_failed_tasks_traceback_reaches_logging_handlers_with_exc_info(up: Upstream) -> None:
     """django-tasks logs a failed task with ``logger.exception`` from its
-    task_finished receiver: sent outside the except block, that logged
-    ``NoneType: None`` and gave Sentry-style handlers no exception."""
+    task_finished receiver (Django 6's receiver, with ``sys.exc_info()``): sent
+    outside the except block, that logged ``NoneType: None`` and gave
+    Sentry-style handlers no exception."""
     import logging
 
     from tests.djangoapp import tasks
+    from venturi_redis.contrib.django import _compat
 
     records: list[logging.LogRecord] = []
 
@@ -490,7 +513,7 @@ def test_a_failed_tasks_traceback_reaches_logging_handlers_with_exc_info(up: Ups
             records.append(record)
 
     handler = Keep(level=logging.ERROR)
-    logger = logging.getLogger("django_tasks")
+    logger = logging.getLogger(_compat.FRAMEWORK)  # "django.tasks" on Django 6, else "django_tasks"
     logger.addHandler(handler)
     try:
         sync_failure = tasks.failing_task_value_error.enqueue()

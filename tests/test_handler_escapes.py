@@ -199,7 +199,7 @@ async def test_a_validator_raising_other_than_value_error_is_an_invalid_payload(
     assert [e.event for e in journal] == ["enqueued", "claimed", "dead"]
     assert journal[-1].details["reason"] == "invalid_payload"
     assert journal[-1].note == (
-        "payload does not decode: stored value does not validate as RegionalJob: "
+        "payload does not decode: stored value does not validate as Regional: "
         "its validation raised KeyError: 'us'"
     )
     done = await queue.get(other)

@@ -286,7 +286,7 @@ async def test_a_validator_that_raises_on_an_old_payload_kills_the_job_at_once(q
         1,
     )
     assert info.note == (
-        "payload does not decode: stored value does not validate as SyncV2Job: "
+        "payload does not decode: stored value does not validate as SyncV2: "
         "its validation raised KeyError: 'user_id'"
     )
     dead = (await queue.journal(old))[-1]

@@ -55,6 +55,7 @@ if _TYPE_CHECKING:
         read_result_redacted,
         resolve,
     )
+    from ._producer.scale import ScaleTotal
     from ._producer.sync import SyncClient, SyncQueue
     from ._worker.metrics import PrometheusMetrics, WorkerObserver
     from ._worker.worker import Worker
@@ -82,6 +83,7 @@ _LAZY = {
     "QueueEvent": "._model.events",
     "QueueStats": "._producer.reads",
     "Rate": "._model.limits",
+    "ScaleTotal": "._producer.scale",
     "Schedule": "._model.schedule",
     "ScheduleInfo": "._model.schedule",
     "SyncClient": "._producer.sync",
@@ -159,6 +161,7 @@ __all__ = [
     "QueueStats",
     "Rate",
     "Retention",
+    "ScaleTotal",
     "Schedule",
     "ScheduleInfo",
     "ShardedQueue",

@@ -17,7 +17,7 @@ import msgpack
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, SchemaValidator, to_jsonable_python
 
-from .errors import PayloadError
+from .errors import PayloadError, said
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -80,8 +80,9 @@ def pack_model(model: BaseModel) -> bytes:
 _MODEL_VALIDATE = BaseModel.model_validate.__func__  # type: ignore[attr-defined]
 
 
-def unpack_model(cls: type[M], raw: bytes) -> M:
-    """Decode and validate bytes into ``cls``; any failure is a PayloadError.
+def unpack_model(cls: type[M], raw: bytes, name: str | None = None) -> M:
+    """Decode and validate bytes into ``cls``; any failure is a PayloadError naming
+    ``name`` (the class's own name by default).
 
     Straight to the class's validator, as ``model_validate`` does with its
     defaults (once per job run); a class that overrides ``model_validate``
@@ -93,10 +94,10 @@ def unpack_model(cls: type[M], raw: bytes) -> M:
             return cls.__pydantic_validator__.validate_python(data)  # type: ignore[no-any-return]
         return cls.model_validate(data)
     except Exception as exc:  # ValidationError, or what a validator of the model raised
-        raise invalid(cls.__name__, exc) from exc
+        raise invalid(name or cls.__name__, exc) from exc
 
 
-def model_decoder(cls: type[M]) -> Callable[[bytes], M]:
+def model_decoder(cls: type[M], name: str | None = None) -> Callable[[bytes], M]:
     """``unpack_model`` for one class, with what it reads off the class read now.
 
     For a caller that decodes the same class again and again (the worker, once
@@ -105,13 +106,15 @@ def model_decoder(cls: type[M]) -> Callable[[bytes], M]:
     A class that overrides ``model_validate``, or whose validator is not built
     yet, gets ``unpack_model`` itself. The validator is the one the class has
     now: a ``model_rebuild(force=True)`` after this call is not seen by the
-    decoder (ask for a new one).
+    decoder (ask for a new one). ``name`` is what its errors call the class
+    (a worker names the task, not the handler class that extends it).
     """
+    name = name or cls.__name__
     validator = cls.__pydantic_validator__
     if cls.model_validate.__func__ is not _MODEL_VALIDATE or not isinstance(  # type: ignore[attr-defined]
         validator, SchemaValidator
     ):
-        return functools.partial(unpack_model, cls)
+        return functools.partial(unpack_model, cls, name=name)
     validate = validator.validate_python
     unpackb = msgpack.unpackb
 
@@ -123,7 +126,7 @@ def model_decoder(cls: type[M]) -> Callable[[bytes], M]:
         try:
             return validate(data)  # type: ignore[no-any-return]
         except Exception as exc:  # ValidationError, or what a validator of the model raised
-            raise invalid(cls.__name__, exc) from exc
+            raise invalid(name, exc) from exc
 
     return decode
 
@@ -156,11 +159,9 @@ def invalid(name: str, exc: Exception) -> PayloadError:
     as_name = f" as {name}" if name else ""
     if isinstance(exc, ValidationError):
         return PayloadError(f"stored value does not validate{as_name}: {_errors(exc)}")
-    try:
-        raised = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    except Exception:  # noqa: BLE001 - a validator's exception whose __str__ raises too
-        raised = type(exc).__name__
-    return ValidatorRaised(f"stored value does not validate{as_name}: its validation raised {raised}")
+    return ValidatorRaised(
+        f"stored value does not validate{as_name}: its validation raised {said(exc, named=True)}"
+    )
 
 
 def type_name(tp: Any) -> str:

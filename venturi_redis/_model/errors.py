@@ -153,3 +153,26 @@ class TaskError(VenturiError):
     def permanent(cls, message: str) -> TaskError:
         """An error that no retry can fix: the job goes to dead with ``message`` as its note."""
         return cls(message, permanent=True)
+
+
+def said(exc: BaseException, *, named: bool = False) -> str:
+    """``str(exc)`` as a note or an error's text says it, never a raise of its own.
+
+    Empty, it is the exception's class name; ``named``, the class name comes
+    first (``KeyError: 'sku'``). A library's exception whose ``__str__``
+    raises (a format that does not fit its arguments) still says what it is:
+    ``KeyError (its str() raised ...)``. A failed run's note, a stored value's
+    validation error and a slip logged by the worker all say it this way.
+    """
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception as failed:  # noqa: BLE001 - the application's exception class, not ours
+        try:
+            why = f"{type(failed).__name__}: {failed}"
+        except Exception:  # noqa: BLE001 - that one's str() too
+            why = type(failed).__name__
+        return f"{name} (its str() raised {why})"[:1000]
+    if not text:
+        return name
+    return f"{name}: {text}" if named else text

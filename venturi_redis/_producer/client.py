@@ -56,6 +56,7 @@ from .registry import Recorded
 if TYPE_CHECKING:
     from .bulk import BulkFilters
     from .reads import QueueStats
+    from .scale import ScaleTotal
     from .tail import StreamTail
 
 
@@ -193,6 +194,18 @@ class Client:
 
     def _new_queue(self, name: str) -> Queue:
         return Queue(self, name)
+
+    async def scale_total(self, queues: Sequence[str] = (), *, prefix: str | None = None) -> ScaleTotal:
+        """The autoscaling signal summed over ``queues`` and the registered queues whose
+        name starts with ``prefix`` (``""``: every one): the dashboard's ``GET /api/scale``.
+
+        Raises:
+            ConfigurationError: Neither given, a name that is no queue name, or more
+                than 10,000 queues to sum.
+        """
+        from .scale import scale_queues, scale_total
+
+        return await scale_total(self, await scale_queues(self, queues, prefix))
 
     @property
     def clock(self) -> Callable[[], int] | None:

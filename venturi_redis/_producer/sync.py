@@ -59,6 +59,7 @@ from .bulk import BulkFilters
 from .client import Client, Queue
 from .names import Kept
 from .reads import QueueStats
+from .scale import ScaleTotal
 
 
 class _LoopThread:
@@ -169,6 +170,11 @@ class SyncClient:
 
     def _new_queue(self, name: str) -> SyncQueue:
         return SyncQueue(self, name)
+
+    def scale_total(self, queues: Sequence[str] = (), *, prefix: str | None = None) -> ScaleTotal:
+        """Blocking ``Client.scale_total``: the autoscaling signal summed over many queues."""
+        client = self._ensure()[1]
+        return cast(ScaleTotal, self._call(client.scale_total, queues, prefix=prefix))
 
     def close(self) -> None:
         """Close the connection pool and stop the loop thread."""

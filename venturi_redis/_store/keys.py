@@ -113,6 +113,13 @@ def rebuild_key(namespace: str = "venturi") -> str:
     return f"{namespace}:queues:rebuild"
 
 
+def metrics_gauges_key(group: str, namespace: str = "venturi") -> str:
+    """Which worker exports the queue gauges of a set of queues (``venturi worker
+    --metrics-gauges elected``, ``_worker/metrics.py``): a string, the holder's id, with a
+    TTL. ``group`` is a digest of the set's names, so pods serving the same queues share it."""
+    return f"{namespace}:metrics:gauges:{group}"
+
+
 def queue_keys_match(namespace: str = "venturi") -> str:
     """The SCAN pattern of every key of every queue of the namespace (the rebuild's one SCAN)."""
     return f"{namespace}:{{*}}:*"

@@ -57,7 +57,7 @@ from .._model.endings import (
     Suspended,
 )
 from .._model.enums import DeadReason
-from .._model.errors import LeaseLostError, PayloadError
+from .._model.errors import LeaseLostError, PayloadError, said
 from .._model.outcome import UNSET
 from .._model.sizes import bounded_note, over_cap
 from .._model.task import NoCarry
@@ -66,7 +66,7 @@ from .._transport.errors import TRANSIENT, refused_busy
 from .context import Context
 from .execute import failure_of
 from .failure_log import failed_run
-from .guarded import observer_raised, said
+from .guarded import observer_raised
 
 if TYPE_CHECKING:
     from .._producer.client import Client, Queue

@@ -32,6 +32,7 @@ from .._model.errors import (
     PayloadTooLarge,
     TaskDefinitionError,
     TaskError,
+    said,
 )
 from .._model.outcome import UNSET, Outcome
 from .._model.redact import document_secrets, scrub, secret_values
@@ -42,7 +43,7 @@ from .._store.store import bad_delay
 from .context import Context
 from .dependencies import UnreadableResult
 from .failure_log import failed_run
-from .guarded import said, task_backoff, task_timeout
+from .guarded import task_backoff, task_timeout
 from .handler import SYNC_HANDLERS
 from .threads import HandlerThreads, call_handler
 
@@ -80,11 +81,20 @@ def _plan(handler_cls: type[Any]) -> _Plan:
         except TaskDefinitionError:  # registration refuses it; a run would end dead, as before
             no_carry = False
         plan = _PLANS[handler_cls] = _Plan(
-            model_decoder(handler_cls),
+            model_decoder(handler_cls, task_name(handler_cls)),
             handler_cls.default_carry() if no_carry else None,  # NoCarry's: the one shared instance
             handler_cls.timeout is not _NO_TIMEOUT,
         )
     return plan
+
+
+def task_name(handler_cls: type[Any]) -> str:
+    """The task a handler class runs, as a note names it: the class that declares its
+    ``KIND`` (``ShipV2``, not the ``ShipV2Job`` that extends it), else its own name."""
+    for klass in handler_cls.__mro__:
+        if "KIND" in vars(klass):
+            return str(klass.__qualname__)
+    return str(handler_cls.__qualname__)
 
 
 # Characters of a failed run's traceback kept in its journal entry (the tail).

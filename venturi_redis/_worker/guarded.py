@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from .._model.backoff import Backoff
+from .._model.errors import said
 
 log = logging.getLogger("venturi_redis.worker")
 
@@ -51,29 +52,12 @@ def _slip(task: Any, method: str, what: str) -> None:
         log.warning("%s.%s() %s; the worker's own is used (logged once)", type(task).__name__, method, what)
 
 
-def said(exc: BaseException) -> str:
-    """``str(exc)`` as a failed run's note: its class name when empty, and never a raise of its own.
-
-    A library's exception whose ``__str__`` raises (a format that does not fit
-    its arguments) is still a failed run with a note.
-    """
-    try:
-        text = str(exc)
-    except Exception as failed:  # noqa: BLE001 - the handler's exception class, not ours
-        try:
-            why = f"{type(failed).__name__}: {failed}"
-        except Exception:  # noqa: BLE001 - that one's str() too
-            why = type(failed).__name__
-        return f"{type(exc).__name__} (its str() raised {why})"[:1000]
-    return text or type(exc).__name__
-
-
 def task_backoff(task: Any) -> Backoff | None:
     """``task.backoff()``; None (the worker's backoff) when it raises or returns no ``vr.Backoff``."""
     try:
         value = task.backoff()
     except Exception as exc:  # noqa: BLE001 - the task's own method
-        _slip(task, "backoff", f"raised {type(exc).__name__}: {said(exc)}")
+        _slip(task, "backoff", f"raised {said(exc, named=True)}")
         return None
     if value is None or isinstance(value, Backoff):
         return value
@@ -86,7 +70,7 @@ def task_timeout(task: Any, default: float | None) -> float | None:
     try:
         value = task.timeout()
     except Exception as exc:  # noqa: BLE001 - the task's own method
-        _slip(task, "timeout", f"raised {type(exc).__name__}: {said(exc)}")
+        _slip(task, "timeout", f"raised {said(exc, named=True)}")
         return default
     if value is None:
         return default

@@ -27,23 +27,48 @@ worker is registered for is reported as ``unregistered``)::
 
 ``venturi_queue_eligible`` and ``venturi_queue_lag_seconds`` are the inputs an
 autoscaler (KEDA's Prometheus scaler) wants; see docs/operations.md.
+
+The ``venturi_queue_*`` gauges are read from Redis every refresh: 27 commands
+a queue, many queues a round trip (``_producer/many.py``). Every pod that
+exports them pays that, so on many queues ``gauges`` chooses who does
+(``venturi worker --metrics-gauges``):
+
+- ``all`` (the default): every worker reads and exports its queues' gauges;
+- ``elected``: of the workers serving the same set of queues, one at a time
+  does, the holder of a key with a TTL (``keys.metrics_gauges_key``, taken
+  with ``SET NX PX``, renewed each refresh); the others export none (their
+  last values cleared) and take over within three intervals of the holder's
+  end (at once after a clean stop, which gives the key up). Redis reads the
+  queues once per refresh, not once per pod;
+- ``none``: no queue gauges (the job counters and histograms only).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
+from redis.exceptions import ResponseError
 
+from .._model.errors import ConfigurationError
+from .._producer.base import _text
 from .._producer.many import stats_of
+from .._store.keys import metrics_gauges_key
 
 if TYPE_CHECKING:
     from .._producer.client import Queue
     from .._producer.reads import QueueStats
 
 log = logging.getLogger("venturi_redis.metrics")
+
+Gauges = Literal["all", "elected", "none"]
+GAUGES: tuple[Gauges, ...] = ("all", "elected", "none")
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
@@ -70,9 +95,20 @@ class PrometheusMetrics:
     Args:
         registry: A ``prometheus_client.CollectorRegistry``; a fresh one by
             default (so several instances, e.g. in tests, never collide).
+        gauges: Who exports the ``venturi_queue_*`` gauges: ``"all"`` (this
+            worker reads its queues every refresh), ``"elected"`` (one worker
+            of those serving the same queues at a time) or ``"none"``; see the
+            module docstring.
     """
 
-    def __init__(self, registry: Any = None) -> None:
+    def __init__(self, registry: Any = None, *, gauges: Gauges = "all") -> None:
+        if gauges not in GAUGES:
+            raise ConfigurationError(f"gauges={gauges!r}: use one of {', '.join(GAUGES)}")
+        self.gauges: Gauges = gauges
+        # This exporter's id in the election: readable in redis-cli, unique per instance.
+        self.holder_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.exporting = gauges == "all"
+        self._wrong_key: str | None = None  # the election's key last found of another type
         try:
             import prometheus_client as pc
         except ImportError:  # pragma: no cover - depends on the install
@@ -163,10 +199,22 @@ class PrometheusMetrics:
 
     # -- gauges ---------------------------------------------------------------------------
 
-    async def refresh(self, queues: Sequence[Queue]) -> None:
+    async def refresh(self, queues: Sequence[Queue], interval: float = 5.0) -> None:
         """Read ``queue.stats()`` of each queue into the gauges: many queues a round trip
         (``_producer/many.py``; a worker on 1,000 queues read them one by one, 2,000 round
-        trips a refresh). A queue that cannot be read keeps its last values."""
+        trips a refresh). A queue that cannot be read keeps its last values. With
+        ``gauges="elected"`` only while this instance holds the election (one ``SET NX``,
+        or a renewal, first), with ``"none"`` never."""
+        if self.gauges == "none" or not queues:
+            return
+        if self.gauges == "elected":
+            held = await self._elected(queues, interval)
+            if not held:
+                if self.exporting:
+                    self._clear_queue_gauges()
+                self.exporting = False
+                return
+            self.exporting = True
         by_client: dict[int, list[Queue]] = {}
         for q in queues:
             by_client.setdefault(id(q.client), []).append(q)
@@ -199,13 +247,84 @@ class PrometheusMetrics:
             self.over_retention.labels(st.queue).set(st.over_retention)
 
     async def refresh_forever(self, queues: Sequence[Queue], interval: float = 5.0) -> None:
-        """Refresh the gauges every ``interval`` seconds (run beside the worker)."""
-        while True:
-            try:
-                await self.refresh(queues)
-            except Exception as exc:  # noqa: BLE001 - a scrape must never take the worker down
-                log.warning("metrics: reading queue stats failed (%s)", exc)
-            await anyio.sleep(interval)
+        """Refresh the gauges every ``interval`` seconds (run beside the worker). Cancelled,
+        an elected holder gives its key up, so another worker takes over at its next refresh."""
+        try:
+            while True:
+                try:
+                    await self.refresh(queues, interval)
+                except Exception as exc:  # noqa: BLE001 - a scrape must never take the worker down
+                    log.warning("metrics: reading queue stats failed (%s)", exc)
+                await anyio.sleep(interval)
+        finally:
+            if self.gauges == "elected" and self.exporting and queues:
+                # Best effort: the worker may have closed its client already; the key's TTL
+                # then hands the gauges on instead.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    try:
+                        await self.resign(queues)
+                    except Exception as exc:  # noqa: BLE001 - stopping must not fail on it
+                        log.debug("metrics: could not give the gauges' key up (%s)", exc)
+
+    # -- the election (gauges="elected") ---------------------------------------------------
+
+    @staticmethod
+    def gauges_key(queues: Sequence[Queue]) -> str:
+        """The election's key of this set of queues: workers serving the same names share it."""
+        digest = hashlib.sha256("\n".join(sorted({q.name for q in queues})).encode()).hexdigest()[:16]
+        return metrics_gauges_key(digest, queues[0].client.namespace)
+
+    async def _elected(self, queues: Sequence[Queue], interval: float) -> bool:
+        """Take the key, or renew it when this instance holds it: whether it does now.
+
+        The renewal (``GET``, then ``PEXPIRE``) is not atomic: should the key expire between
+        the two and another worker take it, this one renews the other's key and both
+        export for a refresh or two, with the same values (``max by (queue)`` reads them as
+        one). No write is ever lost to it, only a little Redis work.
+        """
+        redis = queues[0].client.redis
+        key = self.gauges_key(queues)
+        ttl_ms = int(max(interval, 1.0) * 3000)
+        if await redis.set(key, self.holder_id, nx=True, px=ttl_ms):
+            if not self.exporting:
+                log.info("metrics: this worker exports the queue gauges (%s)", key)
+            return True
+        try:
+            holder = _text(await redis.get(key))
+        except ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            # Something else wrote the key (a hand-made key, a clash of names): left as it
+            # is, said once while it stays so; no worker exports until it is deleted.
+            if self._wrong_key != key:
+                self._wrong_key = key
+                log.warning(
+                    "metrics: the gauges' election key %s holds a %s, not a string: no worker "
+                    "exports the queue gauges until it is deleted (DEL %s)",
+                    key,
+                    _text(await redis.type(key)),
+                    key,
+                )
+            return False
+        self._wrong_key = None
+        if holder == self.holder_id:
+            await redis.pexpire(key, ttl_ms)
+            return True
+        return False
+
+    async def resign(self, queues: Sequence[Queue]) -> None:
+        """Give the election's key up if this instance holds it (a clean stop)."""
+        redis = queues[0].client.redis
+        key = self.gauges_key(queues)
+        if _text(await redis.get(key)) == self.holder_id:
+            await redis.delete(key)
+        self.exporting = False
+
+    def _clear_queue_gauges(self) -> None:
+        """Drop every queue gauge series: another worker exports them now, and stale values
+        here would read as a second opinion."""
+        for gauge in (self.depth, self.eligible, self.lag, self.paused, self.trim_lag, self.over_retention):
+            gauge.clear()
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Serve ``/metrics`` over HTTP on ``port`` (a daemon thread); returns the server."""

@@ -11,7 +11,7 @@ import os
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import anyio
 import typer
@@ -119,6 +119,15 @@ def worker(
     metrics_addr: Annotated[
         str, typer.Option("--metrics-addr", help="Address for the metrics server.")
     ] = "0.0.0.0",
+    metrics_gauges: Annotated[
+        str,
+        typer.Option(
+            "--metrics-gauges",
+            metavar="all|elected|none",
+            help="Who exports the venturi_queue_* gauges (27 Redis reads a queue every 5 s): every "
+            "worker (all), one of the workers serving the same queues at a time (elected), or none.",
+        ),
+    ] = "all",
     no_eviction_check: Annotated[
         bool,
         typer.Option("--no-eviction-check", help="Start even if maxmemory-policy is not noeviction."),
@@ -191,6 +200,8 @@ def worker(
 
     backend_options = _loop_options(loop)
     _metrics_usable(metrics_port)
+    if metrics_gauges not in ("all", "elected", "none"):
+        die(f"--metrics-gauges {metrics_gauges!r}: use all, elected or none", 2)
     if reload:
         try:
             import watchfiles  # noqa: F401
@@ -213,6 +224,7 @@ def worker(
         from .processes import child_commands, supervise
 
         options = [f"--log-level={log_level}", f"--metrics-addr={metrics_addr}", f"--loop={loop}"]
+        options += [f"--metrics-gauges={metrics_gauges}"]
         options += [f"--queue={q}" for q in queue or []]
         options += [f"--concurrency={concurrency}"] if concurrency is not None else []
         options += ["--no-eviction-check"] if no_eviction_check else []
@@ -268,9 +280,9 @@ def worker(
         if metrics_port is None:
             await w.run()
             return 0
-        from .._worker.metrics import PrometheusMetrics
+        from .._worker.metrics import Gauges, PrometheusMetrics
 
-        metrics = PrometheusMetrics()
+        metrics = PrometheusMetrics(gauges=cast("Gauges", metrics_gauges))
         w.observer = metrics
         server = metrics.serve(metrics_port, metrics_addr)
         logging.getLogger("venturi_redis.metrics").info(

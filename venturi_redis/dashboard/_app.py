@@ -34,8 +34,7 @@ from .._model.errors import ConfigurationError, VenturiError
 from .._model.schedule import validate_schedule_id
 from .._producer.events import events_cap
 from .._producer.reads import LISTINGS
-from .._producer.scale import scale_signal
-from . import _data, _history, _listing, _live, _overview, _render
+from . import _data, _history, _listing, _live, _overview, _render, _scale
 from ._security import (
     AUTH_COOKIE,
     CSRF_FIELD,
@@ -288,9 +287,10 @@ class Dashboard:
         return self.page(request, template, spans=list(_history.SPANS), refresh=_history.REFRESH_S, **got)
 
     async def scale(self, request: Request) -> Response:
-        # No existence check: an autoscaler asks about a queue before its first job (all 0).
-        queue = self.queue_of(request.path_params["queue"])
-        return JSONResponse((await scale_signal(queue)).to_dict())
+        return await _scale.one_queue(self.queue_of(request.path_params["queue"]))
+
+    async def scale_many(self, request: Request) -> Response:
+        return await _scale.many_queues(self.client, request)
 
     async def events(self, request: Request) -> Response:
         queue = await self.known_queue(request.path_params["queue"])
@@ -546,6 +546,7 @@ def create_app(
         Route("/api/queues/{queue}/limits", dash.limits, name="api_limits"),
         Route("/api/queues/{queue}/workers", dash.workers, name="api_registry"),
         Route("/api/queues/{queue}/scale", dash.scale, name="api_scale"),
+        Route("/api/scale", dash.scale_many, name="api_scale_many"),
         Route("/queues/{queue}/events", dash.events, name="events"),
         Route("/queues/{queue}/history", dash.history, name="history"),
         Route("/api/queues/{queue}/history", dash.history, name="api_history"),

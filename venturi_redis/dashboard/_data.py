@@ -19,7 +19,7 @@ from .._model import batch_note
 from .._model.enums import JobState
 from .._model.limits import LimitInfo
 from .._model.records import JobInfo, JournalEntry, WorkerInfo
-from .._model.redact import redact
+from .._model.redact import marked_fields, redact
 from .._model.schedule import ScheduleInfo
 from .._producer import bulk
 from .._producer.reads import listing
@@ -139,6 +139,9 @@ class Redaction:
     sensitive: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # The payload fields each known task declares, by KIND.
     declared: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # The fields each known task's carry model marks sensitive, and those it declares.
+    carry_sensitive: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    carry_declared: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, show_values: bool, tasks: Sequence[type[Task[Any]]]) -> Redaction:
@@ -146,6 +149,8 @@ class Redaction:
             show_values,
             {t.kind(): frozenset(t.sensitive_fields()) for t in tasks},
             {t.kind(): frozenset(t.model_fields) for t in tasks},
+            {t.kind(): marked_fields(t.carry_type()) for t in tasks},
+            {t.kind(): frozenset(t.carry_type().model_fields) for t in tasks},
         )
 
     def doc(self, kind: str, value: Any) -> Any:
@@ -164,6 +169,22 @@ class Redaction:
         if not self.show_values or declared is None or not isinstance(value, Mapping):
             return self.doc(kind, value)
         hidden = self.sensitive.get(kind, frozenset()) | {k for k in value if k not in declared}
+        return redact(value, hidden) if hidden else value
+
+    def carry(self, kind: str, value: Any) -> Any:
+        """A job's carry as it may be shown: as ``payload``, by the task's carry model.
+
+        Its own sensitive fields are masked, and the task's (a carry that copies
+        a secret from the payload often names it the same), and a key the
+        carry model does not declare (a carry written by an older model)."""
+        declared = self.carry_declared.get(kind)
+        if not self.show_values or declared is None or not isinstance(value, Mapping):
+            return self.doc(kind, value)
+        hidden = (
+            self.carry_sensitive.get(kind, frozenset())
+            | self.sensitive.get(kind, frozenset())
+            | {k for k in value if k not in declared}
+        )
         return redact(value, hidden) if hidden else value
 
 
@@ -198,7 +219,8 @@ def job_dict(info: JobInfo, redaction: Redaction) -> dict[str, Any]:
         "dedup_until": info.dedup_until,
     }
     out["payload"] = redaction.payload(info.kind, info.payload)
-    for name in ("carry", "attachment", "result", "output"):
+    out["carry"] = redaction.carry(info.kind, info.carry)
+    for name in ("attachment", "result", "output"):
         out[name] = redaction.doc(info.kind, getattr(info, name))
     doc: dict[str, Any] = jsonable(out)
     return doc

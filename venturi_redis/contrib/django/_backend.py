@@ -111,8 +111,9 @@ class VenturiBackend(_compat.BaseTaskBackend):
                 if self._no_queues_listed
                 else f"TASKS[{self.alias!r}]['QUEUES'] is {listed}"
             )
+            # Django's own sentence first (its tests match on it), then why and what to do.
             raise _compat.InvalidTaskError(
-                f"Queue '{task.queue_name}' is not valid for backend: {why}, and its worker consumes only "
+                f"Queue '{task.queue_name}' is not valid for backend. {why}, and its worker consumes only "
                 f"those; add {task.queue_name!r} to QUEUES to run tasks there"
             )
         super().validate_task(task)

@@ -258,7 +258,10 @@ def make_worker(
     backend = _compat.task_backends[alias]
     if not isinstance(backend, VenturiBackend):
         raise TypeError(f"TASKS[{alias!r}] is a {type(backend).__name__}, not a VenturiBackend")
-    tasks = {path: t for path, t in discover().items() if t.backend == alias}
+    # Every task found, whatever backend it was defined on: `task.using(backend=...)`
+    # sends any task to any backend, and the queues a worker takes decide which
+    # jobs it gets (a task enqueued elsewhere went dead here with "no handler").
+    tasks = discover()
     names = _selected_queues(backend, queue_names)
     client = client or Client.from_url(backend.url)
     state = DjangoWorkerState(backend=backend, tasks=tasks)
