@@ -14,7 +14,7 @@ OLDEST_PINS := redis[hiredis]==$(REDIS_FLOOR) hiredis==$(HIREDIS_FLOOR)
 # On the oldest: the files that exercise redis-py's internals (the fence and
 # its gates, the lane, hiredis packing, the sync client's direct enqueue, TLS,
 # Sentinel, the dedup merge's WATCH, the wake-up's pipelined claim, the
-# worker) and the contract suite's core (enqueue to finish, batches' pipelines,
+# worker, the bounded pools and the server's maxclients) and the contract suite's core (enqueue to finish, batches' pipelines,
 # journals and events as streams, offload results by pub/sub, lost replies),
 # on a single Redis and the embedded server: not the whole suite again. Redis
 # Cluster refuses to start below its own floor (-m "not cluster"; the gate's
@@ -22,7 +22,7 @@ OLDEST_PINS := redis[hiredis]==$(REDIS_FLOOR) hiredis==$(HIREDIS_FLOOR)
 OLDEST_TESTS := tests/test_redispy.py tests/test_redispy_gates.py tests/test_lane.py tests/test_fastpack.py \
 	tests/test_sync.py tests/test_tls.py tests/test_sentinel.py tests/test_dedup.py tests/test_wake.py \
 	tests/test_worker.py tests/test_core.py tests/test_batching.py tests/test_events.py tests/test_journal.py \
-	tests/test_offload.py tests/test_resend.py
+	tests/test_offload.py tests/test_resend.py tests/test_connections.py
 # Redis Cluster's floor (CLUSTER_FLOOR in venturi_redis/_transport/cluster.py):
 # the Cluster tests run on that release too, in .venv-cluster-oldest, unless
 # .venv's newest is that very release (then `make test` already ran them on it).

@@ -243,6 +243,103 @@ def test_a_fresh_cluster_client_says_it_has_no_slot_map() -> None:
     assert not redispy.is_cut_connection(AttributeError("'Foo' object has no attribute 'bar'"))
 
 
+async def test_a_pool_at_its_bound_says_so_before_it_hands_anything_out(redis_server: RedisServer) -> None:
+    """``pool_full``: redis-py's "Too many connections", asyncio and blocking; nothing left in use."""
+    import redis
+
+    from venturi_redis._transport.redispy_pools import pool_full
+
+    pool = aioredis.ConnectionPool(port=redis_server.port, max_connections=1)
+    conn = await redispy.pooled_connection(pool)
+    with pytest.raises(RedisConnectionError) as err:
+        await redispy.pooled_connection(pool)
+    assert pool_full(err.value) and pool._in_use_connections == {conn}
+    await pool.release(conn)
+    await pool.disconnect()
+    sync_pool = redis.ConnectionPool(port=redis_server.port, max_connections=1)
+    sconn = redispy.pooled_sync_connection(sync_pool)
+    with pytest.raises(RedisConnectionError) as serr:
+        redispy.pooled_sync_connection(sync_pool)
+    assert pool_full(serr.value) and sync_pool._in_use_connections == {sconn}
+    sync_pool.release(sconn)
+    sync_pool.disconnect()
+
+
+async def test_a_connection_the_server_refused_goes_back_disconnected() -> None:
+    """At ``maxclients``: the refusal's text (``server_full``), the refused connection put back
+    unconnected, and ``_take_connected_first`` finding the pool's idle connected one."""
+    import redis
+
+    from venturi_redis._transport import redispy_pools
+    from venturi_redis._transport.errors import server_full
+    from venturi_redis._transport.fastpack import FastPackConnection
+
+    with RedisServer("--maxclients", "3") as server:
+        # The client's connection class: it names the refusal on redis-py 5 to 7 too (ReadsRefusal).
+        pool = aioredis.ConnectionPool(port=server.port, connection_class=FastPackConnection)
+        first, second = await redispy.pooled_connection(pool), await redispy.pooled_connection(pool)
+        await pool.release(first)
+        hog = redis.Redis(port=server.port)
+        hog.ping()  # the third, and last, client
+        try:
+            # The idle one is taken first (LIFO); then the pool makes a new one, refused.
+            assert await redispy.pooled_connection(pool) is first
+            with pytest.raises(RedisConnectionError) as err:
+                await redispy.pooled_connection(pool)
+            assert server_full(err.value) and redispy_pools._in_use(pool) == 2
+            (refused,) = pool._available_connections
+            assert not refused.is_connected
+            assert not redispy_pools._take_connected_first(pool)  # none idle and connected
+            await pool.release(second)
+            assert redispy_pools._take_connected_first(pool)
+            assert pool._available_connections[-1] is second
+            assert await redispy.pooled_connection(pool) is second
+        finally:
+            hog.close()
+            await pool.disconnect()
+
+
+async def test_the_refusal_at_maxclients_is_read_on_every_release() -> None:
+    """redis-py 8 raises the server's refusal itself; before 8 it fails writing its handshake
+    ("Connection lost") with the refusal unread, which ``ReadsRefusal`` reads (``refusal_unread``)."""
+    import redis
+
+    from venturi_redis._transport.errors import server_full
+    from venturi_redis._transport.fastpack import FastPackConnection, FastPackSSLConnection
+
+    assert issubclass(FastPackConnection, redispy.ReadsRefusal)
+    assert issubclass(FastPackSSLConnection, redispy.ReadsRefusal)
+    with RedisServer("--maxclients", "1") as server:
+        hog = redis.Redis(port=server.port)
+        hog.ping()
+        try:
+            conn = FastPackConnection(port=server.port, socket_timeout=5)
+            with pytest.raises(RedisConnectionError) as err:
+                await conn.connect()  # type: ignore[no-untyped-call]
+            assert server_full(err.value), repr(err.value)
+            assert not server_full(RedisConnectionError("Error while writing to socket: Connection lost"))
+        finally:
+            hog.close()
+
+
+def test_a_sibling_pool_opens_the_same_connections() -> None:
+    from redis.asyncio.connection import ConnectionPool
+
+    from venturi_redis._transport.fastpack import FastPackConnection
+
+    pool = ConnectionPool.from_url(
+        "redis://u:p@127.0.0.1:1/3?client_name=web", connection_class=FastPackConnection
+    )
+    sibling = redispy.sibling_pool(pool, 1)
+    assert type(sibling) is ConnectionPool and sibling.max_connections == 1
+    assert sibling.connection_class is FastPackConnection
+    same = ("host", "port", "db", "username", "password", "client_name", "socket_timeout")
+    assert {k: sibling.connection_kwargs.get(k) for k in same} == {
+        "host": "127.0.0.1", "port": 1, "db": 3, "username": "u", "password": "p", "client_name": "web",
+        "socket_timeout": None,
+    }  # fmt: skip
+
+
 # Attributes and methods of redis-py's (or asyncio's) objects that only the fence may touch.
 _FENCED = {
     "_reader",
@@ -260,6 +357,8 @@ _FENCED = {
     "connection_class",
     "get_protocol",
     "set_protocol",
+    "_available_connections",
+    "_in_use_connections",
 }
 
 
@@ -277,7 +376,7 @@ def _reaches(path: Path) -> list[str]:
 
 def test_only_the_fence_reaches_into_redis_py() -> None:
     root = Path(venturi_redis.__file__).parent
-    fence = root / "_transport" / "redispy.py"
-    assert _reaches(fence)  # the scan sees what it looks for
-    found = [hit for path in sorted(root.rglob("*.py")) if path != fence for hit in _reaches(path)]
+    fence = {root / "_transport" / "redispy.py", root / "_transport" / "redispy_pools.py"}
+    assert all(_reaches(path) for path in fence)  # the scan sees what it looks for
+    found = [hit for path in sorted(root.rglob("*.py")) if path not in fence for hit in _reaches(path)]
     assert found == []

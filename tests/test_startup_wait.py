@@ -153,6 +153,30 @@ async def _ping(port: int) -> bytes:
     return reply
 
 
+async def test_a_shutdown_during_the_wait_ends_run_at_once(
+    late_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGTERM while a worker waits for its Redis: run() returns, having claimed nothing, and the
+    worker can run again later."""
+    caplog.set_level(logging.INFO, logger=LOG)
+    async with vr.Client.from_url(late_server.url) as client:
+        queue = client.queue("startup-stop")
+        worker = make_worker(queue, EchoJob, startup_wait=300)
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                while not wait_lines(caplog, worker.id):
+                    await anyio.sleep(0.05)
+                worker.shutdown()
+        assert [level for level, _ in wait_lines(caplog, worker.id)] == [logging.WARNING]
+        await anyio.to_thread.run_sync(late_server.start)
+        job_id = await queue.enqueue(Echo(text="later"))
+        with anyio.fail_after(30):
+            await worker.run(until_idle=True)
+        info = await queue.get(job_id)
+        assert info is not None and info.state == vr.JobState.COMPLETED
+
+
 async def test_no_wait_raises_at_once(late_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger=LOG)
     async with vr.Client.from_url(late_server.url) as client:

@@ -14,6 +14,8 @@
     ├── OffloadNotFound           no snapshot under an offload key (_producer/results.py)
     ├── JobNotFound               no such job in the queue (``queue.wait``)
     ├── NotDurableError           too few replicas acknowledged in time (_durable.py)
+    ├── MaxClientsError           Redis refused a new connection: it is at its maxclients
+    ├── PoolExhaustedError        no connection of a client's pool came free in time
     ├── CorruptQueueError         a queue-wide key, or one job's own data, is corrupt (nothing moved)
     └── TaskError                 raised by a handler; ``TaskError.permanent`` kills the job
 
@@ -23,6 +25,7 @@ the run's note.
 
 from __future__ import annotations
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 
@@ -81,6 +84,22 @@ class CorruptQueueError(VenturiError, ResponseError):
 
     Also a ``redis.exceptions.ResponseError`` (it is Redis's error reply, coded
     by the script), so code that survives Redis errors survives it too.
+    """
+
+
+class MaxClientsError(VenturiError, RedisConnectionError):
+    """Redis refused a new connection: it already serves its ``maxclients`` clients.
+
+    Also a ``redis.exceptions.ConnectionError`` (what redis-py raises for the
+    same refusal), so code that survives a lost connection survives it too:
+    a worker retries, and goes on once connections come free.
+    """
+
+
+class PoolExhaustedError(VenturiError, RedisConnectionError):
+    """Every connection of a client's pool (its ``max_connections``) stayed in use for the whole wait.
+
+    Also a ``redis.exceptions.ConnectionError``: nothing was sent.
     """
 
 

@@ -74,6 +74,9 @@ class ClientLike(Protocol):
     @property
     def _recorded(self) -> Recorded: ...  # what it recorded in the registry of queues (registry.py)
 
+    @property
+    def _tails(self) -> dict[str, Any]: ...  # each queue's event reader (tail.py), by stream key
+
     def _now_arg(self) -> str: ...
 
 

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from .bulk import BulkFilters
     from .reads import QueueStats
     from .scale import ScaleTotal
+    from .tail import StreamTail
 
 
 class Client:
@@ -140,6 +141,9 @@ class Client:
         QueueKeys.for_queue("probe", namespace)  # validates the namespace now
         # The queues this client recorded in the registry of queues (registry.py).
         self._recorded = Recorded(namespace)
+        # Each queue's one reader of its event stream, for its followers and
+        # waiters (tail.py), by the stream's key; made at the first of them.
+        self._tails: dict[str, StreamTail] = {}
 
     @classmethod
     def from_url(cls, url: str | None = None, **options: Any) -> Client:
@@ -156,9 +160,18 @@ class Client:
         Redis Sentinel: ``redis+sentinel://host:port[,host:port...]/SERVICE[/DB]``
         (or ``rediss+sentinel://``): the service's master, followed across
         failovers; see docs/operations.md.
+
+        ``max_connections=N`` (or ``?max_connections=N`` in the URL, which
+        wins): the most connections the client's pool opens, 20 by default.
+        A call that finds them all in use waits for one (up to 10 s, then
+        ``vr.PoolExhaustedError``); the enqueue lane's connection is one
+        more. docs/deployment.md, "Connections each part holds".
         """
         url = url or default_url()
-        client = cls(connect(url, cluster=options.pop("cluster", False)), url=url, **options)
+        redis = connect(
+            url, cluster=options.pop("cluster", False), max_connections=options.pop("max_connections", None)
+        )
+        client = cls(redis, url=url, **options)
         # The client owns this connection: the enqueue lane may take one of its
         # own (only over a plain pool; see Lane.for_redis).
         client.sender.lane = Lane.for_redis(client.redis)
@@ -208,7 +221,9 @@ class Client:
         return self.sender.now()
 
     async def aclose(self) -> None:
-        """Close the connection pool (and the enqueue lane's connection)."""
+        """Close the connection pool (and the enqueue lane's and the event readers' connections)."""
+        for tail in list(self._tails.values()):
+            await tail.aclose()
         await self.sender.aclose()
         await self.redis.aclose()
 

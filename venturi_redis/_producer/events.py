@@ -11,14 +11,17 @@ An entry tells one job, or every job one script call moved alike
 (``QueueEvent.all_from_stream`` reads both). docs/observability.md is the
 user's manual.
 
-A reader follows it with ``XREAD BLOCK`` from the last id it saw, so a reader
-that reconnects (or a new one given ``since=`` an id it kept) misses nothing
-still in the stream. Each blocking read lasts at most ``_BLOCK_MS``, below
-the client's socket timeout: an idle follower sends one ``XREAD`` per slice.
+Followers and waiters are served by the queue's one reader on their client
+(``tail.py``), which follows the stream with ``XREAD BLOCK`` from the last id
+it saw, so a reader that reconnects (or a new follower given ``since=`` an
+id it kept) misses nothing still in the stream. Each blocking read lasts at
+most ``tail.BLOCK_MS``, below the client's socket timeout: an idle reader
+sends one ``XREAD`` per slice, however many follow or wait.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
@@ -35,17 +38,13 @@ from .._model.limits import MAX_COUNT, whole_count
 from .._model.records import JobInfo
 from .._store.store import EVENTS_DEFAULT, EVENTS_MAXLEN
 from .._transport.errors import TRANSIENT
+from .tail import Waiter, tail_of
 
 if TYPE_CHECKING:
     from .base import QueueLike as Queue
 
-# One blocking read: under the 5 s socket timeout of Client.from_url's default.
-_BLOCK_MS = 4000
-# Entries per read: a follower that fell behind catches up in steps this big.
-_COUNT = 500
 # How finished jobs end; wait() returns on these.
 FINISHED = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED})
-_FINISH_EVENTS = frozenset({b"completed", b"dead", b"cancelled"})
 # When a queue's events are off, wait() reads the job back this often.
 _POLL_OFF = 0.25
 
@@ -94,16 +93,6 @@ async def _last_id(queue: Queue) -> str:
     return _text(newest[0][0]) if newest else "0-0"
 
 
-async def _read(queue: Queue, after: str, block_ms: int) -> list[tuple[Any, dict[Any, Any]]]:
-    reply = await queue.client.redis.xread({queue.keys.events: after}, count=_COUNT, block=block_ms)
-    if not reply:
-        return []
-    # RESP2 gives [[key, entries]]; RESP3 {key: [entries]}.
-    if isinstance(reply, dict):
-        return list(next(iter(reply.values()))[0] if reply else [])
-    return list(reply[0][1])
-
-
 def _resume_point(since: str) -> tuple[str, int]:
     """Where a follower given ``since`` reads from: (a stream id to read after, events to skip).
 
@@ -124,7 +113,12 @@ def _resume_point(since: str) -> tuple[str, int]:
 async def follow(
     queue: Queue, *, since: str = "$", kinds: Collection[str] | None = None
 ) -> AsyncIterator[QueueEvent]:
-    """``Queue.events``: the queue's events after ``since``, as they happen."""
+    """``Queue.events``: the queue's events after ``since``, as they happen.
+
+    Read by the queue's one reader on this client (``tail.py``), shared with
+    every other follower and waiter: a follower holds no connection of its
+    own while it waits.
+    """
     if not isinstance(since, str) or not since:
         raise ConfigurationError(f"since must be '$', '0' or an event id, got {since!r}")
     wanted = None if kinds is None else {str(k) for k in kinds}
@@ -135,35 +129,16 @@ async def follow(
         after = "0-0"
     else:
         after, skip = _resume_point(since)
-    failures = 0
-    while True:
-        try:
-            entries = await _read(queue, after, _BLOCK_MS)
-        except TRANSIENT:
-            # Reconnect and read on from the last id seen: nothing is lost
-            # that the stream still holds.
-            failures += 1
-            await anyio.sleep(min(0.05 * 2**failures, 2.0))
-            continue
-        failures = 0
-        for entry_id, fields in entries:
-            after = _text(entry_id)
-            events = QueueEvent.all_from_stream(after, fields, queue.client.encryption)
-            if skip:
-                events, skip = events[skip:], 0
-            for event in events:
-                if wanted is None or event.kind in wanted:
-                    yield event
-
-
-def _finished(fields: dict[Any, Any], target: bytes) -> bool:
-    """Whether a stream entry says the job ``target`` finished (one job's entry, or many's)."""
-    if fields.get(b"event") not in _FINISH_EVENTS:
-        return False
-    job = fields.get(b"job")
-    if job is not None:
-        return bool(job == target)
-    return target in fields.get(b"jobs", b"").split(b" ")
+    encryption = queue.client.encryption
+    async with contextlib.aclosing(tail_of(queue).follow(after)) as batches:
+        async for batch in batches:
+            for entry_id, fields in batch:
+                events = QueueEvent.all_from_stream(entry_id, fields, encryption)
+                if skip:
+                    events, skip = events[skip:], 0
+                for event in events:
+                    if wanted is None or event.kind in wanted:
+                        yield event
 
 
 async def _nothing(stage: str) -> None:
@@ -179,51 +154,60 @@ async def wait(
     """``Queue.wait``: the job once finished. ``hook`` lets tests inject races.
 
     The order is what makes it race-free, as in ``resolve``: first the
-    stream's position is taken (the "subscription"), then the job is read
-    back (returning when it has finished), then the events after that
-    position are awaited: a finish at any moment is seen by the read or
-    is in the stream after the position. Each quiet slice, and each finish
-    event of the job, reads the job back (the job's hash is the authority;
-    the stream may be off or trimmed past the position).
+    waiter registers with the queue's reader (the "subscription": from then
+    on, every finish event of the job reaches it; ``tail.py``), then the job
+    is read back (returning when it has finished), then the waiter waits.
+    A finish at any moment is seen by the read or reaches the waiter. Each
+    quiet slice of the reader, and each finish event of the job, reads the
+    job back (the job's hash is the authority; the stream may be off or
+    trimmed). Waiters share the reader: a waiting call holds no connection.
     """
     seconds = math.inf if timeout is None else to_ms(timeout, "timeout") / 1000
     deadline = time.monotonic() + seconds
-    on = await events_cap(queue) > 0
-    after = await _last_id(queue)
-    await hook("subscribed")
+    if await events_cap(queue) == 0:
+        await hook("subscribed")
+        return await _read_back_until_finished(queue, job_id, deadline, seconds, None, hook)
+    tail = tail_of(queue)
+    # Where a reader this call starts begins: the newest entry now (one that
+    # is running reads on from where it is).
+    position = tail.position if tail.running else await _last_id(queue)
+    with tail.waiting(job_id, position) as waiter:
+        await hook("subscribed")
+        return await _read_back_until_finished(queue, job_id, deadline, seconds, waiter, hook)
+
+
+async def _read_back_until_finished(
+    queue: Queue,
+    job_id: str,
+    deadline: float,
+    seconds: float,
+    waiter: Waiter | None,
+    hook: Callable[[str], Awaitable[None]],
+) -> JobInfo:
+    """Read the job back until it has finished: after each wake-up of ``waiter``, or every
+    ``_POLL_OFF`` seconds without one (the queue's events off)."""
     failures = 0
-    target = job_id.encode()
     while True:
         try:
             raw = await queue.client.redis.hgetall(queue.keys.job(job_id))
-            info = (
-                JobInfo.from_hash(queue.name, job_id, raw, encryption=queue.client.encryption)
-                if raw
-                else None
-            )
-            if info is None:
-                raise JobNotFound(f"no job {job_id!r} in queue {queue.name!r} (never enqueued, or purged)")
-            if info.state in FINISHED:
-                return info
-            await hook("read")
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(
-                        f"job {job_id} did not finish within {seconds:g} s (it is {info.state})"
-                    )
-                if not on:
-                    await anyio.sleep(min(_POLL_OFF, left))
-                    break
-                entries = await _read(queue, after, max(1, int(min(_BLOCK_MS / 1000, left) * 1000)))
-                if not entries:
-                    break  # a quiet slice: read back
-                after = _text(entries[-1][0])
-                if any(_finished(f, target) for _, f in entries):
-                    break
-            failures = 0
         except TRANSIENT:
             failures += 1
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job_id} did not finish within {seconds:g} s") from None
             await anyio.sleep(min(0.05 * 2**failures, 2.0, max(0.0, deadline - time.monotonic())))
+            continue
+        failures = 0
+        info = JobInfo.from_hash(queue.name, job_id, raw, encryption=queue.client.encryption) if raw else None
+        if info is None:
+            raise JobNotFound(f"no job {job_id!r} in queue {queue.name!r} (never enqueued, or purged)")
+        if info.state in FINISHED:
+            return info
+        await hook("read")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"job {job_id} did not finish within {seconds:g} s (it is {info.state})")
+        if waiter is None:
+            await anyio.sleep(min(_POLL_OFF, left))
+        else:
+            with anyio.move_on_after(left):
+                await waiter.next()

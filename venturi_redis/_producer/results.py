@@ -16,7 +16,8 @@ Result path, step by step:
    (``completed`` with the msgpack result, or ``failed`` with the raw error),
    sets its expiry (the retention) and publishes a redacted wake-up on
    ``venturi:{q}:offload:<token>:done`` (``lua/include/offload.lua``).
-3. ``resolve`` subscribes, waits for the subscription to be confirmed, reads
+3. ``resolve`` subscribes (on a connection of its own, beside the client's
+   pool), waits for the subscription to be confirmed, reads
    the snapshot, and only then waits for the wake-up: a job that settles at any
    moment is seen either by the read or by the subscription.
 4. An operator's retry of a dead offload job (``lua/retry_dead.lua``) writes
@@ -44,7 +45,8 @@ from .._model.codec import type_name, unpack_as
 from .._model.errors import ConfigurationError, PayloadError, VenturiError
 from .._model.sealing import Encryption, missing_key
 from .._store.keys import QueueKeys, validate_name
-from .._transport.errors import TRANSIENT
+from .._transport.errors import TRANSIENT, server_full
+from .._transport.pool import side_redis
 
 if TYPE_CHECKING:
     from .client import Client
@@ -275,8 +277,15 @@ async def _resolve(
     deadline = time.monotonic() + seconds
     failures = 0
     last: OffloadResult[Any] = OffloadResult("pending")
+    own = True
     while True:
-        pubsub = client.redis.pubsub()
+        # The subscription on a connection of its own beside the client's pool
+        # (pool.side_redis), where it can have one: a pooled one would stay
+        # taken while it waits, and resolves as many as the pool's bound, each
+        # waiting for another connection to read its snapshot, would stall.
+        # Once Redis refused it at its maxclients, on the pool's after all.
+        side = side_redis(client.redis) if own else None
+        pubsub = (side if side is not None else client.redis).pubsub()
         try:
             await pubsub.subscribe(channel)
             # Wait for the server's confirmation: only then is the subscription
@@ -314,13 +323,18 @@ async def _resolve(
                     last = _decode(raw, result_type, adapter, redact=False, encryption=client.encryption)
                     if last.status != "pending":
                         return last
-        except TRANSIENT:
+        except TRANSIENT as exc:
             # The subscription may have missed a wake-up while it was down:
             # subscribe again and read back again, as at the start.
+            own = own and not (side is not None and server_full(exc))
             failures += 1
             if time.monotonic() >= deadline:
                 return last
             await anyio.sleep(min(0.05 * 2**failures, 2.0, max(0.0, deadline - time.monotonic())))
         finally:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await pubsub.aclose()
+            with anyio.CancelScope(shield=True):
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                if side is not None:
+                    with contextlib.suppress(Exception):
+                        await side.aclose()

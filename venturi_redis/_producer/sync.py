@@ -141,7 +141,8 @@ def _direct_redis(client: Client) -> redis.Redis | None:
     """A blocking client for the direct single enqueue, where ``client`` has an enqueue lane."""
     if client.sender.lane is None or client.url is None:
         return None
-    return blocking_redis(client.url)
+    # As many connections as the client's own pool may open (its bound, the URL's or the keyword's).
+    return blocking_redis(client.url, client.redis.connection_pool.max_connections)
 
 
 class SyncClient:
@@ -152,7 +153,8 @@ class SyncClient:
             reads ``REDIS_URL`` (then ``redis://127.0.0.1:6379/0``), like
             ``Client.from_url``.
         **options: Passed to ``Client.from_url`` (``namespace``,
-            ``max_payload_bytes``, ``clock``).
+            ``max_payload_bytes``, ``clock``, ``max_connections``: the bound
+            of each of its two pools, the direct enqueues' and the loop's).
 
     Use it as a context manager, or call ``close()`` when done (at process
     exit the daemon thread simply ends).

@@ -34,9 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from .._transport.blocking import run_script
+from .._transport.errors import server_full
 from .._transport.lane import Lane
 from .calls import Call, script_error
 from .scripts import ScriptSet, scripts
@@ -101,6 +103,13 @@ class Sender:
             if mapped is exc:
                 raise
             raise mapped from None
+        except RedisConnectionError as exc:
+            if not server_full(exc):
+                raise
+            # Redis is at its maxclients and refused the lane's connection in
+            # its handshake, before anything was sent: the pool's connections
+            # (which wait for one another there, _transport/pool.py) take it.
+            return await self.call(call)
 
     def call_blocking(self, conn: Any, call: Call) -> Any:
         """Run ``call`` from the caller's thread on ``conn``, a blocking client (``SyncClient``)."""

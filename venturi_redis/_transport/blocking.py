@@ -18,21 +18,30 @@ import hiredis
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
+from .pool import DEFAULT_MAX_CONNECTIONS, BoundedSyncPool
 from .redispy import pooled_sync_connection
 from .scriptref import ScriptArg, ScriptRef
 from .urls import tls_defaults
 
 
-def blocking_redis(url: str) -> redis.Redis:
+def blocking_redis(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> redis.Redis:
     """A blocking client for ``url``, with ``Client.from_url``'s defaults.
 
     5 s socket and connect timeouts and, over TLS, the host name checked
     (``urls.tls_defaults``) unless the URL says otherwise, replies as bytes:
-    the same server, database and credentials as the async client.
+    the same server, database and credentials as the async client. Its pool
+    opens at most ``max_connections`` (one per thread enqueueing at the same
+    moment), and a thread past them waits for one (``pool.BoundedSyncPool``).
     """
-    return redis.Redis.from_url(
-        url, decode_responses=False, socket_timeout=5.0, socket_connect_timeout=5.0, **tls_defaults(url)
+    pool = BoundedSyncPool.from_url(
+        url,
+        decode_responses=False,
+        socket_timeout=5.0,
+        socket_connect_timeout=5.0,
+        max_connections=max_connections,
+        **tls_defaults(url),
     )
+    return redis.Redis.from_pool(pool)
 
 
 def _pack(*command: ScriptArg) -> bytes:

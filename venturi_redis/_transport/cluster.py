@@ -110,8 +110,12 @@ def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
     return single, seeds
 
 
-def cluster_redis(url: str) -> Any:
+def cluster_redis(url: str, max_connections: int | None = None) -> Any:
     """A ``RedisCluster`` (``decode_responses=False``) for a cluster URL.
+
+    ``max_connections``: redis-py's own bound per node (the URL's
+    ``?max_connections=`` wins); a call past it fails with "Too many
+    connections" (docs/deployment.md, "Connections each part holds").
 
     Raises:
         ConfigurationError: A malformed URL, or a redis-py below ``CLUSTER_FLOOR``.
@@ -120,8 +124,10 @@ def cluster_redis(url: str) -> Any:
 
     single, seeds = split_cluster_url(url)
     require_cluster_support()
+    bound = {} if max_connections is None else {"max_connections": max_connections}
     return _cluster_class().from_url(
         single,
+        **bound,
         startup_nodes=[ClusterNode(host, port) for host, port in seeds[1:]],
         decode_responses=False,
         # On MOVED, redis-py's default (5) closes the whole client every 5th

@@ -16,7 +16,7 @@ from redis.asyncio.connection import Connection, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .redispy import stream_writer
+from .redispy import ReadsRefusal, stream_writer
 
 _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -102,11 +102,11 @@ class _FastPack(Connection):
         await super().disconnect(nowait, *args, **kwargs)
 
 
-class FastPackConnection(_FastPack, Connection):
-    """A plain TCP connection whose commands are packed by hiredis."""
+class FastPackConnection(ReadsRefusal, _FastPack, Connection):
+    """A plain TCP connection whose commands are packed by hiredis (and a refusal at maxclients named)."""
 
 
-class FastPackSSLConnection(_FastPack, SSLConnection):
+class FastPackSSLConnection(ReadsRefusal, _FastPack, SSLConnection):
     """A TLS connection whose commands are packed by hiredis (written by redis-py's own path)."""
 
     _direct_write = False

@@ -45,10 +45,11 @@ A call that finds the lane busy (another queue's enqueue in flight) takes the
 pool as before. Only ``Client.from_url`` makes a lane, where the client owns
 its connections and ``Client.aclose`` closes them all; a client built around
 a caller's own ``redis.asyncio.Redis`` has none, since the caller may close
-that pool without the client. And only over a plain ``ConnectionPool``: not
-fakeredis, a cluster client, durable mode (whose every script is followed by
-a WAIT), a single-connection client, or a ``BlockingConnectionPool`` (whose
-connection limit the lane would exceed).
+that pool without the client. And only over a plain ``ConnectionPool`` or the
+client's own bounded one (``pool.py``, whose bound the lane is one connection
+beside): not fakeredis, a cluster client, durable mode (whose every script is
+followed by a WAIT), a single-connection client, or a
+``BlockingConnectionPool`` (whose connection limit the lane would exceed).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import redispy
+from .pool import BoundedPool
 from .scriptref import ScriptArg, ScriptRef
 
 _PING = b"*1\r\n$4\r\nPING\r\n"
@@ -171,7 +173,7 @@ class Lane:
         if type(redis) is not aioredis.Redis or redis.single_connection_client:
             return None
         pool = redis.connection_pool
-        if type(pool) is not ConnectionPool:
+        if type(pool) is not ConnectionPool and type(pool) is not BoundedPool:
             return None
         return cls(redispy.unpooled_connection(pool))
 

@@ -21,6 +21,10 @@ the code does there instead: its fallback, or the feature's gate
 (docs/operations.md, "Supported redis-py", tabulates what works on which
 release).
 
+The bounded pools that wait (``WaitingPool``, for the client's pool) reach
+into redis-py's pools too: they are the fence's second module,
+``redispy_pools.py``, under the same rules.
+
 Everything else the package does with redis-py goes through its public API
 (``execute_command``, pipelines, ``send_packed_command`` / ``read_response``,
 ``pack_command``, ``make_connection``), which these notes do not repeat.
@@ -35,6 +39,8 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from redis.asyncio.connection import ConnectionPool as AsyncConnectionPool
+from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -169,6 +175,90 @@ def unpooled_connection(pool: Any, *, untimed: bool = False) -> Any:
     return conn
 
 
+def refusal_unread(conn: Any) -> bool:
+    """Whether the server's refusal at ``maxclients`` sits unread on ``conn``'s stream.
+
+    Redis answers a connection past ``maxclients`` with ``-ERR max number of
+    clients reached`` and closes it. redis-py before 8 writes its handshake
+    (``CLIENT SETINFO``) before it reads anything, and fails writing it
+    ("Connection lost"), the refusal left unread in the connection's
+    ``StreamReader``: ``AbstractConnection._reader`` and
+    ``asyncio.StreamReader._buffer`` (5.0 to 8.2, CPython 3.11 to 3.13).
+    redis-py 8 reads it and raises ``MaxClientsReachedError`` itself.
+    """
+    buffered = getattr(getattr(conn, "_reader", None), "_buffer", b"")
+    return b"max number of clients reached" in bytes(buffered)
+
+
+def server_said_full(exc: BaseException) -> bool:
+    """Whether redis-py raised the server's refusal at ``maxclients`` itself (8.x: its own class)."""
+    return type(exc).__name__ == "MaxClientsReachedError" or "max number of clients reached" in str(exc)
+
+
+async def refuses_new_clients(host: str, port: int, wait: float = 0.2) -> bool:
+    """Whether the server at ``host:port`` refuses a new connection at its ``maxclients`` now.
+
+    A connection of our own that only listens: Redis sends the refusal
+    unasked and closes, where a server that takes it says nothing until
+    spoken to (so ``wait`` is all a listen costs). Only on the error path
+    of a handshake that failed without saying why (``ReadsRefusal``).
+    """
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), wait)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        said = await asyncio.wait_for(reader.read(64), wait)
+    except (OSError, TimeoutError):
+        said = b""
+    finally:
+        writer.transport.abort()
+    return said.startswith(b"-ERR max number of clients reached")
+
+
+class ReadsRefusal:
+    """Mixed in before a ``redis.asyncio`` connection class: a refusal at ``maxclients`` says so.
+
+    redis-py 8 reads the server's refusal in the handshake and raises it.
+    redis-py before 8 writes its handshake (``CLIENT SETINFO``) before it
+    reads anything, and mostly fails writing it ("Connection lost"): the
+    refusal, sent before the connection closed, is then unread or lost with
+    it. Here ``on_connect`` (5.0 to 8.2) raises a handshake that failed that
+    way with the refusal's own text when it was unread (``refusal_unread``,
+    looked at by ``disconnect`` too, which redis-py runs first and which
+    drops the reader) or, over plain TCP, when a connection that only
+    listens is refused too (``refuses_new_clients``), so that
+    ``errors.server_full`` tells it from a lost server. Nothing runs per
+    command, nor on a handshake that succeeds.
+    """
+
+    _refused = False
+
+    async def on_connect(self) -> None:
+        base: Any = super()
+        self._refused = False
+        try:
+            await base.on_connect()
+        except (RedisConnectionError, OSError) as exc:
+            if isinstance(exc, AuthenticationError) or server_said_full(exc):
+                raise  # said why already
+            if self._refused or refusal_unread(self) or await self._listen_refused():
+                raise RedisConnectionError("max number of clients reached") from exc
+            raise
+
+    async def _listen_refused(self) -> bool:
+        host, port = getattr(self, "host", None), getattr(self, "port", None)
+        if getattr(self, "ssl_context", None) is not None or not isinstance(host, str) or not port:
+            return False  # TLS: a listener would need the handshake; unix sockets are not this class's
+        return await refuses_new_clients(host, int(port))
+
+    async def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        base: Any = super()
+        if refusal_unread(self):
+            self._refused = True
+        await base.disconnect(*args, **kwargs)
+
+
 # -- connection pools --------------------------------------------------------
 
 
@@ -227,6 +317,17 @@ def pooled_sync_connection(pool: Any) -> Any:
     if _wants_command_name(pool.__class__):
         return pool.get_connection("_")
     return pool.get_connection()
+
+
+def sibling_pool(pool: Any, max_connections: int) -> Any:
+    """A new plain ``redis.asyncio`` pool whose connections are ``pool``'s: same class, address, options.
+
+    ``ConnectionPool.connection_class`` and the public ``connection_kwargs``
+    (5.0 to 8.2), as ``make_connection`` reads them.
+    """
+    return AsyncConnectionPool(
+        connection_class=pool.connection_class, max_connections=max_connections, **pool.connection_kwargs
+    )
 
 
 # -- redis.asyncio pipelines (the dedup merge's WATCH) -------------------------
@@ -301,6 +402,7 @@ def is_cut_connection(exc: AttributeError) -> bool:
 
 
 __all__ = [
+    "ReadsRefusal",
     "cluster_uninitialized",
     "derive_connection_class",
     "forget_watch",
@@ -312,7 +414,11 @@ __all__ = [
     "pipeline_reply",
     "pooled_connection",
     "pooled_sync_connection",
+    "refusal_unread",
+    "refuses_new_clients",
+    "server_said_full",
     "release",
+    "sibling_pool",
     "stale_check",
     "stream_writer",
     "swap_protocol",

@@ -62,7 +62,10 @@ from redis.asyncio.sentinel import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._model.errors import ConfigurationError
+from .._model.errors import ConfigurationError, PoolExhaustedError
+from .pool import POOL_WAIT, max_clients_error
+from .redispy import ReadsRefusal
+from .redispy_pools import WaitingPool
 from .urls import redact_url
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
@@ -75,17 +78,33 @@ _SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password")
 MASTER_CHECK_INTERVAL = 1.0
 
 
-class _CheckedPool(SentinelConnectionPool):
+class _CheckedPool(WaitingPool, SentinelConnectionPool):
     """redis-py's ``SentinelConnectionPool`` that notices a switchover (module docstring).
+
+    At its ``max_connections`` a call waits for a connection to come back, as
+    on a single Redis (``pool.py``, ``redispy.WaitingPool``).
 
     Relies on redis-py's ``get_master_address`` (asks the sentinels, records
     ``master_address``, disconnects the idle connections when it changed) and
     on a connection's ``host``/``port`` being the address it connected to.
     """
 
+    wait_seconds = POOL_WAIT
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        super().__init__(*args, **kwargs)
         self.next_check = 0.0
+
+    def exhausted(self) -> Exception:
+        return PoolExhaustedError(
+            f"no connection to the master of {self.service_name!r} came free within "
+            f"{self.wait_seconds:g} s: all {self.max_connections} of this client's pool "
+            "(max_connections) were in use the whole time; raise it with ?max_connections=N in "
+            "the URL or Client.from_url(url, max_connections=N)"
+        )
+
+    def refused(self, exc: BaseException) -> Exception:
+        return max_clients_error(f"the master of {self.service_name!r}", exc)
 
     async def get_master_address(self) -> Any:
         """redis-py's, with the passwords taken out of its ``MasterNotFoundError``.
@@ -128,7 +147,7 @@ class _CheckedPool(SentinelConnectionPool):
 _WRITER_METHODS = frozenset({"write", "writelines", "drain"})
 
 
-class _Checked(SentinelManagedConnection):
+class _Checked(ReadsRefusal, SentinelManagedConnection):
     """A connection that will not send to a master the sentinels replaced (module docstring).
 
     A connection still on the old master when the switch is noticed refuses

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -30,7 +31,7 @@ from .._model.codec import text
 from .._producer.client import Queue
 from .._producer.retention import Retention
 from .._store.store import ClaimReply, Op
-from .._transport.errors import TRANSIENT
+from .._transport.errors import TRANSIENT, server_full
 from .._transport.redispy import unpooled_connection
 from .grouped import GroupedRunner
 from .guarded import observer_raised
@@ -39,7 +40,7 @@ from .inbox import Inbox
 from .interrupt import Interrupt
 from .job import Job, jobs_of
 from .lost_claims import LostClaims
-from .waiting import WaitGroup, can_block
+from .waiting import WaitGroup, can_block, socket_timeout
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -70,15 +71,6 @@ async def _reply(conn: Any) -> Any:
         return await conn.read_response()
     except ResponseError as exc:
         return exc
-
-
-def _socket_timeout(redis: Any) -> float | None:
-    inner = getattr(redis, "venturi_inner", redis)
-    kwargs = getattr(getattr(inner, "connection_pool", None), "connection_kwargs", None)
-    if kwargs is None:
-        kwargs = getattr(inner, "connection_kwargs", None) or {}
-    value = kwargs.get("socket_timeout")
-    return float(value) if value else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +153,8 @@ class _Runner(GroupedRunner):
         # The connection idle claims block on (None until the first one, and
         # after a failure). Not from the pool: it is held for seconds at a time.
         self._conn: Any = None
+        # When the server's refusal of it may be logged again (_note_refused).
+        self._refused_logged = 0.0
         # Forming batches and held jobs, when the worker has a batch handler
         # (batch.py; set by each run()): None costs the dispatch one test.
         self.batching: Batching | None = None
@@ -264,11 +258,19 @@ class _Runner(GroupedRunner):
         try:
             try:
                 if can_block(self.queue.client):
-                    result = await self._armed_claim(want, block)
+                    try:
+                        result = await self._armed_claim(want, block)
+                    except RedisConnectionError as exc:
+                        if not server_full(exc):
+                            raise
+                        # Refused at maxclients, nothing sent: a pooled one this time.
+                        self._note_refused(exc)
+                        result = await self._blpop_then_claim(want, block)
                 else:
                     result = await self._blpop_then_claim(want, block)
-            except TRANSIENT:
-                await self._drop_idle_connections()
+            except TRANSIENT as exc:
+                if not server_full(exc):  # (the pool's are fine; the server may not give them back)
+                    await self._drop_idle_connections()
                 raise
             if result is not None:
                 self._dispatch(result[2], result[0])
@@ -287,6 +289,19 @@ class _Runner(GroupedRunner):
         if result is None or (stopping is not None and not result[2]):
             return None
         return result
+
+    def _note_refused(self, exc: BaseException) -> None:
+        """The idle claims' own connection was refused (maxclients): logged once a minute at most."""
+        now = time.monotonic()
+        if now >= self._refused_logged:
+            self._refused_logged = now + 60.0
+            log.warning(
+                "queue %s: Redis refused this worker's idle-claim connection (%s); its idle waits "
+                "use one of the client's pooled connections until the server takes it "
+                '(docs/deployment.md, "Connections each part holds")',
+                self.queue.name,
+                exc,
+            )
 
     async def _drop_idle_connections(self) -> None:
         # The idle pooled connections likely went the same way as this one (a
@@ -373,9 +388,9 @@ class _Runner(GroupedRunner):
         q = self.queue
         redis = q.client.redis
         # The read must outlast the block under the client's own socket timeout.
-        socket_timeout = _socket_timeout(redis)
-        if socket_timeout:
-            block = max(_MIN_BLOCK, min(block, socket_timeout - _BLOCK_MARGIN))
+        timeout = socket_timeout(redis)
+        if timeout:
+            block = max(_MIN_BLOCK, min(block, timeout - _BLOCK_MARGIN))
         try:
             with anyio.fail_after(block + _BLOCK_MARGIN):
                 popped = await redis.blpop([q.keys.wake, self.stop_key, self.schedules_wake], timeout=block)

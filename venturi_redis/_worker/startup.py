@@ -11,6 +11,13 @@ answers; past the wait, ``run()`` raises the last error (``venturi worker``:
 "cannot reach Redis", exit 1). What waiting cannot mend is raised at once:
 a wrong password, a server certificate that does not verify, a refused
 command, a server too old, an evicting policy.
+
+A server at its ``maxclients`` that refuses the worker's first connection
+(``vr.MaxClientsError``: a rolling deploy starts new pods while the old ones
+still hold theirs) is one more such transient condition, waited for by the
+same loop: a worker that exited would be restarted into the same refusal,
+under the supervisor's or Kubernetes' growing back-off. A ``shutdown()``
+(SIGTERM) while it waits ends ``run()`` at once, having claimed nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from redis.exceptions import AuthenticationError
 from .._model.errors import ConfigurationError
 from .._producer import server as _server
 from .._producer.client import Client
-from .._transport.errors import TRANSIENT
+from .._transport.errors import TRANSIENT, server_full
 from .._transport.urls import redact_url
 from .declared_limits import declare_limits
 from .scheduler import declare
@@ -42,6 +49,7 @@ log = logging.getLogger("venturi_redis.worker")
 
 FIRST_PAUSE = 0.25  # seconds before the second try; doubled each time, up to LONGEST_PAUSE
 LONGEST_PAUSE = 2.0
+_LOOK = 0.05  # while it pauses, how often it looks for a shutdown()
 
 
 def server_of(client: Client) -> str:
@@ -64,9 +72,16 @@ def _may_pass(exc: BaseException) -> bool:
 
 
 async def waiting_for_redis(
-    worker_id: str, where: str, wait: float, step: Callable[[], Awaitable[None]]
-) -> None:
-    """Run ``step`` until it does not fail for want of Redis, for at most ``wait`` seconds."""
+    worker_id: str,
+    where: str,
+    wait: float,
+    step: Callable[[], Awaitable[None]],
+    stopping: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Run ``step`` until it does not fail for want of Redis, for at most ``wait`` seconds.
+
+    Returns False, ``step`` not done, when ``stopping()`` turned true while it waited.
+    """
     deadline = time.monotonic() + wait
     pause, failures, started = FIRST_PAUSE, 0, time.monotonic()
     while True:
@@ -78,15 +93,19 @@ async def waiting_for_redis(
                 raise
             if failures == 0:
                 log.warning(
-                    "worker %s: cannot reach Redis at %s (%s); trying again for up to %g s "
+                    "worker %s: %s (%s); trying again for up to %g s "
                     "(Worker(startup_wait=...), venturi worker --startup-wait)",
                     worker_id,
-                    where,
+                    # The refusal names maxclients and what to do (MaxClientsError's message).
+                    f"Redis at {where} refuses new connections"
+                    if server_full(exc)
+                    else f"cannot reach Redis at {where}",
                     exc,
                     wait,
                 )
             failures += 1
-            await anyio.sleep(min(pause, left))
+            if not await _paused(min(pause, left), stopping):
+                return False
             pause = min(pause * 2, LONGEST_PAUSE)
             continue
         if failures:
@@ -97,36 +116,63 @@ async def waiting_for_redis(
                 time.monotonic() - started,
                 failures + 1,
             )
-        return
+        return True
 
 
-async def start(
-    worker_id: str,
-    queues: Sequence[Queue],
-    *,
-    wait: float,
-    eviction_policy: bool,
-    schedules: Sequence[tuple[Queue, Schedule]],
-    limits: Sequence[Limit],
-) -> None:
-    """Every check and write a worker makes before its first claim, each server waited for."""
+async def _paused(seconds: float, stopping: Callable[[], bool]) -> bool:
+    """Sleep ``seconds``, or less when ``stopping()`` turns true: whether it did not."""
+    until = time.monotonic() + seconds
+    while not stopping():
+        left = until - time.monotonic()
+        if left <= 0:
+            return True
+        await anyio.sleep(min(_LOOK, left))
+    return False
+
+
+class Starting(Protocol):
+    """What ``start`` reads of its worker (the ``Worker`` is one)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def queues(self) -> Sequence[Queue]: ...
+    @property
+    def startup_wait(self) -> float: ...
+    @property
+    def check_eviction_policy(self) -> bool: ...
+    @property
+    def schedules(self) -> Sequence[tuple[Queue, Schedule]]: ...
+    @property
+    def limits(self) -> Sequence[Limit]: ...
+    @property
+    def stopping(self) -> bool: ...
+
+
+async def start(worker: Starting) -> bool:
+    """Every check and write a worker makes before its first claim, each server waited for.
+
+    False when a ``shutdown()`` came while it waited: nothing claimed, nothing to serve.
+    """
+    queues, wait, wid = worker.queues, worker.startup_wait, worker.id
     clients = {id(q.client): q.client for q in queues}.values()
     for client in clients:
 
         async def check(client: Client = client) -> None:
-            await _server.check_server(client, eviction_policy=eviction_policy)
+            await _server.check_server(client, eviction_policy=worker.check_eviction_policy)
             # A queue a worker serves is listed from its start, jobs or not (_producer/registry.py).
             names = (q.name for q in queues if q.client is client)
             await client._recorded.record(client.redis, *names)
 
-        await waiting_for_redis(worker_id, server_of(client), wait, check)
+        if not await waiting_for_redis(wid, server_of(client), wait, check, lambda: worker.stopping):
+            return False
 
     async def declarations() -> None:
-        await declare(schedules)
-        await declare_limits(limits, queues)
+        await declare(worker.schedules)
+        await declare_limits(worker.limits, queues)
 
     where = ", ".join(sorted({server_of(c) for c in clients}))
-    await waiting_for_redis(worker_id, where, wait, declarations)
+    return await waiting_for_redis(wid, where, wait, declarations, lambda: worker.stopping)
 
 
 def started(worker_id: str, queues: Sequence[Queue], kinds: Sequence[str]) -> None:

@@ -48,6 +48,12 @@ What stays as it was:
   every runner of the group is poked, so each claims the ordinary way
   (whatever a token lost with the connection was for is found by those
   claims), then the group blocks again on a fresh connection.
+- **At the server's maxclients.** A group whose own connection the server
+  refuses (``max number of clients reached``: nothing was sent) blocks on one
+  of the client's pooled connections this time, as a runner's idle claim does
+  (runner.py), with one WARNING a minute; the pool's connections are kept
+  (dropped, the server might not give them back), and the next ``BLPOP``
+  asks for a connection of its own again.
 - **Stopping.** A group returns once every runner of it has stopped claiming
   (a shutdown, or an ``until_idle`` run whose queues are drained), cutting its
   ``BLPOP`` short with its stop list as it does to join.
@@ -61,15 +67,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._model.codec import text
 from .._transport.cluster import is_cluster
-from .._transport.errors import TRANSIENT
+from .._transport.errors import TRANSIENT, server_full
 from .._transport.redispy import unpooled_connection
 
 if TYPE_CHECKING:
@@ -85,6 +93,16 @@ GROUP_FROM = 8
 GROUP_SIZE = 32
 _BLOCK_MARGIN = 1.5  # runner.py's: a reply this late past the block means a dead connection
 _STOP_TTL_MS = 60_000  # the stop list outlives a worker killed between the push and the pop
+
+
+def socket_timeout(redis: Any) -> float | None:
+    """The read timeout of ``redis``'s pooled connections (a blocking read on one stays under it)."""
+    inner = getattr(redis, "venturi_inner", redis)
+    kwargs = getattr(getattr(inner, "connection_pool", None), "connection_kwargs", None)
+    if kwargs is None:
+        kwargs = getattr(inner, "connection_kwargs", None) or {}
+    value = kwargs.get("socket_timeout")
+    return float(value) if value else None
 
 
 def can_block(client: Client) -> bool:
@@ -137,6 +155,8 @@ class WaitGroup:
         self._pushing: asyncio.Task[None] | None = None  # the last push of a stop token
         self.arms = 0  # BLPOPs sent (tests read it)
         self._next = 0  # where the next BLPOP starts naming queues (the one after the last woken)
+        self._refused_logged = 0.0  # when a refusal of its connection may be logged again
+        self.pooled = 0  # BLPOPs sent on a pooled connection, its own refused (tests read it)
 
     def _wanted(self, runner: Waiting) -> bool:
         return not self._stopping() and runner.takes_tokens()
@@ -189,8 +209,10 @@ class WaitGroup:
                     popped = await self._blpop(members)
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - logged; the runners claim the ordinary way
-                    if isinstance(exc, TRANSIENT):
-                        await self._drop_idle_pooled()  # they likely went the same way (runner.py)
+                    if isinstance(exc, TRANSIENT) and not server_full(exc):
+                        # They likely went the same way (runner.py); not at maxclients,
+                        # where the server may not give them back.
+                        await self._drop_idle_pooled()
                     failures += 1
                     delay = min(0.05 * 2**failures, 5.0)
                     log.warning(
@@ -213,17 +235,32 @@ class WaitGroup:
         keys: list[str] = []
         for r in members:
             keys += (r.queue.keys.wake, r.schedules_wake)
+        keys.append(self.stop_key)
+        self._armed = set(members)
+        self._in_flight, self._cut = True, False
+        self.arms += 1
+        try:
+            try:
+                return await self._own_blpop(keys)
+            except RedisConnectionError as exc:
+                if not server_full(exc):
+                    raise
+                # Refused at maxclients, nothing sent: a pooled connection this time.
+                self._note_refused(exc)
+                return await self._pooled_blpop(keys)
+        finally:
+            self._in_flight = False
+            self._armed = set()
+
+    async def _own_blpop(self, keys: list[str]) -> Any:
         conn = self._conn
         if conn is None:
             # The deadline below bounds the exchange (runner.py _armed_claim says why).
             conn = self._conn = unpooled_connection(self.client.redis.connection_pool, untimed=True)
-        self._armed = set(members)
-        self._in_flight, self._cut = True, False
-        self.arms += 1
         limit = self.block + _BLOCK_MARGIN
         try:
             with anyio.fail_after(limit):
-                await conn.send_command("BLPOP", *keys, self.stop_key, f"{self.block:.3f}")
+                await conn.send_command("BLPOP", *keys, f"{self.block:.3f}")
                 return await conn.read_response()
         except TimeoutError:
             await self._drop()
@@ -231,9 +268,34 @@ class WaitGroup:
         except BaseException:
             await self._drop()  # a reply may be unread (an error reply too: simpler to start afresh)
             raise
-        finally:
-            self._in_flight = False
-            self._armed = set()
+
+    async def _pooled_blpop(self, keys: list[str]) -> Any:
+        """The BLPOP on one of the client's pooled connections, under its socket timeout."""
+        redis = self.client.redis
+        block = self.block
+        timeout = socket_timeout(redis)
+        if timeout:
+            block = max(0.01, min(block, timeout - _BLOCK_MARGIN))
+        self.pooled += 1
+        try:
+            with anyio.fail_after(block + _BLOCK_MARGIN):
+                return await redis.blpop(keys, timeout=block)
+        except TimeoutError:
+            raise RedisTimeoutError(f"no reply to BLPOP in {block + _BLOCK_MARGIN:.2f}s") from None
+
+    def _note_refused(self, exc: BaseException) -> None:
+        """The group's own connection was refused (maxclients): logged once a minute at most."""
+        now = time.monotonic()
+        if now >= self._refused_logged:
+            self._refused_logged = now + 60.0
+            log.warning(
+                "queue %s: Redis refused the idle-wait connection of %d queue(s) of this worker (%s); "
+                "they wait on one of the client's pooled connections until the server takes it "
+                '(docs/deployment.md, "Connections each part holds")',
+                self.runners[0].queue.name,
+                len(self.runners),
+                exc,
+            )
 
     async def _deliver(self, key: str, members: list[Waiting]) -> None:
         """The token popped from ``key``: to its runner, or back onto its list."""

@@ -474,14 +474,9 @@ class Worker(Serving, Generic[StateT]):
             raise ConfigurationError("no handlers registered: call worker.register(MyTaskHandler) first")
         if self._running:
             raise ConfigurationError("this worker is already running")
-        await startup.start(
-            self.id,
-            self.queues,
-            wait=self.startup_wait,
-            eviction_policy=self.check_eviction_policy,
-            schedules=self.schedules,
-            limits=self.limits,
-        )
+        if not await startup.start(self):  # Redis waited for; False: a shutdown() came meanwhile
+            self._stopping = self._force = False
+            return
         self._running = True
         self._until_idle = until_idle
         # A shutdown() that came before this point is kept, not reset: the
