@@ -195,7 +195,7 @@ def server_said_full(exc: BaseException) -> bool:
     return type(exc).__name__ == "MaxClientsReachedError" or "max number of clients reached" in str(exc)
 
 
-async def refuses_new_clients(host: str, port: int, wait: float = 0.2) -> bool:
+async def refuses_new_clients(host: str, port: int, wait: float = 0.5) -> bool:
     """Whether the server at ``host:port`` refuses a new connection at its ``maxclients`` now.
 
     A connection of our own that only listens: Redis sends the refusal
