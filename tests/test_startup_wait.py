@@ -278,3 +278,35 @@ def test_venturi_worker_started_before_redis(late_server: RedisServer, tmp_path:
     err = "".join(seen) + rest
     assert proc.returncode == 0, err
     assert "cannot reach Redis at redis://127.0.0.1:" in err and "answered after" in err, err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_venturi_worker_waits_for_redis_stops_it_cleanly(
+    late_server: RedisServer, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """A pod stopped before its Redis ever answered: before, the signal's default action killed
+    `venturi worker` mid-wait (exit -15, nothing said); now it stops as a serving worker does."""
+    (tmp_path / "lateapp.py").write_text(APP)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    command = [sys.executable, "-m", "venturi_redis.cli", "worker", "lateapp:make_worker"]
+    proc = subprocess.Popen(
+        [*command, "--redis", late_server.url, "--startup-wait", "300"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        assert proc.stderr is not None
+        while not any("cannot reach Redis at redis://127.0.0.1:" in line for line in seen):
+            line = proc.stderr.readline()
+            assert line, "".join(seen)
+            seen.append(line)
+    finally:
+        proc.send_signal(signum)
+        _, rest = proc.communicate(timeout=30)
+    err = "".join(seen) + rest
+    assert proc.returncode == 0, err
+    assert f"{signum.name} received while waiting for Redis; stopping (nothing claimed)" in err, err
+    assert "Traceback" not in err, err
