@@ -110,7 +110,11 @@ def run_gevent(url: str, name: str, merge_name: str) -> dict[str, Any]:
     except gevent.Timeout:
         timed_out = True
     gevent.sleep(0.1)  # the cancellation reaches the loop thread
-    loop_tasks = sc._ensure()[0].call(lambda: len(asyncio.all_tasks()))  # the portal's and this one
+    # The portal's and this one; a queue's shared event-stream reader ("venturi tail ...",
+    # _producer/tail.py) ends by itself once its read's block ends with no waiter left.
+    loop_tasks = sc._ensure()[0].call(
+        lambda: len([t for t in asyncio.all_tasks() if not t.get_name().startswith("venturi tail ")])
+    )
     merged = mq.get(out[0]["merged"])
     assert merged is not None
     second = vr.SyncClient(url)  # another client in the same process (another Redis, say)
