@@ -202,8 +202,9 @@ class StreamTail:
         try:
             while True:
                 if me.gap_end is not None:
+                    end = me.gap_end
                     try:
-                        found = await self._redis.xrange(self.key, f"({me.after}", me.gap_end, count=COUNT)
+                        found = await self._redis.xrange(self.key, f"({me.after}", end, count=COUNT)
                     except TRANSIENT:
                         failures += 1
                         await anyio.sleep(min(0.05 * 2**failures, 2.0))
@@ -212,8 +213,12 @@ class StreamTail:
                     batch = [(_text(entry_id), fields) for entry_id, fields in found]
                     if batch:
                         me.after = batch[-1][0]
-                    if len(batch) < COUNT or stream_id(me.after) >= stream_id(me.gap_end):
-                        me.gap_end = None  # caught up: the reader's batches from here (no await since)
+                    if len(batch) < COUNT and stream_id(end) > stream_id(me.after):
+                        me.after = end  # a short read: nothing more up to where it asked
+                    # Caught up unless the reader handed out more while the XRANGE ran:
+                    # ``_hand_out`` then moved gap_end past ``end`` (and kept no buffer).
+                    if stream_id(me.after) >= stream_id(me.gap_end):
+                        me.gap_end = None  # the reader's batches from here (no await since)
                     if batch:
                         yield batch
                     continue
