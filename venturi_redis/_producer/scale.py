@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._model.enums import PRIORITIES_HIGH_FIRST
@@ -70,17 +70,7 @@ class ScaleSignal:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the dashboard's ``/api/queues/{queue}/scale``)."""
-        return {
-            "queue": self.queue,
-            "ready": self.ready,
-            "running": self.running,
-            "due_soon": self.due_soon,
-            "limited": self.limited,
-            "workers": self.workers,
-            "lag_seconds": self.lag_seconds,
-            "paused": self.paused,
-            "at_ms": self.at_ms,
-        }
+        return asdict(self)
 
 
 def _scale_commands(pipe: Any, k: QueueKeys, now: int, wall_ms: int) -> None:
@@ -203,18 +193,7 @@ class ScaleTotal:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the dashboard's ``/api/scale``)."""
-        return {
-            "queues": self.queues,
-            "ready": self.ready,
-            "running": self.running,
-            "due_soon": self.due_soon,
-            "limited": self.limited,
-            "workers": self.workers,
-            "lag_seconds": self.lag_seconds,
-            "paused": self.paused,
-            "unreadable": self.unreadable,
-            "at_ms": self.at_ms,
-        }
+        return asdict(self)
 
 
 async def scale_queues(

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import threading
 import time
+from contextlib import AbstractContextManager
 from typing import Any
 
 from redis.asyncio.connection import ConnectionPool as AsyncConnectionPool
@@ -63,6 +64,29 @@ def _in_use(pool: Any) -> int:
 
 # What a failed attempt tells a waiting pool: try again at once (an idle connection is there).
 _AGAIN = RedisConnectionError("again")
+
+
+def _reason(
+    pool: Any, exc: RedisConnectionError, lock: AbstractContextManager[Any] | None = None
+) -> BaseException | None:
+    """Why an attempt of ``pool`` (either waiting pool) failed: ``_AGAIN`` (an idle connected
+    one is next, ``_take_connected_first``, under ``lock`` where threads share the pool), the
+    server's refusal to wait on (others are in use and will come back), None (the pool's own
+    bound: wait), or raised (a refusal with nothing to wait for: ``pool.refused``; any other
+    error as it is)."""
+    if server_full(exc):
+        with lock or contextlib.nullcontext():
+            again = _take_connected_first(pool)
+        if again:
+            return _AGAIN
+        if not _in_use(pool):
+            raise pool.refused(exc) from exc
+        return exc
+    if pool_full(exc):
+        return None
+    raise exc
+
+
 # A waiter looks again this often even without a release: a wake-up lost to a
 # race (a release that began before the first waiter) costs this much, no more.
 _RECHECK = 1.0
@@ -124,15 +148,7 @@ class WaitingPool:
 
     def _reason(self, exc: RedisConnectionError) -> BaseException | None:
         """Why an attempt failed: ``_AGAIN``, the refusal to wait on, None (the bound: wait), or raised."""
-        if server_full(exc):
-            if _take_connected_first(self):
-                return _AGAIN
-            if not _in_use(self):
-                raise self.refused(exc) from exc
-            return exc
-        if pool_full(exc):
-            return None
-        raise exc
+        return _reason(self, exc)
 
     async def _after(self, exc: RedisConnectionError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         reason = self._reason(exc)
@@ -264,17 +280,7 @@ class WaitingSyncPool:
 
     def _reason(self, exc: RedisConnectionError) -> BaseException | None:
         """As ``WaitingPool._reason``; the pool's list sorted under its own lock (threads share it)."""
-        if server_full(exc):
-            with self._lock:  # type: ignore[attr-defined]  # the pool's own (5.0 to 8.2)
-                again = _take_connected_first(self)
-            if again:
-                return _AGAIN
-            if not _in_use(self):
-                raise self.refused(exc) from exc
-            return exc
-        if pool_full(exc):
-            return None
-        raise exc
+        return _reason(self, exc, self._lock)  # type: ignore[attr-defined]  # the pool's own (5.0 to 8.2)
 
     def _release_waking(self, connection: Any) -> None:
         try:
