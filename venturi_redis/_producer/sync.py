@@ -71,7 +71,7 @@ from .names import Kept
 from .reads import QueueStats
 from .scale import ScaleTotal
 
-# Held only while a SyncClient swaps in a lock of a forked child's own (_renew_lock):
+# Held only while a SyncClient swaps in a lock of a forked child's own (_own_lock):
 # never across a wait, so no greenlet can block on it; made anew in every child.
 _RENEWING = threading.Lock()
 
@@ -164,7 +164,7 @@ class SyncClient:
         self._url = url
         self._options = options
         self._lock = threading.Lock()
-        self._lock_pid = os.getpid()  # the process whose lock ``_lock`` is (_renew_lock)
+        self._lock_pid = os.getpid()  # the process whose lock ``_lock`` is (_own_lock)
         self._pid = -1
         self._loop: _LoopThread | None = None
         self._client: Client | None = None
@@ -178,9 +178,7 @@ class SyncClient:
 
     def _ensure(self) -> tuple[_LoopThread, Client]:
         pid = os.getpid()
-        if self._lock_pid != pid:
-            self._renew_lock(pid)
-        with self._lock:
+        with self._own_lock(pid):
             if self._closed:
                 raise ConfigurationError("this SyncClient is closed")
             if self._pid != pid or self._loop is None or self._client is None:
@@ -192,8 +190,8 @@ class SyncClient:
                 self._pid = pid
             return self._loop, self._client
 
-    def _renew_lock(self, pid: int) -> None:
-        """A lock of this process's own, in a forked child, before its first call takes it.
+    def _own_lock(self, pid: int) -> threading.Lock:
+        """``_lock``, made anew first in a forked child (its first call, or ``close``).
 
         The parent's lock may have been held by one of its threads at the
         fork. And ``gunicorn -k gevent --preload`` makes the ``SyncClient`` in
@@ -203,10 +201,12 @@ class SyncClient:
         thread on it, the hub with it, and the child hung. A lock made now is
         gevent's when patched. The swap itself never yields.
         """
-        with _RENEWING:
-            if self._lock_pid != pid:
-                self._lock = threading.Lock()
-                self._lock_pid = pid
+        if self._lock_pid != pid:
+            with _RENEWING:
+                if self._lock_pid != pid:
+                    self._lock = threading.Lock()
+                    self._lock_pid = pid
+        return self._lock
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop, _ = self._ensure()
@@ -239,9 +239,7 @@ class SyncClient:
 
     def close(self) -> None:
         """Close the connection pool and stop the loop thread."""
-        if self._lock_pid != os.getpid():
-            self._renew_lock(os.getpid())
-        with self._lock:
+        with self._own_lock(os.getpid()):
             if self._closed:
                 return
             self._closed = True
