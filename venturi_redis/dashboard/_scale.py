@@ -16,21 +16,18 @@ name, a prefix no queue name can start with, or neither parameter answer
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
 
 from .._model.errors import ConfigurationError
 from .._producer.scale import MAX_SCALE_QUEUES, scale_queues, scale_signal, scale_total
+from .._store.keys import is_queue_name
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
     from .._producer.client import Client, Queue
-
-# What may start a queue name (keys.NAME_RULE): a prefix with anything else matches none.
-_PREFIX_RE = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_.\-]{0,127})?")
 
 
 async def one_queue(queue: Queue) -> Response:
@@ -51,7 +48,8 @@ def asked(request: Request) -> tuple[list[str] | None, str | None]:
                 "reads: split them between several triggers"
             )
     prefix = params.get("prefix")
-    if prefix is not None and not _PREFIX_RE.fullmatch(prefix):
+    # What may start a queue name is a queue name itself (keys.NAME_RULE), or nothing.
+    if prefix and not is_queue_name(prefix):
         raise ConfigurationError(
             f"prefix={prefix[:130]!r} cannot start a queue name (no wildcards: give the names' "
             "literal start, such as prefix=tenant-)"
