@@ -45,6 +45,7 @@ import anyio
 
 from .._transport.errors import TRANSIENT, server_full
 from .._transport.pool import side_redis
+from .._transport.redispy import socket_timeout
 
 # One blocking read: under the 5 s socket timeout of Client.from_url's default
 # (a shorter timeout in the URL shortens it: block_ms).
@@ -85,11 +86,10 @@ def block_ms(redis: Any) -> int:
     A read that outlasted the client's socket timeout (``?socket_timeout=2``
     in the URL) would fail every time, and the reader would never read.
     """
-    kwargs = getattr(getattr(redis, "connection_pool", None), "connection_kwargs", None) or {}
-    timeout = kwargs.get("socket_timeout")
+    timeout = socket_timeout(redis)
     if not timeout:
         return BLOCK_MS
-    return max(10, min(BLOCK_MS, int((float(timeout) - 1.0) * 1000)))
+    return max(10, min(BLOCK_MS, int((timeout - 1.0) * 1000)))
 
 
 def finished_jobs(entries: list[Entry]) -> set[bytes]:

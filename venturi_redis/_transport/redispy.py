@@ -401,6 +401,16 @@ def is_cut_connection(exc: AttributeError) -> bool:
     return "NoneType" in str(exc)
 
 
+def socket_timeout(redis: Any) -> float | None:
+    """The read timeout of ``redis``'s pooled connections (a blocking read on one stays under it)."""
+    inner = getattr(redis, "venturi_inner", redis)
+    kwargs = getattr(getattr(inner, "connection_pool", None), "connection_kwargs", None)
+    if kwargs is None:
+        kwargs = getattr(inner, "connection_kwargs", None) or {}
+    value = kwargs.get("socket_timeout")
+    return float(value) if value else None
+
+
 __all__ = [
     "ReadsRefusal",
     "cluster_uninitialized",
@@ -419,6 +429,7 @@ __all__ = [
     "server_said_full",
     "release",
     "sibling_pool",
+    "socket_timeout",
     "stale_check",
     "stream_writer",
     "swap_protocol",

@@ -32,7 +32,7 @@ from .._producer.client import Queue
 from .._producer.retention import Retention
 from .._store.store import ClaimReply, Op
 from .._transport.errors import TRANSIENT, server_full
-from .._transport.redispy import unpooled_connection
+from .._transport.redispy import socket_timeout, unpooled_connection
 from .grouped import GroupedRunner
 from .guarded import observer_raised
 from .housekeeping import reclaim
@@ -40,7 +40,7 @@ from .inbox import Inbox
 from .interrupt import Interrupt
 from .job import Job, jobs_of
 from .lost_claims import LostClaims
-from .waiting import WaitGroup, can_block, socket_timeout
+from .waiting import WaitGroup, can_block
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup

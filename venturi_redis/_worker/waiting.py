@@ -78,7 +78,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .._model.codec import text
 from .._transport.cluster import is_cluster
 from .._transport.errors import TRANSIENT, server_full
-from .._transport.redispy import unpooled_connection
+from .._transport.redispy import socket_timeout, unpooled_connection
 
 if TYPE_CHECKING:
     from .._producer.client import Client, Queue
@@ -93,16 +93,6 @@ GROUP_FROM = 8
 GROUP_SIZE = 32
 _BLOCK_MARGIN = 1.5  # runner.py's: a reply this late past the block means a dead connection
 _STOP_TTL_MS = 60_000  # the stop list outlives a worker killed between the push and the pop
-
-
-def socket_timeout(redis: Any) -> float | None:
-    """The read timeout of ``redis``'s pooled connections (a blocking read on one stays under it)."""
-    inner = getattr(redis, "venturi_inner", redis)
-    kwargs = getattr(getattr(inner, "connection_pool", None), "connection_kwargs", None)
-    if kwargs is None:
-        kwargs = getattr(inner, "connection_kwargs", None) or {}
-    value = kwargs.get("socket_timeout")
-    return float(value) if value else None
 
 
 def can_block(client: Client) -> bool:
