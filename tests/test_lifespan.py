@@ -9,8 +9,14 @@ and closed after the last job, however the run ends.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -18,6 +24,9 @@ import pytest
 
 import venturi_redis as vr
 from tests.helpers import make_worker
+from tests.servers import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.anyio
 
@@ -150,3 +159,128 @@ async def test_bad_lifespans_are_refused(queue: vr.Queue) -> None:
     worker = make_worker(queue, UseJob, lifespan=not_a_context_manager)
     with anyio.fail_after(30), pytest.raises(vr.ConfigurationError, match="not an async context manager"):
         await worker.run(until_idle=True)
+
+
+# -- SIGTERM and SIGINT while the state opens or closes (`venturi worker`) -------------------
+
+SIGNAL_APP = textwrap.dedent(
+    """
+    import contextlib
+    import os
+    import sys
+    import time
+    from pathlib import Path
+
+    import anyio
+
+    import venturi_redis as vr
+    from tests.tasks import EchoJob
+
+    MARKS = Path(os.environ["MARKS"])
+
+
+    def say(line):
+        print(line, file=sys.stderr, flush=True)
+
+
+    @contextlib.asynccontextmanager
+    async def hanging():  # a database that never answers
+        say("OPENING")
+        try:
+            await anyio.sleep_forever()
+        finally:
+            say("OPEN CANCELLED")
+        yield None
+
+
+    @contextlib.asynccontextmanager
+    async def slow_close():
+        say("OPENED")
+        try:
+            yield None
+        finally:
+            say("CLOSING")
+            while not (MARKS / "go").exists():  # closes once the test says so
+                await anyio.sleep(0.02)
+            say("CLOSED")
+
+
+    def make_worker(lifespan):
+        client = vr.Client.from_url(os.environ["REDIS_URL"])
+        worker = vr.Worker(client.queue(os.environ["QUEUE"]), lifespan=lifespan)
+        worker.register(EchoJob)
+        return worker
+
+
+    def opening():
+        return make_worker(hanging)
+
+
+    def closing():
+        return make_worker(slow_close)
+    """
+)
+
+
+def _signal_worker(tmp_path: Path, url: str, factory: str) -> subprocess.Popen[str]:
+    (tmp_path / "signalapp.py").write_text(SIGNAL_APP)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
+        "MARKS": str(tmp_path),
+        "QUEUE": f"lifespan-signals-{tmp_path.name}",
+    }
+    command = [sys.executable, "-m", "venturi_redis.cli", "worker", f"signalapp:{factory}", "--redis", url]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _read_until(proc: subprocess.Popen[str], seen: list[str], text: str) -> None:
+    assert proc.stderr is not None
+    while not any(text in line for line in seen):
+        line = proc.stderr.readline()
+        assert line, "".join(seen)
+        seen.append(line)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_state_opens_stops_the_worker_cleanly(
+    redis_server: RedisServer, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Before, SIGTERM while a lifespan opened (a slow database) met the signal's default action:
+    exit 143, nothing said, the lifespan's own cleanup never ran; SIGINT raised KeyboardInterrupt
+    out of `venturi worker` (exit 130). Now the opening is cancelled and the worker exits 0."""
+    proc = _signal_worker(tmp_path, redis_server.url, "opening")
+    seen: list[str] = []
+    try:
+        _read_until(proc, seen, "OPENING")
+    finally:
+        proc.send_signal(signum)
+        _, rest = proc.communicate(timeout=30)
+    err = "".join(seen) + rest
+    assert proc.returncode == 0, err
+    assert f"{signum.name} received while opening the handlers' state; stopping (nothing claimed)" in err, err
+    assert "OPEN CANCELLED" in err, err  # the lifespan's own finally ran
+    assert "Traceback" not in err, err
+
+
+def test_a_signal_while_the_state_closes_lets_the_close_finish(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A second SIGTERM (or Ctrl-C pressed twice) while the lifespan closed its pool killed the
+    process mid-close (exit 143). Now the close goes on, said once, and the worker exits 0."""
+    proc = _signal_worker(tmp_path, redis_server.url, "closing")
+    seen: list[str] = []
+    try:
+        _read_until(proc, seen, "OPENED")
+        proc.send_signal(signal.SIGTERM)
+        _read_until(proc, seen, "CLOSING")
+        proc.send_signal(signal.SIGTERM)
+        _read_until(proc, seen, "SIGTERM received while closing; the close goes on")
+        (tmp_path / "go").touch()
+    finally:
+        _, rest = proc.communicate(timeout=30)
+    err = "".join(seen) + rest
+    assert proc.returncode == 0, err
+    assert "SIGTERM received, shutting down" in err, err
+    assert "CLOSED" in err and err.index("CLOSED") < err.index("stopped"), err
+    assert "Traceback" not in err, err

@@ -2,7 +2,7 @@
 
 A mixin of ``Worker`` (worker.py holds its arguments, registration and the
 run/shutdown entry points): the service tasks (lease keeper, health file,
-completer senders, reclaimers, schedulers, the signal watcher), the slot
+completer senders, reclaimers, schedulers), the slot
 tasks and the claim loops in their task groups, the drain within the
 shutdown grace, and the release of jobs claimed but never started.
 """
@@ -11,28 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import threading
+from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
 
 from .._model.endings import Released
+from . import startup
 from .execute import execute
+from .gc_tuning import FrozenStart, young_threshold_raised
 from .handler import BatchHandler
 from .housekeeping import sweep_forever
 from .inbox import Inbox
 from .loopwatch import LoopWatch
+from .recycle import Recycling
 from .registry import keep_touching
+from .signals import SignalWatch
 from .waiting import wait_groups
 
 if TYPE_CHECKING:
+    from .._producer.client import Queue
     from .._producer.retention import Retention
     from .completer import Completer
     from .job import Job
     from .keeper import LeaseKeeper
-    from .recycle import Recycling
     from .runner import _Runner
     from .scheduler import Scheduler
 
@@ -50,7 +53,6 @@ class Serving:
     concurrency: int
     lease_ms: int
     shutdown_grace: float
-    handle_signals: bool
     health_file: Any
     blocked_loop_warning: float | None
     lease: float
@@ -71,6 +73,16 @@ class Serving:
     _stopping: bool
     _stop: Any
     recycling: Recycling | None
+    # What run() reads (_run, below).
+    queues: list[Queue]
+    max_runs: int | None
+    max_memory_mib: int | None
+    freeze_gc: bool
+    gc_threshold: int | None
+    _running: bool
+    _until_idle: bool
+    _fatal: KeyboardInterrupt | SystemExit | None
+    _frozen_start: FrozenStart
 
     if TYPE_CHECKING:  # Worker's methods
 
@@ -81,6 +93,9 @@ class Serving:
         @property
         def max_failures_arg(self) -> str: ...
 
+        @property
+        def kinds(self) -> list[str]: ...
+
     @property
     def completer(self) -> Completer:
         """Writes each run's ending (batch.py's ``BatchHost``)."""
@@ -90,6 +105,50 @@ class Serving:
     def forcing(self) -> bool:
         """Whether the worker stops at once, without the grace (endings go straight to Redis)."""
         return self._force
+
+    async def _run(self, watch: SignalWatch, until_idle: bool) -> None:
+        """``run()`` inside its signal watch: the start, the serving, the close."""
+        started = False
+        with watch.starting("waiting for Redis"):
+            started = await startup.start(self)  # type: ignore[arg-type]  # a Worker; False: a shutdown() came
+        if not started or watch.stopped_starting:
+            self._stopping = self._force = False
+            return
+        self._running = True
+        self._until_idle = until_idle
+        # A shutdown() that came before this point is kept, not reset: the
+        # task running run() may not have started yet when it came (an app's
+        # lifespan does start_soon(worker.run), and a server stopped at once
+        # calls shutdown() right after), and forgetting it would leave run()
+        # waiting for a second one forever. This run then stops as it starts.
+        # The flags are cleared when run() ends, so a stopped worker can run again.
+        self._stop = anyio.Event()
+        if self._stopping:
+            self._stop.set()
+        startup.started(self.id, self.queues, self.kinds)
+        self._fatal = None
+        bounds = self.max_runs, self.max_memory_mib
+        self.recycling = None if bounds == (None, None) else Recycling(*bounds, self._recycle)
+        try:
+            # Worker(lifespan=...): its state made here, closed once the last job ended.
+            async with AsyncExitStack() as held:
+                with watch.starting("opening the handlers' state"):
+                    await held.enter_async_context(startup.state_held(self))  # type: ignore[arg-type]  # a Worker
+                if not watch.stopped_starting:
+                    watch.phase = "serving"
+                    self._frozen_start = FrozenStart(self.freeze_gc)
+                    with self._frozen_start, young_threshold_raised(self.gc_threshold):
+                        await self._serve(until_idle)
+                watch.phase = "closing"
+        finally:
+            watch.phase = "closing"
+            await self._keeper.leave()
+            with anyio.CancelScope(shield=True):
+                for r in self._runners:
+                    await r.close()
+            self._running = False
+            self._stopping = self._force = self._recycling = False
+            log.info("worker %s stopped", self.id)
 
     async def _serve(self, until_idle: bool) -> None:
         """The worker's tasks: services, slot tasks, claim loops; returns once all have stopped."""
@@ -113,8 +172,6 @@ class Serving:
             service_tg.start_soon(sweep_forever, [r.queue for r in self._runners], self)
             for scheduler in self._schedulers:
                 service_tg.start_soon(scheduler.run)
-            if self.handle_signals and threading.current_thread() is threading.main_thread():
-                service_tg.start_soon(self._signal_watcher)
             try:
                 async with anyio.create_task_group() as jobs_tg:
                     self._jobs_tg = jobs_tg
@@ -218,12 +275,3 @@ class Serving:
             # Out of patience: cancel the handlers; each releases its job (with
             # its carry) on the way out, under a shield.
             jobs_tg.cancel_scope.cancel()
-
-    async def _signal_watcher(self) -> None:
-        try:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
-                    log.warning("worker %s: %s received, shutting down", self.id, signal.Signals(signum).name)
-                    self.shutdown()
-        except (NotImplementedError, ValueError, RuntimeError):  # pragma: no cover - platform
-            return

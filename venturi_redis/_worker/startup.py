@@ -18,17 +18,14 @@ still hold theirs) is one more such transient condition, waited for by the
 same loop: a worker that exited would be restarted into the same refusal,
 under the supervisor's or Kubernetes' growing back-off. A ``shutdown()``
 while it waits ends ``run()`` at once, having claimed nothing, and so does
-SIGTERM or SIGINT to a worker that handles signals (``venturi worker``: one
-WARNING, exit 0, as a serving worker stops; before, the signal's default
-action killed the process mid-wait, exit 143, and said nothing).
+SIGTERM or SIGINT to a worker that handles signals (signals.py: ``venturi
+worker`` logs one WARNING and exits 0, as a serving worker stops).
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import ssl
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -152,55 +149,15 @@ class Starting(Protocol):
     def limits(self) -> Sequence[Limit]: ...
     @property
     def stopping(self) -> bool: ...
-    @property
-    def handle_signals(self) -> bool: ...
     def shutdown(self) -> None: ...
 
 
 async def start(worker: Starting) -> bool:
     """Every check and write a worker makes before its first claim, each server waited for.
 
-    False when a ``shutdown()`` came while it waited (or SIGTERM / SIGINT, when
-    the worker handles signals and runs in the main thread, as the serving
-    worker's watcher would take them): nothing claimed, nothing to serve.
+    False when a ``shutdown()`` came while it waited. SIGTERM and SIGINT are
+    the run's signal watch's (signals.py), which cancels this wait.
     """
-    if not worker.handle_signals or threading.current_thread() is not threading.main_thread():
-        return await _checked(worker)
-    done = False
-    failed: Exception | None = None
-
-    async def checks() -> None:
-        nonlocal done, failed
-        try:
-            done = await _checked(worker)
-        except Exception as exc:  # noqa: BLE001 - raised as it is below, not in a group
-            failed = exc
-        tg.cancel_scope.cancel()
-
-    async def signals() -> None:
-        try:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
-                async for signum in received:
-                    log.warning(
-                        "worker %s: %s received while waiting for Redis; stopping (nothing claimed)",
-                        worker.id,
-                        signal.Signals(signum).name,
-                    )
-                    worker.shutdown()
-                    tg.cancel_scope.cancel()
-        except (NotImplementedError, ValueError, RuntimeError):  # pragma: no cover - platform
-            return
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(signals)
-        tg.start_soon(checks)
-    if failed is not None:
-        raise failed
-    return done
-
-
-async def _checked(worker: Starting) -> bool:
-    """``start``'s checks and writes, each server waited for; False when a shutdown() came."""
     queues, wait, wid = worker.queues, worker.startup_wait, worker.id
     clients = {id(q.client): q.client for q in queues}.values()
     for client in clients:

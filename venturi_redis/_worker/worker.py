@@ -61,7 +61,7 @@ from . import startup
 from .completer import Completer
 from .declared_limits import declared_limits
 from .execute import execute
-from .gc_tuning import FrozenStart, young_threshold_raised
+from .gc_tuning import FrozenStart
 from .handler import BatchHandler, Handler, batch_settings, sync_handle
 from .job import Job
 from .keeper import LeaseKeeper
@@ -74,6 +74,7 @@ from .runner import (
 )
 from .scheduler import Scheduler, declared_schedules
 from .serving import Serving
+from .signals import SignalWatch
 from .threads import HandlerThreads
 
 if TYPE_CHECKING:
@@ -474,38 +475,9 @@ class Worker(Serving, Generic[StateT]):
             raise ConfigurationError("no handlers registered: call worker.register(MyTaskHandler) first")
         if self._running:
             raise ConfigurationError("this worker is already running")
-        if not await startup.start(self):  # Redis waited for; False: a shutdown() came meanwhile
-            self._stopping = self._force = False
-            return
-        self._running = True
-        self._until_idle = until_idle
-        # A shutdown() that came before this point is kept, not reset: the
-        # task running run() may not have started yet when it came (an app's
-        # lifespan does start_soon(worker.run), and a server stopped at once
-        # calls shutdown() right after), and forgetting it would leave run()
-        # waiting for a second one forever. This run then stops as it starts.
-        # The flags are cleared when run() ends, so a stopped worker can run again.
-        self._stop = anyio.Event()
-        if self._stopping:
-            self._stop.set()
-        startup.started(self.id, self.queues, self.kinds)
-        self._fatal = None
-        bounds = self.max_runs, self.max_memory_mib
-        self.recycling = None if bounds == (None, None) else Recycling(*bounds, self._recycle)
-        try:
-            # Worker(lifespan=...): its state made here, closed once the last job ended.
-            async with startup.state_held(self):
-                self._frozen_start = FrozenStart(self.freeze_gc)
-                with self._frozen_start, young_threshold_raised(self.gc_threshold):
-                    await self._serve(until_idle)
-        finally:
-            await self._keeper.leave()
-            with anyio.CancelScope(shield=True):
-                for r in self._runners:
-                    await r.close()
-            self._running = False
-            self._stopping = self._force = self._recycling = False
-            log.info("worker %s stopped", self.id)
+        watch = SignalWatch(self.id, self.shutdown)  # signals.py: from here to the end of run()
+        with watch.installed(self.handle_signals):
+            await self._run(watch, until_idle)
         if self._fatal is not None:
             fatal, self._fatal = self._fatal, None
             raise fatal
