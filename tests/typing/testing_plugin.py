@@ -1,6 +1,6 @@
 """A user's tests with the pytest plugin, as docs/testing.md shows them (annotated, as strict wants)."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import ClassVar, assert_type
 
 import venturi_redis as vr
@@ -58,7 +58,16 @@ async def test_state_and_options(venturi_client: vr.Client, venturi_queue: vr.Qu
         await drain(client.queue("q"), ChargeJob)
 
 
-async def refused(venturi_queue: vr.Queue) -> None:
+async def test_the_hourly_digest_fires(venturi_clock: Clock, venturi_queue: vr.Queue) -> None:
+    hourly = vr.Schedule("digest", Charge(order_id=1), every=timedelta(hours=1))
+    await drain(venturi_queue, ChargeJob, schedules=[hourly])
+    venturi_clock.advance(timedelta(hours=1))
+    assert_type(venturi_clock.now, datetime)
+
+
+async def refused(venturi_client: vr.Client, venturi_queue: vr.Queue) -> None:
+    # A client's clock is any callable (or None): the fixture venturi_clock is the typed Clock.
+    venturi_client.clock.advance(60)  # type: ignore[union-attr]  # pyright: ignore[reportOptionalMemberAccess, reportFunctionMemberAccess]
     # The state drain gives the handlers must be the one they take.
     await drain(venturi_queue, AppJob, state=1)  # type: ignore[misc]  # pyright: ignore[reportArgumentType]
     await drain(venturi_queue, ChargeJob, state=App())  # type: ignore[misc]  # pyright: ignore[reportArgumentType]
