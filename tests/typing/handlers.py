@@ -174,3 +174,19 @@ def registering(client: vr.Client) -> None:
     vr.Worker(queue).register(ReportJob)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     vr.Worker(queue, state=App()).register(PingJob)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     vr.Worker(queue).register(Ping)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+
+
+class WrongBatchState(Mail, vr.BatchHandler[App]):
+    @classmethod
+    async def handle_batch(  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+        cls, items: Sequence[vr.BatchItem[Mail]], app: int
+    ) -> Sequence[vr.Outcome | BaseException] | None:
+        return None
+
+
+class WrongBatchReturn(Mail, vr.BatchHandler[App]):
+    @classmethod
+    async def handle_batch(  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+        cls, items: Sequence[vr.BatchItem[Mail]], app: App
+    ) -> list[str]:
+        return []
