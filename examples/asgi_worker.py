@@ -17,7 +17,7 @@ Any ASGI framework with a lifespan works the same way (FastAPI's
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
@@ -45,7 +45,7 @@ class NapJob(Nap, vr.Handler[Any]):
 
 
 @asynccontextmanager
-async def lifespan(app: Starlette) -> AsyncIterator[None]:
+async def lifespan(app: Starlette) -> AsyncGenerator[None]:
     url = os.environ.get("REDIS_URL", "memory://asgi-worker")
     async with vr.Client.from_url(url) as client:
         # handle_signals=False: the signals are uvicorn's, which runs this

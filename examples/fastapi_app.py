@@ -25,7 +25,7 @@ function's signature, never a handler's dependencies.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, ClassVar
 
@@ -84,7 +84,7 @@ def make_worker(client: vr.Client | None = None, *, handle_signals: bool = True)
 
 
 @asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+async def lifespan(app: FastAPI) -> AsyncGenerator[None]:
     url = os.environ.get("REDIS_URL") or "memory://fastapi-app"
     inline = url.startswith("memory://") or os.environ.get("VENTURI_INLINE_WORKER") == "1"
     async with vr.Client.from_url(url) as client:  # closed when the app stops

@@ -210,3 +210,12 @@ async def test_sync_queue_runs_the_operations(sync_client: vr.SyncClient, queue_
         await drain(client.queue(queue_name), DoomedJob)
     assert sq.purge("dead") == 1
     assert sq.get(jid) is None
+
+
+def test_the_client_options_are_client_and_connection_options() -> None:
+    """``vr.ClientOptions`` (``Client.from_url``'s ``**options``) names every option ``Client`` takes
+    (its ``url`` is from_url's own argument) and the connection's two: a new ``Client`` option not
+    declared there fails here, and so would a type checker's reading of users' calls."""
+    client_options = set(inspect.signature(vr.Client).parameters) - {"redis", "url"}
+    assert set(vr.ClientOptions.__optional_keys__) == client_options | {"cluster", "max_connections"}
+    assert not vr.ClientOptions.__required_keys__

@@ -32,6 +32,7 @@ from ._model.records import JobInfo, JournalEntry, WorkerInfo
 from ._model.sealing import Encrypted, Encryption
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.client import Client, Queue
+from ._producer.client_options import ClientOptions
 from ._producer.offload import OffloadFunction, offload
 from ._producer.retention import Retention
 from ._producer.sharded import ShardedQueue
@@ -118,6 +119,7 @@ __all__ = [
     "BulkFilters",
     "BulkProgress",
     "Client",
+    "ClientOptions",
     "ConfigurationError",
     "Context",
     "CorruptQueueError",

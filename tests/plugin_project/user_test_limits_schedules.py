@@ -42,12 +42,12 @@ async def test_each_tenant_syncs_at_most_once_a_minute(venturi_queue):
     assert report.advanced_ms == 2 * 60_000  # acme's second and third sync each waited a minute
 
 
-async def test_the_hourly_digest_fires_when_the_clock_gets_there(venturi_client, venturi_queue):
+async def test_the_hourly_digest_fires_when_the_clock_gets_there(venturi_clock, venturi_queue):
     hourly = vr.Schedule("digest", Digest(), every=timedelta(hours=1))
 
     report = await drain(venturi_queue, DigestJob, schedules=[hourly])
     assert report.runs == 0  # declared; its first fire time is an hour away
 
-    venturi_client.clock.advance(timedelta(hours=1))
+    venturi_clock.advance(timedelta(hours=1))
     report = await drain(venturi_queue, DigestJob, schedules=[hourly])
     assert [job.schedule_id for job in report.completed] == ["digest"]

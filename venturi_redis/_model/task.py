@@ -42,6 +42,11 @@ _NO_CARRY = NoCarry()
 
 CarryT = TypeVar("CarryT", bound=BaseModel, default=NoCarry)
 TaskT = TypeVar("TaskT", bound="Task[Any]", default="Task[Any]")
+# ``Merge.with_``'s own: a class-scoped TypeVar with a default would be solved
+# as that default when the method is called on the bare class (pyright reads
+# ``vr.Merge.with_`` as ``Merge[Task[Any], NoCarry].with_``).
+_WithTaskT = TypeVar("_WithTaskT", bound="Task[Any]")
+_WithCarryT = TypeVar("_WithCarryT", bound=BaseModel)
 
 
 def validate_kind(kind: object, owner: str) -> str:
@@ -389,7 +394,9 @@ class Merge(Generic[TaskT, CarryT]):
         return cls("replace")
 
     @classmethod
-    def with_(cls, task: TaskT, carry: CarryT) -> Merge[TaskT, CarryT]:
+    def with_(
+        cls: type[Merge[Any, Any]], task: _WithTaskT, carry: _WithCarryT
+    ) -> Merge[_WithTaskT, _WithCarryT]:
         """The pending job takes ``task`` and ``carry``, continuing its work."""
         return cls("with", task, carry)
 

@@ -47,6 +47,7 @@ from . import ops as _ops
 from . import update as _update
 from .base import server_now_ms
 from .batch import enqueue_prepared
+from .client_options import ClientOptions
 from .coalesce import Coalescer
 from .dedup import merge_into
 from .names import Kept
@@ -146,7 +147,7 @@ class Client:
         self._tails: dict[str, StreamTail] = {}
 
     @classmethod
-    def from_url(cls, url: str | None = None, **options: Any) -> Client:
+    def from_url(cls, url: str | None = None, **options: Unpack[ClientOptions]) -> Client:
         """Connect to ``redis://``, ``rediss://``, ``unix://`` or ``memory://[name]``.
 
         ``url=None`` reads ``REDIS_URL``, else ``redis://127.0.0.1:6379/0``.
@@ -171,7 +172,7 @@ class Client:
         redis = connect(
             url, cluster=options.pop("cluster", False), max_connections=options.pop("max_connections", None)
         )
-        client = cls(redis, url=url, **options)
+        client = cls(redis, url=url, **cast("dict[str, Any]", options))  # the rest: __init__'s
         # The client owns this connection: the enqueue lane may take one of its
         # own (only over a plain pool; see Lane.for_redis).
         client.sender.lane = Lane.for_redis(client.redis)
@@ -251,7 +252,9 @@ class Queue(QueueFeatures):
         self._coalescer = Coalescer(self)
 
     @classmethod
-    def from_url(cls, url: str | None = None, *, name: str = "default", **options: Any) -> Queue:
+    def from_url(
+        cls, url: str | None = None, *, name: str = "default", **options: Unpack[ClientOptions]
+    ) -> Queue:
         """Shorthand for ``Client.from_url(url, **options).queue(name)``."""
         return Client.from_url(url, **options).queue(name)
 

@@ -66,6 +66,7 @@ from .._store.store import EVENTS_MAXLEN
 from .._transport.blocking import blocking_redis
 from .bulk import BulkFilters
 from .client import Client, Queue
+from .client_options import ClientOptions
 from .green import start_loop_thread
 from .names import Kept
 from .reads import QueueStats
@@ -160,7 +161,7 @@ class SyncClient:
     exit the daemon thread simply ends).
     """
 
-    def __init__(self, url: str | None = None, **options: Any) -> None:
+    def __init__(self, url: str | None = None, **options: Unpack[ClientOptions]) -> None:
         self._url = url
         self._options = options
         self._lock = threading.Lock()

@@ -17,7 +17,9 @@ from .._model.errors import TaskDefinitionError
 from .._model.outcome import Outcome
 from .context import Context
 
-StateT = TypeVar("StateT", default=None)
+# Contravariant: a handler of ``Handler[App]`` runs on a ``Worker[SubApp]``
+# (``Worker.register`` takes ``type[Handler[StateT]]``).
+StateT = TypeVar("StateT", default=None, contravariant=True)
 
 # The registered Handler classes whose ``handle`` is a plain ``def``: their runs
 # go to a worker thread (threads.py). Filled by ``sync_handle`` when a class is

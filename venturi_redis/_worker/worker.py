@@ -40,7 +40,7 @@ import secrets
 import socket
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 import anyio
 import anyio.lowlevel
@@ -200,7 +200,7 @@ class Worker(Serving, Generic[StateT]):
         queues: Queue | ShardedQueue | str | Sequence[Queue | ShardedQueue | str],
         *,
         client: Client | None = None,
-        state: StateT = None,  # type: ignore[assignment]
+        state: StateT | None = None,
         lifespan: Callable[[], AbstractAsyncContextManager[StateT]] | None = None,
         concurrency: int = 16,
         lease: float = 30.0,
@@ -257,7 +257,7 @@ class Worker(Serving, Generic[StateT]):
         self.limits = declared_limits(limits)
         self.queues = qs
         self.lifespan = startup.Lifespan.of(lifespan, state)
-        self.state = state
+        self.state = cast("StateT", state)  # None only while a lifespan has not made it
         self.concurrency = concurrency
         self.lease = lease
         self.lease_ms = to_ms(lease, "lease")
@@ -333,10 +333,10 @@ class Worker(Serving, Generic[StateT]):
 
     # -- registration --------------------------------------------------------------
 
-    def register(self, *handlers: type[Any] | OffloadFunction[Any, Any]) -> Worker[StateT]:
+    def register(self, *handlers: type[Handler[StateT]] | OffloadFunction[Any, Any]) -> Worker[StateT]:
         """Register Task+Handler classes (or ``@vr.offload`` functions) by their KIND."""
         for h in handlers:
-            entry = h
+            entry: type[Any] | OffloadFunction[Any, Any] = h
             if isinstance(h, OffloadFunction):
                 from .offload import offload_handler  # only a worker of @vr.offload functions imports it
 

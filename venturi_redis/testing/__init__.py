@@ -9,8 +9,9 @@ package registers it with pytest):
   (or ``--venturi-redis``).
 
 Fixtures: ``venturi_client`` (a fresh ``memory://`` server per test, or the
-server of ``--venturi-redis-url``; its clock is a ``Clock``) and
-``venturi_queue`` (a queue of it with a name of its own). ``await drain(queue,
+server of ``--venturi-redis-url``; its clock is a ``Clock``), ``venturi_clock``
+(that ``Clock``, typed as one) and ``venturi_queue`` (a queue of it with a
+name of its own). ``await drain(queue,
 *handlers)`` runs every job through the real scripts and codec until the queue
 is idle, moving the clock forward instead of sleeping. docs/testing.md has
 the long form.
@@ -18,6 +19,14 @@ the long form.
 
 from ._clock import Clock
 from ._drain import DrainLimitError, DrainReport, drain
-from ._fixtures import venturi_client, venturi_queue
+from ._fixtures import venturi_client, venturi_clock, venturi_queue
 
-__all__ = ["Clock", "DrainLimitError", "DrainReport", "drain", "venturi_client", "venturi_queue"]
+__all__ = [
+    "Clock",
+    "DrainLimitError",
+    "DrainReport",
+    "drain",
+    "venturi_client",
+    "venturi_clock",
+    "venturi_queue",
+]

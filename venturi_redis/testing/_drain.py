@@ -20,17 +20,17 @@ moves it (``clock.advance``) and drains again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Never, TypeVar, cast
 
 import anyio
 
 from .._model.errors import ConfigurationError, VenturiError
 from .._model.records import JobInfo
-from .._model.task import Task
 from .._producer.base import server_now_ms
 from .._producer.client import Queue
 from .._producer.offload import OffloadFunction
 from .._worker.declared_limits import declare_limits
+from .._worker.handler import Handler
 from .._worker.scheduler import declare
 from .._worker.worker import Worker
 from ._clock import Clock
@@ -43,6 +43,13 @@ _RECHECK = 0.05
 # lua/include/limits.lua's LIMIT_HELD: a limits:ready score from here up is a
 # (kind, key) waiting for a slot to be freed, not for a time.
 LIMIT_HELD = 4503599627370496
+
+
+# The handlers' state: what ``state=`` gives must be what they take (Worker.register).
+StateT = TypeVar("StateT")
+# ``state``'s default: None at run time, typed Never so that the handlers alone
+# decide StateT when no state is given (a None default would widen it).
+_NO_STATE: Never = cast("Never", None)
 
 
 class DrainLimitError(VenturiError):
@@ -98,8 +105,8 @@ class _Runs:
 
 async def drain(
     queue: Queue,
-    *handlers: type[Task[Any]] | OffloadFunction[Any, Any],
-    state: Any = None,
+    *handlers: type[Handler[StateT]] | OffloadFunction[Any, Any],
+    state: StateT = _NO_STATE,
     max_runs: int = 1000,
     concurrency: int = 1,
     **worker_options: Any,
@@ -146,7 +153,7 @@ async def drain(
         "gc_threshold": None,
         **worker_options,
     }
-    worker: Worker[Any] = Worker(queue, state=state, concurrency=concurrency, observer=runs, **options)
+    worker: Worker[StateT] = Worker(queue, state=state, concurrency=concurrency, observer=runs, **options)
     worker.register(*handlers)
     # Declared now (as the worker does when it starts), so a schedule already
     # due is seen as due below, and one declared by this very drain exists

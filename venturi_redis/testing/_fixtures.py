@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from .._model.errors import ConfigurationError
 from .._producer.client import Client, Queue
 from .._transport import memory
 from ._clock import Clock
@@ -39,3 +40,18 @@ async def venturi_client(request: pytest.FixtureRequest) -> AsyncIterator[Client
 def venturi_queue(venturi_client: Client) -> Queue:
     """A queue of ``venturi_client`` with a name of its own (tests on one real server never meet)."""
     return venturi_client.queue(f"test-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def venturi_clock(venturi_client: Client) -> Clock:
+    """``venturi_client``'s clock, typed as the ``Clock`` it is: ``venturi_clock.advance(3600)``.
+
+    ``venturi_client.clock`` is the same object, typed as any client's clock
+    (a callable or None), which a type checker will not let a test advance.
+    """
+    clock = venturi_client.clock
+    if not isinstance(clock, Clock):
+        raise ConfigurationError(
+            f"venturi_client's clock is no longer a venturi_redis.testing.Clock: {clock!r}"
+        )
+    return clock

@@ -21,7 +21,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--venturi-redis",
         action="store_true",
         default=False,
-        help="enable venturi_redis.testing's fixtures (venturi_client, venturi_queue)",
+        help="enable venturi_redis.testing's fixtures (venturi_client, venturi_clock, venturi_queue)",
     )
     group.addoption(
         "--venturi-redis-url",
