@@ -95,11 +95,50 @@ ENQUEUE_OPTIONS: frozenset[str] = EnqueueOptions.__optional_keys__
 ENQUEUE_MANY_OPTIONS: frozenset[str] = EnqueueManyOptions.__optional_keys__
 
 
+# The enqueue options of Celery's ``apply_async``, RQ's ``enqueue``, arq's
+# ``enqueue_job`` and Dramatiq's ``send_with_options`` that a user moving code
+# here writes first, each with what takes its place (docs/migrating.md): the
+# TypeError of an unknown option says it, rather than leave them to search.
+_PEER_OPTIONS = {
+    "countdown": "delay= (seconds)",
+    "eta": "at= (a timezone-aware datetime)",
+    "_defer_by": "delay= (seconds)",
+    "_defer_until": "at= (a timezone-aware datetime)",
+    "queue": "client.queue(name).enqueue(...): a queue is the object you enqueue on",
+    "queue_name": "client.queue(name).enqueue(...): a queue is the object you enqueue on",
+    "_queue_name": "client.queue(name).enqueue(...): a queue is the object you enqueue on",
+    "job_id": "the task's dedup_key() (docs/dedup.md): job ids are minted by enqueue",
+    "_job_id": "the task's dedup_key() (docs/dedup.md): job ids are minted by enqueue",
+    "task_id": "the task's dedup_key() (docs/dedup.md): job ids are minted by enqueue",
+    "job_timeout": "timeout= (seconds)",
+    "time_limit": "timeout= (seconds)",
+    "soft_time_limit": "timeout= (seconds)",
+    "_expires": "expires= (seconds)",
+    "ttl": "expires= (seconds)",
+    "max_retries": "max_failures= (failed runs before the job is dead: max_retries + 1)",
+    "retry": "max_failures= and the task's backoff()",
+    "depends_on": "after= (job ids: docs/workflows.md)",
+    "link": "after= (job ids: docs/workflows.md)",
+    "at_front": "priority=",
+    "args": "the task's fields: enqueue(MyTask(field=value))",
+    "kwargs": "the task's fields: enqueue(MyTask(field=value))",
+}
+
+
 def unknown_option(options: Mapping[str, object], known: frozenset[str], call: str) -> TypeError | None:
-    """A TypeError naming the first option of ``options`` that ``call`` does not take, if any."""
+    """A TypeError naming the first option of ``options`` that ``call`` does not take, if any.
+
+    An option another job queue has says what takes its place here; one that
+    ``enqueue`` takes and ``call`` does not says so.
+    """
     for name in options:
         if name not in known:
-            return TypeError(f"{call}() got an unexpected keyword argument {name!r}")
+            said = f"{call}() got an unexpected keyword argument {name!r}"
+            if name in _PEER_OPTIONS:
+                return TypeError(f"{said}: use {_PEER_OPTIONS[name]}")
+            if name in ENQUEUE_OPTIONS:
+                return TypeError(f"{said}: only enqueue() takes it, one job at a time")
+            return TypeError(said)
     return None
 
 
