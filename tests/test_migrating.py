@@ -3,8 +3,9 @@
 The page's venturi blocks run in tests/test_docs_runnable.py; here, that the
 page is there to be found (linked from the README and the glossary, and
 runnable where it claims to be), and that the first mistakes such a user
-makes (a peer's enqueue option, a handler that returns its value or nothing)
-are met by an error that says what to write instead.
+makes (a peer's enqueue option, a function or a class where a task goes, a
+handler that returns its value or nothing) are met by an error that says
+what to write instead.
 """
 
 from __future__ import annotations
@@ -122,3 +123,52 @@ async def test_a_handler_that_returns_its_value_is_told_how_to_return_it(
     info = await queue.get(job_id)
     assert info is not None and info.state is vr.JobState.DEAD
     assert info.note == f"ReturnsJob.handle() must return a vr.Outcome, {said}"
+
+
+def send_welcome(user_id: int) -> None:  # an RQ or Celery task, as written there
+    del user_id
+
+
+@vr.offload(queue="migrating", kind="migrating.build")
+async def build(n: int) -> int:
+    return n
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (Echo, r"got the class Echo: build one, Echo\(field=\.\.\.\)$"),
+        (send_welcome, r"got the function send_welcome: a job is a vr\.Task subclass .* @vr\.offload"),
+        (build, r"got the @vr\.offload function build: enqueue it with build\.offload\(client, \.\.\.\)$"),
+        ("send_welcome", r"got str$"),
+    ],
+    ids=["class", "function", "offload", "str"],
+)
+@pytest.mark.parametrize("face", ["queue", "many", "sharded", "sync", "schedule"])
+async def test_enqueueing_what_is_no_task_says_what_to_pass(
+    client: vr.Client, url: str, queue_name: str, face: str, value: Any, said: str
+) -> None:
+    call = "schedule()" if face == "schedule" else "enqueue"
+    match = rf"{re.escape(call)} expects a vr\.Task instance, {said}"
+    sc = None
+    try:
+        if face == "sync":
+            sc = vr.SyncClient(url)
+            with pytest.raises(vr.TaskDefinitionError, match=match):
+                sc.queue(queue_name).enqueue(value)
+        elif face == "many":
+            with pytest.raises(vr.TaskDefinitionError, match=match):
+                await client.queue(queue_name).enqueue_many([Echo(text="x"), value])
+        elif face == "sharded":
+            with pytest.raises(vr.TaskDefinitionError, match=match):
+                await vr.ShardedQueue(client, queue_name, partitions=2).enqueue(value)
+        elif face == "schedule":
+            with pytest.raises(vr.TaskDefinitionError, match=match):
+                await client.queue(queue_name).schedule("s", value, every=60)
+        else:
+            with pytest.raises(vr.TaskDefinitionError, match=match):
+                await client.queue(queue_name).enqueue(value)
+        assert not any((await client.queue(queue_name).counts()).values())
+    finally:
+        if sc is not None:
+            sc.close()

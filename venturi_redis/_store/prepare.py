@@ -8,6 +8,7 @@ for a batch with the per-call work done once.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -125,6 +126,25 @@ _PEER_OPTIONS = {
 }
 
 
+def not_a_task(value: object, call: str = "enqueue") -> str:
+    """What ``call`` says of ``value``, which is no ``vr.Task`` instance: what it got, and,
+    for what a user moving from a function-based queue passes (a task class, a function,
+    an ``@vr.offload`` function), what to pass instead (docs/migrating.md)."""
+    said = f"{call} expects a vr.Task instance"
+    if isinstance(value, type) and issubclass(value, Task):
+        return f"{said}, got the class {value.__qualname__}: build one, {value.__qualname__}(field=...)"
+    name = getattr(value, "__qualname__", None) or type(value).__name__
+    if callable(getattr(value, "offload", None)):
+        return f"{said}, got the @vr.offload function {name}: enqueue it with {name}.offload(client, ...)"
+    if inspect.isfunction(value) or inspect.ismethod(value):
+        return (
+            f"{said}, got the function {name}: a job is a vr.Task subclass built with its "
+            "fields (docs/migrating.md); an async def decorated with @vr.offload is enqueued "
+            f"by {name}.offload(client, ...)"
+        )
+    return f"{said}, got {type(value).__name__}"
+
+
 def unknown_option(options: Mapping[str, object], known: frozenset[str], call: str) -> TypeError | None:
     """A TypeError naming the first option of ``options`` that ``call`` does not take, if any.
 
@@ -220,7 +240,7 @@ def prepare(
     expires: float | timedelta | None = None,
 ) -> Prepared:
     if not isinstance(task, Task):
-        raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
+        raise TaskDefinitionError(not_a_task(task))
     kind = task_kind(type(task))
     payload = pack_model(task)
     if len(payload) > cap:
@@ -363,7 +383,7 @@ def prepare_many(
     prio, delay_ms, explicit = first.priority, first.delay_ms, first.explicit_priority
     for job_id, task in zip(new_job_ids(len(tasks) - 1), tasks[1:], strict=True):
         if not isinstance(task, Task):
-            raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
+            raise TaskDefinitionError(not_a_task(task))
         cls = type(task)
         kind = kinds.get(cls)
         if kind is None:
