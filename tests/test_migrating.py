@@ -172,3 +172,67 @@ async def test_enqueueing_what_is_no_task_says_what_to_pass(
     finally:
         if sc is not None:
             sc.close()
+
+
+async def test_registering_the_task_instead_of_its_handler_says_which_class_to_write(queue: vr.Queue) -> None:
+    with pytest.raises(
+        vr.TaskDefinitionError,
+        match=r"got <class '.*Echo'>: register its handler, class EchoJob\(Echo, vr\.Handler\[\.\.\.\]\)",
+    ):
+        vr.Worker(queue).register(Echo)
+
+
+class OldBody(vr.Task):
+    KIND: ClassVar[str] = "migrating.old_body"
+    user_id: int
+
+
+class NoParams(OldBody, vr.Handler[None]):
+    def handle(self) -> vr.Outcome:  # type: ignore[override]
+        return vr.Outcome.completed()
+
+
+class CeleryParams(OldBody, vr.Handler[None]):
+    def handle(self, user_id: int) -> vr.Outcome:  # type: ignore[override]
+        return vr.Outcome.completed()
+
+
+class AsyncNoState(OldBody, vr.Handler[None]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry]) -> vr.Outcome:  # type: ignore[override]
+        return vr.Outcome.completed()
+
+
+class Defaults(OldBody, vr.Handler[None]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: None = None) -> vr.Outcome:
+        return vr.Outcome.completed()
+
+
+class Star(OldBody, vr.Handler[None]):
+    def handle(self, *args: Any) -> vr.Outcome:  # type: ignore[override]
+        return vr.Outcome.completed()
+
+
+@pytest.mark.parametrize(
+    ("handler", "sig"),
+    [
+        (NoParams, "(self)"),
+        (CeleryParams, "(self, user_id)"),
+        (AsyncNoState, "(self, ctx)"),
+    ],
+)
+async def test_a_handle_that_cannot_take_ctx_and_state_is_refused_at_registration(
+    queue: vr.Queue, handler: type[Any], sig: str
+) -> None:
+    with pytest.raises(
+        vr.TaskDefinitionError,
+        match=rf"{handler.__qualname__}\.handle{re.escape(sig)} cannot be called as handle\(ctx, state\)",
+    ):
+        vr.Worker(queue).register(handler)
+
+
+@pytest.mark.parametrize("handler", [Defaults, Star])
+async def test_a_handle_that_can_take_ctx_and_state_runs(queue: vr.Queue, handler: type[Any]) -> None:
+    job_id = await queue.enqueue(OldBody(user_id=1))
+    await drain(queue, handler)
+    info = await queue.get(job_id)
+    assert info is not None and info.state is vr.JobState.COMPLETED
