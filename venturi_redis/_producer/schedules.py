@@ -36,7 +36,7 @@ from .._model.schedule import (
     validate_schedule_id,
 )
 from .._model.task import Task, task_kind
-from .._store.prepare import checked_dedup_field, checked_limit_key, payload_too_large
+from .._store.prepare import checked_dedup_field, checked_limit_key, not_a_task, payload_too_large
 from .._store.store import ScriptArg
 from .base import QueueLike, server_now_ms
 from .firing import schedule_fields as _fields
@@ -79,7 +79,7 @@ async def schedule(
     """Create or replace ``schedule_id`` (``Queue.schedule``); everything is checked before a write."""
     validate_schedule_id(schedule_id)
     if not isinstance(task, Task):
-        raise TaskDefinitionError(f"schedule() expects a vr.Task instance, got {type(task).__name__}")
+        raise TaskDefinitionError(not_a_task(task, "schedule()"))
     kind = task_kind(type(task))
     payload = pack_model(task)
     cap = queue.client.max_payload_bytes

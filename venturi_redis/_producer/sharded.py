@@ -65,6 +65,7 @@ from .._store.prepare import (
     check_batch_count,
     checked_dedup_field,
     checked_order_key,
+    not_a_task,
     prepare_many,
     unknown_option,
 )
@@ -184,7 +185,7 @@ class ShardedQueue:
     def partition_for(self, task: Task[Any]) -> Queue:
         """The partition a task goes to: by dedup key or order key if it has one, else round-robin."""
         if not isinstance(task, Task):
-            raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
+            raise TaskDefinitionError(not_a_task(task))
         key = task.dedup_key()
         if key is not None:
             field = checked_dedup_field(type(task).kind(), key)

@@ -8,6 +8,7 @@ for a batch with the per-call work done once.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -95,11 +96,69 @@ ENQUEUE_OPTIONS: frozenset[str] = EnqueueOptions.__optional_keys__
 ENQUEUE_MANY_OPTIONS: frozenset[str] = EnqueueManyOptions.__optional_keys__
 
 
+# The enqueue options of Celery's ``apply_async``, RQ's ``enqueue``, arq's
+# ``enqueue_job`` and Dramatiq's ``send_with_options`` that a user moving code
+# here writes first, each with what takes its place (docs/migrating.md): the
+# TypeError of an unknown option says it, rather than leave them to search.
+_PEER_OPTIONS = {
+    "countdown": "delay= (seconds)",
+    "eta": "at= (a timezone-aware datetime)",
+    "_defer_by": "delay= (seconds)",
+    "_defer_until": "at= (a timezone-aware datetime)",
+    "queue": "client.queue(name).enqueue(...): a queue is the object you enqueue on",
+    "queue_name": "client.queue(name).enqueue(...): a queue is the object you enqueue on",
+    "_queue_name": "client.queue(name).enqueue(...): a queue is the object you enqueue on",
+    "job_id": "the task's dedup_key() (docs/dedup.md): job ids are minted by enqueue",
+    "_job_id": "the task's dedup_key() (docs/dedup.md): job ids are minted by enqueue",
+    "task_id": "the task's dedup_key() (docs/dedup.md): job ids are minted by enqueue",
+    "job_timeout": "timeout= (seconds)",
+    "time_limit": "timeout= (seconds)",
+    "soft_time_limit": "timeout= (seconds)",
+    "_expires": "expires= (seconds)",
+    "ttl": "expires= (seconds)",
+    "max_retries": "max_failures= (failed runs before the job is dead: max_retries + 1)",
+    "retry": "max_failures= and the task's backoff()",
+    "depends_on": "after= (job ids: docs/workflows.md)",
+    "link": "after= (job ids: docs/workflows.md)",
+    "at_front": "priority=",
+    "args": "the task's fields: enqueue(MyTask(field=value))",
+    "kwargs": "the task's fields: enqueue(MyTask(field=value))",
+}
+
+
+def not_a_task(value: object, call: str = "enqueue") -> str:
+    """What ``call`` says of ``value``, which is no ``vr.Task`` instance: what it got, and,
+    for what a user moving from a function-based queue passes (a task class, a function,
+    an ``@vr.offload`` function), what to pass instead (docs/migrating.md)."""
+    said = f"{call} expects a vr.Task instance"
+    if isinstance(value, type) and issubclass(value, Task):
+        return f"{said}, got the class {value.__qualname__}: build one, {value.__qualname__}(field=...)"
+    name = getattr(value, "__qualname__", None) or type(value).__name__
+    if callable(getattr(value, "offload", None)):
+        return f"{said}, got the @vr.offload function {name}: enqueue it with {name}.offload(client, ...)"
+    if inspect.isfunction(value) or inspect.ismethod(value):
+        return (
+            f"{said}, got the function {name}: a job is a vr.Task subclass built with its "
+            "fields (docs/migrating.md); an async def decorated with @vr.offload is enqueued "
+            f"by {name}.offload(client, ...)"
+        )
+    return f"{said}, got {type(value).__name__}"
+
+
 def unknown_option(options: Mapping[str, object], known: frozenset[str], call: str) -> TypeError | None:
-    """A TypeError naming the first option of ``options`` that ``call`` does not take, if any."""
+    """A TypeError naming the first option of ``options`` that ``call`` does not take, if any.
+
+    An option another job queue has says what takes its place here; one that
+    ``enqueue`` takes and ``call`` does not says so.
+    """
     for name in options:
         if name not in known:
-            return TypeError(f"{call}() got an unexpected keyword argument {name!r}")
+            said = f"{call}() got an unexpected keyword argument {name!r}"
+            if name in _PEER_OPTIONS:
+                return TypeError(f"{said}: use {_PEER_OPTIONS[name]}")
+            if name in ENQUEUE_OPTIONS:
+                return TypeError(f"{said}: only enqueue() takes it, one job at a time")
+            return TypeError(said)
     return None
 
 
@@ -181,7 +240,7 @@ def prepare(
     expires: float | timedelta | None = None,
 ) -> Prepared:
     if not isinstance(task, Task):
-        raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
+        raise TaskDefinitionError(not_a_task(task))
     kind = task_kind(type(task))
     payload = pack_model(task)
     if len(payload) > cap:
@@ -324,7 +383,7 @@ def prepare_many(
     prio, delay_ms, explicit = first.priority, first.delay_ms, first.explicit_priority
     for job_id, task in zip(new_job_ids(len(tasks) - 1), tasks[1:], strict=True):
         if not isinstance(task, Task):
-            raise TaskDefinitionError(f"enqueue expects a vr.Task instance, got {type(task).__name__}")
+            raise TaskDefinitionError(not_a_task(task))
         cls = type(task)
         kind = kinds.get(cls)
         if kind is None:

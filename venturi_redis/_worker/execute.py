@@ -190,8 +190,15 @@ async def execute(host: RunHost, job: Job) -> Ending:
         if outcome is _DONE:
             return COMPLETED  # the usual run: nothing to encode
         if not isinstance(outcome, Outcome):
-            got = type(outcome).__name__
-            raise TypeError(f"{handler_cls.__qualname__}.handle() must return a vr.Outcome, got {got}")
+            # Say what to write: a handler moved from Celery, RQ, arq or Dramatiq
+            # returns its value, or nothing (docs/migrating.md).
+            fix = (
+                "None (it ended without a return): end it with `return vr.Outcome.completed()`"
+                if outcome is None
+                else f"{type(outcome).__name__}: to store it as the job's result, "
+                "`return vr.Outcome.completed(result=value)`"
+            )
+            raise TypeError(f"{handler_cls.__qualname__}.handle() must return a vr.Outcome, got {fix}")
     except anyio.get_cancelled_exc_class():
         if not _cancel_was_asked():
             # The handler's own CancelledError (it awaited a task it cancelled,

@@ -15,6 +15,7 @@ from typing_extensions import TypeVar
 
 from .._model.errors import TaskDefinitionError
 from .._model.outcome import Outcome
+from .._model.task import Task
 from .context import Context
 
 # Contravariant: a handler of ``Handler[App]`` runs on a ``Worker[SubApp]``
@@ -62,7 +63,8 @@ def sync_handle(cls: type[Any]) -> bool:
     """Whether ``cls.handle`` is a plain ``def`` (run in a worker thread); called at registration.
 
     A generator or async generator ``handle`` is refused: the worker could not
-    tell what it returned. A ``def`` that returns an awaitable (an ``async def``
+    tell what it returned; so is one that cannot be called as ``handle(ctx, state)``.
+    A ``def`` that returns an awaitable (an ``async def``
     under a decorator that hides it) still works: the thread's result is awaited
     on the loop.
     """
@@ -72,11 +74,34 @@ def sync_handle(cls: type[Any]) -> bool:
             f"{cls.__qualname__}.handle is a generator: define it with `async def` or `def`, "
             "returning a vr.Outcome"
         )
+    if inspect.isfunction(handle):
+        # Refused here, not by every run's TypeError: a task body moved from
+        # Celery or RQ keeps its old parameters (docs/migrating.md).
+        sig = inspect.signature(handle)
+        try:
+            sig.bind(None, None, None)
+        except TypeError:
+            params = ", ".join(str(p.replace(annotation=p.empty)) for p in sig.parameters.values())
+            raise TaskDefinitionError(
+                f"{cls.__qualname__}.handle({params}) cannot be called as "
+                "handle(ctx, state): define it as `def handle(self, ctx, state)` (or `async def`), "
+                "its arguments being the task's fields (self.field), returning a vr.Outcome"
+            ) from None
     if handle is None or inspect.iscoroutinefunction(handle) or not callable(handle):
         SYNC_HANDLERS.discard(cls)
         return False
     SYNC_HANDLERS.add(cls)
     return True
+
+
+def not_a_handler(value: object) -> str:
+    """What ``Worker.register`` says of ``value``, no Task+Handler class: for a task class
+    (the producer's half, registered for its handler), which class to write."""
+    said = f"register() expects a class deriving from both vr.Task and vr.Handler, got {value!r}"
+    if isinstance(value, type) and issubclass(value, Task):
+        name = value.__qualname__
+        said += f": register its handler, class {name}Job({name}, vr.Handler[...]) with a handle()"
+    return said
 
 
 # BatchHandler's bounds: BATCH_SIZE in 1..MAX_BATCH_SIZE, BATCH_WAIT finite and >= 0.

@@ -62,7 +62,7 @@ from .completer import Completer
 from .declared_limits import declared_limits
 from .execute import execute
 from .gc_tuning import FrozenStart
-from .handler import BatchHandler, Handler, batch_settings, sync_handle
+from .handler import BatchHandler, Handler, batch_settings, not_a_handler, sync_handle
 from .job import Job
 from .keeper import LeaseKeeper
 from .recycle import Recycling
@@ -342,9 +342,7 @@ class Worker(Serving, Generic[StateT]):
 
                 entry = offload_handler(h)
             if not (isinstance(entry, type) and issubclass(entry, Task) and issubclass(entry, Handler)):
-                raise TaskDefinitionError(
-                    f"register() expects a class deriving from both vr.Task and vr.Handler, got {h!r}"
-                )
+                raise TaskDefinitionError(not_a_handler(h))
             kind = entry.kind()
             entry.carry_type()  # fails now, not at the first run, if the carry is wrong
             entry.resume_adapter()  # likewise a RESUME type pydantic cannot validate
