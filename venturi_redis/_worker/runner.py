@@ -39,6 +39,7 @@ from .housekeeping import reclaim
 from .inbox import Inbox
 from .interrupt import Interrupt
 from .job import Job, jobs_of
+from .logcontext import RUNNING
 from .lost_claims import LostClaims
 from .waiting import WaitGroup, can_block
 
@@ -182,12 +183,18 @@ class _Runner(GroupedRunner):
         transition, so a runner has twice ``concurrency`` of these.
         """
         run_job = self.host.run_job
+        running = RUNNING
         while True:
             # A job already waiting is taken without a coroutine; else wait for one.
             job = self.inbox.take()
             if job is None and (job := await self.inbox.get()) is None:
                 return
-            await run_job(self, job)
+            # Which job a record logged meanwhile belongs to (logcontext.py).
+            token = running.set(job)
+            try:
+                await run_job(self, job)
+            finally:
+                running.reset(token)
 
     def wake(self) -> None:
         self.poke.set()
