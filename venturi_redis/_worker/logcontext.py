@@ -150,13 +150,13 @@ def run_ended(job: Job, ending: Ending, detail: str, policy: Backoff, jitter: fl
         how = _noted("completed", ending.note)
     elif isinstance(ending, Failed):
         if detail == "dead":
-            how = f"dead (max_failures): {ending.note}"
+            how = f"dead (max_failures): {_error(ending)}"
         else:
             failures = job.failures + 1
             ms = delay_ms(job.id, failures, policy.base_ms, policy.cap_ms, jitter)
-            how = f"failed, retry in {ms / 1000:g} s (failure {failures}): {ending.note}"
+            how = f"failed, retry in {ms / 1000:g} s (failure {failures}): {_error(ending)}"
     elif isinstance(ending, Dead):
-        how = f"dead ({ending.reason.value}): {ending.note}"
+        how = f"dead ({ending.reason.value}): {_error(ending)}"
     elif isinstance(ending, Paused):
         how = _noted(f"paused for {ending.delay_ms / 1000:g} s", ending.note)
     elif isinstance(ending, Suspended):
@@ -179,3 +179,8 @@ def run_ended(job: Job, ending: Ending, detail: str, policy: Backoff, jitter: fl
 
 def _noted(how: str, note: str) -> str:
     return f"{how}: {note}" if note else how
+
+
+def _error(ending: Failed | Dead) -> str:
+    """A failure's exception type and note, as the failed-run WARNING has them."""
+    return f"{ending.error_type}: {ending.note}" if ending.error_type else ending.note
