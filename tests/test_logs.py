@@ -28,6 +28,7 @@ import venturi_redis as vr
 from tests.helpers import make_worker
 from tests.servers import RedisServer
 from tests.test_cli import start_worker, stop_when
+from tests.test_docs_runnable import BLOCKS, run_block
 
 pytestmark = pytest.mark.anyio
 
@@ -185,6 +186,43 @@ async def test_a_sync_handlers_records_carry_its_job_from_its_thread(queue: vr.Q
     )
 
 
+class Stuck(vr.Task):
+    KIND: ClassVar[str] = "logs-stuck"
+
+
+class StuckJob(Stuck, vr.Handler[Any]):
+    def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        state["go"].wait(20)  # past its run's timeout: its thread is abandoned, and logs later
+        logging.getLogger("app.stuck").info("late %s", ctx.job_id)
+        return vr.Outcome.completed()
+
+
+async def test_an_abandoned_threads_late_records_still_carry_its_own_job(
+    queue: vr.Queue, logs: Collect
+) -> None:
+    stuck = await queue.enqueue(Stuck())
+    state = {"go": threading.Event()}
+    w = make_worker(queue, StuckJob, SayJob, state=state, timeout=0.2, max_failures=1, concurrency=1)
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(w.run)
+                while (await queue.get(stuck)).state != "dead":
+                    await anyio.sleep(0.02)
+                # The slot goes on to another job while the abandoned thread still runs.
+                nxt = await queue.enqueue(Say(text="next"))
+                while (await queue.get(nxt)).state != "completed":
+                    await anyio.sleep(0.02)
+                state["go"].set()
+                while not logs.named("app.stuck"):
+                    await anyio.sleep(0.02)
+                w.shutdown()
+    finally:
+        state["go"].set()
+    (late,) = logs.named("app.stuck")
+    assert fields(late) == (stuck, "logs-stuck", queue.name, 1, None)
+
+
 async def test_a_batch_handlers_records_carry_the_batch(queue: vr.Queue, logs: Collect) -> None:
     ids = await queue.enqueue_many([Mail(to=f"m{i}") for i in range(3)])
     sync_ids = await queue.enqueue_many([MailSync(to=f"s{i}") for i in range(2)])
@@ -211,9 +249,12 @@ def test_the_filter_outside_a_run_sets_every_field_to_none() -> None:
     log.propagate = False
     log.warning("no job here")
     assert out.getvalue() == "no job here [None None None]\n"
+    handler.setFormatter(logging.Formatter("%(message)s%(venturi_job)s"))
+    log.warning("still none")
+    assert out.getvalue().splitlines()[-1] == "still none"
     # A record already about one job (the worker's own lines, extra=) keeps its fields.
     log.warning("about one", extra={"venturi_job_id": "J1", "venturi_kind": "k", "venturi_run": 3})
-    assert out.getvalue().splitlines()[-1] == "about one [k J1 3]"
+    assert out.getvalue().splitlines()[-1] == "about one [k J1 run 3]"
 
 
 def test_importing_the_package_changes_no_logging() -> None:
@@ -282,6 +323,21 @@ async def test_the_django_logging_dict_names_the_filter_by_its_dotted_path(queue
         for handler in list(djapp.handlers):
             djapp.removeHandler(handler)
         djapp.propagate = True
+
+
+def test_the_documented_django_example_logs_its_job(tmp_path: Path, redis_server: RedisServer) -> None:
+    """docs/observability.md's LOGGING example (also run by test_docs_runnable): its lines name the job."""
+    (body,) = [body for name, body in BLOCKS if "venturi_redis.JobLogFilter" in body]
+    res = run_block(tmp_path, body, redis_server.url)
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    lines = res.stderr.splitlines()
+    assert f"INFO reports: building 2026-11 [report {job_id} run 1]" in lines
+    ran = f"INFO venturi_redis.worker: job {job_id} (report) on queue reports run 1: completed in "
+    assert [line for line in lines if line.startswith(ran) and line.endswith(f" ms [report {job_id} run 1]")]
+    assert any(
+        line.startswith("INFO venturi_redis.worker: worker ") and line.endswith("stopped") for line in lines
+    )
 
 
 # -- log_runs: one line per finished run ---------------------------------------------------------

@@ -1,28 +1,32 @@
 """Which job a log record belongs to: the run's context, and ``vr.JobLogFilter`` that copies it.
 
-While a run executes, a contextvar holds its job: the slot task sets it
-around each run (runner.py), a batch's task around its handler call
-(batch.py), and a sync handler's thread runs in a copy of the context it
-was called from (threads.py), as does every task the handler starts. Any
+While a run executes, a contextvar says which job: a slot task's holds the
+slot's ``Slot``, whose ``job`` is set around each run (runner.py); a batch's
+task holds its ``BatchRun`` (batch.py); a sync handler's thread runs in a
+copy of the context it was called from with the job itself (threads.py);
+every task the handler starts copies the context it was started in. Any
 record logged there, by the handler's own logger or a library's (httpx,
 botocore), can then say which job it belongs to; nothing is done to a
 record until a handler or logger the application configured runs
 ``JobLogFilter`` (importing the package changes no logging set-up:
 no record factory is installed).
 
-``JobLogFilter`` sets five attributes on every record it sees (all None
-outside a run, so a format string naming them never fails):
+``JobLogFilter`` sets six attributes on every record it sees (None outside
+a run, or '' for ``venturi_job``, so a format string naming them never fails):
 
 - ``venturi_job_id``, ``venturi_kind``, ``venturi_queue``, ``venturi_run``
   (the run number: 1 for a job's first run);
 - ``venturi_batch``: for a batch handler's call, ``"LEAD of N"`` (LEAD its
   first job, as the jobs' notes mark it: ``[batch LEAD of N]``), with
   ``venturi_job_id`` and ``venturi_run`` None, since the call runs N jobs;
-  None for any other record.
+  None for any other record;
+- ``venturi_job``: all of it as one piece of text for a format string to
+  end with, `` [KIND JOB_ID run N]`` (a batch's call: `` [KIND batch LEAD
+  of N]``), '' outside a run: what ``venturi worker``'s text lines end with.
 
 A record that already carries ``venturi_job_id`` (the worker's own lines
 about one job, logged with ``extra=job_fields(job)`` from a task that runs no
-job: the completer's) is left as it is.
+job: the completer's) keeps them (``venturi_job`` is added).
 
 The lines ``Worker(log_runs=True)`` logs, one per finished run, are
 ``run_ended``'s.
@@ -31,7 +35,7 @@ The lines ``Worker(log_runs=True)`` logs, one per finished run, are
 from __future__ import annotations
 
 import logging
-from contextvars import ContextVar
+from contextvars import Context, ContextVar
 from typing import TYPE_CHECKING, Any
 
 from .._model.backoff import delay_ms
@@ -57,8 +61,36 @@ class BatchRun:
         self.batch = f"{jobs[0].id} of {len(jobs)}"
 
 
-# The job whose run is executing here (a Job), a batch's call (a BatchRun), or None.
+class Slot:
+    """A slot task's holder of the job it runs (``job``; None between runs).
+
+    Set in the slot task's context once, when the task starts (runner.py);
+    each run then costs two attribute stores, not a ``ContextVar.set`` and
+    ``reset`` (~2,000 instructions more per no-op job, 2-4% of the worker's
+    cost: docs/observability.md, "Logs"). A task the handler starts shares
+    the holder: while the run lasts it says the run's job; left running
+    after the run returned, it says whatever its slot runs then. A sync
+    handler's thread gets the job itself (``pinned``): an abandoned thread
+    (its run timed out) still says its own.
+    """
+
+    __slots__ = ("job",)
+
+    def __init__(self) -> None:
+        self.job: Job | None = None
+
+
+# What is executing here: a slot task's Slot, a batch's call (a BatchRun), a
+# sync handler's job (a Job, pinned in its thread's context), or None.
 RUNNING: ContextVar[Any] = ContextVar("venturi_redis_running", default=None)
+
+
+def pinned(context: Context) -> Context:
+    """``context`` (a copy of the caller's, for a thread) with a slot's job in place of the slot."""
+    running = context.get(RUNNING)
+    if running.__class__ is Slot:
+        context.run(RUNNING.set, running.job)
+    return context
 
 
 def job_fields(job: Job) -> dict[str, Any]:
@@ -85,9 +117,13 @@ class JobLogFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         d = record.__dict__
-        if "venturi_job_id" in d:
-            return True  # about one job already (extra=), or filtered by another handler
+        if "venturi_job_id" in d:  # about one job already (extra=), or filtered by another handler
+            if "venturi_job" not in d:
+                d["venturi_job"] = text_suffix(record)
+            return True
         running = RUNNING.get()
+        if running.__class__ is Slot:
+            running = running.job
         if running is None:
             d["venturi_job_id"] = d["venturi_kind"] = d["venturi_queue"] = None
             d["venturi_run"] = d["venturi_batch"] = None
@@ -102,6 +138,7 @@ class JobLogFilter(logging.Filter):
             d["venturi_queue"] = running.queue.name
             d["venturi_run"] = running.run_count
             d["venturi_batch"] = None
+        d["venturi_job"] = text_suffix(record)
         return True
 
 
