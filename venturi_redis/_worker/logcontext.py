@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("venturi_redis.worker")
 
-FIELDS = ("venturi_job_id", "venturi_kind", "venturi_queue", "venturi_run", "venturi_batch")
-
 
 class BatchRun:
     """What a batch handler's call holds in ``RUNNING``: its KIND, queue, and first job and size."""
