@@ -406,6 +406,11 @@ async def test_log_runs_logs_one_line_per_finished_run_with_its_ending(
     assert lines[ids["pause"], 2] == "completed"
     assert lines[ids["suspend"], 1] == "suspended: waiting for a person"
     assert len(lines) == 9
+    # The death WARNINGs the worker logs anyway carry their job too.
+    dead = [r for r in logs.named("venturi_redis.worker") if " is dead (" in r.getMessage()]
+    assert sorted(fields(r) for r in dead) == sorted(
+        (ids[how], "logs-end", queue.name, run, None) for how, run in (("fail", 4), ("permanent", 1))
+    )
 
 
 async def test_log_runs_logs_cancelled_and_released_runs(queue: vr.Queue, logs: Collect) -> None:
