@@ -64,8 +64,8 @@ class Slot:
 
     Set in the slot task's context once, when the task starts (runner.py);
     each run then costs two attribute stores, not a ``ContextVar.set`` and
-    ``reset`` (~2,000 instructions more per no-op job, 2-4% of the worker's
-    cost: docs/observability.md, "Logs"). A task the handler starts shares
+    ``reset`` (~14 times as long; 2-4% of a no-op job's worker instructions:
+    docs/observability.md, "Logs"). A task the handler starts shares
     the holder: while the run lasts it says the run's job; left running
     after the run returned, it says whatever its slot runs then. A sync
     handler's thread gets the job itself (``pinned``): an abandoned thread
