@@ -64,7 +64,7 @@ class Slot:
 
     Set in the slot task's context once, when the task starts (runner.py);
     each run then costs two attribute stores, not a ``ContextVar.set`` and
-    ``reset`` (~14 times as long; 2-4% of a no-op job's worker instructions:
+    ``reset`` (~2,600 instructions, 3% of a no-op job's worker cost:
     docs/observability.md, "Logs"). A task the handler starts shares
     the holder: while the run lasts it says the run's job; left running
     after the run returned, it says whatever its slot runs then. A sync
