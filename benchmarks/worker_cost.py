@@ -13,7 +13,10 @@ start-up and the imports cancel out, what is left is the worker's cost per
 job (claim parsing, the handler call, the completion, asyncio, redis-py).
 ``--incr``: the handler sends one redis-py ``INCR``, as W2's does (the
 worker's ``_cg_worker.py`` runs from this checkout, so a ROOT older than
-this option gets it too).
+this option gets it too). ``--logging``: the worker's logging set up as
+``venturi worker`` sets it up (INFO, its text lines, ``vr.JobLogFilter``; to
+/dev/null); ``--log-runs``: that and ``Worker(log_runs=True)``, one line per
+run (docs/observability.md, "Logs": what the line costs is the difference).
 
 Wall-clock CPU per job on this shared 2-core machine swings by 20-30 % between
 two runs of the same code minutes apart (``benchmarks/w2_ab.py`` shows it);
@@ -53,7 +56,7 @@ asyncio.run(main())
 """
 
 
-def instructions(root: str, url: str, n: int, concurrency: int, incr: bool = False) -> int:
+def instructions(root: str, url: str, n: int, concurrency: int, incr: bool = False, logs: str = "") -> int:
     redis.Redis.from_url(url).flushall()
     subprocess.run(
         [sys.executable, "-c", ENQUEUE.format(root=root, here=str(HERE), url=url, n=n)], check=True
@@ -71,6 +74,7 @@ def instructions(root: str, url: str, n: int, concurrency: int, incr: bool = Fal
                 url,
                 str(concurrency),
                 *(["incr"] if incr else []),
+                *([logs] if logs else []),
             ],
             check=True,
             stdout=subprocess.DEVNULL,
@@ -88,13 +92,17 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=1000)
     ap.add_argument("--large", type=int, default=4000)
     ap.add_argument("--incr", action="store_true", help="the handler sends one INCR (W2's), not nothing")
+    ap.add_argument("--logging", action="store_true", help="logging set up as venturi worker does")
+    ap.add_argument("--log-runs", action="store_true", help="that and Worker(log_runs=True)")
     a = ap.parse_args()
+    logs = "logruns" if a.log_runs else "logging" if a.logging else ""
     with RedisServer() as server:
         for root in a.roots:
-            lo = instructions(root, server.url, a.small, a.concurrency, a.incr)
-            hi = instructions(root, server.url, a.large, a.concurrency, a.incr)
+            lo = instructions(root, server.url, a.small, a.concurrency, a.incr, logs)
+            hi = instructions(root, server.url, a.large, a.concurrency, a.incr, logs)
             per_job = (hi - lo) / (a.large - a.small)
             label = f"worker process, c={a.concurrency}" + (", INCR handler" if a.incr else "")
+            label += {"logruns": ", --log-runs", "logging": ", logging"}.get(logs, "")
             print(f"{root}: {per_job:,.0f} instructions per job ({label})", flush=True)
 
 

@@ -60,6 +60,19 @@ def test_worker_side_names_load_on_first_use() -> None:
     assert out.stdout.split() == ["False", "True"]
 
 
+def test_the_log_filter_loads_without_the_worker() -> None:
+    """A web process's LOGGING names ``venturi_redis.JobLogFilter``: that loads its module, not the worker."""
+    code = (
+        "import logging.config, sys; "
+        "logging.config.dictConfig({'version': 1, "
+        "'filters': {'job': {'()': 'venturi_redis.JobLogFilter'}}}); "
+        "print(sorted(m for m in sys.modules if m.startswith('venturi_redis._worker.') "
+        "and m.rsplit('.', 1)[1] in ('logcontext', 'worker', 'runner', 'execute', 'completer')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['venturi_redis._worker.logcontext']"
+
+
 # Public names whose modules a worker does not use: `import venturi_redis`
 # leaves them unimported (issue 42), and naming one loads it.
 LOADED_WHEN_NAMED = {

@@ -58,6 +58,7 @@ if _TYPE_CHECKING:
     )
     from ._producer.scale import ScaleTotal
     from ._producer.sync import SyncClient, SyncQueue
+    from ._worker.logcontext import JobLogFilter
     from ._worker.metrics import PrometheusMetrics, WorkerObserver
     from ._worker.worker import Worker
 
@@ -74,6 +75,7 @@ _LAZY = {
     "BulkFilters": "._producer.bulk",
     "BulkProgress": "._producer.bulk",
     "HistoryPoint": "._model.history",
+    "JobLogFilter": "._worker.logcontext",
     "Limit": "._model.limits",
     "LimitInfo": "._model.limits",
     "LimitKeyLoad": "._model.limits",
@@ -134,6 +136,7 @@ __all__ = [
     "Handler",
     "HistoryPoint",
     "JobInfo",
+    "JobLogFilter",
     "JobNotFound",
     "JobState",
     "JournalEntry",

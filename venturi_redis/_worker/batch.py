@@ -73,6 +73,7 @@ from .execute import (
 from .failure_log import failed_run
 from .guarded import task_backoff, task_timeout
 from .handler import BatchHandler, BatchItem, batch_settings, sync_batch
+from .logcontext import RUNNING, BatchRun
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -317,7 +318,8 @@ class _Batcher:
         return jobs
 
     async def run(self, jobs: list[Job]) -> None:
-        """Run one batch, from its handler call to every job's written ending."""
+        """Run one batch, from its handler call to every job's written ending (in a task of its own)."""
+        RUNNING.set(BatchRun(jobs))  # what a record logged in this task belongs to (logcontext.py)
         b = self.batching
         host = b.host
         completer = host.completer

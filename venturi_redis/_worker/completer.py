@@ -67,6 +67,7 @@ from .context import Context
 from .execute import failure_of
 from .failure_log import failed_run
 from .guarded import observer_raised
+from .logcontext import job_fields, run_ended
 
 if TYPE_CHECKING:
     from .._producer.client import Client, Queue
@@ -124,6 +125,7 @@ class CompleterHost(Protocol):
     backoff: Backoff
     jitter: float
     observer: WorkerObserver | None
+    log_runs: bool  # Worker(log_runs=True): one INFO line per finished run (logcontext.run_ended)
     # The worker's retention, as the finishing scripts take it (they trim as they finish).
     retained: Retained
 
@@ -207,7 +209,13 @@ class Completer:
         failure, with nothing said). Not when its ending was already on its way
         or its lease is lost: that ending, or the reclaim, stands.
         """
-        log.error("queue %s: internal error running job %s", job.queue.name, job.id, exc_info=exc)
+        log.error(
+            "queue %s: internal error running job %s",
+            job.queue.name,
+            job.id,
+            exc_info=exc,
+            extra=job_fields(job),
+        )
         if job.committing or job.lost:
             return
         note = f"internal error in the worker: {type(exc).__name__}: {said(exc)}"[:1000]
@@ -292,7 +300,7 @@ class Completer:
     def _completed(self, job: Job, reply: Any) -> None:
         """A deferred completion's reply (or error), from its batch; the job is then off the books."""
         host = self._host
-        if reply is APPLIED and host.observer is None:
+        if reply is APPLIED and host.observer is None and not host.log_runs:
             host.job_done(job)  # the usual reply: nothing to tell, log or retry
             return
         if _retryable(reply) and host.jobs_group is not None:
@@ -373,10 +381,15 @@ class Completer:
         if not result.applied:
             err = LeaseLostError(job.id, _SCRIPTS[type(ending)], result.detail)
             if attempt:
-                log.warning("%s (after a retried call, so possibly our own earlier success)", err)
+                msg = "%s (after a retried call, so possibly our own earlier success)"
+                log.warning(msg, err, extra=job_fields(job))
             else:
-                log.error("%s", err)
-        elif died:
+                log.error("%s", err, extra=job_fields(job))
+            return
+        if host.log_runs:
+            policy = (ending.backoff if isinstance(ending, Failed) else None) or host.backoff
+            run_ended(job, ending, result.detail, policy, host.jitter, time.monotonic() - job.started)
+        if died:
             # A death is never silent (a permanent error, the backstop, an
             # unknown KIND, data that no longer decodes): one WARNING line.
             reason = ending.reason if isinstance(ending, Dead) else DeadReason.MAX_FAILURES
@@ -387,6 +400,7 @@ class Completer:
                 q.name,
                 reason.value,
                 ending.note,
+                extra=job_fields(job),
             )
 
 

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from .handler import SYNC_HANDLERS
+from .logcontext import pinned
 
 log = logging.getLogger("venturi_redis.worker")
 
@@ -85,8 +86,9 @@ class _Call:
         self.args = args
         self.loop = loop
         self.future: asyncio.Future[Any] = loop.create_future()
-        # The caller's context variables (a tracing span, a logging context) go with the call.
-        self.context = contextvars.copy_context()
+        # The caller's context variables (a tracing span, the job a log record is about) go with
+        # the call; the job as it is now, though the call outlives its run (logcontext.pinned).
+        self.context = pinned(contextvars.copy_context())
         self.started = time.monotonic()
         self.abandoned = False  # both flags under the pool's lock
         self.finished = False

@@ -189,6 +189,8 @@ class Worker(Serving, Generic[StateT]):
             MiB; running jobs finish first, with no grace. ``venturi worker``
             then exits 0 and ``--processes`` starts a fresh child
             (recycle.py; docs/deployment.md). ``None``: no bound.
+        log_runs: One INFO line per finished run on ``venturi_redis.worker``: its
+            job, kind, queue, ending and duration (docs/observability.md, "Logs").
 
     Raises:
         ConfigurationError: An argument is out of range or of the wrong type
@@ -226,6 +228,7 @@ class Worker(Serving, Generic[StateT]):
         blocked_loop_warning: float | None = 1.0,
         max_runs: int | None = None,
         max_memory_mib: int | None = None,
+        log_runs: bool = False,
     ) -> None:
         qs = _opt.worker_queues(queues, client)
         # Every other argument is checked here, where it is given, not when
@@ -250,6 +253,7 @@ class Worker(Serving, Generic[StateT]):
         self.blocked_loop_warning = _opt.optional_seconds(blocked_loop_warning, "blocked_loop_warning")
         self.max_runs = _opt.optional_count(max_runs, "max_runs")
         self.max_memory_mib = _opt.optional_count(max_memory_mib, "max_memory_mib")
+        self.log_runs = _opt.flag(log_runs, "log_runs")
         self.recycling: Recycling | None = None  # made by each run() when a bound is set
         self._recycling = False  # stopping by itself: running jobs finish, with no grace
         self.health_file = _opt.path_or_none(health_file, "health_file")

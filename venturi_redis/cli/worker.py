@@ -16,6 +16,7 @@ from typing import Annotated, Any, cast
 import anyio
 import typer
 
+from .._worker.logcontext import JobLogFilter, json_fields, text_suffix
 from .app import DEFAULT_URL, Fail, app, die, one_line_errors, redis_url
 
 
@@ -78,9 +79,20 @@ class _JsonLogFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        doc.update(json_fields(record))  # the job it belongs to, when it does (JobLogFilter)
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
         return json.dumps(doc)
+
+
+class _TextLogFormatter(logging.Formatter):
+    """The text lines: `` [KIND JOB_ID run N]`` appended to a record logged during a run."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return super().formatMessage(record) + text_suffix(record)
 
 
 @app.command()
@@ -142,7 +154,16 @@ def worker(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error.")] = "info",
-    json_out: Annotated[bool, typer.Option("--json", help="Log JSON lines instead of text.")] = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Log JSON lines instead of text (a run's: with job_id, kind, queue, run)."
+        ),
+    ] = False,
+    log_runs: Annotated[
+        bool,
+        typer.Option("--log-runs", help="Log one INFO line per finished run: its job, ending and duration."),
+    ] = False,
     loop: Annotated[
         str,
         typer.Option(
@@ -209,11 +230,8 @@ def worker(
             die(f"--reload needs the watchfiles package ({exc}): pip install 'venturi-redis[reload]'", 2)
 
     handler = logging.StreamHandler()
-    handler.setFormatter(
-        _JsonLogFormatter()
-        if json_out
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
+    handler.setFormatter(_JsonLogFormatter() if json_out else _TextLogFormatter())
+    handler.addFilter(JobLogFilter())  # which job each record belongs to (docs/observability.md, "Logs")
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(log_level.upper())
@@ -230,6 +248,7 @@ def worker(
         options += ["--no-eviction-check"] if no_eviction_check else []
         options += [f"--startup-wait={startup_wait}"] if startup_wait is not None else []
         options += ["--json"] if json_out else []
+        options += ["--log-runs"] if log_runs else []
         # Every child touches the same file: it goes stale only when none is ticking.
         options += [f"--health-file={health_file}"] if health_file is not None else []
         options += [f"--max-runs={max_runs}"] if max_runs is not None else []
@@ -273,6 +292,8 @@ def worker(
             w.max_runs = max_runs
         if max_memory_mib is not None:
             w.max_memory_mib = max_memory_mib
+        if log_runs:
+            w.log_runs = True
         running = type(asyncio.get_running_loop())
         logging.getLogger("venturi_redis.cli").info(
             "event loop: %s.%s", running.__module__, running.__qualname__
