@@ -1,0 +1,233 @@
+"""Nothing left behind: whatever features a job used, its keys go once retention says so.
+
+Every feature that writes keys is driven through a real worker on real Redis
+with short retention; once the jobs finished and retention ran out (and the
+reclaim ticks ran), the queue's keyspace (this test's own queue, SCANned on
+the suite's server) must hold only what docs/redis-layout.md says stays, each
+within its bound. And the worker's own containers keyed by what jobs carry
+(kinds, ids) must not grow with the number of jobs run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import make_worker
+from tests.tasks import Counter
+
+pytestmark = pytest.mark.anyio
+
+SHORT = vr.Retention(completed=0.3, dead=0.3, cancelled=0.3, batch=500)
+
+
+class Mail(vr.Task):
+    KIND: ClassVar[str] = "lo.mail"
+    to: str
+
+    def limit_key(self) -> str | None:
+        return self.to
+
+
+class MailJob(Mail, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        return vr.Outcome.completed()
+
+
+class Plain(vr.Task[Counter]):
+    """Completes, fails once, pauses once or dies, by `n`; reports progress."""
+
+    KIND: ClassVar[str] = "lo.plain"
+    n: int
+    key: str | None = None
+    okey: str | None = None
+
+    def dedup_key(self) -> str | None:
+        return self.key
+
+    def order_key(self) -> str | None:
+        return self.okey
+
+    def backoff(self) -> vr.Backoff | None:
+        return vr.Backoff.fibonacci(base=0.001, cap=0.002)
+
+
+class PlainJob(Plain, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[Counter], state: Any) -> vr.Outcome:
+        ctx.carry.n += 1
+        if self.n % 7 == 0:
+            await ctx.report_progress({"n": self.n})
+        if self.n % 11 == 0:
+            raise vr.TaskError.permanent("doomed")
+        if self.n % 5 == 0 and ctx.carry.n == 1:
+            raise RuntimeError("once")
+        if self.n % 3 == 0 and ctx.carry.n == 1:
+            return vr.Outcome.pause_in_with(0, "again")
+        return vr.Outcome.completed_with("ok", result={"n": self.n})
+
+
+class Throttled(vr.Task):
+    KIND: ClassVar[str] = "lo.throttled"
+    key: str
+
+    def dedup_key(self) -> str | None:
+        return self.key
+
+    @classmethod
+    def dedup_window(cls) -> float:
+        return 0.2
+
+
+class ThrottledJob(Throttled, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        return vr.Outcome.completed()
+
+
+class Debounced(vr.Task):
+    KIND: ClassVar[str] = "lo.debounced"
+    key: str
+
+    def dedup_key(self) -> str | None:
+        return self.key
+
+    @classmethod
+    def debounce(cls) -> float:
+        return 0.05
+
+
+class DebouncedJob(Debounced, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        return vr.Outcome.completed()
+
+
+class Step(vr.Task):
+    KIND: ClassVar[str] = "lo.step"
+    name: str
+
+
+class StepJob(Step, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        if self.name == "fails":
+            raise vr.TaskError.permanent("child failed")
+        return vr.Outcome.completed_with(result={"name": self.name})
+
+
+async def double(x: int) -> int:
+    return 2 * x
+
+
+HANDLERS = (MailJob, PlainJob, ThrottledJob, DebouncedJob, StepJob)
+
+
+async def keyspace(redis: Any, queue: vr.Queue) -> dict[str, tuple[bytes, int]]:
+    """Every key of the queue (this test's own: SCAN of its hash tag), with its type and size."""
+    out: dict[str, tuple[bytes, int]] = {}
+    size = {b"hash": redis.hlen, b"zset": redis.zcard, b"set": redis.scard, b"list": redis.llen}
+    size |= {b"stream": redis.xlen}
+    async for raw in redis.scan_iter(match=queue.keys.prefix.replace("{", "\\{").replace("}", "\\}") + "*"):
+        kind = await redis.type(raw)
+        n = await size[kind](raw) if kind in size else 1
+        out[raw.decode()[len(queue.keys.prefix) :]] = (kind, n)
+    return out
+
+
+async def settle(queue: vr.Queue, *handlers: type[Any], seconds: float = 1.2, **options: Any) -> None:
+    """Run a worker with short reclaim ticks for `seconds`: retention runs out, sweeps run."""
+    options.setdefault("retention", SHORT)
+    options.setdefault("reclaim_interval", 0.1)
+    options.setdefault("poll_interval", 0.05)
+    worker = make_worker(queue, *handlers, **options)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await anyio.sleep(seconds)
+        worker.shutdown()
+
+
+async def test_a_per_key_rate_keeps_no_ring_once_its_window_closed(queue: vr.Queue) -> None:
+    # 40 limit keys, each its own rate ring: before the fix every ring stayed
+    # in limits:state for good (count + 1 fields a key ever limited).
+    await queue.set_limit("lo.mail", concurrency=4, rate=vr.Rate(3, 1.0), per_key=True)
+    await queue.enqueue_many([Mail(to=f"user-{i % 40}") for i in range(80)])
+    worker = make_worker(queue, MailJob, retention=SHORT, reclaim_interval=3600, poll_interval=0.05)
+    with anyio.fail_after(30):
+        await worker.run(until_idle=True)
+    redis = queue.client.redis
+    assert await redis.hlen(queue.keys.limits_state) == 40 * 3  # two slots used and the next-slot field each
+    # Their keys leave the rotation while the window is open: the rings wait
+    # in limits:rings, none dropped early, and the rate still holds.
+    await settle(queue, MailJob, seconds=0.3)
+    assert await redis.zcard(queue.keys.limits_rings) == 40
+    assert await redis.hlen(queue.keys.limits_state) == 40 * 3
+    await queue.enqueue_many([Mail(to="user-1") for _ in range(2)])
+    await settle(queue, MailJob, seconds=0.2)
+    assert (await queue.stats()).limited == 1  # three starts in the window: the fourth waits
+    await settle(queue, MailJob, seconds=2.3)
+    assert (await queue.stats()).limited == 0
+    assert await redis.exists(queue.keys.limits_state, queue.keys.limits_rings) == 0
+
+
+async def test_every_feature_leaves_only_the_documented_keys(queue: vr.Queue) -> None:
+    client, redis = queue.client, queue.client.redis
+    await queue.set_history(True)
+    await queue.set_limit("lo.mail", concurrency=2, rate=vr.Rate(50, 0.2), per_key=True)
+    await queue.schedule("every", Step(name="tick"), every=0.2)
+    await queue.schedule("nightly", Step(name="n"), cron="@daily")
+    off = vr.offload(queue=queue.name, kind="lo.double", retention=0.3)(double)
+    handles = [await off.offload(client, i) for i in range(5)]
+    await queue.enqueue_many([Mail(to=f"user-{i % 25}") for i in range(60)])
+    ids = [
+        await queue.enqueue(
+            Plain(n=i, key=None if i % 2 else f"d{i % 40}", okey=f"o{i % 9}" if i % 2 else None)
+        )
+        for i in range(120)
+    ]
+    for i in range(30):
+        await queue.enqueue(Throttled(key=f"t{i % 10}"))
+        await queue.enqueue(Debounced(key=f"b{i % 10}"))
+    for i in range(4):
+        await queue.enqueue_flow(
+            Step(name=f"parent{i}"), [Step(name=f"c{i}"), Step(name="fails" if i == 1 else "ok")]
+        )
+    first = await queue.enqueue(Step(name="first"))
+    await queue.enqueue(Step(name="after"), after=[first])
+    late = await queue.enqueue(Plain(n=1), delay=60)
+    assert await queue.update(late, priority="high")
+    gone = await queue.enqueue(Plain(n=2), delay=60)
+    await queue.cancel(gone)
+    await queue.cancel(late)
+    await queue.pause()
+    await queue.resume_queue()
+    assert await queue.pause_key("o1") is True
+    assert await queue.resume_key("o1") is True
+    keep_dead = vr.Retention(completed=0.3, dead=60, cancelled=0.3)
+    await settle(queue, *HANDLERS, off, seconds=1.5, retention=keep_dead)  # the interval schedule fires
+    assert await queue.unschedule("every") is True
+    assert await queue.retry_dead(kind="lo.plain")
+    with anyio.fail_after(30):
+        await make_worker(queue, *HANDLERS, off, retention=SHORT).run(until_idle=True)
+    # The offloads ran, and their snapshots expired after their 0.3 s retention.
+    assert [await vr.read_result(client, h) for h in handles] == [None] * 5
+    await settle(queue, *HANDLERS, off)
+    assert ids  # every job ran; now none of them may have left anything
+    keys = await keyspace(redis, queue)
+    # What stays (docs/redis-layout.md): the queue's switches, the event stream
+    # (capped), the limits, the history (expiring), order:seq (a counter), the
+    # worker index (an hour after its last worker), one schedule's keys.
+    per_job = {
+        k
+        for k in keys
+        if k.split(":")[0] in {"job", "journal", "deps", "dependents", "depresults", "offload"}
+    }
+    assert per_job == set()
+    history = {k for k in keys if k.startswith("history:")}
+    assert 1 <= len(history) <= 4  # this minute's and hour's (a minute or an hour may turn meanwhile)
+    rest = {k: v for k, v in keys.items() if k not in history}
+    assert set(rest) <= {
+        "meta", "events", "limits", "order:seq", "workers", "schedules", "schedules:due", "schedule:nightly",
+    }, rest  # fmt: skip
+    assert rest["events"][1] <= 1_100
+    assert rest["workers"][1] == 0 if "workers" in rest else True
+    assert rest["schedules"][1] == rest["schedules:due"][1] == 1
