@@ -112,7 +112,7 @@ class StepJob(Step, vr.Handler[Any]):
     async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
         if self.name == "fails":
             raise vr.TaskError.permanent("child failed")
-        return vr.Outcome.completed_with(result={"name": self.name})
+        return vr.Outcome.completed_with("ok", result={"name": self.name})
 
 
 async def double(x: int) -> int:
@@ -231,3 +231,40 @@ async def test_every_feature_leaves_only_the_documented_keys(queue: vr.Queue) ->
     assert rest["events"][1] <= 1_100
     assert rest["workers"][1] == 0 if "workers" in rest else True
     assert rest["schedules"][1] == rest["schedules:due"][1] == 1
+
+
+# -- the worker's own memory -------------------------------------------------------------------------
+
+
+class Picky(vr.Task):
+    """Its backoff() raises, naming the job's own value."""
+
+    KIND: ClassVar[str] = "lo.picky"
+    n: int
+
+    def backoff(self) -> vr.Backoff | None:
+        raise KeyError(f"customer-{self.n}")
+
+
+class PickyJob(Picky, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        if ctx.run_count == 1:
+            raise RuntimeError("once")  # the retry reads backoff()
+        return vr.Outcome.completed()
+
+
+async def test_a_task_method_that_raises_per_job_is_remembered_once(
+    queue: vr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The worker's "logged once" set of task slips was keyed by the message:
+    # one entry (and one WARNING) per job whose message named its own values.
+    from venturi_redis._worker import guarded
+
+    guarded._warned.clear()
+    await queue.enqueue_many([Picky(n=i) for i in range(60)])
+    with anyio.fail_after(30):
+        await make_worker(queue, PickyJob, retention=SHORT).run(until_idle=True)
+    assert (await queue.stats()).completed == 60
+    assert guarded._warned == {(PickyJob, "backoff", KeyError)}
+    slips = [r.getMessage() for r in caplog.records if "(logged once)" in r.getMessage()]
+    assert len(slips) == 1 and slips[0].startswith("PickyJob.backoff() raised KeyError: 'customer-"), slips
