@@ -58,7 +58,7 @@ import venturi_redis as vr  # noqa: E402
 QUEUE = "fsoak"
 KILL_QUEUE = "fsoak-kill"  # the killed worker's: it has only fsoak.slow
 SHORT = vr.Retention(completed=1.0, dead=1.0, cancelled=1.0, batch=500)
-TENANT = vr.Retention(completed=0, dead=0, cancelled=0)
+TENANT = vr.Retention(completed=0, dead=0, cancelled=0)  # nothing kept once the reclaim sweeps
 
 
 class Carry(vr.Task):
@@ -267,6 +267,7 @@ async def soak(url: str, rounds: int, jobs: int, n_kinds: int, kill: bool, trace
         print(f"start: used_memory={start_mem / 1e6:.2f} MB, worker RSS {rss_kb() / 1024:.1f} MB", flush=True)
         t0 = time.monotonic()
         done = 0
+        last_tenants: list[vr.Queue] = []
         snap: tracemalloc.Snapshot | None = None
         rows: list[tuple[int, int, float, int, float, float]] = []
         async with anyio.create_task_group() as tg:
@@ -305,15 +306,18 @@ async def soak(url: str, rounds: int, jobs: int, n_kinds: int, kill: bool, trace
                     await q.cancel(late)
                 if kill:
                     await kq.enqueue_many([Slow(n=i) for i in range(16)])
-                # A queue per tenant: this round's four, drained by a worker of their own.
+                # A queue per tenant: this round's four, drained by a worker of
+                # their own, which also serves the last round's four (whose
+                # retention it applies: a queue nobody serves keeps its jobs).
                 tenants = [client.queue(f"fsoak-t{rnd}-{i}") for i in range(4)]
                 for t_q in tenants:
                     await t_q.enqueue_many([Step(name=f"tenant{j}") for j in range(25)])
                 await q.pause()
                 await q.resume_queue()
-                await vr.Worker(tenants, handle_signals=False, retention=TENANT).register(StepJob).run(
-                    until_idle=True
-                )
+                await vr.Worker(
+                    [*last_tenants, *tenants], handle_signals=False, retention=TENANT, reclaim_interval=0.2
+                ).register(StepJob).run(until_idle=True)
+                last_tenants = tenants
                 await anyio.sleep(0.3)
                 if proc is not None:
                     stop(proc)

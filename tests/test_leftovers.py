@@ -169,6 +169,20 @@ async def test_a_per_key_rate_keeps_no_ring_once_its_window_closed(queue: vr.Que
     assert await redis.exists(queue.keys.limits_state, queue.keys.limits_rings) == 0
 
 
+async def test_a_finished_job_with_a_start_deadline_leaves_the_index_when_trimmed(queue: vr.Queue) -> None:
+    # The `expiring` index kept a finished job's entry until its deadline (an
+    # hour here) however soon retention trimmed the job: a queue whose jobs
+    # have a day's deadline held an entry for every job of the day.
+    redis = queue.client.redis
+    await queue.enqueue_many([Plain(n=1) for _ in range(40)], expires=3600)  # completed, trimmed in the call
+    for i in (11, 22):  # dead, trimmed by the reclaim tick's purge
+        await queue.enqueue(Plain(n=i), expires=3600)
+    assert await redis.zcard(queue.keys.expiring) == 42
+    await settle(queue, *HANDLERS, seconds=1.0)
+    assert (await queue.stats()).completed == (await queue.stats()).dead == 0
+    assert await redis.exists(queue.keys.expiring) == 0
+
+
 async def test_every_feature_leaves_only_the_documented_keys(queue: vr.Queue) -> None:
     client, redis = queue.client, queue.client.redis
     await queue.set_history(True)

@@ -125,6 +125,13 @@ end
 -- reaches it only for a job that has failed (a key in KEYS costs every claim
 -- ~1,600 Redis instructions, keys.lua feature_keys), and every script that
 -- touches it then names it the same way.
+-- The jobs with a start deadline (`expiring`, also in feature_keys): the
+-- trimming of finished jobs (retention.lua, purge.lua) takes theirs out,
+-- after one EXISTS a call, so a queue without deadlines pays no more.
+local function expiring_key(prefix)
+  return prefix .. 'expiring'
+end
+
 local function retrying_key(prefix)
   return prefix .. 'retrying'
 end
