@@ -51,9 +51,9 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from memory_soak import start_redis, used_memory  # noqa: E402 - the script's sibling
+from memory_soak import start_redis, used_memory  # the script's sibling
 
-import venturi_redis as vr  # noqa: E402
+import venturi_redis as vr
 
 QUEUE = "fsoak"
 KILL_QUEUE = "fsoak-kill"  # the killed worker's: it has only fsoak.slow
@@ -227,8 +227,8 @@ def killed_worker(url: str) -> subprocess.Popen[bytes]:
         "import sys; sys.path.insert(0, sys.argv[2]); import anyio, venturi_redis as vr, feature_soak as f\n"
         "async def main():\n"
         "    async with vr.Client.from_url(sys.argv[1]) as c:\n"
-        "        w = vr.Worker(c.queue(f.KILL_QUEUE), handle_signals=False, lease=3, concurrency=8).register(f.SlowJob)\n"
-        "        await w.run()\n"
+        "        w = vr.Worker(c.queue(f.KILL_QUEUE), handle_signals=False, lease=3, concurrency=8)\n"
+        "        await w.register(f.SlowJob).run()\n"
         "anyio.run(main)\n"
     )
     proc = subprocess.Popen(
@@ -295,7 +295,8 @@ async def soak(url: str, rounds: int, jobs: int, n_kinds: int, kill: bool, trace
                 await q.enqueue_many(batch)
                 for i in range(jobs // 200):
                     await q.enqueue_flow(
-                        Step(name=f"parent{base + i}"), [Step(name=f"c{base + i}"), Step(name=f"fail{i}" if i % 5 == 0 else "ok")]
+                        Step(name=f"parent{base + i}"),
+                        [Step(name=f"c{base + i}"), Step(name=f"fail{i}" if i % 5 == 0 else "ok")],
                     )
                     first = await q.enqueue(Step(name=f"first{i}"))
                     await q.enqueue(Step(name=f"after{i}"), after=[first])
@@ -314,14 +315,21 @@ async def soak(url: str, rounds: int, jobs: int, n_kinds: int, kill: bool, trace
                     await t_q.enqueue_many([Step(name=f"tenant{j}") for j in range(25)])
                 await q.pause()
                 await q.resume_queue()
-                await vr.Worker(
-                    [*last_tenants, *tenants], handle_signals=False, retention=TENANT, reclaim_interval=0.2
-                ).register(StepJob).run(until_idle=True)
+                await (
+                    vr.Worker(
+                        [*last_tenants, *tenants],
+                        handle_signals=False,
+                        retention=TENANT,
+                        reclaim_interval=0.2,
+                    )
+                    .register(StepJob)
+                    .run(until_idle=True)
+                )
                 last_tenants = tenants
                 await anyio.sleep(0.3)
                 if proc is not None:
                     stop(proc)
-                while not all([await p.is_drained() for p in (q, kq, *sharded.partitions)]):
+                while not all([await p.is_drained() for p in (q, kq, *sharded.partitions)]):  # noqa: ASYNC110
                     await anyio.sleep(0.1)
                 await q.retry_dead(kind=tasks[0].KIND)
                 while not await q.is_drained():  # noqa: ASYNC110 - polling Redis
@@ -358,7 +366,9 @@ async def soak(url: str, rounds: int, jobs: int, n_kinds: int, kill: bool, trace
 def main() -> None:
     # The mix fails runs on purpose: their WARNINGs would bury the figures.
     logging.getLogger("venturi_redis").setLevel(logging.CRITICAL)
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--kinds", type=int, default=50)
