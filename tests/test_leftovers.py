@@ -10,13 +10,14 @@ within its bound. And the worker's own containers keyed by what jobs carry
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 import anyio
 import pytest
 
 import venturi_redis as vr
-from tests.helpers import make_worker
+from tests.helpers import claim_raw, claimed_jobs, make_worker
 from tests.tasks import Counter
 
 pytestmark = pytest.mark.anyio
@@ -115,11 +116,53 @@ class StepJob(Step, vr.Handler[Any]):
         return vr.Outcome.completed_with("ok", result={"name": self.name})
 
 
+class Approve(vr.Task):
+    """Suspends until resumed (continuations), then completes."""
+
+    KIND: ClassVar[str] = "lo.approve"
+    RESUME: ClassVar[type[int]] = int
+    n: int
+
+
+class ApproveJob(Approve, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        if ctx.resume_input is None:
+            return vr.Outcome.suspend(output={"waiting": self.n}, note="awaiting")
+        return vr.Outcome.completed_with("approved", result=ctx.resume_input)
+
+
+class Bulk(vr.Task):
+    KIND: ClassVar[str] = "lo.bulk"
+    n: int
+
+
+class BulkJob(Bulk, vr.BatchHandler[Any]):
+    BATCH_SIZE: ClassVar[int] = 10
+
+    @classmethod
+    async def handle_batch(cls, items: Any, state: Any) -> Any:
+        return [
+            vr.TaskError.permanent("odd") if item.task.n % 2 else vr.Outcome.completed() for item in items
+        ]
+
+
+class Sleepy(vr.Task):
+    """Runs long enough to be cancelled while it runs."""
+
+    KIND: ClassVar[str] = "lo.sleepy"
+
+
+class SleepyJob(Sleepy, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        await anyio.sleep(2)
+        return vr.Outcome.completed()
+
+
 async def double(x: int) -> int:
     return 2 * x
 
 
-HANDLERS = (MailJob, PlainJob, ThrottledJob, DebouncedJob, StepJob)
+HANDLERS = (MailJob, PlainJob, ThrottledJob, DebouncedJob, StepJob, ApproveJob, BulkJob, SleepyJob)
 
 
 async def keyspace(redis: Any, queue: vr.Queue) -> dict[str, tuple[bytes, int]]:
@@ -134,9 +177,12 @@ async def keyspace(redis: Any, queue: vr.Queue) -> dict[str, tuple[bytes, int]]:
     return out
 
 
-async def settle(queue: vr.Queue, *handlers: type[Any], seconds: float = 1.2, **options: Any) -> None:
+async def settle(
+    queue: vr.Queue, *handlers: Any, seconds: float = 1.2, retention: vr.Retention = SHORT, **options: Any
+) -> None:
     """Run a worker with short reclaim ticks for `seconds`: retention runs out, sweeps run."""
-    options.setdefault("retention", SHORT)
+    options["retention"] = retention
+    options.setdefault("lease", 1.5)  # a cancel of a running job is seen at the lease's renewal
     options.setdefault("reclaim_interval", 0.1)
     options.setdefault("poll_interval", 0.05)
     worker = make_worker(queue, *handlers, **options)
@@ -216,12 +262,28 @@ async def test_every_feature_leaves_only_the_documented_keys(queue: vr.Queue) ->
     await queue.resume_queue()
     assert await queue.pause_key("o1") is True
     assert await queue.resume_key("o1") is True
+    approvals = [await queue.enqueue(Approve(n=i)) for i in range(5)]
+    await queue.enqueue_many([Bulk(n=i) for i in range(30)])
+    sleepy = await queue.enqueue(Sleepy())
+    # A worker that dies holding its claims: the lease expires, the reclaim takes them back.
+    abandoned = await queue.enqueue_many([Plain(n=4) for _ in range(3)], priority="critical")
+    assert len(claimed_jobs(await claim_raw(queue, 3, worker="gone", lease_ms=100))) == 3
     keep_dead = vr.Retention(completed=0.3, dead=60, cancelled=0.3)
-    await settle(queue, *HANDLERS, off, seconds=1.5, retention=keep_dead)  # the interval schedule fires
+    async with anyio.create_task_group() as tg:
+        # The interval schedule fires meanwhile.
+        tg.start_soon(functools.partial(settle, queue, *HANDLERS, off, seconds=1.5, retention=keep_dead))
+        await anyio.sleep(0.5)
+        assert await queue.cancel(sleepy) == "requested"
+        for i, a in enumerate(approvals):
+            assert await queue.resume(a, i) == 1
+    states = [info.state if (info := await queue.get(a)) else None for a in approvals]
+    assert set(states) <= {"completed", None}, states  # resumed, completed, maybe trimmed already
+    assert await redis.zcard(queue.keys.running) == 0  # the abandoned claims were taken back
+    assert await redis.zcard(queue.keys.suspended) == 0
     assert await queue.unschedule("every") is True
     assert await queue.retry_dead(kind="lo.plain")
     with anyio.fail_after(30):
-        await make_worker(queue, *HANDLERS, off, retention=SHORT).run(until_idle=True)
+        await make_worker(queue, *HANDLERS, off, retention=SHORT, lease=1.5).run(until_idle=True)
     # The offloads ran, and their snapshots expired after their 0.3 s retention.
     assert [await vr.read_result(client, h) for h in handles] == [None] * 5
     await settle(queue, *HANDLERS, off)
