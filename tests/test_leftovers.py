@@ -11,6 +11,7 @@ within its bound. And the worker's own containers keyed by what jobs carry
 from __future__ import annotations
 
 import functools
+import uuid
 from typing import Any, ClassVar
 
 import anyio
@@ -266,7 +267,7 @@ async def test_every_feature_leaves_only_the_documented_keys(queue: vr.Queue) ->
     await queue.enqueue_many([Bulk(n=i) for i in range(30)])
     sleepy = await queue.enqueue(Sleepy())
     # A worker that dies holding its claims: the lease expires, the reclaim takes them back.
-    abandoned = await queue.enqueue_many([Plain(n=4) for _ in range(3)], priority="critical")
+    await queue.enqueue_many([Plain(n=4) for _ in range(3)], priority="critical")
     assert len(claimed_jobs(await claim_raw(queue, 3, worker="gone", lease_ms=100))) == 3
     keep_dead = vr.Retention(completed=0.3, dead=60, cancelled=0.3)
     async with anyio.create_task_group() as tg:
@@ -344,3 +345,29 @@ async def test_a_task_method_that_raises_per_job_is_remembered_once(
     assert guarded._warned == {(PickyJob, "backoff", KeyError)}
     slips = [r.getMessage() for r in caplog.records if "(logged once)" in r.getMessage()]
     assert len(slips) == 1 and slips[0].startswith("PickyJob.backoff() raised KeyError: 'customer-"), slips
+
+
+async def test_a_client_waiting_on_many_queues_keeps_a_bounded_number_of_readers(
+    redis_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A producer that waits on a queue per tenant kept one event-stream
+    # reader per queue it ever waited on (Client._tails, for good).
+    from venturi_redis._producer import tail
+
+    monkeypatch.setattr(tail, "TAILS_KEPT", 4, raising=False)
+    async with vr.Client.from_url(redis_server.url_with(socket_timeout=1.2)) as client:  # reads block 0.2 s
+
+        async def wait_on(name: str) -> None:
+            q = client.queue(name)
+            job = await q.enqueue(Plain(n=1))
+            with pytest.raises(TimeoutError):
+                await q.wait(job, timeout=0.05)
+
+        for burst in range(3):
+            async with anyio.create_task_group() as tg:
+                for i in range(6):
+                    tg.start_soon(wait_on, f"lo-tenant-{uuid.uuid4().hex[:8]}-{burst}-{i}")
+            await anyio.sleep(0.5)  # the readers stop: nothing waits any more
+            assert not any(t.running for t in client._tails.values())
+        # The readers of the first bursts went as new ones came: at most one burst's (all reading at once).
+        assert len(client._tails) <= 6
