@@ -193,27 +193,51 @@ async def settle(
         worker.shutdown()
 
 
+async def settle_until_trimmed(queue: vr.Queue, *handlers: Any) -> None:
+    """`settle` until retention has trimmed every finished job (bounded), then one more sweep."""
+    worker = make_worker(
+        queue, *handlers, retention=SHORT, reclaim_interval=0.1, poll_interval=0.05, lease=1.5
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(20):
+            while (
+                not await queue.is_drained() or (st := await queue.stats()).completed + st.dead + st.cancelled
+            ):
+                await anyio.sleep(0.1)
+        await anyio.sleep(0.5)  # the throttle windows and offload snapshots (0.2, 0.3 s) pass; a sweep runs
+        worker.shutdown()
+
+
 async def test_a_per_key_rate_keeps_no_ring_once_its_window_closed(queue: vr.Queue) -> None:
     # 40 limit keys, each its own rate ring: before the fix every ring stayed
-    # in limits:state for good (count + 1 fields a key ever limited).
-    await queue.set_limit("lo.mail", concurrency=4, rate=vr.Rate(3, 1.0), per_key=True)
-    await queue.enqueue_many([Mail(to=f"user-{i % 40}") for i in range(80)])
-    worker = make_worker(queue, MailJob, retention=SHORT, reclaim_interval=3600, poll_interval=0.05)
+    # in limits:state for good (count + 1 fields a key ever limited). The
+    # scripts run on this test's clock, so no window closes before it says.
+    t = [1_900_000_000_000]
+    q = vr.Client(queue.client.redis, clock=lambda: t[0], url=queue.client.url).queue(queue.name)
+    redis = queue.client.redis
+    await q.set_limit("lo.mail", concurrency=4, rate=vr.Rate(3, 1.0), per_key=True)
+    await q.enqueue_many([Mail(to=f"user-{i % 40}") for i in range(80)])
+    worker = make_worker(q, MailJob, retention=SHORT, reclaim_interval=3600, poll_interval=0.05)
     with anyio.fail_after(30):
         await worker.run(until_idle=True)
-    redis = queue.client.redis
-    assert await redis.hlen(queue.keys.limits_state) == 40 * 3  # two slots used and the next-slot field each
+    assert await redis.hlen(q.keys.limits_state) == 40 * 3  # two slots used and the next-slot field each
     # Their keys leave the rotation while the window is open: the rings wait
     # in limits:rings, none dropped early, and the rate still holds.
-    await settle(queue, MailJob, seconds=0.3)
-    assert await redis.zcard(queue.keys.limits_rings) == 40
-    assert await redis.hlen(queue.keys.limits_state) == 40 * 3
-    await queue.enqueue_many([Mail(to="user-1") for _ in range(2)])
-    await settle(queue, MailJob, seconds=0.2)
-    assert (await queue.stats()).limited == 1  # three starts in the window: the fourth waits
-    await settle(queue, MailJob, seconds=2.3)
-    assert (await queue.stats()).limited == 0
-    assert await redis.exists(queue.keys.limits_state, queue.keys.limits_rings) == 0
+    await settle(q, MailJob, seconds=0.3)
+    assert await redis.zcard(q.keys.limits_rings) == 40
+    assert await redis.hlen(q.keys.limits_state) == 40 * 3
+    await q.enqueue_many([Mail(to="user-1") for _ in range(2)])
+    await settle(q, MailJob, seconds=0.3)
+    assert (await q.stats()).limited == 1  # three starts in the window: the fourth waits
+    t[0] += 1_500  # the windows close: the fourth starts, the reclaim drops the other keys' rings
+    await settle(q, MailJob, seconds=0.5)
+    assert (await q.stats()).limited == 0
+    assert await redis.zrange(q.keys.limits_rings, 0, -1) == [b"lo.mail\t6:user-1\t#3"]
+    assert await redis.hlen(q.keys.limits_state) == 4  # user-1's ring, its window open since the fourth start
+    t[0] += 1_500
+    await settle(q, MailJob, seconds=0.3)
+    assert await redis.exists(q.keys.limits_state, q.keys.limits_rings) == 0
 
 
 async def test_a_finished_job_with_a_start_deadline_leaves_the_index_when_trimmed(queue: vr.Queue) -> None:
@@ -225,8 +249,7 @@ async def test_a_finished_job_with_a_start_deadline_leaves_the_index_when_trimme
     for i in (11, 22):  # dead, trimmed by the reclaim tick's purge
         await queue.enqueue(Plain(n=i), expires=3600)
     assert await redis.zcard(queue.keys.expiring) == 42
-    await settle(queue, *HANDLERS, seconds=1.0)
-    assert (await queue.stats()).completed == (await queue.stats()).dead == 0
+    await settle_until_trimmed(queue, *HANDLERS)
     assert await redis.exists(queue.keys.expiring) == 0
 
 
@@ -245,6 +268,7 @@ async def test_every_feature_leaves_only_the_documented_keys(queue: vr.Queue) ->
         )
         for i in range(120)
     ]
+    await queue.enqueue_many([Plain(n=1) for _ in range(5)], expires=3600)  # a start deadline
     for i in range(30):
         await queue.enqueue(Throttled(key=f"t{i % 10}"))
         await queue.enqueue(Debounced(key=f"b{i % 10}"))
@@ -287,7 +311,7 @@ async def test_every_feature_leaves_only_the_documented_keys(queue: vr.Queue) ->
         await make_worker(queue, *HANDLERS, off, retention=SHORT, lease=1.5).run(until_idle=True)
     # The offloads ran, and their snapshots expired after their 0.3 s retention.
     assert [await vr.read_result(client, h) for h in handles] == [None] * 5
-    await settle(queue, *HANDLERS, off)
+    await settle_until_trimmed(queue, *HANDLERS, off)
     assert ids  # every job ran; now none of them may have left anything
     keys = await keyspace(redis, queue)
     # What stays (docs/redis-layout.md): the queue's switches, the event stream
