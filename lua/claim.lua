@@ -421,6 +421,8 @@ if limits_on then
           '(' .. entity .. '\t\255', 'LIMIT', 0, 1)
         if #m == 0 then
           redis.call('ZREM', fk.limits_ready, entity)
+          -- Its rate ring goes once its window closes (limits.lua rest).
+          if keyed and cfg[5] > 0 then lim.rest(fk.limits_state, fk.limits_rings, entity, cfg[5], cfg[6], now) end
           lim.wake_held(fk.limits_state, fk.limits_ready, kind, now_s) -- the room it had is someone else's
         else
           redis.call('ZREM', fk.limits_parked, m[1])

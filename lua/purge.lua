@@ -21,7 +21,8 @@
 --
 -- A completed throttled job inside its window (`dedup_until`) keeps its
 -- dedup index entry: the window outlives the job (docs/dedup.md).
--- A removed job leaves the `retrying` index too (keys.lua retrying_key).
+-- A removed job leaves the `retrying` index too (keys.lua retrying_key), and
+-- the `expiring` index (expiring_key).
 -- A removed job's workflow keys go with it (keys.lua graph_keys): its
 -- dependents set and the results copied to it (its deps set is gone by the
 -- time it finished).
@@ -139,5 +140,8 @@ if #gone > 0 then
   -- A job the claim cancelled or quarantined while it waited for a retry
   -- left no other trace in the `retrying` index (keys.lua): it goes here.
   each_chunk('ZREM', retrying, gone)
+  -- And a job with a start deadline its `expiring` entry (keys.lua expiring_key).
+  local exp_key = expiring_key(prefix)
+  if redis.call('EXISTS', exp_key) == 1 then each_chunk('ZREM', exp_key, gone) end
 end
 return {#gone, more}

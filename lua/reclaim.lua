@@ -44,7 +44,9 @@
 -- cancel and quarantine endings add to it) tell their dependents.
 --
 -- Then the throttled dedup keys due a look (keys.lua dedup_held_key) are
--- kept or freed, up to 100 a call.
+-- kept or freed, up to 100 a call; and the per-key rate windows whose key
+-- left the rotation while they were open (`limits:rings`, keys.lua
+-- feature_keys) go once closed, up to 100 a call (limits.lua sweep_rings).
 --
 -- Returns {requeued, dead, more, id...}: `more` is 1 when a part other than
 -- the expired leases (start deadlines, orphans, throttled keys, ended order
@@ -302,6 +304,11 @@ if type(ended) == 'table' and not ended.err and #ended > 0 then
   for _, oid in ipairs(ended) do
     ol.ended(prefix, (job_keys(prefix, oid)), oid)
   end
+end
+-- The per-key rate rings whose window closed after their key's last
+-- parked job (limits.lua sweep_rings; `limits:rings`, keys.lua feature_keys).
+if limits_lib().sweep_rings(KEYS[11], KEYS[12], feature_keys(prefix).limits_rings, now) then
+  more = true
 end
 out[1] = requeued
 out[2] = died

@@ -309,8 +309,8 @@ local f = feature_keys(p)
 local g = graph_queue_keys(p)
 return {job, journal, events_key(p), journal_scratch_key(p), offload_key(p, 'tok'), deps, dependents,
   depresults, graph_orphans_key(p), f.events, f.wake, f.limits, f.limits_state, f.limits_parked,
-  f.limits_ready, retrying_key(p), f.expiring, g.waiting, g.dead, g.wake, g.pending.critical,
-  g.pending.high,
+  f.limits_ready, f.limits_rings, retrying_key(p), f.expiring, expiring_key(p), g.waiting, g.dead,
+  g.wake, g.pending.critical, g.pending.high,
   g.pending.normal, g.pending.low, dedup_held_key(p), dedup_index_key(p), f.order_held, f.order_queue,
   f.order_paused, f.order_seq, f.order_ended, history_keys(p, '1765000020', '1764997200')}
 """
@@ -323,7 +323,7 @@ def test_keys_lua_names_every_key_as_keys_py_does() -> None:
     want = [
         K.job(J), K.journal(J), K.events, K.journal_compact, K.offload("tok"), K.deps(J), K.dependents(J),
         K.depresults(J), K.graph_orphans, K.events, K.wake, K.limits, K.limits_state, K.limits_parked,
-        K.limits_ready, K.retrying, K.expiring, K.waiting, K.dead, K.wake,
+        K.limits_ready, K.limits_rings, K.retrying, K.expiring, K.expiring, K.waiting, K.dead, K.wake,
         *(K.pending(p) for p in HIGH_FIRST), K.dedup_held, K.dedup, K.order_held, K.order_queue,
         K.order_paused, K.order_seq, K.order_ended, K.history_minute(1765000020), K.history_hour(1764997200),
     ]  # fmt: skip

@@ -61,7 +61,7 @@ def test_no_key_name_is_spliced_outside_keys_lua() -> None:
 
 QUEUE_WIDE = (
     r"prefix \.\. '(waiting|dead|wake|graph:orphans|journal-compact|retrying|expiring|dedup|dedup:held"
-    r"|pending:(critical|high|normal|low)|events|limits|limits:(state|parked|ready)"
+    r"|pending:(critical|high|normal|low)|events|limits|limits:(state|parked|ready|rings)"
     r"|order:(held|queue|paused|seq|ended))'\}?\s*"
 )
 

@@ -93,6 +93,11 @@ local function feature_keys(prefix)
     events = prefix .. 'events', wake = prefix .. 'wake', limits = prefix .. 'limits',
     limits_state = prefix .. 'limits:state', limits_parked = prefix .. 'limits:parked',
     limits_ready = prefix .. 'limits:ready',
+    -- The per-key rate rings whose key left the ready rotation while their
+    -- window was open (`limits:rings`, zset, `<kind>\t<key field>\t#<count>`
+    -- scored by when the window closes): the reclaim's sweep drops them then
+    -- (limits.lua rest, sweep_rings).
+    limits_rings = prefix .. 'limits:rings',
     -- The jobs with a start deadline (`expiring`, docs/redis-layout.md): id
     -- scored by expires_at (enqueue(expires=...)). job_args.lua adds a job
     -- as it is created; the reclaim sweep takes the ones past their deadline.
@@ -120,6 +125,13 @@ end
 -- reaches it only for a job that has failed (a key in KEYS costs every claim
 -- ~1,600 Redis instructions, keys.lua feature_keys), and every script that
 -- touches it then names it the same way.
+-- The jobs with a start deadline (`expiring`, also in feature_keys): the
+-- trimming of finished jobs (retention.lua, purge.lua) takes theirs out,
+-- after one EXISTS a call, so a queue without deadlines pays no more.
+local function expiring_key(prefix)
+  return prefix .. 'expiring'
+end
+
 local function retrying_key(prefix)
   return prefix .. 'retrying'
 end

@@ -238,9 +238,67 @@ local function limits_lib()
     return woke
   end
 
+  -- A key's rate ring outlives its last parked job only while its window is
+  -- open: without this, every limit key a per-key rate ever counted kept its
+  -- ring's fields in limits:state for good (count + 1 fields a key: a queue
+  -- limiting a million customers kept a million rings). Drop the ring of
+  -- `head` (`<entity>\t#<count>`): the slots written (all of them once the
+  -- ring wrapped, else those below its next slot) and the next-slot field.
+  local function limit_drop_ring(state_key, head, count)
+    local p = tonumber(redis.call('HGET', state_key, head .. 'p') or '') or 0
+    local last = count - 1
+    if p >= count or redis.call('HEXISTS', state_key, head .. ':' .. str(last)) == 0 then
+      last = math.min(p, count) - 1
+    end
+    local names = {head .. 'p'}
+    for i = 0, last do
+      names[#names + 1] = head .. ':' .. str(i)
+      if #names == 500 then
+        redis.call('HDEL', state_key, unpack(names))
+        names = {}
+      end
+    end
+    if #names > 0 then redis.call('HDEL', state_key, unpack(names)) end
+  end
+
+  -- The claim found no job parked under `entity` (it leaves the ready
+  -- rotation) whose per-key rate is `count` per `per` ms: its ring goes now
+  -- when its newest start is a window old, else `limits:rings` holds it until
+  -- then (scored by when its window closes), for the reclaim's sweep.
+  local function limit_rest(state_key, rings_key, entity, count, per, now)
+    local head = entity .. '\t#' .. str(count)
+    local p = tonumber(redis.call('HGET', state_key, head .. 'p') or '')
+    if not p then return end -- the ring was never written
+    local newest = tonumber(redis.call('HGET', state_key, head .. ':' .. str((p - 1) % count)))
+    if newest and now - newest < per then
+      redis.call('ZADD', rings_key, str(newest + per), head)
+    else
+      limit_drop_ring(state_key, head, count)
+    end
+  end
+
+  -- The reclaim's sweep: the rings whose window has closed since their key
+  -- left the rotation go, unless the key has jobs parked again (it is back
+  -- in limits:ready: the claim files it here again when it leaves). Bounded
+  -- per call; returns true when it stopped at its cap.
+  local function limit_sweep_rings(state_key, ready_key, rings_key, now)
+    local due = redis.pcall('ZRANGEBYSCORE', rings_key, '-inf', str(now), 'LIMIT', 0, 100)
+    if type(due) ~= 'table' or due.err or #due == 0 then return false end
+    for _, head in ipairs(due) do
+      local entity, count = string.match(head, '^(.*)\t#(%d+)$')
+      local parked = entity and redis.pcall('ZSCORE', ready_key, entity)
+      if entity and #count <= 15 and not parked then
+        limit_drop_ring(state_key, head, tonumber(count))
+      end
+    end
+    redis.call('ZREM', rings_key, unpack(due))
+    return #due == 100
+  end
+
   return {
     entity = limit_entity, config = limit_config, park = limit_park, unpark = limit_unpark,
     check = limit_check, take = limit_take, hold = limit_hold, wake_held = limit_wake_held,
-    release = limit_release, HELD = LIMIT_HELD, LEVEL = LIMIT_LEVEL,
+    release = limit_release, rest = limit_rest, sweep_rings = limit_sweep_rings,
+    HELD = LIMIT_HELD, LEVEL = LIMIT_LEVEL,
   }
 end

@@ -9,8 +9,9 @@
 -- reclaim tick's sweep (ops.py trim, purge.lua), which also catches up a
 -- queue whose jobs stopped finishing while older ones age out.
 --
--- A trimmed job loses its hash, its journal and its workflow keys (keys.lua
--- graph_keys: the dependents set and the results copied to it). Nothing else:
+-- A trimmed job loses its hash, its journal, its workflow keys (keys.lua
+-- graph_keys: the dependents set and the results copied to it) and its entry
+-- in the `expiring` index (keys.lua expiring_key). Nothing else:
 -- the results a dependent copied are the dependent's own (depresults of the
 -- dependent), and an offload's snapshot lives on its own TTL, so a result
 -- still awaited stays. Only members of the finished set are trimmed: a job
@@ -51,5 +52,10 @@ local function trim_finished(prefix, set_key, now, keep_ms, max, added)
   end
   redis.call('ZREMRANGEBYRANK', set_key, 0, #ids - 1)
   redis.call('DEL', unpack(doomed))
+  -- A job with a start deadline leaves its index with it, not at its
+  -- deadline (before, a job enqueued with a day's deadline kept its entry a
+  -- day however soon it was trimmed: every job of the day, for a busy queue).
+  local exp_key = expiring_key(prefix)
+  if redis.call('EXISTS', exp_key) == 1 then redis.call('ZREM', exp_key, unpack(ids)) end
   return #ids
 end

@@ -157,6 +157,11 @@ class StreamTail:
     def running(self) -> bool:
         return self._task is not None
 
+    @property
+    def idle(self) -> bool:
+        """Not reading, and nobody following or waiting: a new reader would do the same."""
+        return self._task is None and not self._followers and not self._waiters
+
     def _start(self, position: str) -> None:
         self.position = position
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"venturi tail {self.key}")
@@ -307,12 +312,23 @@ class StreamTail:
                 await task
 
 
+# The readers a client keeps at most, idle ones past it dropped: a producer
+# that waits on a queue per tenant kept one per queue it ever waited on (the
+# bound of names.py's Queue objects, for the same reason). A reader that is
+# reading, or has someone waiting on it, is never dropped.
+TAILS_KEPT = 1024
+
+
 def tail_of(queue: Any) -> StreamTail:
     """The reader of ``queue``'s event stream on its client (one per queue per client)."""
     tails: dict[str, StreamTail] = queue.client._tails
     key = queue.keys.events
     tail = tails.get(key)
     if tail is None:
+        if len(tails) >= TAILS_KEPT:
+            # An idle reader holds nothing a new one would not start with.
+            for idle in [k for k, t in tails.items() if t.idle]:
+                del tails[idle]
         tail = tails[key] = StreamTail(queue.client.redis, key)
     return tail
 
@@ -320,6 +336,7 @@ def tail_of(queue: Any) -> StreamTail:
 __all__ = [
     "BLOCK_MS",
     "COUNT",
+    "TAILS_KEPT",
     "FINISH_EVENTS",
     "StreamTail",
     "Waiter",

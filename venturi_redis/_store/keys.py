@@ -39,6 +39,7 @@ key                                type    what it holds
 ``venturi:{q}:limits:state``       hash    running counts per kind and key, rate windows
 ``venturi:{q}:limits:parked``      zset    jobs waiting on a limit, lex-ordered by kind, key, priority
 ``venturi:{q}:limits:ready``       zset    limited kinds/keys with parked jobs, by when they may run
+``venturi:{q}:limits:rings``       zset    per-key rate rings left open, by when their window closes
 ``venturi:{q}:order:held``         hash    order key -> id of the job holding it (ordered keys)
 ``venturi:{q}:order:queue``        zset    jobs waiting on their order key, lex: key, 0xff, seq, id
 ``venturi:{q}:order:paused``       set     order keys an operator paused (``queue.pause_key``)
@@ -204,6 +205,8 @@ class QueueKeys:
     limits_state: str = field(init=False)
     limits_parked: str = field(init=False)
     limits_ready: str = field(init=False)
+    # Per-key rate rings waiting for their window to close (lua/include/limits.lua rest).
+    limits_rings: str = field(init=False)
     # Ordered keys (lua/include/keys.lua feature_keys, lua/include/order.lua).
     order_held: str = field(init=False)
     order_queue: str = field(init=False)
@@ -238,7 +241,7 @@ class QueueKeys:
             object.__setattr__(self, suffix, f"{p}{suffix}")
         object.__setattr__(self, "dedup_held", f"{p}dedup:held")
         object.__setattr__(self, "journal_compact", f"{p}journal-compact")
-        for suffix in ("state", "parked", "ready"):
+        for suffix in ("state", "parked", "ready", "rings"):
             object.__setattr__(self, f"limits_{suffix}", f"{p}limits:{suffix}")
         object.__setattr__(self, "limits", f"{p}limits")
         for suffix in ("held", "queue", "paused", "seq", "ended"):

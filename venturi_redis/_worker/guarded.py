@@ -25,7 +25,7 @@ log = logging.getLogger("venturi_redis.worker")
 
 # The slips already warned of in this process (task class, method, what it
 # did): a broken method would otherwise log on every run of its kind.
-_warned: set[tuple[type, str, str]] = set()
+_warned: set[tuple[type, str, type]] = set()
 
 
 # The observer methods that raised, with the exception's type, already logged in this process.
@@ -45,8 +45,10 @@ def observer_raised(method: str, exc: Exception) -> None:
         log.warning("the worker's observer raised in %s(); ignored (logged once)", method, exc_info=exc)
 
 
-def _slip(task: Any, method: str, what: str) -> None:
-    key = (type(task), method, what)
+def _slip(task: Any, method: str, what: str, cause: type) -> None:
+    # Keyed by the cause's type, not by `what`: a message that names the job's
+    # own values (`KeyError('acme-42')`) made an entry, and a WARNING, per job.
+    key = (type(task), method, cause)
     if key not in _warned:
         _warned.add(key)
         log.warning("%s.%s() %s; the worker's own is used (logged once)", type(task).__name__, method, what)
@@ -57,11 +59,11 @@ def task_backoff(task: Any) -> Backoff | None:
     try:
         value = task.backoff()
     except Exception as exc:  # noqa: BLE001 - the task's own method
-        _slip(task, "backoff", f"raised {said(exc, named=True)}")
+        _slip(task, "backoff", f"raised {said(exc, named=True)}", type(exc))
         return None
     if value is None or isinstance(value, Backoff):
         return value
-    _slip(task, "backoff", f"returned {type(value).__name__}, not a vr.Backoff or None")
+    _slip(task, "backoff", f"returned {type(value).__name__}, not a vr.Backoff or None", type(value))
     return None
 
 
@@ -70,7 +72,7 @@ def task_timeout(task: Any, default: float | None) -> float | None:
     try:
         value = task.timeout()
     except Exception as exc:  # noqa: BLE001 - the task's own method
-        _slip(task, "timeout", f"raised {said(exc, named=True)}")
+        _slip(task, "timeout", f"raised {said(exc, named=True)}", type(exc))
         return default
     if value is None:
         return default
