@@ -307,9 +307,10 @@ async def test_a_fan_in_reads_its_dependency_results_by_bounded_pages(
     await drain(queue, PartJob, GatherJob, concurrency=10)
     assert len(GatherJob.seen) == 30
     assert all(GatherJob.seen[c] == str(n % 10) * 10 * KB for n, c in enumerate(flow.children_ids))
-    # 300 KB in pages that follow the sizes (HSCAN's COUNT is a hint: a page may hold a
-    # few more fields than asked), never in one read.
-    assert len(pages) >= 3 and max(pages) <= 2 * 64 * KB
+    # 300 KB in pages that follow the sizes, never in one read. HSCAN's COUNT is a hint:
+    # it returns whole buckets, and with 30 fields in a 32-slot table under a hash seed
+    # each server draws at random, a page held 13 fields (133 KB) for COUNT 6 in one run.
+    assert len(pages) >= 3 and max(pages) <= 4 * 64 * KB
 
 
 # -- progress ----------------------------------------------------------------------------------

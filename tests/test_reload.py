@@ -88,6 +88,9 @@ def test_a_changed_handler_runs_after_the_reload(redis_server: RedisServer, tmp_
             assert result_of(q, log) == "v1"
             app.write_text(APP.format(version="v2"))
             wait_for(log, "supervisor: relapp.py changed; restarting the workers with the new code")
+            # The old worker has exited: a job enqueued between the supervisor's line and
+            # its SIGTERM's handling could still be claimed by it (and run the old code).
+            wait_for(log, "stopped for the new code; starting a fresh one")
             assert result_of(q, log) == "v2"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()
