@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import re
-from datetime import datetime, timedelta
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import MofNCompleteColumn, Progress
 
-from .._producer import bulk as _bulk
 from .._producer import ops as _ops
-from .._producer.base import server_now_ms
-from .._producer.bulk import BulkFilters, BulkProgress, make_filter
 from .._producer.client import Client
 from .._store.store import EVENTS_MAXLEN
 from .app import (
     CreateOpt,
     JobQueueOpt,
     JsonOpt,
-    QueueOpt,
     RedisOpt,
-    app,
-    dead_app,
     die,
     job_app,
     job_queue,
@@ -135,140 +125,7 @@ def job_update(
     run_with_client(redis, go)
 
 
-# -- dead letters, purge, pause -------------------------------------------------------------------
-
-
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def when(text: str | None, flag: str) -> datetime | timedelta | None:
-    """``--since`` / ``--until``: a duration back from now (``90s``, ``15m``, ``1h``, ``2d``,
-    ``1w``) or an ISO 8601 time with its timezone (``2026-12-06T10:00Z``)."""
-    if text is None:
-        return None
-    m = _DURATION_RE.fullmatch(text.strip())
-    if m:
-        return timedelta(seconds=float(m[1]) * _UNITS[m[2]])
-    try:
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
-        die(f"{flag} {text!r}: give a duration back from now (90s, 15m, 1h, 2d, 1w) or an ISO time", 2)
-    if at.tzinfo is None:
-        die(f"{flag} {text!r} has no timezone: add one (2026-12-06T10:00Z, ...+01:00)", 2)
-    return at
-
-
-@dead_app.command("retry")
-def dead_retry(
-    queue: QueueOpt,
-    kind: Annotated[str | None, typer.Option("--kind", "-k", help="Only dead jobs of this KIND.")] = None,
-    error_type: Annotated[
-        str | None,
-        typer.Option("--error-type", "-e", help="Only jobs whose last failure raised this (ValueError)."),
-    ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option("--since", help="Only jobs dead since this: a duration back (1h, 2d) or an ISO time."),
-    ] = None,
-    until: Annotated[
-        str | None, typer.Option("--until", help="Only jobs dead until this (same forms as --since).")
-    ] = None,
-    note_contains: Annotated[
-        str | None, typer.Option("--note-contains", help="Only jobs whose note (the error) holds this text.")
-    ] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Retry every (matching) dead job.")] = False,
-    limit: Annotated[
-        int | None, typer.Option("--limit", "-n", min=1, help="Retry at most N, oldest death first.")
-    ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Only count the matching dead jobs; change nothing.")
-    ] = False,
-    redis: RedisOpt = None,
-    json_out: JsonOpt = False,
-    create: CreateOpt = False,
-) -> None:
-    """Move dead jobs back to pending: `--all`, or `--limit N` (oldest deaths first), of those
-    matching the filters; counts them first, then shows a progress bar. In short batches: safe
-    to interrupt and run again."""
-    if not all_ and limit is None and not dry_run:
-        die("say how many: --all retries every dead job (of --kind K if given), --limit N at most N", 2)
-    filters: BulkFilters = {
-        "kind": kind,
-        "error_type": error_type,
-        "since": when(since, "--since"),
-        "until": when(until, "--until"),
-        "note_contains": note_contains,
-        "limit": limit,
-    }
-
-    async def go(client: Client) -> int:
-        q = await known_queue(client, queue, create=create)
-        now = await server_now_ms(client)
-        matched = await _bulk.count_matching(q, "dead", make_filter(filters, now), now)
-        what = f" of kind {clean(kind)}" if kind else ""
-        if dry_run:
-            if json_out:
-                print_json({"queue": q.name, "kind": kind, "matched": matched, "dry_run": True})
-            else:
-                typer.echo(f"queue {q.name}: {matched} dead job(s){what} match; nothing done (--dry-run)")
-            return 0
-        if not json_out:
-            typer.echo(f"queue {q.name}: {matched} dead job(s){what} match; retrying")
-        with Progress(
-            *Progress.get_default_columns(),
-            MofNCompleteColumn(),
-            console=Console(stderr=True),
-            transient=True,
-            disable=json_out or matched == 0,
-        ) as bar:
-            task = bar.add_task("retrying", total=matched)
-
-            def show(p: BulkProgress) -> None:
-                bar.update(task, completed=p.done + p.skipped)
-
-            run = filters.copy()
-            run["on_progress"] = show
-            moved, refused = await _ops.retry_dead_report(q, **run)
-        if json_out:
-            doc = {"queue": q.name, "kind": kind, "matched": matched, "retried": moved, "refused": refused}
-            print_json(doc)
-        else:
-            typer.echo(f"queue {q.name}: {len(moved)} dead job(s){what} moved back to pending")
-        # A corrupt job stays dead, untouched (docs/guarantees.md): say which, exit 1.
-        for job_id, why in refused.items():
-            typer.echo(f"venturi: job {job_id} not retried: {clean(why)}; repair it, then retry it", err=True)
-        return 1 if refused else 0
-
-    run_with_client(redis, go)
-
-
-@app.command()
-def purge(
-    queue: QueueOpt,
-    state: Annotated[str, typer.Option("--state", "-s", help="completed, dead or cancelled.")],
-    older_than: Annotated[
-        float,
-        typer.Option("--older-than", min=0, metavar="SECONDS", help="Only jobs finished this long ago."),
-    ] = 0.0,
-    redis: RedisOpt = None,
-    json_out: JsonOpt = False,
-    create: CreateOpt = False,
-) -> None:
-    """Remove finished jobs of one state, with their journals, in short batches."""
-    if state not in ("completed", "dead", "cancelled"):
-        die(f"--state must be completed, dead or cancelled (finished jobs only), got {state!r}", 2)
-
-    async def go(client: Client) -> int:
-        q = await known_queue(client, queue, create=create)
-        removed = await q.purge(state, older_than=older_than)
-        if json_out:
-            print_json({"queue": q.name, "state": state, "removed": removed})
-        else:
-            typer.echo(f"queue {q.name}: removed {removed} {state} job(s)")
-        return 0
-
-    run_with_client(redis, go)
+# -- pause, resume, events ----------------------------------------------------------------------
 
 
 def _set_paused(name: str, redis: str | None, json_out: bool, create: bool, *, paused: bool) -> None:

@@ -13,8 +13,9 @@ Conventions every command follows:
 
 Where things are: ``app.py`` (the typer app, shared options, the one error
 mapping), ``output.py`` (safe text, tables, JSON, job documents),
-``reading.py`` (stats, jobs, job show), ``admin.py`` (retry, cancel, dead
-retry, purge, pause, resume), ``worker.py`` (``venturi worker``),
+``reading.py`` (stats, jobs, job show), ``admin.py`` (job retry, cancel and
+update; queue pause, resume, events), ``bulk.py`` (bulk actions by filter:
+dead retry, cancel, purge), ``worker.py`` (``venturi worker``),
 ``dashboard.py`` (``venturi dashboard``), ``events.py`` (``venturi events``:
 follow a queue live), ``schedules.py`` (``venturi schedules``,
 ``venturi schedule remove|pause|resume|trigger``), ``limits.py`` (``venturi limits``,
@@ -25,7 +26,7 @@ registry of queues refilled by one SCAN, the only one).
 
 from __future__ import annotations
 
-from . import admin, dashboard, events, history, limits, queues, reading, schedules, worker  # noqa: F401 - importing a module registers its commands
+from . import admin, bulk, dashboard, events, history, limits, queues, reading, schedules, worker  # noqa: F401 - importing a module registers its commands
 from .app import app
 
 __all__ = ["app"]
