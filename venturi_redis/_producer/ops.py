@@ -122,8 +122,9 @@ async def cancel(
     the run ends cancelled. ``not_found`` / ``finished``: nothing was done;
     ``detail`` says why.
     """
-    applied, detail = await queue.store.cancel(job_id, note)
-    if applied:
+    got = await queue.store.cancel(job_id, note)
+    detail = got.detail
+    if got.applied:
         return ("cancelled" if detail == "cancelled" else "requested"), detail
     return ("not_found" if detail == "job does not exist" else "finished"), detail
 

@@ -100,13 +100,16 @@ class Transition(NamedTuple):
     """The reply of a transition of one job (a RUNNING job's outcome, a cancel).
 
     ``applied``: the job moved. ``detail``: when applied, what the script
-    says it did (retry: ``'pending'`` or ``'dead'``; cancel: ``'cancelled'``
+    says it did (retry: ``'pending'`` or ``'dead'``, with ``delay_ms`` and
+    ``failures`` as it wrote them; cancel: ``'cancelled'``
     or ``'requested'``; else ''); when refused, why (the job is unknown, in
     another state, or the lease token is stale).
     """
 
     applied: bool
     detail: str
+    delay_ms: int = 0  # retry, back to pending: the delay the script chose (else 0)
+    failures: int = 0  # retry: the failure count it wrote (else 0)
 
 
 APPLIED = Transition(True, "")
@@ -117,6 +120,8 @@ _MAX_MS = 2**53
 def transition(reply: Any) -> Transition:
     """``{1, ...}`` or ``{0, reason}``: the reply of pause, suspend, retry, dead, release, cancel, resume."""
     if int(reply[0]) == 1:
+        if len(reply) > 3:  # retry.lua: {1, 'pending' or 'dead', delay_ms, failures}
+            return Transition(True, text(reply[1]), int(reply[2]), int(reply[3]))
         return Transition(True, text(reply[1])) if len(reply) > 1 else APPLIED
     return Transition(False, text(reply[1]))
 

@@ -387,8 +387,7 @@ class Completer:
                 log.error("%s", err, extra=job_fields(job))
             return
         if host.log_runs:
-            policy = (ending.backoff if isinstance(ending, Failed) else None) or host.backoff
-            run_ended(job, ending, result.detail, policy, host.jitter, time.monotonic() - job.started)
+            run_ended(job, ending, result, time.monotonic() - job.started)
         if died:
             # A death is never silent (a permanent error, the backstop, an
             # unknown KIND, data that no longer decodes): one WARNING line.

@@ -38,11 +38,10 @@ import logging
 from contextvars import Context, ContextVar
 from typing import TYPE_CHECKING, Any
 
-from .._model.backoff import delay_ms
 from .._model.endings import Completed, Dead, Ending, Failed, Paused, Released, Suspended
 
 if TYPE_CHECKING:
-    from .._model.backoff import Backoff
+    from .._store.calls_base import Transition
     from .job import Job
 
 log = logging.getLogger("venturi_redis.worker")
@@ -172,24 +171,22 @@ def json_fields(record: logging.LogRecord) -> dict[str, Any]:
     }
 
 
-def run_ended(job: Job, ending: Ending, detail: str, policy: Backoff, jitter: float, seconds: float) -> None:
+def run_ended(job: Job, ending: Ending, result: Transition, seconds: float) -> None:
     """``Worker(log_runs=True)``'s INFO line for one finished run, its ending as written.
 
-    ``detail``: what the ending's script said it did (a failed run's
-    ``'pending'``, or ``'dead'`` at the backstop); ``policy`` and ``jitter``:
-    the backoff the retry script was given, whose delay this works out as
-    the script does (``backoff.delay_ms``, one definition); ``seconds``: from
-    the claim to the written ending, as the ``job_finished`` metric's.
+    ``result``: the ending script's reply (a failed run's ``'pending'``, with
+    the delay and failure count the retry script wrote, or ``'dead'`` at the
+    backstop); ``seconds``: from the claim to the written ending, as the
+    ``job_finished`` metric's.
     """
     if isinstance(ending, Completed):
         how = _noted("completed", ending.note)
     elif isinstance(ending, Failed):
-        if detail == "dead":
+        if result.detail == "dead":
             how = f"dead (max_failures): {_error(ending)}"
         else:
-            failures = job.failures + 1
-            ms = delay_ms(job.id, failures, policy.base_ms, policy.cap_ms, jitter)
-            how = f"failed, retry in {ms / 1000:g} s (failure {failures}): {_error(ending)}"
+            retry = f"retry in {result.delay_ms / 1000:g} s (failure {result.failures})"
+            how = f"failed, {retry}: {_error(ending)}"
     elif isinstance(ending, Dead):
         how = f"dead ({ending.reason.value}): {_error(ending)}"
     elif isinstance(ending, Paused):
