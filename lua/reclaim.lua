@@ -306,8 +306,10 @@ if type(ended) == 'table' and not ended.err and #ended > 0 then
   end
 end
 -- The per-key rate rings whose window closed after their key's last
--- parked job (limits.lua sweep_rings; `limits:rings`, keys.lua feature_keys).
-if limits_lib().sweep_rings(KEYS[11], KEYS[12], feature_keys(prefix).limits_rings, now) then
+-- parked job (limits.lua sweep_rings; `limits:rings`, keys.lua feature_keys):
+-- the lib is built only when there are some (most queues have no per-key rate).
+local rings = feature_keys(prefix).limits_rings
+if redis.call('EXISTS', rings) == 1 and limits_lib().sweep_rings(KEYS[11], KEYS[12], rings, now) then
   more = true
 end
 out[1] = requeued
