@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from .._model.endings import Completed, Dead, Ending, Failed, Paused, Released, Suspended
 
 if TYPE_CHECKING:
-    from .._store.calls_base import Transition
+    from .._store.store import Transition
     from .job import Job
 
 log = logging.getLogger("venturi_redis.worker")
