@@ -118,11 +118,41 @@ class ReturnsJob(Returns, vr.Handler[None]):
 async def test_a_handler_that_returns_its_value_is_told_how_to_return_it(
     queue: vr.Queue, value: int | None, said: str
 ) -> None:
-    job_id = await queue.enqueue(Returns(value=value), max_failures=1)
+    job_id = await queue.enqueue(Returns(value=value))  # the default backstop: 25 failed runs
     await drain(queue, ReturnsJob)
     info = await queue.get(job_id)
-    assert info is not None and info.state is vr.JobState.DEAD
+    # Dead at its first run: a retry would run the handler's side effects again.
+    assert info is not None and info.state is vr.JobState.DEAD and info.run_count == 1
+    assert info.dead_reason is vr.DeadReason.PERMANENT
     assert info.note == f"ReturnsJob.handle() must return a vr.Outcome, {said}"
+
+
+class Fixed(vr.Task):
+    KIND: ClassVar[str] = "migrating.returns"  # the same KIND, its handler fixed in a later deploy
+    value: int | None
+
+
+class FixedJob(Fixed, vr.Handler[None]):
+    def handle(self, ctx: vr.Context[vr.NoCarry], state: None) -> vr.Outcome:
+        return vr.Outcome.completed(result=self.value)
+
+
+async def test_jobs_a_handler_returned_no_outcome_for_come_back_by_their_error_type(queue: vr.Queue) -> None:
+    returned = await queue.enqueue(Returns(value=None))
+    raised = await queue.enqueue(Returns(value=-1), max_failures=1)
+
+    class SomeRaise(ReturnsJob):  # the same KIND: returns None, or raises for -1
+        def handle(self, ctx: vr.Context[vr.NoCarry], state: None) -> Any:
+            if self.value == -1:
+                raise KeyError(self.value)
+            return None
+
+    await drain(queue, SomeRaise)
+    assert await queue.retry_dead(error_type="TypeError") == [returned]  # the fix is deployed
+    await drain(queue, FixedJob)
+    back, still = await queue.get(returned), await queue.get(raised)
+    assert back is not None and back.state is vr.JobState.COMPLETED and back.run_count == 2
+    assert still is not None and still.state is vr.JobState.DEAD
 
 
 def send_welcome(user_id: int) -> None:  # an RQ or Celery task, as written there

@@ -80,7 +80,7 @@ class DeadReason(enum.StrEnum):
     ``JobInfo.dead_reason`` reads it (None unless the job is dead).
     """
 
-    PERMANENT = "permanent"  # its handler raised vr.TaskError.permanent(...)
+    PERMANENT = "permanent"  # its handler raised vr.TaskError.permanent(...), or returned no vr.Outcome
     MAX_FAILURES = "max_failures"  # the retry backstop: too many failed runs
     UNKNOWN_KIND = "unknown_kind"  # no worker that claimed it has a handler for its KIND
     INVALID_PAYLOAD = "invalid_payload"  # its payload, carry or resume input no longer decodes

@@ -190,15 +190,7 @@ async def execute(host: RunHost, job: Job) -> Ending:
         if outcome is _DONE:
             return COMPLETED  # the usual run: nothing to encode
         if not isinstance(outcome, Outcome):
-            # Say what to write: a handler moved from Celery, RQ, arq or Dramatiq
-            # returns its value, or nothing (docs/migrating.md).
-            fix = (
-                "None (it ended without a return): end it with `return vr.Outcome.completed()`"
-                if outcome is None
-                else f"{type(outcome).__name__}: to store it as the job's result, "
-                "`return vr.Outcome.completed(result=value)`"
-            )
-            raise TypeError(f"{handler_cls.__qualname__}.handle() must return a vr.Outcome, got {fix}")
+            return _not_an_outcome(handler_cls, outcome)
     except anyio.get_cancelled_exc_class():
         if not _cancel_was_asked():
             # The handler's own CancelledError (it awaited a task it cancelled,
@@ -302,6 +294,27 @@ def _undecodable(
         error_type, tb = failure_of(cause, secrets)
         return Dead(DeadReason.INVALID_PAYLOAD, note, error_type, tb)
     return Dead(DeadReason.INVALID_PAYLOAD, note)
+
+
+def _not_an_outcome(handler_cls: type[Any], returned: object) -> Dead:
+    """A ``handle()`` that returned something other than a ``vr.Outcome``: dead at once.
+
+    The handler ran to its end, side effects and all; a retry would run the
+    same code again and repeat them (the 25 runs of the backstop would send an
+    e-mail 25 times), so the job dies at its first such run, as a permanent
+    error does, with a note that says what to write: a handler moved from
+    Celery, RQ, arq or Dramatiq returns its value, or nothing
+    (docs/migrating.md). Once the code is fixed, ``venturi dead retry
+    --error-type TypeError`` brings these jobs back.
+    """
+    fix = (
+        "None (it ended without a return): end it with `return vr.Outcome.completed()`"
+        if returned is None
+        else f"{type(returned).__name__}: to store it as the job's result, "
+        "`return vr.Outcome.completed(result=value)`"
+    )
+    note = f"{handler_cls.__qualname__}.handle() must return a vr.Outcome, got {fix}"
+    return Dead(DeadReason.PERMANENT, note, "TypeError")
 
 
 def error_ending(host: RunHost, job: Job, task: Any, ctx: Context[Any], exc: BaseException) -> Ending:
