@@ -131,6 +131,8 @@ async def producing() -> None:
     # A plain def: its direct call stays sync; offloading it is the same as an async one's.
     yearly_fn: vr.OffloadFunction[..., Report] = build_yearly  # a SyncOffloadFunction is one
     assert_type(build_yearly(1, 2026), Report)
+    assert_type(build_yearly.__wrapped__(1, 2026), Report)
+    assert_type(await build_monthly.__wrapped__(1, 5), Report)
     yearly = await build_yearly.offload(client, tenant_id=1, year=2026)
     assert_type(yearly, vr.OffloadHandle[Report])
     assert_type(build_yearly.handle(yearly.key), vr.OffloadHandle[Report])

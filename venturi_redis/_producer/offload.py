@@ -94,7 +94,7 @@ class OffloadFunction(Generic[P, R]):
 
     __name__: str
     __qualname__: str
-    __wrapped__: Callable[..., Any]
+    __wrapped__: Callable[P, Awaitable[R]]
 
     def __init__(
         self,
@@ -229,6 +229,8 @@ class SyncOffloadFunction(OffloadFunction[P, R]):
     handler threads, as a sync ``Handler.handle`` does (docs/design.md,
     "Synchronous handlers").
     """
+
+    __wrapped__: Callable[P, R]  # type: ignore[assignment]
 
     # A sync call where the base's is awaited: the one difference between the two.
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:  # type: ignore[override]
