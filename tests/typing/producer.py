@@ -154,6 +154,11 @@ def blocking(task: Crawl) -> None:
         assert_type(emails.wait(job_id, timeout=10), vr.JobInfo)
         assert_type(emails.counts(), dict[str, int])
         assert_type(venturi.client, vr.Client)
+        # Offload from a view: checked against the function's parameters, either form.
+        handle = venturi.offload(build_monthly, tenant_id=1, month=5)
+        assert_type(handle, vr.OffloadHandle[Report])
+        assert_type(venturi.offload(build_yearly, 1, year=2026), vr.OffloadHandle[Report])
+        assert_type(venturi.resolve(handle, timeout=10), vr.OffloadResult[Report])
 
 
 # -- what a checker must refuse ------------------------------------------------
@@ -174,6 +179,10 @@ async def refused(client: vr.Client, queue: vr.Queue, task: Crawl) -> None:
     await build_monthly(1)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
     await build_yearly(1, 2026)  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
     await build_yearly.offload(client, tenant_id="1", year=2026)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    sync_client = vr.SyncClient("memory://")
+    sync_client.offload(build_monthly, tenant_id="1", month=5)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    sync_client.offload(build_yearly, 1)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    sync_client.resolve(sync_client.offload(build_yearly, 1, 2026))  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
     handle = await build_monthly.offload(client, 1, 5)
     res = await vr.resolve(client, handle, timeout=1)
     print(res.value.total_cents)  # type: ignore[union-attr]  # pyright: ignore[reportOptionalMemberAccess]
