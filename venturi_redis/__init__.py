@@ -33,7 +33,7 @@ from ._model.sealing import Encrypted, Encryption
 from ._model.task import Merge, NoCarry, Pending, Task
 from ._producer.client import Client, Queue
 from ._producer.client_options import ClientOptions
-from ._producer.offload import OffloadFunction, offload
+from ._producer.offload import OffloadFunction, SyncOffloadFunction, offload
 from ._producer.retention import Retention
 from ._producer.sharded import ShardedQueue
 from ._store.prepare import EnqueueManyOptions, EnqueueOptions
@@ -171,6 +171,7 @@ __all__ = [
     "ScheduleInfo",
     "ShardedQueue",
     "SyncClient",
+    "SyncOffloadFunction",
     "SyncQueue",
     "Task",
     "TaskDefinitionError",

@@ -28,6 +28,11 @@ async def build_monthly(tenant_id: int, month: int) -> Report:
     return Report(tenant_id=tenant_id, total_cents=month)
 
 
+@vr.offload(queue="reports", kind="reports.build_yearly")
+def build_yearly(tenant_id: int, year: int) -> Report:
+    return Report(tenant_id=tenant_id, total_cents=year)
+
+
 async def producing() -> None:
     key = vr.Encryption.new_key()
     assert_type(key, bytes)
@@ -123,6 +128,17 @@ async def producing() -> None:
     assert_type(await vr.read_result_redacted(client, handle.key, Report), vr.OffloadResult[Report] | None)
     assert_type(await vr.read_result(client, handle.key), vr.OffloadResult[Any] | None)
 
+    # A plain def: its direct call stays sync; offloading it is the same as an async one's.
+    yearly_fn: vr.OffloadFunction[..., Report] = build_yearly  # a SyncOffloadFunction is one
+    assert_type(build_yearly(1, 2026), Report)
+    assert_type(build_yearly.__wrapped__(1, 2026), Report)
+    assert_type(await build_monthly.__wrapped__(1, 5), Report)
+    yearly = await build_yearly.offload(client, tenant_id=1, year=2026)
+    assert_type(yearly, vr.OffloadHandle[Report])
+    assert_type(build_yearly.handle(yearly.key), vr.OffloadHandle[Report])
+    assert_type(await vr.resolve(client, yearly, timeout=30.0), vr.OffloadResult[Report])
+    assert_type(yearly_fn.kind, str)
+
     await client.aclose()
 
 
@@ -138,6 +154,11 @@ def blocking(task: Crawl) -> None:
         assert_type(emails.wait(job_id, timeout=10), vr.JobInfo)
         assert_type(emails.counts(), dict[str, int])
         assert_type(venturi.client, vr.Client)
+        # Offload from a view: checked against the function's parameters, either form.
+        handle = venturi.offload(build_monthly, tenant_id=1, month=5)
+        assert_type(handle, vr.OffloadHandle[Report])
+        assert_type(venturi.offload(build_yearly, 1, year=2026), vr.OffloadHandle[Report])
+        assert_type(venturi.resolve(handle, timeout=10), vr.OffloadResult[Report])
 
 
 # -- what a checker must refuse ------------------------------------------------
@@ -156,6 +177,12 @@ async def refused(client: vr.Client, queue: vr.Queue, task: Crawl) -> None:
     info.state = "done"  # type: ignore[misc, assignment]  # pyright: ignore[reportAttributeAccessIssue]
     await build_monthly.offload(client, tenant_id="1", month=5)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     await build_monthly(1)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    await build_yearly(1, 2026)  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
+    await build_yearly.offload(client, tenant_id="1", year=2026)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    sync_client = vr.SyncClient("memory://")
+    sync_client.offload(build_monthly, tenant_id="1", month=5)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    sync_client.offload(build_yearly, 1)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    sync_client.resolve(sync_client.offload(build_yearly, 1, 2026))  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
     handle = await build_monthly.offload(client, 1, 5)
     res = await vr.resolve(client, handle, timeout=1)
     print(res.value.total_cents)  # type: ignore[union-attr]  # pyright: ignore[reportOptionalMemberAccess]

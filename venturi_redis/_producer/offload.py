@@ -1,6 +1,7 @@
-"""``@vr.offload``: run an async function on a worker, read its typed result back.
+"""``@vr.offload``: run a function on a worker, read its typed result back.
 
-This module is the decorator (``OffloadFunction``): it checks the function's
+This module is the decorator (``OffloadFunction`` for an ``async def``,
+``SyncOffloadFunction`` for a plain ``def``): it checks the function's
 types, builds its ``vr.Task`` class and enqueues calls with their ``pending``
 snapshot. Reading results back is ``results.py`` (the result path is told
 there, step by step); the worker half, the handler class that
@@ -15,7 +16,16 @@ import inspect
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, get_type_hints, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    get_type_hints,
+    overload,
+)
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
@@ -55,11 +65,25 @@ def _check_type(tp: Any, what: str, owner: str) -> None:
 _RESERVED = frozenset(dir(Task))
 
 
+def _check_function(fn: Callable[..., Any], owner: str) -> None:
+    """Raise TypeError unless ``fn`` is a function a worker can call for one result."""
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise TypeError(
+            f"@offload {owner}: a generator cannot be offloaded (a worker stores one result); "
+            "define it with `def` or `async def`, returning its result"
+        )
+    if not (inspect.iscoroutinefunction(fn) or inspect.isfunction(fn) or inspect.ismethod(fn)):
+        raise TypeError(
+            f"@offload {owner}: decorate a function (`def` or `async def`), not a {type(fn).__name__}"
+        )
+
+
 class OffloadFunction(Generic[P, R]):
     """An async function made offloadable by ``@vr.offload``.
 
     Awaiting it still runs it here and now; ``.offload(client, ...)`` runs it
-    on a worker instead and returns an ``OffloadHandle``.
+    on a worker instead and returns an ``OffloadHandle``. A plain ``def`` is
+    a ``SyncOffloadFunction``, the same but for its direct call.
 
     Attributes:
         kind: The KIND of its jobs.
@@ -74,7 +98,7 @@ class OffloadFunction(Generic[P, R]):
 
     def __init__(
         self,
-        fn: Callable[P, Awaitable[R]],
+        fn: Callable[P, Any],
         *,
         queue: str,
         kind: str | None,
@@ -84,8 +108,10 @@ class OffloadFunction(Generic[P, R]):
         max_failures: int | None,
     ) -> None:
         owner = getattr(fn, "__qualname__", repr(fn))
-        if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"@offload {owner}: decorate an `async def` function")
+        _check_function(fn, owner)
+        if inspect.iscoroutinefunction(fn) is (sync := isinstance(self, SyncOffloadFunction)):
+            which = "SyncOffloadFunction" if sync else "OffloadFunction"
+            raise TypeError(f"@offload {owner}: not for a vr.{which}; decorate it with @vr.offload")
         validate_name(queue)
         self.queue = queue
         self.kind = validate_kind(kind or f"{fn.__module__}.{fn.__qualname__}", owner)
@@ -132,7 +158,7 @@ class OffloadFunction(Generic[P, R]):
 
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the function here, exactly as if it were not decorated."""
-        return await self._fn(*args, **kwargs)
+        return await self._fn(*args, **kwargs)  # type: ignore[no-any-return]
 
     def task(self, *args: P.args, **kwargs: P.kwargs) -> Task[Any]:
         """The job payload for these arguments, validated (what ``offload`` enqueues)."""
@@ -174,11 +200,18 @@ class OffloadFunction(Generic[P, R]):
 
         return OffloadHandle(key=key, job_id=job_id, result_type=self.result_type)
 
-    async def _run(self, payload: Task[Any]) -> Any:
-        """Worker side: call the function with the payload's fields, return the storable result."""
+    def _call(self, payload: Task[Any]) -> Any:
+        """Worker side: call the function with the payload's fields."""
         values = {name: getattr(payload, name) for name in self._names}
         args = [values.pop(name) for name in self._positional]
-        value = await self._fn(*args, **values)
+        return self._fn(*args, **values)
+
+    async def _run(self, payload: Task[Any]) -> Any:
+        """Worker side: run the call, return the storable result."""
+        return self._stored(await self._call(payload))
+
+    def _stored(self, value: Any) -> Any:
+        """The storable form of what the function returned; a wrong type is a permanent failure."""
         try:
             checked = self._result_adapter.validate_python(value)
         except ValidationError as exc:
@@ -186,6 +219,23 @@ class OffloadFunction(Generic[P, R]):
                 f"{self.kind} returned a {type(value).__name__}, not its declared {self.result_type!r}: {exc}"
             ) from None
         return self._result_adapter.dump_python(checked, mode="json")
+
+
+class SyncOffloadFunction(OffloadFunction[P, R]):
+    """A plain ``def`` function made offloadable by ``@vr.offload``.
+
+    Calling it still runs it here and now, synchronously; ``.offload(client,
+    ...)`` is the same as an async one's. On a worker it runs in one of the
+    handler threads, as a sync ``Handler.handle`` does (docs/design.md,
+    "Synchronous handlers").
+    """
+
+    __wrapped__: Callable[P, R]  # type: ignore[assignment]
+
+    # A sync call where the base's is awaited: the one difference between the two.
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:  # type: ignore[override]
+        """Run the function here, exactly as if it were not decorated."""
+        return self._fn(*args, **kwargs)  # type: ignore[no-any-return]
 
 
 def _task_class(fn: Callable[..., Any], kind: str, fields: dict[str, tuple[Any, Any]]) -> type[Task[Any]]:
@@ -205,8 +255,20 @@ def _task_class(fn: Callable[..., Any], kind: str, fields: dict[str, tuple[Any, 
     return cls
 
 
+class _Decorate(Protocol):
+    """What ``@vr.offload(...)`` with options returns: an ``async def`` or a ``def`` each typed."""
+
+    # An `async def` matches both; the first wins (as with the function's overloads below).
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> OffloadFunction[P, R]: ...  # type: ignore[overload-overlap]
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> SyncOffloadFunction[P, R]: ...
+
+
 @overload
-def offload(fn: Callable[P, Awaitable[R]], /) -> OffloadFunction[P, R]: ...
+def offload(fn: Callable[P, Awaitable[R]], /) -> OffloadFunction[P, R]: ...  # type: ignore[overload-overlap]
+@overload
+def offload(fn: Callable[P, R], /) -> SyncOffloadFunction[P, R]: ...
 @overload
 def offload(
     *,
@@ -216,9 +278,9 @@ def offload(
     priority: Priority | int | str | None = None,
     lease: float | timedelta | None = None,
     max_failures: int | None = UNSET,
-) -> Callable[[Callable[P, Awaitable[R]]], OffloadFunction[P, R]]: ...
+) -> _Decorate: ...
 def offload(
-    fn: Callable[P, Awaitable[R]] | None = None,
+    fn: Callable[P, Any] | None = None,
     /,
     *,
     queue: str = "default",
@@ -227,8 +289,8 @@ def offload(
     priority: Priority | int | str | None = None,
     lease: float | timedelta | None = None,
     max_failures: int | None = UNSET,
-) -> OffloadFunction[P, R] | Callable[[Callable[P, Awaitable[R]]], OffloadFunction[P, R]]:
-    """Make an async function offloadable to a worker, keeping it callable in-process.
+) -> OffloadFunction[P, Any] | _Decorate:
+    """Make a function offloadable to a worker, keeping it callable in-process.
 
     Example::
 
@@ -239,8 +301,13 @@ def offload(
         res = await vr.resolve(client, handle, timeout=30.0)   # res.value is a Report
         worker.register(build_monthly)                         # on the worker side
 
+    A plain ``def`` works too (a ``SyncOffloadFunction``): calling it stays a
+    plain call, and the worker runs it in a handler thread, as it runs a
+    ``def handle``, so blocking code does not block the worker's event loop.
+
     Every parameter and the return value must be pydantic-serializable; this
-    is checked here, at decoration time (TypeError naming the culprit).
+    is checked here, at decoration time (TypeError naming the culprit), and
+    so is the function itself (a generator, or a callable object, is refused).
 
     Args:
         queue: The queue its jobs go to; run it with a worker consuming it.
@@ -255,8 +322,11 @@ def offload(
         max_failures: Retry backstop for its jobs (default: the worker's).
     """
 
-    def wrap(f: Callable[P, Awaitable[R]]) -> OffloadFunction[P, R]:
-        return OffloadFunction(
+    def wrap(f: Callable[P, Any]) -> OffloadFunction[P, Any]:
+        # A ``def`` whose decorator hides an ``async def`` is a sync one here: its
+        # coroutine is awaited on the worker's loop (_worker/offload.py).
+        cls = OffloadFunction if inspect.iscoroutinefunction(f) else SyncOffloadFunction
+        return cls(
             f,
             queue=queue,
             kind=kind,
@@ -266,4 +336,4 @@ def offload(
             max_failures=max_failures,
         )
 
-    return wrap if fn is None else wrap(fn)
+    return wrap(fn) if fn is not None else wrap  # type: ignore[return-value]

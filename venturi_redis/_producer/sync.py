@@ -39,7 +39,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
-from typing import Any, Unpack, cast
+from typing import Any, ParamSpec, TypeVar, Unpack, cast
 
 import anyio
 import redis
@@ -69,8 +69,13 @@ from .client import Client, Queue
 from .client_options import ClientOptions
 from .green import start_loop_thread
 from .names import Kept
+from .offload import OffloadFunction
 from .reads import QueueStats
+from .results import OffloadHandle, OffloadResult, resolve
 from .scale import ScaleTotal
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Held only while a SyncClient swaps in a lock of a forked child's own (_own_lock):
 # never across a wait, so no greenlet can block on it; made anew in every child.
@@ -209,7 +214,8 @@ class SyncClient:
                     self._lock_pid = pid
         return self._lock
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    # ``fn`` positional-only: an offloaded function's own parameter may be named ``fn``.
+    def _call(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
         loop, _ = self._ensure()
 
         async def run() -> Any:
@@ -237,6 +243,26 @@ class SyncClient:
         """Blocking ``Client.scale_total``: the autoscaling signal summed over many queues."""
         client = self._ensure()[1]
         return cast(ScaleTotal, self._call(client.scale_total, queues, prefix=prefix))
+
+    def offload(self, fn: OffloadFunction[P, R], /, *args: P.args, **kwargs: P.kwargs) -> OffloadHandle[R]:
+        """Blocking ``await fn.offload(client, ...)`` for an ``@vr.offload`` function, ``def`` or
+        ``async def``: enqueue a call to ``fn``'s queue and return its handle at once.
+
+        Arguments that do not validate raise here, as the async call's do, and write nothing.
+        """
+        client = self._ensure()[1]
+        result: OffloadHandle[R] = self._call(fn.offload, client, *args, **kwargs)
+        return result
+
+    def resolve(self, handle: OffloadHandle[R], *, timeout: float | timedelta | None) -> OffloadResult[R]:
+        """Blocking ``vr.resolve``: wait for an offloaded call to settle and return its result.
+
+        On timeout the result is ``pending`` and nothing is cancelled; a view (Django, Flask)
+        should pass a short one. Raises ``vr.OffloadNotFound`` as ``vr.resolve`` does.
+        """
+        client = self._ensure()[1]
+        result: OffloadResult[R] = self._call(resolve, client, handle, timeout=timeout)
+        return result
 
     def close(self) -> None:
         """Close the connection pool and stop the loop thread."""
