@@ -1,0 +1,135 @@
+"""Guarantees the worker's Python side keeps, each defended by a test of its own.
+
+Found by a mutation campaign on the worker's guards (docs/guarantees.md,
+docs/semantics.md): each test here fails when the guard it names is removed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+import venturi_redis as vr
+from tests.helpers import make_worker
+
+pytestmark = pytest.mark.anyio
+
+
+class Holds(vr.Task):
+    """Runs until its context says stop, waits for the test, then says it completed."""
+
+    KIND: ClassVar[str] = "holds"
+
+
+class HoldsJob(Holds, vr.Handler[dict[str, Any]]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: dict[str, Any]) -> vr.Outcome:
+        state["started"].set()
+        with anyio.fail_after(10):
+            await ctx.cancelled()
+            state["reason"] = ctx.cancel_reason
+            state["told"].set()
+            await state["go"].wait()
+        return vr.Outcome.completed()
+
+
+def holding() -> dict[str, Any]:
+    return {"started": anyio.Event(), "told": anyio.Event(), "go": anyio.Event()}
+
+
+async def test_a_lost_lease_tells_the_handler_once_and_its_outcome_is_refused(
+    queue: vr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = holding()
+    job_id = await queue.enqueue(Holds())
+    worker = make_worker(queue, HoldsJob, state=state, lease=0.3, reclaim_interval=3600)
+    with caplog.at_level(logging.ERROR, logger="venturi_redis.worker"), anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            await state["started"].wait()
+            # Another worker's claim, as a reclaim after an expired lease leaves it.
+            await queue.client.redis.hset(queue.keys.job(job_id), "lease_token", "another-worker")
+            await state["told"].wait()
+            # Renewals after the loss leave the lost job alone: it is not reported again.
+            runner = worker._runners[0]
+            await runner.extend()
+            await runner.extend()
+            state["go"].set()
+            while job_id in runner.active:
+                await anyio.sleep(0.01)
+            worker.shutdown()
+    assert state["reason"] == "lease lost"
+    info = await queue.get(job_id)
+    assert info is not None and info.state == vr.JobState.RUNNING  # the completion was refused
+    lost = [r for r in caplog.records if "was lost" in r.getMessage()]
+    assert len(lost) == 1
+
+
+class Waits(vr.Task):
+    """Runs until the test lets it go."""
+
+    KIND: ClassVar[str] = "waits-for-go"
+
+
+class WaitsJob(Waits, vr.Handler[dict[str, Any]]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: dict[str, Any]) -> vr.Outcome:
+        state["started"].set()
+        with anyio.fail_after(10):
+            await state["go"].wait()
+        return vr.Outcome.completed()
+
+
+async def test_a_running_jobs_lease_is_renewed_while_its_handler_runs(queue: vr.Queue) -> None:
+    state = holding()
+    job_id = await queue.enqueue(Waits())
+    key = queue.keys.job(job_id)
+    worker = make_worker(queue, WaitsJob, state=state, lease=0.3)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            await state["started"].wait()
+            first = int(await queue.client.redis.hget(key, "lease_expires"))
+            while int(await queue.client.redis.hget(key, "lease_expires")) <= first:
+                await anyio.sleep(0.02)
+            state["go"].set()
+            while job_id in worker._runners[0].active:
+                await anyio.sleep(0.01)
+            worker.shutdown()
+    info = await queue.get(job_id)
+    assert info is not None and info.state == vr.JobState.COMPLETED
+    assert (info.run_count, info.failures) == (1, 0)
+
+
+async def test_a_failed_lease_renewal_is_logged_and_the_worker_goes_on(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = holding()
+    job_id = await queue.enqueue(Waits())
+    store = type(queue.store)
+    extend = store.extend
+    calls = [0]
+
+    async def failing_once(self: Any, leases: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RedisConnectionError("connection dropped during the renewal")
+        return await extend(self, leases)
+
+    monkeypatch.setattr(store, "extend", failing_once)
+    worker = make_worker(queue, WaitsJob, state=state, lease=0.3)
+    with caplog.at_level(logging.WARNING, logger="venturi_redis.worker"), anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            await state["started"].wait()
+            while calls[0] < 2:  # the tick after the failure renews again
+                await anyio.sleep(0.02)
+            state["go"].set()
+            while job_id in worker._runners[0].active:
+                await anyio.sleep(0.01)
+            worker.shutdown()
+    info = await queue.get(job_id)
+    assert info is not None and info.state == vr.JobState.COMPLETED
+    assert "lease renewal failed" in caplog.text
