@@ -6,6 +6,7 @@ docs/semantics.md): each test here fails when the guard it names is removed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, ClassVar
 
@@ -14,7 +15,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import venturi_redis as vr
-from tests.helpers import make_worker
+from tests.helpers import events, make_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -133,3 +134,39 @@ async def test_a_failed_lease_renewal_is_logged_and_the_worker_goes_on(
     info = await queue.get(job_id)
     assert info is not None and info.state == vr.JobState.COMPLETED
     assert "lease renewal failed" in caplog.text
+
+
+class AwaitsItsOwn(vr.Task):
+    """Awaits a task of its own, which the test cancels."""
+
+    KIND: ClassVar[str] = "awaits-its-own"
+
+
+class AwaitsItsOwnJob(AwaitsItsOwn, vr.Handler[dict[str, Any]]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: dict[str, Any]) -> vr.Outcome:
+        state["inner"] = asyncio.ensure_future(asyncio.Event().wait())
+        state["started"].set()
+        await state["inner"]
+        return vr.Outcome.completed()
+
+
+async def test_a_cancellation_of_run_that_meets_the_handlers_own_cancelled_error_still_releases_the_job(
+    queue: vr.Queue,
+) -> None:
+    state = holding()
+    job_id = await queue.enqueue(AwaitsItsOwn())
+    worker = make_worker(queue, AwaitsItsOwnJob, state=state)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            await state["started"].wait()
+            state["inner"].cancel()
+            # One turn of the loop: the inner task ends cancelled and the handler's
+            # wake-up is queued behind this task, so run() is cancelled while the
+            # handler's own CancelledError is already on its way (anyio does not
+            # cancel a task whose awaited future is done: task.cancelling() is 0).
+            await asyncio.sleep(0)
+            tg.cancel_scope.cancel()
+    info = await queue.get(job_id)
+    assert info is not None and info.failures == 0
+    assert (await events(queue, job_id))[:3] == ["enqueued", "claimed", "released"]
