@@ -1,6 +1,7 @@
-"""Guarantees the worker's Python side keeps, each defended by a test of its own.
+"""Guarantees the Python side keeps (the worker's, and the producer's dedup merge),
+each defended by a test of its own.
 
-Found by a mutation campaign on the worker's guards (docs/guarantees.md,
+Found by a mutation campaign on their guards (docs/guarantees.md,
 docs/semantics.md): each test here fails when the guard it names is removed.
 """
 
@@ -16,6 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import venturi_redis as vr
 from tests.helpers import events, make_worker
+from venturi_redis._producer import dedup
 
 pytestmark = pytest.mark.anyio
 
@@ -170,3 +172,64 @@ async def test_a_cancellation_of_run_that_meets_the_handlers_own_cancelled_error
     info = await queue.get(job_id)
     assert info is not None and info.failures == 0
     assert (await events(queue, job_id))[:3] == ["enqueued", "claimed", "released"]
+
+
+class Keyed(vr.Task):
+    """A task deduplicated by its key; the default merge replaces the pending job."""
+
+    KIND: ClassVar[str] = "keyed"
+    key: str
+    n: int
+
+    def dedup_key(self) -> str | None:
+        return self.key
+
+
+async def test_an_enqueue_whose_holder_was_given_another_key_meanwhile_does_not_merge_into_it(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await queue.enqueue(Keyed(key="a", n=1))
+    watch_and_read = dedup._watch_and_read
+    moved = [False]
+
+    async def key_moves_first(pipe: Any, key: str, *reads: tuple[str, ...]) -> list[Any]:
+        if not moved[0]:  # between the enqueue script finding the holder and the merge's WATCH
+            moved[0] = True
+            assert await queue.update(first, task=Keyed(key="b", n=1))
+        return await watch_and_read(pipe, key, *reads)
+
+    monkeypatch.setattr(dedup, "_watch_and_read", key_moves_first)
+    second = await queue.enqueue(Keyed(key="a", n=2))
+    assert moved[0] and second != first  # key "a" was free again: a job of its own
+    held = await queue.get(first)
+    assert held is not None and held.payload == {"key": "b", "n": 1}
+
+
+class KeepsTheLarger(Keyed):
+    """Replaces the pending job only with a larger ``n``: a decision made on what it reads."""
+
+    KIND: ClassVar[str] = "keeps-the-larger"
+
+    def merge(self, existing: vr.Pending[Any, Any]) -> vr.Merge[Any, Any]:
+        return vr.Merge.replace() if self.n > existing.payload.n else vr.Merge.keep()
+
+
+async def test_a_merge_retried_after_a_script_flush_is_not_applied_to_a_job_changed_meanwhile(
+    client: vr.Client, queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await queue.enqueue(KeepsTheLarger(key="a", n=1))
+    await client.redis.script_flush()  # the merge's EXEC meets NOSCRIPT: nothing applied
+    watch_and_read = dedup._watch_and_read
+    reads = [0]
+
+    async def changes_before_the_second_read(pipe: Any, key: str, *reads_: tuple[str, ...]) -> list[Any]:
+        reads[0] += 1
+        if reads[0] == 2:  # the same decision, about to be applied again
+            assert await queue.update(first, task=KeepsTheLarger(key="a", n=7))
+        return await watch_and_read(pipe, key, *reads_)
+
+    monkeypatch.setattr(dedup, "_watch_and_read", changes_before_the_second_read)
+    assert await queue.enqueue(KeepsTheLarger(key="a", n=2)) == first
+    info = await queue.get(first)
+    assert info is not None and info.payload == {"key": "a", "n": 7}  # kept: merge() saw n=7
+    assert reads[0] == 3
