@@ -17,6 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import venturi_redis as vr
 from tests.helpers import events, make_worker
+from venturi_redis._model.sealing import key_id_of, sealed_key_id
 from venturi_redis._producer import dedup
 
 pytestmark = pytest.mark.anyio
@@ -233,3 +234,19 @@ async def test_a_merge_retried_after_a_script_flush_is_not_applied_to_a_job_chan
     info = await queue.get(first)
     assert info is not None and info.payload == {"key": "a", "n": 7}  # kept: merge() saw n=7
     assert reads[0] == 3
+
+
+async def test_an_enqueue_without_the_key_does_not_merge_into_a_sealed_pending_job(
+    url: str, queue_name: str
+) -> None:
+    key = bytes(range(32))
+    async with vr.Client.from_url(url, encryption=vr.Encryption(keys=[key])) as keyed:
+        first = await keyed.queue(queue_name).enqueue(Keyed(key="a", n=1))
+        async with vr.Client.from_url(url) as keyless:
+            # Even the default merge, which reads nothing, would write a plain payload over it.
+            with pytest.raises(vr.EncryptionKeyMissing, match=key_id_of(key)):
+                await keyless.queue(queue_name).enqueue(Keyed(key="a", n=2))
+        info = await keyed.queue(queue_name).get(first)
+        assert info is not None and info.payload == {"key": "a", "n": 1}
+        raw = await keyed.redis.hget(keyed.queue(queue_name).keys.job(first), "payload")
+        assert sealed_key_id(raw) == key_id_of(key)
