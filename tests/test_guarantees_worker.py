@@ -250,3 +250,37 @@ async def test_an_enqueue_without_the_key_does_not_merge_into_a_sealed_pending_j
         assert info is not None and info.payload == {"key": "a", "n": 1}
         raw = await keyed.redis.hget(keyed.queue(queue_name).keys.job(first), "payload")
         assert sealed_key_id(raw) == key_id_of(key)
+
+
+class BadPause(vr.Task):
+    """Pauses with a NaN delay, forced past ``vr.Outcome``'s own check."""
+
+    KIND: ClassVar[str] = "bad-pause"
+
+
+class BadPauseJob(BadPause, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        outcome = vr.Outcome.pause_in(1)
+        object.__setattr__(outcome, "delay_ms", float("nan"))
+        return outcome
+
+
+async def test_a_pause_whose_delay_cannot_be_stored_is_a_failed_run_not_a_job_left_running(
+    queue: vr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_id = await queue.enqueue(BadPause(), max_failures=1)
+    worker = make_worker(queue, BadPauseJob)
+    with caplog.at_level(logging.ERROR, logger="venturi_redis.worker"), anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            # Without the worker's check, the pause script's call refuses the delay: an
+            # internal error, and the job waits out its lease.
+            while "internal error" not in caplog.text:
+                info = await queue.get(job_id)
+                if info is not None and info.state is vr.JobState.DEAD:
+                    break
+                await anyio.sleep(0.02)
+            worker.shutdown()
+    info = await queue.get(job_id)
+    assert info is not None and info.state is vr.JobState.DEAD  # its one failure was the backstop
+    assert info.note is not None and info.note.startswith("the run's outcome cannot be stored: pause delay")
