@@ -259,6 +259,52 @@ async def test_a_worker_without_the_key_fails_the_run_with_a_note(
             assert done.result == {"charged": SECRET} and done.carry == {"seen": 1, "note": SECRET}
 
 
+class Asks(vr.Task[Card]):
+    KIND: ClassVar[str] = "enc.asks"
+
+
+class AsksJob(Asks, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[Card], state: Any) -> vr.Outcome:
+        ctx.carry.note = SECRET
+        return vr.Outcome.suspend()
+
+
+@pytest.mark.parametrize("worker_keys", [(), (KEY_B,)], ids=["no-encryption", "other-key"])
+async def test_a_worker_without_the_key_of_a_sealed_carry_fails_the_run_with_a_note(
+    url: str, queue_name: str, worker_keys: tuple[bytes, ...]
+) -> None:
+    # Encryption turned on while the job waited: its payload stays plain, the carry
+    # its keyed run left is sealed, and a pod not given the key meets it at the resume.
+    async with _client(url) as plain:
+        job_id = await plain.queue(queue_name).enqueue(Asks(), max_failures=10)
+    async with _client(url, KEY_A) as keyed:
+        await drain(keyed.queue(queue_name), AsksJob)
+        raw = await keyed.redis.hgetall(keyed.queue(queue_name).keys.job(job_id))
+        assert sealed_key_id(raw[b"carry"]) == key_id_of(KEY_A) and sealed_key_id(raw[b"payload"]) is None
+        assert await keyed.queue(queue_name).resume(job_id) == 1
+    async with _client(url, *worker_keys) as other:
+        queue = other.queue(queue_name)
+        worker = make_worker(queue, AsksJob)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            with anyio.fail_after(20):
+                while True:
+                    info = await queue.get(job_id)
+                    assert info is not None
+                    if info.failures >= 1 or info.state is vr.JobState.DEAD:
+                        break
+                    await anyio.sleep(0.02)
+            worker.shutdown()
+        # Retried, as for the payload: not dead as a carry that does not decode would be.
+        assert info.state in (vr.JobState.PENDING, vr.JobState.RUNNING)
+        assert info.note is not None and "carry cannot be read" in info.note
+        assert f"key id {key_id_of(KEY_A)}" in info.note
+        failed = [e for e in await queue.journal(job_id) if e.event == "failed"]
+        assert failed and failed[0].details.get("error_type") == "venturi_redis.EncryptionKeyMissing"
+        carry = await other.redis.hget(queue.keys.job(job_id), "carry")
+        assert sealed_key_id(carry) == key_id_of(KEY_A)  # kept as it was stored
+
+
 class Tally(BaseModel):
     n: int = 0
 
