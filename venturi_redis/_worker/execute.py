@@ -435,9 +435,13 @@ def _cancel_was_asked() -> bool:
     """Whether the CancelledError being handled was asked of this task.
 
     By the worker (the shutdown grace ran out) or by whoever cancelled
-    ``run()``: either cancels a scope around the slot task, which asyncio
-    delivers with ``task.cancel()``. A handler that awaits a task it cancelled
-    itself, or raises CancelledError, gets one that nobody asked for.
+    ``run()``: either cancels a scope around the slot task. asyncio usually
+    delivers that with ``task.cancel()`` (``cancelling()``), but anyio skips
+    the call for a task whose awaited future is already done and tries again
+    next turn: a ``run()`` cancelled in the same turn as the handler's own
+    CancelledError shows only as the cancelled scope's deadline of -inf
+    (tests/test_guarantees_worker.py). A handler that awaits a task it
+    cancelled itself, or raises CancelledError, gets one that nobody asked for.
     """
     task = asyncio.current_task()
     if task is not None and task.cancelling():
