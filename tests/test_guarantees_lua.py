@@ -1,0 +1,113 @@
+"""Guarantees of the Lua transitions that only a mutation of the scripts showed
+undefended: each test here failed with one line of lua/ removed or inverted
+(docs/guarantees.md; the campaign's table is in the branch's report). The
+clock is the client's, driven by the test, so a lease expires on demand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import venturi_redis as vr
+from tests.tasks import Echo
+from venturi_redis._store import calls, calls_ending, calls_obs
+
+pytestmark = pytest.mark.anyio
+
+T0 = 1_900_000_000_000
+LEASE = 1_000
+
+
+class Clock:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+async def send(queue: vr.Queue, call: calls.Call) -> Any:
+    return await queue.client.sender.call(call)
+
+
+async def claim(queue: vr.Queue, base: str, worker: str = "w1") -> tuple[str, str]:
+    """One job claimed under the token base ``base`` (a worker's claims each have their own)."""
+    call = calls.claim(
+        queue.keys, queue.client._now_arg(), count=1, worker=worker, token_base=base, default_lease_ms=LEASE
+    )
+    ((job_id, token),) = [(job[0], job[6]) for job in calls.claim_reply(await send(queue, call), base).jobs()]
+    return job_id, token
+
+
+async def reclaim(queue: vr.Queue, max_failures: str = "25") -> None:
+    now = queue.client._now_arg()
+    await send(queue, calls.reclaim(queue.keys, now, batch=100, max_failures=max_failures))
+
+
+@pytest.fixture
+def clock(queue: vr.Queue) -> Clock:
+    queue.client.clock = clock = Clock(T0)
+    return clock
+
+
+async def taken_over(queue: vr.Queue, clock: Clock) -> tuple[str, str, str]:
+    """A job whose first run lost its lease and which a second claim now runs:
+    (id, the stale token, the live one)."""
+    await queue.enqueue(Echo(text="x"))
+    job_id, stale = await claim(queue, "old", "w-old")
+    clock.ms += LEASE + 1
+    await reclaim(queue)
+    again, live = await claim(queue, "new", "w-new")
+    assert again == job_id and live != stale
+    return job_id, stale, live
+
+
+def ending(queue: vr.Queue, op: str, job_id: str, token: str) -> calls.Call:
+    k, now = queue.keys, queue.client._now_arg()
+    normal = vr.Priority.NORMAL
+    if op == "complete":
+        return calls_ending.complete(k, now, [calls_ending.completion(job_id, token, "", b"", b"c", b"r")])
+    if op == "release":
+        return calls_ending.release(k, now, job_id=job_id, token=token, priority=normal, carry=b"c", note="")
+    if op == "pause":
+        return calls_ending.pause(
+            k, now, job_id=job_id, token=token, priority=normal, delay_ms=0, note="", attachment=b"",
+            carry=b"c",
+        )  # fmt: skip
+    if op == "suspend":
+        return calls_ending.suspend(
+            k, now, job_id=job_id, token=token, note="", attachment=b"", carry=b"c", output=b"o"
+        )
+    if op == "retry":
+        return calls_ending.retry(
+            k, now, job_id=job_id, token=token, priority=normal, note="e", attachment=b"", carry=b"c",
+            base_ms=0, cap_ms=0, jitter=0.0, max_failures="none",
+        )  # fmt: skip
+    if op == "dead":
+        return calls_ending.dead(
+            k, now, job_id=job_id, token=token, note="e", attachment=b"", carry=b"c", reason="permanent"
+        )
+    if op == "cancel":
+        return calls_ending.cancel(k, now, job_id=job_id, note="n", token=token, carry=b"c")
+    if op == "progress":
+        return calls_obs.progress(k, now, job_id=job_id, token=token, value=b"p")
+    return calls.extend(k, now, [(job_id, token, 60_000)])
+
+
+ENDINGS = ["complete", "release", "pause", "suspend", "retry", "dead", "cancel"]
+
+
+@pytest.mark.parametrize("op", [*ENDINGS, "progress", "extend"])
+async def test_a_worker_whose_lease_was_taken_cannot_write_the_job(
+    queue: vr.Queue, clock: Clock, op: str
+) -> None:
+    """Fencing, script by script: the stale token's call changes neither the
+    job's hash nor its place in running; the run that holds the lease goes on."""
+    job_id, stale, live = await taken_over(queue, clock)
+    r, k = queue.client.redis, queue.keys
+    before = await r.hgetall(k.job(job_id)), await r.zscore(k.running, job_id)
+    await send(queue, ending(queue, op, job_id, stale))
+    assert (await r.hgetall(k.job(job_id)), await r.zscore(k.running, job_id)) == before
+    # The live run can still end it.
+    assert await send(queue, ending(queue, "complete", job_id, live)) == [1]
