@@ -63,33 +63,44 @@ async def taken_over(queue: vr.Queue, clock: Clock) -> tuple[str, str, str]:
     return job_id, stale, live
 
 
-def ending(queue: vr.Queue, op: str, job_id: str, token: str) -> calls.Call:
+def ending(queue: vr.Queue, op: str, job_id: str, token: str, attachment: bytes = b"") -> calls.Call:
     k, now = queue.keys, queue.client._now_arg()
     normal = vr.Priority.NORMAL
     if op == "complete":
-        return calls_ending.complete(k, now, [calls_ending.completion(job_id, token, "", b"", b"c", b"r")])
+        return calls_ending.complete(
+            k, now, [calls_ending.completion(job_id, token, "", attachment, b"c", b"")]
+        )
     if op == "release":
         return calls_ending.release(k, now, job_id=job_id, token=token, priority=normal, carry=b"c", note="")
     if op == "pause":
         return calls_ending.pause(
-            k, now, job_id=job_id, token=token, priority=normal, delay_ms=0, note="", attachment=b"",
+            k, now, job_id=job_id, token=token, priority=normal, delay_ms=0, note="", attachment=attachment,
             carry=b"c",
         )  # fmt: skip
     if op == "suspend":
         return calls_ending.suspend(
-            k, now, job_id=job_id, token=token, note="", attachment=b"", carry=b"c", output=b"o"
+            k, now, job_id=job_id, token=token, note="", attachment=attachment, carry=b"c", output=b"o"
         )
     if op == "retry":
         return calls_ending.retry(
-            k, now, job_id=job_id, token=token, priority=normal, note="e", attachment=b"", carry=b"c",
+            k, now, job_id=job_id, token=token, priority=normal, note="e", attachment=attachment, carry=b"c",
             base_ms=0, cap_ms=0, jitter=0.0, max_failures="none",
         )  # fmt: skip
     if op == "dead":
         return calls_ending.dead(
-            k, now, job_id=job_id, token=token, note="e", attachment=b"", carry=b"c", reason="permanent"
+            k,
+            now,
+            job_id=job_id,
+            token=token,
+            note="e",
+            attachment=attachment,
+            carry=b"c",
+            reason="permanent",
         )
     if op == "cancel":
-        return calls_ending.cancel(k, now, job_id=job_id, note="n", token=token, carry=b"c")
+        return calls_ending.cancel(
+            k, now, job_id=job_id, note="n", token=token, attachment=attachment, carry=b"c"
+        )
     if op == "progress":
         return calls_obs.progress(k, now, job_id=job_id, token=token, value=b"p")
     return calls.extend(k, now, [(job_id, token, 60_000)])
@@ -111,3 +122,35 @@ async def test_a_worker_whose_lease_was_taken_cannot_write_the_job(
     assert (await r.hgetall(k.job(job_id)), await r.zscore(k.running, job_id)) == before
     # The live run can still end it.
     assert await send(queue, ending(queue, "complete", job_id, live)) == [1]
+
+
+LEASE_FIELDS = (b"lease_token", b"lease_expires", b"claimed_at")
+
+
+@pytest.mark.parametrize("attachment", [b"", b"\x81\xa1a\x01"], ids=["bare", "attachment"])
+@pytest.mark.parametrize("op", ENDINGS)
+async def test_a_run_that_ends_leaves_no_lease_on_the_job(
+    queue: vr.Queue, clock: Clock, op: str, attachment: bytes
+) -> None:
+    """Leaving running drops the lease with the run (an attachment or not):
+    the ended run's token is no longer the job's."""
+    await queue.enqueue(Echo(text="x"))
+    job_id, token = await claim(queue, "one")
+    await send(queue, ending(queue, op, job_id, token, attachment))
+    left = await queue.client.redis.hgetall(queue.keys.job(job_id))
+    assert left[b"state"] != b"running"
+    assert [f for f in LEASE_FIELDS if f in left] == []
+
+
+async def test_an_outcome_after_the_reclaim_is_refused_as_the_job_is_pending(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """The refusal journaled says why: the job is no longer running (not only
+    that the token differs)."""
+    await queue.enqueue(Echo(text="x"))
+    job_id, token = await claim(queue, "old")
+    clock.ms += LEASE + 1
+    await reclaim(queue)
+    assert await send(queue, ending(queue, "release", job_id, token)) == [0, b"job is pending"]
+    last = (await queue.journal(job_id))[-1]
+    assert (last.event, last.note, last.details.get("attempted")) == ("refused", "job is pending", "release")
