@@ -142,15 +142,32 @@ async def test_a_run_that_ends_leaves_no_lease_on_the_job(
     assert [f for f in LEASE_FIELDS if f in left] == []
 
 
-async def test_an_outcome_after_the_reclaim_is_refused_as_the_job_is_pending(
+async def test_the_reclaim_drops_the_lease_and_a_late_outcome_is_refused_as_the_job_is_pending(
     queue: vr.Queue, clock: Clock
 ) -> None:
-    """The refusal journaled says why: the job is no longer running (not only
-    that the token differs)."""
+    """The reclaim drops the lease, and the refusal journaled says why: the job
+    is no longer running (not only that the token differs)."""
     await queue.enqueue(Echo(text="x"))
     job_id, token = await claim(queue, "old")
     clock.ms += LEASE + 1
     await reclaim(queue)
+    left = await queue.client.redis.hgetall(queue.keys.job(job_id))
+    assert [f for f in LEASE_FIELDS if f in left] == []
     assert await send(queue, ending(queue, "release", job_id, token)) == [0, b"job is pending"]
     last = (await queue.journal(job_id))[-1]
     assert (last.event, last.note, last.details.get("attempted")) == ("refused", "job is pending", "release")
+
+
+async def test_a_renewed_lease_is_not_reclaimed_at_its_first_expiry(queue: vr.Queue, clock: Clock) -> None:
+    """extend moves the lease in the hash and in the running set, which the
+    reclaim reads: the run keeps its job past the claim's lease."""
+    await queue.enqueue(Echo(text="x"))
+    job_id, token = await claim(queue, "one")
+    clock.ms += LEASE // 2
+    assert calls.extended(await send(queue, ending(queue, "extend", job_id, token))).lost == []
+    clock.ms += LEASE
+    await reclaim(queue)
+    r, k = queue.client.redis, queue.keys
+    expires = await r.hget(k.job(job_id), "lease_expires")
+    assert int(expires) == clock.ms - LEASE + 60_000 == await r.zscore(k.running, job_id)
+    assert await send(queue, ending(queue, "complete", job_id, token)) == [1]
