@@ -5,7 +5,7 @@ clock is the client's, driven by the test, so a lease expires on demand."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -17,6 +17,17 @@ pytestmark = pytest.mark.anyio
 
 T0 = 1_900_000_000_000
 LEASE = 1_000
+
+
+class Keyed(vr.Task):
+    KIND: ClassVar[str] = "guarantees-keyed"
+    key: str
+
+    def dedup_key(self) -> str | None:
+        return self.key
+
+    def merge(self, existing: vr.Pending[Any, Any]) -> vr.Merge[Any, Any]:
+        return vr.Merge.keep()
 
 
 class Clock:
@@ -63,27 +74,29 @@ async def taken_over(queue: vr.Queue, clock: Clock) -> tuple[str, str, str]:
     return job_id, stale, live
 
 
-def ending(queue: vr.Queue, op: str, job_id: str, token: str, attachment: bytes = b"") -> calls.Call:
+def ending(
+    queue: vr.Queue, op: str, job_id: str, token: str, attachment: bytes = b"", carry: bytes = b"c"
+) -> calls.Call:
     k, now = queue.keys, queue.client._now_arg()
     normal = vr.Priority.NORMAL
     if op == "complete":
         return calls_ending.complete(
-            k, now, [calls_ending.completion(job_id, token, "", attachment, b"c", b"")]
+            k, now, [calls_ending.completion(job_id, token, "", attachment, carry, b"")]
         )
     if op == "release":
-        return calls_ending.release(k, now, job_id=job_id, token=token, priority=normal, carry=b"c", note="")
+        return calls_ending.release(k, now, job_id=job_id, token=token, priority=normal, carry=carry, note="")
     if op == "pause":
         return calls_ending.pause(
             k, now, job_id=job_id, token=token, priority=normal, delay_ms=0, note="", attachment=attachment,
-            carry=b"c",
+            carry=carry,
         )  # fmt: skip
     if op == "suspend":
         return calls_ending.suspend(
-            k, now, job_id=job_id, token=token, note="", attachment=attachment, carry=b"c", output=b"o"
+            k, now, job_id=job_id, token=token, note="", attachment=attachment, carry=carry, output=b"o"
         )
     if op == "retry":
         return calls_ending.retry(
-            k, now, job_id=job_id, token=token, priority=normal, note="e", attachment=attachment, carry=b"c",
+            k, now, job_id=job_id, token=token, priority=normal, note="e", attachment=attachment, carry=carry,
             base_ms=0, cap_ms=0, jitter=0.0, max_failures="none",
         )  # fmt: skip
     if op == "dead":
@@ -94,12 +107,12 @@ def ending(queue: vr.Queue, op: str, job_id: str, token: str, attachment: bytes 
             token=token,
             note="e",
             attachment=attachment,
-            carry=b"c",
+            carry=carry,
             reason="permanent",
         )
     if op == "cancel":
         return calls_ending.cancel(
-            k, now, job_id=job_id, note="n", token=token, attachment=attachment, carry=b"c"
+            k, now, job_id=job_id, note="n", token=token, attachment=attachment, carry=carry
         )
     if op == "progress":
         return calls_obs.progress(k, now, job_id=job_id, token=token, value=b"p")
@@ -171,3 +184,13 @@ async def test_a_renewed_lease_is_not_reclaimed_at_its_first_expiry(queue: vr.Qu
     expires = await r.hget(k.job(job_id), "lease_expires")
     assert int(expires) == clock.ms - LEASE + 60_000 == await r.zscore(k.running, job_id)
     assert await send(queue, ending(queue, "complete", job_id, token)) == [1]
+
+
+@pytest.mark.parametrize("op", ["release", "pause", "retry"])
+async def test_a_job_back_in_pending_takes_its_dedup_key_back(queue: vr.Queue, clock: Clock, op: str) -> None:
+    """Dedup: the claim freed the key; a run that ends back in pending is again
+    the key's merge candidate, so a new enqueue of the key merges into it."""
+    job_id = await queue.enqueue(Keyed(key="k"))
+    claimed, token = await claim(queue, "one")
+    assert (await send(queue, ending(queue, op, claimed, token, carry=b"")))[0] == 1
+    assert await queue.enqueue(Keyed(key="k")) == job_id
