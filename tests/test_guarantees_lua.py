@@ -194,3 +194,17 @@ async def test_a_job_back_in_pending_takes_its_dedup_key_back(queue: vr.Queue, c
     claimed, token = await claim(queue, "one")
     assert (await send(queue, ending(queue, op, claimed, token, carry=b"")))[0] == 1
     assert await queue.enqueue(Keyed(key="k")) == job_id
+
+
+@pytest.mark.parametrize("op", ["release", "pause", "retry"])
+async def test_a_run_that_ends_back_in_pending_wakes_one_idle_worker(
+    queue: vr.Queue, clock: Clock, op: str
+) -> None:
+    """Its job is claimable again: one wake token, or idle workers blocked on
+    the wake list wait for their poll to see it."""
+    await queue.enqueue(Echo(text="x"))
+    job_id, token = await claim(queue, "one")
+    r = queue.client.redis
+    await r.delete(queue.keys.wake)  # as an idle worker's short claim leaves it
+    assert (await send(queue, ending(queue, op, job_id, token)))[0] == 1
+    assert await r.llen(queue.keys.wake) == 1
