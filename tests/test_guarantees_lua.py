@@ -30,6 +30,14 @@ class Keyed(vr.Task):
         return vr.Merge.keep()
 
 
+class Throttled(Keyed):
+    KIND: ClassVar[str] = "guarantees-throttled"
+
+    @classmethod
+    def dedup_window(cls) -> float:
+        return 60.0
+
+
 class Clock:
     def __init__(self, ms: int) -> None:
         self.ms = ms
@@ -208,3 +216,36 @@ async def test_a_run_that_ends_back_in_pending_wakes_one_idle_worker(
     await r.delete(queue.keys.wake)  # as an idle worker's short claim leaves it
     assert (await send(queue, ending(queue, op, job_id, token)))[0] == 1
     assert await r.llen(queue.keys.wake) == 1
+
+
+async def test_a_throttled_job_keeps_its_key_while_it_runs_past_its_first_lease(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """Throttle: the key stays with the running job (an enqueue of it returns
+    the job) when the reclaim's sweep looks again at the claim's lease end."""
+    job_id = await queue.enqueue(Throttled(key="k"))
+    _, token = await claim(queue, "one")
+    clock.ms += LEASE // 2
+    await send(queue, ending(queue, "extend", job_id, token))
+    clock.ms += LEASE
+    await reclaim(queue)
+    assert await queue.enqueue(Throttled(key="k")) == job_id
+
+
+@pytest.mark.parametrize("how", ["lease_expired", "failed"])
+async def test_a_job_whose_cancel_was_requested_is_not_counted_retrying_after_its_run(
+    queue: vr.Queue, clock: Clock, how: str
+) -> None:
+    """Its run failed or lost its lease: back to pending for the claim to
+    cancel, not to run again. No retry: counts() and the listing say so."""
+    await queue.enqueue(Echo(text="x"))
+    job_id, token = await claim(queue, "one")
+    assert await queue.cancel(job_id) == "requested"
+    if how == "failed":
+        assert (await send(queue, ending(queue, "retry", job_id, token)))[0] == 1
+    else:
+        clock.ms += LEASE + 1
+        await reclaim(queue)
+    assert (await queue.get(job_id)).state == vr.JobState.PENDING  # type: ignore[union-attr]
+    assert (await queue.counts())["retrying"] == 0
+    assert await queue.list_jobs(state="retrying") == []
