@@ -163,8 +163,9 @@ async def test_a_run_that_ends_leaves_no_lease_on_the_job(
     assert [f for f in LEASE_FIELDS if f in left] == []
 
 
+@pytest.mark.parametrize("op", ENDINGS)
 async def test_the_reclaim_drops_the_lease_and_a_late_outcome_is_refused_as_the_job_is_pending(
-    queue: vr.Queue, clock: Clock
+    queue: vr.Queue, clock: Clock, op: str
 ) -> None:
     """The reclaim drops the lease, and the refusal journaled says why: the job
     is no longer running (not only that the token differs)."""
@@ -174,9 +175,10 @@ async def test_the_reclaim_drops_the_lease_and_a_late_outcome_is_refused_as_the_
     await reclaim(queue)
     left = await queue.client.redis.hgetall(queue.keys.job(job_id))
     assert [f for f in LEASE_FIELDS if f in left] == []
-    assert await send(queue, ending(queue, "release", job_id, token)) == [0, b"job is pending"]
+    reply = await send(queue, ending(queue, op, job_id, token))
+    assert reply in ([0, b"job is pending"], [b"job is pending"])
     last = (await queue.journal(job_id))[-1]
-    assert (last.event, last.note, last.details.get("attempted")) == ("refused", "job is pending", "release")
+    assert (last.event, last.note, last.details.get("attempted")) == ("refused", "job is pending", op)
 
 
 async def test_a_renewed_lease_is_not_reclaimed_at_its_first_expiry(queue: vr.Queue, clock: Clock) -> None:
@@ -249,3 +251,34 @@ async def test_a_job_whose_cancel_was_requested_is_not_counted_retrying_after_it
     assert (await queue.get(job_id)).state == vr.JobState.PENDING  # type: ignore[union-attr]
     assert (await queue.counts())["retrying"] == 0
     assert await queue.list_jobs(state="retrying") == []
+
+
+async def test_a_completion_sent_twice_in_one_call_completes_once_and_journals_no_refusal(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """A batch that carries one run twice: the second is answered as the first
+    left it, and the journal tells of one completion, no refused outcome."""
+    await queue.enqueue(Echo(text="x"))
+    job_id, token = await claim(queue, "one")
+    one = calls_ending.completion(job_id, token, "", b"", b"", b"")
+    reply = await send(queue, calls_ending.complete(queue.keys, queue.client._now_arg(), [one, one]))
+    assert reply == [1, b"job is completed"]
+    assert [e.event for e in await queue.journal(job_id)] == ["enqueued", "claimed", "completed"]
+
+
+async def test_the_reclaim_never_runs_again_a_finished_job_left_in_running(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """A running-set member whose job is not running (written by hand, or a
+    restore from a torn snapshot) is dropped from the set, the job untouched."""
+    await queue.enqueue(Echo(text="x"))
+    job_id, token = await claim(queue, "one")
+    assert await send(queue, ending(queue, "complete", job_id, token)) == [1]
+    r, k = queue.client.redis, queue.keys
+    await r.zadd(k.running, {job_id: clock.ms})
+    before = await r.hgetall(k.job(job_id))
+    clock.ms += LEASE + 1
+    await reclaim(queue)
+    assert await r.hgetall(k.job(job_id)) == before
+    assert await r.zscore(k.running, job_id) is None
+    assert (await queue.counts())["pending"] == 0
