@@ -282,3 +282,34 @@ async def test_the_reclaim_never_runs_again_a_finished_job_left_in_running(
     assert await r.hgetall(k.job(job_id)) == before
     assert await r.zscore(k.running, job_id) is None
     assert (await queue.counts())["pending"] == 0
+
+
+async def test_a_completion_trims_at_most_twice_as_many_as_it_completes(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """Retention inside complete keeps each call's work bounded: past its
+    bound, the completed set shrinks two per completion (the sweep does the rest)."""
+    r, k = queue.client.redis, queue.keys
+    await r.zadd(k.completed, {f"old-{i}": clock.ms - 10_000 + i for i in range(10)})
+    await queue.enqueue(Echo(text="x"))
+    job_id, token = await claim(queue, "one")
+    one = calls_ending.completion(job_id, token, "", b"", b"", b"")
+    assert await send(queue, calls_ending.complete(k, queue.client._now_arg(), [one], keep_ms="1000")) == [1]
+    assert await r.zrange(k.completed, 0, -1) == [f"old-{i}".encode() for i in range(2, 10)] + [
+        job_id.encode()
+    ]
+
+
+async def test_a_running_job_quarantined_at_its_lease_end_keeps_no_lease(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """Quarantine: the run's token and lease end with the job (dead, corrupt)."""
+    await queue.enqueue(Echo(text="x"))
+    job_id, _ = await claim(queue, "one")
+    r, k = queue.client.redis, queue.keys
+    await r.set(k.journal(job_id), "not a stream")
+    clock.ms += LEASE + 1
+    await reclaim(queue)
+    left = await r.hgetall(k.job(job_id))
+    assert (left[b"state"], left[b"dead_reason"]) == (b"dead", b"corrupt")
+    assert [f for f in (b"lease_token", b"lease_expires") if f in left] == []
