@@ -313,3 +313,20 @@ async def test_a_running_job_quarantined_at_its_lease_end_keeps_no_lease(
     left = await r.hgetall(k.job(job_id))
     assert (left[b"state"], left[b"dead_reason"]) == (b"dead", b"corrupt")
     assert [f for f in (b"lease_token", b"lease_expires") if f in left] == []
+
+
+async def test_a_throttled_run_that_lost_its_key_opens_no_window_on_completion(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """Throttle: only the key's holder holds it past its run; a job that runs
+    as its own row (another took the key) leaves the holder's look alone."""
+    job_id = await queue.enqueue(Throttled(key="k"))
+    _, token = await claim(queue, "one")
+    r, k = queue.client.redis, queue.keys
+    (field,) = await r.hkeys(k.dedup)
+    await r.hset(k.dedup, field, "another")
+    look = await r.zscore(k.dedup_held, field)
+    clock.ms += 10
+    assert await send(queue, ending(queue, "complete", job_id, token, carry=b"")) == [1]
+    assert await r.zscore(k.dedup_held, field) == look
+    assert await r.hget(k.job(job_id), "dedup_until") is None
