@@ -11,7 +11,7 @@ import pytest
 
 import venturi_redis as vr
 from tests.tasks import Echo
-from venturi_redis._store import calls, calls_ending, calls_obs
+from venturi_redis._store import calls, calls_ending, calls_obs, calls_ops
 
 pytestmark = pytest.mark.anyio
 
@@ -330,3 +330,64 @@ async def test_a_throttled_run_that_lost_its_key_opens_no_window_on_completion(
     assert await send(queue, ending(queue, "complete", job_id, token, carry=b"")) == [1]
     assert await r.zscore(k.dedup_held, field) == look
     assert await r.hget(k.job(job_id), "dedup_until") is None
+
+
+async def dead_job(queue: vr.Queue, task: vr.Task, *, cancel: bool = False) -> str:
+    """A job that died in its run (its cancel requested first, if ``cancel``)."""
+    job_id = await queue.enqueue(task)
+    _, token = await claim(queue, "one")
+    if cancel:
+        assert await queue.cancel(job_id) == "requested"
+    assert await send(queue, ending(queue, "dead", job_id, token, carry=b"")) == [1]
+    return job_id
+
+
+async def retry_dead(queue: vr.Queue, job_id: str) -> None:
+    await send(queue, calls_ops.retry_dead(queue.keys, queue.client._now_arg(), ids=[job_id], note="again"))
+
+
+async def test_a_dead_job_retried_takes_its_dedup_key_back(queue: vr.Queue, clock: Clock) -> None:
+    job_id = await dead_job(queue, Keyed(key="k"))
+    await retry_dead(queue, job_id)
+    assert await queue.enqueue(Keyed(key="k")) == job_id
+
+
+async def test_a_dead_job_retried_runs_again_though_a_cancel_was_requested_in_its_last_run(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """The operator's retry is a fresh start: the old cancel request does not
+    make the claim cancel it."""
+    job_id = await dead_job(queue, Echo(text="x"), cancel=True)
+    await retry_dead(queue, job_id)
+    assert await claim(queue, "two") == (job_id, "two.1")
+
+
+async def test_a_dead_job_retried_or_purged_leaves_the_retrying_index(queue: vr.Queue, clock: Clock) -> None:
+    """A dead job left in `retrying` (the claim quarantined it while it waited
+    for a retry) is no retry: an operator's retry or purge takes it out."""
+    r, k = queue.client.redis, queue.keys
+    retried = await dead_job(queue, Echo(text="x"))
+    purged = await dead_job(queue, Echo(text="y"))
+    await r.zadd(k.retrying, {retried: clock.ms, purged: clock.ms})
+    await retry_dead(queue, retried)
+    await send(
+        queue, calls_ops.purge(k, queue.client._now_arg(), state="dead", keep_ms=0, batch=10, ids=[purged])
+    )
+    assert await r.zrange(k.retrying, 0, -1) == []
+
+
+async def test_a_purge_removes_only_jobs_in_the_purged_state_and_their_own_dedup_keys(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """A dead job whose key another job took keeps the index to that job; an id
+    in the dead set whose job is pending (restored by hand) keeps its job."""
+    r, k = queue.client.redis, queue.keys
+    gone = await dead_job(queue, Keyed(key="k"))
+    holder = await queue.enqueue(Keyed(key="k"))
+    stray = await queue.enqueue(Echo(text="x"))
+    await r.zadd(k.dead, {stray: clock.ms})
+    clock.ms += 1
+    await send(queue, calls_ops.purge(k, queue.client._now_arg(), state="dead", keep_ms=0, batch=10))
+    assert await queue.get(gone) is None
+    assert await queue.enqueue(Keyed(key="k")) == holder
+    assert (await queue.get(stray)).state == vr.JobState.PENDING  # type: ignore[union-attr]
