@@ -391,3 +391,34 @@ async def test_a_purge_removes_only_jobs_in_the_purged_state_and_their_own_dedup
     assert await queue.get(gone) is None
     assert await queue.enqueue(Keyed(key="k")) == holder
     assert (await queue.get(stray)).state == vr.JobState.PENDING  # type: ignore[union-attr]
+
+
+def merge(queue: vr.Queue, holder: str, decision: str, field: str = "") -> calls.Call:
+    normal = vr.Priority.NORMAL
+    return calls.merge(
+        queue.keys, queue.client._now_arg(), holder=holder, old_priority=normal, new_priority=normal,
+        decision=decision, payload=b"\x81\xa3key\xa1z", carry_action="", carry=b"", by="new", dedup=field,
+    )  # fmt: skip
+
+
+async def test_a_merge_that_finds_its_job_claimed_changes_nothing(queue: vr.Queue, clock: Clock) -> None:
+    """Dedup merges into a pending job only: a claim between the enqueue's read
+    and its merge leaves the running job's task as its run read it."""
+    job_id = await queue.enqueue(Keyed(key="k"))
+    await claim(queue, "one")
+    r, k = queue.client.redis, queue.keys
+    before = await r.hgetall(k.job(job_id))
+    assert calls.merged(await send(queue, merge(queue, job_id, "replace"))) is False
+    assert await r.hgetall(k.job(job_id)) == before
+
+
+async def test_a_throttle_check_answers_for_the_keys_holder_only(queue: vr.Queue, clock: Clock) -> None:
+    """Decision `check`: a running throttled job that no longer holds its key
+    (another took it) is not the enqueue's answer, and the key stays the other's."""
+    running = await queue.enqueue(Throttled(key="k"))
+    await claim(queue, "one")
+    r, k = queue.client.redis, queue.keys
+    (field,) = await r.hkeys(k.dedup)
+    await r.hset(k.dedup, field, "another")
+    assert calls.merged(await send(queue, merge(queue, running, "check", field.decode()))) is False
+    assert await r.hget(k.dedup, field) == b"another"
