@@ -422,3 +422,27 @@ async def test_a_throttle_check_answers_for_the_keys_holder_only(queue: vr.Queue
     await r.hset(k.dedup, field, "another")
     assert calls.merged(await send(queue, merge(queue, running, "check", field.decode()))) is False
     assert await r.hget(k.dedup, field) == b"another"
+
+
+async def test_a_pause_with_a_negative_delay_is_refused_by_the_script(queue: vr.Queue, clock: Clock) -> None:
+    """The script checks its own argument (a caller that skipped the client's
+    check): nothing is written, the run still holds its job."""
+    await queue.enqueue(Echo(text="x"))
+    job_id, token = await claim(queue, "one")
+    call = ending(queue, "pause", job_id, token)
+    call.args[4] = -5  # ARGV[5], the delay
+    before = await queue.client.redis.hgetall(queue.keys.job(job_id))
+    with pytest.raises(vr.ConfigurationError, match="pause delay must be a whole number"):
+        await send(queue, call)
+    assert await queue.client.redis.hgetall(queue.keys.job(job_id)) == before
+
+
+async def test_a_second_suspend_drops_the_first_resumes_input(queue: vr.Queue, clock: Clock) -> None:
+    """A suspended job waits for a new resume: the value its last resume gave
+    is not what its next run reads."""
+    job_id = await queue.enqueue(Echo(text="x"))
+    for n in (1, 2):
+        _, token = await claim(queue, f"run{n}")
+        assert await send(queue, ending(queue, "suspend", job_id, token, carry=b"")) == [1]
+        assert await queue.client.redis.hget(queue.keys.job(job_id), "resume_input") is None
+        assert await queue.resume(job_id, n) == 1
