@@ -437,7 +437,9 @@ async def test_a_pause_with_a_negative_delay_is_refused_by_the_script(queue: vr.
     assert await queue.client.redis.hgetall(queue.keys.job(job_id)) == before
 
 
-async def test_a_second_suspend_drops_the_first_resumes_input(queue: vr.Queue, clock: Clock) -> None:
+async def test_a_resumed_job_leaves_suspended_and_a_second_suspend_drops_the_first_input(
+    queue: vr.Queue, clock: Clock
+) -> None:
     """A suspended job waits for a new resume: the value its last resume gave
     is not what its next run reads."""
     job_id = await queue.enqueue(Echo(text="x"))
@@ -446,3 +448,30 @@ async def test_a_second_suspend_drops_the_first_resumes_input(queue: vr.Queue, c
         assert await send(queue, ending(queue, "suspend", job_id, token, carry=b"")) == [1]
         assert await queue.client.redis.hget(queue.keys.job(job_id), "resume_input") is None
         assert await queue.resume(job_id, n) == 1
+        assert await queue.client.redis.zscore(queue.keys.suspended, job_id) is None
+
+
+async def test_a_job_leaving_pending_without_its_key_leaves_the_holders_entry(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """Dedup: a job back in pending while another held its key runs as its own
+    row; cancelling it does not take the key from the holder."""
+    own_row = await queue.enqueue(Keyed(key="k"))
+    _, token = await claim(queue, "one")
+    holder = await queue.enqueue(Keyed(key="k"))
+    assert (await send(queue, ending(queue, "release", own_row, token, carry=b"")))[0] == 1
+    assert await queue.cancel(own_row) == "cancelled"
+    assert await queue.enqueue(Keyed(key="k")) == holder
+
+
+async def test_a_throttled_run_that_lost_its_key_dies_without_freeing_the_holders(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """Throttle: a job that no longer holds its key frees no key when it dies."""
+    job_id = await queue.enqueue(Throttled(key="k"))
+    _, token = await claim(queue, "one")
+    r, k = queue.client.redis, queue.keys
+    (field,) = await r.hkeys(k.dedup)
+    await r.hset(k.dedup, field, "another")
+    assert await send(queue, ending(queue, "dead", job_id, token, carry=b"")) == [1]
+    assert await r.hget(k.dedup, field) == b"another"
