@@ -475,3 +475,17 @@ async def test_a_throttled_run_that_lost_its_key_dies_without_freeing_the_holder
     await r.hset(k.dedup, field, "another")
     assert await send(queue, ending(queue, "dead", job_id, token, carry=b"")) == [1]
     assert await r.hget(k.dedup, field) == b"another"
+
+
+async def test_a_completed_job_trimmed_by_retention_leaves_the_expiring_index(
+    queue: vr.Queue, clock: Clock
+) -> None:
+    """Retention: a trimmed job with a start deadline takes its `expiring`
+    entry with it, not at its deadline (a day's deadline kept a day of them)."""
+    job_id = await queue.enqueue(Echo(text="x"), expires=86_400)
+    _, token = await claim(queue, "one")
+    one = calls_ending.completion(job_id, token, "", b"", b"", b"")
+    call = calls_ending.complete(queue.keys, queue.client._now_arg(), [one], max_kept="0")
+    assert await send(queue, call) == [1]
+    assert await queue.get(job_id) is None
+    assert await queue.client.redis.zscore(queue.keys.expiring, job_id) is None
