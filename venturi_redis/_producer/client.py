@@ -23,6 +23,7 @@ from .._model.sizes import (
     checked_cap,
 )
 from .._model.task import Task
+from .._store.checks import checked_at
 from .._store.keys import QueueKeys
 from .._store.prepare import (
     ENQUEUE_MANY_OPTIONS,
@@ -30,7 +31,6 @@ from .._store.prepare import (
     EnqueueManyOptions,
     EnqueueOptions,
     PrepareOptions,
-    checked_at,
     prepare,
     prepare_many,
     unknown_option,
