@@ -30,6 +30,7 @@ from starlette.staticfiles import StaticFiles
 from .._model.enums import JobState
 from .._model.errors import ConfigurationError, VenturiError
 from .._producer.events import events_cap
+from .._producer.history import point_dict
 from .._producer.reads import LISTINGS
 from . import _data, _history, _listing, _live, _overview, _render, _scale
 from ._actions import MESSAGES, Actions
@@ -257,7 +258,7 @@ class Dashboard(Actions):
         q = request.query_params
         got = await _history.read(queue, q.get("span", "1h"), q.get("kind"))
         if "/api/queues/" in request.url.path or wants_json(request.scope):
-            return JSONResponse({**got, "points": [_history.point_dict(p) for p in got["points"]]})
+            return JSONResponse({**got, "points": [point_dict(p) for p in got["points"]]})
         template = "_history.html" if request.headers.get("hx-request") else "history.html"
         return self.page(request, template, spans=list(_history.SPANS), refresh=_history.REFRESH_S, **got)
 
