@@ -24,8 +24,8 @@ pipelines: a claim that rides in one is counted in both) and ``held at
 claim``: the most jobs the runner held (claimed, running, or ended with
 their ending not yet written) when a claim's reply came, 0 when each claim
 waits for the last claim's completions. The counts are read by wrapping
-the checkout's worker internals (``_Runner.claim``, the completer's
-``_Batch._send``): a diagnostic, not an API.
+the checkout's worker internals (``_Runner.claim``, the outbox's
+``Outbox._send``): a diagnostic, not an API.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ async def drain(root: str, url: str, pid: int, n: int) -> dict[str, Any]:
     sys.path.insert(0, root)
 
     import venturi_redis as vr
-    from venturi_redis._worker import completer as completer_module
+    from venturi_redis._worker import outbox as outbox_module
     from venturi_redis._worker import runner as runner_module
 
     sys.path.insert(0, str(HERE))
@@ -63,7 +63,7 @@ async def drain(root: str, url: str, pid: int, n: int) -> dict[str, Any]:
 
     counts = {"claims": 0, "pipelines": 0, "held_at_claim": 0}
     real_claim = runner_module._Runner.claim
-    real_send = completer_module._Batch._send
+    real_send = outbox_module.Outbox._send
 
     async def claim(self: Any, count: int) -> Any:
         got = await real_claim(self, count)
@@ -76,7 +76,7 @@ async def drain(root: str, url: str, pid: int, n: int) -> dict[str, Any]:
         await real_send(self, ops, completions)
 
     runner_module._Runner.claim = claim  # type: ignore[method-assign]
-    completer_module._Batch._send = send  # type: ignore[method-assign]
+    outbox_module.Outbox._send = send  # type: ignore[method-assign]
 
     _, client, q = await fill(url, n)
     worker = vr.Worker(q, concurrency=100, handle_signals=False)

@@ -19,7 +19,7 @@ import pytest
 
 import venturi_redis as vr
 from tests.helpers import drain, events, make_worker
-from venturi_redis._worker import completer as completer_module
+from venturi_redis._worker import outbox as outbox_module
 from venturi_redis._worker.batch import MAX_AHEAD, MAX_CLAIM
 from venturi_redis._worker.runner import _Runner
 
@@ -40,14 +40,14 @@ class Items(Item, vr.BatchHandler[Any]):
 
 
 def _slow_completions(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    """The completer's pipelines reach Redis ``seconds`` late (the claims do not go through them)."""
-    real = completer_module.send_ops
+    """The outbox's pipelines reach Redis ``seconds`` late (the claims do not go through them)."""
+    real = outbox_module.send_ops
 
     async def slow(sender: Any, ops: Any) -> list[Any]:
         await anyio.sleep(seconds)
         return await real(sender, ops)
 
-    monkeypatch.setattr(completer_module, "send_ops", slow)
+    monkeypatch.setattr(outbox_module, "send_ops", slow)
 
 
 def _watch_claims(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:

@@ -17,7 +17,7 @@ from tests.helpers import claim_raw, claimed_jobs, drain, events
 from tests.tasks import Echo, EchoJob
 from venturi_redis._store import calls
 from venturi_redis._store.store import KEEP_ALL
-from venturi_redis._worker.completer import _Batch
+from venturi_redis._worker.outbox import Outbox
 from venturi_redis._worker.runner import _Runner
 
 pytestmark = pytest.mark.anyio
@@ -137,7 +137,7 @@ async def test_two_pipelines_go_out_at_once_never_three(
         return await real(calls, **kw)
 
     monkeypatch.setattr(sender, "pipeline", held)
-    committer = _Batch(client, KEEP_ALL)
+    committer = Outbox(client, KEEP_ALL)
     replies: list[Any] = []
 
     async def claim() -> None:

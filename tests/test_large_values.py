@@ -23,7 +23,7 @@ from tests.helpers import drain
 from tests.servers import RedisServer
 from venturi_redis._model.sizes import NOTE_CHARS, PROGRESS_BYTES
 from venturi_redis._store.store import KEEP_ALL, QueueStore
-from venturi_redis._worker import completer, dependencies, failure_log
+from venturi_redis._worker import dependencies, failure_log, outbox
 from venturi_redis._worker.execute import TRACEBACK_TAIL
 from venturi_redis._worker.failure_log import FailureLog
 
@@ -230,7 +230,7 @@ async def test_a_burst_of_large_results_goes_out_in_bounded_calls(
     # A burst of runs with large results is written by several complete calls,
     # each holding about _COMPLETE_BYTES of values (before: up to 200 jobs' in
     # one call, all copied by Redis while it served nobody else).
-    monkeypatch.setattr(completer, "_COMPLETE_BYTES", 64 * KB)
+    monkeypatch.setattr(outbox, "_COMPLETE_BYTES", 64 * KB)
     calls: list[int] = []
     complete_op = QueueStore.complete_op
 

@@ -15,7 +15,8 @@ from .._model.errors import ConfigurationError, TaskDefinitionError
 from .._model.flow import Flow
 from .._model.outcome import UNSET
 from .._model.task import Task
-from .._store.prepare import Prepared, batch_too_large, prepare
+from .._store.checks import batch_too_large
+from .._store.prepare import Prepared, prepare
 from .._store.store import FlowJob, Policy
 
 if TYPE_CHECKING:

@@ -68,6 +68,19 @@ async def read(queue: Queue, the_plan: HistoryPlan, kind: str | None) -> list[Hi
     return fold(the_plan, [_period(r, kind) for r in replies])
 
 
+def point_dict(p: HistoryPoint) -> dict[str, Any]:
+    """A point as JSON: the same shape from ``venturi stats --history SPAN --json`` and
+    the dashboard's ``/api/queues/{queue}/history``."""
+    return {
+        "at": p.at.isoformat(),
+        "enqueued": p.enqueued,
+        "completed": p.completed,
+        "failed": p.failed,
+        "dead": p.dead,
+        "run_ms_mean": p.run_ms_mean,
+    }
+
+
 async def history(
     queue: Queue, *, since: timedelta, kind: str | None, step: timedelta | None
 ) -> list[HistoryPoint]:

@@ -20,8 +20,8 @@ from redis.exceptions import ResponseError
 
 from .._model.backoff import to_ms
 from .._model.errors import ConfigurationError, CorruptQueueError
+from .._store.checks import checked_order_key
 from .._store.keys import WAKE_CAP
-from .._store.prepare import checked_order_key
 from .._store.store import FINISHED_STATES, Retried, corrupt_job
 from .base import server_now_ms
 from .retention import _PURGE_BATCH, Retention, retention_field

@@ -386,15 +386,22 @@ async def _sources(queue: QueueLike, state: JobState | str) -> list[_Source]:
             *(_Source(key, pending) for key in k.pending_high_first),
             _Source(k.limits_parked, pending, parked=True),
         ]
-    key, newest_first = {
+    key, newest_first = index_of(k, JobState(state))
+    return [_Source(key, JobState(state), newest_first)]
+
+
+def index_of(k: QueueKeys, state: JobState) -> tuple[str, bool]:
+    """The index zset of ``state`` (any but pending: its jobs are in one set per priority),
+    and whether a listing reads it newest first (the finished states do); ``list_jobs``
+    and the dashboard's pages list from it."""
+    return {
         JobState.WAITING: (k.waiting, False),
         JobState.RUNNING: (k.running, False),
         JobState.SUSPENDED: (k.suspended, False),
         JobState.COMPLETED: (k.completed, True),
         JobState.DEAD: (k.dead, True),
         JobState.CANCELLED: (k.cancelled, True),
-    }[JobState(state)]
-    return [_Source(key, JobState(state), newest_first)]
+    }[state]
 
 
 async def _page(queue: QueueLike, src: _Source, start: int) -> list[Any]:

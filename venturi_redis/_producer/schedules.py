@@ -36,7 +36,7 @@ from .._model.schedule import (
     validate_schedule_id,
 )
 from .._model.task import Task, task_kind
-from .._store.prepare import checked_dedup_field, checked_limit_key, not_a_task, payload_too_large
+from .._store.checks import checked_dedup_field, checked_limit_key, not_a_task, payload_too_large
 from .._store.store import ScriptArg
 from .base import QueueLike, server_now_ms
 from .firing import schedule_fields as _fields

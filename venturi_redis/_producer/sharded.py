@@ -57,15 +57,12 @@ from .._model.enums import JobState, Priority
 from .._model.errors import ConfigurationError, PartialEnqueueError, TaskDefinitionError
 from .._model.records import JobInfo, JournalEntry
 from .._model.task import Task
+from .._store.checks import check_batch_count, checked_dedup_field, checked_order_key, not_a_task
 from .._store.keys import QueueKeys, validate_name
 from .._store.prepare import (
     ENQUEUE_MANY_OPTIONS,
     EnqueueManyOptions,
     EnqueueOptions,
-    check_batch_count,
-    checked_dedup_field,
-    checked_order_key,
-    not_a_task,
     prepare_many,
     unknown_option,
 )

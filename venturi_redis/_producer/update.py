@@ -17,7 +17,7 @@ from .._model.codec import pack_model
 from .._model.enums import Priority
 from .._model.errors import ConfigurationError, PayloadTooLarge, TaskDefinitionError
 from .._model.task import Task, task_kind
-from .._store.prepare import checked_at, checked_dedup_field
+from .._store.checks import checked_at, checked_dedup_field
 from .base import server_now_ms
 
 if TYPE_CHECKING:

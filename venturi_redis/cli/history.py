@@ -20,7 +20,7 @@ from .._model.errors import ConfigurationError
 from .._model.history import HistoryPoint, merge, plan
 from .._producer.base import server_now_ms
 from .._producer.client import Client
-from .._producer.history import read
+from .._producer.history import point_dict, read
 from .._producer.sharded import group_partitions
 from .app import CreateOpt, JsonOpt, RedisOpt, die, known_queue, queue_app, run_with_client
 from .output import console, print_json, print_table, safe_text
@@ -54,22 +54,7 @@ async def show_history(
     for group, parts in group_partitions(list(names)).items():
         out[group] = merge([await read(client.queue(p), the_plan, kind) for p in parts])
     if json_out:
-        print_json(
-            {
-                name: [
-                    {
-                        "at": p.at.isoformat(),
-                        "enqueued": p.enqueued,
-                        "completed": p.completed,
-                        "failed": p.failed,
-                        "dead": p.dead,
-                        "run_ms_mean": p.run_ms_mean,
-                    }
-                    for p in points
-                ]
-                for name, points in out.items()
-            }
-        )
+        print_json({name: [point_dict(p) for p in points] for name, points in out.items()})
         return 0
     if not out:
         console().print("no queues found")

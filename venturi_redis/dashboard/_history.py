@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
 
-from .._model.history import HistoryPoint
 from .._producer.history import history_on
 
 if TYPE_CHECKING:
@@ -30,17 +29,6 @@ SPANS: dict[str, tuple[timedelta, timedelta]] = {
     "30d": (timedelta(days=30), timedelta(days=1)),
 }
 REFRESH_S = 60
-
-
-def point_dict(p: HistoryPoint) -> dict[str, Any]:
-    return {
-        "at": p.at.isoformat(),
-        "enqueued": p.enqueued,
-        "completed": p.completed,
-        "failed": p.failed,
-        "dead": p.dead,
-        "run_ms_mean": p.run_ms_mean,
-    }
 
 
 async def read(queue: Queue, span: str, kind: str | None) -> dict[str, Any]:

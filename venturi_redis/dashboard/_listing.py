@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .._model.enums import JobState
 from .._model.records import JobInfo
 from .._producer.base import server_now_ms
+from .._producer.reads import index_of
 
 if TYPE_CHECKING:
     from .._producer.client import Queue
@@ -90,14 +91,7 @@ def sources(queue: Queue, state: JobState | str | None, now: int = 0) -> list[So
         if st is JobState.PENDING:
             out += [Source(st, key, False) for key in k.pending_high_first]
         else:
-            key, newest = {
-                JobState.WAITING: (k.waiting, False),
-                JobState.RUNNING: (k.running, False),
-                JobState.SUSPENDED: (k.suspended, False),
-                JobState.COMPLETED: (k.completed, True),
-                JobState.DEAD: (k.dead, True),
-                JobState.CANCELLED: (k.cancelled, True),
-            }[st]
+            key, newest = index_of(k, st)
             out.append(Source(st, key, newest))
     return out
 
