@@ -16,7 +16,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import venturi_redis as vr
-from tests.helpers import events, make_worker
+from tests.helpers import drain, events, make_worker
 from venturi_redis._model.sealing import key_id_of, sealed_key_id
 from venturi_redis._producer import dedup
 
@@ -284,3 +284,45 @@ async def test_a_pause_whose_delay_cannot_be_stored_is_a_failed_run_not_a_job_le
     info = await queue.get(job_id)
     assert info is not None and info.state is vr.JobState.DEAD  # its one failure was the backstop
     assert info.note is not None and info.note.startswith("the run's outcome cannot be stored: pause delay")
+
+
+class FailsFirst(vr.Task):
+    """Raises on its first run (or completes at once, ``fail=False``); completes on the next."""
+
+    KIND: ClassVar[str] = "fails-first"
+    fail: bool
+
+
+class FailsFirstJob(FailsFirst, vr.Handler[None]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: None) -> vr.Outcome:
+        if self.fail and ctx.run_count == 1:
+            raise ValueError("the first run fails")
+        return vr.Outcome.completed()
+
+
+@pytest.mark.parametrize(("fail", "builder"), [(True, "end_run"), (False, "completion")])
+async def test_an_ending_whose_call_cannot_be_built_fails_the_run_now_not_at_its_lease(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch, fail: bool, builder: str
+) -> None:
+    # A bug of the worker's own in building the ending's call: the run is
+    # written failed with the error at once (internal_error), and retried.
+    # Marked committing before the call was built, the job waited out its lease.
+    store = type(queue.store)
+    real = getattr(store, builder)
+    calls = [0]
+
+    def broken_once(*args: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError(f"{builder} could not be built")
+        return real(*args)
+
+    wrapped = broken_once if builder == "end_run" else staticmethod(broken_once)
+    monkeypatch.setattr(store, builder, wrapped)
+    job_id = await queue.enqueue(FailsFirst(fail=fail))
+    await drain(queue, FailsFirstJob, lease=600, timeout=10)
+    info = await queue.get(job_id)
+    assert info is not None and info.state is vr.JobState.COMPLETED
+    assert (info.run_count, info.failures) == (2, 1)
+    notes = [e.note or "" for e in await queue.journal(job_id) if e.event == "failed"]
+    assert notes == [f"internal error in the worker: RuntimeError: {builder} could not be built"]

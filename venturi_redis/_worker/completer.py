@@ -181,13 +181,16 @@ class Completer:
             state, written = self._state(job, ending)
             if written is not ending:
                 return False  # its state does not encode: finish() writes the death
+        # Built before the run counts as committing: should building raise, the
+        # run's failure is written now (internal_error), not left to its lease.
+        completion = job.queue.store.completion(job.id, job.token, ending, state)
         job.committing = True
         job.runner.release_slot(job)
         job.deferred = True
-        job.completion = job.queue.store.completion(job.id, job.token, ending, state)
-        batch.complete_soon(job.queue, job.completion, self._completed, job)
+        job.completion = completion
+        batch.complete_soon(job.queue, completion, self._completed, job)
         if ending is not COMPLETED or state is not NO_STATE:  # not the usual run: it may hold values
-            batch.hold(completion_bytes(job.completion))
+            batch.hold(completion_bytes(completion))
         return True
 
     async def internal_error(self, job: Job, exc: Exception) -> None:
@@ -234,22 +237,28 @@ class Completer:
             ending = Cancelled(
                 "cancelled by an operator" + (f" (the run ended with: {note})" if note else "")
             )
-        job.committing = True
-        if job.runner is not None:
-            job.runner.release_slot(job)
+        # The call is built before the run counts as committing (no await
+        # between the two): should building it raise, internal_error writes the
+        # run's failure now instead of leaving the job to wait out its lease.
         store = job.queue.store
         if isinstance(ending, Completed) and not direct and host.jobs_group is not None:
             batch = self.batch_for(job.queue.client)
             if batch is not None and job.runner is not None:
                 # The slot task goes on to its next job at once; the batch
                 # settles this one when its reply is in.
+                completion = store.completion(job.id, job.token, ending, state)
+                job.committing = True
+                job.runner.release_slot(job)
                 job.deferred = True
-                job.completion = store.completion(job.id, job.token, ending, state)
-                batch.complete_soon(job.queue, job.completion, self._completed, job)
+                job.completion = completion
+                batch.complete_soon(job.queue, completion, self._completed, job)
                 if ending is not COMPLETED or state is not NO_STATE:
-                    batch.hold(completion_bytes(job.completion))
+                    batch.hold(completion_bytes(completion))
                 return
         op = store.end_run(Lease(job.id, job.token, job.priority), ending, state, self._args(ending))
+        job.committing = True
+        if job.runner is not None:
+            job.runner.release_slot(job)
         result, attempt = await self._send(job, op, direct=direct)
         if result is not None:
             self._settled(job, ending, result, attempt)
