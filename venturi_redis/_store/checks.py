@@ -35,8 +35,8 @@ def not_a_task(value: object, call: str = "enqueue") -> str:
     if inspect.isfunction(value) or inspect.ismethod(value):
         return (
             f"{said}, got the function {name}: a job is a vr.Task subclass built with its "
-            "fields (docs/migrating.md); an async def decorated with @vr.offload is enqueued "
-            f"by {name}.offload(client, ...)"
+            "fields (docs/migrating.md), or a function (def or async def) decorated with "
+            f"@vr.offload, enqueued by {name}.offload(client, ...)"
         )
     return f"{said}, got {type(value).__name__}"
 
