@@ -104,3 +104,37 @@ async def test_a_key_waiting_on_the_kind_cap_keeps_its_place_when_another_of_its
     assert await claim(q) == []  # b, then c, wait on the kind's cap
     await complete(q, first)
     assert [i for i, _ in await claim(q)] == [b]
+
+
+async def test_a_delayed_job_of_a_limited_kind_waits_for_its_time(timed: tuple[vr.Queue, Clock]) -> None:
+    q, clock = timed
+    await q.set_limit(Mail.KIND, concurrency=5)
+    job_id = await q.enqueue(Mail(domain="a"), delay=60)
+    assert await claim(q) == []
+    clock.advance(60)
+    assert [i for i, _ in await claim(q)] == [job_id]
+
+
+# -- ordered keys --------------------------------------------------------------------------
+
+
+class Step(vr.Task):
+    KIND: ClassVar[str] = "guarantees-flow.step"
+    key: str
+    n: int = 0
+
+    def order_key(self) -> str | None:
+        return self.key
+
+
+async def test_a_delayed_job_let_go_by_its_order_key_waits_for_its_time(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, clock = timed
+    await q.enqueue(Step(key="k"))
+    later = await q.enqueue(Step(key="k", n=2), delay=60)
+    (holder,) = await claim(q)
+    await complete(q, holder)
+    assert await claim(q) == []
+    clock.advance(60)
+    assert [i for i, _ in await claim(q)] == [later]
