@@ -1,0 +1,140 @@
+"""Guarantees of flow control, ordered keys, schedules and workflows that only
+a mutation of their Lua showed undefended (the sequel to test_guarantees_lua.py;
+the campaign's table is in the branch's report). Each test failed with one
+line of lua/ removed or inverted. The clock is the client's, moved by the test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import ClassVar
+
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import claim_raw, claimed_jobs
+from venturi_redis._store import calls
+from venturi_redis.testing import Clock
+
+pytestmark = pytest.mark.anyio
+
+
+class Mail(vr.Task):
+    KIND: ClassVar[str] = "guarantees-flow.mail"
+    domain: str | None = None
+    n: int = 0
+
+    def limit_key(self) -> str | None:
+        return self.domain
+
+
+@pytest.fixture
+async def timed(url: str, queue_name: str) -> AsyncIterator[tuple[vr.Queue, Clock]]:
+    clock = Clock()
+    async with vr.Client.from_url(url, clock=clock) as client:
+        yield client.queue(queue_name), clock
+
+
+async def claim(queue: vr.Queue, count: int = 10) -> list[tuple[str, str]]:
+    return claimed_jobs(await claim_raw(queue, count))
+
+
+async def complete(queue: vr.Queue, job: tuple[str, str]) -> None:
+    c = queue.client
+    call = calls.complete(queue.keys, c._now_arg(), [calls.completion(job[0], job[1], "", b"", b"", b"")])
+    assert list(await c.sender.call(call)) == [1]
+
+
+async def domain(queue: vr.Queue, job_id: str) -> str:
+    info = await queue.get(job_id)
+    assert info is not None
+    return str(info.payload["domain"])
+
+
+# -- flow control ------------------------------------------------------------------------
+
+
+async def test_a_slot_freed_for_a_key_with_no_job_left_goes_to_the_next_waiting_key(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, clock = timed
+    await q.set_limit(Mail.KIND, concurrency=1)
+    first = await q.enqueue(Mail(domain="a"))
+    clock.advance(0.001)
+    gone = await q.enqueue(Mail(domain="x"))
+    clock.advance(0.001)
+    waiting = await q.enqueue(Mail(domain="b"))
+    running = await claim(q)
+    assert [i for i, _ in running] == [first]  # x, then b, wait on the kind's cap
+    assert await q.cancel(gone) == "cancelled"
+    await complete(q, running[0])  # the slot goes to x, which has nothing left to run
+    assert [i for i, _ in await claim(q)] == [waiting]
+
+
+async def test_room_a_key_at_its_own_cap_cannot_use_goes_to_the_next_key_waiting_on_the_kind(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, clock = timed
+    await q.set_limit(Mail.KIND, concurrency=2)
+    await q.set_limit(Mail.KIND, concurrency=1, per_key=True)
+    c = await q.enqueue(Mail(domain="c"))
+    clock.advance(0.001)
+    await q.enqueue_many([Mail(domain="a"), Mail(domain="a", n=2)])
+    running = dict(await claim(q, 2))  # c, then a: the kind is full
+    assert await claim(q) == []  # a (its own cap full too), then c, wait on the kind's cap
+    clock.advance(0.001)
+    b = await q.enqueue(Mail(domain="b"))
+    assert await claim(q) == []  # b waits behind them
+    await complete(q, (c, running[c]))  # the slot goes to a, whose own cap refuses it: then on to b
+    assert [i for i, _ in await claim(q)] == [b]
+
+
+async def test_a_key_waiting_on_the_kind_cap_keeps_its_place_when_another_of_its_jobs_comes_due(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, clock = timed
+    await q.set_limit(Mail.KIND, concurrency=1)
+    await q.enqueue(Mail(domain="a"))
+    (first,) = await claim(q)
+    clock.advance(0.001)
+    b = await q.enqueue(Mail(domain="b"))
+    clock.advance(0.001)
+    await q.enqueue(Mail(domain="c"))
+    await q.enqueue(Mail(domain="b", n=2), delay=0.001)  # pending until due, then parked by a claim
+    clock.advance(0.001)
+    assert await claim(q) == []  # b, then c, wait on the kind's cap
+    await complete(q, first)
+    assert [i for i, _ in await claim(q)] == [b]
+
+
+async def test_a_delayed_job_of_a_limited_kind_waits_for_its_time(timed: tuple[vr.Queue, Clock]) -> None:
+    q, clock = timed
+    await q.set_limit(Mail.KIND, concurrency=5)
+    job_id = await q.enqueue(Mail(domain="a"), delay=60)
+    assert await claim(q) == []
+    clock.advance(60)
+    assert [i for i, _ in await claim(q)] == [job_id]
+
+
+# -- ordered keys --------------------------------------------------------------------------
+
+
+class Step(vr.Task):
+    KIND: ClassVar[str] = "guarantees-flow.step"
+    key: str
+    n: int = 0
+
+    def order_key(self) -> str | None:
+        return self.key
+
+
+async def test_a_delayed_job_let_go_by_its_order_key_waits_for_its_time(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, clock = timed
+    await q.enqueue(Step(key="k"))
+    later = await q.enqueue(Step(key="k", n=2), delay=60)
+    (holder,) = await claim(q)
+    await complete(q, holder)
+    assert await claim(q) == []
+    clock.advance(60)
+    assert [i for i, _ in await claim(q)] == [later]
