@@ -6,13 +6,15 @@ line of lua/ removed or inverted. The clock is the client's, moved by the test."
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
 import venturi_redis as vr
 from tests.helpers import claim_raw, claimed_jobs
-from venturi_redis._store import calls
+from venturi_redis._store import calls, calls_flow
+from venturi_redis._store.calls_flow import FlowJob
+from venturi_redis._store.prepare import prepare
 from venturi_redis.testing import Clock
 
 pytestmark = pytest.mark.anyio
@@ -138,3 +140,76 @@ async def test_a_delayed_job_let_go_by_its_order_key_waits_for_its_time(
     assert await claim(q) == []
     clock.advance(60)
     assert [i for i, _ in await claim(q)] == [later]
+
+
+async def test_a_dead_ordered_job_retried_while_its_key_is_paused_waits_for_the_resume(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, _ = timed
+    job_id = await q.enqueue(Step(key="k"))
+    ((_, token),) = await claim(q)
+    dead = calls.dead(q.keys, q.client._now_arg(), job_id=job_id, token=token, note="e", attachment=b"",
+                      carry=b"", reason="permanent")  # fmt: skip
+    assert list(await q.client.sender.call(dead)) == [1]
+    await q.pause_key("k")
+    assert await q.retry(job_id)  # retry_dead.lua: order.lua's arrive, not enqueue's own
+    assert await claim(q) == []
+    await q.resume_key("k")
+    assert [i for i, _ in await claim(q)] == [job_id]
+
+
+async def test_the_next_job_let_go_by_its_order_key_wakes_a_worker(timed: tuple[vr.Queue, Clock]) -> None:
+    q, _ = timed
+    await q.enqueue_many([Step(key="k"), Step(key="k", n=2)])
+    (holder,) = await claim(q)  # a short claim: the wake list is emptied
+    await complete(q, holder)
+    assert await q.client.redis.llen(q.keys.wake) == 1
+
+
+class Letter(vr.Task):
+    KIND: ClassVar[str] = "guarantees-flow.letter"
+    key: str
+
+    def order_key(self) -> str | None:
+        return self.key
+
+    def limit_key(self) -> str | None:
+        return "post"
+
+
+async def test_pausing_a_key_whose_holder_is_parked_on_a_limit_keeps_it_from_the_freed_slot(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, _ = timed
+    await q.set_limit(Letter.KIND, concurrency=1)
+    await q.enqueue(Letter(key="a"))
+    (running,) = await claim(q)
+    b = await q.enqueue(Letter(key="b"))
+    assert await claim(q) == []  # b parked on the kind's cap
+    await q.pause_key("b")
+    await complete(q, running)  # the slot would go to a parked b
+    assert await claim(q) == []
+    await q.resume_key("b")
+    assert [i for i, _ in await claim(q)] == [b]
+
+
+# -- workflows -----------------------------------------------------------------------------
+
+
+async def test_a_resent_enqueue_flow_writes_nothing_twice(timed: tuple[vr.Queue, Clock]) -> None:
+    """As tests/test_resend.py for enqueue: the call sent again with the same ids."""
+    q, _ = timed
+    c = q.client
+
+    def job(task: vr.Task[Any]) -> Any:
+        return prepare(task, c.max_payload_bytes, None, delay=0, priority=None, lease=None, max_failures=None)
+
+    child, parent = job(Mail(n=1)), job(Mail(n=2))
+    flow = [FlowJob(child, "fail", ()), FlowJob(parent, "fail", (child.id,))]
+    assert calls_flow.flow_created(await c.sender.call(calls_flow.enqueue_flow(q.keys, c._now_arg(), flow)))
+    (done,) = await claim(q)
+    await complete(q, done)  # the parent is let go
+    assert not calls_flow.flow_created(
+        await c.sender.call(calls_flow.enqueue_flow(q.keys, c._now_arg(), flow))
+    )
+    assert [i for i, _ in await claim(q)] == [parent.id]  # the child does not run again
