@@ -6,6 +6,7 @@ line of lua/ removed or inverted. The clock is the client's, moved by the test."
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import pytest
@@ -213,3 +214,41 @@ async def test_a_resent_enqueue_flow_writes_nothing_twice(timed: tuple[vr.Queue,
         await c.sender.call(calls_flow.enqueue_flow(q.keys, c._now_arg(), flow))
     )
     assert [i for i, _ in await claim(q)] == [parent.id]  # the child does not run again
+
+
+# -- schedules -----------------------------------------------------------------------------
+
+
+async def test_a_paused_schedule_declared_with_a_new_task_stays_out_of_the_due_index(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, _ = timed
+    await q.schedule("s", Mail(n=1), every=60)
+    await q.pause_schedule("s")
+    await q.schedule("s", Mail(n=2), every=60)
+    assert await q.client.redis.zscore(q.keys.schedules_due, "s") is None
+
+
+async def test_a_schedule_declared_with_a_new_interval_takes_its_next_fire_time(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, clock = timed
+    first = await q.schedule("s", Mail(), every=60)
+    info = await q.schedule("s", Mail(), every=10)
+    assert first.next_at != info.next_at == clock.now + timedelta(seconds=10)
+
+
+async def test_a_resume_computed_from_a_definition_since_replaced_is_refused(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, clock = timed
+    await q.schedule("s", Mail(), every=60)
+    await q.pause_schedule("s")
+    read = await q.client.redis.hget(q.keys.schedule("s"), "version")
+    await q.schedule("s", Mail(), every=10)  # replaced after that read
+    stale = await q.store.schedule_pause(
+        schedule_id="s", pause=False, version=read.decode(), next_at=clock() + 60_000
+    )
+    assert not stale.applied
+    info = await q.get_schedule("s")
+    assert info is not None and info.paused
