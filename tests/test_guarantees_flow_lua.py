@@ -6,13 +6,16 @@ line of lua/ removed or inverted. The clock is the client's, moved by the test."
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import ClassVar
+from datetime import timedelta
+from typing import Any, ClassVar
 
 import pytest
 
 import venturi_redis as vr
 from tests.helpers import claim_raw, claimed_jobs
-from venturi_redis._store import calls
+from venturi_redis._store import calls, calls_flow
+from venturi_redis._store.calls_flow import FlowJob
+from venturi_redis._store.prepare import prepare
 from venturi_redis.testing import Clock
 
 pytestmark = pytest.mark.anyio
@@ -138,3 +141,114 @@ async def test_a_delayed_job_let_go_by_its_order_key_waits_for_its_time(
     assert await claim(q) == []
     clock.advance(60)
     assert [i for i, _ in await claim(q)] == [later]
+
+
+async def test_a_dead_ordered_job_retried_while_its_key_is_paused_waits_for_the_resume(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, _ = timed
+    job_id = await q.enqueue(Step(key="k"))
+    ((_, token),) = await claim(q)
+    dead = calls.dead(q.keys, q.client._now_arg(), job_id=job_id, token=token, note="e", attachment=b"",
+                      carry=b"", reason="permanent")  # fmt: skip
+    assert list(await q.client.sender.call(dead)) == [1]
+    await q.pause_key("k")
+    assert await q.retry(job_id)  # retry_dead.lua: order.lua's arrive, not enqueue's own
+    assert await claim(q) == []
+    await q.resume_key("k")
+    assert [i for i, _ in await claim(q)] == [job_id]
+
+
+async def test_the_next_job_let_go_by_its_order_key_wakes_a_worker(timed: tuple[vr.Queue, Clock]) -> None:
+    q, _ = timed
+    await q.enqueue_many([Step(key="k"), Step(key="k", n=2)])
+    (holder,) = await claim(q)  # a short claim: the wake list is emptied
+    await complete(q, holder)
+    assert await q.client.redis.llen(q.keys.wake) == 1
+
+
+class Letter(vr.Task):
+    KIND: ClassVar[str] = "guarantees-flow.letter"
+    key: str
+
+    def order_key(self) -> str | None:
+        return self.key
+
+    def limit_key(self) -> str | None:
+        return "post"
+
+
+async def test_pausing_a_key_whose_holder_is_parked_on_a_limit_keeps_it_from_the_freed_slot(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, _ = timed
+    await q.set_limit(Letter.KIND, concurrency=1)
+    await q.enqueue(Letter(key="a"))
+    (running,) = await claim(q)
+    b = await q.enqueue(Letter(key="b"))
+    assert await claim(q) == []  # b parked on the kind's cap
+    await q.pause_key("b")
+    await complete(q, running)  # the slot would go to a parked b
+    assert await claim(q) == []
+    await q.resume_key("b")
+    assert [i for i, _ in await claim(q)] == [b]
+
+
+# -- workflows -----------------------------------------------------------------------------
+
+
+async def test_a_resent_enqueue_flow_writes_nothing_twice(timed: tuple[vr.Queue, Clock]) -> None:
+    """As tests/test_resend.py for enqueue: the call sent again with the same ids."""
+    q, _ = timed
+    c = q.client
+
+    def job(task: vr.Task[Any]) -> Any:
+        return prepare(task, c.max_payload_bytes, None, delay=0, priority=None, lease=None, max_failures=None)
+
+    child, parent = job(Mail(n=1)), job(Mail(n=2))
+    flow = [FlowJob(child, "fail", ()), FlowJob(parent, "fail", (child.id,))]
+    assert calls_flow.flow_created(await c.sender.call(calls_flow.enqueue_flow(q.keys, c._now_arg(), flow)))
+    (done,) = await claim(q)
+    await complete(q, done)  # the parent is let go
+    assert not calls_flow.flow_created(
+        await c.sender.call(calls_flow.enqueue_flow(q.keys, c._now_arg(), flow))
+    )
+    assert [i for i, _ in await claim(q)] == [parent.id]  # the child does not run again
+
+
+# -- schedules -----------------------------------------------------------------------------
+
+
+async def test_a_paused_schedule_declared_with_a_new_task_stays_out_of_the_due_index(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, _ = timed
+    await q.schedule("s", Mail(n=1), every=60)
+    await q.pause_schedule("s")
+    await q.schedule("s", Mail(n=2), every=60)
+    assert await q.client.redis.zscore(q.keys.schedules_due, "s") is None
+
+
+async def test_a_schedule_declared_with_a_new_interval_takes_its_next_fire_time(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, clock = timed
+    first = await q.schedule("s", Mail(), every=60)
+    info = await q.schedule("s", Mail(), every=10)
+    assert first.next_at != info.next_at == clock.now + timedelta(seconds=10)
+
+
+async def test_a_resume_computed_from_a_definition_since_replaced_is_refused(
+    timed: tuple[vr.Queue, Clock],
+) -> None:
+    q, clock = timed
+    await q.schedule("s", Mail(), every=60)
+    await q.pause_schedule("s")
+    read = await q.client.redis.hget(q.keys.schedule("s"), "version")
+    await q.schedule("s", Mail(), every=10)  # replaced after that read
+    stale = await q.store.schedule_pause(
+        schedule_id="s", pause=False, version=read.decode(), next_at=clock() + 60_000
+    )
+    assert not stale.applied
+    info = await q.get_schedule("s")
+    assert info is not None and info.paused
