@@ -24,6 +24,7 @@ from tests.helpers import drain
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo
 from venturi_redis.dashboard import create_app
+from venturi_redis.dashboard._security import Keys, safe_next
 
 pytestmark = pytest.mark.anyio
 
@@ -124,3 +125,50 @@ async def test_an_action_on_a_malformed_job_id_is_a_404_before_anything_is_read(
         for action in ("retry", "cancel"):
             r = await h.post(f"/queues/mail/jobs/x%7D%7Bother/{action}", data={"csrf_token": csrf.group(1)})
             assert r.status_code == 404 and "not a job id" in r.text, action
+
+
+async def test_a_login_cookie_is_worthless_on_another_session_and_a_token_prefix_logs_no_one_in(
+    redis_server: RedisServer,
+) -> None:
+    async with paused_queue(redis_server) as queue:
+        app = create_app(queue.client, token="s3cret")
+        async with http(app) as h:
+            login = re.search(r'name="csrf_token" value="([0-9a-f]+)"', (await h.get("/login")).text)
+            assert login is not None
+            for wrong in ("", "s3c", "s3cret-and-more"):
+                r = await h.post("/login", data={"csrf_token": login.group(1), "token": wrong, "next": "/"})
+                assert r.status_code == 401, wrong
+            r = await h.post("/login", data={"csrf_token": login.group(1), "token": "s3cret", "next": "/"})
+            auth = r.cookies["venturi_auth"]
+            assert (await h.get("/queues/mail")).status_code == 200
+        async with http(app) as other:  # another browser, holding the stolen login cookie only
+            other.cookies.set("venturi_auth", auth)
+            assert (await other.get("/queues/mail")).status_code == 303
+
+
+def test_without_a_token_two_dashboards_sign_one_session_differently() -> None:
+    """The CSRF key is random per app when no token derives it: no one can compute a form's token."""
+    session = "a" * 32
+    assert Keys.make(None).csrf(session) != Keys.make(None).csrf(session)
+    assert Keys.make("tok").csrf(session) == Keys.make("tok").csrf(session)  # shared by a token's processes
+
+
+def test_next_never_leaves_the_dashboard() -> None:
+    for target in ("//evil.example", "/\\\\evil.example", "https://evil.example", "\\\\evil", ""):
+        assert safe_next(target) == "/", target
+    assert safe_next("/queues/mail?state=dead") == "/queues/mail?state=dead"
+
+
+async def test_a_csrf_token_lifted_from_one_browser_is_refused_in_another_of_the_same_app(
+    redis_server: RedisServer,
+) -> None:
+    """The token signs the session: the same app, another session, refused."""
+    async with paused_queue(redis_server) as queue:
+        app = create_app(queue.client)
+        async with http(app) as h:
+            lifted = re.search(r'name="csrf_token" value="([0-9a-f]+)"', (await h.get("/queues/mail")).text)
+            assert lifted is not None
+        async with http(app) as other:
+            r = await other.post("/queues/mail/resume", data={"csrf_token": lifted.group(1)})
+            assert r.status_code == 403
+        assert (await queue.stats()).paused
