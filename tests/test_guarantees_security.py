@@ -172,3 +172,11 @@ async def test_a_csrf_token_lifted_from_one_browser_is_refused_in_another_of_the
             r = await other.post("/queues/mail/resume", data={"csrf_token": lifted.group(1)})
             assert r.status_code == 403
         assert (await queue.stats()).paused
+
+
+async def test_the_json_listing_masks_payloads_as_the_job_page_does(redis_server: RedisServer) -> None:
+    async with paused_queue(redis_server) as queue, http(create_app(queue.client)) as h:
+        await queue.enqueue(Charge(card=CARD))
+        listing = await h.get("/api/queues/mail/jobs", params={"kind": "sec-charge"})
+        (job,) = listing.json()["jobs"]
+        assert job["payload"] == {"card": "***"} and CARD not in listing.text
