@@ -350,7 +350,7 @@ def error_ending(host: RunHost, job: Job, task: Any, ctx: Context[Any], exc: Bas
     secrets = secret_values(task, ctx.carry)
     note = bounded_note(scrub(said(exc), secrets))
     error_type, tb = failure_of(exc, secrets)
-    failed_run(job.id, job.kind, error_type, note, exc if log.isEnabledFor(logging.DEBUG) else None)
+    failed_run(job.id, job.kind, error_type, note, tb if log.isEnabledFor(logging.DEBUG) else "")
     return Failed(note, error_type, tb, task_backoff(task))
 
 

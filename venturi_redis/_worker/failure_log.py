@@ -38,10 +38,12 @@ class FailureLog:
         # kind -> [window start, lines logged in it, runs held back]
         self._kinds: dict[str, list[float]] = {}
 
-    def failed(
-        self, job_id: str, kind: str, error: str, note: str, exc_info: BaseException | None = None
-    ) -> bool:
-        """Log one failed run of ``kind`` (``error``: its exception type); False when held back."""
+    def failed(self, job_id: str, kind: str, error: str, note: str, traceback: str = "") -> bool:
+        """Log one failed run of ``kind`` (``error``: its exception type); False when held back.
+
+        ``traceback`` is the journal's, scrubbed of the task's secrets as the note is: never
+        the exception itself, whose message and frames may quote them (``exc_info`` would
+        format it afresh)."""
         now = self.clock()
         state = self._kinds.get(kind)
         if state is None or now - state[0] >= self.window:
@@ -54,13 +56,14 @@ class FailureLog:
         state[1] += 1
         held, state[2] = int(state[2]), 0
         more = f" ({held} more failed runs of {kind} were not logged)" if held else ""
-        log.warning("job %s (%s) failed: %s: %s%s", job_id, kind, error, note, more, exc_info=exc_info)
+        tail = f"\n{traceback}" if traceback else ""
+        log.warning("job %s (%s) failed: %s: %s%s%s", job_id, kind, error, note, more, tail)
         return True
 
 
 FAILURES = FailureLog()
 
 
-def failed_run(job_id: str, kind: str, error: str, note: str, exc_info: BaseException | None = None) -> None:
+def failed_run(job_id: str, kind: str, error: str, note: str, traceback: str = "") -> None:
     """The worker's failed-run WARNING (``execute.py`` calls it where a run fails)."""
-    FAILURES.failed(job_id, kind, error, note, exc_info)
+    FAILURES.failed(job_id, kind, error, note, traceback)

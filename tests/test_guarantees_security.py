@@ -1,0 +1,182 @@
+"""Security promises that a mutation campaign found no test defending (docs/dashboard.md,
+"Security"; docs/guarantees.md, "Sensitive fields stay out of what operators read").
+
+Each test here failed with its mutant applied: a dropped CSRF check, a secret let
+through, a guard loosened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import httpx
+import pydantic
+import pytest
+from pydantic import Field
+
+import venturi_redis as vr
+from tests.helpers import drain
+from tests.servers import RedisServer
+from tests.tasks import Doomed, DoomedJob, Echo
+from venturi_redis.dashboard import create_app
+from venturi_redis.dashboard._security import Keys, safe_next
+
+pytestmark = pytest.mark.anyio
+
+CARD = "4242424242424242"
+
+
+class PinCarry(pydantic.BaseModel):
+    pin: str = Field("", json_schema_extra={"sensitive": True})
+
+
+class Charge(vr.Task):
+    KIND: ClassVar[str] = "sec-charge"
+    card: str = Field(json_schema_extra={"sensitive": True})
+
+
+class ChargeJob(Charge, vr.Handler[PinCarry]):
+    async def handle(self, ctx: vr.Context[PinCarry], state: Any) -> vr.Outcome:
+        ctx.carry = PinCarry(pin="9876-secret")
+        raise ValueError(f"card {self.card} declined (pin {ctx.carry.pin})")
+
+
+async def test_a_failed_runs_log_line_masks_the_secrets_even_at_debug(
+    queue: vr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At DEBUG the failed-run WARNING carries the run's traceback: scrubbed as the note is."""
+    caplog.set_level(logging.DEBUG, logger="venturi_redis.worker")
+    job_id = await queue.enqueue(Charge(card=CARD), max_failures=1)
+    await drain(queue, ChargeJob)
+    assert (await queue.get(job_id)).note == "card *** declined (pin ***)"  # type: ignore[union-attr]
+    (line,) = [r for r in caplog.records if "failed:" in r.getMessage() and job_id in r.getMessage()]
+    text = logging.Formatter().format(line)
+    assert "card *** declined (pin ***)" in text and "Traceback" in text
+    assert CARD not in text and "9876-secret" not in text
+
+
+@contextlib.asynccontextmanager
+async def paused_queue(redis_server: RedisServer) -> AsyncIterator[vr.Queue]:
+    """A queue of its own namespace, paused, holding one dead job and one schedule."""
+    client = vr.Client.from_url(redis_server.url, namespace=f"s{uuid.uuid4().hex[:10]}")
+    try:
+        queue = client.queue("mail")
+        await queue.enqueue(Doomed())
+        await drain(queue, DoomedJob)
+        await queue.schedule("hourly", Echo(text="tick"), cron="0 * * * *")
+        await queue.pause()
+        yield queue
+    finally:
+        await client.aclose()
+
+
+def http(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://dash")
+
+
+async def state_of(queue: vr.Queue) -> tuple[Any, ...]:
+    stats = await queue.stats()
+    schedule = await queue.get_schedule("hourly")
+    return stats.paused, stats.dead, stats.pending, schedule.paused if schedule else None
+
+
+async def test_every_post_action_without_the_csrf_token_is_refused_and_changes_nothing(
+    redis_server: RedisServer,
+) -> None:
+    """Each action route, resume and the schedule's three included: CSRF on every POST."""
+    async with paused_queue(redis_server) as queue:
+        (dead,) = [j.id for j in await queue.list_jobs(state=vr.JobState.DEAD)]
+        app = create_app(queue.client)
+        fill = {"queue": "mail", "job_id": dead, "schedule_id": "hourly"}
+        before = await state_of(queue)
+        async with http(app) as h:
+            await h.get("/")  # a session cookie, as a browser would hold
+            for route in app.routes:
+                if "POST" not in (getattr(route, "methods", None) or ()) or route.path == "/login":  # type: ignore[attr-defined]
+                    continue
+                path: str = route.path  # type: ignore[attr-defined]
+                for action in ("pause", "resume", "trigger") if "{action}" in path else ("",):
+                    r = await h.post(path.format(**fill, action=action), data={"csrf_token": ""})
+                    assert r.status_code == 403 and "CSRF" in r.text, path
+        assert await state_of(queue) == before
+
+
+async def test_the_login_form_without_its_csrf_token_logs_no_one_in(redis_server: RedisServer) -> None:
+    """A page elsewhere cannot post the operator's token into their browser's session (login CSRF)."""
+    async with paused_queue(redis_server) as queue, http(create_app(queue.client, token="s3cret")) as h:
+        r = await h.post("/login", data={"token": "s3cret", "next": "/"})
+        assert r.status_code == 403 and "venturi_auth" not in r.headers.get("set-cookie", "")
+        assert (await h.get("/queues/mail")).status_code == 303  # still sent to the login form
+
+
+async def test_an_action_on_a_malformed_job_id_is_a_404_before_anything_is_read(
+    redis_server: RedisServer,
+) -> None:
+    """A job id from the URL reaches no key unless it is one (a brace would leave the queue's hash tag)."""
+    async with paused_queue(redis_server) as queue, http(create_app(queue.client)) as h:
+        page = await h.get("/queues/mail")
+        csrf = re.search(r'name="csrf_token" value="([0-9a-f]+)"', page.text)
+        assert csrf is not None
+        for action in ("retry", "cancel"):
+            r = await h.post(f"/queues/mail/jobs/x%7D%7Bother/{action}", data={"csrf_token": csrf.group(1)})
+            assert r.status_code == 404 and "not a job id" in r.text, action
+
+
+async def test_a_login_cookie_is_worthless_on_another_session_and_a_token_prefix_logs_no_one_in(
+    redis_server: RedisServer,
+) -> None:
+    async with paused_queue(redis_server) as queue:
+        app = create_app(queue.client, token="s3cret")
+        async with http(app) as h:
+            login = re.search(r'name="csrf_token" value="([0-9a-f]+)"', (await h.get("/login")).text)
+            assert login is not None
+            for wrong in ("", "s3c", "s3cret-and-more"):
+                r = await h.post("/login", data={"csrf_token": login.group(1), "token": wrong, "next": "/"})
+                assert r.status_code == 401, wrong
+            r = await h.post("/login", data={"csrf_token": login.group(1), "token": "s3cret", "next": "/"})
+            auth = r.cookies["venturi_auth"]
+            assert (await h.get("/queues/mail")).status_code == 200
+        async with http(app) as other:  # another browser, holding the stolen login cookie only
+            other.cookies.set("venturi_auth", auth)
+            assert (await other.get("/queues/mail")).status_code == 303
+
+
+def test_without_a_token_two_dashboards_sign_one_session_differently() -> None:
+    """The CSRF key is random per app when no token derives it: no one can compute a form's token."""
+    session = "a" * 32
+    assert Keys.make(None).csrf(session) != Keys.make(None).csrf(session)
+    assert Keys.make("tok").csrf(session) == Keys.make("tok").csrf(session)  # shared by a token's processes
+
+
+def test_next_never_leaves_the_dashboard() -> None:
+    for target in ("//evil.example", "/\\\\evil.example", "https://evil.example", "\\\\evil", ""):
+        assert safe_next(target) == "/", target
+    assert safe_next("/queues/mail?state=dead") == "/queues/mail?state=dead"
+
+
+async def test_a_csrf_token_lifted_from_one_browser_is_refused_in_another_of_the_same_app(
+    redis_server: RedisServer,
+) -> None:
+    """The token signs the session: the same app, another session, refused."""
+    async with paused_queue(redis_server) as queue:
+        app = create_app(queue.client)
+        async with http(app) as h:
+            lifted = re.search(r'name="csrf_token" value="([0-9a-f]+)"', (await h.get("/queues/mail")).text)
+            assert lifted is not None
+        async with http(app) as other:
+            r = await other.post("/queues/mail/resume", data={"csrf_token": lifted.group(1)})
+            assert r.status_code == 403
+        assert (await queue.stats()).paused
+
+
+async def test_the_json_listing_masks_payloads_as_the_job_page_does(redis_server: RedisServer) -> None:
+    async with paused_queue(redis_server) as queue, http(create_app(queue.client)) as h:
+        await queue.enqueue(Charge(card=CARD))
+        listing = await h.get("/api/queues/mail/jobs", params={"kind": "sec-charge"})
+        (job,) = listing.json()["jobs"]
+        assert job["payload"] == {"card": "***"} and CARD not in listing.text
