@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import anyio
 import pytest
 
 import venturi_redis as vr
@@ -61,3 +62,23 @@ async def test_a_limited_retry_stops_reading_once_the_limit_is_reached(
     reports: list[vr.BulkProgress] = []
     assert len(await q.retry_dead(limit=2, on_progress=reports.append)) == 2
     assert reports[-1].finished and reports[-1].scanned == 4 and reports[-1].done == 2
+
+
+async def test_resuming_from_an_event_inside_a_many_job_entry_gives_the_rest_of_it(queue: vr.Queue) -> None:
+    await queue.set_events(True)
+    await queue.enqueue_many([Doomed() for _ in range(3)])
+    await drain(queue, DoomedJob)
+    await queue.retry_dead()  # one stream entry telling three jobs
+
+    async def retried(since: str, n: int) -> list[str]:
+        out: list[str] = []
+        with anyio.fail_after(10):
+            async for event in queue.events(since=since):
+                if event.event == "retried":
+                    out.append(event.id)
+                    if len(out) == n:
+                        return out
+        return out
+
+    first, *rest = await retried("0", 3)
+    assert await retried(first, 2) == rest
