@@ -1,0 +1,84 @@
+"""The producer side's promises, each pinned by the smallest test that breaks when its guard
+does (a mutation campaign over bulk.py, retention, history, sharded, events and the checks)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import anyio
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import drain
+from tests.tasks import Doomed, DoomedJob, Echo
+from venturi_redis._producer import bulk
+
+pytestmark = pytest.mark.anyio
+
+BASE = 1_900_000_000_000  # the tests' clock, in ms
+
+
+@pytest.fixture
+def clock() -> list[int]:
+    return [BASE]
+
+
+@pytest.fixture
+def q(client: vr.Client, queue_name: str, clock: list[int]) -> vr.Queue:
+    """The queue, on a client whose clock the test sets."""
+    return vr.Client(client.redis, clock=lambda: clock[0], url=client.url).queue(queue_name)
+
+
+def at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+async def test_cancel_jobs_since_includes_a_job_enqueued_at_that_very_ms(
+    q: vr.Queue, clock: list[int]
+) -> None:
+    await q.enqueue(Echo(text="old"))
+    clock[0] = BASE + 1000
+    new = await q.enqueue(Echo(text="new"))
+    assert await q.cancel_jobs(since=at(BASE + 1000)) == [new]
+
+
+async def test_purge_with_until_still_keeps_the_jobs_younger_than_older_than(
+    q: vr.Queue, clock: list[int]
+) -> None:
+    await q.enqueue(Doomed())
+    await drain(q, DoomedJob)
+    clock[0] = BASE + 5000
+    assert await q.purge("dead", until=at(BASE + 5000), older_than=10) == 0
+    assert len(await q.list_jobs(state="dead")) == 1
+
+
+async def test_a_limited_retry_stops_reading_once_the_limit_is_reached(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bulk, "PAGE", 4)
+    monkeypatch.setattr(bulk, "BATCH", 2)
+    await q.enqueue_many([Doomed() for _ in range(12)])
+    await drain(q, DoomedJob)
+    reports: list[vr.BulkProgress] = []
+    assert len(await q.retry_dead(limit=2, on_progress=reports.append)) == 2
+    assert reports[-1].finished and reports[-1].scanned == 4 and reports[-1].done == 2
+
+
+async def test_resuming_from_an_event_inside_a_many_job_entry_gives_the_rest_of_it(queue: vr.Queue) -> None:
+    await queue.set_events(True)
+    await queue.enqueue_many([Doomed() for _ in range(3)])
+    await drain(queue, DoomedJob)
+    await queue.retry_dead()  # one stream entry telling three jobs
+
+    async def retried(since: str, n: int) -> list[str]:
+        out: list[str] = []
+        with anyio.fail_after(10):
+            async for event in queue.events(since=since):
+                if event.event == "retried":
+                    out.append(event.id)
+                    if len(out) == n:
+                        return out
+        return out
+
+    first, *rest = await retried("0", 3)
+    assert await retried(first, 2) == rest
