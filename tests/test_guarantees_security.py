@@ -180,3 +180,56 @@ async def test_the_json_listing_masks_payloads_as_the_job_page_does(redis_server
         listing = await h.get("/api/queues/mail/jobs", params={"kind": "sec-charge"})
         (job,) = listing.json()["jobs"]
         assert job["payload"] == {"card": "***"} and CARD not in listing.text
+
+
+async def test_the_journal_masks_its_attachments_as_the_job_does(redis_server: RedisServer) -> None:
+    """The dead run's journal entry holds the attachment too: masked there, not only on the job."""
+    async with paused_queue(redis_server) as queue, http(create_app(queue.client)) as h:
+        (dead,) = [j.id for j in await queue.list_jobs(state=vr.JobState.DEAD)]
+        doc = (await h.get(f"/api/queues/mail/jobs/{dead}")).json()
+    attached = [e["attachment"] for e in doc["journal"] if e["attachment"] is not None]
+    assert attached == [{"status": "***"}] and doc["job"]["attachment"] == {"status": "***"}
+
+
+class VaultCarry(pydantic.BaseModel):
+    pin: str = Field("", json_schema_extra={"sensitive": True})
+
+
+class VaultCarryV2(pydantic.BaseModel):
+    """``pin`` renamed ``code``: an old job's carry holds a key this model no longer declares."""
+
+    code: str = Field("", json_schema_extra={"sensitive": True})
+
+
+class Vault(vr.Task[VaultCarry]):
+    KIND: ClassVar[str] = "sec-vault"
+    card: str = Field(json_schema_extra={"sensitive": True})
+
+
+class VaultJob(Vault, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[VaultCarry], state: Any) -> vr.Outcome:
+        ctx.carry = VaultCarry(pin="9876-secret")
+        ctx.set_attachment({"card": self.card, "tries": 1})
+        return vr.Outcome.completed(result={"card": self.card, "ok": True})
+
+
+class VaultV2(vr.Task[VaultCarryV2]):
+    KIND: ClassVar[str] = "sec-vault"
+    card: str = Field(json_schema_extra={"sensitive": True})
+
+
+async def test_shown_payloads_still_mask_the_tasks_sensitive_fields_everywhere_they_are_stored(
+    queue: vr.Queue,
+) -> None:
+    """With show_payloads, the result, the attachment (the job's and the journal's) mask the
+    task's sensitive fields, and the carry a key its model no longer declares."""
+    job_id = await queue.enqueue(Vault(card=CARD))
+    await drain(queue, VaultJob)
+    async with http(create_app(queue.client, show_payloads=True, tasks=[VaultV2])) as h:
+        doc = (await h.get(f"/api/queues/{queue.name}/jobs/{job_id}")).json()
+        page = await h.get(f"/queues/{queue.name}/jobs/{job_id}")
+    job = doc["job"]
+    assert job["result"] == {"card": "***", "ok": True} and job["carry"] == {"pin": "***"}
+    assert job["attachment"] == {"card": "***", "tries": 1} == doc["journal"][-1]["attachment"]
+    for text in (str(doc), page.text):
+        assert CARD not in text and "9876-secret" not in text
