@@ -233,3 +233,40 @@ async def test_shown_payloads_still_mask_the_tasks_sensitive_fields_everywhere_t
     assert job["attachment"] == {"card": "***", "tries": 1} == doc["journal"][-1]["attachment"]
     for text in (str(doc), page.text):
         assert CARD not in text and "9876-secret" not in text
+
+
+async def test_the_500_page_says_nothing_of_the_exception(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error's text can quote a value or a URL's password: it goes to the log only."""
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"card {CARD} declined")
+
+    async with paused_queue(redis_server) as queue:
+        (dead,) = [j.id for j in await queue.list_jobs(state=vr.JobState.DEAD)]
+        monkeypatch.setattr(vr.Queue, "get", broken)
+        transport = httpx.ASGITransport(app=create_app(queue.client), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as h:
+            for path in (f"/queues/mail/jobs/{dead}", f"/api/queues/mail/jobs/{dead}"):
+                r = await h.get(path)
+                assert r.status_code == 500 and "its log has the details" in r.text, path
+                assert CARD not in r.text and "RuntimeError" not in r.text, path
+
+
+async def test_the_cookies_are_secure_on_https_and_never_readable_by_script(
+    redis_server: RedisServer,
+) -> None:
+    async with paused_queue(redis_server) as queue:
+        app = create_app(queue.client, token="s3cret")
+        for scheme in ("https", "http"):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url=f"{scheme}://dash") as h:
+                form = await h.get("/login")
+                login = re.search(r'name="csrf_token" value="([0-9a-f]+)"', form.text)
+                assert login is not None
+                given = {"csrf_token": login.group(1), "token": "s3cret", "next": "/"}
+                r = await h.post("/login", data=given)
+                for cookie in (form.headers["set-cookie"], r.headers["set-cookie"]):
+                    flags = cookie.split("; ")[1:]
+                    assert "HttpOnly" in flags and ("Secure" in flags) == (scheme == "https"), cookie
