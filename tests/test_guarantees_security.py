@@ -23,6 +23,8 @@ import venturi_redis as vr
 from tests.helpers import drain
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo
+from venturi_redis._model.redact import document_secrets
+from venturi_redis._transport.urls import redact_url
 from venturi_redis.dashboard import create_app
 from venturi_redis.dashboard._security import Keys, safe_next
 
@@ -270,3 +272,44 @@ async def test_the_cookies_are_secure_on_https_and_never_readable_by_script(
                 for cookie in (form.headers["set-cookie"], r.headers["set-cookie"]):
                     flags = cookie.split("; ")[1:]
                     assert "HttpOnly" in flags and ("Secure" in flags) == (scheme == "https"), cookie
+
+
+def test_a_urls_secret_options_are_masked_whatever_their_name_or_case() -> None:
+    url = "rediss://h:6379/0?Password=p4ss&sentinel_token=t0k&client_secret=s3c&ssl_auth=a&db=2"
+    shown = redact_url(url)
+    assert shown.endswith("?Password=***&sentinel_token=***&client_secret=***&ssl_auth=***&db=2"), shown
+
+
+class Pinned(vr.Task):
+    KIND: ClassVar[str] = "sec-pinned"
+    pin: str
+
+    @classmethod
+    def sensitive_fields(cls) -> frozenset[str]:
+        return frozenset({"pin"})  # a hook, no field marked
+
+
+def test_an_old_documents_secrets_follow_the_models_hook() -> None:
+    """The note about a payload that no longer validates masks what the hook names too."""
+    assert document_secrets(Pinned, {"pin": "123456", "other": "shown"}) == ["123456"]
+
+
+class Refused(vr.Task[PinCarry]):
+    KIND: ClassVar[str] = "sec-refused"
+    card: str = Field(json_schema_extra={"sensitive": True})
+
+
+class RefusedJob(Refused, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[PinCarry], state: Any) -> vr.Outcome:
+        ctx.carry = PinCarry(pin="9876-secret")
+        raise vr.TaskError.permanent(f"card {self.card} refused (pin {ctx.carry.pin})")
+
+
+async def test_a_task_errors_note_and_traceback_mask_the_task_and_carry_secrets(queue: vr.Queue) -> None:
+    """The TaskError path scrubs as a plain exception's does: the carry's values, the traceback."""
+    job_id = await queue.enqueue(Refused(card=CARD))
+    await drain(queue, RefusedJob)
+    info = await queue.get(job_id)
+    assert info is not None and info.note == "card *** refused (pin ***)"
+    stored = str([info.note, [(e.note, e.details) for e in await queue.journal(job_id)]])
+    assert CARD not in stored and "9876-secret" not in stored
