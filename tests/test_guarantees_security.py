@@ -24,6 +24,7 @@ from tests.helpers import drain
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo
 from venturi_redis._model.redact import document_secrets
+from venturi_redis._transport.sentinel import SentinelURL
 from venturi_redis._transport.urls import redact_url
 from venturi_redis.dashboard import create_app
 from venturi_redis.dashboard._security import Keys, safe_next
@@ -313,3 +314,14 @@ async def test_a_task_errors_note_and_traceback_mask_the_task_and_carry_secrets(
     assert info is not None and info.note == "card *** refused (pin ***)"
     stored = str([info.note, [(e.note, e.details) for e in await queue.journal(job_id)]])
     assert CARD not in stored and "9876-secret" not in stored
+
+
+async def test_a_queues_repr_and_a_bad_sentinel_urls_error_hide_the_password() -> None:
+    client = vr.Client.from_url("redis://:hunter22@localhost:1/0")
+    try:
+        assert "hunter22" not in repr(client.queue("mail"))
+    finally:
+        await client.aclose()
+    with pytest.raises(vr.ConfigurationError) as raised:
+        SentinelURL("redis+sentinel://:hunter22@h:26379/mymaster?socket_timeout=soon")
+    assert "hunter22" not in str(raised.value) and "socket_timeout" in str(raised.value)
