@@ -23,6 +23,9 @@ import venturi_redis as vr
 from tests.helpers import drain
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo
+from venturi_redis._model.redact import document_secrets
+from venturi_redis._transport.sentinel import SentinelURL
+from venturi_redis._transport.urls import redact_url
 from venturi_redis.dashboard import create_app
 from venturi_redis.dashboard._security import Keys, safe_next
 
@@ -180,3 +183,145 @@ async def test_the_json_listing_masks_payloads_as_the_job_page_does(redis_server
         listing = await h.get("/api/queues/mail/jobs", params={"kind": "sec-charge"})
         (job,) = listing.json()["jobs"]
         assert job["payload"] == {"card": "***"} and CARD not in listing.text
+
+
+async def test_the_journal_masks_its_attachments_as_the_job_does(redis_server: RedisServer) -> None:
+    """The dead run's journal entry holds the attachment too: masked there, not only on the job."""
+    async with paused_queue(redis_server) as queue, http(create_app(queue.client)) as h:
+        (dead,) = [j.id for j in await queue.list_jobs(state=vr.JobState.DEAD)]
+        doc = (await h.get(f"/api/queues/mail/jobs/{dead}")).json()
+    attached = [e["attachment"] for e in doc["journal"] if e["attachment"] is not None]
+    assert attached == [{"status": "***"}] and doc["job"]["attachment"] == {"status": "***"}
+
+
+class VaultCarry(pydantic.BaseModel):
+    pin: str = Field("", json_schema_extra={"sensitive": True})
+
+
+class VaultCarryV2(pydantic.BaseModel):
+    """``pin`` renamed ``code``: an old job's carry holds a key this model no longer declares."""
+
+    code: str = Field("", json_schema_extra={"sensitive": True})
+
+
+class Vault(vr.Task[VaultCarry]):
+    KIND: ClassVar[str] = "sec-vault"
+    card: str = Field(json_schema_extra={"sensitive": True})
+
+
+class VaultJob(Vault, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[VaultCarry], state: Any) -> vr.Outcome:
+        ctx.carry = VaultCarry(pin="9876-secret")
+        ctx.set_attachment({"card": self.card, "tries": 1})
+        return vr.Outcome.completed(result={"card": self.card, "ok": True})
+
+
+class VaultV2(vr.Task[VaultCarryV2]):
+    KIND: ClassVar[str] = "sec-vault"
+    card: str = Field(json_schema_extra={"sensitive": True})
+
+
+async def test_shown_payloads_still_mask_the_tasks_sensitive_fields_everywhere_they_are_stored(
+    queue: vr.Queue,
+) -> None:
+    """With show_payloads, the result, the attachment (the job's and the journal's) mask the
+    task's sensitive fields, and the carry a key its model no longer declares."""
+    job_id = await queue.enqueue(Vault(card=CARD))
+    await drain(queue, VaultJob)
+    async with http(create_app(queue.client, show_payloads=True, tasks=[VaultV2])) as h:
+        doc = (await h.get(f"/api/queues/{queue.name}/jobs/{job_id}")).json()
+        page = await h.get(f"/queues/{queue.name}/jobs/{job_id}")
+    job = doc["job"]
+    assert job["result"] == {"card": "***", "ok": True} and job["carry"] == {"pin": "***"}
+    assert job["attachment"] == {"card": "***", "tries": 1} == doc["journal"][-1]["attachment"]
+    for text in (str(doc), page.text):
+        assert CARD not in text and "9876-secret" not in text
+
+
+async def test_the_500_page_says_nothing_of_the_exception(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error's text can quote a value or a URL's password: it goes to the log only."""
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"card {CARD} declined")
+
+    async with paused_queue(redis_server) as queue:
+        (dead,) = [j.id for j in await queue.list_jobs(state=vr.JobState.DEAD)]
+        monkeypatch.setattr(vr.Queue, "get", broken)
+        transport = httpx.ASGITransport(app=create_app(queue.client), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as h:
+            for path in (f"/queues/mail/jobs/{dead}", f"/api/queues/mail/jobs/{dead}"):
+                r = await h.get(path)
+                assert r.status_code == 500 and "its log has the details" in r.text, path
+                assert CARD not in r.text and "RuntimeError" not in r.text, path
+
+
+async def test_the_cookies_are_secure_on_https_and_never_readable_by_script(
+    redis_server: RedisServer,
+) -> None:
+    async with paused_queue(redis_server) as queue:
+        app = create_app(queue.client, token="s3cret")
+        for scheme in ("https", "http"):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url=f"{scheme}://dash") as h:
+                form = await h.get("/login")
+                login = re.search(r'name="csrf_token" value="([0-9a-f]+)"', form.text)
+                assert login is not None
+                given = {"csrf_token": login.group(1), "token": "s3cret", "next": "/"}
+                r = await h.post("/login", data=given)
+                for cookie in (form.headers["set-cookie"], r.headers["set-cookie"]):
+                    flags = cookie.split("; ")[1:]
+                    assert "HttpOnly" in flags and ("Secure" in flags) == (scheme == "https"), cookie
+
+
+def test_a_urls_secret_options_are_masked_whatever_their_name_or_case() -> None:
+    url = "rediss://h:6379/0?Password=p4ss&sentinel_token=t0k&client_secret=s3c&ssl_auth=a&db=2"
+    shown = redact_url(url)
+    assert shown.endswith("?Password=***&sentinel_token=***&client_secret=***&ssl_auth=***&db=2"), shown
+
+
+class Pinned(vr.Task):
+    KIND: ClassVar[str] = "sec-pinned"
+    pin: str
+
+    @classmethod
+    def sensitive_fields(cls) -> frozenset[str]:
+        return frozenset({"pin"})  # a hook, no field marked
+
+
+def test_an_old_documents_secrets_follow_the_models_hook() -> None:
+    """The note about a payload that no longer validates masks what the hook names too."""
+    assert document_secrets(Pinned, {"pin": "123456", "other": "shown"}) == ["123456"]
+
+
+class Refused(vr.Task[PinCarry]):
+    KIND: ClassVar[str] = "sec-refused"
+    card: str = Field(json_schema_extra={"sensitive": True})
+
+
+class RefusedJob(Refused, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[PinCarry], state: Any) -> vr.Outcome:
+        ctx.carry = PinCarry(pin="9876-secret")
+        raise vr.TaskError.permanent(f"card {self.card} refused (pin {ctx.carry.pin})")
+
+
+async def test_a_task_errors_note_and_traceback_mask_the_task_and_carry_secrets(queue: vr.Queue) -> None:
+    """The TaskError path scrubs as a plain exception's does: the carry's values, the traceback."""
+    job_id = await queue.enqueue(Refused(card=CARD))
+    await drain(queue, RefusedJob)
+    info = await queue.get(job_id)
+    assert info is not None and info.note == "card *** refused (pin ***)"
+    stored = str([info.note, [(e.note, e.details) for e in await queue.journal(job_id)]])
+    assert CARD not in stored and "9876-secret" not in stored
+
+
+async def test_a_queues_repr_and_a_bad_sentinel_urls_error_hide_the_password() -> None:
+    client = vr.Client.from_url("redis://:hunter22@localhost:1/0")
+    try:
+        assert "hunter22" not in repr(client.queue("mail"))
+    finally:
+        await client.aclose()
+    with pytest.raises(vr.ConfigurationError) as raised:
+        SentinelURL("redis+sentinel://:hunter22@h:26379/mymaster?socket_timeout=soon")
+    assert "hunter22" not in str(raised.value) and "socket_timeout" in str(raised.value)
