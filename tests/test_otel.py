@@ -28,6 +28,7 @@ import venturi_redis as vr
 from tests.helpers import drain
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Flaky, FlakyJob
+from venturi_redis import otel
 from venturi_redis._model import tracing
 from venturi_redis.otel import VenturiInstrumentor
 
@@ -264,3 +265,22 @@ def test_across_two_processes(redis_server: RedisServer) -> None:
     failed, retried = sorted(by_job[ids["flaky"]], key=lambda r: r["attributes"]["venturi.run"])
     assert retried["links"] == [failed["span_id"]] and failed["links"] == []
     assert statuses["doomed"] == ["ERROR"]
+
+
+async def test_a_span_whose_secrets_cannot_be_known_carries_the_exceptions_type_alone(
+    queue: vr.Queue, exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The error path decodes the payload again to learn the sensitive values; should
+    # that fail, nothing can be masked, so nothing of the message is written.
+    def undecodable(*args: Any) -> Any:
+        raise ValueError("the payload does not decode now")
+
+    failed = await queue.enqueue(Charge(card=CARD), max_failures=1)
+    monkeypatch.setattr(otel, "unpack_model", undecodable)
+    await drain(queue, ChargeJob)
+    (run,) = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.CONSUMER]
+    assert run.attributes is not None and run.attributes["messaging.message.id"] == failed
+    assert run.status.status_code == StatusCode.ERROR and run.status.description == "ValueError"
+    (event,) = run.events
+    assert dict(event.attributes or {}) == {"exception.type": "ValueError", "exception.escaped": "False"}
+    assert CARD not in repr((run.status.description, run.events, run.attributes))
