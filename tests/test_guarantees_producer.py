@@ -3,15 +3,22 @@ does (a mutation campaign over bulk.py, retention, history, sharded, events and 
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from datetime import UTC, datetime
 
 import anyio
 import pytest
+from typer.testing import CliRunner
 
 import venturi_redis as vr
 from tests.helpers import drain
+from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo
 from venturi_redis._producer import bulk
+from venturi_redis.cli.commands import app
+
+runner = CliRunner()
 
 pytestmark = pytest.mark.anyio
 
@@ -82,3 +89,21 @@ async def test_resuming_from_an_event_inside_a_many_job_entry_gives_the_rest_of_
 
     first, *rest = await retried("0", 3)
     assert await retried(first, 2) == rest
+
+
+@pytest.mark.parametrize("since", ["", "abc", "1-x", "12-3-4", "-1", "1/2", "0-0/x", None])
+async def test_a_malformed_since_is_refused_at_the_call_even_with_the_reader_running(
+    queue: vr.Queue, since: str
+) -> None:
+    await queue.set_events(True)
+    async with contextlib.aclosing(queue.events(since="0")) as running:
+        await anext(running)  # the queue's reader now follows the stream
+        with pytest.raises(vr.ConfigurationError, match="since must be"):
+            queue.events(since=since)  # at the call, before anything is read
+
+
+def test_venturi_events_says_a_malformed_since_is_refused(redis_server: RedisServer) -> None:
+    name = f"gp-ev-{uuid.uuid4().hex[:8]}"
+    runner.invoke(app, ["queue", "events", name, "on", "--redis", redis_server.url, "--create"])
+    res = runner.invoke(app, ["events", name, "--since", "1-x", "--redis", redis_server.url])
+    assert res.exit_code != 0 and "since must be" in res.output
