@@ -107,3 +107,26 @@ def test_venturi_events_says_a_malformed_since_is_refused(redis_server: RedisSer
     runner.invoke(app, ["queue", "events", name, "on", "--redis", redis_server.url, "--create"])
     res = runner.invoke(app, ["events", name, "--since", "1-x", "--redis", redis_server.url])
     assert res.exit_code != 0 and "since must be" in res.output
+
+
+async def test_a_dry_run_count_stops_at_the_limit(q: vr.Queue, clock: list[int]) -> None:
+    await q.enqueue_many([Doomed() for _ in range(3)])
+    await drain(q, DoomedJob)
+    assert await bulk.count_matching(q, "dead", bulk.Filter(limit=2), clock[0]) == 2
+
+
+async def test_cancel_jobs_leaves_a_job_enqueued_after_its_now(q: vr.Queue, clock: list[int]) -> None:
+    clock[0] = BASE + 5000
+    await q.enqueue(Echo(text="later"))
+    clock[0] = BASE  # the action's now: before that job was enqueued
+    assert await q.cancel_jobs() == []
+    assert await bulk.count_matching(q, "pending", bulk.Filter(), BASE) == 0
+
+
+async def test_cancel_jobs_reads_every_page_of_the_jobs_parked_on_a_limit(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bulk, "PAGE", 2)
+    await q.set_limit("echo", concurrency=1)
+    ids = await q.enqueue_many([Echo(text=str(i)) for i in range(5)])
+    assert sorted(await q.cancel_jobs(kind="echo")) == sorted(ids)
