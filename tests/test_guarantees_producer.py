@@ -16,6 +16,7 @@ from tests.helpers import drain
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo
 from venturi_redis._producer import bulk
+from venturi_redis._producer.firing import fire_due
 from venturi_redis.cli.commands import app
 
 runner = CliRunner()
@@ -130,3 +131,17 @@ async def test_cancel_jobs_reads_every_page_of_the_jobs_parked_on_a_limit(
     await q.set_limit("echo", concurrency=1)
     ids = await q.enqueue_many([Echo(text=str(i)) for i in range(5)])
     assert sorted(await q.cancel_jobs(kind="echo")) == sorted(ids)
+
+
+async def test_a_schedule_set_back_to_a_fire_time_it_fired_makes_no_second_job(
+    q: vr.Queue, clock: list[int]
+) -> None:
+    await q.schedule("tick", Echo(text="hi"), every=10)
+    clock[0] = BASE + 10_100  # fired 100 ms late
+    assert [f.status for _, f in (await fire_due(q)).fired] == ["created"]
+    await q.unschedule("tick")
+    clock[0] = BASE  # declared again as it was: the same first fire time
+    await q.schedule("tick", Echo(text="hi"), every=10)
+    clock[0] = BASE + 10_700  # fired later this time: still that fire time's job
+    await fire_due(q)
+    assert len(await q.list_jobs(state="pending")) == 1
