@@ -3,15 +3,23 @@ does (a mutation campaign over bulk.py, retention, history, sharded, events and 
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from datetime import UTC, datetime
 
 import anyio
 import pytest
+from typer.testing import CliRunner
 
 import venturi_redis as vr
 from tests.helpers import drain
+from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo
 from venturi_redis._producer import bulk
+from venturi_redis._producer.firing import fire_due
+from venturi_redis.cli.commands import app
+
+runner = CliRunner()
 
 pytestmark = pytest.mark.anyio
 
@@ -82,3 +90,58 @@ async def test_resuming_from_an_event_inside_a_many_job_entry_gives_the_rest_of_
 
     first, *rest = await retried("0", 3)
     assert await retried(first, 2) == rest
+
+
+@pytest.mark.parametrize("since", ["", "abc", "1-x", "12-3-4", "-1", "1/2", "0-0/x", None])
+async def test_a_malformed_since_is_refused_at_the_call_even_with_the_reader_running(
+    queue: vr.Queue, since: str
+) -> None:
+    await queue.set_events(True)
+    async with contextlib.aclosing(queue.events(since="0")) as running:
+        await anext(running)  # the queue's reader now follows the stream
+        with pytest.raises(vr.ConfigurationError, match="since must be"):
+            queue.events(since=since)  # at the call, before anything is read
+
+
+def test_venturi_events_says_a_malformed_since_is_refused(redis_server: RedisServer) -> None:
+    name = f"gp-ev-{uuid.uuid4().hex[:8]}"
+    runner.invoke(app, ["queue", "events", name, "on", "--redis", redis_server.url, "--create"])
+    res = runner.invoke(app, ["events", name, "--since", "1-x", "--redis", redis_server.url])
+    assert res.exit_code != 0 and "since must be" in res.output
+
+
+async def test_a_dry_run_count_stops_at_the_limit(q: vr.Queue, clock: list[int]) -> None:
+    await q.enqueue_many([Doomed() for _ in range(3)])
+    await drain(q, DoomedJob)
+    assert await bulk.count_matching(q, "dead", bulk.Filter(limit=2), clock[0]) == 2
+
+
+async def test_cancel_jobs_leaves_a_job_enqueued_after_its_now(q: vr.Queue, clock: list[int]) -> None:
+    clock[0] = BASE + 5000
+    await q.enqueue(Echo(text="later"))
+    clock[0] = BASE  # the action's now: before that job was enqueued
+    assert await q.cancel_jobs() == []
+    assert await bulk.count_matching(q, "pending", bulk.Filter(), BASE) == 0
+
+
+async def test_cancel_jobs_reads_every_page_of_the_jobs_parked_on_a_limit(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bulk, "PAGE", 2)
+    await q.set_limit("echo", concurrency=1)
+    ids = await q.enqueue_many([Echo(text=str(i)) for i in range(5)])
+    assert sorted(await q.cancel_jobs(kind="echo")) == sorted(ids)
+
+
+async def test_a_schedule_set_back_to_a_fire_time_it_fired_makes_no_second_job(
+    q: vr.Queue, clock: list[int]
+) -> None:
+    await q.schedule("tick", Echo(text="hi"), every=10)
+    clock[0] = BASE + 10_100  # fired 100 ms late
+    assert [f.status for _, f in (await fire_due(q)).fired] == ["created"]
+    await q.unschedule("tick")
+    clock[0] = BASE  # declared again as it was: the same first fire time
+    await q.schedule("tick", Echo(text="hi"), every=10)
+    clock[0] = BASE + 10_700  # fired later this time: still that fire time's job
+    await fire_due(q)
+    assert len(await q.list_jobs(state="pending")) == 1

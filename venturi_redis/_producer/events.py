@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from datetime import timedelta
@@ -93,8 +94,28 @@ async def _last_id(queue: Queue) -> str:
     return _text(newest[0][0]) if newest else "0-0"
 
 
+# An event's id: its stream entry's id, "/<k>" after it for the k-th job of a
+# many-job entry; an entry id may be given as its ms alone, as Redis takes it.
+_SINCE_RE = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20})(?:/[0-9]{1,9})?)?")
+
+
+def check_since(since: object) -> str:
+    """``since`` once it is a form ``events`` takes; refused here, before any read.
+
+    A malformed id used to reach the stream reader and fail at the first
+    iteration, as Redis's "Invalid stream ID" or a ``ValueError``.
+    """
+    if isinstance(since, str):
+        found = _SINCE_RE.fullmatch(since)
+        if since == "$" or (found and all(int(n or 0) < 2**64 for n in found.groups())):
+            return since
+    raise ConfigurationError(
+        f"since must be '$', '0' or an event id (an event's .id, like '1700000000000-0'), got {since!r}"
+    )
+
+
 def _resume_point(since: str) -> tuple[str, int]:
-    """Where a follower given ``since`` reads from: (a stream id to read after, events to skip).
+    """Where a follower given ``since`` (checked) reads from: (a stream id to read after, events to skip).
 
     An event of an entry that tells many jobs has the id ``<entry id>/<k>``:
     the follower reads that entry again (from the id just before it) and skips
@@ -104,8 +125,6 @@ def _resume_point(since: str) -> tuple[str, int]:
     if not sep:
         return since, 0
     ms, _, seq = entry.partition("-")
-    if not (ms.isdigit() and seq.isdigit() and k.isdigit()):
-        raise ConfigurationError(f"since must be '$', '0' or an event id, got {since!r}")
     before = f"{ms}-{int(seq) - 1}" if int(seq) > 0 else f"{int(ms) - 1}-18446744073709551615"
     return before, int(k) + 1
 
@@ -119,8 +138,7 @@ async def follow(
     every other follower and waiter: a follower holds no connection of its
     own while it waits.
     """
-    if not isinstance(since, str) or not since:
-        raise ConfigurationError(f"since must be '$', '0' or an event id, got {since!r}")
+    check_since(since)  # Queue.events checked it at the call; a direct call here, now
     wanted = None if kinds is None else {str(k) for k in kinds}
     skip = 0
     if since == "$":

@@ -50,10 +50,14 @@ class QueueFeatures:
             kinds: Only events of jobs of these KINDs.
 
         Iterate with ``async for``; it never ends by itself (break, or cancel).
+
+        Raises:
+            ConfigurationError: ``since`` is none of these (at the call, before any read).
         """
         from . import events as _events
 
-        return _events.follow(self, since=since, kinds=kinds)
+        # Checked here, at the call: a generator's own checks wait for its first iteration.
+        return _events.follow(self, since=_events.check_since(since), kinds=kinds)
 
     async def wait(
         self,
