@@ -579,3 +579,24 @@ async def test_a_bulk_enqueue_over_the_cap_raises_first_and_writes_nothing(url: 
             assert isinstance(caught.value, vr.PayloadTooLarge) == (error is vr.PayloadTooLarge)
             assert [k async for k in client.redis.scan_iter(match=f"{queue.keys.prefix}*")] == []
         assert len(await queue.enqueue_many(ok)) == 10
+
+
+async def test_a_sealed_value_that_no_longer_opens_under_its_key_is_shown_as_corrupt(
+    url: str, queue_name: str
+) -> None:
+    # A reader holding the key meets a value whose seal does not open (its bytes
+    # changed in Redis): the value is shown as stored, as any undecodable one is,
+    # and the read goes on; it never raises.
+    async with _client(url, KEY_A) as client:
+        queue = client.queue(queue_name)
+        job_id = await queue.enqueue(Charge(card=SECRET), carry=Card(note=SECRET))
+        await drain(queue, ChargeJob)
+        key = queue.keys.job(job_id)
+        sealed = await client.redis.hget(key, "result")
+        assert sealed is not None and sealed_key_id(sealed) == key_id_of(KEY_A)
+        tampered = sealed[:-1] + bytes([sealed[-1] ^ 1])  # one bit of its tag
+        await client.redis.hset(key, "result", tampered)
+        info = await queue.get(job_id)
+        assert info is not None and info.state == vr.JobState.COMPLETED
+        assert info.result is None and set(info.corrupt) == {"result"}  # named, never raised
+        assert info.carry == Card(seen=1, note=SECRET).model_dump()  # the rest still opens
