@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from datetime import UTC, datetime
+from typing import ClassVar
 
 import anyio
 import pytest
@@ -145,3 +146,55 @@ async def test_a_schedule_set_back_to_a_fire_time_it_fired_makes_no_second_job(
     clock[0] = BASE + 10_700  # fired later this time: still that fire time's job
     await fire_due(q)
     assert len(await q.list_jobs(state="pending")) == 1
+
+
+class Keyed(vr.Task):
+    KIND: ClassVar[str] = "keyed"
+    key: str
+
+    def limit_key(self) -> str | None:
+        return self.key
+
+
+async def test_a_limit_key_of_exactly_the_most_bytes_is_taken_and_one_more_is_refused(q: vr.Queue) -> None:
+    await q.enqueue(Keyed(key="é" * 512))  # 1024 bytes of UTF-8: the limit itself
+    with pytest.raises(vr.ConfigurationError, match="at most 1024 bytes"):
+        await q.enqueue(Keyed(key="é" * 512 + "x"))
+    assert len(await q.list_jobs(state="pending")) == 1
+
+
+async def test_a_batch_of_exactly_max_batch_jobs_is_taken_and_one_more_writes_nothing(
+    client: vr.Client, queue_name: str
+) -> None:
+    q = vr.Client(client.redis, max_batch_jobs=3, url=client.url).queue(queue_name)
+    assert len(await q.enqueue_many([Echo(text=str(i)) for i in range(3)])) == 3
+    with pytest.raises(vr.ConfigurationError, match="at most 3 tasks"):
+        await q.enqueue_many([Echo(text=str(i)) for i in range(4)])
+    assert len(await q.list_jobs(state="pending")) == 3
+
+
+async def test_an_update_to_a_task_over_the_payload_cap_is_refused_and_the_job_keeps_its_task(
+    client: vr.Client, queue_name: str
+) -> None:
+    q = vr.Client(client.redis, max_payload_bytes=100, url=client.url).queue(queue_name)
+    job = await q.enqueue(Echo(text="small"))
+    with pytest.raises(vr.PayloadTooLarge):
+        await q.update(job, task=Echo(text="x" * 200))
+    info = await q.get(job)
+    assert info is not None and info.payload == {"text": "small"}
+
+
+async def test_a_schedule_of_a_task_over_the_payload_cap_is_refused_and_nothing_is_scheduled(
+    client: vr.Client, queue_name: str
+) -> None:
+    q = vr.Client(client.redis, max_payload_bytes=100, url=client.url).queue(queue_name)
+    with pytest.raises(vr.PayloadTooLarge):
+        await q.schedule("big", Echo(text="x" * 200), every=10)
+    assert await q.schedules() == []
+
+
+async def test_delay_false_beside_at_is_refused_as_a_bool_is_never_a_delay(q: vr.Queue) -> None:
+    # False == 0 in Python; the check must not let a bool pass as "no delay given".
+    with pytest.raises(vr.ConfigurationError, match="not both"):
+        await q.enqueue(Echo(text="hi"), at=at(BASE + 1000), delay=False)
+    assert await q.is_drained()
