@@ -16,7 +16,7 @@ import venturi_redis as vr
 from tests.helpers import drain
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo
-from venturi_redis._producer import bulk
+from venturi_redis._producer import bulk, ops, reads, scale
 from venturi_redis._producer.firing import fire_due
 from venturi_redis.cli.commands import app
 
@@ -198,3 +198,48 @@ async def test_delay_false_beside_at_is_refused_as_a_bool_is_never_a_delay(q: vr
     with pytest.raises(vr.ConfigurationError, match="not both"):
         await q.enqueue(Echo(text="hi"), at=at(BASE + 1000), delay=False)
     assert await q.is_drained()
+
+
+async def test_list_jobs_reads_past_its_first_page_without_skipping_a_job(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reads, "_PAGE", 2)
+    ids = await q.enqueue_many([Echo(text=str(i)) for i in range(5)])
+    assert sorted(j.id for j in await q.list_jobs(state="pending")) == sorted(ids)
+
+
+async def test_retrying_lists_no_job_that_is_no_longer_pending(q: vr.Queue) -> None:
+    job = await q.enqueue(Doomed())
+    await drain(q, DoomedJob)
+    # The window the listing guards: a claim ended the job, its index entry is not gone yet.
+    await q.client.redis.zadd(q.keys.retrying, {job: BASE})
+    assert await q.list_jobs(state="retrying") == []
+
+
+async def test_purge_without_filters_runs_batch_after_batch_until_none_is_left(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ops, "_PURGE_BATCH", 2)
+    await q.enqueue_many([Doomed() for _ in range(5)])
+    await drain(q, DoomedJob)
+    assert await q.purge("dead") == 5
+
+
+async def test_scale_total_says_to_narrow_a_prefix_one_queue_past_the_cap(
+    client: vr.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pre = f"gp-sc-{uuid.uuid4().hex[:8]}-"
+    for n in range(3):
+        await client.queue(f"{pre}{n}").enqueue(Echo(text="x"))
+    monkeypatch.setattr(scale, "MAX_SCALE_QUEUES", 3)
+    assert (await client.scale_total(prefix=pre)).queues == 3
+    monkeypatch.setattr(scale, "MAX_SCALE_QUEUES", 2)
+    with pytest.raises(vr.ConfigurationError, match="narrow the prefix"):
+        await client.scale_total(prefix=pre)
+
+
+async def test_scale_total_sums_the_jobs_parked_on_a_limit(q: vr.Queue) -> None:
+    await q.set_limit("echo", concurrency=1)
+    await q.enqueue_many([Echo(text=str(i)) for i in range(3)])
+    limited = len(await q.list_jobs(state="limited"))
+    assert limited > 0 and (await q.client.scale_total([q.name])).limited == limited
