@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import anyio
 import pytest
@@ -243,3 +243,38 @@ async def test_scale_total_sums_the_jobs_parked_on_a_limit(q: vr.Queue) -> None:
     await q.enqueue_many([Echo(text=str(i)) for i in range(3)])
     limited = len(await q.list_jobs(state="limited"))
     assert limited > 0 and (await q.client.scale_total([q.name])).limited == limited
+
+
+async def test_a_filtered_purge_counts_only_the_jobs_it_removed_not_those_taken_first(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await q.enqueue_many([Doomed() for _ in range(2)])
+    await drain(q, DoomedJob)
+    read = bulk._matching
+
+    async def raced(*args: Any) -> list[str]:
+        found = await read(*args)
+        await q.store.purge_ids("dead", found[:1])  # another purge removes one between read and act
+        return found
+
+    monkeypatch.setattr(bulk, "_matching", raced)
+    assert await q.purge("dead", limit=10) == 1
+
+
+async def test_the_last_progress_report_counts_a_last_page_with_no_match(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bulk, "PAGE", 2)
+    await q.enqueue_many([Doomed() for _ in range(3)])
+    await drain(q, DoomedJob)
+    reports: list[vr.BulkProgress] = []
+    assert await q.retry_dead(kind="echo", on_progress=reports.append) == []
+    assert reports[-1].finished and reports[-1].scanned == 3
+
+
+async def test_an_update_to_a_past_at_makes_the_job_due_now_not_earlier(q: vr.Queue) -> None:
+    job = await q.enqueue(Echo(text="later"), delay=60)
+    assert await q.update(job, at=at(BASE - 5000))
+    # As at enqueue: a past at is now, so the job does not jump ahead of those already waiting.
+    info = await q.get(job)
+    assert info is not None and info.eligible_at == at(BASE)
