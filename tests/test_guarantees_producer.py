@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -16,7 +17,7 @@ import venturi_redis as vr
 from tests.helpers import drain
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo
-from venturi_redis._producer import bulk, ops, reads, scale
+from venturi_redis._producer import bulk, ops, reads, scale, tail
 from venturi_redis._producer.firing import fire_due
 from venturi_redis.cli.commands import app
 
@@ -278,3 +279,24 @@ async def test_an_update_to_a_past_at_makes_the_job_due_now_not_earlier(q: vr.Qu
     # As at enqueue: a past at is now, so the job does not jump ahead of those already waiting.
     info = await q.get(job)
     assert info is not None and info.eligible_at == at(BASE)
+
+
+async def test_a_follower_behind_the_reader_reads_a_gap_longer_than_one_read_whole(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tail, "COUNT", 2)  # the gap below takes three reads
+    await queue.set_events(True)
+    ids = [await queue.enqueue(Echo(text=str(i))) for i in range(5)]
+
+    async def take(events: AsyncIterator[vr.QueueEvent], n: int) -> list[str]:
+        out: list[str] = []
+        with anyio.fail_after(10):
+            while len(out) < n:
+                if job := (await anext(events)).job_id:  # the switch's own entry has none
+                    out.append(job)
+        return out
+
+    async with contextlib.aclosing(queue.events(since="0")) as ahead:
+        assert await take(ahead, 5) == ids  # the shared reader is now at the stream's end
+        async with contextlib.aclosing(queue.events(since="0")) as behind:
+            assert await take(behind, 5) == ids
