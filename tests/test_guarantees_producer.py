@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any, ClassVar
 
 import anyio
 import pytest
@@ -15,7 +17,7 @@ import venturi_redis as vr
 from tests.helpers import drain
 from tests.servers import RedisServer
 from tests.tasks import Doomed, DoomedJob, Echo
-from venturi_redis._producer import bulk
+from venturi_redis._producer import bulk, ops, reads, scale, tail
 from venturi_redis._producer.firing import fire_due
 from venturi_redis.cli.commands import app
 
@@ -145,3 +147,156 @@ async def test_a_schedule_set_back_to_a_fire_time_it_fired_makes_no_second_job(
     clock[0] = BASE + 10_700  # fired later this time: still that fire time's job
     await fire_due(q)
     assert len(await q.list_jobs(state="pending")) == 1
+
+
+class Keyed(vr.Task):
+    KIND: ClassVar[str] = "keyed"
+    key: str
+
+    def limit_key(self) -> str | None:
+        return self.key
+
+
+async def test_a_limit_key_of_exactly_the_most_bytes_is_taken_and_one_more_is_refused(q: vr.Queue) -> None:
+    await q.enqueue(Keyed(key="é" * 512))  # 1024 bytes of UTF-8: the limit itself
+    with pytest.raises(vr.ConfigurationError, match="at most 1024 bytes"):
+        await q.enqueue(Keyed(key="é" * 512 + "x"))
+    assert len(await q.list_jobs(state="pending")) == 1
+
+
+async def test_a_batch_of_exactly_max_batch_jobs_is_taken_and_one_more_writes_nothing(
+    client: vr.Client, queue_name: str
+) -> None:
+    q = vr.Client(client.redis, max_batch_jobs=3, url=client.url).queue(queue_name)
+    assert len(await q.enqueue_many([Echo(text=str(i)) for i in range(3)])) == 3
+    with pytest.raises(vr.ConfigurationError, match="at most 3 tasks"):
+        await q.enqueue_many([Echo(text=str(i)) for i in range(4)])
+    assert len(await q.list_jobs(state="pending")) == 3
+
+
+async def test_an_update_to_a_task_over_the_payload_cap_is_refused_and_the_job_keeps_its_task(
+    client: vr.Client, queue_name: str
+) -> None:
+    q = vr.Client(client.redis, max_payload_bytes=100, url=client.url).queue(queue_name)
+    job = await q.enqueue(Echo(text="small"))
+    with pytest.raises(vr.PayloadTooLarge):
+        await q.update(job, task=Echo(text="x" * 200))
+    info = await q.get(job)
+    assert info is not None and info.payload == {"text": "small"}
+
+
+async def test_a_schedule_of_a_task_over_the_payload_cap_is_refused_and_nothing_is_scheduled(
+    client: vr.Client, queue_name: str
+) -> None:
+    q = vr.Client(client.redis, max_payload_bytes=100, url=client.url).queue(queue_name)
+    with pytest.raises(vr.PayloadTooLarge):
+        await q.schedule("big", Echo(text="x" * 200), every=10)
+    assert await q.schedules() == []
+
+
+async def test_delay_false_beside_at_is_refused_as_a_bool_is_never_a_delay(q: vr.Queue) -> None:
+    # False == 0 in Python; the check must not let a bool pass as "no delay given".
+    with pytest.raises(vr.ConfigurationError, match="not both"):
+        await q.enqueue(Echo(text="hi"), at=at(BASE + 1000), delay=False)
+    assert await q.is_drained()
+
+
+async def test_list_jobs_reads_past_its_first_page_without_skipping_a_job(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reads, "_PAGE", 2)
+    ids = await q.enqueue_many([Echo(text=str(i)) for i in range(5)])
+    assert sorted(j.id for j in await q.list_jobs(state="pending")) == sorted(ids)
+
+
+async def test_retrying_lists_no_job_that_is_no_longer_pending(q: vr.Queue) -> None:
+    job = await q.enqueue(Doomed())
+    await drain(q, DoomedJob)
+    # The window the listing guards: a claim ended the job, its index entry is not gone yet.
+    await q.client.redis.zadd(q.keys.retrying, {job: BASE})
+    assert await q.list_jobs(state="retrying") == []
+
+
+async def test_purge_without_filters_runs_batch_after_batch_until_none_is_left(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ops, "_PURGE_BATCH", 2)
+    await q.enqueue_many([Doomed() for _ in range(5)])
+    await drain(q, DoomedJob)
+    assert await q.purge("dead") == 5
+
+
+async def test_scale_total_says_to_narrow_a_prefix_one_queue_past_the_cap(
+    client: vr.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pre = f"gp-sc-{uuid.uuid4().hex[:8]}-"
+    for n in range(3):
+        await client.queue(f"{pre}{n}").enqueue(Echo(text="x"))
+    monkeypatch.setattr(scale, "MAX_SCALE_QUEUES", 3)
+    assert (await client.scale_total(prefix=pre)).queues == 3
+    monkeypatch.setattr(scale, "MAX_SCALE_QUEUES", 2)
+    with pytest.raises(vr.ConfigurationError, match="narrow the prefix"):
+        await client.scale_total(prefix=pre)
+
+
+async def test_scale_total_sums_the_jobs_parked_on_a_limit(q: vr.Queue) -> None:
+    await q.set_limit("echo", concurrency=1)
+    await q.enqueue_many([Echo(text=str(i)) for i in range(3)])
+    limited = len(await q.list_jobs(state="limited"))
+    assert limited > 0 and (await q.client.scale_total([q.name])).limited == limited
+
+
+async def test_a_filtered_purge_counts_only_the_jobs_it_removed_not_those_taken_first(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await q.enqueue_many([Doomed() for _ in range(2)])
+    await drain(q, DoomedJob)
+    read = bulk._matching
+
+    async def raced(*args: Any) -> list[str]:
+        found = await read(*args)
+        await q.store.purge_ids("dead", found[:1])  # another purge removes one between read and act
+        return found
+
+    monkeypatch.setattr(bulk, "_matching", raced)
+    assert await q.purge("dead", limit=10) == 1
+
+
+async def test_the_last_progress_report_counts_a_last_page_with_no_match(
+    q: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bulk, "PAGE", 2)
+    await q.enqueue_many([Doomed() for _ in range(3)])
+    await drain(q, DoomedJob)
+    reports: list[vr.BulkProgress] = []
+    assert await q.retry_dead(kind="echo", on_progress=reports.append) == []
+    assert reports[-1].finished and reports[-1].scanned == 3
+
+
+async def test_an_update_to_a_past_at_makes_the_job_due_now_not_earlier(q: vr.Queue) -> None:
+    job = await q.enqueue(Echo(text="later"), delay=60)
+    assert await q.update(job, at=at(BASE - 5000))
+    # As at enqueue: a past at is now, so the job does not jump ahead of those already waiting.
+    info = await q.get(job)
+    assert info is not None and info.eligible_at == at(BASE)
+
+
+async def test_a_follower_behind_the_reader_reads_a_gap_longer_than_one_read_whole(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tail, "COUNT", 2)  # the gap below takes three reads
+    await queue.set_events(True)
+    ids = [await queue.enqueue(Echo(text=str(i))) for i in range(5)]
+
+    async def take(events: AsyncIterator[vr.QueueEvent], n: int) -> list[str]:
+        out: list[str] = []
+        with anyio.fail_after(10):
+            while len(out) < n:
+                if job := (await anext(events)).job_id:  # the switch's own entry has none
+                    out.append(job)
+        return out
+
+    async with contextlib.aclosing(queue.events(since="0")) as ahead:
+        assert await take(ahead, 5) == ids  # the shared reader is now at the stream's end
+        async with contextlib.aclosing(queue.events(since="0")) as behind:
+            assert await take(behind, 5) == ids
