@@ -8,6 +8,8 @@ fails when the guard it names is removed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
 
 import pytest
@@ -129,3 +131,59 @@ async def test_a_sealed_result_without_its_key_fails_the_run_and_is_not_unreadab
     with pytest.raises(vr.EncryptionKeyMissing) as caught:
         await read_dependency_results(queue, "01PARENT", {})
     assert not isinstance(caught.value, UnreadableResult)
+
+
+# -- batch handlers and progress -------------------------------------------------
+
+
+class Tick(vr.Task):
+    KIND: ClassVar[str] = "gf.tick"
+
+
+class TickBatch(Tick, vr.BatchHandler[Any]):
+    BATCH_SIZE: ClassVar[int] = 10
+
+    @classmethod
+    async def handle_batch(cls, items: Sequence[vr.BatchItem[Tick]], state: Any) -> None:
+        for item in items:
+            await item.ctx.report_progress(1)
+            await item.ctx.report_progress(2)  # within the interval: held back
+        return None
+
+
+async def test_a_batch_jobs_held_back_progress_lands_before_its_ending(queue: vr.Queue) -> None:
+    ids = [await queue.enqueue(Tick()) for _ in range(2)]
+    await drain(queue, TickBatch)
+    for job_id in ids:
+        info = await queue.get(job_id)
+        assert info is not None and info.state == "completed" and info.progress == 2
+
+
+# -- declared limits -------------------------------------------------------------
+
+
+async def test_a_declared_limit_stored_with_another_concurrency_is_set_again(queue: vr.Queue) -> None:
+    from venturi_redis._worker.declared_limits import declare_limits
+
+    await queue.set_limit("gf.tick", concurrency=5, rate=vr.Rate(10, 1))
+    await declare_limits([vr.Limit("gf.tick", concurrency=7, rate=vr.Rate(10, 1))], [queue])
+    (stored,) = await queue.limits(keys=0)
+    assert stored.concurrency == 7
+
+
+# -- schedules -------------------------------------------------------------------
+
+
+def test_a_cron_schedule_fires_at_its_start_at_when_it_matches() -> None:
+    from venturi_redis._model.schedule import timing
+
+    start = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    when = timing(cron="0 * * * *", start_at=start)
+    assert when.next_after(0, 0) == int(start.timestamp() * 1000)
+
+
+def test_an_interval_schedule_first_fires_one_interval_from_now() -> None:
+    from venturi_redis._model.schedule import timing
+
+    when = timing(every=60)
+    assert when.first_anchor(1_000) == 61_000
