@@ -187,3 +187,29 @@ def test_an_interval_schedule_first_fires_one_interval_from_now() -> None:
 
     when = timing(every=60)
     assert when.first_anchor(1_000) == 61_000
+
+
+class Refused(vr.Task):
+    KIND: ClassVar[str] = "gf.refused"
+
+
+class RefusedBatch(Refused, vr.BatchHandler[Any]):
+    @classmethod
+    async def handle_batch(cls, items: Sequence[vr.BatchItem[Refused]], state: Any) -> None:
+        raise vr.TaskError("no", permanent=True)
+
+
+async def test_a_batch_raise_ends_each_job_as_its_own_raise_would(queue: vr.Queue) -> None:
+    ids = [await queue.enqueue(Refused()) for _ in range(2)]
+    await drain(queue, RefusedBatch)
+    for job_id in ids:
+        info = await queue.get(job_id)
+        assert info is not None and info.state == "dead" and info.failures == 1  # permanent: no retry
+
+
+# -- the sharded client's routing ------------------------------------------------
+
+
+async def test_a_dedup_key_always_goes_to_the_same_partition(client: vr.Client, queue_name: str) -> None:
+    sharded = vr.ShardedQueue(client, queue_name, partitions=4)
+    assert len({sharded.partition_for(Deduped()).name for _ in range(8)}) == 1
