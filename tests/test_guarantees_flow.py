@@ -1,0 +1,215 @@
+"""Guarantees of workflows, batch handlers, declared limits, progress, schedules and
+the sharded client's routing, each defended by a test of its own.
+
+Found by a mutation campaign on their Python guards (docs/workflows.md,
+docs/semantics.md, docs/flow-control.md, docs/schedules.md): each test here
+fails when the guard it names is removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal
+
+import pytest
+
+import venturi_redis as vr
+from tests.helpers import drain
+
+pytestmark = pytest.mark.anyio
+
+
+class Leaf(vr.Task):
+    """Completes with no result: what its dependents read is None."""
+
+    KIND: ClassVar[str] = "gf.leaf"
+
+
+class LeafJob(Leaf, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        return vr.Outcome.completed()
+
+
+class Top(vr.Task):
+    KIND: ClassVar[str] = "gf.top"
+    pad: str = ""
+
+
+class TopJob(Top, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        state["seen"] = await ctx.dependency_results()
+        return vr.Outcome.completed()
+
+
+class Vague(Top):
+    KIND: ClassVar[str] = "gf.vague"
+
+    def on_dependency_failure(self) -> Literal["fail", "ignore"]:
+        return "sometimes"  # type: ignore[return-value]
+
+
+class Ordered(Top):
+    KIND: ClassVar[str] = "gf.ordered"
+
+    def order_key(self) -> str | None:
+        return "k"
+
+
+class Deduped(Top):
+    KIND: ClassVar[str] = "gf.deduped"
+
+    def dedup_key(self) -> str | None:
+        return "d"
+
+
+# -- workflows -------------------------------------------------------------------
+
+
+async def test_a_dependency_that_returned_nothing_reads_as_none(queue: vr.Queue) -> None:
+    flow = await queue.enqueue_flow(Top(), [Leaf()])
+    state: dict[str, Any] = {}
+    await drain(queue, LeafJob, TopJob, state=state)
+    assert state["seen"] == {flow.children_ids[0]: None}
+    assert (await queue.get(flow.parent_id)).state == "completed"  # type: ignore[union-attr]
+
+
+async def test_a_workflow_job_must_say_fail_or_ignore(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Leaf())
+    with pytest.raises(vr.TaskDefinitionError, match="must return 'fail' or 'ignore'"):
+        await queue.enqueue(Vague(), after=[a])
+    with pytest.raises(vr.TaskDefinitionError, match="must return 'fail' or 'ignore'"):
+        await queue.enqueue_flow(Vague(), [Leaf()])
+    assert (await queue.counts())["waiting"] == 0
+
+
+async def test_a_workflow_refuses_an_order_key_and_a_parents_dedup_key(queue: vr.Queue) -> None:
+    a = await queue.enqueue(Leaf())
+    with pytest.raises(vr.ConfigurationError, match="order key"):
+        await queue.enqueue(Ordered(), after=[a])
+    with pytest.raises(vr.ConfigurationError, match="dedup key"):
+        await queue.enqueue_flow(Deduped(), [Leaf()])
+    assert (await queue.counts())["waiting"] == 0
+
+
+async def test_after_refuses_an_empty_id_and_one_id_past_the_cap(queue: vr.Queue) -> None:
+    from venturi_redis._producer.flow import MAX_FLOW_JOBS
+
+    a = await queue.enqueue(Leaf())
+    with pytest.raises(vr.ConfigurationError, match="non-empty str"):
+        await queue.enqueue(Top(), after=[a, ""])
+    ids = [f"01NOSUCHJOB{i}" for i in range(MAX_FLOW_JOBS + 1)]
+    with pytest.raises(vr.ConfigurationError, match="at most 10000 jobs"):
+        await queue.enqueue(Top(), after=ids)
+
+
+async def test_enqueue_flow_counts_the_parent_against_max_batch_bytes(url: str, queue_name: str) -> None:
+    async with vr.Client.from_url(url, max_batch_bytes=1000) as client:
+        queue = client.queue(queue_name)
+        # The children fit; the parent takes the call past the cap.
+        with pytest.raises(vr.PayloadTooLarge, match="max_batch_bytes"):
+            await queue.enqueue_flow(Top(pad="p" * 995), [Leaf(), Leaf()])
+        assert (await queue.counts())["pending"] == 0
+
+
+async def test_dependency_results_read_every_page_of_a_large_fan_in(queue: vr.Queue) -> None:
+    from venturi_redis._worker.dependencies import read_dependency_results
+
+    # A hash this large is no listpack: HSCAN gives it by pages, not in one reply.
+    fields = {f"01CHILD{i:04}": b"gf.leaf\n" for i in range(1000)}
+    await queue.client.redis.hset(queue.keys.depresults("01PARENT"), mapping=fields)
+    got = await read_dependency_results(queue, "01PARENT", {})
+    assert got == dict.fromkeys(fields)
+
+
+async def test_a_sealed_result_without_its_key_fails_the_run_and_is_not_unreadable(queue: vr.Queue) -> None:
+    from venturi_redis._worker.dependencies import UnreadableResult, read_dependency_results
+
+    # UnreadableResult ends the waiting job dead; a missing key is a failed run, retried.
+    sealed = vr.Encryption(keys=[b"k" * 32]).seal(b"\xc0")
+    await queue.client.redis.hset(queue.keys.depresults("01PARENT"), "01CHILD", b"gf.leaf\n" + sealed)
+    with pytest.raises(vr.EncryptionKeyMissing) as caught:
+        await read_dependency_results(queue, "01PARENT", {})
+    assert not isinstance(caught.value, UnreadableResult)
+
+
+# -- batch handlers and progress -------------------------------------------------
+
+
+class Tick(vr.Task):
+    KIND: ClassVar[str] = "gf.tick"
+
+
+class TickBatch(Tick, vr.BatchHandler[Any]):
+    BATCH_SIZE: ClassVar[int] = 10
+
+    @classmethod
+    async def handle_batch(cls, items: Sequence[vr.BatchItem[Tick]], state: Any) -> None:
+        for item in items:
+            await item.ctx.report_progress(1)
+            await item.ctx.report_progress(2)  # within the interval: held back
+        return None
+
+
+async def test_a_batch_jobs_held_back_progress_lands_before_its_ending(queue: vr.Queue) -> None:
+    ids = [await queue.enqueue(Tick()) for _ in range(2)]
+    await drain(queue, TickBatch)
+    for job_id in ids:
+        info = await queue.get(job_id)
+        assert info is not None and info.state == "completed" and info.progress == 2
+
+
+# -- declared limits -------------------------------------------------------------
+
+
+async def test_a_declared_limit_stored_with_another_concurrency_is_set_again(queue: vr.Queue) -> None:
+    from venturi_redis._worker.declared_limits import declare_limits
+
+    await queue.set_limit("gf.tick", concurrency=5, rate=vr.Rate(10, 1))
+    await declare_limits([vr.Limit("gf.tick", concurrency=7, rate=vr.Rate(10, 1))], [queue])
+    (stored,) = await queue.limits(keys=0)
+    assert stored.concurrency == 7
+
+
+# -- schedules -------------------------------------------------------------------
+
+
+def test_a_cron_schedule_fires_at_its_start_at_when_it_matches() -> None:
+    from venturi_redis._model.schedule import timing
+
+    start = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    when = timing(cron="0 * * * *", start_at=start)
+    assert when.next_after(0, 0) == int(start.timestamp() * 1000)
+
+
+def test_an_interval_schedule_first_fires_one_interval_from_now() -> None:
+    from venturi_redis._model.schedule import timing
+
+    when = timing(every=60)
+    assert when.first_anchor(1_000) == 61_000
+
+
+class Refused(vr.Task):
+    KIND: ClassVar[str] = "gf.refused"
+
+
+class RefusedBatch(Refused, vr.BatchHandler[Any]):
+    @classmethod
+    async def handle_batch(cls, items: Sequence[vr.BatchItem[Refused]], state: Any) -> None:
+        raise vr.TaskError("no", permanent=True)
+
+
+async def test_a_batch_raise_ends_each_job_as_its_own_raise_would(queue: vr.Queue) -> None:
+    ids = [await queue.enqueue(Refused()) for _ in range(2)]
+    await drain(queue, RefusedBatch)
+    for job_id in ids:
+        info = await queue.get(job_id)
+        assert info is not None and info.state == "dead" and info.failures == 1  # permanent: no retry
+
+
+# -- the sharded client's routing ------------------------------------------------
+
+
+async def test_a_dedup_key_always_goes_to_the_same_partition(client: vr.Client, queue_name: str) -> None:
+    sharded = vr.ShardedQueue(client, queue_name, partitions=4)
+    assert len({sharded.partition_for(Deduped()).name for _ in range(8)}) == 1
