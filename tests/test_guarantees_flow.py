@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
 
+import anyio
 import pytest
 
 import venturi_redis as vr
@@ -157,6 +158,43 @@ async def test_a_batch_jobs_held_back_progress_lands_before_its_ending(queue: vr
     for job_id in ids:
         info = await queue.get(job_id)
         assert info is not None and info.state == "completed" and info.progress == 2
+
+
+class Slow(vr.Task):
+    KIND: ClassVar[str] = "gf.slow"
+
+
+class SlowJob(Slow, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        await ctx.report_progress(1)
+        await ctx.report_progress(2)  # held back, then written by the timer
+        await state["in_flight"].wait()  # the run ends while that write is in flight
+        return vr.Outcome.completed()
+
+
+async def test_a_progress_write_the_ending_cuts_short_is_written_again(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from venturi_redis._store.store import QueueStore
+
+    # Staged by holding the store's second progress call open: the timer's
+    # write is then in flight, never sent, when the ending cancels it.
+    real = QueueStore.progress
+    sent: list[bytes] = []
+    in_flight = anyio.Event()
+
+    async def progress(self: QueueStore, job_id: str, token: str, value: bytes) -> bool:
+        sent.append(value)
+        if len(sent) == 2:
+            in_flight.set()
+            await anyio.sleep_forever()
+        return await real(self, job_id, token, value)
+
+    monkeypatch.setattr(QueueStore, "progress", progress)
+    job_id = await queue.enqueue(Slow())
+    await drain(queue, SlowJob, state={"in_flight": in_flight})
+    info = await queue.get(job_id)
+    assert info is not None and info.state == "completed" and info.progress == 2
 
 
 # -- declared limits -------------------------------------------------------------
