@@ -245,6 +245,47 @@ async def test_a_batch_raise_ends_each_job_as_its_own_raise_would(queue: vr.Queu
         assert info is not None and info.state == "dead" and info.failures == 1  # permanent: no retry
 
 
+class Extra(vr.Task):
+    KIND: ClassVar[str] = "gf.extra"
+
+
+class ExtraBatch(Extra, vr.BatchHandler[Any]):
+    @classmethod
+    async def handle_batch(cls, items: Sequence[vr.BatchItem[Extra]], state: Any) -> Any:
+        if items[0].ctx.run_count == 1:
+            return [vr.Outcome.completed()] * (len(items) + 1)  # one entry too many
+        return None
+
+
+async def test_a_batch_returning_too_many_entries_fails_every_job(queue: vr.Queue) -> None:
+    ids = await queue.enqueue_many([Extra(), Extra()])
+    await drain(queue, ExtraBatch)
+    for job_id in ids:
+        failed = next(e for e in await queue.journal(job_id) if e.event == "failed")
+        assert failed.note is not None and "returned 3 entries for a batch of 2" in failed.note
+
+
+class Exiting(vr.Task):
+    KIND: ClassVar[str] = "gf.exiting"
+
+
+class ExitingBatch(Exiting, vr.BatchHandler[Any]):
+    @classmethod
+    async def handle_batch(cls, items: Sequence[vr.BatchItem[Exiting]], state: Any) -> Any:
+        if items[0].ctx.run_count == 1:
+            return [SystemExit(3)] * len(items)
+        return None
+
+
+async def test_a_returned_system_exit_fails_its_job_and_the_worker_goes_on(queue: vr.Queue) -> None:
+    # Returned, not raised: the job's failure, never the process's stop.
+    ids = await queue.enqueue_many([Exiting(), Exiting()])
+    await drain(queue, ExitingBatch)  # would raise SystemExit had the worker stopped
+    for job_id in ids:
+        info = await queue.get(job_id)
+        assert info is not None and info.state == "completed" and info.failures == 1
+
+
 # -- the sharded client's routing ------------------------------------------------
 
 
