@@ -227,6 +227,25 @@ def test_an_interval_schedule_first_fires_one_interval_from_now() -> None:
     assert when.first_anchor(1_000) == 61_000
 
 
+def test_a_fire_time_at_end_at_still_fires() -> None:
+    from venturi_redis._model.schedule import timing
+
+    # "No fire time after end_at": the one at end_at is the schedule's last.
+    start = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    when = timing(every=60, start_at=start, end_at=start.replace(minute=1))
+    first = int(start.timestamp() * 1000)
+    assert when.next_after(first, first) == first + 60_000
+
+
+def test_a_cron_catch_up_counts_at_most_ten_thousand_missed_fire_times() -> None:
+    from venturi_redis._model.schedule import MAX_COUNTED, timing
+
+    when = timing(cron="* * * * *")
+    due = int(datetime(2030, 1, 1, tzinfo=UTC).timestamp() * 1000)
+    count, _ = when.catch_up(due, due + (MAX_COUNTED + 5) * 60_000, 0)
+    assert count == MAX_COUNTED
+
+
 class Refused(vr.Task):
     KIND: ClassVar[str] = "gf.refused"
 
@@ -284,6 +303,49 @@ async def test_a_returned_system_exit_fails_its_job_and_the_worker_goes_on(queue
     for job_id in ids:
         info = await queue.get(job_id)
         assert info is not None and info.state == "completed" and info.failures == 1
+
+
+class Snail(vr.Task):
+    KIND: ClassVar[str] = "gf.snail"
+
+
+class SnailBatch(Snail, vr.BatchHandler[Any]):
+    @classmethod
+    async def handle_batch(cls, items: Sequence[vr.BatchItem[Snail]], state: Any) -> None:
+        state.setdefault("sizes", []).append(len(items))
+        if items[0].ctx.run_count == 1:
+            await anyio.sleep(1)  # past the shortest timeout, within the longest
+        return None
+
+
+async def test_a_batch_runs_under_the_shortest_enqueue_timeout_of_its_jobs(queue: vr.Queue) -> None:
+    # enqueue(timeout=) is the job's own: the batch honours it, and the shortest one.
+    ids = [await queue.enqueue(Snail(), timeout=0.1), await queue.enqueue(Snail(), timeout=5)]
+    state: dict[str, Any] = {}
+    await drain(queue, SnailBatch, state=state)
+    assert state["sizes"][0] == 2  # one batch, or the test proves nothing
+    for job_id in ids:
+        failed = next(e for e in await queue.journal(job_id) if e.event == "failed")
+        assert failed.note is not None and failed.note.startswith("timed out after 0.1 s")
+
+
+class Wordy(vr.Task):
+    KIND: ClassVar[str] = "gf.wordy"
+
+
+class WordyBatch(Wordy, vr.BatchHandler[Any]):
+    @classmethod
+    async def handle_batch(cls, items: Sequence[vr.BatchItem[Wordy]], state: Any) -> Any:
+        return "ok" if items[0].ctx.run_count == 1 else None  # a str is no sequence of entries
+
+
+async def test_a_batch_returning_a_str_is_told_it_must_return_a_sequence(queue: vr.Queue) -> None:
+    ids = await queue.enqueue_many([Wordy(), Wordy()])
+    await drain(queue, WordyBatch)
+    for job_id in ids:
+        failed = next(e for e in await queue.journal(job_id) if e.event == "failed")
+        assert failed.note is not None and "must return None or a sequence" in failed.note
+        assert "got str" in failed.note
 
 
 # -- the sharded client's routing ------------------------------------------------
