@@ -246,6 +246,36 @@ def test_a_cron_catch_up_counts_at_most_ten_thousand_missed_fire_times() -> None
     assert count == MAX_COUNTED
 
 
+def test_a_six_field_cron_is_refused_though_cronsim_would_read_it() -> None:
+    from venturi_redis._model.schedule import timing
+
+    # cronsim takes a sixth (seconds) field: it would fire on another plan than written.
+    with pytest.raises(vr.ConfigurationError, match="must have 5 fields"):
+        timing(cron="0 0 * * * *")
+
+
+def test_a_posix_or_right_copy_of_a_zone_is_refused() -> None:
+    from venturi_redis._model.schedule import timing
+
+    for tz in ("posix/Europe/Berlin", "right/UTC"):
+        with pytest.raises(vr.ConfigurationError, match="is not one IANA zone"):
+            timing(cron="0 * * * *", tz=tz)
+
+
+async def test_a_scheduled_task_with_an_order_key_is_refused_and_nothing_written(queue: vr.Queue) -> None:
+    with pytest.raises(vr.ConfigurationError, match="order key"):
+        await queue.schedule("s", Ordered(), every=60)
+    assert await queue.schedules() == []
+
+
+async def test_a_scheduled_task_past_max_payload_bytes_is_refused(url: str, queue_name: str) -> None:
+    async with vr.Client.from_url(url, max_payload_bytes=100) as client:
+        queue = client.queue(queue_name)
+        with pytest.raises(vr.PayloadTooLarge):
+            await queue.schedule("s", Top(pad="p" * 200), every=60)
+        assert await queue.schedules() == []
+
+
 class Refused(vr.Task):
     KIND: ClassVar[str] = "gf.refused"
 
