@@ -134,6 +134,16 @@ async def test_a_sealed_result_without_its_key_fails_the_run_and_is_not_unreadab
     assert not isinstance(caught.value, UnreadableResult)
 
 
+async def test_a_dependency_result_holding_a_newline_reads_back_whole(queue: vr.Queue) -> None:
+    from venturi_redis._model.codec import pack
+    from venturi_redis._worker.dependencies import read_dependency_results
+
+    # Stored as kind, newline, result: only the first newline ends the kind.
+    field = b"gf.leaf\n" + pack("one\ntwo")
+    await queue.client.redis.hset(queue.keys.depresults("01PARENT"), "01CHILD", field)
+    assert await read_dependency_results(queue, "01PARENT", {}) == {"01CHILD": "one\ntwo"}
+
+
 # -- batch handlers and progress -------------------------------------------------
 
 
@@ -207,6 +217,32 @@ async def test_a_declared_limit_stored_with_another_concurrency_is_set_again(que
     await declare_limits([vr.Limit("gf.tick", concurrency=7, rate=vr.Rate(10, 1))], [queue])
     (stored,) = await queue.limits(keys=0)
     assert stored.concurrency == 7
+
+
+async def test_a_declared_limit_stored_with_another_rate_window_is_set_again(queue: vr.Queue) -> None:
+    from venturi_redis._worker.declared_limits import declare_limits
+
+    await queue.set_limit("gf.tick", rate=vr.Rate(10, 1))
+    await declare_limits([vr.Limit("gf.tick", rate=vr.Rate(10, 60))], [queue])  # same count, per minute
+    (stored,) = await queue.limits(keys=0)
+    assert stored.rate is not None and stored.rate.per_ms() == 60_000
+
+
+async def test_a_declared_limit_stored_as_declared_is_not_written_again(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from venturi_redis._worker.declared_limits import declare_limits
+
+    # Each write readies every parked entity of the kind: a worker's start must not.
+    await queue.set_limit("gf.tick", concurrency=5, rate=vr.Rate(10, 1))
+    written: list[Any] = []
+
+    async def set_limit(self: vr.Queue, *args: Any, **kwargs: Any) -> None:
+        written.append(args)
+
+    monkeypatch.setattr(type(queue), "set_limit", set_limit)
+    await declare_limits([vr.Limit("gf.tick", concurrency=5, rate=vr.Rate(10, 1))], [queue])
+    assert written == []
 
 
 # -- schedules -------------------------------------------------------------------
