@@ -8,6 +8,7 @@ fails when the guard it names is removed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
@@ -17,6 +18,7 @@ import pytest
 
 import venturi_redis as vr
 from tests.helpers import drain
+from venturi_redis._worker.progress import INTERVAL
 
 pytestmark = pytest.mark.anyio
 
@@ -207,6 +209,47 @@ async def test_a_progress_write_the_ending_cuts_short_is_written_again(
     assert info is not None and info.state == "completed" and info.progress == 2
 
 
+class Stalled(vr.Task):
+    KIND: ClassVar[str] = "gf.stalled"
+
+
+class StalledJob(Stalled, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        await ctx.report_progress(1)
+        await ctx.report_progress(2)  # held back: the timer is set
+        time.sleep(INTERVAL * 1.5)  # blocks the loop: the timer is due but has not run
+        await ctx.report_progress(3)  # past the interval, yet the timer still holds 2
+        return vr.Outcome.completed()
+
+
+async def test_a_report_past_the_interval_waits_behind_a_pending_timer(queue: vr.Queue) -> None:
+    # Written at once, 3 would be overwritten by the timer's older 2.
+    job_id = await queue.enqueue(Stalled())
+    await drain(queue, StalledJob)
+    info = await queue.get(job_id)
+    assert info is not None and info.progress == 3
+
+
+class Bulky(vr.Task):
+    KIND: ClassVar[str] = "gf.bulky"
+
+
+class BulkyJob(Bulky, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        with pytest.raises(vr.PayloadTooLarge, match="over the cap"):
+            await ctx.report_progress("x" * 70_000)  # every report is also an event: 64 KiB at most
+        state["refused"] = True
+        return vr.Outcome.completed()
+
+
+async def test_a_progress_value_over_64_kib_is_refused_and_never_written(queue: vr.Queue) -> None:
+    job_id = await queue.enqueue(Bulky())
+    state: dict[str, Any] = {}
+    await drain(queue, BulkyJob, state=state)
+    info = await queue.get(job_id)
+    assert state["refused"] and info is not None and info.progress is None
+
+
 # -- declared limits -------------------------------------------------------------
 
 
@@ -243,6 +286,20 @@ async def test_a_declared_limit_stored_as_declared_is_not_written_again(
     monkeypatch.setattr(type(queue), "set_limit", set_limit)
     await declare_limits([vr.Limit("gf.tick", concurrency=5, rate=vr.Rate(10, 1))], [queue])
     assert written == []
+
+
+async def test_a_negative_running_count_edited_by_hand_reads_as_zero(queue: vr.Queue) -> None:
+    await queue.set_limit("gf.tick", concurrency=5)
+    await queue.client.redis.hset(queue.keys.limits_state, "gf.tick", "-3")
+    (info,) = await queue.limits(keys=0)
+    assert info.running == 0
+
+
+def test_a_cli_rate_per_minute_is_sixty_seconds() -> None:
+    from venturi_redis._model.limits import parse_rate
+
+    assert parse_rate("5/1m").per_ms() == 60_000
+    assert parse_rate("5/m").per_ms() == 60_000
 
 
 # -- schedules -------------------------------------------------------------------
