@@ -250,6 +250,48 @@ async def test_a_progress_value_over_64_kib_is_refused_and_never_written(queue: 
     assert state["refused"] and info is not None and info.progress is None
 
 
+class Chatty(vr.Task):
+    KIND: ClassVar[str] = "gf.chatty"
+
+
+class ChattyJob(Chatty, vr.Handler[Any]):
+    async def handle(self, ctx: vr.Context[vr.NoCarry], state: Any) -> vr.Outcome:
+        await ctx.report_progress(1)
+        await ctx.report_progress(2)  # held back, then written by the timer
+        await state["in_flight"].wait()
+        await ctx.report_progress(3)  # comes while the timer writes 2
+        state["go_on"].set()
+        with anyio.fail_after(10):
+            await state["third"].wait()  # the timer writes it too, while the run still runs
+        return vr.Outcome.completed()
+
+
+async def test_a_report_made_while_the_timer_writes_is_written_by_the_timer(
+    queue: vr.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from venturi_redis._store.store import QueueStore
+
+    # The store's second progress call is held open until the handler has reported again.
+    real = QueueStore.progress
+    sent: list[bytes] = []
+    state = {"in_flight": anyio.Event(), "go_on": anyio.Event(), "third": anyio.Event()}
+
+    async def progress(self: QueueStore, job_id: str, token: str, value: bytes) -> bool:
+        sent.append(value)
+        if len(sent) == 2:
+            state["in_flight"].set()
+            await state["go_on"].wait()
+        elif len(sent) == 3:
+            state["third"].set()
+        return await real(self, job_id, token, value)
+
+    monkeypatch.setattr(QueueStore, "progress", progress)
+    job_id = await queue.enqueue(Chatty())
+    await drain(queue, ChattyJob, state=state)
+    info = await queue.get(job_id)
+    assert info is not None and info.state == "completed" and info.failures == 0 and info.progress == 3
+
+
 # -- declared limits -------------------------------------------------------------
 
 
@@ -472,6 +514,21 @@ async def test_a_batch_returning_a_str_is_told_it_must_return_a_sequence(queue: 
 
 
 # -- the sharded client's routing ------------------------------------------------
+
+
+class Keyed(vr.Task):
+    KIND: ClassVar[str] = "gf.keyed"
+    key: str = ""
+
+    def order_key(self) -> str | None:
+        return self.key
+
+
+async def test_order_keys_of_one_length_spread_over_partitions(client: vr.Client, queue_name: str) -> None:
+    sharded = vr.ShardedQueue(client, queue_name, partitions=4)
+    # Hashed, as dedup keys are: not all in one partition for sharing a length.
+    names = {sharded.partition_for(Keyed(key=f"k{i}")).name for i in range(8)}
+    assert len(names) > 1
 
 
 async def test_a_dedup_key_always_goes_to_the_same_partition(client: vr.Client, queue_name: str) -> None:
