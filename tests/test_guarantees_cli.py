@@ -1,0 +1,59 @@
+"""The CLI's safety promises, each pinned by the smallest test that breaks when its guard does
+(a mutation campaign over cli/bulk.py, admin.py, schedules.py, limits.py, worker.py and the
+testing helpers)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+import venturi_redis as vr
+from tests.servers import RedisServer
+from tests.tasks import Echo, EchoJob
+from tests.test_cli import drain, qname, venturi
+from venturi_redis import testing
+
+__all__ = ["qname"]  # the fixture, shared with tests/test_cli.py
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def rurl(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def sq(rurl: str, qname: str) -> Iterator[vr.SyncQueue]:
+    with vr.SyncClient(rurl) as sc:
+        yield sc.queue(qname)
+
+
+def test_purge_dry_run_without_a_filter_counts_the_whole_state_and_removes_nothing(
+    rurl: str, qname: str, sq: vr.SyncQueue
+) -> None:
+    # Without a filter a purge takes the whole state in one script: --dry-run must not get there.
+    sq.enqueue_many([Echo(text=str(i)) for i in range(3)])
+    drain(rurl, qname, EchoJob)
+    res = venturi("purge", "--redis", rurl, "-q", qname, "--state", "completed", "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["matched"] == 3
+    assert sq.counts()["completed"] == 3
+
+
+async def test_drain_declares_its_limits_even_with_nothing_to_run(rurl: str, qname: str) -> None:
+    # docs/testing.md: each drain sets its declared limits as a worker does when it
+    # starts, so a later drain without limits= (or a job enqueued after) still obeys them.
+    async with vr.Client.from_url(rurl, clock=testing.Clock()) as client:
+        queue = client.queue(qname)
+        await testing.drain(queue, EchoJob, limits=[vr.Limit(Echo.KIND, concurrency=2)])
+        assert [x.concurrency for x in await queue.limits()] == [2]
+
+
+def test_a_limit_of_zero_is_a_usage_error(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    # --limit 0 would match nothing and say "0 moved": a typo must not read as success.
+    sq.enqueue(Echo(text="x"))
+    res = venturi("cancel", "--redis", rurl, "-q", qname, "--limit", "0")
+    assert res.exit_code == 2 and sq.counts()["pending"] == 1
