@@ -8,11 +8,13 @@ import json
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 import venturi_redis as vr
 from tests.servers import RedisServer
 from tests.tasks import Echo, EchoJob
 from tests.test_cli import drain, qname, venturi
+from tests.test_schedules_cli import define
 from venturi_redis import testing
 
 __all__ = ["qname"]  # the fixture, shared with tests/test_cli.py
@@ -57,3 +59,27 @@ def test_a_limit_of_zero_is_a_usage_error(rurl: str, qname: str, sq: vr.SyncQueu
     sq.enqueue(Echo(text="x"))
     res = venturi("cancel", "--redis", rurl, "-q", qname, "--limit", "0")
     assert res.exit_code == 2 and sq.counts()["pending"] == 1
+
+
+def test_a_schedule_id_in_two_queues_is_refused_without_q(rurl: str, qname: str) -> None:
+    # Acting on the first holder found would remove another team's schedule.
+    sid = f"dup-{qname}"  # found in the registry: unique on the shared server
+    for q in (f"{qname}-a", f"{qname}-b"):
+        define(rurl, q, (sid, {"every": 60}))
+    res = venturi("schedule", "remove", sid, "--redis", rurl)
+    assert res.exit_code == 1 and "several queues" in res.stderr
+    for q in (f"{qname}-a", f"{qname}-b"):
+        assert venturi("schedule", "pause", sid, "--redis", rurl, "-q", q).exit_code == 0  # still there
+
+
+def test_a_bulk_cancel_names_a_corrupt_job_leaves_it_and_exits_1(
+    rurl: str, qname: str, sq: vr.SyncQueue
+) -> None:
+    ids = sq.enqueue_many([Echo(text=str(i)) for i in range(2)])
+    with redis.Redis.from_url(rurl) as r:
+        r.delete(sq._queue().keys.journal(ids[1]))
+        r.set(sq._queue().keys.journal(ids[1]), "x")  # its journal overwritten
+    res = venturi("cancel", "--redis", rurl, "-q", qname, "--all")
+    assert res.exit_code == 1 and f"job {ids[1]} not cancelled" in res.stderr
+    assert "journal key is not a stream" in res.stderr
+    assert [sq.get(j).state for j in ids] == [vr.JobState.CANCELLED, vr.JobState.PENDING]  # type: ignore[union-attr]
