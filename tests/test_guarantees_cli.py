@@ -83,3 +83,32 @@ def test_a_bulk_cancel_names_a_corrupt_job_leaves_it_and_exits_1(
     assert res.exit_code == 1 and f"job {ids[1]} not cancelled" in res.stderr
     assert "journal key is not a stream" in res.stderr
     assert [sq.get(j).state for j in ids] == [vr.JobState.CANCELLED, vr.JobState.PENDING]  # type: ignore[union-attr]
+
+
+def test_schedules_json_lists_the_others_and_exits_1_past_a_corrupt_queue(rurl: str, qname: str) -> None:
+    good, bad = f"{qname}-good", f"{qname}-bad"
+    define(rurl, good, ("fine", {"every": 60}))
+    define(rurl, bad, ("lost", {"every": 60}))
+    with vr.SyncClient(rurl) as sc, redis.Redis.from_url(rurl) as r:
+        r.delete(sc.queue(bad)._queue().keys.schedules)
+        r.set(sc.queue(bad)._queue().keys.schedules, "x")  # its set of ids overwritten
+    res = venturi("schedules", "--redis", rurl, "-q", good, "-q", bad, "--json")
+    assert res.exit_code == 1 and f"queue {bad}:" in res.stderr
+    assert [d["id"] for d in json.loads(res.stdout)] == ["fine"]
+
+
+def test_purge_dry_run_counts_under_the_stricter_of_older_than_and_until(
+    rurl: str, qname: str, sq: vr.SyncQueue
+) -> None:
+    sq.enqueue_many([Echo(text=str(i)) for i in range(2)])
+    drain(rurl, qname, EchoJob)
+    args = ("--state", "completed", "--older-than", "3600", "--until", "0s", "--dry-run", "--json")
+    res = venturi("purge", "--redis", rurl, "-q", qname, *args)
+    assert res.exit_code == 0 and json.loads(res.stdout)["matched"] == 0  # finished just now
+
+
+def test_triggering_a_schedule_that_is_not_there_exits_1(rurl: str, qname: str) -> None:
+    define(rurl, qname, ("real", {"every": 60}))
+    res = venturi("schedule", "trigger", "gone", "--redis", rurl, "-q", qname, "--json")
+    assert res.exit_code == 1 and "does not exist" in res.stderr
+    assert json.loads(res.stdout)["done"] is False
