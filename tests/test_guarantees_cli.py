@@ -112,3 +112,9 @@ def test_triggering_a_schedule_that_is_not_there_exits_1(rurl: str, qname: str) 
     res = venturi("schedule", "trigger", "gone", "--redis", rurl, "-q", qname, "--json")
     assert res.exit_code == 1 and "does not exist" in res.stderr
     assert json.loads(res.stdout)["done"] is False
+
+
+def test_limit_clear_on_a_mistyped_queue_says_the_queue_is_unknown(rurl: str, qname: str) -> None:
+    # "has no limit" would send the operator looking for the wrong thing.
+    res = venturi("limit", "clear", "echo", "--redis", rurl, "-q", f"{qname}-typo")
+    assert res.exit_code == 1 and f"queue '{qname}-typo' is unknown" in res.stderr
