@@ -118,3 +118,12 @@ def test_limit_clear_on_a_mistyped_queue_says_the_queue_is_unknown(rurl: str, qn
     # "has no limit" would send the operator looking for the wrong thing.
     res = venturi("limit", "clear", "echo", "--redis", rurl, "-q", f"{qname}-typo")
     assert res.exit_code == 1 and f"queue '{qname}-typo' is unknown" in res.stderr
+
+
+def test_limit_set_with_a_bad_rate_writes_nothing(rurl: str, qname: str, sq: vr.SyncQueue) -> None:
+    sq.enqueue(Echo(text="x"))  # the queue exists
+    res = venturi(
+        "limit", "set", "echo", "--concurrency", "3", "--rate", "lots", "--redis", rurl, "-q", qname
+    )
+    assert res.exit_code == 2
+    assert json.loads(venturi("limits", "--redis", rurl, "-q", qname, "--json").stdout) == []
