@@ -166,7 +166,9 @@ end
 -- Past their start deadline (enqueue(expires=...)): see the header.
 local held_key = dedup_held_key(prefix)
 local EXPIRE_MAX = 1000
-local exp_key = feature_keys(prefix).expiring
+-- The queue's feature keys, made once for the sweeps below.
+local fk = feature_keys(prefix)
+local exp_key = fk.expiring
 local due = redis.call('ZRANGE', exp_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, EXPIRE_MAX)
 more = more or #due == EXPIRE_MAX
 if #due > 0 and not events_read then
@@ -196,7 +198,7 @@ for _, eid in ipairs(due) do
       if pending then
         redis.call('ZREM', pending, eid)
         if f[5] then
-          limits_lib().unpark(feature_keys(prefix).limits_parked, f[5])
+          limits_lib().unpark(fk.limits_parked, f[5])
           redis.call('HDEL', job_key, 'parked')
         end
         if f[10] then unhold(KEYS[3], held_key, f[4], eid) else unindex(KEYS[3], f[4], eid) end
@@ -297,7 +299,7 @@ if history_counts then history_flush(prefix, now) end
 -- Ordered jobs the claim ended (cancel requested, expired, quarantined:
 -- claim.lua adds them to `order:ended`, keys.lua feature_keys): their keys
 -- let the next job go here (order.lua), a batch a call.
-local ended = redis.pcall('SPOP', feature_keys(prefix).order_ended, 100)
+local ended = redis.pcall('SPOP', fk.order_ended, 100)
 if type(ended) == 'table' and not ended.err and #ended > 0 then
   more = more or #ended == 100
   local ol = order_lib(feature_keys, graph_queue_keys, job_keys)
@@ -308,7 +310,7 @@ end
 -- The per-key rate rings whose window closed after their key's last
 -- parked job (limits.lua sweep_rings; `limits:rings`, keys.lua feature_keys):
 -- the lib is built only when there are some (most queues have no per-key rate).
-local rings = feature_keys(prefix).limits_rings
+local rings = fk.limits_rings
 if redis.call('EXISTS', rings) == 1 and limits_lib().sweep_rings(KEYS[11], KEYS[12], rings, now) then
   more = true
 end

@@ -125,15 +125,16 @@ end
 -- reaches it only for a job that has failed (a key in KEYS costs every claim
 -- ~1,600 Redis instructions, keys.lua feature_keys), and every script that
 -- touches it then names it the same way.
--- The jobs with a start deadline (`expiring`, also in feature_keys): the
--- trimming of finished jobs (retention.lua, purge.lua) takes theirs out,
--- after one EXISTS a call, so a queue without deadlines pays no more.
-local function expiring_key(prefix)
-  return prefix .. 'expiring'
-end
-
 local function retrying_key(prefix)
   return prefix .. 'retrying'
+end
+
+-- The jobs with a start deadline (`expiring`, the key feature_keys names
+-- too): the trimming of finished jobs (retention.lua, purge.lua) takes
+-- theirs out, after one EXISTS a call, so a queue without deadlines pays no
+-- more; made alone, it spares those scripts the feature_keys table.
+local function expiring_key(prefix)
+  return prefix .. 'expiring'
 end
 
 -- The dedup fields held by a throttled job (a task with a dedup window,
