@@ -136,9 +136,9 @@ async def follow(
 
     Read by the queue's one reader on this client (``tail.py``), shared with
     every other follower and waiter: a follower holds no connection of its
-    own while it waits.
+    own while it waits. ``since`` is checked already (``check_since``, at
+    ``Queue.events``: a generator's own check would wait for its first iteration).
     """
-    check_since(since)  # Queue.events checked it at the call; a direct call here, now
     wanted = None if kinds is None else {str(k) for k in kinds}
     skip = 0
     if since == "$":
