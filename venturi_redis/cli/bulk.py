@@ -11,10 +11,11 @@ is 1. Running one again after an interruption does what is left.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -29,6 +30,8 @@ from .._producer.client import Client, Queue
 from .._store.store import Retried
 from .app import CreateOpt, JsonOpt, QueueOpt, RedisOpt, app, dead_app, die, known_queue, run_with_client
 from .output import clean, print_json
+
+T = TypeVar("T")
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -92,17 +95,17 @@ async def _counted_then_done(
     doing: str,
     dry_run: bool,
     json_out: bool,
-    act: Callable[[BulkFilters], Awaitable[None]],
+    act: Callable[[BulkFilters], Awaitable[T]],
     older_than_ms: int = 0,
-) -> int | None:
+) -> tuple[int, T] | None:
     """Count the matching jobs (said first), then ``act`` behind a progress bar: how many
-    matched, None on --dry-run. ``older_than_ms`` narrows the count as ``purge --older-than``
-    narrows the action."""
+    matched and what ``act`` returned, None on --dry-run. ``older_than_ms`` narrows the
+    count as ``purge --older-than`` narrows the action."""
     now = await server_now_ms(q.client)
     flt = make_filter(filters, now)
     if older_than_ms:
         end = now - older_than_ms if flt.until_ms is None else min(flt.until_ms, now - older_than_ms)
-        flt = _bulk.Filter(flt.kind, flt.error_type, flt.note_contains, flt.since_ms, end, flt.limit)
+        flt = dataclasses.replace(flt, until_ms=end)
     matched = await _bulk.count_matching(q, state, flt, now)
     what = f" of kind {clean(filters['kind'] or '')}" if filters.get("kind") else ""
     if dry_run:
@@ -135,8 +138,7 @@ async def _counted_then_done(
 
         run = filters.copy()
         run["on_progress"] = show
-        await act(run)
-    return matched
+        return matched, await act(run)
 
 
 def _say_refused(refused: dict[str, str], what: str) -> int:
@@ -177,17 +179,16 @@ def dead_retry(
 
     async def go(client: Client) -> int:
         q = await known_queue(client, queue, create=create)
-        got: list[Retried] = []
 
-        async def act(run: BulkFilters) -> None:
-            got.append(await _ops.retry_dead_report(q, **run))
+        async def act(run: BulkFilters) -> Retried:
+            return await _ops.retry_dead_report(q, **run)
 
-        matched = await _counted_then_done(
+        done = await _counted_then_done(
             q, "dead", filters, noun="dead job", doing="retrying", dry_run=dry_run, json_out=json_out, act=act
         )
-        if matched is None:
+        if done is None:
             return 0
-        moved, refused = got[0]
+        matched, (moved, refused) = done
         what = f" of kind {clean(kind)}" if kind else ""
         if json_out:
             print_json(
@@ -233,18 +234,17 @@ def cancel(
 
     async def go(client: Client) -> int:
         q = await known_queue(client, queue, create=create)
-        got: list[Retried] = []
 
-        async def act(run: BulkFilters) -> None:
-            got.append(await _ops.cancel_jobs(q, state, **run))
+        async def act(run: BulkFilters) -> Retried:
+            return await _ops.cancel_jobs(q, state, **run)
 
         noun = f"{state} job"
-        matched = await _counted_then_done(
+        done = await _counted_then_done(
             q, state, filters, noun=noun, doing="cancelling", dry_run=dry_run, json_out=json_out, act=act
         )
-        if matched is None:
+        if done is None:
             return 0
-        cancelled, refused = got[0]
+        matched, (cancelled, refused) = done
         what = f" of kind {clean(kind)}" if kind else ""
         if json_out:
             doc = {"queue": q.name, "state": state, "kind": kind, "matched": matched}
@@ -294,12 +294,11 @@ def purge(
         if not filtered and not dry_run:  # the whole state: the purge script, batch after batch
             removed = await q.purge(state, older_than=older_than)
         else:
-            got: list[int] = []
 
-            async def act(run: BulkFilters) -> None:
-                got.append(await q.purge(state, older_than=older_than, **run))
+            async def act(run: BulkFilters) -> int:
+                return await q.purge(state, older_than=older_than, **run)
 
-            matched = await _counted_then_done(
+            done = await _counted_then_done(
                 q,
                 state,
                 filters,
@@ -310,9 +309,9 @@ def purge(
                 act=act,
                 older_than_ms=to_ms(older_than, "older_than"),
             )
-            if matched is None:
+            if done is None:
                 return 0
-            removed = got[0]
+            removed = done[1]
         if json_out:
             print_json({"queue": q.name, "state": state, "removed": removed})
         else:
